@@ -1,0 +1,83 @@
+// Compute definitions: reading them (JSON files, the built-in op library) and building the
+// concrete IR (tmap/ir/compute.h) for given parameter values.
+//
+// A compute file is one JSON object:
+//   {
+//     "name": "conv1d",                                  (optional; default: the file's stem)
+//     "description": "...",                              (optional)
+//     "compute": "Out[n, k, q] += I[n, c, q*stride + s - pad] * Wt[k, c, s]",
+//     "params": {"N": 1, "C": 64, ...},                  (integer defaults, overridable)
+//     "tensors": {"I": {"shape": ["N", "C", "W"], "dtype": "float16"}, ...},
+//     "iterators": {"k": "K / groups"},                  (extents of iterators that index no
+//                                                         dimension directly; optional)
+//     "requires": ["K % groups == 0"]                    (conditions on parameters; optional)
+//   }
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tmap/frontend/parser.h"
+#include "tmap/ir/compute.h"
+
+namespace tmap {
+
+struct ParamDecl {
+  std::string name;
+  std::int64_t value = 0;
+  SourceLoc loc;
+};
+
+struct TensorDecl {
+  std::string name;
+  std::vector<Expr> shape;
+  DType dtype = DType::kFloat32;
+  SourceLoc loc;        ///< The tensor's key.
+  SourceLoc dtype_loc;  ///< Its "dtype" value.
+};
+
+struct ExtentDecl {
+  std::string iterator;
+  Expr extent;
+  SourceLoc loc;
+};
+
+struct RequirementDecl {
+  Expr condition;
+  SourceLoc loc;
+};
+
+/// A compute definition as written: sizes are still expressions over parameters.
+struct ComputeDef {
+  std::string name;
+  std::string description;
+  std::string statement_text;
+  StatementDecl statement;
+  std::vector<ParamDecl> params;
+  std::vector<TensorDecl> tensors;
+  std::vector<ExtentDecl> extents;
+  std::vector<RequirementDecl> requirements;
+  SourceLoc loc;  ///< The file.
+};
+
+/// Parses the JSON text of a compute definition; `default_name` is used when it has no "name".
+ComputeDef parse_compute_json(const SourceText& source, const std::string& default_name);
+/// Reads and parses a compute file.
+ComputeDef load_compute_file(const std::string& path);
+
+/// A "--set NAME=VALUE" parameter override.
+struct ParamOverride {
+  std::string name;
+  std::int64_t value = 0;
+  SourceLoc loc;
+};
+/// Parses "NAME=VALUE" arguments (errors name the argument).
+std::vector<ParamOverride> parse_param_overrides(const std::vector<std::string>& args);
+
+/// Builds the concrete compute: evaluates parameters (with overrides), checks requirements,
+/// tensor shapes (positive, within 32-bit indexing), the statement's tensors and ranks, infers
+/// iterator extents (which must agree), and checks that the output is written exactly once.
+Compute build_compute(const ComputeDef& def, const std::vector<ParamOverride>& overrides = {});
+
+}  // namespace tmap

@@ -1,0 +1,72 @@
+// The tensor IR: one reduction statement over named iterators, with concrete sizes.
+//
+//   Out[idx...] += X[idx...] * Y[idx...]
+//
+// Every index is an AffineExpr of the iterators. Semantics: for every point of the iteration
+// space (the product of all iterator extents), Out at the output index is updated with the
+// product of the inputs at their indices. An input read outside its bounds yields zero: this is
+// how padding is expressed. The output is never indexed outside its bounds, and every output
+// element is written (checked when the compute is built, see frontend/compute_loader.h).
+// With `+=` the output starts from zero; its dtype is the accumulation type.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "tmap/ir/dtype.h"
+#include "tmap/ir/expr.h"
+
+namespace tmap {
+
+enum class IterKind { kSpatial, kReduction };
+enum class UpdateKind { kAccumulate /* += */, kAssign /* = */ };
+
+struct Iterator {
+  std::string name;
+  std::int64_t extent = 0;
+  IterKind kind = IterKind::kSpatial;  ///< Spatial iff it indexes the output.
+  bool operator==(const Iterator&) const = default;
+};
+
+struct Tensor {
+  std::string name;
+  std::vector<std::int64_t> shape;
+  DType dtype = DType::kFloat32;
+  std::int64_t num_elements() const;
+  bool operator==(const Tensor&) const = default;
+};
+
+struct Access {
+  int tensor = -1;                   ///< Index into Compute::tensors.
+  std::vector<AffineExpr> indices;   ///< One per tensor dimension.
+  /// Whether iterator `iter` appears in any index of this access.
+  bool uses(int iter) const;
+  bool operator==(const Access&) const = default;
+};
+
+struct Compute {
+  std::string name;
+  std::vector<std::pair<std::string, std::int64_t>> params;  ///< In declaration order.
+  std::vector<Tensor> tensors;
+  std::vector<Iterator> iters;  ///< Spatial iterators first, each group in order of appearance.
+  UpdateKind update = UpdateKind::kAccumulate;
+  Access output;
+  std::vector<Access> inputs;   ///< The factors of the product, left to right.
+
+  const Tensor& tensor_of(const Access& a) const { return tensors.at(a.tensor); }
+  std::vector<std::string> iterator_names() const;
+  int find_iterator(const std::string& name) const;  ///< -1 when absent.
+  /// Multiply-adds in the iteration space (product of all extents).
+  std::int64_t iteration_points() const;
+  /// The statement with concrete indices, e.g. "Out[n, k, p, q] += I[n, c, p + r - 1, q + s - 1] * W[k, c, r, s]".
+  std::string statement_text() const;
+};
+
+/// A plain JSON description: name, statement, params, tensors (name, shape, dtype), iterators
+/// (name, extent, kind).
+nlohmann::json to_json(const Compute& c);
+
+}  // namespace tmap

@@ -1,0 +1,40 @@
+// Element types of tensors and of intrinsic operands.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace tmap {
+
+enum class DType {
+  kFloat16,
+  kBFloat16,
+  kTFloat32,  ///< 19-bit float stored in 32 bits; only an intrinsic operand precision.
+  kFloat32,
+  kFloat64,
+  kInt4,
+  kInt8,
+  kInt32,
+};
+
+/// Canonical name ("float16", "bfloat16", ...), as used in compute files and logs.
+std::string_view dtype_name(DType t);
+/// Parses a canonical name or a common alias (fp16, half, bf16, fp32, float, fp64, double, tf32).
+std::optional<DType> parse_dtype(std::string_view name);
+/// Comma-separated canonical names, for error messages.
+std::string supported_dtype_names();
+/// Storage bits per element (tf32 is stored as 32 bits, int4 as 4).
+int dtype_bits(DType t);
+bool dtype_is_float(DType t);
+
+/// Whether a tensor of type `data` can feed an intrinsic operand of type `operand` without
+/// changing the computed function beyond the operand's documented precision: equal types, or
+/// float32 data rounded to a tfloat32 operand (the Tensor Cores' float32 mode).
+bool dtype_feeds_operand(DType data, DType operand);
+
+/// Whether `out` is a valid accumulation type for products of `in` (the output dtype of a
+/// compute is its accumulation type): at least as wide, of the same kind (float or integer).
+bool dtype_accumulates(DType in, DType out);
+
+}  // namespace tmap

@@ -1,0 +1,398 @@
+#include "tmap/frontend/compute_loader.h"
+
+#include <algorithm>
+#include <charconv>
+#include <climits>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "tmap/frontend/json_locations.h"
+
+namespace tmap {
+namespace {
+
+using ordered_json = nlohmann::ordered_json;
+
+constexpr std::int64_t kMaxElements32 = INT32_MAX;
+
+}  // namespace
+
+ComputeDef parse_compute_json(const SourceText& source, const std::string& default_name) {
+  ordered_json doc = parse_json_text(source, "a compute file is one JSON object; see 'tmap ops show gemm'");
+  JsonLocations locs(source);
+  JsonReader r(locs);
+  if (!doc.is_object()) r.fail_value("", "a compute file must hold a JSON object, not " + std::string(doc.type_name()));
+  r.check_keys(doc, "", {"name", "description", "compute", "params", "tensors", "iterators", "requires"},
+               "a compute definition");
+
+  ComputeDef def;
+  def.loc = SourceLoc::whole(source.file());
+  def.name = default_name;
+  if (doc.contains("name")) {
+    r.expect_type(doc["name"], "/name", doc["name"].is_string(), "\"name\"", "a string");
+    def.name = doc["name"].get<std::string>();
+  }
+  if (doc.contains("description")) {
+    r.expect_type(doc["description"], "/description", doc["description"].is_string(), "\"description\"", "a string");
+    def.description = doc["description"].get<std::string>();
+  }
+  if (!doc.contains("compute"))
+    throw_user_error(r.value_loc(""), "missing \"compute\": the statement to compute",
+                     "add e.g. \"compute\": \"C[m, n] += A[m, k] * B[k, n]\"");
+  r.expect_type(doc["compute"], "/compute", doc["compute"].is_string(), "\"compute\"", "a string");
+  def.statement_text = doc["compute"].get<std::string>();
+  def.statement = parse_statement(def.statement_text, r.string_locator("/compute"));
+
+  if (doc.contains("params")) {
+    const auto& params = doc["params"];
+    r.expect_type(params, "/params", params.is_object(), "\"params\"", "an object of integer defaults");
+    for (const auto& [name, v] : params.items()) {
+      std::string ptr = JsonLocations::child("/params", name);
+      if (!v.is_number_integer())
+        r.fail_value(ptr, "parameter \"" + name + "\" must have an integer default, not " + std::string(v.type_name()));
+      def.params.push_back({name, v.get<std::int64_t>(), r.key_loc(ptr)});
+    }
+  }
+
+  if (!doc.contains("tensors"))
+    throw_user_error(r.value_loc(""), "missing \"tensors\": the shape and dtype of each tensor",
+                     "add e.g. \"tensors\": {\"A\": {\"shape\": [\"M\", \"K\"], \"dtype\": \"float16\"}, ...}");
+  const auto& tensors = doc["tensors"];
+  r.expect_type(tensors, "/tensors", tensors.is_object(), "\"tensors\"", "an object");
+  for (const auto& [name, t] : tensors.items()) {
+    std::string ptr = JsonLocations::child("/tensors", name);
+    r.expect_type(t, ptr, t.is_object(), "tensor \"" + name + "\"", "an object with \"shape\" and \"dtype\"");
+    r.check_keys(t, ptr, {"shape", "dtype"}, "tensor \"" + name + "\"");
+    TensorDecl decl;
+    decl.name = name;
+    decl.loc = r.key_loc(ptr);
+    if (!t.contains("shape")) r.fail_key(ptr, "tensor \"" + name + "\" has no \"shape\"");
+    if (!t.contains("dtype")) r.fail_key(ptr, "tensor \"" + name + "\" has no \"dtype\"",
+                                         "supported dtypes: " + supported_dtype_names());
+    const auto& shape = t["shape"];
+    r.expect_type(shape, ptr + "/shape", shape.is_array() && !shape.empty(), "the shape of \"" + name + "\"",
+                  "a non-empty array of integers or expressions");
+    for (std::size_t d = 0; d < shape.size(); ++d)
+      decl.shape.push_back(r.expression(shape[d], ptr + "/shape/" + std::to_string(d),
+                                        "dimension " + std::to_string(d) + " of \"" + name + "\""));
+    const auto& dt = t["dtype"];
+    r.expect_type(dt, ptr + "/dtype", dt.is_string(), "the dtype of \"" + name + "\"", "a string");
+    auto parsed = parse_dtype(dt.get<std::string>());
+    if (!parsed)
+      r.fail_value(ptr + "/dtype", "dtype \"" + dt.get<std::string>() + "\" of tensor \"" + name + "\" is not supported",
+                   "supported dtypes: " + supported_dtype_names());
+    decl.dtype = *parsed;
+    decl.dtype_loc = r.value_loc(ptr + "/dtype");
+    def.tensors.push_back(std::move(decl));
+  }
+
+  if (doc.contains("iterators")) {
+    const auto& its = doc["iterators"];
+    r.expect_type(its, "/iterators", its.is_object(), "\"iterators\"", "an object of iterator extents");
+    for (const auto& [name, v] : its.items()) {
+      std::string ptr = JsonLocations::child("/iterators", name);
+      def.extents.push_back({name, r.expression(v, ptr, "the extent of iterator \"" + name + "\""), r.key_loc(ptr)});
+    }
+  }
+
+  if (doc.contains("requires")) {
+    const auto& reqs = doc["requires"];
+    r.expect_type(reqs, "/requires", reqs.is_array(), "\"requires\"", "an array of conditions");
+    for (std::size_t i = 0; i < reqs.size(); ++i) {
+      std::string ptr = "/requires/" + std::to_string(i);
+      r.expect_type(reqs[i], ptr, reqs[i].is_string(), "a requirement", "a string such as \"K % groups == 0\"");
+      def.requirements.push_back({r.expression(reqs[i], ptr, "a requirement", true), r.value_loc(ptr)});
+    }
+  }
+  return def;
+}
+
+ComputeDef load_compute_file(const std::string& path) {
+  SourceText src = read_source_file(path, "compute file",
+                                     "give the path of a JSON compute definition, or a built-in op with --op "
+                                     "(see 'tmap ops list')");
+  return parse_compute_json(src, std::filesystem::path(path).stem().string());
+}
+
+std::vector<ParamOverride> parse_param_overrides(const std::vector<std::string>& args) {
+  std::vector<ParamOverride> out;
+  for (const auto& arg : args) {
+    SourceText src("--set", arg);
+    auto eq = arg.find('=');
+    if (eq == std::string::npos || eq == 0)
+      throw_user_error(src.at(0, arg.size()), "--set expects NAME=VALUE, got '" + arg + "'",
+                       "for example --set N=16");
+    std::string name = arg.substr(0, eq);
+    std::string value = arg.substr(eq + 1);
+    std::int64_t v = 0;
+    auto [p, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
+    if (value.empty() || ec != std::errc() || p != value.data() + value.size())
+      throw_user_error(src.at(eq + 1, std::max<std::size_t>(1, value.size())),
+                       "the value of parameter '" + name + "' must be an integer, got '" + value + "'");
+    out.push_back({name, v, src.at(0, eq)});
+  }
+  return out;
+}
+
+namespace {
+
+struct ExtentSource {
+  std::int64_t extent;
+  std::string what;  // "dimension 1 of B"
+  SourceLoc loc;
+};
+
+std::int64_t checked_mul(std::int64_t a, std::int64_t b, bool& overflow) {
+  std::int64_t r = 0;
+  if (__builtin_mul_overflow(a, b, &r)) overflow = true;
+  return r;
+}
+
+}  // namespace
+
+Compute build_compute(const ComputeDef& def, const std::vector<ParamOverride>& overrides) {
+  Compute c;
+  c.name = def.name;
+  c.update = def.statement.update;
+  const std::string in_compute = " of compute '" + def.name + "'";
+
+  // Parameters: defaults, then overrides.
+  ParamValues params;
+  std::vector<std::string> param_names;
+  for (const auto& p : def.params) {
+    params[p.name] = p.value;
+    param_names.push_back(p.name);
+    c.params.emplace_back(p.name, p.value);
+  }
+  for (const auto& o : overrides) {
+    auto it = std::find_if(c.params.begin(), c.params.end(), [&](const auto& p) { return p.first == o.name; });
+    if (it == c.params.end())
+      throw_user_error(o.loc, "unknown parameter '" + o.name + "'" + in_compute,
+                       param_names.empty() ? "this compute has no parameters"
+                                           : "its parameters are: " + join(param_names));
+    it->second = o.value;
+    params[o.name] = o.value;
+  }
+
+  for (const auto& req : def.requirements) {
+    if (evaluate(req.condition, params, "a requirement") == 0) {
+      std::string values;
+      std::set<std::string> seen;
+      visit_vars(req.condition, [&](const std::string& n, const SourceLoc&) {
+        if (seen.insert(n).second) values += (values.empty() ? "" : ", ") + n + "=" + std::to_string(params[n]);
+      });
+      throw_user_error(req.loc, "requirement '" + to_string(req.condition) + "'" + in_compute +
+                                    " does not hold" + (values.empty() ? "" : " for " + values),
+                       "choose parameters that satisfy it (--set NAME=VALUE)");
+    }
+  }
+
+  // Tensors.
+  std::map<std::string, int> tensor_ids;
+  std::vector<std::string> tensor_names;
+  for (const auto& t : def.tensors) {
+    Tensor tensor;
+    tensor.name = t.name;
+    tensor.dtype = t.dtype;
+    if (t.dtype == DType::kTFloat32)
+      throw_user_error(t.dtype_loc, "tfloat32 is an operand precision of Tensor Cores, not a storage type (tensor '" +
+                                        t.name + "')",
+                       "declare the tensor float32; tf32 intrinsics accept float32 data");
+    bool overflow = false;
+    std::int64_t elements = 1;
+    for (std::size_t d = 0; d < t.shape.size(); ++d) {
+      std::string what = "dimension " + std::to_string(d) + " of tensor '" + t.name + "'";
+      std::int64_t extent = evaluate(t.shape[d], params, what);
+      if (extent <= 0) {
+        std::string values;
+        std::set<std::string> seen;
+        visit_vars(t.shape[d], [&](const std::string& n, const SourceLoc&) {
+          if (seen.insert(n).second) values += (values.empty() ? "" : ", ") + n + "=" + std::to_string(params[n]);
+        });
+        throw_user_error(t.shape[d]->loc, what + " is " + std::to_string(extent) + " (from '" +
+                                              to_string(t.shape[d]) + "'" + (values.empty() ? "" : " with " + values) + ")",
+                         "every dimension must be positive; check the parameters");
+      }
+      tensor.shape.push_back(extent);
+      elements = checked_mul(elements, extent, overflow);
+    }
+    if (overflow || elements > kMaxElements32)
+      throw_user_error(t.loc, "tensor '" + t.name + "' has " + (overflow ? std::string("more than 2^63") : std::to_string(elements)) +
+                                  " elements, more than 32-bit indexing allows (2147483647)",
+                       "tmap's kernels index with 32-bit integers; split the computation or use smaller parameters");
+    tensor_ids[t.name] = static_cast<int>(c.tensors.size());
+    tensor_names.push_back(t.name);
+    c.tensors.push_back(std::move(tensor));
+  }
+
+  // The statement's accesses: tensors exist, ranks agree, each tensor used once.
+  std::vector<const AccessDecl*> accesses = {&def.statement.output};
+  for (const auto& in : def.statement.inputs) accesses.push_back(&in);
+  std::map<std::string, SourceLoc> used;
+  for (const AccessDecl* a : accesses) {
+    auto it = tensor_ids.find(a->tensor);
+    if (it == tensor_ids.end())
+      throw_user_error(a->loc, "unknown tensor '" + a->tensor + "'" + in_compute,
+                       tensor_names.empty() ? "declare it in \"tensors\""
+                                            : "declared tensors are: " + join(tensor_names) + "; declare it in \"tensors\"");
+    if (used.count(a->tensor))
+      throw_user_error(a->loc, "tensor '" + a->tensor + "' is used twice in the statement",
+                       "each tensor may appear once: the output is not an input, and a product X*X needs two names");
+    used[a->tensor] = a->loc;
+    const Tensor& t = c.tensors[it->second];
+    if (a->indices.size() != t.shape.size())
+      throw_user_error(a->loc, "tensor '" + a->tensor + "' has " + std::to_string(t.shape.size()) +
+                                   " dimensions but is indexed with " + std::to_string(a->indices.size()),
+                       "write one index per dimension");
+  }
+  for (const auto& t : def.tensors)
+    if (!used.count(t.name))
+      throw_user_error(t.loc, "tensor '" + t.name + "' is declared but not used in the statement",
+                       "remove it, or check the statement for a misspelt name");
+
+  // Iterators: every name in an index that is not a parameter, spatial ones (in the output)
+  // first, each group in order of first appearance.
+  std::vector<std::string> spatial, reduction;
+  std::map<std::string, SourceLoc> first_seen;
+  auto collect = [&](const AccessDecl& a, std::vector<std::string>& into) {
+    for (const auto& idx : a.indices)
+      visit_vars(idx, [&](const std::string& n, const SourceLoc& loc) {
+        if (params.count(n) || first_seen.count(n)) return;
+        first_seen[n] = loc;
+        into.push_back(n);
+      });
+  };
+  collect(def.statement.output, spatial);
+  for (const auto& in : def.statement.inputs) collect(in, reduction);
+  std::map<std::string, int> iter_ids;
+  for (const auto& n : spatial) {
+    iter_ids[n] = static_cast<int>(c.iters.size());
+    c.iters.push_back({n, 0, IterKind::kSpatial});
+  }
+  for (const auto& n : reduction) {
+    iter_ids[n] = static_cast<int>(c.iters.size());
+    c.iters.push_back({n, 0, IterKind::kReduction});
+  }
+  if (c.update == UpdateKind::kAssign && !reduction.empty())
+    throw_user_error(first_seen[reduction.front()],
+                     "iterator '" + reduction.front() + "' does not index the output, so it is a reduction, but the "
+                     "statement assigns with '='",
+                     "write '+=' to accumulate over it, or index the output with it");
+
+  // Affine indices.
+  auto build_access = [&](const AccessDecl& a) {
+    Access out;
+    out.tensor = tensor_ids.at(a.tensor);
+    for (std::size_t d = 0; d < a.indices.size(); ++d)
+      out.indices.push_back(to_affine(a.indices[d], params, iter_ids,
+                                      "index " + std::to_string(d) + " of '" + a.tensor + "'"));
+    return out;
+  };
+  c.output = build_access(def.statement.output);
+  for (const auto& in : def.statement.inputs) c.inputs.push_back(build_access(in));
+
+  // Extents: from each dimension an iterator indexes directly, and from declarations; all must
+  // agree.
+  std::vector<std::vector<ExtentSource>> sources(c.iters.size());
+  for (std::size_t ai = 0; ai < accesses.size(); ++ai) {
+    const Access& a = ai == 0 ? c.output : c.inputs[ai - 1];
+    const Tensor& t = c.tensor_of(a);
+    for (std::size_t d = 0; d < a.indices.size(); ++d) {
+      int it = a.indices[d].direct_iterator();
+      if (it >= 0)
+        sources[it].push_back({t.shape[d], "dimension " + std::to_string(d) + " of '" + t.name + "'",
+                               accesses[ai]->indices[d]->loc});
+    }
+  }
+  for (const auto& e : def.extents) {
+    auto it = iter_ids.find(e.iterator);
+    if (it == iter_ids.end()) {
+      if (params.count(e.iterator))
+        throw_user_error(e.loc, "'" + e.iterator + "' is a parameter, not an iterator, and has no extent to declare");
+      throw_user_error(e.loc, "declared iterator '" + e.iterator + "' does not appear in the statement",
+                       "iterators of this compute are: " + join(c.iterator_names()));
+    }
+    std::int64_t v = evaluate(e.extent, params, "the extent of iterator '" + e.iterator + "'");
+    sources[it->second].push_back({v, "its declared extent '" + to_string(e.extent) + "'", e.loc});
+  }
+  for (std::size_t i = 0; i < c.iters.size(); ++i) {
+    const std::string& name = c.iters[i].name;
+    if (sources[i].empty())
+      throw_user_error(first_seen[name], "iterator '" + name + "' has no extent: it indexes no dimension directly",
+                       "declare it, e.g. \"iterators\": {\"" + name + "\": \"EXTENT\"}");
+    const ExtentSource& first = sources[i].front();
+    for (const auto& s : sources[i]) {
+      if (s.extent <= 0)
+        throw_user_error(s.loc, "iterator '" + name + "' gets extent " + std::to_string(s.extent) + " from " + s.what,
+                         "extents must be positive; check the parameters");
+      if (s.extent != first.extent)
+        throw_user_error(s.loc, "extent conflict for iterator '" + name + "': " + first.what + " gives " +
+                                    std::to_string(first.extent) + " but " + s.what + " gives " + std::to_string(s.extent),
+                         "tensors indexed directly by the same iterator must have equal dimensions");
+    }
+    c.iters[i].extent = first.extent;
+  }
+
+  // The output is written exactly once per element: each output index stays in bounds, is
+  // injective (mixed-radix coefficients), uses disjoint iterators, and the spatial iteration
+  // space has as many points as the output has elements.
+  const Tensor& out = c.tensor_of(c.output);
+  const AccessDecl& out_decl = def.statement.output;
+  std::set<int> seen_spatial;
+  for (std::size_t d = 0; d < c.output.indices.size(); ++d) {
+    const AffineExpr& idx = c.output.indices[d];
+    const SourceLoc& loc = out_decl.indices[d]->loc;
+    std::int64_t lo = idx.constant, hi = idx.constant;
+    std::vector<std::pair<std::int64_t, std::int64_t>> radix;  // (|coef|, extent)
+    for (const auto& [id, coef] : idx.terms) {
+      if (!seen_spatial.insert(id).second)
+        throw_user_error(loc, "iterator '" + c.iters[id].name + "' indexes two dimensions of output '" + out.name + "'",
+                         "each output element must be written once; use a separate iterator per dimension");
+      std::int64_t span = coef * (c.iters[id].extent - 1);
+      (span < 0 ? lo : hi) += span;
+      radix.emplace_back(coef < 0 ? -coef : coef, c.iters[id].extent);
+    }
+    if (lo < 0 || hi > out.shape[d] - 1)
+      throw_user_error(loc, "index " + std::to_string(d) + " of output '" + out.name + "' ranges over [" +
+                                std::to_string(lo) + ", " + std::to_string(hi) + "], outside its dimension [0, " +
+                                std::to_string(out.shape[d] - 1) + "]",
+                       "the output may not be indexed out of bounds; check its shape and the iterators' extents");
+    std::sort(radix.begin(), radix.end());
+    std::int64_t reach = 0;  // largest offset reachable by the smaller terms
+    for (const auto& [coef, extent] : radix) {
+      if (coef <= reach)
+        throw_user_error(loc, "index " + std::to_string(d) + " of output '" + out.name +
+                                  "' writes some elements more than once",
+                         "compound output indices must be mixed-radix, e.g. 'g*(K/groups) + k'");
+      reach += coef * (extent - 1);
+    }
+  }
+  std::int64_t spatial_points = 1;
+  bool too_many = false;
+  for (const auto& it : c.iters)
+    if (it.kind == IterKind::kSpatial) spatial_points = checked_mul(spatial_points, it.extent, too_many);
+  if (too_many || spatial_points != out.num_elements())
+    throw_user_error(out_decl.loc, "output '" + out.name + "' has " + std::to_string(out.num_elements()) +
+                                       " elements but its indices reach only " + std::to_string(spatial_points),
+                     "every output element must be written; check the output's shape against the iterators' extents");
+
+  // Dtypes: the output is the accumulation type of the products.
+  for (const auto& in : c.inputs) {
+    const Tensor& t = c.tensor_of(in);
+    if (!dtype_accumulates(t.dtype, out.dtype)) {
+      const auto& decl = *std::find_if(def.tensors.begin(), def.tensors.end(), [&](const auto& d) { return d.name == out.name; });
+      throw_user_error(decl.dtype_loc, "output '" + out.name + "' of dtype " + std::string(dtype_name(out.dtype)) +
+                                           " cannot accumulate products of '" + t.name + "' (" +
+                                           std::string(dtype_name(t.dtype)) + ")",
+                       "the output dtype is the accumulation type: use one at least as wide and of the same kind, "
+                       "e.g. float32 for float16 inputs, int32 for int8");
+    }
+  }
+  return c;
+}
+
+}  // namespace tmap

@@ -1,0 +1,279 @@
+#include "tmap/frontend/parser.h"
+
+#include <cctype>
+#include <charconv>
+
+namespace tmap {
+namespace {
+
+enum class Tok {
+  kEnd, kName, kInt, kLBracket, kRBracket, kLParen, kRParen, kComma,
+  kPlus, kMinus, kStar, kSlash, kPercent, kPlusAssign, kAssign,
+  kEq, kNe, kLt, kLe, kGt, kGe,
+};
+
+struct Token {
+  Tok kind = Tok::kEnd;
+  std::size_t offset = 0;
+  std::size_t length = 0;
+  std::string_view text;
+};
+
+const char* describe(Tok t) {
+  switch (t) {
+    case Tok::kEnd: return "end of text";
+    case Tok::kName: return "a name";
+    case Tok::kInt: return "an integer";
+    case Tok::kLBracket: return "'['";
+    case Tok::kRBracket: return "']'";
+    case Tok::kLParen: return "'('";
+    case Tok::kRParen: return "')'";
+    case Tok::kComma: return "','";
+    case Tok::kPlus: return "'+'";
+    case Tok::kMinus: return "'-'";
+    case Tok::kStar: return "'*'";
+    case Tok::kSlash: return "'/'";
+    case Tok::kPercent: return "'%'";
+    case Tok::kPlusAssign: return "'+='";
+    case Tok::kAssign: return "'='";
+    case Tok::kEq: return "'=='";
+    case Tok::kNe: return "'!='";
+    case Tok::kLt: return "'<'";
+    case Tok::kLe: return "'<='";
+    case Tok::kGt: return "'>'";
+    case Tok::kGe: return "'>='";
+  }
+  return "?";
+}
+
+class Parser {
+ public:
+  Parser(std::string_view text, const Locator& locate) : text_(text), locate_(locate) { lex(); }
+
+  StatementDecl statement() {
+    StatementDecl s;
+    s.output = access("the output access (e.g. 'Out[i, j]')");
+    if (accept(Tok::kPlusAssign)) {
+      s.update = UpdateKind::kAccumulate;
+    } else if (accept(Tok::kAssign)) {
+      s.update = UpdateKind::kAssign;
+    } else {
+      fail(peek(), "expected '+=' or '=' after the output access, found " + found(peek()),
+           "a compute is one statement 'Out[...] += X[...] * Y[...]'");
+    }
+    s.inputs.push_back(access("an input access after '" + std::string(s.update == UpdateKind::kAccumulate ? "+=" : "=") + "'"));
+    while (accept(Tok::kStar)) s.inputs.push_back(access("an input access after '*'"));
+    if (peek().kind != Tok::kEnd)
+      fail(peek(), "unexpected " + found(peek()) + " after the statement",
+           "the right-hand side is a product of tensor accesses: 'X[...] * Y[...]'");
+    return s;
+  }
+
+  Expr full_expression(bool allow_comparison) {
+    if (peek().kind == Tok::kEnd) fail(peek(), "expected an expression, found nothing");
+    Expr e = expression(allow_comparison);
+    if (peek().kind != Tok::kEnd) fail(peek(), "unexpected " + found(peek()) + " after the expression");
+    return e;
+  }
+
+ private:
+  void lex() {
+    std::size_t i = 0;
+    while (i < text_.size()) {
+      char c = text_[i];
+      if (std::isspace(static_cast<unsigned char>(c))) {
+        ++i;
+        continue;
+      }
+      Token t;
+      t.offset = i;
+      if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
+        std::size_t j = i;
+        while (j < text_.size() && (std::isalnum(static_cast<unsigned char>(text_[j])) || text_[j] == '_')) ++j;
+        t.kind = Tok::kName;
+        t.length = j - i;
+      } else if (std::isdigit(static_cast<unsigned char>(c))) {
+        std::size_t j = i;
+        while (j < text_.size() && std::isdigit(static_cast<unsigned char>(text_[j]))) ++j;
+        if (j < text_.size() && (std::isalpha(static_cast<unsigned char>(text_[j])) || text_[j] == '_' || text_[j] == '.'))
+          fail_at(i, j + 1 - i, "malformed number '" + std::string(text_.substr(i, j + 1 - i)) + "'",
+                  "numbers are decimal integers; write a product as '2*x'");
+        t.kind = Tok::kInt;
+        t.length = j - i;
+      } else {
+        auto two = text_.substr(i, 2);
+        struct Op { std::string_view s; Tok k; };
+        static constexpr Op kOps[] = {
+            {"+=", Tok::kPlusAssign}, {"==", Tok::kEq}, {"!=", Tok::kNe}, {"<=", Tok::kLe},
+            {">=", Tok::kGe}, {"[", Tok::kLBracket}, {"]", Tok::kRBracket}, {"(", Tok::kLParen},
+            {")", Tok::kRParen}, {",", Tok::kComma}, {"+", Tok::kPlus}, {"-", Tok::kMinus},
+            {"*", Tok::kStar}, {"/", Tok::kSlash}, {"%", Tok::kPercent}, {"=", Tok::kAssign},
+            {"<", Tok::kLt}, {">", Tok::kGt}};
+        bool matched = false;
+        for (const auto& op : kOps) {
+          if (op.s.size() == 2 ? two == op.s : c == op.s[0]) {
+            t.kind = op.k;
+            t.length = op.s.size();
+            matched = true;
+            break;
+          }
+        }
+        if (!matched)
+          fail_at(i, 1, std::string("unexpected character '") + c + "'",
+                  "expressions use names, integers, + - * / %, parentheses and brackets");
+      }
+      t.text = text_.substr(t.offset, t.length);
+      tokens_.push_back(t);
+      i += t.length;
+    }
+    tokens_.push_back(Token{Tok::kEnd, text_.size(), 1, {}});
+  }
+
+  const Token& peek() const { return tokens_[pos_]; }
+  const Token& next() { return tokens_[pos_ < tokens_.size() - 1 ? pos_++ : pos_]; }
+  bool accept(Tok k) {
+    if (peek().kind != k) return false;
+    next();
+    return true;
+  }
+
+  std::string found(const Token& t) const {
+    if (t.kind == Tok::kEnd) return "end of text";
+    return "'" + std::string(t.text) + "'";
+  }
+
+  SourceLoc loc(std::size_t begin, std::size_t end) const {
+    return locate_(begin, end > begin ? end - begin : 1);
+  }
+
+  [[noreturn]] void fail_at(std::size_t offset, std::size_t length, const std::string& msg,
+                            const std::string& hint = {}) const {
+    throw_user_error(locate_(offset, length), msg, hint);
+  }
+  [[noreturn]] void fail(const Token& t, const std::string& msg, const std::string& hint = {}) const {
+    fail_at(t.offset, t.length, msg, hint);
+  }
+
+  void expect(Tok k, const std::string& context) {
+    if (!accept(k)) fail(peek(), std::string("expected ") + describe(k) + " " + context + ", found " + found(peek()));
+  }
+
+  AccessDecl access(const std::string& what) {
+    const Token& name = peek();
+    if (name.kind != Tok::kName) fail(name, "expected " + what + ", found " + found(name));
+    next();
+    AccessDecl a;
+    a.tensor = std::string(name.text);
+    a.loc = loc(name.offset, name.offset + name.length);
+    expect(Tok::kLBracket, "after tensor name '" + a.tensor + "'");
+    if (peek().kind == Tok::kRBracket)
+      fail(peek(), "tensor '" + a.tensor + "' is indexed with no index", "write one index per dimension, e.g. 'X[i, j]'");
+    a.indices.push_back(expression(false));
+    while (accept(Tok::kComma)) a.indices.push_back(expression(false));
+    expect(Tok::kRBracket, "to close the indices of '" + a.tensor + "'");
+    return a;
+  }
+
+  Expr expression(bool allow_comparison) {
+    std::size_t begin = peek().offset;
+    Expr lhs = sum();
+    static constexpr std::pair<Tok, ExprKind> kCmp[] = {
+        {Tok::kEq, ExprKind::kEq}, {Tok::kNe, ExprKind::kNe}, {Tok::kLt, ExprKind::kLt},
+        {Tok::kLe, ExprKind::kLe}, {Tok::kGt, ExprKind::kGt}, {Tok::kGe, ExprKind::kGe}};
+    for (const auto& [tok, kind] : kCmp) {
+      if (peek().kind != tok) continue;
+      if (!allow_comparison)
+        fail(peek(), "a comparison " + found(peek()) + " is not allowed here",
+             "comparisons belong in \"requires\"");
+      next();
+      Expr rhs = sum();
+      return ExprNode::make_binary(kind, lhs, rhs, loc(begin, prev_end()));
+    }
+    return lhs;
+  }
+
+  std::size_t prev_end() const {
+    const Token& t = tokens_[pos_ > 0 ? pos_ - 1 : 0];
+    return t.offset + t.length;
+  }
+
+  Expr sum() {
+    std::size_t begin = peek().offset;
+    Expr e = term();
+    for (;;) {
+      ExprKind k;
+      if (accept(Tok::kPlus)) k = ExprKind::kAdd;
+      else if (accept(Tok::kMinus)) k = ExprKind::kSub;
+      else return e;
+      Expr rhs = term();
+      e = ExprNode::make_binary(k, e, rhs, loc(begin, prev_end()));
+    }
+  }
+
+  Expr term() {
+    std::size_t begin = peek().offset;
+    Expr e = unary();
+    for (;;) {
+      ExprKind k;
+      if (accept(Tok::kStar)) k = ExprKind::kMul;
+      else if (accept(Tok::kSlash)) k = ExprKind::kDiv;
+      else if (accept(Tok::kPercent)) k = ExprKind::kMod;
+      else return e;
+      Expr rhs = unary();
+      e = ExprNode::make_binary(k, e, rhs, loc(begin, prev_end()));
+    }
+  }
+
+  Expr unary() {
+    const Token t = peek();
+    switch (t.kind) {
+      case Tok::kMinus: {
+        next();
+        Expr a = unary();
+        return ExprNode::make_unary(ExprKind::kNeg, a, loc(t.offset, prev_end()));
+      }
+      case Tok::kInt: {
+        next();
+        std::int64_t v = 0;
+        auto [p, ec] = std::from_chars(t.text.data(), t.text.data() + t.text.size(), v);
+        if (ec != std::errc()) fail(t, "integer '" + std::string(t.text) + "' does not fit in 64 bits");
+        return ExprNode::make_int(v, loc(t.offset, t.offset + t.length));
+      }
+      case Tok::kName:
+        next();
+        if (peek().kind == Tok::kLBracket)
+          fail(t, "tensor access '" + std::string(t.text) + "[...]' inside an index",
+               "indices are affine expressions of iterators and parameters; indirect indexing is not supported");
+        return ExprNode::make_var(std::string(t.text), loc(t.offset, t.offset + t.length));
+      case Tok::kLParen: {
+        next();
+        Expr e = expression(false);
+        expect(Tok::kRParen, "to close '('");
+        return e;
+      }
+      default:
+        fail(t, "expected a name, an integer or '(', found " + found(t));
+    }
+  }
+
+  std::string_view text_;
+  const Locator& locate_;
+  std::vector<Token> tokens_;
+  std::size_t pos_ = 0;
+};
+
+}  // namespace
+
+Locator locator_for(const SourceText& text) {
+  return [&text](std::size_t offset, std::size_t length) { return text.at(offset, length); };
+}
+
+StatementDecl parse_statement(std::string_view text, const Locator& locate) {
+  return Parser(text, locate).statement();
+}
+
+Expr parse_expression(std::string_view text, const Locator& locate, bool allow_comparison) {
+  return Parser(text, locate).full_expression(allow_comparison);
+}
+
+}  // namespace tmap

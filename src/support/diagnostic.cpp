@@ -1,0 +1,77 @@
+#include "tmap/support/diagnostic.h"
+
+#include <algorithm>
+
+namespace tmap {
+
+std::string SourceLoc::str() const {
+  if (!known()) return file;
+  return file + ":" + std::to_string(line) + ":" + std::to_string(column);
+}
+
+SourceText::SourceText(std::string file, std::string text)
+    : file_(std::move(file)), text_(std::move(text)) {}
+
+SourceLoc SourceText::at(std::size_t offset, std::size_t length) const {
+  offset = std::min(offset, text_.size());
+  SourceLoc loc;
+  loc.file = file_;
+  std::size_t line_start = 0;
+  int line = 1;
+  for (std::size_t i = 0; i < offset; ++i) {
+    if (text_[i] == '\n') {
+      ++line;
+      line_start = i + 1;
+    }
+  }
+  std::size_t line_end = text_.find('\n', line_start);
+  if (line_end == std::string::npos) line_end = text_.size();
+  loc.line = line;
+  loc.column = static_cast<int>(offset - line_start) + 1;
+  loc.line_text = text_.substr(line_start, line_end - line_start);
+  std::size_t max_len = line_end > offset ? line_end - offset : 1;
+  loc.length = static_cast<int>(std::max<std::size_t>(1, std::min(length, max_len)));
+  return loc;
+}
+
+std::string format_diagnostic(const SourceLoc& loc, std::string_view message,
+                              std::string_view hint) {
+  std::string out;
+  if (!loc.file.empty()) out += loc.str() + ": ";
+  out += "error: ";
+  out += message;
+  if (loc.known() && !loc.line_text.empty()) {
+    out += "\n  " + loc.line_text + "\n  ";
+    // Keep tabs so that the caret lines up with the text above it.
+    for (int i = 0; i + 1 < loc.column && i < static_cast<int>(loc.line_text.size()); ++i)
+      out += loc.line_text[i] == '\t' ? '\t' : ' ';
+    out += '^';
+    if (loc.length > 1) out += std::string(loc.length - 1, '~');
+  }
+  if (!hint.empty()) {
+    out += "\n  hint: ";
+    out += hint;
+  }
+  return out;
+}
+
+std::string join(const std::vector<std::string>& items, std::string_view separator) {
+  std::string out;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    if (i) out += separator;
+    out += items[i];
+  }
+  return out;
+}
+
+void throw_user_error(const SourceLoc& loc, std::string_view message, std::string_view hint) {
+  throw UserError(format_diagnostic(loc, message, hint));
+}
+
+void internal_check_failed(const char* condition, const char* file, int line,
+                           const std::string& message) {
+  throw InternalError(std::string("internal error (a bug in tmap): ") + message + " [" +
+                      condition + " at " + file + ":" + std::to_string(line) + "]");
+}
+
+}  // namespace tmap

@@ -1,0 +1,119 @@
+// `tmap map`: which intrinsics a compute matches, every mapping of its loops onto them, and
+// why the other abstractions do not match.
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <memory>
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "commands.h"
+#include "tmap/hw/hw_abstraction.h"
+#include "tmap/match/match_report.h"
+
+namespace tmap::cli {
+namespace {
+
+struct MapArgs {
+  ComputeArgs compute;
+  std::vector<std::string> hw_names;
+  std::vector<std::string> hw_dirs;
+  std::string enumerate = "amos";
+  std::string format = "text";
+};
+
+std::string shape_text(const std::vector<std::int64_t>& shape) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+  return out + "]";
+}
+
+std::string names_text(const Compute& c, const std::vector<int>& ids) {
+  if (ids.empty()) return "none";
+  std::string out;
+  for (int id : ids) out += (out.empty() ? "" : ", ") + c.iters[id].name;
+  return out;
+}
+
+void print_text(const Compute& c, const MatchReport& r) {
+  std::printf("workload %s: %s\n", c.name.c_str(), c.statement_text().c_str());
+  std::string spatial, reduction;
+  for (const auto& it : c.iters)
+    (it.kind == IterKind::kSpatial ? spatial : reduction) += " " + it.name + "=" + std::to_string(it.extent);
+  std::printf("  spatial:%s   reduction:%s\n", spatial.c_str(), reduction.empty() ? " none" : reduction.c_str());
+  for (const auto& t : c.tensors)
+    std::printf("  %s %s %s\n", t.name.c_str(), std::string(dtype_name(t.dtype)).c_str(), shape_text(t.shape).c_str());
+
+  std::printf("\n%zu match(es), mappings enumerated by '%s':\n", r.matches.size(),
+              std::string(enumeration_name(r.enumeration)).c_str());
+  if (!r.matches.empty())
+    std::printf("  %-3s %-18s %-7s %-9s %-16s %s\n", "#", "abstraction", "layout", "shape", "A, B -> D", "feasible");
+  for (std::size_t i = 0; i < r.matches.size(); ++i) {
+    const Match& m = r.matches[i];
+    int feasible = 0;
+    for (const auto& map : m.mappings) feasible += map.feasible;
+    std::string ops = c.tensor_of(c.inputs[m.roles.a_input]).name + ", " + c.tensor_of(c.inputs[m.roles.b_input]).name +
+                      " -> " + c.tensor_of(c.output).name;
+    std::printf("  %-3zu %-18s %-7s %-9s %-16s %d of %zu\n", i, m.hw_abs.c_str(), m.layout.c_str(), m.shape.str().c_str(),
+                ops.c_str(), feasible, m.mappings.size());
+  }
+
+  // Mappings and their feasibility depend on the abstraction and shape, not on the layout:
+  // print each table once.
+  std::map<std::pair<std::string, std::string>, std::vector<std::string>> layouts;
+  std::vector<const Match*> firsts;
+  for (const auto& m : r.matches) {
+    auto& l = layouts[{m.hw_abs, m.shape.str()}];
+    if (l.empty()) firsts.push_back(&m);
+    l.push_back(m.layout);
+  }
+  for (const Match* m : firsts) {
+    std::string ls;
+    for (const auto& l : layouts[{m->hw_abs, m->shape.str()}]) ls += (ls.empty() ? "" : ", ") + l;
+    std::printf("\nmappings onto %s %s (layouts %s); batch loops: %s; outer loops: %s\n", m->hw_abs.c_str(),
+                m->shape.str().c_str(), ls.c_str(), names_text(c, m->index.batch).c_str(),
+                names_text(c, m->index.outer).c_str());
+    std::printf("  %-4s %-14s %-10s %-14s %-22s %-7s %s\n", "id", "i", "j", "k", "fused extents i x j x k", "waste",
+                "status");
+    for (const auto& map : m->mappings) {
+      std::string ext = std::to_string(map.fused_extent[0]) + " x " + std::to_string(map.fused_extent[1]) + " x " +
+                        std::to_string(map.fused_extent[2]);
+      char waste[16];
+      std::snprintf(waste, sizeof waste, "%.1f%%", 100.0 * map.padding_waste);
+      std::printf("  %-4d %-14s %-10s %-14s %-22s %-7s %s\n", map.id, axis_set_text(c, map.axes[0]).c_str(),
+                  axis_set_text(c, map.axes[1]).c_str(), axis_set_text(c, map.axes[2]).c_str(), ext.c_str(), waste,
+                  map.feasible ? "feasible" : ("infeasible: " + map.reason).c_str());
+    }
+  }
+
+  if (!r.rejected.empty()) std::printf("\nrejected:\n");
+  for (const auto& rej : r.rejected) std::printf("  %-18s %s\n", rej.hw_abs.c_str(), rej.reason.c_str());
+}
+
+}  // namespace
+
+void register_map(CLI::App& app) {
+  auto args = std::make_shared<MapArgs>();
+  auto* cmd = app.add_subcommand("map", "Match a compute against the hardware abstractions and enumerate its mappings");
+  args->compute.add_to(*cmd);
+  cmd->add_option("--hw", args->hw_names, "Only these abstractions (repeatable; see 'tmap hw list')");
+  cmd->add_option("--hw-dir", args->hw_dirs, "Also load the *.json abstractions of this directory (repeatable)");
+  cmd->add_option("--enumerate", args->enumerate, "amos: AMOS's partner rule; all: every mapping tmap can generate")
+      ->check(CLI::IsMember({"amos", "all"}));
+  cmd->add_option("--format", args->format, "text or json (one JSON document on stdout)")
+      ->check(CLI::IsMember({"text", "json"}));
+  cmd->callback([args] {
+    Compute c = args->compute.build();
+    auto all = load_hw_abstractions(args->hw_dirs);
+    std::vector<HwAbstraction> chosen;
+    if (args->hw_names.empty()) chosen = all;
+    for (const auto& name : args->hw_names) chosen.push_back(find_hw(all, name));
+    spdlog::debug("matching '{}' against {} abstraction(s)", c.name, chosen.size());
+    MatchReport r = match_compute(c, chosen, args->enumerate == "all" ? Enumeration::kAll : Enumeration::kAmos);
+    if (args->format == "json") std::cout << to_json(c, r).dump(2) << "\n";
+    else print_text(c, r);
+  });
+}
+
+}  // namespace tmap::cli

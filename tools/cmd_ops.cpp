@@ -1,0 +1,43 @@
+// `tmap ops list|show`: the built-in op library.
+#include <iostream>
+#include <memory>
+
+#include "commands.h"
+#include "tmap/frontend/op_library.h"
+
+namespace tmap::cli {
+
+void ComputeArgs::add_to(CLI::App& cmd) {
+  cmd.add_option("compute", file, "A compute definition (JSON file)");
+  cmd.add_option("--op", op, "A built-in op instead of a file (see 'tmap ops list')");
+  cmd.add_option("--set", sets, "Override a parameter: --set N=16 (repeatable)");
+}
+
+Compute ComputeArgs::build() const {
+  if (file.empty() == op.empty())
+    throw UserError(format_diagnostic(SourceLoc::whole("tmap"),
+                                      file.empty() ? "no compute given" : "give either a compute file or --op, not both",
+                                      "name a JSON compute file, or a built-in op with --op (see 'tmap ops list')"));
+  ComputeDef def = op.empty() ? load_compute_file(file) : builtin_op(op);
+  return build_compute(def, parse_param_overrides(sets));
+}
+
+void register_ops(CLI::App& app) {
+  auto* ops = app.add_subcommand("ops", "The built-in op library");
+  ops->require_subcommand(1);
+  auto* list = ops->add_subcommand("list", "List the built-in ops with their parameters");
+  list->callback([] {
+    for (const auto& name : builtin_op_names()) {
+      ComputeDef def = builtin_op(name);
+      std::cout << name << "\n    " << def.description << "\n    " << def.statement_text << "\n    params:";
+      for (const auto& p : def.params) std::cout << " " << p.name << "=" << p.value;
+      std::cout << "\n";
+    }
+  });
+  auto* show = ops->add_subcommand("show", "Print a built-in op as a compute file (a template for your own)");
+  auto name = std::make_shared<std::string>();
+  show->add_option("name", *name, "The op")->required();
+  show->callback([name] { std::cout << builtin_op_source(*name) << "\n"; });
+}
+
+}  // namespace tmap::cli

@@ -1,0 +1,62 @@
+// tmap: maps tensor computations onto hardware intrinsics.
+#include <cstdio>
+#include <iostream>
+
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include "commands.h"
+#include "tmap/runtime/device.h"
+#include "tmap/support/diagnostic.h"
+
+namespace {
+
+void register_version(CLI::App& app) {
+  auto* cmd = app.add_subcommand("version", "Print tmap's version, the CUDA runtime, NVRTC and the devices");
+  cmd->callback([] {
+    tmap::RuntimeInfo rt = tmap::query_runtime();
+    std::cout << "tmap " << TMAP_VERSION << "\n"
+              << "CUDA runtime " << tmap::cuda_version_text(rt.runtime_version) << " (static), NVRTC "
+              << rt.nvrtc_major << "." << rt.nvrtc_minor << ", driver " << tmap::cuda_version_text(rt.driver_version)
+              << "\n";
+    for (const auto& d : rt.devices)
+      std::cout << "device " << d.index << ": " << d.name << ", sm_" << d.compute_capability << ", " << d.sm_count
+                << " SMs, " << (d.global_memory_bytes >> 20) << " MiB\n";
+    if (!rt.status.empty()) std::cout << rt.status << "\n";
+  });
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"tmap: maps tensor computations (GEMM, convolutions, ...) onto hardware intrinsics such as "
+               "NVIDIA Tensor Cores"};
+  app.require_subcommand(1);
+  bool verbose = false, quiet = false;
+  app.add_flag("-v,--verbose", verbose, "Log debugging detail to stderr");
+  app.add_flag("-q,--quiet", quiet, "Log only errors");
+  app.parse_complete_callback([&] {
+    auto logger = spdlog::stderr_color_mt("tmap");
+    spdlog::set_default_logger(logger);
+    spdlog::set_pattern("[%^%l%$] %v");
+    spdlog::set_level(verbose ? spdlog::level::debug : quiet ? spdlog::level::err : spdlog::level::info);
+  });
+  tmap::cli::register_map(app);
+  tmap::cli::register_hw(app);
+  tmap::cli::register_ops(app);
+  register_version(app);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int code = app.exit(e);
+    return code == 0 ? 0 : 2;
+  } catch (const tmap::UserError& e) {
+    std::cerr << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
