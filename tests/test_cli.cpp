@@ -1,1 +1,152 @@
+// The built binary: exit codes, the JSON document of `tmap map`, and errors on stderr.
 #include <gtest/gtest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+namespace {
+
+struct CliRun {
+  int code = -1;
+  std::string out, err;
+};
+
+CliRun tmap(const std::string& args) {
+  std::string err_file = std::filesystem::temp_directory_path() / ("tmap_cli_err_" + std::to_string(::getpid()));
+  std::string cmd = std::string(TMAP_BINARY) + " " + args + " 2>" + err_file;
+  CliRun r;
+  FILE* pipe = ::popen(cmd.c_str(), "r");
+  if (!pipe) return r;
+  char buf[4096];
+  std::size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, pipe)) > 0) r.out.append(buf, n);
+  int status = ::pclose(pipe);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream in(err_file);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  r.err = ss.str();
+  std::filesystem::remove(err_file);
+  return r;
+}
+
+const std::string kData = std::string(TMAP_SOURCE_DIR) + "/tests/data";
+
+TEST(Cli, MapJsonIsOneDocumentWithTheDocumentedSchema) {
+  CliRun r = tmap("map --op conv2d --hw wmma_fp16_fp32 --format json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  nlohmann::json doc = nlohmann::json::parse(r.out);  // throws unless stdout is exactly one document
+  ASSERT_EQ(doc["matches"].size(), 12u);
+  EXPECT_EQ(doc["workload"]["name"], "conv2d");
+  for (const auto& m : doc["matches"]) {
+    EXPECT_EQ(m["hw_abs"], "wmma_fp16_fp32");
+    EXPECT_TRUE(m["layout"].is_string());
+    EXPECT_EQ(m["shape"].size(), 3u);
+    EXPECT_EQ(m["operands"], (nlohmann::json{{"A", "I"}, {"B", "Wt"}, {"D", "Out"}}));
+    ASSERT_EQ(m["mappings"].size(), 35u);
+    for (const auto& map : m["mappings"]) {
+      EXPECT_TRUE(map["id"].is_number_integer());
+      EXPECT_TRUE(map["axes"]["i"].is_array());
+      EXPECT_TRUE(map["axes"]["j"].is_array());
+      EXPECT_TRUE(map["axes"]["k"].is_array());
+      EXPECT_TRUE(map["feasible"].is_boolean());
+      EXPECT_TRUE(map["reason"].is_string());
+      EXPECT_TRUE(map["padding_waste"].is_number());
+    }
+  }
+  EXPECT_TRUE(doc["rejected"].empty());
+  // Without --hw the other abstractions are rejected, each with a reason.
+  CliRun all = tmap("map --op conv2d --format json --enumerate all");
+  ASSERT_EQ(all.code, 0) << all.err;
+  nlohmann::json d = nlohmann::json::parse(all.out);
+  EXPECT_EQ(d["matches"][0]["mappings"].size(), 49u);
+  EXPECT_EQ(d["rejected"].size(), 6u);
+  for (const auto& rej : d["rejected"]) EXPECT_FALSE(rej["reason"].get<std::string>().empty());
+}
+
+TEST(Cli, MapReadsFilesAndOverrides) {
+  CliRun r = tmap("map " + kData + "/conv1d_stride2.json --set K=64 --format json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  nlohmann::json doc = nlohmann::json::parse(r.out);
+  EXPECT_EQ(doc["workload"]["name"], "conv1d_stride2");
+  EXPECT_EQ(doc["workload"]["params"]["K"], 64);
+  EXPECT_EQ(doc["matches"][0]["mappings"].size(), 6u);
+  // `ops show` prints a file that `map` reads back to the same result as --op.
+  std::string file = std::filesystem::temp_directory_path() / ("tmap_cli_op_" + std::to_string(::getpid()) + ".json");
+  std::ofstream(file) << tmap("ops show conv3d").out;
+  CliRun from_file = tmap("map " + file + " --format json");
+  CliRun from_op = tmap("map --op conv3d --format json");
+  std::filesystem::remove(file);
+  ASSERT_EQ(from_file.code, 0) << from_file.err;
+  EXPECT_EQ(nlohmann::json::parse(from_file.out)["matches"], nlohmann::json::parse(from_op.out)["matches"]);
+}
+
+TEST(Cli, TextOutputIsForPeople) {
+  CliRun r = tmap("map --op conv2d --hw wmma_fp16_fp32");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("12 match(es), mappings enumerated by 'amos'"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("wmma_fp16_fp32     nnn     8x32x16   I, Wt -> Out     20 of 35"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("infeasible: axis i fuses {n} of extent 1, smaller than the intrinsic's m = 16"), std::string::npos);
+  CliRun rej = tmap("map --op gemm --set K=64");
+  EXPECT_NE(rej.out.find("rejected:\n  wmma_bf16_fp32"), std::string::npos) << rej.out;
+}
+
+struct BadCase {
+  std::string args;
+  std::string message;
+};
+
+TEST(Cli, BadInputExitsTwoWithTheMessageOnStderr) {
+  const BadCase cases[] = {
+      {"map", "no compute given"},
+      {"map --op gemm " + kData + "/conv1d_stride2.json", "give either a compute file or --op, not both"},
+      {"map --op gemm3", "unknown op 'gemm3'"},
+      {"map /nonexistent.json", "cannot read compute file '/nonexistent.json'"},
+      {"map --op gemm --set M=x", "the value of parameter 'M' must be an integer"},
+      {"map --op gemm --set Q=1", "unknown parameter 'Q' of compute 'gemm'"},
+      {"map --op gemm --hw wmma_fp8", "unknown hardware abstraction 'wmma_fp8'"},
+      {"map --op gemm --enumerate some", "--enumerate"},
+      {"map --op gemm --format yaml", "--format"},
+      {"map --op gemm --hw-dir /nonexistent", "hardware-abstraction directory '/nonexistent' does not exist"},
+      {"hw show wmma_fp8", "unknown hardware abstraction"},
+      {"frobnicate", "unknown command 'frobnicate'\n  hint: commands are: map, hw, ops, version"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.args);
+    CliRun r = tmap(c.args);
+    EXPECT_EQ(r.code, 2) << r.out << r.err;
+    EXPECT_NE(r.err.find(c.message), std::string::npos) << r.err;
+    if (c.args.rfind("map --op gemm --", 0) != 0 && c.args.rfind("frob", 0) != 0) EXPECT_TRUE(r.out.empty()) << r.out;
+  }
+}
+
+TEST(Cli, HwOpsAndVersion) {
+  CliRun list = tmap("hw list");
+  ASSERT_EQ(list.code, 0) << list.err;
+  for (const char* name : {"wmma_fp16_fp32", "wmma_fp16_fp16", "wmma_bf16_fp32", "wmma_tf32_fp32", "wmma_int8_int32",
+                           "wmma_fp64_fp64", "wmma_int4_int32"})
+    EXPECT_NE(list.out.find(name), std::string::npos) << name;
+  CliRun json = tmap("hw list --format json");
+  ASSERT_EQ(json.code, 0);
+  EXPECT_EQ(nlohmann::json::parse(json.out).size(), 7u);
+  CliRun show = tmap("hw show wmma_tf32_fp32");
+  ASSERT_EQ(show.code, 0);
+  nlohmann::json hw = nlohmann::json::parse(show.out);
+  EXPECT_EQ(hw["compute"]["shapes"], nlohmann::json::parse("[[16, 16, 8]]"));
+  EXPECT_EQ(hw["compute"]["dtypes"]["A"], "tfloat32");
+  CliRun ops = tmap("ops list");
+  ASSERT_EQ(ops.code, 0);
+  EXPECT_NE(ops.out.find("conv2d_nhwc"), std::string::npos);
+  CliRun version = tmap("version");
+  ASSERT_EQ(version.code, 0) << version.err;  // starts without a GPU driver too
+  EXPECT_NE(version.out.find("NVRTC"), std::string::npos);
+}
+
+}  // namespace

@@ -1,1 +1,167 @@
+// Compute files: every user error (message and location), extent inference and the IR built.
 #include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "test_util.h"
+
+namespace tmap {
+namespace {
+
+using testing::build_json;
+using testing::parse_def;
+using testing::user_error_of;
+
+const char* kGemm = R"({
+  "name": "g",
+  "compute": "C[m, n] += A[m, k] * B[k, n]",
+  "params": {"M": 64, "N": 32, "K": 16},
+  "tensors": {
+    "A": {"shape": ["M", "K"], "dtype": "float16"},
+    "B": {"shape": ["K", "N"], "dtype": "float16"},
+    "C": {"shape": ["M", "N"], "dtype": "float32"}
+  }
+})";
+
+TEST(Compute, BuildsGemm) {
+  Compute c = build_json(kGemm);
+  EXPECT_EQ(c.name, "g");
+  ASSERT_EQ(c.iters.size(), 3u);
+  EXPECT_EQ(c.iters[0], (Iterator{"m", 64, IterKind::kSpatial}));
+  EXPECT_EQ(c.iters[1], (Iterator{"n", 32, IterKind::kSpatial}));
+  EXPECT_EQ(c.iters[2], (Iterator{"k", 16, IterKind::kReduction}));
+  EXPECT_EQ(c.statement_text(), "C[m, n] += A[m, k] * B[k, n]");
+  EXPECT_EQ(c.iteration_points(), 64 * 32 * 16);
+  EXPECT_EQ(c.tensor_of(c.output).name, "C");
+  nlohmann::json j = to_json(c);
+  EXPECT_EQ(j["tensors"][2]["dtype"], "float32");
+  EXPECT_EQ(j["iterators"][2]["kind"], "reduction");
+  EXPECT_EQ(j["params"]["K"], 16);
+}
+
+TEST(Compute, OverridesParameters) {
+  Compute c = build_json(kGemm, {"M=17", "K=65"});
+  EXPECT_EQ(c.iters[0].extent, 17);
+  EXPECT_EQ(c.iters[2].extent, 65);
+  EXPECT_EQ(c.tensors[0].shape, (std::vector<std::int64_t>{17, 65}));
+}
+
+TEST(Compute, InfersExtentsThroughCompoundIndicesAndDeclarations) {
+  Compute c = build_json(R"({
+    "compute": "O[n, k, p] += I[n, c, p*stride + r - pad] * W[k, c, r]",
+    "params": {"N": 2, "C": 3, "L": 11, "K": 4, "R": 3, "stride": 2, "pad": 1},
+    "tensors": {
+      "I": {"shape": ["N", "C", "L"], "dtype": "float16"},
+      "W": {"shape": ["K", "C", "R"], "dtype": "float16"},
+      "O": {"shape": ["N", "K", "(L + 2*pad - R)/stride + 1"], "dtype": "float32"}
+    }
+  })");
+  std::vector<std::pair<std::string, std::int64_t>> got;
+  for (const auto& it : c.iters) got.emplace_back(it.name, it.extent);
+  EXPECT_EQ(got, (std::vector<std::pair<std::string, std::int64_t>>{
+                     {"n", 2}, {"k", 4}, {"p", 6}, {"c", 3}, {"r", 3}}));
+  EXPECT_EQ(c.statement_text(), "O[n, k, p] += I[n, c, 2*p + r - 1] * W[k, c, r]");
+}
+
+struct ErrorCase {
+  std::string name;
+  std::string json;
+  std::vector<std::string> sets;
+  std::string message;   // expected substring
+  std::string location;  // expected "file:line:col" prefix, empty to skip
+};
+
+// A two-line template: "compute" on line 2, the tensors on lines 3-5.
+std::string file(const std::string& compute, const std::string& a = R"(["M", "K"])",
+                 const std::string& b = R"(["K", "N"])", const std::string& c = R"(["M", "N"])",
+                 const std::string& c_dtype = "float32", const std::string& extra = "") {
+  return "{\"params\": {\"M\": 64, \"N\": 32, \"K\": 16, \"Z\": 0},\n\"compute\": \"" + compute +
+         "\",\n\"tensors\": {\"A\": {\"shape\": " + a + ", \"dtype\": \"float16\"},\n\"B\": {\"shape\": " + b +
+         ", \"dtype\": \"float16\"},\n\"C\": {\"shape\": " + c + ", \"dtype\": \"" + c_dtype + "\"}}" + extra + "}";
+}
+
+const std::string kStmt = "C[m, n] += A[m, k] * B[k, n]";
+
+TEST(Compute, EveryUserErrorNamesItsInput) {
+  const ErrorCase cases[] = {
+      {"invalid json", "{\"compute\": \n  [1, }", {}, "invalid JSON", "test.json:2:"},
+      {"not an object", "[1, 2]", {}, "a compute file must hold a JSON object, not array", "test.json:1:1"},
+      {"unknown key", R"({"compute": "C[m] += A[m]", "tensor": {}})", {}, "unknown key \"tensor\" in a compute definition",
+       "test.json:1:29"},
+      {"missing compute", R"({"tensors": {}})", {}, "missing \"compute\"", "test.json:1:1"},
+      {"missing tensors", R"({"compute": "C[m] += A[m]"})", {}, "missing \"tensors\"", "test.json:1:1"},
+      {"param not integer", R"({"params": {"M": "8"}, "compute": "C[m] += A[m]", "tensors": {}})", {},
+       "parameter \"M\" must have an integer default, not string", "test.json:1:18"},
+      {"bad dtype", file(kStmt, R"(["M", "K"])", R"(["K", "N"])", R"(["M", "N"])", "float8"), {},
+       "dtype \"float8\" of tensor \"C\" is not supported", "test.json:5:37"},
+      {"tf32 storage", file(kStmt, R"(["M", "K"])", R"(["K", "N"])", R"(["M", "N"])", "tfloat32"), {},
+       "tfloat32 is an operand precision", "test.json:5:37"},
+      {"shape not array", file(kStmt, "7"), {}, "the shape of \"A\" must be a non-empty array", "test.json:3:28"},
+      {"bad shape expression", file(kStmt, R"(["M", "K +"])"), {}, "expected a name, an integer or '(', found end of text",
+       "test.json:3:38"},
+      {"unknown tensor", file("C[m, n] += A[m, k] * Bx[k, n]"), {}, "unknown tensor 'Bx'", "test.json:2:34"},
+      {"rank mismatch", file("C[m, n] += A[m, k, n] * B[k, n]"), {}, "tensor 'A' has 2 dimensions but is indexed with 3",
+       "test.json:2:24"},
+      {"tensor twice", file("C[m, n] += A[m, k] * A[k, n]"), {}, "tensor 'A' is used twice", "test.json:2:34"},
+      {"unused tensor", file("C[m, n] += A[m, n]"), {}, "tensor 'B' is declared but not used", "test.json:4:1"},
+      {"non-affine", file("C[m, n] += A[m, k*n] * B[k, n]"), {}, "non-affine index in index 1 of 'A'", "test.json:2:29"},
+      {"extent conflict", file(kStmt, R"(["M", "K"])", R"(["N", "N"])"), {},
+       "extent conflict for iterator 'k': dimension 1 of 'A' gives 16 but dimension 0 of 'B' gives 32", "test.json:2:36"},
+      {"no extent", file("C[m, n] += A[m, k + j] * B[k, n]"), {}, "iterator 'j' has no extent", "test.json:2:33"},
+      {"zero dimension", file(kStmt, R"(["M - 64", "K"])"), {}, "dimension 0 of tensor 'A' is 0 (from 'M - 64' with M=64)",
+       "test.json:3:30"},
+      {"negative from set", file(kStmt), {"K=-3"}, "dimension 1 of tensor 'A' is -3", "test.json:3:35"},
+      {"32-bit overflow", file(kStmt, R"(["M*4096", "K*4096"])"), {},
+       "tensor 'A' has 17179869184 elements, more than 32-bit indexing allows", "test.json:3:13"},
+      {"division by zero", file(kStmt, R"(["M / Z", "K"])"), {}, "division by zero while evaluating dimension 0",
+       "test.json:3:30"},
+      {"unknown parameter in shape", file(kStmt, R"(["M2", "K"])"), {}, "unknown parameter 'M2' in dimension 0",
+       "test.json:3:30"},
+      {"requirement", file(kStmt, R"(["M", "K"])", R"(["K", "N"])", R"(["M", "N"])", "float32", ", \"requires\": [\"M % 3 == 0\"]"),
+       {}, "requirement 'M % 3 == 0' of compute 'test' does not hold for M=64", "test.json:5:63"},
+      {"declared unknown iterator", file(kStmt, R"(["M", "K"])", R"(["K", "N"])", R"(["M", "N"])", "float32", ", \"iterators\": {\"x\": 4}"),
+       {}, "declared iterator 'x' does not appear in the statement", "test.json:5:64"},
+      {"declared conflicting extent", file(kStmt, R"(["M", "K"])", R"(["K", "N"])", R"(["M", "N"])", "float32", ", \"iterators\": {\"k\": 4}"),
+       {}, "extent conflict for iterator 'k'", "test.json:5:64"},
+      {"assign with reduction", file("C[m, n] = A[m, k] * B[k, n]"), {}, "iterator 'k' does not index the output",
+       "test.json:2:28"},
+      {"output out of bounds", file("C[m + 1, n] += A[m, k] * B[k, n]"), {},
+       "index 0 of output 'C' ranges over [1, 64], outside its dimension [0, 63]", "test.json:2:15"},
+      {"output not fully written", file("C[2*m, n] += A[m, k] * B[k, n]", R"(["M", "K"])", R"(["K", "N"])", R"(["2*M", "N"])"), {},
+       "output 'C' has 4096 elements but its indices reach only 2048", "test.json:2:13"},
+      {"output written twice", file("C[m, m + n] += A[m, k] * B[k, n]", R"(["M", "K"])", R"(["K", "N"])", R"(["M", "M + N"])"), {},
+       "iterator 'm' indexes two dimensions of output 'C'", "test.json:2:18"},
+      {"output overlapping", file("C[m + k2, n] += A[m, k] * B[k, n, k2]", R"(["M", "K"])", R"(["K", "N", "2"])",
+                                  R"(["M + 1", "N"])"),
+       {}, "writes some elements more than once", "test.json:2:15"},
+      {"narrow accumulator", file(kStmt, R"(["M", "K"])", R"(["K", "N"])", R"(["M", "N"])", "int8"), {},
+       "output 'C' of dtype int8 cannot accumulate products of 'A' (float16)", "test.json:5:37"},
+      {"set unknown", file(kStmt), {"Q=3"}, "unknown parameter 'Q' of compute 'test'", "--set:1:1"},
+      {"set malformed", file(kStmt), {"M:3"}, "--set expects NAME=VALUE, got 'M:3'", "--set:1:1"},
+      {"set not integer", file(kStmt), {"M=3.5"}, "the value of parameter 'M' must be an integer, got '3.5'", "--set:1:3"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name + ": " + c.json);
+    std::string err = user_error_of([&] { build_json(c.json, c.sets); });
+    EXPECT_NE(err.find(c.message), std::string::npos) << err;
+    if (!c.location.empty()) EXPECT_EQ(err.rfind(c.location, 0), 0u) << err;
+  }
+}
+
+TEST(Compute, ErrorsShowTheLineAndACaret) {
+  std::string err = user_error_of([&] { build_json(file("C[m, n] += A[m, k] * Bx[k, n]")); });
+  EXPECT_NE(err.find("\"compute\": \"C[m, n] += A[m, k] * Bx[k, n]\",\n"), std::string::npos) << err;
+  EXPECT_NE(err.find("^~\n  hint: declared tensors are: A, B, C"), std::string::npos) << err;
+}
+
+TEST(Compute, ReadsFilesAndNamesMissingOnes) {
+  std::string err = user_error_of([] { load_compute_file("/nonexistent/x.json"); });
+  EXPECT_NE(err.find("cannot read compute file '/nonexistent/x.json'"), std::string::npos) << err;
+  ComputeDef def = load_compute_file(std::string(TMAP_SOURCE_DIR) + "/tests/data/conv1d_stride2.json");
+  EXPECT_EQ(def.name, "conv1d_stride2");
+  Compute c = build_compute(def);
+  EXPECT_EQ(c.tensor_of(c.output).shape, (std::vector<std::int64_t>{1, 32, 50}));
+}
+
+}  // namespace
+}  // namespace tmap

@@ -1,6 +1,7 @@
 // tmap: maps tensor computations onto hardware intrinsics.
 #include <cstdio>
 #include <iostream>
+#include <string>
 
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
@@ -46,6 +47,20 @@ int main(int argc, char** argv) {
   tmap::cli::register_ops(app);
   register_version(app);
 
+  // Name an unknown command plainly (CLI11 would only say that a subcommand is required).
+  if (argc > 1 && argv[1][0] != '-') {
+    std::string commands;
+    bool known = false;
+    for (const auto* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+      known = known || sub->get_name() == argv[1];
+      commands += (commands.empty() ? "" : ", ") + sub->get_name();
+    }
+    if (!known) {
+      std::cerr << "error: unknown command '" << argv[1] << "'\n  hint: commands are: " << commands
+                << " (tmap --help)\n";
+      return 2;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

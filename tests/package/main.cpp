@@ -1,0 +1,12 @@
+// Maps GEMM through the installed library and prints the number of matches.
+#include <iostream>
+
+#include "tmap/frontend/op_library.h"
+#include "tmap/match/match_report.h"
+
+int main() {
+  tmap::Compute c = tmap::build_compute(tmap::builtin_op("gemm"));
+  tmap::MatchReport r = tmap::match_compute(c, tmap::load_hw_abstractions(), tmap::Enumeration::kAmos);
+  std::cout << "matches " << r.matches.size() << "\n";
+  return r.matches.size() == 12 ? 0 : 1;
+}
