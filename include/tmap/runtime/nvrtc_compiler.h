@@ -1,0 +1,43 @@
+// Run-time compilation of generated kernels with NVRTC, for the detected GPU or a named
+// architecture. Needs no GPU: CPU tests compile every generated kernel this way.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace tmap {
+
+struct CompileResult {
+  bool ok = false;
+  std::string log;          ///< NVRTC's log (errors and warnings), kept on failure.
+  std::vector<char> cubin;  ///< The compiled binary, when ok.
+  double seconds = 0;       ///< Compile time (0 for a cache hit).
+  bool cached = false;
+};
+
+/// "sm_90" -> 90; a UserError for anything else.
+int parse_arch(const std::string& arch);
+
+/// The CUDA include directory NVRTC needs for <mma.h>: $CUDA_HOME/include, else the toolkit's
+/// directory found when tmap was built.
+std::string cuda_include_dir();
+
+/// Compiles CUDA source to a cubin for one architecture; results are cached in memory by
+/// source and options. Thread-safe: compile from a pool of threads.
+class NvrtcCompiler {
+ public:
+  explicit NvrtcCompiler(int compute_capability);
+  CompileResult compile(const std::string& source, const std::string& name);
+  int compute_capability() const { return cc_; }
+
+ private:
+  int cc_;
+  std::vector<std::string> options_;
+  std::mutex mutex_;
+  std::map<std::string, std::shared_ptr<const CompileResult>> cache_;
+};
+
+}  // namespace tmap

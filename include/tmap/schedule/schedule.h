@@ -1,0 +1,61 @@
+// Schedule parameters of an implicit-GEMM kernel, and their validation against the intrinsic
+// and the device. An invalid schedule is data with reasons, never compiled.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "tmap/codegen/implicit_gemm.h"
+
+namespace tmap {
+
+struct ScheduleParams {
+  int block_m = 64, block_n = 64, block_k = 32;  ///< Thread-block tile of the virtual GEMM.
+  int warp_m = 32, warp_n = 32;                  ///< Warp tile (a multiple of the intrinsic's m, n).
+  int stages = 2;                                ///< Shared-memory buffers: 1 or 2 (double buffering).
+  int smem_pad = 8;                              ///< Elements added to each shared-memory row.
+  bool operator==(const ScheduleParams&) const = default;
+};
+
+nlohmann::json to_json(const ScheduleParams& p);
+/// Reads parameters from JSON; keys not given keep their defaults; unknown keys and non-integer
+/// values are user errors.
+ScheduleParams schedule_from_json(const nlohmann::json& j, const ScheduleParams& defaults = {});
+
+/// What the schedule may use on the target device.
+struct DeviceLimits {
+  int max_threads_per_block = 1024;
+  std::int64_t max_shared_bytes = 227 * 1024;  ///< The opt-in maximum per block (sm_90).
+  static DeviceLimits for_arch(int compute_capability);
+};
+
+enum class ScheduleError {
+  kTileNotMultipleOfIntrinsic,
+  kBlockNotMultipleOfWarp,
+  kTooManyThreads,
+  kSharedMemoryExceeded,
+  kBadStages,
+  kMisalignedRows,
+  kMisalignedFragments,
+};
+std::string_view message(ScheduleError e);
+
+struct ScheduleIssue {
+  ScheduleError error;
+  std::string detail;
+};
+
+/// Every reason the schedule is invalid for this GEMM on this device (empty when valid).
+std::vector<ScheduleIssue> validate(const ImplicitGemm& g, const ScheduleParams& p, const DeviceLimits& limits);
+
+/// Shared memory the kernel uses, in bytes.
+std::int64_t shared_bytes(const ImplicitGemm& g, const ScheduleParams& p);
+
+/// A sensible schedule for a GEMM: tiles sized to the problem, valid for the device.
+ScheduleParams default_schedule(const ImplicitGemm& g, const DeviceLimits& limits);
+
+}  // namespace tmap

@@ -1,0 +1,82 @@
+#include "tmap/runtime/nvrtc_compiler.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+
+#include <nvrtc.h>
+
+#include "tmap/support/diagnostic.h"
+
+namespace tmap {
+
+int parse_arch(const std::string& arch) {
+  if (arch.size() >= 5 && arch.rfind("sm_", 0) == 0 && arch.find_first_not_of("0123456789", 3) == std::string::npos)
+    return std::stoi(arch.substr(3));
+  throw UserError(format_diagnostic(SourceLoc::whole("--arch"), "architecture '" + arch + "' is not of the form sm_XY",
+                                    "for example --arch sm_90 (H100) or --arch sm_80 (A100)"));
+}
+
+std::string cuda_include_dir() {
+  for (const char* var : {"CUDA_HOME", "CUDA_PATH"}) {
+    if (const char* root = std::getenv(var); root && *root) {
+      std::filesystem::path inc = std::filesystem::path(root) / "include";
+      if (std::filesystem::exists(inc / "mma.h")) return inc.string();
+    }
+  }
+  return TMAP_CUDA_INCLUDE_DIR;
+}
+
+NvrtcCompiler::NvrtcCompiler(int compute_capability) : cc_(compute_capability) {
+  options_ = {"--gpu-architecture=sm_" + std::to_string(cc_), "--std=c++17", "-I" + cuda_include_dir(),
+              "-default-device"};
+}
+
+CompileResult NvrtcCompiler::compile(const std::string& source, const std::string& name) {
+  std::string key;
+  for (const auto& o : options_) key += o + "\n";
+  key += source;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (auto it = cache_.find(key); it != cache_.end()) {
+      CompileResult r = *it->second;
+      r.cached = true;
+      r.seconds = 0;
+      return r;
+    }
+  }
+  auto start = std::chrono::steady_clock::now();
+  CompileResult r;
+  nvrtcProgram prog = nullptr;
+  nvrtcResult rc = nvrtcCreateProgram(&prog, source.c_str(), (name + ".cu").c_str(), 0, nullptr, nullptr);
+  if (rc != NVRTC_SUCCESS) {
+    r.log = std::string("nvrtcCreateProgram failed: ") + nvrtcGetErrorString(rc);
+    return r;
+  }
+  std::vector<const char*> opts;
+  for (const auto& o : options_) opts.push_back(o.c_str());
+  rc = nvrtcCompileProgram(prog, static_cast<int>(opts.size()), opts.data());
+  std::size_t log_size = 0;
+  nvrtcGetProgramLogSize(prog, &log_size);
+  if (log_size > 1) {
+    r.log.resize(log_size);
+    nvrtcGetProgramLog(prog, r.log.data());
+    r.log.resize(log_size - 1);
+  }
+  if (rc == NVRTC_SUCCESS) {
+    std::size_t size = 0;
+    nvrtcGetCUBINSize(prog, &size);
+    r.cubin.resize(size);
+    nvrtcGetCUBIN(prog, r.cubin.data());
+    r.ok = true;
+  } else if (r.log.empty()) {
+    r.log = nvrtcGetErrorString(rc);
+  }
+  nvrtcDestroyProgram(&prog);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::lock_guard<std::mutex> lock(mutex_);
+  cache_.emplace(key, std::make_shared<const CompileResult>(r));
+  return r;
+}
+
+}  // namespace tmap

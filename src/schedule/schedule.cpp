@@ -1,0 +1,164 @@
+#include "tmap/schedule/schedule.h"
+
+#include <algorithm>
+
+#include <nlohmann/json.hpp>
+
+#include "tmap/support/diagnostic.h"
+
+namespace tmap {
+namespace {
+
+std::int64_t round_up(std::int64_t x, std::int64_t to) { return (x + to - 1) / to * to; }
+
+int storage_bytes(DType t) {
+  switch (t) {
+    case DType::kFloat16:
+    case DType::kBFloat16: return 2;
+    case DType::kTFloat32:
+    case DType::kFloat32:
+    case DType::kInt32: return 4;
+    case DType::kFloat64: return 8;
+    case DType::kInt8: return 1;
+    case DType::kInt4: return 1;  // two per byte; rows are counted in bytes below
+  }
+  return 4;
+}
+
+/// One shared-memory tile: rows x (cols + pad) elements, and the step between fragments along
+/// its rows and columns.
+struct Tile {
+  const char* name;
+  std::int64_t rows, cols, ld;  ///< ld = cols + pad, in elements
+  int bytes;                    ///< per element
+  std::int64_t frag_row_step, frag_col_step;
+  std::int64_t size_bytes() const { return rows * ld * bytes; }
+};
+
+std::vector<Tile> tiles(const ImplicitGemm& g, const ScheduleParams& p) {
+  const int ab = storage_bytes(g.hw->a_dtype), bb = storage_bytes(g.hw->b_dtype), db = storage_bytes(g.hw->d_dtype);
+  const auto m = g.shape[Axis::kI], n = g.shape[Axis::kJ], k = g.shape[Axis::kK];
+  std::vector<Tile> t;
+  // A is m x k: row-major [BM][BK], or column-major [BK][BM].
+  if (g.layout[0] == 'n') t.push_back({"A", p.block_m, p.block_k, p.block_k + p.smem_pad, ab, m, k});
+  else t.push_back({"A", p.block_k, p.block_m, p.block_m + p.smem_pad, ab, k, m});
+  // B is k x n: row-major [BK][BN], or column-major [BN][BK].
+  if (g.layout[1] == 'n') t.push_back({"B", p.block_k, p.block_n, p.block_n + p.smem_pad, bb, k, n});
+  else t.push_back({"B", p.block_n, p.block_k, p.block_k + p.smem_pad, bb, n, k});
+  // The accumulator tile of the epilogue: [BM][BN] or [BN][BM].
+  if (g.layout[2] == 'n') t.push_back({"D", p.block_m, p.block_n, p.block_n + p.smem_pad, db, m, n});
+  else t.push_back({"D", p.block_n, p.block_m, p.block_m + p.smem_pad, db, n, m});
+  return t;
+}
+
+}  // namespace
+
+nlohmann::json to_json(const ScheduleParams& p) {
+  return {{"block_m", p.block_m}, {"block_n", p.block_n}, {"block_k", p.block_k}, {"warp_m", p.warp_m},
+          {"warp_n", p.warp_n},   {"stages", p.stages},   {"smem_pad", p.smem_pad}};
+}
+
+ScheduleParams schedule_from_json(const nlohmann::json& j, const ScheduleParams& defaults) {
+  ScheduleParams p = defaults;
+  if (!j.is_object())
+    throw UserError(format_diagnostic(SourceLoc::whole("--params"), "schedule parameters must be a JSON object",
+                                      "for example '{\"block_m\": 64, \"block_n\": 64}'"));
+  const std::pair<const char*, int*> fields[] = {{"block_m", &p.block_m}, {"block_n", &p.block_n},
+                                                 {"block_k", &p.block_k}, {"warp_m", &p.warp_m},
+                                                 {"warp_n", &p.warp_n},   {"stages", &p.stages},
+                                                 {"smem_pad", &p.smem_pad}};
+  for (const auto& [key, value] : j.items()) {
+    auto it = std::find_if(std::begin(fields), std::end(fields), [&](const auto& f) { return key == f.first; });
+    if (it == std::end(fields)) {
+      std::vector<std::string> names;
+      for (const auto& f : fields) names.push_back(f.first);
+      throw UserError(format_diagnostic(SourceLoc::whole("--params"), "unknown schedule parameter \"" + key + "\"",
+                                        "parameters are: " + join(names)));
+    }
+    if (!value.is_number_integer())
+      throw UserError(format_diagnostic(SourceLoc::whole("--params"),
+                                        "schedule parameter \"" + key + "\" must be an integer"));
+    *it->second = value.get<int>();
+  }
+  return p;
+}
+
+DeviceLimits DeviceLimits::for_arch(int cc) {
+  DeviceLimits l;
+  l.max_shared_bytes = cc >= 90 ? 227 * 1024 : cc >= 80 ? 163 * 1024 : cc >= 75 ? 64 * 1024 : 96 * 1024;
+  return l;
+}
+
+std::string_view message(ScheduleError e) {
+  switch (e) {
+    case ScheduleError::kTileNotMultipleOfIntrinsic: return "a tile is not a multiple of the intrinsic's shape";
+    case ScheduleError::kBlockNotMultipleOfWarp: return "the block tile is not a multiple of the warp tile";
+    case ScheduleError::kTooManyThreads: return "the block has more threads than the device allows";
+    case ScheduleError::kSharedMemoryExceeded: return "the shared memory exceeds the device's limit";
+    case ScheduleError::kBadStages: return "stages must be 1 or 2";
+    case ScheduleError::kMisalignedRows: return "a shared-memory row is not a multiple of 16 bytes, as WMMA requires";
+    case ScheduleError::kMisalignedFragments:
+      return "fragments would start at addresses not 32-byte aligned, as WMMA requires";
+  }
+  return "unknown schedule error";
+}
+
+std::int64_t shared_bytes(const ImplicitGemm& g, const ScheduleParams& p) {
+  auto t = tiles(g, p);
+  std::int64_t operands = p.stages * (round_up(t[0].size_bytes(), 128) + round_up(t[1].size_bytes(), 128));
+  return std::max(operands, round_up(t[2].size_bytes(), 128));  // the epilogue reuses the buffers
+}
+
+std::vector<ScheduleIssue> validate(const ImplicitGemm& g, const ScheduleParams& p, const DeviceLimits& limits) {
+  std::vector<ScheduleIssue> out;
+  const auto m = g.shape[Axis::kI], n = g.shape[Axis::kJ], k = g.shape[Axis::kK];
+  auto fail = [&](ScheduleError e, std::string detail) { out.push_back({e, std::move(detail)}); };
+  if (p.warp_m <= 0 || p.warp_n <= 0 || p.block_k <= 0 || p.warp_m % m || p.warp_n % n || p.block_k % k)
+    fail(ScheduleError::kTileNotMultipleOfIntrinsic,
+         "warp tile " + std::to_string(p.warp_m) + "x" + std::to_string(p.warp_n) + " and block_k " +
+             std::to_string(p.block_k) + " against intrinsic " + g.shape.str());
+  if (p.block_m <= 0 || p.block_n <= 0 || p.warp_m <= 0 || p.warp_n <= 0 || p.block_m % p.warp_m ||
+      p.block_n % p.warp_n)
+    fail(ScheduleError::kBlockNotMultipleOfWarp, "block " + std::to_string(p.block_m) + "x" + std::to_string(p.block_n) +
+                                                     ", warp " + std::to_string(p.warp_m) + "x" + std::to_string(p.warp_n));
+  if (p.stages != 1 && p.stages != 2) fail(ScheduleError::kBadStages, "stages = " + std::to_string(p.stages));
+  if (!out.empty()) return out;  // the checks below need a well-formed tiling
+  const std::int64_t threads = (p.block_m / p.warp_m) * (p.block_n / p.warp_n) * 32;
+  if (threads > limits.max_threads_per_block)
+    fail(ScheduleError::kTooManyThreads,
+         std::to_string(threads) + " threads, the limit is " + std::to_string(limits.max_threads_per_block));
+  const std::int64_t smem = shared_bytes(g, p);
+  if (smem > limits.max_shared_bytes)
+    fail(ScheduleError::kSharedMemoryExceeded,
+         std::to_string(smem) + " bytes, the limit is " + std::to_string(limits.max_shared_bytes));
+  for (const Tile& t : tiles(g, p)) {
+    if (p.smem_pad < 0 || (t.ld * t.bytes) % 16)
+      fail(ScheduleError::kMisalignedRows, std::string(t.name) + " rows of " + std::to_string(t.ld) + " elements of " +
+                                               std::to_string(t.bytes) + " bytes");
+    if ((t.frag_row_step * t.ld * t.bytes) % 32 || (t.frag_col_step * t.bytes) % 32)
+      fail(ScheduleError::kMisalignedFragments,
+           std::string(t.name) + " fragments step " + std::to_string(t.frag_col_step * t.bytes) +
+               " bytes along a row (layout " + g.layout + ", intrinsic " + g.shape.str() + ")");
+  }
+  return out;
+}
+
+ScheduleParams default_schedule(const ImplicitGemm& g, const DeviceLimits& limits) {
+  const auto m = g.shape[Axis::kI], n = g.shape[Axis::kJ], k = g.shape[Axis::kK];
+  ScheduleParams p;
+  // Two fragments per warp along each axis and 2 x 2 warps, shrunk for small problems.
+  auto frags = [](std::int64_t extent, std::int64_t step) { return extent > step ? 2 : 1; };
+  p.warp_m = static_cast<int>(m * frags(g.M, m));
+  p.warp_n = static_cast<int>(n * frags(g.N, n));
+  p.block_m = p.warp_m * (g.M > 2 * p.warp_m ? 2 : 1);
+  p.block_n = p.warp_n * (g.N > 2 * p.warp_n ? 2 : 1);
+  p.block_k = static_cast<int>(k * (g.K > k ? 2 : 1));
+  p.stages = 2;
+  // The smallest padding that keeps rows 16-byte aligned and moves rows across banks.
+  p.smem_pad = std::max(1, 16 / std::min({storage_bytes(g.hw->a_dtype), storage_bytes(g.hw->b_dtype),
+                                          storage_bytes(g.hw->d_dtype)}));
+  if (shared_bytes(g, p) > limits.max_shared_bytes) p.stages = 1;
+  return p;
+}
+
+}  // namespace tmap

@@ -1,0 +1,211 @@
+// Code generation without a GPU: schedule validation reasons, and NVRTC compiles the kernel of
+// every mapping, layout, shape and dtype family for sm_80 and sm_90.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <iostream>
+#include <memory>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "test_util.h"
+#include "tmap/codegen/wmma_emitter.h"
+#include "tmap/frontend/op_library.h"
+#include "tmap/runtime/nvrtc_compiler.h"
+
+namespace tmap {
+namespace {
+
+using testing::user_error_of;
+
+const std::vector<HwAbstraction>& shipped() {
+  static const std::vector<HwAbstraction> all = load_hw_directory(std::string(TMAP_SOURCE_DIR) + "/hw_abstractions");
+  return all;
+}
+
+struct Job {
+  std::string label;
+  KernelSource kernel;
+};
+
+/// Compiles every job for both architectures on all cores; returns the failures.
+std::vector<std::string> compile_all(const std::vector<Job>& jobs) {
+  NvrtcCompiler sm80(80), sm90(90);
+  std::vector<std::string> failures(jobs.size() * 2);
+  std::atomic<std::size_t> next{0};
+  auto worker = [&] {
+    for (std::size_t i; (i = next++) < jobs.size() * 2;) {
+      NvrtcCompiler& compiler = i % 2 ? sm90 : sm80;
+      const Job& job = jobs[i / 2];
+      CompileResult r = compiler.compile(job.kernel.code, job.kernel.name);
+      if (!r.ok) failures[i] = job.label + " sm_" + std::to_string(compiler.compute_capability()) + ":\n" + r.log;
+    }
+  };
+  std::vector<std::thread> pool;
+  for (unsigned t = 0; t < std::max(2u, std::thread::hardware_concurrency()); ++t) pool.emplace_back(worker);
+  for (auto& t : pool) t.join();
+  std::vector<std::string> out;
+  for (auto& f : failures)
+    if (!f.empty()) out.push_back(f);
+  return out;
+}
+
+/// Two schedules per candidate: the default and a different valid one, when there is one.
+std::vector<ScheduleParams> schedules_for(const ImplicitGemm& g) {
+  DeviceLimits limits = DeviceLimits::for_arch(80);
+  ScheduleParams d = default_schedule(g, limits);
+  std::vector<ScheduleParams> out = {d};
+  ScheduleParams alt = d;
+  alt.stages = 3 - d.stages;
+  alt.block_m = d.warp_m * 2;
+  alt.block_n = d.warp_n;
+  if (validate(g, alt, limits).empty() && !(alt == d)) out.push_back(alt);
+  return out;
+}
+
+/// Kernels for every mapping of one match under `all`, and for every layout and shape of the
+/// first mapping; candidates whose schedule is invalid for alignment are counted, not compiled.
+void add_jobs(const std::string& op_name, const std::vector<std::string>& sets, const std::string& hw_name,
+              std::vector<Job>& jobs, std::vector<std::unique_ptr<Compute>>& keep, int& rejected) {
+  keep.push_back(std::make_unique<Compute>(build_compute(builtin_op(op_name), parse_param_overrides(sets))));
+  const Compute& c = *keep.back();
+  const HwAbstraction& hw = find_hw(shipped(), hw_name);
+  MatchReport r = match_compute(c, {hw}, Enumeration::kAll);
+  ASSERT_FALSE(r.matches.empty()) << op_name;
+  auto add = [&](const Match& m, const Mapping& map) {
+    ImplicitGemm g = make_implicit_gemm(c, hw, m, map);
+    for (const ScheduleParams& p : schedules_for(g)) {
+      if (!validate(g, p, DeviceLimits::for_arch(80)).empty()) {
+        ++rejected;
+        continue;
+      }
+      jobs.push_back({op_name + " " + m.layout + " " + m.shape.str() + " mapping " + std::to_string(map.id),
+                      emit_wmma_kernel(g, p)});
+    }
+  };
+  for (const auto& map : r.matches[0].mappings) add(r.matches[0], map);
+  for (std::size_t i = 1; i < r.matches.size(); ++i) add(r.matches[i], r.matches[i].mappings[0]);
+}
+
+TEST(Codegen, EveryMappingCompilesWithNvrtc) {
+  std::vector<Job> jobs;
+  std::vector<std::unique_ptr<Compute>> keep;
+  int rejected = 0;
+  add_jobs("conv2d", {}, "wmma_fp16_fp32", jobs, keep, rejected);
+  add_jobs("conv2d_nhwc", {"N=2", "stride=2"}, "wmma_fp16_fp32", jobs, keep, rejected);
+  add_jobs("gemm", {"M=17", "N=33", "K=65"}, "wmma_fp16_fp32", jobs, keep, rejected);
+  add_jobs("conv1d", {}, "wmma_fp16_fp32", jobs, keep, rejected);
+  // One conv and one GEMM per dtype family.
+  for (const auto& [hw, dtypes] : std::vector<std::pair<std::string, std::pair<std::string, std::string>>>{
+           {"wmma_fp16_fp16", {"float16", "float16"}},
+           {"wmma_bf16_fp32", {"bfloat16", "float32"}},
+           {"wmma_tf32_fp32", {"float32", "float32"}},
+           {"wmma_int8_int32", {"int8", "int32"}},
+           {"wmma_fp64_fp64", {"float64", "float64"}}}) {
+    // int8 fragments are 16 bytes wide along k: with row-per-tile shared layouts they start at
+    // addresses WMMA does not accept (32-byte alignment). Validation says so; a panelled shared
+    // layout that lifts this is still to be written.
+    const bool known_misaligned = hw == "wmma_int8_int32";
+    for (const std::string op : {"gemm", "conv2d"}) {
+      SourceText src("<" + op + ">", builtin_op_source(op));
+      ComputeDef def = parse_compute_json(src, op);
+      for (auto& t : def.tensors) t.dtype = *parse_dtype(t.name == "C" || t.name == "Out" ? dtypes.second : dtypes.first);
+      keep.push_back(std::make_unique<Compute>(build_compute(def)));
+      const Compute& c = *keep.back();
+      const HwAbstraction& h = find_hw(shipped(), hw);
+      MatchReport r = match_compute(c, {h}, Enumeration::kAll);
+      ASSERT_FALSE(r.matches.empty()) << hw << " " << op;
+      const Match& m = r.matches[0];
+      const Mapping& map = m.mappings.back();  // fuses every candidate
+      ImplicitGemm g = make_implicit_gemm(c, h, m, map);
+      ScheduleParams p = default_schedule(g, DeviceLimits::for_arch(80));
+      auto issues = validate(g, p, DeviceLimits::for_arch(80));
+      if (known_misaligned) {
+        ASSERT_FALSE(issues.empty());
+        EXPECT_EQ(issues[0].error, ScheduleError::kMisalignedFragments) << issues[0].detail;
+        continue;
+      }
+      ASSERT_TRUE(issues.empty()) << hw << " " << op << ": " << issues[0].detail;
+      jobs.push_back({hw + " " + op, emit_wmma_kernel(g, p)});
+    }
+  }
+  std::vector<std::string> failures = compile_all(jobs);
+  EXPECT_TRUE(failures.empty()) << failures.size() << " of " << jobs.size() * 2 << " failed; first:\n"
+                                << (failures.empty() ? "" : failures.front());
+  EXPECT_GT(jobs.size(), 250u);
+  std::cout << "compiled " << jobs.size() << " kernels for sm_80 and sm_90; " << rejected
+            << " candidate schedules rejected for alignment\n";
+}
+
+struct IssueCase {
+  std::string name;
+  ScheduleParams params;
+  ScheduleError error;
+};
+
+TEST(Schedule, EveryValidationReasonHasACase) {
+  Compute c = build_compute(builtin_op("gemm"));
+  const HwAbstraction& hw = find_hw(shipped(), "wmma_fp16_fp32");
+  MatchReport r = match_compute(c, {hw}, Enumeration::kAll);
+  const Match& nnn16 = r.matches[0];  // nnn 16x16x16
+  const Match& nnn32x8 = r.matches[1];  // nnn 32x8x16: B fragments 8 halves wide
+  ImplicitGemm g = make_implicit_gemm(c, hw, nnn16, nnn16.mappings[0]);
+  DeviceLimits limits = DeviceLimits::for_arch(90);
+  EXPECT_TRUE(validate(g, ScheduleParams{}, limits).empty());
+  auto with = [](auto edit) {
+    ScheduleParams p;
+    edit(p);
+    return p;
+  };
+  const IssueCase cases[] = {
+      {"warp tile", with([](ScheduleParams& p) { p.warp_m = 24; }), ScheduleError::kTileNotMultipleOfIntrinsic},
+      {"block_k", with([](ScheduleParams& p) { p.block_k = 24; }), ScheduleError::kTileNotMultipleOfIntrinsic},
+      {"block vs warp", with([](ScheduleParams& p) { p.block_m = 48; }), ScheduleError::kBlockNotMultipleOfWarp},
+      {"threads", with([](ScheduleParams& p) { p.block_m = 256; p.block_n = 256; p.warp_m = 16; p.warp_n = 16; }),
+       ScheduleError::kTooManyThreads},
+      {"shared memory", with([](ScheduleParams& p) { p.block_m = 512; p.block_n = 512; p.block_k = 128; p.warp_m = 128; p.warp_n = 128; }),
+       ScheduleError::kSharedMemoryExceeded},
+      {"stages", with([](ScheduleParams& p) { p.stages = 3; }), ScheduleError::kBadStages},
+      {"row alignment", with([](ScheduleParams& p) { p.smem_pad = 3; }), ScheduleError::kMisalignedRows},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    auto issues = validate(g, c.params, limits);
+    ASSERT_FALSE(issues.empty());
+    EXPECT_EQ(issues[0].error, c.error) << message(issues[0].error) << ": " << issues[0].detail;
+    EXPECT_FALSE(message(c.error).empty());
+  }
+  ImplicitGemm narrow = make_implicit_gemm(c, hw, nnn32x8, nnn32x8.mappings[0]);
+  auto issues = validate(narrow, with([](ScheduleParams& p) { p.warp_n = 16; p.block_n = 32; }), limits);
+  ASSERT_FALSE(issues.empty());
+  EXPECT_EQ(issues[0].error, ScheduleError::kMisalignedFragments);
+  EXPECT_NE(issues[0].detail.find("B fragments step 16 bytes"), std::string::npos) << issues[0].detail;
+}
+
+TEST(Schedule, ParamsRoundTripAndRejectUnknownKeys) {
+  ScheduleParams p{128, 64, 64, 64, 32, 1, 16};
+  EXPECT_EQ(schedule_from_json(to_json(p)), p);
+  EXPECT_NE(user_error_of([] { schedule_from_json(nlohmann::json{{"tile", 4}}); }).find("unknown schedule parameter \"tile\""),
+            std::string::npos);
+  EXPECT_NE(user_error_of([] { schedule_from_json(nlohmann::json{{"stages", "two"}}); }).find("must be an integer"),
+            std::string::npos);
+  EXPECT_EQ(parse_arch("sm_90"), 90);
+  EXPECT_NE(user_error_of([] { parse_arch("hopper"); }).find("not of the form sm_XY"), std::string::npos);
+}
+
+TEST(Codegen, CompileErrorsKeepNvrtcsLog) {
+  NvrtcCompiler compiler(90);
+  CompileResult bad = compiler.compile("extern \"C\" __global__ void k() { undefined_thing(); }", "bad");
+  EXPECT_FALSE(bad.ok);
+  EXPECT_NE(bad.log.find("undefined_thing"), std::string::npos) << bad.log;
+  CompileResult good = compiler.compile("extern \"C\" __global__ void k(float* x) { x[0] = 1; }", "good");
+  EXPECT_TRUE(good.ok) << good.log;
+  EXPECT_FALSE(good.cubin.empty());
+  CompileResult again = compiler.compile("extern \"C\" __global__ void k(float* x) { x[0] = 1; }", "good");
+  EXPECT_TRUE(again.cached);
+  EXPECT_EQ(again.cubin, good.cubin);
+}
+
+}  // namespace
+}  // namespace tmap
