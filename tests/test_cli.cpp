@@ -116,7 +116,7 @@ TEST(Cli, BadInputExitsTwoWithTheMessageOnStderr) {
       {"map --op gemm --format yaml", "--format"},
       {"map --op gemm --hw-dir /nonexistent", "hardware-abstraction directory '/nonexistent' does not exist"},
       {"hw show wmma_fp8", "unknown hardware abstraction"},
-      {"frobnicate", "unknown command 'frobnicate'\n  hint: commands are: map, hw, ops, version"},
+      {"frobnicate", "unknown command 'frobnicate'\n  hint: commands are: map, hw, ops, run, version"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.args);
@@ -124,6 +124,41 @@ TEST(Cli, BadInputExitsTwoWithTheMessageOnStderr) {
     EXPECT_EQ(r.code, 2) << r.out << r.err;
     EXPECT_NE(r.err.find(c.message), std::string::npos) << r.err;
     if (c.args.rfind("map --op gemm --", 0) != 0 && c.args.rfind("frob", 0) != 0) EXPECT_TRUE(r.out.empty()) << r.out;
+  }
+}
+
+TEST(Cli, RunCompilesWithoutAGpu) {
+  std::string cu = std::filesystem::temp_directory_path() / ("tmap_cli_" + std::to_string(::getpid()) + ".cu");
+  CliRun r = tmap("run --op conv2d_nhwc --set N=2 --arch sm_80 --compile-only --layout ntn --shape 32x8x16 --mapping 40 "
+                  "--params '{\"stages\": 1}' --emit-cuda " + cu + " --format json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["mapping"], 40);
+  EXPECT_EQ(j["layout"], "ntn");
+  EXPECT_EQ(j["arch"], "sm_80");
+  EXPECT_EQ(j["params"]["stages"], 1);
+  EXPECT_FALSE(j.contains("median_us"));
+  std::ifstream in(cu);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  EXPECT_NE(ss.str().find("extern \"C\" __global__"), std::string::npos);
+  EXPECT_NE(ss.str().find("wmma::mma_sync"), std::string::npos);
+  std::filesystem::remove(cu);
+
+  const BadCase cases[] = {
+      {"run --op gemm --arch sm_90 --compile-only --params '{\"block_m\": 48}'", "the block tile is not a multiple of the warp tile"},
+      {"run --op gemm --arch sm_90 --compile-only --params '{\"tile\": 4}'", "unknown schedule parameter \"tile\""},
+      {"run --op gemm --arch sm_90 --compile-only --params '{oops'", "invalid JSON"},
+      {"run --op gemm --arch hopper --compile-only", "architecture 'hopper' is not of the form sm_XY"},
+      {"run --op gemm --arch sm_90 --compile-only --mapping 7", "no mapping 7 for this match"},
+      {"run --op gemm --arch sm_90 --compile-only --layout xyz", "has no layout 'xyz'"},
+      {"run --op gemm --set K=64 --hw wmma_int8_int32 --arch sm_90 --compile-only", "matches no abstraction 'wmma_int8_int32'"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.args);
+    CliRun bad = tmap(c.args);
+    EXPECT_EQ(bad.code, 2) << bad.out << bad.err;
+    EXPECT_NE(bad.err.find(c.message), std::string::npos) << bad.err;
   }
 }
 

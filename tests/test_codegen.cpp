@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "test_util.h"
+#include "tmap/codegen/reference_emitter.h"
 #include "tmap/codegen/wmma_emitter.h"
 #include "tmap/frontend/op_library.h"
 #include "tmap/runtime/nvrtc_compiler.h"
@@ -192,6 +193,24 @@ TEST(Schedule, ParamsRoundTripAndRejectUnknownKeys) {
             std::string::npos);
   EXPECT_EQ(parse_arch("sm_90"), 90);
   EXPECT_NE(user_error_of([] { parse_arch("hopper"); }).find("not of the form sm_XY"), std::string::npos);
+}
+
+TEST(Codegen, ReferenceKernelsCompileForEveryOpAndDtype) {
+  NvrtcCompiler compiler(90);
+  for (const auto& op : builtin_op_names()) {
+    KernelSource k = emit_reference_kernel(build_compute(builtin_op(op)));
+    CompileResult r = compiler.compile(k.code, k.name);
+    EXPECT_TRUE(r.ok) << op << ":\n" << r.log;
+  }
+  for (const auto& [in, out] : std::vector<std::pair<std::string, std::string>>{
+           {"bfloat16", "float32"}, {"float16", "float16"}, {"int8", "int32"}, {"float64", "float64"}}) {
+    SourceText src("<gemm>", builtin_op_source("gemm"));
+    ComputeDef def = parse_compute_json(src, "gemm");
+    for (auto& t : def.tensors) t.dtype = *parse_dtype(t.name == "C" ? out : in);
+    KernelSource k = emit_reference_kernel(build_compute(def));
+    CompileResult r = compiler.compile(k.code, k.name);
+    EXPECT_TRUE(r.ok) << in << ":\n" << r.log;
+  }
 }
 
 TEST(Codegen, CompileErrorsKeepNvrtcsLog) {

@@ -1,9 +1,12 @@
-// Generated kernels on the GPU, checked against the CPU reference on fresh random inputs with
-// poisoned outputs. Tolerance: relative L2 error below 1e-2 for 16-bit floating inputs with
-// wider accumulation, 1e-3 for tf32, 1e-9 for float64. Skipped without a GPU.
+// Generated kernels on the GPU, checked against the reference kernel (itself checked against the
+// CPU reference) on fresh random inputs with poisoned outputs. Tolerance: relative L2 error
+// below 1e-2 for 16-bit floating inputs, 1e-3 for tf32, 1e-9 for float64. Skipped without a GPU.
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
 #include <memory>
 #include <tuple>
 
@@ -49,6 +52,33 @@ TEST(Reference, MatchesHandWrittenConvolution) {
 
 bool have_gpu() { return !query_runtime().devices.empty(); }
 
+int device_cc() { return query_runtime().devices.front().compute_capability; }
+
+// The GPU reference kernel agrees with the CPU reference (small shapes, every op and dtype).
+TEST(Gpu, ReferenceKernelMatchesCpuReference) {
+  if (!have_gpu()) GTEST_SKIP() << "no GPU: " << query_runtime().status;
+  NvrtcCompiler compiler(device_cc());
+  const std::pair<std::string, std::vector<std::string>> cases[] = {
+      {"gemm", {"M=33", "N=17", "K=40"}},
+      {"gemv", {"M=70", "K=33"}},
+      {"batched_gemm", {"BATCH=3", "M=20", "N=12", "K=9"}},
+      {"conv1d", {"W=50", "C=5", "K=7", "stride=2"}},
+      {"conv2d", {"N=2", "C=8", "H=9", "W=7", "K=6", "groups=2", "dil=2", "pad=2"}},
+      {"conv2d_nhwc", {"N=2", "C=6", "H=8", "W=8", "K=4", "stride=2"}},
+      {"depthwise_conv2d", {"C=5", "H=9", "W=9"}},
+      {"conv3d", {"C=3", "D=5", "H=6", "W=6", "K=4"}},
+  };
+  for (const auto& [op, sets] : cases) {
+    SCOPED_TRACE(op);
+    Compute c = build_compute(builtin_op(op), parse_param_overrides(sets));
+    Workspace ws(c, 7);
+    std::vector<double> gpu = gpu_reference(ws, compiler);
+    std::vector<double> cpu = cpu_reference(c, ws.host_values());
+    // The GPU sums in double in another order: agreement to rounding of the float32 output.
+    EXPECT_LT(relative_l2(gpu, cpu), 1e-6);
+  }
+}
+
 struct GpuCase {
   std::string label;
   ImplicitGemm g;
@@ -56,33 +86,29 @@ struct GpuCase {
   double tolerance;
 };
 
-void run_cases(const std::vector<GpuCase>& cases) {
-  int cc = query_runtime().devices.front().compute_capability;
-  NvrtcCompiler compiler(cc);
-  std::printf("%-58s %-10s %-10s %-9s\n", "candidate", "rel_l2", "time_us", "TFLOP/s");
-  std::uint64_t seed = 1;
-  for (const auto& c : cases) {
-    SCOPED_TRACE(c.label);
-    ASSERT_TRUE(validate(c.g, c.p, DeviceLimits::for_arch(cc)).empty());
-    KernelSource k = emit_wmma_kernel(c.g, c.p);
-    std::printf("%-58s ", c.label.c_str());
-    std::fflush(stdout);
+/// Runs candidates of one compute against its GPU reference; prints a row per candidate.
+void run_cases(const Compute& c, const std::vector<GpuCase>& cases, std::uint64_t seed) {
+  NvrtcCompiler compiler(device_cc());
+  Workspace ws(c, seed);
+  std::vector<double> reference = gpu_reference(ws, compiler);
+  for (const auto& gc : cases) {
+    SCOPED_TRACE(gc.label);
+    ASSERT_TRUE(validate(gc.g, gc.p, DeviceLimits::for_arch(device_cc())).empty());
+    KernelSource k = emit_wmma_kernel(gc.g, gc.p);
     CompileResult compiled = compiler.compile(k.code, k.name);
     ASSERT_TRUE(compiled.ok) << compiled.log;
-    KernelRun run = run_kernel(c.g, k, compiled.cubin, seed++);
+    KernelRun run = run_candidate(ws, reference, gc.g, k, compiled.cubin);
     ASSERT_TRUE(run.ok) << run.error;
-    EXPECT_LT(run.rel_l2, c.tolerance);
+    EXPECT_LT(run.rel_l2, gc.tolerance);
+    std::printf("%-60s %-9.2e %9.2f us %8.2f TFLOP/s  compile %.2f s\n", gc.label.c_str(), run.rel_l2, run.median_us,
+                gc.g.flops() / (run.median_us * 1e-6) / 1e12, compiled.seconds);
     std::fflush(stdout);
-    std::printf("%-10.2e %-10.2f %-9.2f\n", run.rel_l2, run.median_us,
-                c.g.flops() / (run.median_us * 1e-6) / 1e12);
   }
 }
 
 TEST(Gpu, Conv2dEveryAmosMappingTwoSchedules) {
   if (!have_gpu()) GTEST_SKIP() << "no GPU: " << query_runtime().status;
-  // The mapping sweep uses a smaller layer than ResNet-18's (1,128,28,28,128): the CPU reference
-  // is too slow for 70 runs of that size; the full layers wait for the GPU reference.
-  static Compute c = build_compute(builtin_op("conv2d"), parse_param_overrides({"C=32", "H=14", "W=14", "K=48"}));
+  Compute c = build_compute(builtin_op("conv2d"));  // (1,128,28,28,128,3,3,1,1,1)
   const HwAbstraction& hw = find_hw(shipped(), "wmma_fp16_fp32");
   MatchReport r = match_compute(c, {hw}, Enumeration::kAmos);
   const Match& m = r.matches[0];  // nnn 16x16x16
@@ -98,29 +124,61 @@ TEST(Gpu, Conv2dEveryAmosMappingTwoSchedules) {
     cases.push_back({"conv2d map " + std::to_string(map.id) + " default", g, d, 1e-2});
     cases.push_back({"conv2d map " + std::to_string(map.id) + " stages " + std::to_string(alt.stages), g, alt, 1e-2});
   }
-  run_cases(cases);
+  run_cases(c, cases, 1);
+}
+
+/// The mapping that fuses every candidate of each axis (the classic implicit GEMM).
+GpuCase full_mapping(const Compute& c, const std::string& hw_name, const std::string& label, double tol,
+                     std::size_t match_index = 0) {
+  const HwAbstraction& hw = find_hw(shipped(), hw_name);
+  static std::vector<MatchReport> keep;
+  keep.push_back(match_compute(c, {hw}, Enumeration::kAll));
+  const Match& m = keep.back().matches.at(match_index);
+  ImplicitGemm g = make_implicit_gemm(c, hw, m, m.mappings.back());
+  return {label + " " + m.layout + " " + m.shape.str(), g, default_schedule(g, DeviceLimits::for_arch(90)), tol};
+}
+
+TEST(Gpu, ResNet18LayersDefaultSchedule) {
+  if (!have_gpu()) GTEST_SKIP() << "no GPU: " << query_runtime().status;
+  std::ifstream in(std::string(TMAP_SOURCE_DIR) + "/benchmarks/workloads/resnet18_conv2d.json");
+  nlohmann::json table = nlohmann::json::parse(in);
+  std::uint64_t seed = 100;
+  for (int batch : {1, 16})
+    for (const std::string op : {"conv2d", "conv2d_nhwc"})
+      for (const auto& layer : table["layers"]) {
+        std::vector<std::string> sets = {"N=" + std::to_string(batch)};
+        for (const char* key : {"C", "H", "W", "K", "R", "S", "stride", "pad"})
+          sets.push_back(std::string(key) + "=" + std::to_string(layer[key].get<int>()));
+        Compute c = build_compute(builtin_op(op), parse_param_overrides(sets));
+        std::string label = layer["name"].get<std::string>() + " b" + std::to_string(batch) + " " + op;
+        run_cases(c, {full_mapping(c, "wmma_fp16_fp32", label, 1e-2)}, seed++);
+      }
 }
 
 TEST(Gpu, GemmShapesLayoutsAndDtypes) {
   if (!have_gpu()) GTEST_SKIP() << "no GPU: " << query_runtime().status;
-  std::vector<GpuCase> cases;
-  static std::vector<std::unique_ptr<Compute>> keep;
-  auto add = [&](const std::string& label, Compute c, const std::string& hw_name, double tol, bool every_match) {
-    keep.push_back(std::make_unique<Compute>(std::move(c)));
-    const HwAbstraction& hw = find_hw(shipped(), hw_name);
-    MatchReport r = match_compute(*keep.back(), {hw}, Enumeration::kAll);
-    for (const auto& m : r.matches) {
-      ImplicitGemm g = make_implicit_gemm(*keep.back(), hw, m, m.mappings.back());
-      ScheduleParams p = default_schedule(g, DeviceLimits::for_arch(90));
-      if (!validate(g, p, DeviceLimits::for_arch(90)).empty()) continue;  // alignment-invalid layouts
-      cases.push_back({label + " " + m.layout + " " + m.shape.str(), g, p, tol});
-      if (!every_match) break;
+  std::uint64_t seed = 200;
+  {
+    Compute c = build_compute(builtin_op("gemm"), parse_param_overrides({"M=17", "N=33", "K=65"}));
+    std::vector<GpuCase> cases;
+    for (std::size_t i = 0; i < 12; ++i) {
+      GpuCase gc = full_mapping(c, "wmma_fp16_fp32", "gemm 17x33x65", 1e-2, i);
+      if (validate(gc.g, gc.p, DeviceLimits::for_arch(90)).empty()) cases.push_back(gc);
     }
-  };
-  add("gemm 17x33x65", build_compute(builtin_op("gemm"), parse_param_overrides({"M=17", "N=33", "K=65"})), "wmma_fp16_fp32", 1e-2, true);
-  add("gemm_tt 256x384x200", build_compute(builtin_op("gemm_tt"), parse_param_overrides({"M=256", "N=384", "K=200"})), "wmma_fp16_fp32", 1e-2, false);
-  add("gemm 512x512x256", build_compute(builtin_op("gemm"), parse_param_overrides({"M=512", "N=512", "K=256"})), "wmma_fp16_fp32", 1e-2, false);
-  for (const auto& [hw, in, out, tol] : std::vector<std::tuple<std::string, std::string, std::string, double>>{
+    run_cases(c, cases, seed++);
+  }
+  std::ifstream in(std::string(TMAP_SOURCE_DIR) + "/benchmarks/workloads/gemm.json");
+  nlohmann::json table = nlohmann::json::parse(in);
+  std::vector<std::vector<std::string>> shapes = {{"M=1000", "N=1000", "K=1000"}};
+  for (const auto& s : table["shapes"])
+    if (s["name"].get<std::string>().rfind("amos_", 0) == 0)
+      shapes.push_back({"M=" + std::to_string(s["M"].get<int>()), "N=" + std::to_string(s["N"].get<int>()),
+                        "K=" + std::to_string(s["K"].get<int>())});
+  for (const auto& sets : shapes) {
+    Compute c = build_compute(builtin_op("gemm"), parse_param_overrides(sets));
+    run_cases(c, {full_mapping(c, "wmma_fp16_fp32", "gemm " + sets[0] + " " + sets[1] + " " + sets[2], 1e-2)}, seed++);
+  }
+  for (const auto& [hw, in_t, out_t, tol] : std::vector<std::tuple<std::string, std::string, std::string, double>>{
            {"wmma_fp16_fp16", "float16", "float16", 1e-2},
            {"wmma_bf16_fp32", "bfloat16", "float32", 1e-2},
            {"wmma_tf32_fp32", "float32", "float32", 1e-3},
@@ -128,13 +186,12 @@ TEST(Gpu, GemmShapesLayoutsAndDtypes) {
     for (const std::string op : {"gemm", "conv2d"}) {
       SourceText src("<" + op + ">", builtin_op_source(op));
       ComputeDef def = parse_compute_json(src, op);
-      for (auto& t : def.tensors) t.dtype = *parse_dtype(t.name == "C" || t.name == "Out" ? out : in);
-      std::vector<ParamOverride> sets = parse_param_overrides(op == "gemm" ? std::vector<std::string>{"M=96", "N=80", "K=72"}
-                                                                           : std::vector<std::string>{"C=32", "K=48", "H=12", "W=10"});
-      add(hw + " " + op, build_compute(def, sets), hw, tol, false);
+      for (auto& t : def.tensors) t.dtype = *parse_dtype(t.name == "C" || t.name == "Out" ? out_t : in_t);
+      Compute c = build_compute(def, parse_param_overrides(op == "gemm" ? std::vector<std::string>{"M=300", "N=200", "K=100"}
+                                                                        : std::vector<std::string>{}));
+      run_cases(c, {full_mapping(c, hw, hw + " " + op, tol)}, seed++);
     }
   }
-  run_cases(cases);
 }
 
 }  // namespace

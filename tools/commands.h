@@ -14,6 +14,7 @@ namespace tmap::cli {
 void register_map(CLI::App& app);
 void register_hw(CLI::App& app);
 void register_ops(CLI::App& app);
+void register_run(CLI::App& app);
 
 /// How a command names its compute: a JSON file or a built-in op, plus --set overrides.
 struct ComputeArgs {

@@ -45,6 +45,7 @@ int main(int argc, char** argv) {
   tmap::cli::register_map(app);
   tmap::cli::register_hw(app);
   tmap::cli::register_ops(app);
+  tmap::cli::register_run(app);
   register_version(app);
 
   // Name an unknown command plainly (CLI11 would only say that a subcommand is required).

@@ -3,12 +3,14 @@
 #include <cctype>
 #include <sstream>
 
+#include "tmap/codegen/reference_emitter.h"
 #include "tmap/support/diagnostic.h"
 
 namespace tmap {
 namespace {
 
-/// The C++ type a tensor of this dtype is stored as.
+}  // namespace
+
 std::string storage_type(DType t) {
   switch (t) {
     case DType::kFloat16: return "half";
@@ -20,9 +22,11 @@ std::string storage_type(DType t) {
     case DType::kInt32: return "int";
     case DType::kInt4: break;
   }
-  TMAP_CHECK(false, "the WMMA emitter does not support dtype " + std::string(dtype_name(t)) + " yet");
+  TMAP_CHECK(false, "generated code does not support dtype " + std::string(dtype_name(t)) + " yet");
   return "";
 }
+
+namespace {
 
 /// The element type of a WMMA operand fragment.
 std::string fragment_type(DType t) {

@@ -4,10 +4,14 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <stdexcept>
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
+
+#include "tmap/codegen/reference_emitter.h"
+#include "tmap/runtime/nvrtc_compiler.h"
 
 namespace tmap {
 namespace {
@@ -106,95 +110,158 @@ std::vector<double> cpu_reference(const Compute& c, const std::vector<std::vecto
   return out;
 }
 
-KernelRun run_kernel(const ImplicitGemm& g, const KernelSource& k, const std::vector<char>& cubin, std::uint64_t seed,
-                     int warmup, int repeats) {
-  const Compute& c = *g.compute;
-  KernelRun run;
-  auto failed = [&](cudaError_t e, const char* what) {
-    if (e == cudaSuccess) return false;
-    run.error = std::string(what) + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")";
-    return true;
-  };
+namespace {
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess)
+    throw std::runtime_error(std::string(what) + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
+}
+
+/// A kernel loaded from a cubin through the runtime's library API.
+class LoadedKernel {
+ public:
+  LoadedKernel(const std::vector<char>& cubin, const std::string& name, std::int64_t shared_bytes) {
+    check(cudaLibraryLoadData(&lib_, cubin.data(), nullptr, nullptr, 0, nullptr, nullptr, 0), "cudaLibraryLoadData");
+    check(cudaLibraryGetKernel(&kernel_, lib_, name.c_str()), "cudaLibraryGetKernel");
+    if (shared_bytes > 48 * 1024)
+      check(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel_), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 static_cast<int>(shared_bytes)),
+            "cudaFuncSetAttribute");
+  }
+  ~LoadedKernel() {
+    if (lib_) cudaLibraryUnload(lib_);
+  }
+  LoadedKernel(const LoadedKernel&) = delete;
+  LoadedKernel& operator=(const LoadedKernel&) = delete;
+  cudaError_t launch(const KernelSource& k, void** args) const {
+    dim3 grid(static_cast<unsigned>(k.grid[0]), static_cast<unsigned>(k.grid[1]), static_cast<unsigned>(k.grid[2]));
+    return cudaLaunchKernel(reinterpret_cast<const void*>(kernel_), grid, dim3(static_cast<unsigned>(k.threads)), args,
+                            static_cast<std::size_t>(k.shared_bytes), nullptr);
+  }
+
+ private:
+  cudaLibrary_t lib_ = nullptr;
+  cudaKernel_t kernel_ = nullptr;
+};
+
+std::size_t bytes_of(const Tensor& t) { return static_cast<std::size_t>(t.num_elements()) * element_bytes(t.dtype); }
+
+}  // namespace
+
+Workspace::Workspace(const Compute& c, std::uint64_t seed) : compute_(c), values_(c.tensors.size()), device_(c.tensors.size(), nullptr) {
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<double> uniform(-1.0, 1.0);
-  std::vector<std::vector<double>> values(c.tensors.size());
   for (const auto& in : c.inputs) {
     const Tensor& t = c.tensor_of(in);
-    values[in.tensor].resize(static_cast<std::size_t>(t.num_elements()));
-    for (auto& v : values[in.tensor]) v = quantize(uniform(rng), t.dtype);
+    values_[in.tensor].resize(static_cast<std::size_t>(t.num_elements()));
+    for (auto& v : values_[in.tensor]) v = quantize(uniform(rng), t.dtype);
   }
-  std::vector<double> ref = cpu_reference(c, values);
-
-  std::vector<void*> dev(c.tensors.size(), nullptr);
-  cudaLibrary_t lib = nullptr;
-  auto cleanup = [&] {
-    for (void* p : dev) cudaFree(p);
-    if (lib) cudaLibraryUnload(lib);
-  };
-  for (std::size_t i = 0; i < c.tensors.size(); ++i) {
-    const Tensor& t = c.tensors[i];
-    std::size_t bytes = static_cast<std::size_t>(t.num_elements()) * element_bytes(t.dtype);
-    if (failed(cudaMalloc(&dev[i], bytes), "cudaMalloc")) return cleanup(), run;
-    if (static_cast<int>(i) == c.output.tensor) {
-      // Poison: all bits set is NaN for floats and -1 for integers, so unwritten elements fail.
-      if (failed(cudaMemset(dev[i], 0xFF, bytes), "cudaMemset")) return cleanup(), run;
-    } else {
-      auto host = to_bytes(values[i], t.dtype);
-      if (failed(cudaMemcpy(dev[i], host.data(), bytes, cudaMemcpyHostToDevice), "cudaMemcpy")) return cleanup(), run;
+  try {
+    for (std::size_t i = 0; i < c.tensors.size(); ++i) {
+      check(cudaMalloc(&device_[i], bytes_of(c.tensors[i])), "cudaMalloc");
+      if (static_cast<int>(i) == c.output.tensor) continue;
+      auto host = to_bytes(values_[i], c.tensors[i].dtype);
+      check(cudaMemcpy(device_[i], host.data(), host.size(), cudaMemcpyHostToDevice), "cudaMemcpy");
     }
+  } catch (...) {
+    for (void* p : device_) cudaFree(p);
+    throw;
   }
-  if (failed(cudaLibraryLoadData(&lib, cubin.data(), nullptr, nullptr, 0, nullptr, nullptr, 0), "cudaLibraryLoadData"))
-    return cleanup(), run;
-  cudaKernel_t kernel = nullptr;
-  if (failed(cudaLibraryGetKernel(&kernel, lib, k.name.c_str()), "cudaLibraryGetKernel")) return cleanup(), run;
-  if (failed(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  static_cast<int>(k.shared_bytes)),
-             "cudaFuncSetAttribute"))
-    return cleanup(), run;
-  void* a = dev[c.inputs[g.a_input].tensor];
-  void* b = dev[c.inputs[g.b_input].tensor];
-  void* out = dev[c.output.tensor];
-  void* args[] = {&a, &b, &out};
-  dim3 grid(static_cast<unsigned>(k.grid[0]), static_cast<unsigned>(k.grid[1]), static_cast<unsigned>(k.grid[2]));
-  auto launch = [&] {
-    return cudaLaunchKernel(reinterpret_cast<const void*>(kernel), grid, dim3(k.threads), args,
-                            static_cast<std::size_t>(k.shared_bytes), nullptr);
-  };
-  if (failed(launch(), "launch") || failed(cudaDeviceSynchronize(), "kernel")) return cleanup(), run;
+}
 
-  const Tensor& out_t = c.tensor_of(c.output);
-  std::vector<unsigned char> host(static_cast<std::size_t>(out_t.num_elements()) * element_bytes(out_t.dtype));
-  if (failed(cudaMemcpy(host.data(), out, host.size(), cudaMemcpyDeviceToHost), "cudaMemcpy")) return cleanup(), run;
-  std::vector<double> got = from_bytes(host, out_t.dtype, ref.size());
+Workspace::~Workspace() {
+  for (void* p : device_) cudaFree(p);
+}
+
+void Workspace::poison_output() {
+  const Tensor& t = compute_.tensor_of(compute_.output);
+  check(cudaMemset(device_[compute_.output.tensor], 0xFF, bytes_of(t)), "cudaMemset");
+}
+
+std::vector<double> Workspace::read_output() const {
+  const Tensor& t = compute_.tensor_of(compute_.output);
+  std::vector<unsigned char> host(bytes_of(t));
+  check(cudaMemcpy(host.data(), device_[compute_.output.tensor], host.size(), cudaMemcpyDeviceToHost), "cudaMemcpy");
+  return from_bytes(host, t.dtype, static_cast<std::size_t>(t.num_elements()));
+}
+
+std::vector<double> gpu_reference(Workspace& ws, NvrtcCompiler& compiler) {
+  KernelSource k = emit_reference_kernel(ws.compute());
+  CompileResult compiled = compiler.compile(k.code, k.name);
+  TMAP_CHECK(compiled.ok, "the reference kernel does not compile:\n" + compiled.log);
+  LoadedKernel kernel(compiled.cubin, k.name, 0);
+  std::vector<void*> ptrs;
+  for (std::size_t i = 0; i < ws.compute().tensors.size(); ++i) ptrs.push_back(ws.device(static_cast<int>(i)));
+  std::vector<void*> args;
+  for (auto& p : ptrs) args.push_back(&p);
+  ws.poison_output();
+  check(kernel.launch(k, args.data()), "reference launch");
+  check(cudaDeviceSynchronize(), "reference kernel");
+  return ws.read_output();
+}
+
+double verification_tolerance(const HwAbstraction& hw) {
+  switch (hw.a_dtype) {
+    case DType::kFloat16:
+    case DType::kBFloat16: return 1e-2;
+    case DType::kTFloat32: return 1e-3;
+    case DType::kFloat32: return 1e-5;
+    case DType::kFloat64: return 1e-9;
+    default: return 0.0;
+  }
+}
+
+double relative_l2(const std::vector<double>& got, const std::vector<double>& ref) {
   double num = 0, den = 0;
   for (std::size_t i = 0; i < ref.size(); ++i) {
     double d = got[i] - ref[i];
     num += std::isnan(d) ? INFINITY : d * d;
     den += ref[i] * ref[i];
   }
-  run.rel_l2 = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
 
-  cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
-  for (int i = 0; i < warmup; ++i) launch();
-  for (int i = 0; i < repeats; ++i) {
-    cudaEventRecord(start);
-    launch();
-    cudaEventRecord(stop);
-    cudaEventSynchronize(stop);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, start, stop);
-    run.times_us.push_back(ms * 1000.0);
+KernelRun run_candidate(Workspace& ws, const std::vector<double>& reference, const ImplicitGemm& g,
+                        const KernelSource& k, const std::vector<char>& cubin, const TimingOptions& timing) {
+  KernelRun run;
+  const Compute& c = ws.compute();
+  try {
+    LoadedKernel kernel(cubin, k.name, k.shared_bytes);
+    void* a = ws.device(c.inputs[g.a_input].tensor);
+    void* b = ws.device(c.inputs[g.b_input].tensor);
+    void* out = ws.device(c.output.tensor);
+    void* args[] = {&a, &b, &out};
+    ws.poison_output();
+    check(kernel.launch(k, args), "launch");
+    check(cudaDeviceSynchronize(), "kernel");
+    run.rel_l2 = relative_l2(ws.read_output(), reference);
+
+    cudaEvent_t start, stop;
+    check(cudaEventCreate(&start), "cudaEventCreate");
+    check(cudaEventCreate(&stop), "cudaEventCreate");
+    for (int i = 0; i < timing.warmup; ++i) check(kernel.launch(k, args), "warm-up launch");
+    double total_ms = 0;
+    while (static_cast<int>(run.times_us.size()) < timing.min_repeats || total_ms < timing.min_total_ms) {
+      check(cudaEventRecord(start), "cudaEventRecord");
+      check(kernel.launch(k, args), "timed launch");
+      check(cudaEventRecord(stop), "cudaEventRecord");
+      check(cudaEventSynchronize(stop), "timed kernel");
+      float ms = 0;
+      check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+      run.times_us.push_back(ms * 1000.0);
+      total_ms += ms;
+      if (run.times_us.size() > 100000) break;
+    }
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+  } catch (const std::runtime_error& e) {
+    run.error = e.what();
+    return run;
   }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  if (failed(cudaGetLastError(), "timed launches")) return cleanup(), run;
   std::vector<double> sorted = run.times_us;
   std::sort(sorted.begin(), sorted.end());
-  run.median_us = sorted.empty() ? 0 : sorted[sorted.size() / 2];
+  run.median_us = sorted[sorted.size() / 2];
   run.ok = true;
-  cleanup();
   return run;
 }
 

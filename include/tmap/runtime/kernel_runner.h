@@ -1,7 +1,7 @@
-// Runs one generated kernel on the GPU: fresh random inputs, a poisoned output, the result
-// checked against a CPU reference computed from the IR, and the kernel timed with CUDA events.
-// (The isolated worker process, the GPU reference for large shapes and graph timing are still
-// to come; see the code-generation issue.)
+// Runs generated kernels on the GPU: a workspace holds one compute's tensors with fresh random
+// inputs; the reference kernel (generated from the IR) gives the expected output once; each
+// candidate runs on a poisoned output, is compared by relative L2 error and timed with CUDA
+// events after warm-up (median of repeats).
 #pragma once
 
 #include <cstdint>
@@ -12,21 +12,61 @@
 
 namespace tmap {
 
+class NvrtcCompiler;
+
+/// The reference output computed on the CPU, in double (for checking the GPU reference on
+/// small shapes). `tensors` holds one vector per tensor of the compute; the output's is ignored.
+std::vector<double> cpu_reference(const Compute& c, const std::vector<std::vector<double>>& tensors);
+
+/// One compute's tensors on device 0: inputs drawn from `seed` (uniform in [-1, 1], rounded
+/// to each dtype; small integers for integer types). CUDA failures throw std::runtime_error.
+class Workspace {
+ public:
+  Workspace(const Compute& c, std::uint64_t seed);
+  ~Workspace();
+  Workspace(const Workspace&) = delete;
+  Workspace& operator=(const Workspace&) = delete;
+
+  const Compute& compute() const { return compute_; }
+  const std::vector<std::vector<double>>& host_values() const { return values_; }
+  void* device(int tensor) const { return device_[tensor]; }
+  /// Sets every output byte to 0xFF: NaN for floats, -1 for integers.
+  void poison_output();
+  std::vector<double> read_output() const;
+
+ private:
+  const Compute& compute_;
+  std::vector<std::vector<double>> values_;
+  std::vector<void*> device_;
+};
+
+/// The reference kernel's output for the workspace's inputs.
+std::vector<double> gpu_reference(Workspace& ws, NvrtcCompiler& compiler);
+
+/// The relative L2 error a correct kernel stays under: 1e-2 for 16-bit floating operands,
+/// 1e-3 for tf32, 1e-9 for float64, 0 (exact) for integers.
+double verification_tolerance(const HwAbstraction& hw);
+
+/// ||got - ref|| / ||ref||; infinite when an element of `got` is NaN.
+double relative_l2(const std::vector<double>& got, const std::vector<double>& ref);
+
+struct TimingOptions {
+  int warmup = 3;
+  int min_repeats = 10;
+  double min_total_ms = 20;  ///< Repeat until both this time and min_repeats are reached.
+};
+
 struct KernelRun {
   bool ok = false;
-  std::string error;           ///< The CUDA error, when the kernel failed to load, launch or run.
-  double rel_l2 = 0;           ///< ||out - ref|| / ||ref||; infinite when an element is NaN.
-  double median_us = 0;        ///< Median of the timed launches.
+  std::string error;     ///< Load, launch or run failure (CUDA's name and message).
+  double rel_l2 = 0;
+  double median_us = 0;
   std::vector<double> times_us;
 };
 
-/// The reference output of a compute for the given inputs (one vector of values per tensor,
-/// in Compute::tensors order; the output's entry is ignored), accumulated in double.
-std::vector<double> cpu_reference(const Compute& c, const std::vector<std::vector<double>>& tensors);
-
-/// Loads `cubin`, runs kernel `k` of GEMM `g` on device 0 on random inputs drawn from `seed`,
-/// verifies it and times `repeats` launches after `warmup`.
-KernelRun run_kernel(const ImplicitGemm& g, const KernelSource& k, const std::vector<char>& cubin, std::uint64_t seed,
-                     int warmup = 3, int repeats = 20);
+/// Runs candidate `k` of GEMM `g` on the workspace: poisons the output, launches once, checks
+/// against `reference`, then times it.
+KernelRun run_candidate(Workspace& ws, const std::vector<double>& reference, const ImplicitGemm& g,
+                        const KernelSource& k, const std::vector<char>& cubin, const TimingOptions& timing = {});
 
 }  // namespace tmap

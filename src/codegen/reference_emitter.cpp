@@ -1,0 +1,102 @@
+#include "tmap/codegen/reference_emitter.h"
+
+#include <sstream>
+
+namespace tmap {
+namespace {
+
+std::string index_code(const AffineExpr& e, const Compute& c) {
+  std::vector<std::string> names;
+  for (const auto& it : c.iters) names.push_back("it_" + it.name);
+  return to_string(e, names);
+}
+
+/// Emits the decomposition of `flat` over `iters` (the last fastest) into it_<name> variables.
+void decompose(std::ostringstream& os, const Compute& c, const std::vector<int>& iters, const std::string& flat,
+               const std::string& indent) {
+  std::int64_t stride = 1;
+  std::vector<std::int64_t> strides(iters.size());
+  for (int i = static_cast<int>(iters.size()) - 1; i >= 0; --i) {
+    strides[i] = stride;
+    stride *= c.iters[iters[i]].extent;
+  }
+  for (std::size_t i = 0; i < iters.size(); ++i)
+    os << indent << "const long long it_" << c.iters[iters[i]].name << " = (" << flat << " / " << strides[i] << "LL) % "
+       << c.iters[iters[i]].extent << "LL;\n";
+}
+
+// Names in the kernel: tensors are t_<name>, iterators it_<name>, so neither clashes with the
+// kernel's own variables.
+
+/// Emits the linear offset of an access into `var`, and `inside` = whether it is in bounds.
+void offset_code(std::ostringstream& os, const Compute& c, const Access& a, const std::string& var,
+                 const std::string& indent) {
+  const Tensor& t = c.tensor_of(a);
+  std::string inside, offset;
+  for (std::size_t d = 0; d < a.indices.size(); ++d) {
+    std::string idx = "(" + index_code(a.indices[d], c) + ")";
+    inside += (d ? " && " : "") + idx + " >= 0 && " + idx + " < " + std::to_string(t.shape[d]);
+    offset = d ? "(" + offset + ") * " + std::to_string(t.shape[d]) + "LL + " + idx : idx;
+  }
+  os << indent << "const bool " << var << "_inside = " << inside << ";\n"
+     << indent << "const long long " << var << " = " << offset << ";\n";
+}
+
+}  // namespace
+
+KernelSource emit_reference_kernel(const Compute& c) {
+  std::vector<int> spatial, reduction;
+  std::int64_t spatial_points = 1, reduction_points = 1;
+  for (int i = 0; i < static_cast<int>(c.iters.size()); ++i) {
+    if (c.iters[i].kind == IterKind::kSpatial) {
+      spatial.push_back(i);
+      spatial_points *= c.iters[i].extent;
+    } else {
+      reduction.push_back(i);
+      reduction_points *= c.iters[i].extent;
+    }
+  }
+  const Tensor& out = c.tensor_of(c.output);
+  const bool is_float = dtype_is_float(out.dtype);
+  const std::string acc = is_float ? "double" : "long long";
+  KernelSource k;
+  k.name = "tmap_reference";
+  k.threads = 256;
+  k.grid = {(spatial_points + 255) / 256, 1, 1};
+
+  std::ostringstream os;
+  os << "// Reference for: " << c.statement_text() << "\n"
+     << "// One thread per output element; " << reduction_points << " reduction points each, accumulated in " << acc
+     << ".\n#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n\n"
+     << "extern \"C\" __global__ void tmap_reference(";
+  for (std::size_t t = 0; t < c.tensors.size(); ++t) {
+    bool is_out = static_cast<int>(t) == c.output.tensor;
+    os << (t ? ", " : "") << (is_out ? "" : "const ") << storage_type(c.tensors[t].dtype) << "* __restrict__ t_"
+       << c.tensors[t].name;
+  }
+  os << ") {\n"
+     << "  const long long point = blockIdx.x * (long long)blockDim.x + threadIdx.x;\n"
+     << "  if (point >= " << spatial_points << "LL) return;\n";
+  decompose(os, c, spatial, "point", "  ");
+  os << "  " << acc << " sum = 0;\n"
+     << "  for (long long r = 0; r < " << reduction_points << "LL; ++r) {\n";
+  decompose(os, c, reduction, "r", "    ");
+  std::string product;
+  for (std::size_t i = 0; i < c.inputs.size(); ++i) {
+    std::string var = "x" + std::to_string(i);
+    offset_code(os, c, c.inputs[i], var, "    ");
+    const Tensor& t = c.tensor_of(c.inputs[i]);
+    const bool half_type = t.dtype == DType::kFloat16 || t.dtype == DType::kBFloat16;
+    os << "    const " << acc << " v" << i << " = " << var << "_inside ? (" << acc << ")(" << (half_type ? "(float)" : "")
+       << "t_" << t.name << "[" << var << "]) : 0;\n";
+    product += (i ? " * " : "") + std::string("v") + std::to_string(i);
+  }
+  os << "    sum += " << product << ";\n  }\n";
+  offset_code(os, c, c.output, "y", "  ");
+  os << "  t_" << out.name << "[y] = (" << storage_type(out.dtype) << ")(" << (out.dtype == DType::kFloat16 || out.dtype == DType::kBFloat16 ? "(float)" : "")
+     << "sum);\n}\n";
+  k.code = os.str();
+  return k;
+}
+
+}  // namespace tmap

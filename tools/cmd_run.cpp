@@ -1,0 +1,171 @@
+// `tmap run`: one candidate (abstraction, layout, shape, mapping, schedule) turned into a CUDA
+// kernel, compiled with NVRTC, and unless --compile-only run on the GPU, verified and timed.
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <random>
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "commands.h"
+#include "tmap/codegen/wmma_emitter.h"
+#include "tmap/runtime/device.h"
+#include "tmap/runtime/kernel_runner.h"
+#include "tmap/runtime/nvrtc_compiler.h"
+
+namespace tmap::cli {
+namespace {
+
+struct RunArgs {
+  ComputeArgs compute;
+  std::vector<std::string> hw_dirs;
+  std::string hw, layout, shape, params, arch, emit_cuda, format = "text";
+  int mapping = -1;
+  bool verify = false, compile_only = false;
+};
+
+[[noreturn]] void bad(const std::string& option, const std::string& msg, const std::string& hint) {
+  throw UserError(format_diagnostic(SourceLoc::whole(option), msg, hint));
+}
+
+}  // namespace
+
+void register_run(CLI::App& app) {
+  auto args = std::make_shared<RunArgs>();
+  auto* cmd = app.add_subcommand("run", "Generate, compile and run one candidate kernel on the GPU");
+  args->compute.add_to(*cmd);
+  cmd->add_option("--hw", args->hw, "Abstraction (default: the first that matches)");
+  cmd->add_option("--hw-dir", args->hw_dirs, "Also load the *.json abstractions of this directory (repeatable)");
+  cmd->add_option("--layout", args->layout, "Layout key, e.g. nnn (default: the abstraction's first)");
+  cmd->add_option("--shape", args->shape, "Intrinsic shape MxNxK, e.g. 16x16x16 (default: the first)");
+  cmd->add_option("--mapping", args->mapping, "Mapping id from 'tmap map' (default: every candidate fused)");
+  cmd->add_option("--params", args->params, "Schedule parameters as JSON (default: a sensible schedule)");
+  cmd->add_flag("--verify", args->verify, "Check the output against the reference kernel");
+  cmd->add_option("--arch", args->arch, "Compile for sm_XX instead of the detected GPU");
+  cmd->add_flag("--compile-only", args->compile_only, "Stop after compiling (no GPU needed)");
+  cmd->add_option("--emit-cuda", args->emit_cuda, "Write the generated CUDA source to this file");
+  cmd->add_option("--format", args->format, "text or json")->check(CLI::IsMember({"text", "json"}));
+  cmd->callback([args] {
+    Compute c = args->compute.build();
+    auto all = load_hw_abstractions(args->hw_dirs);
+    std::vector<HwAbstraction> chosen;
+    if (!args->hw.empty()) chosen.push_back(find_hw(all, args->hw));
+    else chosen = all;
+    MatchReport report = match_compute(c, chosen, Enumeration::kAll);
+    if (report.matches.empty())
+      bad("--hw", "'" + c.name + "' matches no abstraction" + (args->hw.empty() ? "" : " '" + args->hw + "'"),
+          report.rejected.empty() ? "see 'tmap hw list'" : report.rejected.front().hw_abs + ": " + report.rejected.front().reason);
+    const std::string hw_name = report.matches.front().hw_abs;
+    const Match* match = nullptr;
+    for (const auto& m : report.matches)
+      if (m.hw_abs == hw_name && (args->layout.empty() || m.layout == args->layout) &&
+          (args->shape.empty() || m.shape.str() == args->shape)) {
+        match = &m;
+        break;
+      }
+    const HwAbstraction& hw = find_hw(all, hw_name);
+    if (!match)
+      bad("--layout/--shape", "'" + hw_name + "' has no layout '" + args->layout + "' with shape '" + args->shape + "'",
+          "layouts: " + join(hw.layouts) + "; shapes: see 'tmap hw show " + hw_name + "'");
+    const Mapping* mapping = &match->mappings.back();
+    if (args->mapping >= 0) {
+      mapping = nullptr;
+      for (const auto& m : match->mappings)
+        if (m.id == args->mapping) mapping = &m;
+      if (!mapping)
+        bad("--mapping", "no mapping " + std::to_string(args->mapping) + " for this match",
+            "ids run from 0 to " + std::to_string(match->mappings.size() - 1) + " (see 'tmap map --enumerate all')");
+    }
+    ImplicitGemm g = make_implicit_gemm(c, hw, *match, *mapping);
+
+    RuntimeInfo rt = query_runtime();
+    int cc = 0;
+    if (!args->arch.empty()) cc = parse_arch(args->arch);
+    else if (!rt.devices.empty()) cc = rt.devices.front().compute_capability;
+    else bad("--arch", "no GPU to compile for (" + rt.status + ")", "give --arch sm_90 with --compile-only");
+    if (!args->compile_only && rt.devices.empty())
+      bad("tmap run", "cannot run without a GPU: " + rt.status, "add --compile-only to stop after compiling");
+    if (!args->compile_only && !rt.devices.empty() && cc != rt.devices.front().compute_capability)
+      bad("--arch", "sm_" + std::to_string(cc) + " is not the GPU's architecture (sm_" +
+                        std::to_string(rt.devices.front().compute_capability) + ")",
+          "drop --arch, or add --compile-only");
+    DeviceLimits limits = DeviceLimits::for_arch(cc);
+    ScheduleParams params = default_schedule(g, limits);
+    if (!args->params.empty()) {
+      nlohmann::json j;
+      try {
+        j = nlohmann::json::parse(args->params);
+      } catch (const nlohmann::json::parse_error& e) {
+        bad("--params", std::string("invalid JSON: ") + e.what(), "for example --params '{\"block_m\": 64}'");
+      }
+      params = schedule_from_json(j, params);
+    }
+    auto issues = validate(g, params, limits);
+    if (!issues.empty()) {
+      std::string all_reasons;
+      for (const auto& i : issues) all_reasons += std::string("\n  - ") + std::string(message(i.error)) + ": " + i.detail;
+      bad("--params", "the schedule " + to_json(params).dump() + " is invalid:" + all_reasons,
+          "change the parameters, or omit --params for the default schedule");
+    }
+
+    KernelSource kernel = emit_wmma_kernel(g, params);
+    if (!args->emit_cuda.empty()) {
+      std::ofstream out(args->emit_cuda);
+      if (!(out << kernel.code)) bad("--emit-cuda", "cannot write '" + args->emit_cuda + "'", "check the path");
+    }
+    NvrtcCompiler compiler(cc);
+    CompileResult compiled = compiler.compile(kernel.code, kernel.name);
+    if (!compiled.ok)
+      throw InternalError("generated kernel " + kernel.name + " does not compile (a bug in tmap):\n" + compiled.log);
+
+    nlohmann::json result = {{"kernel", kernel.name},
+                             {"hw_abs", hw_name},
+                             {"layout", match->layout},
+                             {"shape", match->shape.extent},
+                             {"mapping", mapping->id},
+                             {"params", to_json(params)},
+                             {"arch", "sm_" + std::to_string(cc)},
+                             {"grid", kernel.grid},
+                             {"threads", kernel.threads},
+                             {"shared_bytes", kernel.shared_bytes},
+                             {"compile_seconds", compiled.seconds}};
+    bool failed = false;
+    if (!args->compile_only) {
+      Workspace ws(c, std::random_device{}());
+      std::vector<double> reference;
+      if (args->verify) reference = gpu_reference(ws, compiler);
+      KernelRun run = run_candidate(ws, args->verify ? reference : std::vector<double>{}, g, kernel, compiled.cubin);
+      if (!run.ok) {
+        result["error"] = run.error;
+        failed = true;
+      } else {
+        result["median_us"] = run.median_us;
+        result["tflops"] = g.flops() / (run.median_us * 1e-6) / 1e12;
+        if (args->verify) {
+          result["rel_l2"] = run.rel_l2;
+          result["tolerance"] = verification_tolerance(hw);
+          failed = !(run.rel_l2 <= verification_tolerance(hw));
+        }
+      }
+    }
+    if (args->format == "json") {
+      std::cout << result.dump(2) << "\n";
+    } else {
+      std::printf("kernel %s: grid %lldx%lldx%lld, %d threads, %lld bytes of shared memory\n", kernel.name.c_str(),
+                  (long long)kernel.grid[0], (long long)kernel.grid[1], (long long)kernel.grid[2], kernel.threads,
+                  (long long)kernel.shared_bytes);
+      std::printf("schedule %s\ncompiled for sm_%d in %.2f s\n", to_json(params).dump().c_str(), cc, compiled.seconds);
+      if (result.contains("error")) std::printf("run failed: %s\n", result["error"].get<std::string>().c_str());
+      if (result.contains("median_us"))
+        std::printf("time %.2f us (median), %.2f TFLOP/s\n", result["median_us"].get<double>(), result["tflops"].get<double>());
+      if (result.contains("rel_l2"))
+        std::printf("relative L2 error %.3e (tolerance %.0e): %s\n", result["rel_l2"].get<double>(),
+                    result["tolerance"].get<double>(), failed ? "WRONG" : "correct");
+    }
+    if (failed) throw std::runtime_error("the kernel failed or is wrong");
+  });
+}
+
+}  // namespace tmap::cli
