@@ -1,6 +1,8 @@
 // Compute files: every user error (message and location), extent inference and the IR built.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "test_util.h"
@@ -37,6 +39,26 @@ TEST(Compute, BuildsGemm) {
   EXPECT_EQ(j["tensors"][2]["dtype"], "float32");
   EXPECT_EQ(j["iterators"][2]["kind"], "reduction");
   EXPECT_EQ(j["params"]["K"], 16);
+}
+
+TEST(Compute, RoundTripsThroughJson) {
+  for (const char* json : {kGemm}) {
+    Compute c = build_json(json);
+    Compute back = compute_from_json(to_json(c), "test");
+    EXPECT_EQ(back.statement_text(), c.statement_text());
+    EXPECT_EQ(back.tensors, c.tensors);
+    EXPECT_EQ(back.iters, c.iters);
+    EXPECT_EQ(back.output, c.output);
+    EXPECT_EQ(back.inputs, c.inputs);
+    // Parameters come back by name (a JSON object), not in declaration order.
+    auto sorted = [](auto v) { std::sort(v.begin(), v.end()); return v; };
+    EXPECT_EQ(sorted(back.params), sorted(c.params));
+  }
+  nlohmann::json broken = to_json(build_json(kGemm));
+  broken["inputs"][0]["tensor"] = 9;
+  EXPECT_NE(user_error_of([&] { compute_from_json(broken, "log.jsonl:3"); })
+                .find("log.jsonl:3: error: malformed compute description: bad tensor index"),
+            std::string::npos);
 }
 
 TEST(Compute, OverridesParameters) {

@@ -97,7 +97,8 @@ void run_cases(const Compute& c, const std::vector<GpuCase>& cases, std::uint64_
     KernelSource k = emit_wmma_kernel(gc.g, gc.p);
     CompileResult compiled = compiler.compile(k.code, k.name);
     ASSERT_TRUE(compiled.ok) << compiled.log;
-    KernelRun run = run_candidate(ws, reference, gc.g, k, compiled.cubin);
+    KernelRun run = run_candidate(ws, reference, c.inputs[gc.g.a_input].tensor, c.inputs[gc.g.b_input].tensor, k,
+                                  compiled.cubin);
     ASSERT_TRUE(run.ok) << run.error;
     EXPECT_LT(run.rel_l2, gc.tolerance);
     std::printf("%-60s %-9.2e %9.2f us %8.2f TFLOP/s  compile %.2f s\n", gc.label.c_str(), run.rel_l2, run.median_us,

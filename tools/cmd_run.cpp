@@ -1,6 +1,9 @@
 // `tmap run`: one candidate (abstraction, layout, shape, mapping, schedule) turned into a CUDA
 // kernel, compiled with NVRTC, and unless --compile-only run on the GPU, verified and timed.
+#include <unistd.h>
+
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -13,6 +16,7 @@
 #include "tmap/codegen/wmma_emitter.h"
 #include "tmap/runtime/device.h"
 #include "tmap/runtime/kernel_runner.h"
+#include "tmap/runtime/measure_worker.h"
 #include "tmap/runtime/nvrtc_compiler.h"
 
 namespace tmap::cli {
@@ -23,6 +27,7 @@ struct RunArgs {
   std::vector<std::string> hw_dirs;
   std::string hw, layout, shape, params, arch, emit_cuda, format = "text";
   int mapping = -1;
+  double timeout = 60;
   bool verify = false, compile_only = false;
 };
 
@@ -47,6 +52,7 @@ void register_run(CLI::App& app) {
   cmd->add_flag("--compile-only", args->compile_only, "Stop after compiling (no GPU needed)");
   cmd->add_option("--emit-cuda", args->emit_cuda, "Write the generated CUDA source to this file");
   cmd->add_option("--format", args->format, "text or json")->check(CLI::IsMember({"text", "json"}));
+  cmd->add_option("--timeout", args->timeout, "Seconds before a hanging kernel is stopped (default 60)");
   cmd->callback([args] {
     Compute c = args->compute.build();
     auto all = load_hw_abstractions(args->hw_dirs);
@@ -133,20 +139,36 @@ void register_run(CLI::App& app) {
                              {"compile_seconds", compiled.seconds}};
     bool failed = false;
     if (!args->compile_only) {
-      Workspace ws(c, std::random_device{}());
-      std::vector<double> reference;
-      if (args->verify) reference = gpu_reference(ws, compiler);
-      KernelRun run = run_candidate(ws, args->verify ? reference : std::vector<double>{}, g, kernel, compiled.cubin);
-      if (!run.ok) {
-        result["error"] = run.error;
+      // Measured in the isolated worker: a kernel that faults or hangs cannot take tmap down.
+      std::filesystem::path cubin = std::filesystem::temp_directory_path() /
+                                    ("tmap_" + std::to_string(::getpid()) + "_" + kernel.name + ".cubin");
+      std::ofstream(cubin, std::ios::binary).write(compiled.cubin.data(), static_cast<std::streamsize>(compiled.cubin.size()));
+      MeasureRequest req;
+      req.compute = to_json(c);
+      req.kernel_name = kernel.name;
+      req.cubin_path = cubin.string();
+      req.grid = kernel.grid;
+      req.threads = kernel.threads;
+      req.shared_bytes = kernel.shared_bytes;
+      req.a_tensor = c.inputs[g.a_input].tensor;
+      req.b_tensor = c.inputs[g.b_input].tensor;
+      req.verify = args->verify;
+      req.tolerance = verification_tolerance(hw);
+      req.seed = std::random_device{}();
+      MeasureWorker worker("/proc/self/exe", args->timeout);
+      MeasureResult m = worker.measure(req);
+      std::filesystem::remove(cubin);
+      result["status"] = status_name(m.status);
+      if (m.status != MeasureStatus::kOk && m.status != MeasureStatus::kWrongResult) {
+        result["error"] = m.message;
         failed = true;
       } else {
-        result["median_us"] = run.median_us;
-        result["tflops"] = g.flops() / (run.median_us * 1e-6) / 1e12;
+        result["median_us"] = m.median_us;
+        result["tflops"] = g.flops() / (m.median_us * 1e-6) / 1e12;
         if (args->verify) {
-          result["rel_l2"] = run.rel_l2;
-          result["tolerance"] = verification_tolerance(hw);
-          failed = !(run.rel_l2 <= verification_tolerance(hw));
+          result["rel_l2"] = m.rel_l2;
+          result["tolerance"] = req.tolerance;
+          failed = m.status == MeasureStatus::kWrongResult;
         }
       }
     }
@@ -157,7 +179,8 @@ void register_run(CLI::App& app) {
                   (long long)kernel.grid[0], (long long)kernel.grid[1], (long long)kernel.grid[2], kernel.threads,
                   (long long)kernel.shared_bytes);
       std::printf("schedule %s\ncompiled for sm_%d in %.2f s\n", to_json(params).dump().c_str(), cc, compiled.seconds);
-      if (result.contains("error")) std::printf("run failed: %s\n", result["error"].get<std::string>().c_str());
+      if (result.contains("error"))
+        std::printf("run failed (%s): %s\n", result["status"].get<std::string>().c_str(), result["error"].get<std::string>().c_str());
       if (result.contains("median_us"))
         std::printf("time %.2f us (median), %.2f TFLOP/s\n", result["median_us"].get<double>(), result["tflops"].get<double>());
       if (result.contains("rel_l2"))

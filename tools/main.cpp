@@ -8,6 +8,7 @@
 
 #include "commands.h"
 #include "tmap/runtime/device.h"
+#include "tmap/runtime/measure_worker.h"
 #include "tmap/support/diagnostic.h"
 
 namespace {
@@ -48,6 +49,8 @@ int main(int argc, char** argv) {
   tmap::cli::register_run(app);
   register_version(app);
 
+  // The measurement worker (started by tmap itself): JSON lines on stdin and stdout.
+  if (argc == 2 && std::string(argv[1]) == "worker") return tmap::run_measure_worker(stdin, stdout);
   // Name an unknown command plainly (CLI11 would only say that a subcommand is required).
   if (argc > 1 && argv[1][0] != '-') {
     std::string commands;

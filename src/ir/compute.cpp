@@ -1,5 +1,7 @@
 #include "tmap/ir/compute.h"
 
+#include <stdexcept>
+
 #include <nlohmann/json.hpp>
 
 namespace tmap {
@@ -64,7 +66,52 @@ nlohmann::json to_json(const Compute& c) {
     j["iterators"].push_back({{"name", it.name},
                               {"extent", it.extent},
                               {"kind", it.kind == IterKind::kSpatial ? "spatial" : "reduction"}});
+  auto access = [](const Access& a) {
+    nlohmann::json indices = nlohmann::json::array();
+    for (const auto& idx : a.indices) indices.push_back({{"constant", idx.constant}, {"terms", idx.terms}});
+    return nlohmann::json{{"tensor", a.tensor}, {"indices", indices}};
+  };
+  j["update"] = c.update == UpdateKind::kAccumulate ? "+=" : "=";
+  j["output"] = access(c.output);
+  j["inputs"] = nlohmann::json::array();
+  for (const auto& in : c.inputs) j["inputs"].push_back(access(in));
   return j;
+}
+
+Compute compute_from_json(const nlohmann::json& j, const std::string& what) {
+  try {
+    Compute c;
+    c.name = j.at("name").get<std::string>();
+    for (const auto& [k, v] : j.at("params").items()) c.params.emplace_back(k, v.get<std::int64_t>());
+    for (const auto& t : j.at("tensors")) {
+      auto dtype = parse_dtype(t.at("dtype").get<std::string>());
+      if (!dtype) throw std::runtime_error("unknown dtype " + t.at("dtype").get<std::string>());
+      c.tensors.push_back({t.at("name").get<std::string>(), t.at("shape").get<std::vector<std::int64_t>>(), *dtype});
+    }
+    for (const auto& it : j.at("iterators"))
+      c.iters.push_back({it.at("name").get<std::string>(), it.at("extent").get<std::int64_t>(),
+                         it.at("kind").get<std::string>() == "spatial" ? IterKind::kSpatial : IterKind::kReduction});
+    auto access = [&](const nlohmann::json& a) {
+      Access out;
+      out.tensor = a.at("tensor").get<int>();
+      if (out.tensor < 0 || out.tensor >= static_cast<int>(c.tensors.size())) throw std::runtime_error("bad tensor index");
+      for (const auto& idx : a.at("indices")) {
+        AffineExpr e{idx.at("constant").get<std::int64_t>(), idx.at("terms").get<std::vector<std::pair<int, std::int64_t>>>()};
+        for (const auto& [it, coef] : e.terms)
+          if (it < 0 || it >= static_cast<int>(c.iters.size())) throw std::runtime_error("bad iterator index");
+        out.indices.push_back(std::move(e));
+      }
+      if (out.indices.size() != c.tensors[out.tensor].shape.size()) throw std::runtime_error("rank mismatch");
+      return out;
+    };
+    c.update = j.at("update").get<std::string>() == "+=" ? UpdateKind::kAccumulate : UpdateKind::kAssign;
+    c.output = access(j.at("output"));
+    for (const auto& in : j.at("inputs")) c.inputs.push_back(access(in));
+    return c;
+  } catch (const std::exception& e) {
+    throw UserError(format_diagnostic(SourceLoc::whole(what), std::string("malformed compute description: ") + e.what(),
+                                      "it must be a document written by tmap (to_json of a compute)"));
+  }
 }
 
 }  // namespace tmap

@@ -66,7 +66,11 @@ struct Compute {
 };
 
 /// A plain JSON description: name, statement, params, tensors (name, shape, dtype), iterators
-/// (name, extent, kind).
+/// (name, extent, kind), and the accesses with their affine indices (enough to rebuild it).
 nlohmann::json to_json(const Compute& c);
+
+/// Rebuilds a compute from to_json()'s document (logs, the measurement worker). Malformed
+/// documents are user errors that name `what`.
+Compute compute_from_json(const nlohmann::json& j, const std::string& what);
 
 }  // namespace tmap

@@ -56,17 +56,23 @@ struct TimingOptions {
   double min_total_ms = 20;  ///< Repeat until both this time and min_repeats are reached.
 };
 
+/// Where a candidate failed: loading the binary, launching it, or while it ran (a fault, after
+/// which the CUDA context is unusable).
+enum class FailureKind { kNone, kLoad, kLaunch, kRuntime };
+
 struct KernelRun {
   bool ok = false;
-  std::string error;     ///< Load, launch or run failure (CUDA's name and message).
+  FailureKind failure = FailureKind::kNone;
+  std::string error;     ///< CUDA's error name and message.
   double rel_l2 = 0;
   double median_us = 0;
   std::vector<double> times_us;
 };
 
-/// Runs candidate `k` of GEMM `g` on the workspace: poisons the output, launches once, checks
-/// against `reference`, then times it.
-KernelRun run_candidate(Workspace& ws, const std::vector<double>& reference, const ImplicitGemm& g,
+/// Runs candidate `k` on the workspace, with tensors `a_tensor` and `b_tensor` (indices into
+/// Compute::tensors) as its first two arguments and the output as its third: poisons the
+/// output, launches once, checks against `reference` (skipped when empty), then times it.
+KernelRun run_candidate(Workspace& ws, const std::vector<double>& reference, int a_tensor, int b_tensor,
                         const KernelSource& k, const std::vector<char>& cubin, const TimingOptions& timing = {});
 
 }  // namespace tmap

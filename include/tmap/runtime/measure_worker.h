@@ -1,0 +1,78 @@
+// Isolated measurement: candidates run in a worker process (`tmap worker`), one JSON line per
+// request and per result over pipes. A kernel that faults, fails to launch or hangs past the
+// timeout becomes an error result for that candidate; the worker is restarted and the next
+// candidate runs. The parent never loses what it recorded.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <sys/types.h>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tmap/runtime/kernel_runner.h"
+
+namespace tmap {
+
+/// One compiled candidate to measure.
+struct MeasureRequest {
+  nlohmann::json compute;       ///< to_json(Compute): the worker rebuilds tensors and reference.
+  std::string kernel_name;
+  std::string cubin_path;       ///< The compiled binary, written by the parent.
+  std::array<std::int64_t, 3> grid{1, 1, 1};
+  int threads = 0;
+  std::int64_t shared_bytes = 0;
+  int a_tensor = 0, b_tensor = 1;  ///< Tensors passed as the kernel's first two arguments.
+  bool verify = true;
+  double tolerance = 1e-2;
+  TimingOptions timing;
+  std::uint64_t seed = 1;       ///< Inputs are drawn once per compute and seed in a worker.
+};
+
+enum class MeasureStatus { kOk, kWrongResult, kLoadError, kLaunchError, kRuntimeError, kTimeout, kWorkerError };
+const char* status_name(MeasureStatus s);  ///< "ok", "wrong_result", "launch_error", ...
+
+struct MeasureResult {
+  MeasureStatus status = MeasureStatus::kWorkerError;
+  std::string message;
+  double rel_l2 = 0;
+  double median_us = 0;
+  std::vector<double> times_us;
+};
+
+nlohmann::json to_json(const MeasureRequest& r);
+MeasureRequest request_from_json(const nlohmann::json& j);
+nlohmann::json to_json(const MeasureResult& r);
+MeasureResult result_from_json(const nlohmann::json& j);
+
+/// The parent's side: starts `binary worker` on first use and after any failure.
+class MeasureWorker {
+ public:
+  MeasureWorker(std::string binary, double timeout_seconds);
+  ~MeasureWorker();
+  MeasureWorker(const MeasureWorker&) = delete;
+  MeasureWorker& operator=(const MeasureWorker&) = delete;
+
+  MeasureResult measure(const MeasureRequest& request);
+  int restarts() const { return starts_ > 0 ? starts_ - 1 : 0; }
+
+ private:
+  void start();
+  void stop(bool kill_now);
+
+  std::string binary_;
+  double timeout_;
+  pid_t pid_ = -1;
+  int to_child_ = -1, from_child_ = -1;
+  std::string pending_;  ///< Bytes read past the last line.
+  int starts_ = 0;
+};
+
+/// The worker's loop: reads requests from `in`, writes results to `out`, until end of input.
+/// Exits (returns 3) after a failure that may have corrupted the CUDA context.
+int run_measure_worker(std::FILE* in, std::FILE* out);
+
+}  // namespace tmap

@@ -1,0 +1,237 @@
+#include "tmap/runtime/measure_worker.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <memory>
+
+#include "tmap/runtime/nvrtc_compiler.h"
+#include "tmap/runtime/device.h"
+
+namespace tmap {
+
+const char* status_name(MeasureStatus s) {
+  switch (s) {
+    case MeasureStatus::kOk: return "ok";
+    case MeasureStatus::kWrongResult: return "wrong_result";
+    case MeasureStatus::kLoadError: return "load_error";
+    case MeasureStatus::kLaunchError: return "launch_error";
+    case MeasureStatus::kRuntimeError: return "runtime_error";
+    case MeasureStatus::kTimeout: return "timeout";
+    case MeasureStatus::kWorkerError: return "worker_error";
+  }
+  return "unknown";
+}
+
+nlohmann::json to_json(const MeasureRequest& r) {
+  return {{"compute", r.compute},       {"kernel", r.kernel_name},   {"cubin", r.cubin_path},
+          {"grid", r.grid},             {"threads", r.threads},      {"shared_bytes", r.shared_bytes},
+          {"a_tensor", r.a_tensor},     {"b_tensor", r.b_tensor},    {"verify", r.verify},
+          {"tolerance", r.tolerance},   {"warmup", r.timing.warmup}, {"min_repeats", r.timing.min_repeats},
+          {"min_total_ms", r.timing.min_total_ms}, {"seed", r.seed}};
+}
+
+MeasureRequest request_from_json(const nlohmann::json& j) {
+  MeasureRequest r;
+  r.compute = j.at("compute");
+  r.kernel_name = j.at("kernel");
+  r.cubin_path = j.at("cubin");
+  r.grid = j.at("grid");
+  r.threads = j.at("threads");
+  r.shared_bytes = j.at("shared_bytes");
+  r.a_tensor = j.at("a_tensor");
+  r.b_tensor = j.at("b_tensor");
+  r.verify = j.at("verify");
+  r.tolerance = j.at("tolerance");
+  r.timing = {j.at("warmup"), j.at("min_repeats"), j.at("min_total_ms")};
+  r.seed = j.at("seed");
+  return r;
+}
+
+nlohmann::json to_json(const MeasureResult& r) {
+  return {{"status", status_name(r.status)}, {"message", r.message}, {"rel_l2", r.rel_l2},
+          {"median_us", r.median_us},        {"times_us", r.times_us}};
+}
+
+MeasureResult result_from_json(const nlohmann::json& j) {
+  MeasureResult r;
+  const std::string s = j.at("status");
+  for (auto st : {MeasureStatus::kOk, MeasureStatus::kWrongResult, MeasureStatus::kLoadError, MeasureStatus::kLaunchError,
+                  MeasureStatus::kRuntimeError, MeasureStatus::kTimeout, MeasureStatus::kWorkerError})
+    if (s == status_name(st)) r.status = st;
+  r.message = j.at("message");
+  r.rel_l2 = j.at("rel_l2").is_number() ? j.at("rel_l2").get<double>() : INFINITY;
+  r.median_us = j.at("median_us");
+  r.times_us = j.at("times_us").get<std::vector<double>>();
+  return r;
+}
+
+// ---- The worker process ------------------------------------------------------------------
+
+int run_measure_worker(std::FILE* in, std::FILE* out) {
+  // Tensors and the reference are kept per compute and seed, so candidates of one workload
+  // share inputs and the reference runs once.
+  struct Prepared {
+    std::unique_ptr<Compute> compute;
+    std::unique_ptr<Workspace> workspace;
+    std::vector<double> reference;
+  };
+  std::map<std::string, Prepared> prepared;
+  std::unique_ptr<NvrtcCompiler> compiler;
+  std::string line;
+  for (int ch; (ch = std::fgetc(in)) != EOF;) {
+    if (ch != '\n') {
+      line += static_cast<char>(ch);
+      continue;
+    }
+    MeasureResult result;
+    bool fatal = false;
+    try {
+      MeasureRequest req = request_from_json(nlohmann::json::parse(line));
+      std::string key = req.compute.dump() + "#" + std::to_string(req.seed);
+      auto it = prepared.find(key);
+      if (it == prepared.end()) {
+        Prepared p;
+        p.compute = std::make_unique<Compute>(compute_from_json(req.compute, "measure request"));
+        p.workspace = std::make_unique<Workspace>(*p.compute, req.seed);
+        if (req.verify) {
+          if (!compiler) compiler = std::make_unique<NvrtcCompiler>(query_runtime().devices.at(0).compute_capability);
+          p.reference = gpu_reference(*p.workspace, *compiler);
+        }
+        it = prepared.emplace(key, std::move(p)).first;
+      }
+      std::ifstream bin(req.cubin_path, std::ios::binary);
+      std::vector<char> cubin((std::istreambuf_iterator<char>(bin)), std::istreambuf_iterator<char>());
+      KernelSource k;
+      k.name = req.kernel_name;
+      k.grid = req.grid;
+      k.threads = req.threads;
+      k.shared_bytes = req.shared_bytes;
+      KernelRun run = run_candidate(*it->second.workspace, req.verify ? it->second.reference : std::vector<double>{},
+                                    req.a_tensor, req.b_tensor, k, cubin, req.timing);
+      result.rel_l2 = run.rel_l2;
+      result.median_us = run.median_us;
+      result.times_us = run.times_us;
+      result.message = run.error;
+      switch (run.failure) {
+        case FailureKind::kNone:
+          result.status = req.verify && !(run.rel_l2 <= req.tolerance) ? MeasureStatus::kWrongResult : MeasureStatus::kOk;
+          if (result.status == MeasureStatus::kWrongResult)
+            result.message = "relative L2 error " + std::to_string(run.rel_l2) + " over tolerance " + std::to_string(req.tolerance);
+          break;
+        case FailureKind::kLoad: result.status = MeasureStatus::kLoadError; break;
+        case FailureKind::kLaunch: result.status = MeasureStatus::kLaunchError; break;
+        case FailureKind::kRuntime: result.status = MeasureStatus::kRuntimeError; break;
+      }
+      fatal = run.failure != FailureKind::kNone;
+    } catch (const std::exception& e) {
+      result.status = MeasureStatus::kWorkerError;
+      result.message = e.what();
+      fatal = true;
+    }
+    std::string text = to_json(result).dump() + "\n";
+    std::fwrite(text.data(), 1, text.size(), out);
+    std::fflush(out);
+    line.clear();
+    if (fatal) return 3;  // the CUDA context may be corrupt: let the parent start a fresh worker
+  }
+  return 0;
+}
+
+// ---- The parent's side -------------------------------------------------------------------
+
+MeasureWorker::MeasureWorker(std::string binary, double timeout_seconds)
+    : binary_(std::move(binary)), timeout_(timeout_seconds) {}
+
+MeasureWorker::~MeasureWorker() { stop(false); }
+
+void MeasureWorker::start() {
+  int to[2], from[2];
+  if (pipe2(to, O_CLOEXEC) != 0 || pipe2(from, O_CLOEXEC) != 0)
+    throw std::runtime_error(std::string("pipe2: ") + std::strerror(errno));
+  pid_t pid = fork();
+  if (pid < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
+  if (pid == 0) {
+    dup2(to[0], STDIN_FILENO);
+    dup2(from[1], STDOUT_FILENO);
+    execl(binary_.c_str(), binary_.c_str(), "worker", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(to[0]);
+  close(from[1]);
+  pid_ = pid;
+  to_child_ = to[1];
+  from_child_ = from[0];
+  pending_.clear();
+  ++starts_;
+}
+
+void MeasureWorker::stop(bool kill_now) {
+  if (pid_ < 0) return;
+  if (to_child_ >= 0) close(to_child_);  // end of input: a healthy worker exits
+  if (kill_now) kill(pid_, SIGKILL);
+  int status = 0;
+  waitpid(pid_, &status, 0);
+  if (from_child_ >= 0) close(from_child_);
+  pid_ = -1;
+  to_child_ = from_child_ = -1;
+}
+
+MeasureResult MeasureWorker::measure(const MeasureRequest& request) {
+  if (pid_ < 0) start();
+  MeasureResult failure;
+  std::string line = to_json(request).dump() + "\n";
+  signal(SIGPIPE, SIG_IGN);
+  if (write(to_child_, line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
+    stop(true);
+    failure.status = MeasureStatus::kWorkerError;
+    failure.message = "the worker did not take the request (it exited)";
+    return failure;
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_);
+  for (;;) {
+    if (auto nl = pending_.find('\n'); nl != std::string::npos) {
+      std::string reply = pending_.substr(0, nl);
+      pending_.erase(0, nl + 1);
+      MeasureResult r = result_from_json(nlohmann::json::parse(reply));
+      if (r.status != MeasureStatus::kOk && r.status != MeasureStatus::kWrongResult) stop(false);
+      return r;
+    }
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
+    if (left <= 0) {
+      stop(true);
+      failure.status = MeasureStatus::kTimeout;
+      failure.message = "no result within " + std::to_string(timeout_) + " s; the worker was killed";
+      return failure;
+    }
+    pollfd fd{from_child_, POLLIN, 0};
+    int ready = poll(&fd, 1, static_cast<int>(left));
+    if (ready <= 0) continue;
+    char buf[4096];
+    ssize_t n = read(from_child_, buf, sizeof buf);
+    if (n <= 0) {
+      int status = 0;
+      close(to_child_);
+      to_child_ = -1;
+      waitpid(pid_, &status, 0);
+      close(from_child_);
+      from_child_ = -1;
+      pid_ = -1;
+      failure.status = MeasureStatus::kWorkerError;
+      failure.message = WIFSIGNALED(status) ? "the worker was killed by signal " + std::to_string(WTERMSIG(status))
+                                            : "the worker exited with status " + std::to_string(WEXITSTATUS(status));
+      return failure;
+    }
+    pending_.append(buf, static_cast<std::size_t>(n));
+  }
+}
+
+}  // namespace tmap
