@@ -6,6 +6,7 @@
 #include <iostream>
 #include <memory>
 #include <thread>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -131,6 +132,23 @@ TEST(Codegen, EveryMappingCompilesWithNvrtc) {
       jobs.push_back({hw + " " + op, emit_wmma_kernel(g, p)});
     }
   }
+  // Split-K: partial sums and the reduce kernel, for a float, a half and a double accumulator.
+  for (const auto& [op, hw_name, split] : std::vector<std::tuple<std::string, std::string, int>>{
+           {"conv2d", "wmma_fp16_fp32", 4}, {"gemm", "wmma_fp16_fp32", 2}}) {
+    keep.push_back(std::make_unique<Compute>(build_compute(builtin_op(op))));
+    const HwAbstraction& h = find_hw(shipped(), hw_name);
+    MatchReport r = match_compute(*keep.back(), {h}, Enumeration::kAll);
+    for (const Mapping* map : {&r.matches[0].mappings.front(), &r.matches[0].mappings.back()}) {
+      ImplicitGemm g = make_implicit_gemm(*keep.back(), h, r.matches[0], *map);
+      ScheduleParams p = default_schedule(g, DeviceLimits::for_arch(80));
+      p.split_k = split;
+      ASSERT_TRUE(validate(g, p, DeviceLimits::for_arch(80)).empty());
+      KernelSource k = emit_wmma_kernel(g, p);
+      EXPECT_FALSE(k.reduce_name.empty());
+      EXPECT_EQ(k.workspace_bytes, split * g.batch * g.M * g.N * 4);
+      jobs.push_back({op + " split_k " + std::to_string(split), k});
+    }
+  }
   std::vector<std::string> failures = compile_all(jobs);
   EXPECT_TRUE(failures.empty()) << failures.size() << " of " << jobs.size() * 2 << " failed; first:\n"
                                 << (failures.empty() ? "" : failures.front());
@@ -169,6 +187,8 @@ TEST(Schedule, EveryValidationReasonHasACase) {
        ScheduleError::kSharedMemoryExceeded},
       {"stages", with([](ScheduleParams& p) { p.stages = 3; }), ScheduleError::kBadStages},
       {"row alignment", with([](ScheduleParams& p) { p.smem_pad = 3; }), ScheduleError::kMisalignedRows},
+      {"split_k zero", with([](ScheduleParams& p) { p.split_k = 0; }), ScheduleError::kBadSplitK},
+      {"split_k over steps", with([](ScheduleParams& p) { p.split_k = 33; }), ScheduleError::kBadSplitK},  // K 1024 / 32
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name);
@@ -177,6 +197,11 @@ TEST(Schedule, EveryValidationReasonHasACase) {
     EXPECT_EQ(issues[0].error, c.error) << message(issues[0].error) << ": " << issues[0].detail;
     EXPECT_FALSE(message(c.error).empty());
   }
+  Compute tall = build_compute(builtin_op("gemm"), parse_param_overrides({"M=4194304", "N=16", "K=16"}));
+  MatchReport tr = match_compute(tall, {hw}, Enumeration::kAll);
+  auto grid_issues = validate(make_implicit_gemm(tall, hw, tr.matches[0], tr.matches[0].mappings[0]), ScheduleParams{}, limits);
+  ASSERT_FALSE(grid_issues.empty());
+  EXPECT_EQ(grid_issues[0].error, ScheduleError::kGridTooLarge) << grid_issues[0].detail;
   ImplicitGemm narrow = make_implicit_gemm(c, hw, nnn32x8, nnn32x8.mappings[0]);
   auto issues = validate(narrow, with([](ScheduleParams& p) { p.warp_n = 16; p.block_n = 32; }), limits);
   ASSERT_FALSE(issues.empty());

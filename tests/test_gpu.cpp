@@ -156,6 +156,39 @@ TEST(Gpu, ResNet18LayersDefaultSchedule) {
       }
 }
 
+TEST(Gpu, SplitKIsCorrect) {
+  if (!have_gpu()) GTEST_SKIP() << "no GPU: " << query_runtime().status;
+  auto with_split = [](GpuCase gc, int split) {
+    gc.p.split_k = split;
+    gc.label += " split_k " + std::to_string(split);
+    return gc;
+  };
+  std::uint64_t seed = 300;
+  {
+    Compute c = build_compute(builtin_op("gemm"), parse_param_overrides({"M=17", "N=33", "K=65"}));
+    GpuCase base = full_mapping(c, "wmma_fp16_fp32", "gemm 17x33x65", 1e-2);
+    run_cases(c, {with_split(base, 2), with_split(base, 3)}, seed++);
+  }
+  {
+    Compute c = build_compute(builtin_op("conv2d"));  // ResNet-18 layer 5
+    GpuCase full = full_mapping(c, "wmma_fp16_fp32", "conv2d", 1e-2);
+    // Mapping 0 fuses only c into k: r and s are serial loops, split across blocks too.
+    const HwAbstraction& hw = find_hw(shipped(), "wmma_fp16_fp32");
+    static MatchReport r = match_compute(c, {hw}, Enumeration::kAll);
+    ImplicitGemm serial = make_implicit_gemm(c, hw, r.matches[0], r.matches[0].mappings[0]);
+    GpuCase serial_case{"conv2d mapping 0 (serial r, s)", serial, default_schedule(serial, DeviceLimits::for_arch(90)), 1e-2};
+    run_cases(c, {with_split(full, 4), with_split(full, 36), with_split(serial_case, 5)}, seed++);
+  }
+  for (const auto& [hw, in_t, out_t, tol] : std::vector<std::tuple<std::string, std::string, std::string, double>>{
+           {"wmma_fp16_fp16", "float16", "float16", 1e-2}, {"wmma_fp64_fp64", "float64", "float64", 1e-9}}) {
+    SourceText src("<gemm>", builtin_op_source("gemm"));
+    ComputeDef def = parse_compute_json(src, "gemm");
+    for (auto& t : def.tensors) t.dtype = *parse_dtype(t.name == "C" ? out_t : in_t);
+    Compute c = build_compute(def, parse_param_overrides({"M=200", "N=100", "K=300"}));
+    run_cases(c, {with_split(full_mapping(c, hw, hw + " gemm", tol), 3)}, seed++);
+  }
+}
+
 TEST(Gpu, GemmShapesLayoutsAndDtypes) {
   if (!have_gpu()) GTEST_SKIP() << "no GPU: " << query_runtime().status;
   std::uint64_t seed = 200;

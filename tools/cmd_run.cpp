@@ -143,15 +143,8 @@ void register_run(CLI::App& app) {
       std::filesystem::path cubin = std::filesystem::temp_directory_path() /
                                     ("tmap_" + std::to_string(::getpid()) + "_" + kernel.name + ".cubin");
       std::ofstream(cubin, std::ios::binary).write(compiled.cubin.data(), static_cast<std::streamsize>(compiled.cubin.size()));
-      MeasureRequest req;
-      req.compute = to_json(c);
-      req.kernel_name = kernel.name;
-      req.cubin_path = cubin.string();
-      req.grid = kernel.grid;
-      req.threads = kernel.threads;
-      req.shared_bytes = kernel.shared_bytes;
-      req.a_tensor = c.inputs[g.a_input].tensor;
-      req.b_tensor = c.inputs[g.b_input].tensor;
+      MeasureRequest req = MeasureRequest::for_kernel(c, kernel, cubin.string(), c.inputs[g.a_input].tensor,
+                                                      c.inputs[g.b_input].tensor);
       req.verify = args->verify;
       req.tolerance = verification_tolerance(hw);
       req.seed = std::random_device{}();

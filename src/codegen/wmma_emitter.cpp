@@ -111,7 +111,15 @@ KernelSource emit_wmma_kernel(const ImplicitGemm& g, const ScheduleParams& p) {
                       std::to_string(g.mapping_id));
   k.threads = (p.block_m / p.warp_m) * (p.block_n / p.warp_n) * 32;
   k.shared_bytes = shared_bytes(g, p);
-  k.grid = {(g.N + p.block_n - 1) / p.block_n, (g.M + p.block_m - 1) / p.block_m, g.batch};
+  k.grid = {(g.N + p.block_n - 1) / p.block_n, (g.M + p.block_m - 1) / p.block_m, g.batch * p.split_k};
+  const bool split = p.split_k > 1;
+  // Partial sums keep at least float precision (a half accumulator's splits are summed in float).
+  const std::string tpart = g.hw->d_dtype == DType::kFloat16 ? "float" : tacc;
+  if (split) {
+    k.workspace_bytes = p.split_k * g.batch * g.M * g.N * (tpart == "double" ? 8 : 4);
+    k.reduce_name = k.name + "_reduce";
+    k.reduce_blocks = (g.batch * g.M * g.N + k.reduce_threads - 1) / k.reduce_threads;
+  }
 
   auto names = [&](const std::vector<int>& its) {
     std::string s;
@@ -139,6 +147,8 @@ KernelSource emit_wmma_kernel(const ImplicitGemm& g, const ScheduleParams& p) {
      << "constexpr int WARPS_N = BN / WN;\n"
      << "constexpr int THREADS = " << k.threads << ";\n"
      << "constexpr int STAGES = " << p.stages << ";\n"
+     << "constexpr int SPLIT_K = " << p.split_k << ";  // reduction splits (grid z = batch x SPLIT_K)\n"
+     << "constexpr int BATCH = " << g.batch << ";\n"
      << "// Shared tiles: A " << (a_row ? "[BM][BK + pad] row-major" : "[BK][BM + pad] column-major") << ", B "
      << (b_row ? "[BK][BN + pad] row-major" : "[BN][BK + pad] column-major") << ", D "
      << (c_row ? "[BM][BN + pad] row-major" : "[BN][BM + pad] column-major") << "\n"
@@ -186,11 +196,12 @@ KernelSource emit_wmma_kernel(const ImplicitGemm& g, const ScheduleParams& p) {
   const bool tf32 = g.hw->a_dtype == DType::kTFloat32;
   os << "extern \"C\" __global__ void __launch_bounds__(THREADS)\n"
      << k.name << "(const " << ta << "* __restrict__ a_src, const " << tb << "* __restrict__ b_src, " << tacc
-     << "* __restrict__ out) {\n"
+     << "* __restrict__ out, " << tpart << "* __restrict__ partial) {\n"
      << "  extern __shared__ __align__(128) unsigned char smem[];\n"
      << "  " << ta << "* As = reinterpret_cast<" << ta << "*>(smem);                  // [STAGES][A_TILE]\n"
      << "  " << tb << "* Bs = reinterpret_cast<" << tb << "*>(smem + STAGES * A_BYTES);  // [STAGES][B_TILE]\n"
-     << "  const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN, z = blockIdx.z;\n"
+     << "  const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;\n"
+     << "  const int z = blockIdx.z / SPLIT_K, split = blockIdx.z % SPLIT_K;\n"
      << "  const int warp = threadIdx.x / 32;\n"
      << "  const int wm0 = (warp / WARPS_N) * WM, wn0 = (warp % WARPS_N) * WN;  // warp tile origin in the block\n\n"
      << "  wmma::fragment<wmma::accumulator, IM, IN, IK, " << tacc << "> acc[FM][FN];  // (FM x FN) fragments of IM x IN\n"
@@ -198,6 +209,8 @@ KernelSource emit_wmma_kernel(const ImplicitGemm& g, const ScheduleParams& p) {
      << "(0.0f));\n\n"
      << "  constexpr int K_TILES = (K + BK - 1) / BK;\n"
      << "  constexpr int STEPS = SERIAL * K_TILES;  // serial reduction points x K tiles\n"
+     << "  // This block's share of the steps: [first, last).\n"
+     << "  const int first = (int)((long long)STEPS * split / SPLIT_K), last = (int)((long long)STEPS * (split + 1) / SPLIT_K);\n"
      << "  // Gathers step `step` of the reduction into shared buffer `buf`.\n"
      << "  auto load_tiles = [&](int step, int buf) {\n"
      << "    const int s = step / K_TILES, k0 = (step % K_TILES) * BK;\n"
@@ -235,12 +248,12 @@ KernelSource emit_wmma_kernel(const ImplicitGemm& g, const ScheduleParams& p) {
      << "    }\n  };\n\n";
   if (p.stages == 2) {
     os << "  // Double buffering: gather step + 1 into the other buffer while step is multiplied.\n"
-       << "  load_tiles(0, 0);\n  __syncthreads();\n"
-       << "  for (int step = 0; step < STEPS; ++step) {\n"
-       << "    if (step + 1 < STEPS) load_tiles(step + 1, (step + 1) & 1);\n"
+       << "  load_tiles(first, first & 1);\n  __syncthreads();\n"
+       << "  for (int step = first; step < last; ++step) {\n"
+       << "    if (step + 1 < last) load_tiles(step + 1, (step + 1) & 1);\n"
        << "    compute(step & 1);\n    __syncthreads();\n  }\n\n";
   } else {
-    os << "  for (int step = 0; step < STEPS; ++step) {\n"
+    os << "  for (int step = first; step < last; ++step) {\n"
        << "    load_tiles(step, 0);\n    __syncthreads();\n    compute(0);\n    __syncthreads();\n  }\n\n";
   }
   os << "  // Epilogue: fragments to shared memory, then scattered to the output.\n"
@@ -251,9 +264,26 @@ KernelSource emit_wmma_kernel(const ImplicitGemm& g, const ScheduleParams& p) {
      << ", acc[i][j], C_LD, wmma::" << (c_row ? "mem_row_major" : "mem_col_major") << ");\n"
      << "  __syncthreads();\n"
      << "  for (int e = threadIdx.x; e < BM * BN; e += THREADS) {\n"
-     << (c_row ? "    const int mm = e / BN, nn = e % BN;\n    store_d(out, m0 + mm, n0 + nn, z, Cs[mm * C_LD + nn]);\n"
-               : "    const int nn = e / BM, mm = e % BM;\n    store_d(out, m0 + mm, n0 + nn, z, Cs[nn * C_LD + mm]);\n")
-     << "  }\n}\n";
+     << (c_row ? "    const int mm = e / BN, nn = e % BN;\n    const " + tacc + " value = Cs[mm * C_LD + nn];\n"
+               : "    const int nn = e / BM, mm = e % BM;\n    const " + tacc + " value = Cs[nn * C_LD + mm];\n");
+  if (split)
+    os << "    // Partial sum of this split: partial[split][z][m][n], summed by the reduce kernel.\n"
+       << "    const int m = m0 + mm, n = n0 + nn;\n"
+       << "    if (m < M && n < N) partial[((long long)(split * BATCH + z) * M + m) * N + n] = (" << tpart << ")value;\n";
+  else
+    os << "    store_d(out, m0 + mm, n0 + nn, z, value);\n";
+  os << "  }\n}\n";
+  if (split)
+    os << "\n// Sums the SPLIT_K partial results of each element and scatters them to the output.\n"
+       << "extern \"C\" __global__ void " << k.reduce_name << "(const " << tpart << "* __restrict__ partial, " << tacc
+       << "* __restrict__ out) {\n"
+       << "  const long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x;\n"
+       << "  constexpr long long PLANE = (long long)BATCH * M * N;\n"
+       << "  if (e >= PLANE) return;\n"
+       << "  " << tpart << " sum = 0;\n"
+       << "  for (int s = 0; s < SPLIT_K; ++s) sum += partial[s * PLANE + e];\n"
+       << "  const int z = (int)(e / ((long long)M * N)), m = (int)(e / N % M), n = (int)(e % N);\n"
+       << "  store_d(out, m, n, z, (" << tacc << ")sum);\n}\n";
   k.code = os.str();
   return k;
 }

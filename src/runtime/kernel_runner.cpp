@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <stdexcept>
 
@@ -145,6 +146,10 @@ class LoadedKernel {
     return cudaLaunchKernel(reinterpret_cast<const void*>(kernel_), grid, dim3(static_cast<unsigned>(k.threads)), args,
                             static_cast<std::size_t>(k.shared_bytes), nullptr);
   }
+  cudaError_t launch_1d(std::int64_t blocks, int threads, void** args) const {
+    return cudaLaunchKernel(reinterpret_cast<const void*>(kernel_), dim3(static_cast<unsigned>(blocks)),
+                            dim3(static_cast<unsigned>(threads)), args, 0, nullptr);
+  }
 
  private:
   cudaLibrary_t lib_ = nullptr;
@@ -234,23 +239,34 @@ KernelRun run_candidate(Workspace& ws, const std::vector<double>& reference, int
   const Compute& c = ws.compute();
   try {
     LoadedKernel kernel(cubin, k.name, k.shared_bytes);
+    std::unique_ptr<LoadedKernel> reduce;
+    if (!k.reduce_name.empty()) reduce = std::make_unique<LoadedKernel>(cubin, k.reduce_name, 0);
     void* a = ws.device(a_tensor);
     void* b = ws.device(b_tensor);
     void* out = ws.device(c.output.tensor);
-    void* args[] = {&a, &b, &out};
+    void* workspace = nullptr;
+    if (k.workspace_bytes > 0) check(cudaMalloc(&workspace, static_cast<std::size_t>(k.workspace_bytes)), "cudaMalloc", FailureKind::kLoad);
+    std::unique_ptr<void, decltype(&cudaFree)> workspace_owner(workspace, &cudaFree);
+    void* args[] = {&a, &b, &out, &workspace};
+    void* reduce_args[] = {&workspace, &out};
+    // One run of the candidate: the main kernel, then the split-K reduction if there is one.
+    auto launch = [&](const char* what) {
+      check(kernel.launch(k, args), what, FailureKind::kLaunch);
+      if (reduce) check(reduce->launch_1d(k.reduce_blocks, k.reduce_threads, reduce_args), what, FailureKind::kLaunch);
+    };
     ws.poison_output();
-    check(kernel.launch(k, args), "launch", FailureKind::kLaunch);
+    launch("launch");
     check(cudaDeviceSynchronize(), "kernel");
     if (!reference.empty()) run.rel_l2 = relative_l2(ws.read_output(), reference);
 
     cudaEvent_t start, stop;
     check(cudaEventCreate(&start), "cudaEventCreate");
     check(cudaEventCreate(&stop), "cudaEventCreate");
-    for (int i = 0; i < timing.warmup; ++i) check(kernel.launch(k, args), "warm-up launch");
+    for (int i = 0; i < timing.warmup; ++i) launch("warm-up launch");
     double total_ms = 0;
     while (static_cast<int>(run.times_us.size()) < timing.min_repeats || total_ms < timing.min_total_ms) {
       check(cudaEventRecord(start), "cudaEventRecord");
-      check(kernel.launch(k, args), "timed launch");
+      launch("timed launch");
       check(cudaEventRecord(stop), "cudaEventRecord");
       check(cudaEventSynchronize(stop), "timed kernel");
       float ms = 0;

@@ -55,7 +55,7 @@ std::vector<Tile> tiles(const ImplicitGemm& g, const ScheduleParams& p) {
 
 nlohmann::json to_json(const ScheduleParams& p) {
   return {{"block_m", p.block_m}, {"block_n", p.block_n}, {"block_k", p.block_k}, {"warp_m", p.warp_m},
-          {"warp_n", p.warp_n},   {"stages", p.stages},   {"smem_pad", p.smem_pad}};
+          {"warp_n", p.warp_n},   {"stages", p.stages},   {"smem_pad", p.smem_pad}, {"split_k", p.split_k}};
 }
 
 ScheduleParams schedule_from_json(const nlohmann::json& j, const ScheduleParams& defaults) {
@@ -66,7 +66,7 @@ ScheduleParams schedule_from_json(const nlohmann::json& j, const ScheduleParams&
   const std::pair<const char*, int*> fields[] = {{"block_m", &p.block_m}, {"block_n", &p.block_n},
                                                  {"block_k", &p.block_k}, {"warp_m", &p.warp_m},
                                                  {"warp_n", &p.warp_n},   {"stages", &p.stages},
-                                                 {"smem_pad", &p.smem_pad}};
+                                                 {"smem_pad", &p.smem_pad}, {"split_k", &p.split_k}};
   for (const auto& [key, value] : j.items()) {
     auto it = std::find_if(std::begin(fields), std::end(fields), [&](const auto& f) { return key == f.first; });
     if (it == std::end(fields)) {
@@ -99,6 +99,8 @@ std::string_view message(ScheduleError e) {
     case ScheduleError::kMisalignedRows: return "a shared-memory row is not a multiple of 16 bytes, as WMMA requires";
     case ScheduleError::kMisalignedFragments:
       return "fragments would start at addresses not 32-byte aligned, as WMMA requires";
+    case ScheduleError::kBadSplitK: return "split_k must be between 1 and the number of reduction steps";
+    case ScheduleError::kGridTooLarge: return "the grid exceeds the device's limits";
   }
   return "unknown schedule error";
 }
@@ -123,6 +125,13 @@ std::vector<ScheduleIssue> validate(const ImplicitGemm& g, const ScheduleParams&
                                                      ", warp " + std::to_string(p.warp_m) + "x" + std::to_string(p.warp_n));
   if (p.stages != 1 && p.stages != 2) fail(ScheduleError::kBadStages, "stages = " + std::to_string(p.stages));
   if (!out.empty()) return out;  // the checks below need a well-formed tiling
+  const std::int64_t steps = g.serial * ((g.K + p.block_k - 1) / p.block_k);
+  if (p.split_k < 1 || p.split_k > steps)
+    fail(ScheduleError::kBadSplitK, "split_k = " + std::to_string(p.split_k) + " for " + std::to_string(steps) + " steps");
+  const std::int64_t grid_y = (g.M + p.block_m - 1) / p.block_m, grid_z = g.batch * std::max(1, p.split_k);
+  if (grid_y > 65535 || grid_z > 65535)
+    fail(ScheduleError::kGridTooLarge, "grid y = " + std::to_string(grid_y) + ", z = " + std::to_string(grid_z) +
+                                           " (at most 65535 each)");
   const std::int64_t threads = (p.block_m / p.warp_m) * (p.block_n / p.warp_n) * 32;
   if (threads > limits.max_threads_per_block)
     fail(ScheduleError::kTooManyThreads,

@@ -20,13 +20,19 @@
 namespace tmap {
 
 /// A generated kernel and how to launch it. Its parameters are, in order: the tensor playing
-/// operand A, the tensor playing operand B, the output (device pointers).
+/// operand A, the tensor playing operand B, the output, and a workspace (device pointers).
+/// With split-K, the main kernel writes partial sums to the workspace and a second kernel in
+/// the same source (reduce_name, parameters: workspace, output) sums them into the output.
 struct KernelSource {
   std::string name;
   std::string code;
   int threads = 0;
   std::int64_t shared_bytes = 0;
   std::array<std::int64_t, 3> grid{1, 1, 1};
+  std::int64_t workspace_bytes = 0;  ///< 0: no workspace and no reduce kernel.
+  std::string reduce_name;
+  std::int64_t reduce_blocks = 0;
+  int reduce_threads = 256;
 };
 
 /// Emits the kernel; the schedule must be valid (see validate()), else an InternalError.

@@ -19,12 +19,20 @@ namespace tmap {
 
 /// One compiled candidate to measure.
 struct MeasureRequest {
+  /// The launch of a generated kernel `k` whose binary is at `cubin_path`.
+  static MeasureRequest for_kernel(const Compute& c, const KernelSource& k, const std::string& cubin_path,
+                                   int a_tensor, int b_tensor);
+
   nlohmann::json compute;       ///< to_json(Compute): the worker rebuilds tensors and reference.
   std::string kernel_name;
   std::string cubin_path;       ///< The compiled binary, written by the parent.
   std::array<std::int64_t, 3> grid{1, 1, 1};
   int threads = 0;
   std::int64_t shared_bytes = 0;
+  std::int64_t workspace_bytes = 0;  ///< Split-K: the workspace and the reduce kernel.
+  std::string reduce_name;
+  std::int64_t reduce_blocks = 0;
+  int reduce_threads = 0;
   int a_tensor = 0, b_tensor = 1;  ///< Tensors passed as the kernel's first two arguments.
   bool verify = true;
   double tolerance = 1e-2;

@@ -18,6 +18,7 @@ struct ScheduleParams {
   int warp_m = 32, warp_n = 32;                  ///< Warp tile (a multiple of the intrinsic's m, n).
   int stages = 2;                                ///< Shared-memory buffers: 1 or 2 (double buffering).
   int smem_pad = 8;                              ///< Elements added to each shared-memory row.
+  int split_k = 1;  ///< Splits of the reduction, summed by a second kernel when > 1.
   bool operator==(const ScheduleParams&) const = default;
 };
 
@@ -41,6 +42,8 @@ enum class ScheduleError {
   kBadStages,
   kMisalignedRows,
   kMisalignedFragments,
+  kBadSplitK,
+  kGridTooLarge,
 };
 std::string_view message(ScheduleError e);
 
