@@ -19,9 +19,9 @@ namespace {
 MeasureRequest gemm_request() {
   MeasureRequest r;
   r.compute = to_json(build_compute(builtin_op("gemm"), parse_param_overrides({"M=64", "N=64", "K=64"})));
-  r.kernel_name = "k";
+  r.kernel.name = "k";
   r.cubin_path = "/nonexistent.cubin";
-  r.threads = 32;
+  r.kernel.threads = 32;
   return r;
 }
 
@@ -82,10 +82,10 @@ TEST(Worker, FaultingAndHangingKernelsAreErrorsAndTheNextCandidateRuns) {
   MeasureWorker worker(TMAP_BINARY, 10.0);
   auto request = [&](const std::string& name, const std::string& body, std::int64_t threads) {
     MeasureRequest r = gemm_request();
-    r.kernel_name = name;
+    r.kernel.name = name;
     r.cubin_path = compile_to_file(name, body);
-    r.grid = {64, 1, 1};
-    r.threads = static_cast<int>(threads);
+    r.kernel.grid = {64, 1, 1};
+    r.kernel.threads = static_cast<int>(threads);
     return r;
   };
   // Out of bounds by far: an illegal address.

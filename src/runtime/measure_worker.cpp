@@ -35,25 +35,20 @@ MeasureRequest MeasureRequest::for_kernel(const Compute& c, const KernelSource& 
                                           int a_tensor, int b_tensor) {
   MeasureRequest r;
   r.compute = to_json(c);
-  r.kernel_name = k.name;
+  r.kernel = k;
+  r.kernel.code.clear();
   r.cubin_path = cubin_path;
-  r.grid = k.grid;
-  r.threads = k.threads;
-  r.shared_bytes = k.shared_bytes;
-  r.workspace_bytes = k.workspace_bytes;
-  r.reduce_name = k.reduce_name;
-  r.reduce_blocks = k.reduce_blocks;
-  r.reduce_threads = k.reduce_threads;
   r.a_tensor = a_tensor;
   r.b_tensor = b_tensor;
   return r;
 }
 
 nlohmann::json to_json(const MeasureRequest& r) {
-  return {{"compute", r.compute},       {"kernel", r.kernel_name},   {"cubin", r.cubin_path},
-          {"grid", r.grid},             {"threads", r.threads},      {"shared_bytes", r.shared_bytes},
-          {"workspace_bytes", r.workspace_bytes}, {"reduce_kernel", r.reduce_name},
-          {"reduce_blocks", r.reduce_blocks}, {"reduce_threads", r.reduce_threads},
+  const KernelSource& k = r.kernel;
+  return {{"compute", r.compute},       {"kernel", k.name},          {"cubin", r.cubin_path},
+          {"grid", k.grid},             {"threads", k.threads},      {"shared_bytes", k.shared_bytes},
+          {"workspace_bytes", k.workspace_bytes}, {"reduce_kernel", k.reduce_name},
+          {"reduce_blocks", k.reduce_blocks}, {"reduce_threads", k.reduce_threads},
           {"a_tensor", r.a_tensor},     {"b_tensor", r.b_tensor},    {"verify", r.verify},
           {"tolerance", r.tolerance},   {"warmup", r.timing.warmup}, {"min_repeats", r.timing.min_repeats},
           {"min_total_ms", r.timing.min_total_ms}, {"seed", r.seed}};
@@ -62,15 +57,15 @@ nlohmann::json to_json(const MeasureRequest& r) {
 MeasureRequest request_from_json(const nlohmann::json& j) {
   MeasureRequest r;
   r.compute = j.at("compute");
-  r.kernel_name = j.at("kernel");
+  r.kernel.name = j.at("kernel");
   r.cubin_path = j.at("cubin");
-  r.grid = j.at("grid");
-  r.threads = j.at("threads");
-  r.shared_bytes = j.at("shared_bytes");
-  r.workspace_bytes = j.at("workspace_bytes");
-  r.reduce_name = j.at("reduce_kernel");
-  r.reduce_blocks = j.at("reduce_blocks");
-  r.reduce_threads = j.at("reduce_threads");
+  r.kernel.grid = j.at("grid");
+  r.kernel.threads = j.at("threads");
+  r.kernel.shared_bytes = j.at("shared_bytes");
+  r.kernel.workspace_bytes = j.at("workspace_bytes");
+  r.kernel.reduce_name = j.at("reduce_kernel");
+  r.kernel.reduce_blocks = j.at("reduce_blocks");
+  r.kernel.reduce_threads = j.at("reduce_threads");
   r.a_tensor = j.at("a_tensor");
   r.b_tensor = j.at("b_tensor");
   r.verify = j.at("verify");
@@ -134,17 +129,8 @@ int run_measure_worker(std::FILE* in, std::FILE* out) {
       }
       std::ifstream bin(req.cubin_path, std::ios::binary);
       std::vector<char> cubin((std::istreambuf_iterator<char>(bin)), std::istreambuf_iterator<char>());
-      KernelSource k;
-      k.name = req.kernel_name;
-      k.grid = req.grid;
-      k.threads = req.threads;
-      k.shared_bytes = req.shared_bytes;
-      k.workspace_bytes = req.workspace_bytes;
-      k.reduce_name = req.reduce_name;
-      k.reduce_blocks = req.reduce_blocks;
-      k.reduce_threads = req.reduce_threads;
       KernelRun run = run_candidate(*it->second.workspace, req.verify ? it->second.reference : std::vector<double>{},
-                                    req.a_tensor, req.b_tensor, k, cubin, req.timing);
+                                    req.a_tensor, req.b_tensor, req.kernel, cubin, req.timing);
       result.rel_l2 = run.rel_l2;
       result.median_us = run.median_us;
       result.times_us = run.times_us;

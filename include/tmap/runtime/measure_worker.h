@@ -24,15 +24,8 @@ struct MeasureRequest {
                                    int a_tensor, int b_tensor);
 
   nlohmann::json compute;       ///< to_json(Compute): the worker rebuilds tensors and reference.
-  std::string kernel_name;
+  KernelSource kernel;          ///< Names and launch configuration (the code is not sent).
   std::string cubin_path;       ///< The compiled binary, written by the parent.
-  std::array<std::int64_t, 3> grid{1, 1, 1};
-  int threads = 0;
-  std::int64_t shared_bytes = 0;
-  std::int64_t workspace_bytes = 0;  ///< Split-K: the workspace and the reduce kernel.
-  std::string reduce_name;
-  std::int64_t reduce_blocks = 0;
-  int reduce_threads = 0;
   int a_tensor = 0, b_tensor = 1;  ///< Tensors passed as the kernel's first two arguments.
   bool verify = true;
   double tolerance = 1e-2;
