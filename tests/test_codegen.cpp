@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <filesystem>
+#include <unistd.h>
 #include <iostream>
 #include <memory>
 #include <thread>
@@ -33,23 +35,19 @@ struct Job {
 
 /// Compiles every job for both architectures on all cores; returns the failures.
 std::vector<std::string> compile_all(const std::vector<Job>& jobs) {
-  NvrtcCompiler sm80(80), sm90(90);
-  std::vector<std::string> failures(jobs.size() * 2);
-  std::atomic<std::size_t> next{0};
-  auto worker = [&] {
-    for (std::size_t i; (i = next++) < jobs.size() * 2;) {
-      NvrtcCompiler& compiler = i % 2 ? sm90 : sm80;
-      const Job& job = jobs[i / 2];
-      CompileResult r = compiler.compile(job.kernel.code, job.kernel.name);
-      if (!r.ok) failures[i] = job.label + " sm_" + std::to_string(compiler.compute_capability()) + ":\n" + r.log;
-    }
-  };
-  std::vector<std::thread> pool;
-  for (unsigned t = 0; t < std::max(2u, std::thread::hardware_concurrency()); ++t) pool.emplace_back(worker);
-  for (auto& t : pool) t.join();
+  std::vector<CompileJob> sources;
+  for (const auto& j : jobs) sources.push_back({j.kernel.name, j.kernel.code});
   std::vector<std::string> out;
-  for (auto& f : failures)
-    if (!f.empty()) out.push_back(f);
+  for (int cc : {80, 90}) {
+    NvrtcCompiler compiler(cc);
+    std::vector<CompileResult> results = compile_parallel(compiler, sources);
+    double total = 0;
+    for (std::size_t i = 0; i < results.size(); ++i) {
+      total += results[i].seconds;
+      if (!results[i].ok) out.push_back(jobs[i].label + " sm_" + std::to_string(cc) + ":\n" + results[i].log);
+    }
+    std::cout << "sm_" << cc << ": " << results.size() << " kernels, " << total / results.size() << " s each on average\n";
+  }
   return out;
 }
 
@@ -249,6 +247,20 @@ TEST(Codegen, CompileErrorsKeepNvrtcsLog) {
   CompileResult again = compiler.compile("extern \"C\" __global__ void k(float* x) { x[0] = 1; }", "good");
   EXPECT_TRUE(again.cached);
   EXPECT_EQ(again.cubin, good.cubin);
+}
+
+TEST(Codegen, DiskCacheServesASecondCompiler) {
+  std::filesystem::path dir = std::filesystem::temp_directory_path() / ("tmap_cache_" + std::to_string(::getpid()));
+  const std::string src = "extern \"C\" __global__ void k(int* x) { x[threadIdx.x] = 7; }";
+  CompileResult first = NvrtcCompiler(90, dir.string()).compile(src, "disk");
+  ASSERT_TRUE(first.ok) << first.log;
+  EXPECT_FALSE(first.cached);
+  CompileResult second = NvrtcCompiler(90, dir.string()).compile(src, "disk");  // a new process would do the same
+  EXPECT_TRUE(second.cached);
+  EXPECT_EQ(second.cubin, first.cubin);
+  CompileResult other_arch = NvrtcCompiler(80, dir.string()).compile(src, "disk");
+  EXPECT_FALSE(other_arch.cached);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

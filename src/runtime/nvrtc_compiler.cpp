@@ -1,6 +1,11 @@
 #include "tmap/runtime/nvrtc_compiler.h"
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <fstream>
+#include <iterator>
+#include <thread>
 #include <cstdlib>
 #include <filesystem>
 
@@ -27,7 +32,8 @@ std::string cuda_include_dir() {
   return TMAP_CUDA_INCLUDE_DIR;
 }
 
-NvrtcCompiler::NvrtcCompiler(int compute_capability) : cc_(compute_capability) {
+NvrtcCompiler::NvrtcCompiler(int compute_capability, std::string cache_dir)
+    : cc_(compute_capability), cache_dir_(std::move(cache_dir)) {
   options_ = {"--gpu-architecture=sm_" + std::to_string(cc_), "--std=c++17", "-I" + cuda_include_dir(),
               "-default-device"};
 }
@@ -43,6 +49,24 @@ CompileResult NvrtcCompiler::compile(const std::string& source, const std::strin
       r.cached = true;
       r.seconds = 0;
       return r;
+    }
+  }
+  // The disk cache: a file named by the hash of options and source, holding the cubin.
+  std::filesystem::path cached_file;
+  if (!cache_dir_.empty()) {
+    cached_file = std::filesystem::path(cache_dir_) /
+                  (name + "_" + std::to_string(std::hash<std::string>{}(key)) + ".sm_" + std::to_string(cc_) + ".cubin");
+    std::ifstream in(cached_file, std::ios::binary);
+    if (in) {
+      CompileResult r;
+      r.cubin.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+      r.ok = !r.cubin.empty();
+      r.cached = true;
+      if (r.ok) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        cache_.emplace(key, std::make_shared<const CompileResult>(r));
+        return r;
+      }
     }
   }
   auto start = std::chrono::steady_clock::now();
@@ -74,9 +98,32 @@ CompileResult NvrtcCompiler::compile(const std::string& source, const std::strin
   }
   nvrtcDestroyProgram(&prog);
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (r.ok && !cached_file.empty()) {
+    // Written to a temporary name and renamed, so a concurrent reader never sees half a file.
+    std::error_code ec;
+    std::filesystem::create_directories(cache_dir_, ec);
+    std::filesystem::path tmp = cached_file.string() + ".tmp" + std::to_string(std::hash<std::thread::id>{}(std::this_thread::get_id()));
+    std::ofstream(tmp, std::ios::binary).write(r.cubin.data(), static_cast<std::streamsize>(r.cubin.size()));
+    std::filesystem::rename(tmp, cached_file, ec);
+  }
   std::lock_guard<std::mutex> lock(mutex_);
   cache_.emplace(key, std::make_shared<const CompileResult>(r));
   return r;
+}
+
+std::vector<CompileResult> compile_parallel(NvrtcCompiler& compiler, const std::vector<CompileJob>& jobs,
+                                            unsigned threads) {
+  std::vector<CompileResult> results(jobs.size());
+  std::atomic<std::size_t> next{0};
+  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  threads = std::min<unsigned>(threads, static_cast<unsigned>(std::max<std::size_t>(1, jobs.size())));
+  auto worker = [&] {
+    for (std::size_t i; (i = next++) < jobs.size();) results[i] = compiler.compile(jobs[i].source, jobs[i].name);
+  };
+  std::vector<std::thread> pool;
+  for (unsigned t = 0; t < threads; ++t) pool.emplace_back(worker);
+  for (auto& t : pool) t.join();
+  return results;
 }
 
 }  // namespace tmap

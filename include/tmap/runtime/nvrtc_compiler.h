@@ -29,15 +29,29 @@ std::string cuda_include_dir();
 /// source and options. Thread-safe: compile from a pool of threads.
 class NvrtcCompiler {
  public:
-  explicit NvrtcCompiler(int compute_capability);
+  /// With a `cache_dir`, binaries are also kept on disk (one file per source and options hash)
+  /// and reused across runs.
+  explicit NvrtcCompiler(int compute_capability, std::string cache_dir = {});
   CompileResult compile(const std::string& source, const std::string& name);
   int compute_capability() const { return cc_; }
 
  private:
   int cc_;
+  std::string cache_dir_;
   std::vector<std::string> options_;
   std::mutex mutex_;
   std::map<std::string, std::shared_ptr<const CompileResult>> cache_;
 };
+
+/// A source to compile and the name NVRTC reports it under.
+struct CompileJob {
+  std::string name;
+  std::string source;
+};
+
+/// Compiles every job on `threads` threads (0: all cores); results in job order, each with its
+/// own compile time.
+std::vector<CompileResult> compile_parallel(NvrtcCompiler& compiler, const std::vector<CompileJob>& jobs,
+                                            unsigned threads = 0);
 
 }  // namespace tmap
