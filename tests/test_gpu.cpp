@@ -189,6 +189,30 @@ TEST(Gpu, SplitKIsCorrect) {
   }
 }
 
+TEST(Gpu, TimingModes) {
+  if (!have_gpu()) GTEST_SKIP() << "no GPU: " << query_runtime().status;
+  Compute c = build_compute(builtin_op("gemm"), parse_param_overrides({"M=512", "N=512", "K=512"}));
+  GpuCase gc = full_mapping(c, "wmma_fp16_fp32", "gemm 512^3", 1e-2);
+  gc.p.split_k = 2;  // two launches per run: graphs and flushes cover the reduce kernel too
+  NvrtcCompiler compiler(device_cc());
+  Workspace ws(c, 400);
+  std::vector<double> reference = gpu_reference(ws, compiler);
+  KernelSource k = emit_wmma_kernel(gc.g, gc.p);
+  CompileResult compiled = compiler.compile(k.code, k.name);
+  ASSERT_TRUE(compiled.ok) << compiled.log;
+  const int a = c.inputs[gc.g.a_input].tensor, b = c.inputs[gc.g.b_input].tensor;
+  for (const auto& [label, timing] : std::vector<std::pair<std::string, TimingOptions>>{
+           {"events", TimingOptions{}}, {"graph of 20", TimingOptions{3, 10, 20, 20, false}},
+           {"events, cold L2", TimingOptions{3, 10, 20, 0, true}}}) {
+    KernelRun run = run_candidate(ws, reference, a, b, k, compiled.cubin, timing);
+    ASSERT_TRUE(run.ok) << label << ": " << run.error;
+    EXPECT_LT(run.rel_l2, 1e-2) << label;
+    EXPECT_GE(run.times_us.size(), 10u) << label;
+    EXPECT_GT(run.median_us, 0) << label;
+    std::printf("%-20s median %8.2f us over %zu repeats\n", label.c_str(), run.median_us, run.times_us.size());
+  }
+}
+
 TEST(Gpu, GemmShapesLayoutsAndDtypes) {
   if (!have_gpu()) GTEST_SKIP() << "no GPU: " << query_runtime().status;
   std::uint64_t seed = 200;

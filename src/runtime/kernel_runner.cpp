@@ -6,6 +6,7 @@
 #include <memory>
 #include <random>
 #include <stdexcept>
+#include <type_traits>
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -141,14 +142,14 @@ class LoadedKernel {
   }
   LoadedKernel(const LoadedKernel&) = delete;
   LoadedKernel& operator=(const LoadedKernel&) = delete;
-  cudaError_t launch(const KernelSource& k, void** args) const {
+  cudaError_t launch(const KernelSource& k, void** args, cudaStream_t stream) const {
     dim3 grid(static_cast<unsigned>(k.grid[0]), static_cast<unsigned>(k.grid[1]), static_cast<unsigned>(k.grid[2]));
     return cudaLaunchKernel(reinterpret_cast<const void*>(kernel_), grid, dim3(static_cast<unsigned>(k.threads)), args,
-                            static_cast<std::size_t>(k.shared_bytes), nullptr);
+                            static_cast<std::size_t>(k.shared_bytes), stream);
   }
-  cudaError_t launch_1d(std::int64_t blocks, int threads, void** args) const {
+  cudaError_t launch_1d(std::int64_t blocks, int threads, void** args, cudaStream_t stream) const {
     return cudaLaunchKernel(reinterpret_cast<const void*>(kernel_), dim3(static_cast<unsigned>(blocks)),
-                            dim3(static_cast<unsigned>(threads)), args, 0, nullptr);
+                            dim3(static_cast<unsigned>(threads)), args, 0, stream);
   }
 
  private:
@@ -207,7 +208,7 @@ std::vector<double> gpu_reference(Workspace& ws, NvrtcCompiler& compiler) {
   std::vector<void*> args;
   for (auto& p : ptrs) args.push_back(&p);
   ws.poison_output();
-  check(kernel.launch(k, args.data()), "reference launch");
+  check(kernel.launch(k, args.data(), nullptr), "reference launch");
   check(cudaDeviceSynchronize(), "reference kernel");
   return ws.read_output();
 }
@@ -250,30 +251,58 @@ KernelRun run_candidate(Workspace& ws, const std::vector<double>& reference, int
     void* args[] = {&a, &b, &out, &workspace};
     void* reduce_args[] = {&workspace, &out};
     // One run of the candidate: the main kernel, then the split-K reduction if there is one.
+    cudaStream_t stream = nullptr;
+    check(cudaStreamCreate(&stream), "cudaStreamCreate");
+    std::unique_ptr<std::remove_pointer_t<cudaStream_t>, decltype(&cudaStreamDestroy)> stream_owner(stream, &cudaStreamDestroy);
     auto launch = [&](const char* what) {
-      check(kernel.launch(k, args), what, FailureKind::kLaunch);
-      if (reduce) check(reduce->launch_1d(k.reduce_blocks, k.reduce_threads, reduce_args), what, FailureKind::kLaunch);
+      check(kernel.launch(k, args, stream), what, FailureKind::kLaunch);
+      if (reduce) check(reduce->launch_1d(k.reduce_blocks, k.reduce_threads, reduce_args, stream), what, FailureKind::kLaunch);
     };
     ws.poison_output();
     launch("launch");
-    check(cudaDeviceSynchronize(), "kernel");
+    check(cudaStreamSynchronize(stream), "kernel");
     if (!reference.empty()) run.rel_l2 = relative_l2(ws.read_output(), reference);
+
+    for (int i = 0; i < timing.warmup; ++i) launch("warm-up launch");
+    cudaGraphExec_t graph_exec = nullptr;
+    if (timing.graph_runs > 0) {
+      cudaGraph_t graph = nullptr;
+      check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+      for (int i = 0; i < timing.graph_runs; ++i) launch("graph capture");
+      check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
+      check(cudaGraphInstantiate(&graph_exec, graph, 0), "cudaGraphInstantiate");
+      cudaGraphDestroy(graph);
+      check(cudaGraphLaunch(graph_exec, stream), "graph warm-up");
+    }
+    std::unique_ptr<std::remove_pointer_t<cudaGraphExec_t>, decltype(&cudaGraphExecDestroy)> graph_owner(graph_exec, &cudaGraphExecDestroy);
+    void* flush = nullptr;
+    std::size_t flush_bytes = 0;
+    if (timing.flush_l2 && timing.graph_runs == 0) {
+      int device = 0, l2 = 0;
+      check(cudaGetDevice(&device), "cudaGetDevice");
+      check(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device), "cudaDeviceGetAttribute");
+      flush_bytes = 2 * static_cast<std::size_t>(l2);
+      check(cudaMalloc(&flush, flush_bytes), "cudaMalloc");
+    }
+    std::unique_ptr<void, decltype(&cudaFree)> flush_owner(flush, &cudaFree);
 
     cudaEvent_t start, stop;
     check(cudaEventCreate(&start), "cudaEventCreate");
     check(cudaEventCreate(&stop), "cudaEventCreate");
-    for (int i = 0; i < timing.warmup; ++i) launch("warm-up launch");
     double total_ms = 0;
-    while (static_cast<int>(run.times_us.size()) < timing.min_repeats || total_ms < timing.min_total_ms) {
-      check(cudaEventRecord(start), "cudaEventRecord");
-      launch("timed launch");
-      check(cudaEventRecord(stop), "cudaEventRecord");
+    int repeat = 0;
+    while (repeat < timing.min_repeats || total_ms < timing.min_total_ms) {
+      if (flush) check(cudaMemsetAsync(flush, repeat & 0xFF, flush_bytes, stream), "L2 flush");
+      check(cudaEventRecord(start, stream), "cudaEventRecord");
+      if (graph_exec) check(cudaGraphLaunch(graph_exec, stream), "graph launch", FailureKind::kLaunch);
+      else launch("timed launch");
+      check(cudaEventRecord(stop, stream), "cudaEventRecord");
       check(cudaEventSynchronize(stop), "timed kernel");
       float ms = 0;
       check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
-      run.times_us.push_back(ms * 1000.0);
+      run.times_us.push_back(ms * 1000.0 / std::max(1, timing.graph_runs));
       total_ms += ms;
-      if (run.times_us.size() > 100000) break;
+      if (++repeat > 100000) break;
     }
     cudaEventDestroy(start);
     cudaEventDestroy(stop);

@@ -54,6 +54,12 @@ struct TimingOptions {
   int warmup = 3;
   int min_repeats = 10;
   double min_total_ms = 20;  ///< Repeat until both this time and min_repeats are reached.
+  /// > 0: capture this many back-to-back runs in a CUDA graph and time its replays (each
+  /// repeat is one replay, divided by the count), which hides launch gaps of short kernels.
+  int graph_runs = 0;
+  /// Overwrite a buffer twice the L2 size before each timed run (event mode only), so inputs
+  /// come from device memory, as in a network where other layers ran in between.
+  bool flush_l2 = false;
 };
 
 /// Where a candidate failed: loading the binary, launching it, or while it ran (a fault, after
