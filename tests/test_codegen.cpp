@@ -207,8 +207,30 @@ TEST(Schedule, EveryValidationReasonHasACase) {
   EXPECT_NE(issues[0].detail.find("B fragments step 16 bytes"), std::string::npos) << issues[0].detail;
 }
 
+TEST(Schedule, DefaultSplitsTheReductionWhenTilesLeaveSmsIdle) {
+  const HwAbstraction& hw = find_hw(shipped(), "wmma_fp16_fp32");
+  DeviceLimits h100 = DeviceLimits::for_arch(90);
+  h100.sm_count = 132;
+  struct Case {
+    std::vector<std::string> sets;
+    int split;
+  };
+  // conv2d layer 5 at batch 1: 13 x 2 tiles of 64 x 64, 36 steps of 32 -> 9 splits (4 steps each).
+  // 4096^3 GEMM: 4096 tiles already fill the GPU. K = 64: too few steps to split.
+  for (const auto& [sets, split] : std::vector<std::pair<std::string, Case>>{
+           {"conv2d", {{}, 9}}, {"gemm", {{"M=4096", "N=4096", "K=4096"}, 1}}, {"gemm", {{"M=64", "N=64", "K=64"}, 1}}}) {
+    Compute c = build_compute(builtin_op(sets), parse_param_overrides(split.sets));
+    MatchReport r = match_compute(c, {hw}, Enumeration::kAll);
+    ImplicitGemm g = make_implicit_gemm(c, hw, r.matches[0], r.matches[0].mappings.back());
+    ScheduleParams p = default_schedule(g, h100);
+    EXPECT_EQ(p.split_k, split.split) << sets;
+    EXPECT_TRUE(validate(g, p, h100).empty());
+    EXPECT_EQ(default_schedule(g, DeviceLimits::for_arch(90)).split_k, 1) << "unknown SM count: no split";
+  }
+}
+
 TEST(Schedule, ParamsRoundTripAndRejectUnknownKeys) {
-  ScheduleParams p{128, 64, 64, 64, 32, 1, 16};
+  ScheduleParams p{128, 64, 64, 64, 32, 1, 16, 3};
   EXPECT_EQ(schedule_from_json(to_json(p)), p);
   EXPECT_NE(user_error_of([] { schedule_from_json(nlohmann::json{{"tile", 4}}); }).find("unknown schedule parameter \"tile\""),
             std::string::npos);

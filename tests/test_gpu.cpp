@@ -152,7 +152,13 @@ TEST(Gpu, ResNet18LayersDefaultSchedule) {
           sets.push_back(std::string(key) + "=" + std::to_string(layer[key].get<int>()));
         Compute c = build_compute(builtin_op(op), parse_param_overrides(sets));
         std::string label = layer["name"].get<std::string>() + " b" + std::to_string(batch) + " " + op;
-        run_cases(c, {full_mapping(c, "wmma_fp16_fp32", label, 1e-2)}, seed++);
+        GpuCase gc = full_mapping(c, "wmma_fp16_fp32", label, 1e-2);
+        // The default schedule for this GPU: it splits K when the tiles leave SMs idle.
+        DeviceLimits limits = DeviceLimits::for_arch(device_cc());
+        limits.sm_count = query_runtime().devices.front().sm_count;
+        gc.p = default_schedule(gc.g, limits);
+        gc.label += " split_k " + std::to_string(gc.p.split_k);
+        run_cases(c, {gc}, seed++);
       }
 }
 

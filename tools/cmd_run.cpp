@@ -102,6 +102,7 @@ void register_run(CLI::App& app) {
                         std::to_string(rt.devices.front().compute_capability) + ")",
           "drop --arch, or add --compile-only");
     DeviceLimits limits = DeviceLimits::for_arch(cc);
+    if (!rt.devices.empty() && rt.devices.front().compute_capability == cc) limits.sm_count = rt.devices.front().sm_count;
     ScheduleParams params = default_schedule(g, limits);
     if (!args->params.empty()) {
       nlohmann::json j;

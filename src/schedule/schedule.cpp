@@ -167,6 +167,13 @@ ScheduleParams default_schedule(const ImplicitGemm& g, const DeviceLimits& limit
   p.smem_pad = std::max(1, 16 / std::min({storage_bytes(g.hw->a_dtype), storage_bytes(g.hw->b_dtype),
                                           storage_bytes(g.hw->d_dtype)}));
   if (shared_bytes(g, p) > limits.max_shared_bytes) p.stages = 1;
+  if (limits.sm_count > 0) {
+    const std::int64_t blocks = ((g.M + p.block_m - 1) / p.block_m) * ((g.N + p.block_n - 1) / p.block_n) * g.batch;
+    const std::int64_t steps = g.serial * ((g.K + p.block_k - 1) / p.block_k);
+    const std::int64_t wanted = (2 * limits.sm_count + blocks - 1) / blocks;
+    // Keep at least four steps per split, and the grid within its limits.
+    p.split_k = static_cast<int>(std::clamp<std::int64_t>(std::min(wanted, steps / 4), 1, 65535 / g.batch));
+  }
   return p;
 }
 

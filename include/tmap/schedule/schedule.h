@@ -31,6 +31,7 @@ ScheduleParams schedule_from_json(const nlohmann::json& j, const ScheduleParams&
 struct DeviceLimits {
   int max_threads_per_block = 1024;
   std::int64_t max_shared_bytes = 227 * 1024;  ///< The opt-in maximum per block (sm_90).
+  int sm_count = 0;  ///< Streaming multiprocessors; 0 when unknown (no GPU, --arch).
   static DeviceLimits for_arch(int compute_capability);
 };
 
@@ -58,7 +59,9 @@ std::vector<ScheduleIssue> validate(const ImplicitGemm& g, const ScheduleParams&
 /// Shared memory the kernel uses, in bytes.
 std::int64_t shared_bytes(const ImplicitGemm& g, const ScheduleParams& p);
 
-/// A sensible schedule for a GEMM: tiles sized to the problem, valid for the device.
+/// A sensible schedule for a GEMM: tiles sized to the problem, valid for the device; when the
+/// SM count is known and the output tiles would leave SMs idle, the reduction is split until
+/// there are about two blocks per SM.
 ScheduleParams default_schedule(const ImplicitGemm& g, const DeviceLimits& limits);
 
 }  // namespace tmap
