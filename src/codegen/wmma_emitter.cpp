@@ -152,12 +152,30 @@ KernelSource emit_wmma_kernel(const ImplicitGemm& g, const ScheduleParams& p) {
      << "// Shared tiles: A " << (a_row ? "[BM][BK + pad] row-major" : "[BK][BM + pad] column-major") << ", B "
      << (b_row ? "[BK][BN + pad] row-major" : "[BN][BK + pad] column-major") << ", D "
      << (c_row ? "[BM][BN + pad] row-major" : "[BN][BM + pad] column-major") << "\n"
-     << "constexpr int A_LD = " << (a_row ? "BK" : "BM") << " + " << p.smem_pad << ";\n"
-     << "constexpr int B_LD = " << (b_row ? "BN" : "BK") << " + " << p.smem_pad << ";\n"
-     << "constexpr int C_LD = " << (c_row ? "BN" : "BM") << " + " << p.smem_pad << ";\n"
-     << "constexpr int A_TILE = " << (a_row ? "BM" : "BK") << " * A_LD;  // elements per stage\n"
-     << "constexpr int B_TILE = " << (b_row ? "BK" : "BN") << " * B_LD;\n"
-     << "constexpr int A_BYTES = (A_TILE * (int)sizeof(" << ta << ") + 127) / 128 * 128;\n\n";
+     << "constexpr int C_LD = " << (c_row ? "BN" : "BM") << " + " << p.smem_pad << ";\n";
+  // Each operand tile is R x C (rows x columns as stored); fragments are FR x FC. Rows layout:
+  // element (r, c) at r * LD + c. Panels layout: columns cut into panels FC wide, element
+  // (r, c) at (c / FC) * (R * LD) + r * LD + c % FC, so each fragment starts a panel.
+  auto tile_index = [&](const char* fn, const char* ld_name, const char* tile_name, const std::string& rows,
+                        const std::string& cols, const std::string& frag_cols) {
+    if (!p.panels) {
+      os << "constexpr int " << ld_name << " = " << cols << " + " << p.smem_pad << ";\n"
+         << "constexpr int " << tile_name << " = " << rows << " * " << ld_name << ";  // elements per stage\n"
+         << "__device__ __forceinline__ int " << fn << "(int r, int c) { return r * " << ld_name << " + c; }\n";
+    } else {
+      os << "constexpr int " << ld_name << " = " << frag_cols << " + " << p.smem_pad << ";  // panels " << frag_cols
+         << " wide\n"
+         << "constexpr int " << tile_name << " = (" << cols << " / " << frag_cols << ") * " << rows << " * " << ld_name
+         << ";  // elements per stage\n"
+         << "__device__ __forceinline__ int " << fn << "(int r, int c) { return (c / " << frag_cols << ") * (" << rows
+         << " * " << ld_name << ") + r * " << ld_name << " + c % " << frag_cols << "; }\n";
+    }
+  };
+  if (a_row) tile_index("a_at", "A_LD", "A_TILE", "BM", "BK", "IK");
+  else tile_index("a_at", "A_LD", "A_TILE", "BK", "BM", "IM");
+  if (b_row) tile_index("b_at", "B_LD", "B_TILE", "BK", "BN", "IN");
+  else tile_index("b_at", "B_LD", "B_TILE", "BN", "BK", "IK");
+  os << "constexpr int A_BYTES = (A_TILE * (int)sizeof(" << ta << ") + 127) / 128 * 128;\n\n";
 
   // Gathers: operand element (row, col) of the virtual GEMM from the compute's tensors.
   auto emit_loader = [&](const char* fname, const std::string& type, const Access& acc, const char* row_name,
@@ -169,12 +187,12 @@ KernelSource emit_wmma_kernel(const ImplicitGemm& g, const ScheduleParams& p) {
        << "__device__ __forceinline__ " << type << " " << fname << "(const " << type << "* __restrict__ src, int "
        << row_name << ", int " << col_name << ", int z, int s) {\n"
        << "  if (" << row_name << " >= " << row_bound << " || " << col_name << " >= " << col_bound << ") return "
-       << type << "(0.0f);\n";
+       << "static_cast<" << type << ">(0.0f);\n";
     decompose(os, c, row_iters, row_name, used, "  ");
     decompose(os, c, col_iters, col_name, used, "  ");
     decompose(os, c, g.batch_iters, "z", used, "  ");
     decompose(os, c, g.serial_iters, "s", used, "  ");
-    access_code(os, c, acc, "  ", true, "return " + type + "(0.0f);");
+    access_code(os, c, acc, "  ", true, "return static_cast<" + type + ">(0.0f);");
     os << "  return src[offset];\n}\n\n";
   };
   emit_loader("load_a", ta, a_acc, "m", g.m_iters, "k", g.k_iters, "M", "K");
@@ -205,8 +223,8 @@ KernelSource emit_wmma_kernel(const ImplicitGemm& g, const ScheduleParams& p) {
      << "  const int warp = threadIdx.x / 32;\n"
      << "  const int wm0 = (warp / WARPS_N) * WM, wn0 = (warp % WARPS_N) * WN;  // warp tile origin in the block\n\n"
      << "  wmma::fragment<wmma::accumulator, IM, IN, IK, " << tacc << "> acc[FM][FN];  // (FM x FN) fragments of IM x IN\n"
-     << "  for (int i = 0; i < FM; ++i)\n    for (int j = 0; j < FN; ++j) wmma::fill_fragment(acc[i][j], " << tacc
-     << "(0.0f));\n\n"
+     << "  for (int i = 0; i < FM; ++i)\n    for (int j = 0; j < FN; ++j) wmma::fill_fragment(acc[i][j], static_cast<" << tacc
+     << ">(0.0f));\n\n"
      << "  constexpr int K_TILES = (K + BK - 1) / BK;\n"
      << "  constexpr int STEPS = SERIAL * K_TILES;  // serial reduction points x K tiles\n"
      << "  // This block's share of the steps: [first, last).\n"
@@ -216,13 +234,13 @@ KernelSource emit_wmma_kernel(const ImplicitGemm& g, const ScheduleParams& p) {
      << "    const int s = step / K_TILES, k0 = (step % K_TILES) * BK;\n"
      << "    " << ta << "* a = As + buf * A_TILE;\n"
      << "    for (int e = threadIdx.x; e < BM * BK; e += THREADS) {\n"
-     << (a_row ? "      const int mm = e / BK, kk = e % BK;\n      a[mm * A_LD + kk] = load_a(a_src, m0 + mm, k0 + kk, z, s);\n"
-               : "      const int kk = e / BM, mm = e % BM;\n      a[kk * A_LD + mm] = load_a(a_src, m0 + mm, k0 + kk, z, s);\n")
+     << (a_row ? "      const int mm = e / BK, kk = e % BK;\n      a[a_at(mm, kk)] = load_a(a_src, m0 + mm, k0 + kk, z, s);\n"
+               : "      const int kk = e / BM, mm = e % BM;\n      a[a_at(kk, mm)] = load_a(a_src, m0 + mm, k0 + kk, z, s);\n")
      << "    }\n"
      << "    " << tb << "* b = Bs + buf * B_TILE;\n"
      << "    for (int e = threadIdx.x; e < BK * BN; e += THREADS) {\n"
-     << (b_row ? "      const int kk = e / BN, nn = e % BN;\n      b[kk * B_LD + nn] = load_b(b_src, k0 + kk, n0 + nn, z, s);\n"
-               : "      const int nn = e / BK, kk = e % BK;\n      b[nn * B_LD + kk] = load_b(b_src, k0 + kk, n0 + nn, z, s);\n")
+     << (b_row ? "      const int kk = e / BN, nn = e % BN;\n      b[b_at(kk, nn)] = load_b(b_src, k0 + kk, n0 + nn, z, s);\n"
+               : "      const int nn = e / BK, kk = e % BK;\n      b[b_at(nn, kk)] = load_b(b_src, k0 + kk, n0 + nn, z, s);\n")
      << "    }\n  };\n"
      << "  // Multiplies the tiles in shared buffer `buf` into the accumulators.\n"
      << "  auto compute = [&](int buf) {\n"
@@ -234,12 +252,12 @@ KernelSource emit_wmma_kernel(const ImplicitGemm& g, const ScheduleParams& p) {
      << "      wmma::fragment<wmma::matrix_b, IM, IN, IK, " << fragment_type(g.hw->b_dtype) << ", wmma::"
      << (b_row ? "row_major" : "col_major") << "> fb[FN];\n"
      << "      for (int i = 0; i < FM; ++i) {\n"
-     << "        wmma::load_matrix_sync(fa[i], a + " << (a_row ? "(wm0 + i * IM) * A_LD + kk" : "kk * A_LD + wm0 + i * IM")
+     << "        wmma::load_matrix_sync(fa[i], a + " << (a_row ? "a_at(wm0 + i * IM, kk)" : "a_at(kk, wm0 + i * IM)")
      << ", A_LD);\n"
      << (tf32 ? "        for (int t = 0; t < fa[i].num_elements; ++t) fa[i].x[t] = wmma::__float_to_tf32(fa[i].x[t]);\n" : "")
      << "      }\n"
      << "      for (int j = 0; j < FN; ++j) {\n"
-     << "        wmma::load_matrix_sync(fb[j], b + " << (b_row ? "kk * B_LD + wn0 + j * IN" : "(wn0 + j * IN) * B_LD + kk")
+     << "        wmma::load_matrix_sync(fb[j], b + " << (b_row ? "b_at(kk, wn0 + j * IN)" : "b_at(wn0 + j * IN, kk)")
      << ", B_LD);\n"
      << (tf32 ? "        for (int t = 0; t < fb[j].num_elements; ++t) fb[j].x[t] = wmma::__float_to_tf32(fb[j].x[t]);\n" : "")
      << "      }\n"

@@ -25,29 +25,42 @@ int storage_bytes(DType t) {
   return 4;
 }
 
-/// One shared-memory tile: rows x (cols + pad) elements, and the step between fragments along
-/// its rows and columns.
+/// One shared-memory operand tile. In the row layout it is rows x (cols + pad) elements; in the
+/// panel layout the columns are cut into panels one fragment wide, each rows x (width + pad),
+/// so that every fragment starts at a panel's column 0.
 struct Tile {
   const char* name;
-  std::int64_t rows, cols, ld;  ///< ld = cols + pad, in elements
-  int bytes;                    ///< per element
-  std::int64_t frag_row_step, frag_col_step;
-  std::int64_t size_bytes() const { return rows * ld * bytes; }
+  std::int64_t rows, cols;
+  std::int64_t ld;              ///< Elements between rows (WMMA's ldm).
+  int bytes;                    ///< Per element.
+  std::int64_t frag_rows;       ///< Rows between fragments.
+  std::int64_t col_step_bytes;  ///< Bytes between fragments along a row (or between panels).
+  std::int64_t elements;        ///< Per stage, padding included.
+  std::int64_t size_bytes() const { return elements * bytes; }
 };
+
+/// rows x cols of `bytes`-byte elements; fragments are frag_rows x frag_cols.
+Tile make_tile(const char* name, std::int64_t rows, std::int64_t cols, std::int64_t frag_rows, std::int64_t frag_cols,
+               int bytes, int pad, bool panels) {
+  if (!panels) return {name, rows, cols, cols + pad, bytes, frag_rows, frag_cols * bytes, rows * (cols + pad)};
+  const std::int64_t ld = frag_cols + pad;
+  return {name, rows, cols, ld, bytes, frag_rows, rows * ld * bytes, (cols / frag_cols) * rows * ld};
+}
 
 std::vector<Tile> tiles(const ImplicitGemm& g, const ScheduleParams& p) {
   const int ab = storage_bytes(g.hw->a_dtype), bb = storage_bytes(g.hw->b_dtype), db = storage_bytes(g.hw->d_dtype);
   const auto m = g.shape[Axis::kI], n = g.shape[Axis::kJ], k = g.shape[Axis::kK];
+  const bool panels = p.panels != 0;
   std::vector<Tile> t;
   // A is m x k: row-major [BM][BK], or column-major [BK][BM].
-  if (g.layout[0] == 'n') t.push_back({"A", p.block_m, p.block_k, p.block_k + p.smem_pad, ab, m, k});
-  else t.push_back({"A", p.block_k, p.block_m, p.block_m + p.smem_pad, ab, k, m});
+  if (g.layout[0] == 'n') t.push_back(make_tile("A", p.block_m, p.block_k, m, k, ab, p.smem_pad, panels));
+  else t.push_back(make_tile("A", p.block_k, p.block_m, k, m, ab, p.smem_pad, panels));
   // B is k x n: row-major [BK][BN], or column-major [BN][BK].
-  if (g.layout[1] == 'n') t.push_back({"B", p.block_k, p.block_n, p.block_n + p.smem_pad, bb, k, n});
-  else t.push_back({"B", p.block_n, p.block_k, p.block_k + p.smem_pad, bb, n, k});
-  // The accumulator tile of the epilogue: [BM][BN] or [BN][BM].
-  if (g.layout[2] == 'n') t.push_back({"D", p.block_m, p.block_n, p.block_n + p.smem_pad, db, m, n});
-  else t.push_back({"D", p.block_n, p.block_m, p.block_m + p.smem_pad, db, n, m});
+  if (g.layout[1] == 'n') t.push_back(make_tile("B", p.block_k, p.block_n, k, n, bb, p.smem_pad, panels));
+  else t.push_back(make_tile("B", p.block_n, p.block_k, n, k, bb, p.smem_pad, panels));
+  // The accumulator tile of the epilogue keeps the row layout: [BM][BN] or [BN][BM].
+  if (g.layout[2] == 'n') t.push_back(make_tile("D", p.block_m, p.block_n, m, n, db, p.smem_pad, false));
+  else t.push_back(make_tile("D", p.block_n, p.block_m, n, m, db, p.smem_pad, false));
   return t;
 }
 
@@ -55,7 +68,8 @@ std::vector<Tile> tiles(const ImplicitGemm& g, const ScheduleParams& p) {
 
 nlohmann::json to_json(const ScheduleParams& p) {
   return {{"block_m", p.block_m}, {"block_n", p.block_n}, {"block_k", p.block_k}, {"warp_m", p.warp_m},
-          {"warp_n", p.warp_n},   {"stages", p.stages},   {"smem_pad", p.smem_pad}, {"split_k", p.split_k}};
+          {"warp_n", p.warp_n},   {"stages", p.stages},   {"smem_pad", p.smem_pad}, {"split_k", p.split_k},
+          {"panels", p.panels}};
 }
 
 ScheduleParams schedule_from_json(const nlohmann::json& j, const ScheduleParams& defaults) {
@@ -66,7 +80,8 @@ ScheduleParams schedule_from_json(const nlohmann::json& j, const ScheduleParams&
   const std::pair<const char*, int*> fields[] = {{"block_m", &p.block_m}, {"block_n", &p.block_n},
                                                  {"block_k", &p.block_k}, {"warp_m", &p.warp_m},
                                                  {"warp_n", &p.warp_n},   {"stages", &p.stages},
-                                                 {"smem_pad", &p.smem_pad}, {"split_k", &p.split_k}};
+                                                 {"smem_pad", &p.smem_pad}, {"split_k", &p.split_k},
+                                                 {"panels", &p.panels}};
   for (const auto& [key, value] : j.items()) {
     auto it = std::find_if(std::begin(fields), std::end(fields), [&](const auto& f) { return key == f.first; });
     if (it == std::end(fields)) {
@@ -95,7 +110,7 @@ std::string_view message(ScheduleError e) {
     case ScheduleError::kBlockNotMultipleOfWarp: return "the block tile is not a multiple of the warp tile";
     case ScheduleError::kTooManyThreads: return "the block has more threads than the device allows";
     case ScheduleError::kSharedMemoryExceeded: return "the shared memory exceeds the device's limit";
-    case ScheduleError::kBadStages: return "stages must be 1 or 2";
+    case ScheduleError::kBadStages: return "stages must be 1 or 2, and panels 0 or 1";
     case ScheduleError::kMisalignedRows: return "a shared-memory row is not a multiple of 16 bytes, as WMMA requires";
     case ScheduleError::kMisalignedFragments:
       return "fragments would start at addresses not 32-byte aligned, as WMMA requires";
@@ -124,6 +139,7 @@ std::vector<ScheduleIssue> validate(const ImplicitGemm& g, const ScheduleParams&
     fail(ScheduleError::kBlockNotMultipleOfWarp, "block " + std::to_string(p.block_m) + "x" + std::to_string(p.block_n) +
                                                      ", warp " + std::to_string(p.warp_m) + "x" + std::to_string(p.warp_n));
   if (p.stages != 1 && p.stages != 2) fail(ScheduleError::kBadStages, "stages = " + std::to_string(p.stages));
+  if (p.panels != 0 && p.panels != 1) fail(ScheduleError::kBadStages, "panels = " + std::to_string(p.panels) + " (0 or 1)");
   if (!out.empty()) return out;  // the checks below need a well-formed tiling
   const std::int64_t steps = g.serial * ((g.K + p.block_k - 1) / p.block_k);
   if (p.split_k < 1 || p.split_k > steps)
@@ -144,10 +160,10 @@ std::vector<ScheduleIssue> validate(const ImplicitGemm& g, const ScheduleParams&
     if (p.smem_pad < 0 || (t.ld * t.bytes) % 16)
       fail(ScheduleError::kMisalignedRows, std::string(t.name) + " rows of " + std::to_string(t.ld) + " elements of " +
                                                std::to_string(t.bytes) + " bytes");
-    if ((t.frag_row_step * t.ld * t.bytes) % 32 || (t.frag_col_step * t.bytes) % 32)
+    if ((t.frag_rows * t.ld * t.bytes) % 32 || t.col_step_bytes % 32)
       fail(ScheduleError::kMisalignedFragments,
-           std::string(t.name) + " fragments step " + std::to_string(t.frag_col_step * t.bytes) +
-               " bytes along a row (layout " + g.layout + ", intrinsic " + g.shape.str() + ")");
+           std::string(t.name) + " fragments step " + std::to_string(t.col_step_bytes) + " bytes along a row (layout " +
+               g.layout + ", intrinsic " + g.shape.str() + (p.panels ? ", panels" : ", rows; try panels") + ")");
   }
   return out;
 }
@@ -166,6 +182,9 @@ ScheduleParams default_schedule(const ImplicitGemm& g, const DeviceLimits& limit
   // The smallest padding that keeps rows 16-byte aligned and moves rows across banks.
   p.smem_pad = std::max(1, 16 / std::min({storage_bytes(g.hw->a_dtype), storage_bytes(g.hw->b_dtype),
                                           storage_bytes(g.hw->d_dtype)}));
+  // Rows of the tile unless a fragment would start misaligned; then one panel per fragment.
+  for (const auto& issue : validate(g, p, limits))
+    if (issue.error == ScheduleError::kMisalignedFragments) p.panels = 1;
   if (shared_bytes(g, p) > limits.max_shared_bytes) p.stages = 1;
   if (limits.sm_count > 0) {
     const std::int64_t blocks = ((g.M + p.block_m - 1) / p.block_m) * ((g.N + p.block_n - 1) / p.block_n) * g.batch;

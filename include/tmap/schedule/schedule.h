@@ -19,6 +19,9 @@ struct ScheduleParams {
   int stages = 2;                                ///< Shared-memory buffers: 1 or 2 (double buffering).
   int smem_pad = 8;                              ///< Elements added to each shared-memory row.
   int split_k = 1;  ///< Splits of the reduction, summed by a second kernel when > 1.
+  /// Shared operand tiles as panels one fragment wide (1) instead of padded rows (0): every
+  /// fragment then starts 32-byte aligned, which int8 and 8-wide fragments need.
+  int panels = 0;
   bool operator==(const ScheduleParams&) const = default;
 };
 
