@@ -60,6 +60,9 @@ std::vector<ScheduleParams> schedules_for(const ImplicitGemm& g) {
   alt.stages = 3 - d.stages;
   alt.block_m = d.warp_m * 2;
   alt.block_n = d.warp_n;
+  alt.unroll = 0;
+  alt.raster = 4;
+  alt.vec_a = alt.vec_a > 1 ? alt.vec_a / 2 : 1;  // a narrower vector where there is one
   if (validate(g, alt, limits).empty() && !(alt == d)) out.push_back(alt);
   return out;
 }
@@ -102,6 +105,7 @@ TEST(Codegen, EveryMappingCompilesWithNvrtc) {
            {"wmma_bf16_fp32", {"bfloat16", "float32"}},
            {"wmma_tf32_fp32", {"float32", "float32"}},
            {"wmma_int8_int32", {"int8", "int32"}},
+           {"wmma_int4_int32", {"int4", "int32"}},
            {"wmma_fp64_fp64", {"float64", "float64"}}}) {
     for (const std::string op : {"gemm", "conv2d"}) {
       SourceText src("<" + op + ">", builtin_op_source(op));
@@ -118,10 +122,29 @@ TEST(Codegen, EveryMappingCompilesWithNvrtc) {
       ScheduleParams p = default_schedule(g, DeviceLimits::for_arch(80));
       auto issues = validate(g, p, DeviceLimits::for_arch(80));
       ASSERT_TRUE(issues.empty()) << hw << " " << op << ": " << issues[0].detail;
-      // int8 fragments are 16 bytes wide along k: only the panel layout aligns them.
-      EXPECT_EQ(p.panels, hw == "wmma_int8_int32" ? 1 : 0) << hw;
+      // int8 and int4 fragments are 16 bytes wide along k: only the panel layout aligns them.
+      EXPECT_EQ(p.panels, hw == "wmma_int8_int32" || hw == "wmma_int4_int32" ? 1 : 0) << hw;
+      if (hw == "wmma_int4_int32") EXPECT_EQ(p.smem_pad, 32) << "4-bit rows stay 16-byte aligned";
       jobs.push_back({hw + " " + op, emit_wmma_kernel(g, p)});
     }
+  }
+  // Vector loads of every width: 16, 8, 4 and 2 bytes of halves and of int8.
+  for (const auto& [in_t, out_t, hw_name, k_extent, vec] : std::vector<std::tuple<std::string, std::string, std::string, int, int>>{
+           {"float16", "float32", "wmma_fp16_fp32", 64, 8}, {"float16", "float32", "wmma_fp16_fp32", 36, 4},
+           {"float16", "float32", "wmma_fp16_fp32", 34, 2}, {"int8", "int32", "wmma_int8_int32", 100, 4},
+           {"int8", "int32", "wmma_int8_int32", 34, 2}, {"int8", "int32", "wmma_int8_int32", 40, 8}}) {
+    SourceText src("<gemm>", builtin_op_source("gemm"));
+    ComputeDef def = parse_compute_json(src, "gemm");
+    for (auto& t : def.tensors) t.dtype = *parse_dtype(t.name == "C" ? out_t : in_t);
+    keep.push_back(std::make_unique<Compute>(
+        build_compute(def, parse_param_overrides({"M=64", "N=64", "K=" + std::to_string(k_extent)}))));
+    const HwAbstraction& h = find_hw(shipped(), hw_name);
+    MatchReport r = match_compute(*keep.back(), {h}, Enumeration::kAll);
+    ImplicitGemm g = make_implicit_gemm(*keep.back(), h, r.matches[0], r.matches[0].mappings[0]);
+    ScheduleParams p = default_schedule(g, DeviceLimits::for_arch(80));
+    EXPECT_EQ(p.vec_a, vec) << in_t << " K=" << k_extent;
+    ASSERT_TRUE(validate(g, p, DeviceLimits::for_arch(80)).empty());
+    jobs.push_back({in_t + " gemm vec_a " + std::to_string(p.vec_a), emit_wmma_kernel(g, p)});
   }
   // Split-K: partial sums and the reduce kernel, for a float, a half and a double accumulator.
   for (const auto& [op, hw_name, split] : std::vector<std::tuple<std::string, std::string, int>>{
@@ -178,6 +201,11 @@ TEST(Schedule, EveryValidationReasonHasACase) {
       {"shared memory", with([](ScheduleParams& p) { p.block_m = 512; p.block_n = 512; p.block_k = 128; p.warp_m = 128; p.warp_n = 128; }),
        ScheduleError::kSharedMemoryExceeded},
       {"stages", with([](ScheduleParams& p) { p.stages = 3; }), ScheduleError::kBadStages},
+      {"panels", with([](ScheduleParams& p) { p.panels = 2; }), ScheduleError::kBadOption},
+      {"unroll", with([](ScheduleParams& p) { p.unroll = -1; }), ScheduleError::kBadOption},
+      {"raster", with([](ScheduleParams& p) { p.raster = 0; }), ScheduleError::kBadOption},
+      {"vector not a power of two", with([](ScheduleParams& p) { p.vec_a = 3; }), ScheduleError::kBadVector},
+      {"vector over 16 bytes", with([](ScheduleParams& p) { p.vec_b = 16; }), ScheduleError::kBadVector},
       {"row alignment", with([](ScheduleParams& p) { p.smem_pad = 3; }), ScheduleError::kMisalignedRows},
       {"split_k zero", with([](ScheduleParams& p) { p.split_k = 0; }), ScheduleError::kBadSplitK},
       {"split_k over steps", with([](ScheduleParams& p) { p.split_k = 33; }), ScheduleError::kBadSplitK},  // K 1024 / 32
@@ -200,7 +228,45 @@ TEST(Schedule, EveryValidationReasonHasACase) {
   EXPECT_EQ(issues[0].error, ScheduleError::kMisalignedFragments);
   EXPECT_NE(issues[0].detail.find("B fragments step 16 bytes"), std::string::npos) << issues[0].detail;
   EXPECT_TRUE(validate(narrow, with([](ScheduleParams& p) { p.warp_n = 16; p.block_n = 32; p.panels = 1; }), limits).empty());
-  EXPECT_EQ(validate(narrow, with([](ScheduleParams& p) { p.panels = 2; }), limits)[0].error, ScheduleError::kBadStages);
+}
+
+TEST(Schedule, VectorWidthFollowsContiguity) {
+  const HwAbstraction& hw = find_hw(shipped(), "wmma_fp16_fp32");
+  struct Case {
+    std::string op;
+    std::vector<std::string> sets;
+    std::string layout;
+    int a, b;  // the widest vectors of A and B
+  };
+  // gemm: A[m, k] is contiguous along k (row-major tiles), B[k, n] along n. NCHW conv: the input's
+  // last index is q + s, never contiguous; the weight W[k, c, r, s] is along s, of extent 3. NHWC:
+  // the input's last index is c alone, the weight's too; C = 12 allows 4 halves.
+  for (const auto& t : std::vector<Case>{{"gemm", {}, "nnn", 8, 8},
+                                         {"gemm", {}, "tnn", 1, 8},
+                                         {"gemm", {"K=20"}, "nnn", 4, 8},
+                                         {"conv2d_nhwc", {}, "ntn", 8, 8},
+                                         {"conv2d_nhwc", {"C=12"}, "ntn", 4, 4},
+                                         {"conv2d", {}, "ntn", 1, 1}}) {
+    SCOPED_TRACE(t.op + " " + t.layout);
+    Compute c = build_compute(builtin_op(t.op), parse_param_overrides(t.sets));
+    MatchReport r = match_compute(c, {hw}, Enumeration::kAll);
+    const Match* m = nullptr;
+    for (const auto& x : r.matches)
+      if (x.layout == t.layout && x.shape.str() == "16x16x16") m = &x;
+    ASSERT_NE(m, nullptr);
+    // The mapping that fuses every candidate iterator, as the implicit GEMM of cuDNN does.
+    ImplicitGemm g = make_implicit_gemm(c, hw, *m, m->mappings.back());
+    EXPECT_EQ(max_vector_width(g, 0), t.a);
+    EXPECT_EQ(max_vector_width(g, 1), t.b);
+    ScheduleParams p = default_schedule(g, DeviceLimits::for_arch(90));
+    EXPECT_EQ(p.vec_a, t.a);
+    EXPECT_EQ(p.vec_b, t.b);
+    EXPECT_TRUE(validate(g, p, DeviceLimits::for_arch(90)).empty());
+    p.vec_a = 2 * t.a;
+    auto issues = validate(g, p, DeviceLimits::for_arch(90));
+    ASSERT_FALSE(issues.empty());
+    EXPECT_EQ(issues[0].error, ScheduleError::kBadVector) << issues[0].detail;
+  }
 }
 
 TEST(Schedule, DefaultSplitsTheReductionWhenTilesLeaveSmsIdle) {
@@ -226,7 +292,7 @@ TEST(Schedule, DefaultSplitsTheReductionWhenTilesLeaveSmsIdle) {
 }
 
 TEST(Schedule, ParamsRoundTripAndRejectUnknownKeys) {
-  ScheduleParams p{128, 64, 64, 64, 32, 1, 16, 3, 1};
+  ScheduleParams p{128, 64, 64, 64, 32, 1, 16, 3, 1, 4, 2, 0, 8};
   EXPECT_EQ(schedule_from_json(to_json(p)), p);
   EXPECT_NE(user_error_of([] { schedule_from_json(nlohmann::json{{"tile", 4}}); }).find("unknown schedule parameter \"tile\""),
             std::string::npos);
@@ -244,7 +310,8 @@ TEST(Codegen, ReferenceKernelsCompileForEveryOpAndDtype) {
     EXPECT_TRUE(r.ok) << op << ":\n" << r.log;
   }
   for (const auto& [in, out] : std::vector<std::pair<std::string, std::string>>{
-           {"bfloat16", "float32"}, {"float16", "float16"}, {"int8", "int32"}, {"float64", "float64"}}) {
+           {"bfloat16", "float32"}, {"float16", "float16"}, {"int8", "int32"}, {"int4", "int32"},
+           {"float64", "float64"}}) {
     SourceText src("<gemm>", builtin_op_source("gemm"));
     ComputeDef def = parse_compute_json(src, "gemm");
     for (auto& t : def.tensors) t.dtype = *parse_dtype(t.name == "C" ? out : in);

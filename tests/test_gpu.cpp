@@ -77,6 +77,17 @@ TEST(Gpu, ReferenceKernelMatchesCpuReference) {
     // The GPU sums in double in another order: agreement to rounding of the float32 output.
     EXPECT_LT(relative_l2(gpu, cpu), 1e-6);
   }
+  // Integer inputs, int4 packed two to a byte: exact.
+  for (const std::string in_t : {"int8", "int4"}) {
+    SCOPED_TRACE(in_t);
+    SourceText src("<conv2d>", builtin_op_source("conv2d"));
+    ComputeDef def = parse_compute_json(src, "conv2d");
+    for (auto& t : def.tensors) t.dtype = *parse_dtype(t.name == "Out" ? "int32" : in_t);
+    Compute c = build_compute(def, parse_param_overrides({"N=2", "C=5", "H=7", "W=9", "K=3", "pad=1"}));
+    Workspace ws(c, 11);
+    std::vector<double> cpu = cpu_reference(c, ws.host_values());
+    EXPECT_EQ(relative_l2(gpu_reference(ws, compiler), cpu), 0.0);
+  }
 }
 
 struct GpuCase {
@@ -100,7 +111,8 @@ void run_cases(const Compute& c, const std::vector<GpuCase>& cases, std::uint64_
     KernelRun run = run_candidate(ws, reference, c.inputs[gc.g.a_input].tensor, c.inputs[gc.g.b_input].tensor, k,
                                   compiled.cubin);
     ASSERT_TRUE(run.ok) << run.error;
-    EXPECT_LT(run.rel_l2, gc.tolerance);
+    if (gc.tolerance == 0) EXPECT_EQ(run.rel_l2, 0.0);  // integers: exact
+    else EXPECT_LT(run.rel_l2, gc.tolerance);
     std::printf("%-60s %-9.2e %9.2f us %8.2f TFLOP/s  compile %.2f s\n", gc.label.c_str(), run.rel_l2, run.median_us,
                 gc.g.flops() / (run.median_us * 1e-6) / 1e12, compiled.seconds);
     std::fflush(stdout);
@@ -122,8 +134,11 @@ TEST(Gpu, Conv2dEveryAmosMappingTwoSchedules) {
     alt.stages = 3 - d.stages;
     alt.block_k = 16;
     alt.block_m = d.warp_m;
+    alt.unroll = 0;
+    alt.raster = 3;  // 28 * 28 / 32 rows of tiles: the last group is partial
     cases.push_back({"conv2d map " + std::to_string(map.id) + " default", g, d, 1e-2});
-    cases.push_back({"conv2d map " + std::to_string(map.id) + " stages " + std::to_string(alt.stages), g, alt, 1e-2});
+    cases.push_back({"conv2d map " + std::to_string(map.id) + " stages " + std::to_string(alt.stages) + " raster 3",
+                     g, alt, 1e-2});
   }
   run_cases(c, cases, 1);
 }
@@ -234,8 +249,24 @@ TEST(Gpu, GemmShapesLayoutsAndDtypes) {
         gc.label += "->panels";
         cases.push_back(gc);
       }
+      // Scalar loads and rolled loops, where the default uses vectors and unrolls.
+      gc.p.vec_a = gc.p.vec_b = 1;
+      gc.p.unroll = 0;
+      gc.label += " scalar";
+      cases.push_back(gc);
     }
     run_cases(c, cases, seed++);
+  }
+  {
+    // K = 64 and N = 36: 16-byte vectors of A, 8-byte of B, with tails in M; raster 2.
+    Compute vc = build_compute(builtin_op("gemm"), parse_param_overrides({"M=100", "N=36", "K=64"}));
+    GpuCase vector = full_mapping(vc, "wmma_fp16_fp32", "gemm 100x36x64 vectors", 1e-2);
+    EXPECT_EQ(vector.p.vec_a, 8);
+    EXPECT_EQ(vector.p.vec_b, 4);
+    vector.p.block_n = vector.p.warp_n = 16;
+    vector.p.raster = 2;
+    vector.label += " raster 2";
+    run_cases(vc, {vector}, seed++);
   }
   std::ifstream in(std::string(TMAP_SOURCE_DIR) + "/benchmarks/workloads/gemm.json");
   nlohmann::json table = nlohmann::json::parse(in);
@@ -253,6 +284,7 @@ TEST(Gpu, GemmShapesLayoutsAndDtypes) {
            {"wmma_bf16_fp32", "bfloat16", "float32", 1e-2},
            {"wmma_tf32_fp32", "float32", "float32", 1e-3},
            {"wmma_int8_int32", "int8", "int32", 0.0},
+           {"wmma_int4_int32", "int4", "int32", 0.0},
            {"wmma_fp64_fp64", "float64", "float64", 1e-9}}) {
     for (const std::string op : {"gemm", "conv2d"}) {
       SourceText src("<" + op + ">", builtin_op_source(op));

@@ -68,6 +68,10 @@ KernelSource emit_reference_kernel(const Compute& c) {
   os << "// Reference for: " << c.statement_text() << "\n"
      << "// One thread per output element; " << reduction_points << " reduction points each, accumulated in " << acc
      << ".\n#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n\n"
+     << "// Signed 4-bit element i of a packed array (two per byte, low nibble first).\n"
+     << "__device__ __forceinline__ int nibble(const unsigned char* p, long long i) {\n"
+     << "  const int byte = p[i >> 1];\n"
+     << "  return (i & 1) ? (signed char)(byte & 0xF0) >> 4 : (signed char)(byte << 4) >> 4;\n}\n\n"
      << "extern \"C\" __global__ void tmap_reference(";
   for (std::size_t t = 0; t < c.tensors.size(); ++t) {
     bool is_out = static_cast<int>(t) == c.output.tensor;
@@ -87,8 +91,10 @@ KernelSource emit_reference_kernel(const Compute& c) {
     offset_code(os, c, c.inputs[i], var, "    ");
     const Tensor& t = c.tensor_of(c.inputs[i]);
     const bool half_type = t.dtype == DType::kFloat16 || t.dtype == DType::kBFloat16;
+    const std::string element = t.dtype == DType::kInt4 ? "nibble(t_" + t.name + ", " + var + ")"
+                                                        : "t_" + t.name + "[" + var + "]";
     os << "    const " << acc << " v" << i << " = " << var << "_inside ? (" << acc << ")(" << (half_type ? "(float)" : "")
-       << "t_" << t.name << "[" << var << "]) : 0;\n";
+       << element << ") : 0;\n";
     product += (i ? " * " : "") + std::string("v") + std::to_string(i);
   }
   os << "    sum += " << product << ";\n  }\n";

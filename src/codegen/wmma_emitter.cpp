@@ -1,5 +1,6 @@
 #include "tmap/codegen/wmma_emitter.h"
 
+#include <algorithm>
 #include <cctype>
 #include <sstream>
 
@@ -20,7 +21,7 @@ std::string storage_type(DType t) {
     case DType::kFloat64: return "double";
     case DType::kInt8: return "signed char";
     case DType::kInt32: return "int";
-    case DType::kInt4: break;
+    case DType::kInt4: return "unsigned char";  // packed: element e in byte e / 2, low nibble first
   }
   TMAP_CHECK(false, "generated code does not support dtype " + std::string(dtype_name(t)) + " yet");
   return "";
@@ -30,8 +31,23 @@ namespace {
 
 /// The element type of a WMMA operand fragment.
 std::string fragment_type(DType t) {
-  return t == DType::kTFloat32 ? "wmma::precision::tf32" : storage_type(t);
+  if (t == DType::kTFloat32) return "wmma::precision::tf32";
+  if (t == DType::kInt4) return "wmma::experimental::precision::s4";
+  return storage_type(t);
 }
+
+/// An unsigned type as wide as `bytes`, for vector copies.
+std::string vector_type(int bytes) {
+  switch (bytes) {
+    case 16: return "uint4";
+    case 8: return "uint2";
+    case 4: return "unsigned int";
+    case 2: return "unsigned short";
+  }
+  return "unsigned char";
+}
+
+const char* unroll_pragma(const ScheduleParams& p) { return p.unroll ? "#pragma unroll\n" : "#pragma unroll 1\n"; }
 
 std::string identifier(const std::string& s) {
   std::string out;
@@ -105,6 +121,8 @@ KernelSource emit_wmma_kernel(const ImplicitGemm& g, const ScheduleParams& p) {
                     tacc = storage_type(g.hw->d_dtype);
   const auto im = g.shape[Axis::kI], in = g.shape[Axis::kJ], ik = g.shape[Axis::kK];
   const bool a_row = g.layout[0] == 'n', b_row = g.layout[1] == 'n', c_row = g.layout[2] == 'n';
+  // Sub-byte operands are packed two to a byte; shared tiles hold them packed too.
+  const int a_pack = dtype_bits(g.hw->a_dtype) < 8 ? 2 : 1, b_pack = dtype_bits(g.hw->b_dtype) < 8 ? 2 : 1;
 
   KernelSource k;
   k.name = identifier("tmap_" + c.name + "_" + g.hw->name + "_" + g.layout + "_" + g.shape.str() + "_map" +
@@ -149,6 +167,9 @@ KernelSource emit_wmma_kernel(const ImplicitGemm& g, const ScheduleParams& p) {
      << "constexpr int STAGES = " << p.stages << ";\n"
      << "constexpr int SPLIT_K = " << p.split_k << ";  // reduction splits (grid z = batch x SPLIT_K)\n"
      << "constexpr int BATCH = " << g.batch << ";\n"
+     << "constexpr int VEC_A = " << p.vec_a << ", VEC_B = " << p.vec_b << ";  // elements per global load\n"
+     << "constexpr int PACK_A = " << a_pack << ", PACK_B = " << b_pack << ";  // elements per stored byte or more\n"
+     << "constexpr int RASTER = " << p.raster << ";  // rows of M tiles walked together\n"
      << "// Shared tiles: A " << (a_row ? "[BM][BK + pad] row-major" : "[BK][BM + pad] column-major") << ", B "
      << (b_row ? "[BK][BN + pad] row-major" : "[BN][BK + pad] column-major") << ", D "
      << (c_row ? "[BM][BN + pad] row-major" : "[BN][BM + pad] column-major") << "\n"
@@ -175,28 +196,51 @@ KernelSource emit_wmma_kernel(const ImplicitGemm& g, const ScheduleParams& p) {
   else tile_index("a_at", "A_LD", "A_TILE", "BK", "BM", "IM");
   if (b_row) tile_index("b_at", "B_LD", "B_TILE", "BK", "BN", "IN");
   else tile_index("b_at", "B_LD", "B_TILE", "BN", "BK", "IK");
-  os << "constexpr int A_BYTES = (A_TILE * (int)sizeof(" << ta << ") + 127) / 128 * 128;\n\n";
+  os << "constexpr int A_BYTES = (A_TILE / PACK_A * (int)sizeof(" << ta << ") + 127) / 128 * 128;\n\n";
+  if (a_pack > 1 || b_pack > 1)
+    os << "// Signed 4-bit element i of a packed array (two per byte, low nibble first).\n"
+       << "__device__ __forceinline__ int nibble(const unsigned char* p, int i) {\n"
+       << "  const int byte = p[i >> 1];\n"
+       << "  return (i & 1) ? (signed char)(byte & 0xF0) >> 4 : (signed char)(byte << 4) >> 4;\n}\n\n";
 
-  // Gathers: operand element (row, col) of the virtual GEMM from the compute's tensors.
+  // Gathers: operand element (row, col) of the virtual GEMM from the compute's tensors. Scalar
+  // loaders return one element (a packed operand's as an int); vector loaders copy `vec`
+  // contiguous elements to shared memory in one load.
   auto emit_loader = [&](const char* fname, const std::string& type, const Access& acc, const char* row_name,
                          const std::vector<int>& row_iters, const char* col_name, const std::vector<int>& col_iters,
-                         const char* row_bound, const char* col_bound) {
+                         const char* row_bound, const char* col_bound, bool packed, int vec, int elem_bytes) {
     std::vector<bool> used = used_by(c, acc);
-    os << "// " << c.tensor_of(acc).name << " element at virtual (" << row_name << ", " << col_name
-       << "); zero outside the GEMM or the tensor\n"
-       << "__device__ __forceinline__ " << type << " " << fname << "(const " << type << "* __restrict__ src, int "
-       << row_name << ", int " << col_name << ", int z, int s) {\n"
-       << "  if (" << row_name << " >= " << row_bound << " || " << col_name << " >= " << col_bound << ") return "
-       << "static_cast<" << type << ">(0.0f);\n";
+    const std::string value_type = packed ? "int" : type;
+    const std::string vtype = vector_type(vec * elem_bytes);
+    const std::string zero = vec > 1 ? "{ *reinterpret_cast<Vec*>(dst) = Vec{}; return; }"
+                                     : "return static_cast<" + value_type + ">(0.0f);";
+    os << "// " << c.tensor_of(acc).name << " element" << (vec > 1 ? "s" : "") << " at virtual (" << row_name << ", "
+       << col_name << ")" << (vec > 1 ? " and the next " + std::to_string(vec - 1) + " along the tile's row, contiguous "
+                                             "and aligned in memory: one " + std::to_string(vec * elem_bytes) + "-byte load"
+                                       : "")
+       << "; zero outside the GEMM or the tensor\n"
+       << "__device__ __forceinline__ " << (vec > 1 ? "void" : value_type) << " " << fname << "(const " << type
+       << "* __restrict__ src, int " << row_name << ", int " << col_name << ", int z, int s"
+       << (vec > 1 ? ", " + type + "* dst" : "") << ") {\n"
+       << (vec > 1 ? "  using Vec = " + vtype + ";\n" : "")
+       << "  if (" << row_name << " >= " << row_bound << " || " << col_name << " >= " << col_bound << ") " << zero << "\n";
     decompose(os, c, row_iters, row_name, used, "  ");
     decompose(os, c, col_iters, col_name, used, "  ");
     decompose(os, c, g.batch_iters, "z", used, "  ");
     decompose(os, c, g.serial_iters, "s", used, "  ");
-    access_code(os, c, acc, "  ", true, "return static_cast<" + type + ">(0.0f);");
-    os << "  return src[offset];\n}\n\n";
+    access_code(os, c, acc, "  ", true, zero);
+    if (vec > 1)
+      os << "  *reinterpret_cast<Vec*>(dst) = *reinterpret_cast<const Vec*>(src + offset);\n}\n\n";
+    else if (packed)
+      os << "  return nibble(src, offset);\n}\n\n";
+    else
+      os << "  return src[offset];\n}\n\n";
   };
-  emit_loader("load_a", ta, a_acc, "m", g.m_iters, "k", g.k_iters, "M", "K");
-  emit_loader("load_b", tb, b_acc, "k", g.k_iters, "n", g.n_iters, "K", "N");
+  const int a_bytes = std::max(1, dtype_bits(g.hw->a_dtype) / 8), b_bytes = std::max(1, dtype_bits(g.hw->b_dtype) / 8);
+  emit_loader(p.vec_a > 1 ? "load_a_vec" : "load_a", ta, a_acc, "m", g.m_iters, "k", g.k_iters, "M", "K", a_pack > 1,
+              p.vec_a, a_bytes);
+  emit_loader(p.vec_b > 1 ? "load_b_vec" : "load_b", tb, b_acc, "k", g.k_iters, "n", g.n_iters, "K", "N", b_pack > 1,
+              p.vec_b, b_bytes);
 
   {  // The output scatter.
     std::vector<bool> used = used_by(c, c.output);
@@ -212,14 +256,55 @@ KernelSource emit_wmma_kernel(const ImplicitGemm& g, const ScheduleParams& p) {
   }
 
   const bool tf32 = g.hw->a_dtype == DType::kTFloat32;
+  const std::string unroll = unroll_pragma(p);
+  // One gather loop over a tile stored rows x cols, `group` elements of a row per iteration;
+  // `row_var` and `col_var` name the tile coordinates in the virtual GEMM's terms.
+  auto gather = [&](char op, const std::string& rows, const std::string& cols, const char* row_var, const char* col_var,
+                    int vec, int pack) {
+    const int group = std::max(vec, pack);
+    const std::string tile = op == 'a' ? "a" : "b", at = std::string(1, op) + "_at";
+    const std::string grp = group > 1 ? " / " + std::to_string(group) : "";
+    auto args = [&](const std::string& col_offset) {
+      std::string r = row_var, c = std::string(col_var) + col_offset;
+      // A is read at (m, k), B at (k, n).
+      std::string mm = std::string(row_var) == "mm" ? r : c, kk = std::string(row_var) == "kk" ? r : c,
+                  nn = std::string(row_var) == "nn" ? r : c;
+      return op == 'a' ? "m0 + " + mm + ", k0 + " + kk : "k0 + " + kk + ", n0 + " + nn;
+    };
+    // A loop of constant trip count (each thread takes every THREADS-th group), so it unrolls.
+    const std::string total = rows + " * " + cols + grp;
+    os << "    " << unroll << "    for (int it = 0; it < (" << total << " + THREADS - 1) / THREADS; ++it) {\n"
+       << "      const int e = it * THREADS + threadIdx.x;\n"
+       << "      if ((" << total << ") % THREADS != 0 && e >= " << total << ") break;\n"
+       << "      const int " << row_var << " = e / (" << cols << grp << "), " << col_var << " = e % (" << cols << grp
+       << ")" << (group > 1 ? " * " + std::to_string(group) : "") << ";\n";
+    const std::string slot = at + "(" + row_var + ", " + col_var + ")";
+    if (vec > 1)
+      os << "      load_" << op << "_vec(" << op << "_src, " << args("") << ", z, s, &" << tile << "[" << slot << "]);\n";
+    else if (pack > 1)
+      os << "      " << tile << "[" << slot << " / 2] = (unsigned char)((load_" << op << "(" << op << "_src, " << args("")
+         << ", z, s) & 0xF) | (load_" << op << "(" << op << "_src, " << args(" + 1") << ", z, s) << 4));\n";
+    else
+      os << "      " << tile << "[" << slot << "] = load_" << op << "(" << op << "_src, " << args("") << ", z, s);\n";
+    os << "    }\n";
+  };
   os << "extern \"C\" __global__ void __launch_bounds__(THREADS)\n"
      << k.name << "(const " << ta << "* __restrict__ a_src, const " << tb << "* __restrict__ b_src, " << tacc
      << "* __restrict__ out, " << tpart << "* __restrict__ partial) {\n"
      << "  extern __shared__ __align__(128) unsigned char smem[];\n"
-     << "  " << ta << "* As = reinterpret_cast<" << ta << "*>(smem);                  // [STAGES][A_TILE]\n"
-     << "  " << tb << "* Bs = reinterpret_cast<" << tb << "*>(smem + STAGES * A_BYTES);  // [STAGES][B_TILE]\n"
-     << "  const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;\n"
-     << "  const int z = blockIdx.z / SPLIT_K, split = blockIdx.z % SPLIT_K;\n"
+     << "  " << ta << "* As = reinterpret_cast<" << ta << "*>(smem);                  // [STAGES][A_TILE / PACK_A]\n"
+     << "  " << tb << "* Bs = reinterpret_cast<" << tb << "*>(smem + STAGES * A_BYTES);  // [STAGES][B_TILE / PACK_B]\n";
+  if (p.raster > 1)
+    os << "  // Rasterization: blocks in launch order walk RASTER rows of M tiles column by column, so\n"
+       << "  // that the blocks resident together read the same A and B tiles from L2.\n"
+       << "  constexpr int GRID_M = (M + BM - 1) / BM, GRID_N = (N + BN - 1) / BN;\n"
+       << "  const int linear = blockIdx.y * GRID_N + blockIdx.x;\n"
+       << "  const int first_row = linear / (RASTER * GRID_N) * RASTER, in_group = linear % (RASTER * GRID_N);\n"
+       << "  const int group_rows = min(GRID_M - first_row, RASTER);\n"
+       << "  const int m0 = (first_row + in_group % group_rows) * BM, n0 = in_group / group_rows * BN;\n";
+  else
+    os << "  const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;\n";
+  os << "  const int z = blockIdx.z / SPLIT_K, split = blockIdx.z % SPLIT_K;\n"
      << "  const int warp = threadIdx.x / 32;\n"
      << "  const int wm0 = (warp / WARPS_N) * WM, wn0 = (warp % WARPS_N) * WN;  // warp tile origin in the block\n\n"
      << "  wmma::fragment<wmma::accumulator, IM, IN, IK, " << tacc << "> acc[FM][FN];  // (FM x FN) fragments of IM x IN\n"
@@ -232,36 +317,33 @@ KernelSource emit_wmma_kernel(const ImplicitGemm& g, const ScheduleParams& p) {
      << "  // Gathers step `step` of the reduction into shared buffer `buf`.\n"
      << "  auto load_tiles = [&](int step, int buf) {\n"
      << "    const int s = step / K_TILES, k0 = (step % K_TILES) * BK;\n"
-     << "    " << ta << "* a = As + buf * A_TILE;\n"
-     << "    for (int e = threadIdx.x; e < BM * BK; e += THREADS) {\n"
-     << (a_row ? "      const int mm = e / BK, kk = e % BK;\n      a[a_at(mm, kk)] = load_a(a_src, m0 + mm, k0 + kk, z, s);\n"
-               : "      const int kk = e / BM, mm = e % BM;\n      a[a_at(kk, mm)] = load_a(a_src, m0 + mm, k0 + kk, z, s);\n")
-     << "    }\n"
-     << "    " << tb << "* b = Bs + buf * B_TILE;\n"
-     << "    for (int e = threadIdx.x; e < BK * BN; e += THREADS) {\n"
-     << (b_row ? "      const int kk = e / BN, nn = e % BN;\n      b[b_at(kk, nn)] = load_b(b_src, k0 + kk, n0 + nn, z, s);\n"
-               : "      const int nn = e / BK, kk = e % BK;\n      b[b_at(nn, kk)] = load_b(b_src, k0 + kk, n0 + nn, z, s);\n")
-     << "    }\n  };\n"
+     << "    " << ta << "* a = As + buf * (A_TILE / PACK_A);\n";
+  if (a_row) gather('a', "BM", "BK", "mm", "kk", p.vec_a, a_pack);
+  else gather('a', "BK", "BM", "kk", "mm", p.vec_a, a_pack);
+  os << "    " << tb << "* b = Bs + buf * (B_TILE / PACK_B);\n";
+  if (b_row) gather('b', "BK", "BN", "kk", "nn", p.vec_b, b_pack);
+  else gather('b', "BN", "BK", "nn", "kk", p.vec_b, b_pack);
+  os << "  };\n"
      << "  // Multiplies the tiles in shared buffer `buf` into the accumulators.\n"
      << "  auto compute = [&](int buf) {\n"
-     << "    const " << ta << "* a = As + buf * A_TILE;\n"
-     << "    const " << tb << "* b = Bs + buf * B_TILE;\n"
-     << "    for (int kk = 0; kk < BK; kk += IK) {\n"
+     << "    const " << ta << "* a = As + buf * (A_TILE / PACK_A);\n"
+     << "    const " << tb << "* b = Bs + buf * (B_TILE / PACK_B);\n"
+     << "    " << unroll << "    for (int kk = 0; kk < BK; kk += IK) {\n"
      << "      wmma::fragment<wmma::matrix_a, IM, IN, IK, " << fragment_type(g.hw->a_dtype) << ", wmma::"
      << (a_row ? "row_major" : "col_major") << "> fa[FM];\n"
      << "      wmma::fragment<wmma::matrix_b, IM, IN, IK, " << fragment_type(g.hw->b_dtype) << ", wmma::"
      << (b_row ? "row_major" : "col_major") << "> fb[FN];\n"
-     << "      for (int i = 0; i < FM; ++i) {\n"
+     << "      " << unroll << "      for (int i = 0; i < FM; ++i) {\n"
      << "        wmma::load_matrix_sync(fa[i], a + " << (a_row ? "a_at(wm0 + i * IM, kk)" : "a_at(kk, wm0 + i * IM)")
-     << ", A_LD);\n"
+     << " / PACK_A, A_LD);\n"
      << (tf32 ? "        for (int t = 0; t < fa[i].num_elements; ++t) fa[i].x[t] = wmma::__float_to_tf32(fa[i].x[t]);\n" : "")
      << "      }\n"
-     << "      for (int j = 0; j < FN; ++j) {\n"
+     << "      " << unroll << "      for (int j = 0; j < FN; ++j) {\n"
      << "        wmma::load_matrix_sync(fb[j], b + " << (b_row ? "b_at(kk, wn0 + j * IN)" : "b_at(wn0 + j * IN, kk)")
-     << ", B_LD);\n"
+     << " / PACK_B, B_LD);\n"
      << (tf32 ? "        for (int t = 0; t < fb[j].num_elements; ++t) fb[j].x[t] = wmma::__float_to_tf32(fb[j].x[t]);\n" : "")
      << "      }\n"
-     << "      for (int i = 0; i < FM; ++i)\n"
+     << "      " << unroll << "      for (int i = 0; i < FM; ++i)\n"
      << "        for (int j = 0; j < FN; ++j) wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);\n"
      << "    }\n  };\n\n";
   if (p.stages == 2) {

@@ -27,7 +27,7 @@ double quantize(double v, DType t) {
     case DType::kTFloat32: return static_cast<double>(static_cast<float>(v));
     case DType::kInt8: return std::round(v * 8);  // small integers in [-8, 8]
     case DType::kInt32: return std::round(v);
-    case DType::kInt4: return std::round(v * 7);
+    case DType::kInt4: return std::round(v * 7);  // [-7, 7]
     case DType::kFloat64: return v;
   }
   return v;
@@ -39,6 +39,12 @@ std::vector<unsigned char> to_bytes(const std::vector<double>& values, DType t) 
     const auto* p = reinterpret_cast<const unsigned char*>(&x);
     out.insert(out.end(), p, p + sizeof x);
   };
+  if (t == DType::kInt4) {  // packed two to a byte, low nibble first
+    out.assign((values.size() + 1) / 2, 0);
+    for (std::size_t i = 0; i < values.size(); ++i)
+      out[i / 2] |= static_cast<unsigned char>((static_cast<int>(values[i]) & 0xF) << (i % 2 * 4));
+    return out;
+  }
   for (double v : values) {
     switch (t) {
       case DType::kFloat16: put(__float2half(static_cast<float>(v))); break;
@@ -48,7 +54,7 @@ std::vector<unsigned char> to_bytes(const std::vector<double>& values, DType t) 
       case DType::kFloat64: put(v); break;
       case DType::kInt8: put(static_cast<signed char>(v)); break;
       case DType::kInt32: put(static_cast<int>(v)); break;
-      case DType::kInt4: TMAP_CHECK(false, "int4 tensors are not supported by the runner yet");
+      case DType::kInt4: break;  // packed above
     }
   }
   return out;
@@ -65,13 +71,16 @@ std::vector<double> from_bytes(const std::vector<unsigned char>& bytes, DType t,
       case DType::kFloat64: std::memcpy(&out[i], &bytes[i * 8], 8); break;
       case DType::kInt8: out[i] = static_cast<signed char>(bytes[i]); break;
       case DType::kInt32: { int v; std::memcpy(&v, &bytes[i * 4], 4); out[i] = v; break; }
-      case DType::kInt4: break;
+      case DType::kInt4: {
+        const int byte = bytes[i / 2];
+        out[i] = static_cast<signed char>(i % 2 ? byte & 0xF0 : byte << 4) >> 4;
+        break;
+      }
     }
   }
   return out;
 }
 
-std::size_t element_bytes(DType t) { return t == DType::kInt4 ? 1 : static_cast<std::size_t>(dtype_bits(t) / 8); }
 
 std::int64_t offset_of(const Tensor& t, const Access& a, const std::vector<std::int64_t>& point, bool& in_bounds) {
   std::int64_t offset = 0;
@@ -157,7 +166,9 @@ class LoadedKernel {
   cudaKernel_t kernel_ = nullptr;
 };
 
-std::size_t bytes_of(const Tensor& t) { return static_cast<std::size_t>(t.num_elements()) * element_bytes(t.dtype); }
+std::size_t bytes_of(const Tensor& t) {
+  return (static_cast<std::size_t>(t.num_elements()) * static_cast<std::size_t>(dtype_bits(t.dtype)) + 7) / 8;
+}
 
 }  // namespace
 

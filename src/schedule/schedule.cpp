@@ -11,19 +11,9 @@ namespace {
 
 std::int64_t round_up(std::int64_t x, std::int64_t to) { return (x + to - 1) / to * to; }
 
-int storage_bytes(DType t) {
-  switch (t) {
-    case DType::kFloat16:
-    case DType::kBFloat16: return 2;
-    case DType::kTFloat32:
-    case DType::kFloat32:
-    case DType::kInt32: return 4;
-    case DType::kFloat64: return 8;
-    case DType::kInt8: return 1;
-    case DType::kInt4: return 1;  // two per byte; rows are counted in bytes below
-  }
-  return 4;
-}
+/// Bits per element as stored in shared and global memory (tf32 is stored as float, int4 packed
+/// two to a byte).
+int storage_bits(DType t) { return dtype_bits(t); }
 
 /// One shared-memory operand tile. In the row layout it is rows x (cols + pad) elements; in the
 /// panel layout the columns are cut into panels one fragment wide, each rows x (width + pad),
@@ -31,24 +21,27 @@ int storage_bytes(DType t) {
 struct Tile {
   const char* name;
   std::int64_t rows, cols;
-  std::int64_t ld;              ///< Elements between rows (WMMA's ldm).
-  int bytes;                    ///< Per element.
-  std::int64_t frag_rows;       ///< Rows between fragments.
-  std::int64_t col_step_bytes;  ///< Bytes between fragments along a row (or between panels).
-  std::int64_t elements;        ///< Per stage, padding included.
-  std::int64_t size_bytes() const { return elements * bytes; }
+  std::int64_t ld;             ///< Elements between rows (WMMA's ldm).
+  int bits;                    ///< Per element.
+  std::int64_t frag_rows;      ///< Rows between fragments.
+  std::int64_t frag_cols;      ///< Columns of a fragment.
+  std::int64_t col_step_bits;  ///< Bits between fragments along a row (or between panels).
+  std::int64_t elements;       ///< Per stage, padding included.
+  bool panels;
+  std::int64_t size_bytes() const { return (elements * bits + 7) / 8; }
 };
 
-/// rows x cols of `bytes`-byte elements; fragments are frag_rows x frag_cols.
+/// rows x cols of `bits`-bit elements; fragments are frag_rows x frag_cols.
 Tile make_tile(const char* name, std::int64_t rows, std::int64_t cols, std::int64_t frag_rows, std::int64_t frag_cols,
-               int bytes, int pad, bool panels) {
-  if (!panels) return {name, rows, cols, cols + pad, bytes, frag_rows, frag_cols * bytes, rows * (cols + pad)};
+               int bits, int pad, bool panels) {
+  if (!panels)
+    return {name, rows, cols, cols + pad, bits, frag_rows, frag_cols, frag_cols * bits, rows * (cols + pad), false};
   const std::int64_t ld = frag_cols + pad;
-  return {name, rows, cols, ld, bytes, frag_rows, rows * ld * bytes, (cols / frag_cols) * rows * ld};
+  return {name, rows, cols, ld, bits, frag_rows, frag_cols, rows * ld * bits, (cols / frag_cols) * rows * ld, true};
 }
 
 std::vector<Tile> tiles(const ImplicitGemm& g, const ScheduleParams& p) {
-  const int ab = storage_bytes(g.hw->a_dtype), bb = storage_bytes(g.hw->b_dtype), db = storage_bytes(g.hw->d_dtype);
+  const int ab = storage_bits(g.hw->a_dtype), bb = storage_bits(g.hw->b_dtype), db = storage_bits(g.hw->d_dtype);
   const auto m = g.shape[Axis::kI], n = g.shape[Axis::kJ], k = g.shape[Axis::kK];
   const bool panels = p.panels != 0;
   std::vector<Tile> t;
@@ -66,10 +59,36 @@ std::vector<Tile> tiles(const ImplicitGemm& g, const ScheduleParams& p) {
 
 }  // namespace
 
+int max_vector_width(const ImplicitGemm& g, int which) {
+  const Compute& c = *g.compute;
+  const DType dtype = which == 0 ? g.hw->a_dtype : g.hw->b_dtype;
+  const int bits = storage_bits(dtype);
+  if (bits < 8) return 1;  // packed sub-byte elements are gathered in pairs, not in vectors
+  const Access& acc = c.inputs[which == 0 ? g.a_input : g.b_input];
+  // The virtual axis along the shared tile's rows.
+  const bool row_major = g.layout[which] == 'n';
+  const std::vector<int>& axis = which == 0 ? (row_major ? g.k_iters : g.m_iters) : (row_major ? g.n_iters : g.k_iters);
+  if (axis.empty() || acc.indices.empty()) return 1;
+  const int inner = axis.back();
+  // The last index must be `inner` alone; terms of extent-1 iterators (a group index when
+  // groups = 1) are always zero.
+  const AffineExpr& last = acc.indices.back();
+  if (last.constant != 0 || last.coef(inner) != 1) return 1;
+  for (const auto& [it, coef] : last.terms)
+    if (it != inner && c.iters[it].extent != 1) return 1;
+  for (std::size_t d = 0; d + 1 < acc.indices.size(); ++d)
+    if (acc.indices[d].uses(inner)) return 1;
+  const std::int64_t extent = c.iters[inner].extent, dim = c.tensor_of(acc).shape.back();
+  int vec = 128 / bits;
+  while (vec > 1 && (extent % vec || dim % vec)) vec /= 2;
+  return vec;
+}
+
 nlohmann::json to_json(const ScheduleParams& p) {
   return {{"block_m", p.block_m}, {"block_n", p.block_n}, {"block_k", p.block_k}, {"warp_m", p.warp_m},
           {"warp_n", p.warp_n},   {"stages", p.stages},   {"smem_pad", p.smem_pad}, {"split_k", p.split_k},
-          {"panels", p.panels}};
+          {"panels", p.panels},   {"vec_a", p.vec_a},     {"vec_b", p.vec_b},       {"unroll", p.unroll},
+          {"raster", p.raster}};
 }
 
 ScheduleParams schedule_from_json(const nlohmann::json& j, const ScheduleParams& defaults) {
@@ -81,7 +100,9 @@ ScheduleParams schedule_from_json(const nlohmann::json& j, const ScheduleParams&
                                                  {"block_k", &p.block_k}, {"warp_m", &p.warp_m},
                                                  {"warp_n", &p.warp_n},   {"stages", &p.stages},
                                                  {"smem_pad", &p.smem_pad}, {"split_k", &p.split_k},
-                                                 {"panels", &p.panels}};
+                                                 {"panels", &p.panels},   {"vec_a", &p.vec_a},
+                                                 {"vec_b", &p.vec_b},     {"unroll", &p.unroll},
+                                                 {"raster", &p.raster}};
   for (const auto& [key, value] : j.items()) {
     auto it = std::find_if(std::begin(fields), std::end(fields), [&](const auto& f) { return key == f.first; });
     if (it == std::end(fields)) {
@@ -110,7 +131,10 @@ std::string_view message(ScheduleError e) {
     case ScheduleError::kBlockNotMultipleOfWarp: return "the block tile is not a multiple of the warp tile";
     case ScheduleError::kTooManyThreads: return "the block has more threads than the device allows";
     case ScheduleError::kSharedMemoryExceeded: return "the shared memory exceeds the device's limit";
-    case ScheduleError::kBadStages: return "stages must be 1 or 2, and panels 0 or 1";
+    case ScheduleError::kBadStages: return "stages must be 1 or 2";
+    case ScheduleError::kBadOption: return "panels and unroll must be 0 or 1, raster between 1 and 32";
+    case ScheduleError::kBadVector:
+      return "a vector width is not a power of two up to 16 bytes that the operand's contiguity and the tile allow";
     case ScheduleError::kMisalignedRows: return "a shared-memory row is not a multiple of 16 bytes, as WMMA requires";
     case ScheduleError::kMisalignedFragments:
       return "fragments would start at addresses not 32-byte aligned, as WMMA requires";
@@ -139,7 +163,9 @@ std::vector<ScheduleIssue> validate(const ImplicitGemm& g, const ScheduleParams&
     fail(ScheduleError::kBlockNotMultipleOfWarp, "block " + std::to_string(p.block_m) + "x" + std::to_string(p.block_n) +
                                                      ", warp " + std::to_string(p.warp_m) + "x" + std::to_string(p.warp_n));
   if (p.stages != 1 && p.stages != 2) fail(ScheduleError::kBadStages, "stages = " + std::to_string(p.stages));
-  if (p.panels != 0 && p.panels != 1) fail(ScheduleError::kBadStages, "panels = " + std::to_string(p.panels) + " (0 or 1)");
+  if (p.panels != 0 && p.panels != 1) fail(ScheduleError::kBadOption, "panels = " + std::to_string(p.panels));
+  if (p.unroll != 0 && p.unroll != 1) fail(ScheduleError::kBadOption, "unroll = " + std::to_string(p.unroll));
+  if (p.raster < 1 || p.raster > 32) fail(ScheduleError::kBadOption, "raster = " + std::to_string(p.raster));
   if (!out.empty()) return out;  // the checks below need a well-formed tiling
   const std::int64_t steps = g.serial * ((g.K + p.block_k - 1) / p.block_k);
   if (p.split_k < 1 || p.split_k > steps)
@@ -157,13 +183,27 @@ std::vector<ScheduleIssue> validate(const ImplicitGemm& g, const ScheduleParams&
     fail(ScheduleError::kSharedMemoryExceeded,
          std::to_string(smem) + " bytes, the limit is " + std::to_string(limits.max_shared_bytes));
   for (const Tile& t : tiles(g, p)) {
-    if (p.smem_pad < 0 || (t.ld * t.bytes) % 16)
+    if (p.smem_pad < 0 || (t.ld * t.bits) % 128)
       fail(ScheduleError::kMisalignedRows, std::string(t.name) + " rows of " + std::to_string(t.ld) + " elements of " +
-                                               std::to_string(t.bytes) + " bytes");
-    if ((t.frag_rows * t.ld * t.bytes) % 32 || t.col_step_bytes % 32)
+                                               std::to_string(t.bits) + " bits");
+    if ((t.frag_rows * t.ld * t.bits) % 256 || t.col_step_bits % 256)
       fail(ScheduleError::kMisalignedFragments,
-           std::string(t.name) + " fragments step " + std::to_string(t.col_step_bytes) + " bytes along a row (layout " +
-               g.layout + ", intrinsic " + g.shape.str() + (p.panels ? ", panels" : ", rows; try panels") + ")");
+           std::string(t.name) + " fragments step " + std::to_string(t.col_step_bits / 8) +
+               " bytes along a row (layout " + g.layout + ", intrinsic " + g.shape.str() +
+               (p.panels ? ", panels" : ", rows; try panels") + ")");
+  }
+  const std::vector<Tile> t = tiles(g, p);
+  for (int which = 0; which < 2; ++which) {
+    const int vec = which == 0 ? p.vec_a : p.vec_b;
+    if (vec == 1) continue;
+    const int limit = max_vector_width(g, which);
+    // The vector must fit a row of the tile (or of a panel), and start 16-byte aligned rows.
+    const std::int64_t row = t[which].panels ? t[which].frag_cols : t[which].cols;
+    if (vec < 1 || (vec & (vec - 1)) || vec > limit || row % vec)
+      fail(ScheduleError::kBadVector, std::string(which == 0 ? "vec_a" : "vec_b") + " = " + std::to_string(vec) +
+                                          ": the operand allows at most " + std::to_string(limit) + ", rows of the " +
+                                          (t[which].panels ? "panels" : "tile") + " are " + std::to_string(row) +
+                                          " elements");
   }
   return out;
 }
@@ -180,12 +220,21 @@ ScheduleParams default_schedule(const ImplicitGemm& g, const DeviceLimits& limit
   p.block_k = static_cast<int>(k * (g.K > k ? 2 : 1));
   p.stages = 2;
   // The smallest padding that keeps rows 16-byte aligned and moves rows across banks.
-  p.smem_pad = std::max(1, 16 / std::min({storage_bytes(g.hw->a_dtype), storage_bytes(g.hw->b_dtype),
-                                          storage_bytes(g.hw->d_dtype)}));
+  p.smem_pad = std::max(1, 128 / std::min({storage_bits(g.hw->a_dtype), storage_bits(g.hw->b_dtype),
+                                           storage_bits(g.hw->d_dtype)}));
   // Rows of the tile unless a fragment would start misaligned; then one panel per fragment.
   for (const auto& issue : validate(g, p, limits))
     if (issue.error == ScheduleError::kMisalignedFragments) p.panels = 1;
   if (shared_bytes(g, p) > limits.max_shared_bytes) p.stages = 1;
+  // The widest global loads the operands and the tile allow.
+  for (int which = 0; which < 2; ++which) {
+    int& vec = which == 0 ? p.vec_a : p.vec_b;
+    for (vec = max_vector_width(g, which); vec > 1; vec /= 2) {
+      bool ok = true;
+      for (const auto& issue : validate(g, p, limits)) ok = ok && issue.error != ScheduleError::kBadVector;
+      if (ok) break;
+    }
+  }
   if (limits.sm_count > 0) {
     const std::int64_t blocks = ((g.M + p.block_m - 1) / p.block_m) * ((g.N + p.block_n - 1) / p.block_n) * g.batch;
     const std::int64_t steps = g.serial * ((g.K + p.block_k - 1) / p.block_k);

@@ -22,6 +22,13 @@ struct ScheduleParams {
   /// Shared operand tiles as panels one fragment wide (1) instead of padded rows (0): every
   /// fragment then starts 32-byte aligned, which int8 and 8-wide fragments need.
   int panels = 0;
+  /// Elements per global load of A and B: 1 (scalar) or a power of two up to 16 bytes, where
+  /// the operand is contiguous and aligned along the shared tile's rows (see max_vector_width).
+  int vec_a = 1, vec_b = 1;
+  int unroll = 1;  ///< 1: unroll the gather and fragment loops; 0: keep them rolled.
+  /// Block rasterization: consecutive blocks walk `raster` rows of M tiles column by column, so
+  /// that blocks running together share operand tiles in L2. 1 is plain row order.
+  int raster = 1;
   bool operator==(const ScheduleParams&) const = default;
 };
 
@@ -44,6 +51,8 @@ enum class ScheduleError {
   kTooManyThreads,
   kSharedMemoryExceeded,
   kBadStages,
+  kBadOption,
+  kBadVector,
   kMisalignedRows,
   kMisalignedFragments,
   kBadSplitK,
@@ -58,6 +67,14 @@ struct ScheduleIssue {
 
 /// Every reason the schedule is invalid for this GEMM on this device (empty when valid).
 std::vector<ScheduleIssue> validate(const ImplicitGemm& g, const ScheduleParams& p, const DeviceLimits& limits);
+
+/// The widest vector (in elements, 1 to 16 bytes) operand `which` (0 = A, 1 = B) can be loaded
+/// with: the operand's elements along its shared tile's rows (k for row-major A, m for
+/// column-major A, n for row-major B, k for column-major B) come from the innermost iterator of
+/// that virtual axis, which must index the tensor's last dimension alone with coefficient 1 and
+/// no offset, with its extent and that dimension a multiple of the width. Then a group of
+/// aligned elements is contiguous, aligned and either wholly inside the tensor or wholly outside.
+int max_vector_width(const ImplicitGemm& g, int which);
 
 /// Shared memory the kernel uses, in bytes.
 std::int64_t shared_bytes(const ImplicitGemm& g, const ScheduleParams& p);
