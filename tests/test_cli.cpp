@@ -11,6 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tmap/runtime/device.h"
+
 namespace {
 
 struct CliRun {
@@ -182,6 +184,56 @@ TEST(Cli, HwOpsAndVersion) {
   CliRun version = tmap("version");
   ASSERT_EQ(version.code, 0) << version.err;  // starts without a GPU driver too
   EXPECT_NE(version.out.find("NVRTC"), std::string::npos);
+}
+
+TEST(Cli, TuneReplayAndLogsWithoutMeasuring) {
+  const std::string dir = std::filesystem::temp_directory_path() / ("tmap_cli_tune_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  const std::string log = dir + "/gemm.jsonl";
+  if (tmap::query_runtime().devices.empty()) {  // without a GPU: said plainly, with the way out
+    CliRun no_gpu = tmap("tune --op gemm --set M=64 --set N=64 --set K=64");
+    EXPECT_EQ(no_gpu.code, 2);
+    EXPECT_NE(no_gpu.err.find("no GPU to measure on"), std::string::npos) << no_gpu.err;
+    EXPECT_NE(no_gpu.err.find("--measure model"), std::string::npos) << no_gpu.err;
+  }
+  CliRun model = tmap("tune --op gemm --set M=64 --set N=64 --set K=64 --measure model --trials 3 --log " + log);
+  ASSERT_EQ(model.code, 0) << model.err;
+  EXPECT_NE(model.out.find("3 trials ranked and compiled"), std::string::npos) << model.out;
+  EXPECT_NE(model.out.find("estimated"), std::string::npos) << model.out;
+  std::vector<std::string> lines;
+  {
+    std::ifstream in(log);
+    for (std::string line; std::getline(in, line);) lines.push_back(line);
+  }
+  ASSERT_EQ(lines.size(), 3u);
+  CliRun refused = tmap("replay " + log);
+  EXPECT_EQ(refused.code, 2);
+  EXPECT_NE(refused.err.find("--allow-unmeasured"), std::string::npos) << refused.err;
+  CliRun allowed = tmap("replay " + log + " --allow-unmeasured --arch sm_80 --emit-cuda " + dir + "/cuda");
+  EXPECT_EQ(allowed.code, 0) << allowed.err;
+  EXPECT_FALSE(std::filesystem::is_empty(dir + "/cuda"));
+
+  // A measured record (as a GPU run writes it) and a broken line: list, best and prune.
+  nlohmann::json measured = nlohmann::json::parse(lines[1]);
+  measured["result"] = {{"status", "ok"}, {"measured", true}, {"median_us", 8.0}, {"times_us", {8.0}}, {"rel_l2", 1e-7}};
+  {
+    std::ofstream out(log, std::ios::app);
+    out << measured.dump() << "\n{\"schema\": 1, \"trunc";
+  }
+  CliRun list = tmap("logs list " + log);
+  ASSERT_EQ(list.code, 0) << list.err;
+  EXPECT_NE(list.out.find("8.00"), std::string::npos) << list.out;
+  EXPECT_NE(list.err.find(":5: truncated last line"), std::string::npos) << list.err;
+  CliRun best = tmap("logs best " + log);
+  ASSERT_EQ(best.code, 0);
+  EXPECT_EQ(nlohmann::json::parse(best.out)["result"]["median_us"], 8.0);
+  CliRun prune = tmap("logs prune " + log + " --out " + dir + "/best.jsonl");
+  ASSERT_EQ(prune.code, 0) << prune.err;
+  EXPECT_NE(prune.out.find("kept 1 of 4"), std::string::npos) << prune.out;
+  EXPECT_EQ(tmap("logs prune " + log + " --out " + log).code, 2);
+  EXPECT_EQ(tmap("replay " + dir + "/none.jsonl").code, 2);
+  EXPECT_EQ(tmap("tune --op gemm --trials 0").code, 2);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

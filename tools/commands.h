@@ -15,6 +15,7 @@ void register_map(CLI::App& app);
 void register_hw(CLI::App& app);
 void register_ops(CLI::App& app);
 void register_run(CLI::App& app);
+void register_tuning(CLI::App& app);  ///< tune, replay, logs
 
 /// How a command names its compute: a JSON file or a built-in op, plus --set overrides.
 struct ComputeArgs {

@@ -1,0 +1,59 @@
+// Features of a candidate (virtual GEMM + schedule) for the cost models, and the analytic model
+// that ranks candidates before enough measurements exist.
+#pragma once
+
+#include <array>
+#include <string_view>
+#include <vector>
+
+#include "tmap/codegen/implicit_gemm.h"
+#include "tmap/schedule/schedule.h"
+
+namespace tmap {
+
+/// The machine the models reason about.
+struct DeviceModel {
+  int compute_capability = 90;
+  int sm_count = 132;
+  double clock_ghz = 1.755;
+  /// Dense tensor-core rate of the WMMA (mma.sync) path per SM per clock, in FLOP, for 16-bit
+  /// operands; other dtypes scale by dtype_rate().
+  double tensor_flops_per_clock_sm = 2048;
+  double dram_bytes_per_s = 3.0e12;  ///< Device memory bandwidth.
+  double l2_bytes_per_s = 8.0e12;
+  int max_threads_per_sm = 2048, max_blocks_per_sm = 32, registers_per_sm = 65536;
+  std::int64_t shared_bytes_per_sm = 228 * 1024;
+  double launch_us = 2.5;  ///< Fixed cost of a kernel launch as timed (graph replay).
+  /// Rates for a known architecture (sm_80, sm_86, sm_89, sm_90); sm_count when given > 0.
+  static DeviceModel for_arch(int compute_capability, int sm_count = 0);
+};
+
+/// The features, in order. Each is documented where it is computed (features.cpp); the names
+/// are printed by `tmap tune --verbose` and used in tests.
+inline constexpr std::array<std::string_view, 32> kFeatureNames = {
+    "log2_M",           "log2_N",          "log2_K",          "log2_batch_serial", "padding_waste",
+    "log2_block_m",     "log2_block_n",    "log2_block_k",    "log2_warp_m",       "log2_warp_n",
+    "fragments",        "warps",           "stages",          "log2_smem_bytes",   "est_registers",
+    "occupancy",        "waves",           "wave_efficiency", "log2_tile_bytes",   "intensity",
+    "vec_a_bytes",      "vec_b_bytes",     "contig_a_bytes",  "contig_b_bytes",    "log2_split_k",
+    "panels",           "unroll",          "log2_raster",     "intrinsic_m",       "intrinsic_k",
+    "dtype_rate",       "log2_analytic_us"};
+inline constexpr std::size_t kNumFeatures = kFeatureNames.size();
+
+using Features = std::array<float, kNumFeatures>;
+
+/// Blocks of this schedule resident on one SM at once (0 when it does not fit).
+int blocks_per_sm(const ImplicitGemm& g, const ScheduleParams& p, const DeviceModel& d);
+
+/// Registers per thread the kernel is estimated to need (accumulators, fragments, addresses).
+int estimated_registers(const ImplicitGemm& g, const ScheduleParams& p);
+
+/// The analytic model's time estimate in microseconds: the slowest of tensor-core work (padded,
+/// spread over the waves the grid makes), operand traffic (DRAM for first reads, L2 for the
+/// re-reads of other tiles) and gather instructions (scalar gathers with index arithmetic cost
+/// more per element than vectors), plus launch and the split-K reduction.
+double analytic_time_us(const ImplicitGemm& g, const ScheduleParams& p, const DeviceModel& d);
+
+Features candidate_features(const ImplicitGemm& g, const ScheduleParams& p, const DeviceModel& d);
+
+}  // namespace tmap

@@ -1,0 +1,66 @@
+// The tuner's search space: every feasible (abstraction, layout, intrinsic shape, mapping) the
+// matcher finds for a compute (the arms of the search), times the schedule parameters of the
+// code generator. Only valid schedules (see validate()) are ever produced.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "tmap/codegen/implicit_gemm.h"
+#include "tmap/match/match_report.h"
+#include "tmap/schedule/schedule.h"
+#include "tmap/tune/tune_log.h"
+
+namespace tmap {
+
+struct SpaceEntry {
+  const HwAbstraction* hw = nullptr;
+  const Match* match = nullptr;
+  const Mapping* mapping = nullptr;
+  ImplicitGemm gemm;
+  std::string label;  ///< "wmma_fp16_fp32 nnn 16x16x16 map 7 {n, p, q}x{k}x{c, r, s}"
+};
+
+class SearchSpace {
+ public:
+  /// `c` and `hws` must outlive the space. Abstractions newer than `compute_capability` are left
+  /// out; so are arms for which no valid schedule exists on `limits`.
+  SearchSpace(const Compute& c, const std::vector<HwAbstraction>& hws, Enumeration e, const DeviceLimits& limits,
+              int compute_capability);
+  SearchSpace(const SearchSpace&) = delete;
+  SearchSpace& operator=(const SearchSpace&) = delete;
+
+  const std::vector<SpaceEntry>& entries() const { return entries_; }
+  const Compute& compute() const { return compute_; }
+  const DeviceLimits& limits() const { return limits_; }
+  /// Why the space is empty (the matcher's rejections), for the error message.
+  std::string empty_reason() const { return empty_reason_; }
+
+  bool valid(int entry, const ScheduleParams& p) const;
+  /// A random valid schedule of an arm (its default when a few hundred draws find none).
+  ScheduleParams sample(int entry, std::mt19937_64& rng) const;
+  /// One or two parameters moved to another of their choices; valid, or the parent unchanged.
+  ScheduleParams mutate(int entry, const ScheduleParams& p, std::mt19937_64& rng) const;
+  /// Each parameter from one parent or the other; valid, or the first parent.
+  ScheduleParams crossover(int entry, const ScheduleParams& a, const ScheduleParams& b, std::mt19937_64& rng) const;
+
+  /// The record form of a candidate, and back (-1 when the log names no arm of this space).
+  CandidateRef ref(int entry, const ScheduleParams& p) const;
+  int find(const CandidateRef& r) const;
+  /// A key naming a candidate uniquely within the space.
+  static std::string key(int entry, const ScheduleParams& p);
+
+  /// The choices of each parameter for an arm, in ScheduleParams field order (for tests).
+  std::vector<std::vector<int>> choices(int entry) const;
+
+ private:
+  const Compute& compute_;
+  DeviceLimits limits_;
+  MatchReport report_;
+  std::vector<SpaceEntry> entries_;
+  std::string empty_reason_;
+};
+
+}  // namespace tmap

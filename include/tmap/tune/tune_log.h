@@ -1,0 +1,124 @@
+// Tuning logs: one JSON record per line, appended as each result arrives.
+//
+// A record is self-contained: it holds the workload (the compute as tmap's IR document, its
+// canonical statement, shapes and dtypes, and a stable key derived from them), the target it
+// was measured on, the candidate (abstraction, layout, intrinsic shape, mapping as axis sets,
+// schedule parameters) and the result. From a record alone the kernel can be regenerated.
+//
+// Schema (version 1), one object per line:
+//   {"schema": 1, "recorded_at": "2026-11-22T10:00:00Z",
+//    "workload": {"key": "9f2c...", "name": "conv2d", "statement": "Out[n, k, p, q] += ...",
+//                 "params": {"N": 1, ...}, "tensors": [{"name": "I", "shape": [...], "dtype": "float16"}, ...],
+//                 "flops": 2.3e8, "compute": {<to_json(Compute)>}},
+//    "target": {"arch": "sm_90", "device": "NVIDIA H100 80GB HBM3", "driver": "13.0", "cuda": "13.0", "tmap": "0.1.0"},
+//    "candidate": {"hw_abs": "wmma_fp16_fp32", "layout": "nnn", "shape": [16, 16, 16],
+//                  "mapping": {"id": 7, "i": ["n", "p", "q"], "j": ["k"], "k": ["c", "r", "s"]},
+//                  "params": {<to_json(ScheduleParams)>}},
+//    "result": {"status": "ok", "measured": true, "median_us": 21.4, "times_us": [...], "rel_l2": 2e-7,
+//               "estimated_us": 19.0, "compile_seconds": 0.31, "error": "..."}}
+// "status" is one of status_name(MeasureStatus) or "unmeasured" (ranked by the model only).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tmap/ir/compute.h"
+#include "tmap/schedule/schedule.h"
+
+namespace tmap {
+
+inline constexpr int kLogSchemaVersion = 1;
+
+/// What a workload is, independent of how it is computed.
+struct Workload {
+  std::string key;  ///< 16 hex digits of a 64-bit FNV-1a hash of the canonical description.
+  nlohmann::json description;  ///< name, statement, params, tensors, flops (no key, no compute).
+  nlohmann::json compute;      ///< to_json(Compute).
+};
+
+/// The canonical description and key of a compute: the statement with concrete indices and
+/// every tensor's shape and dtype decide it; names of parameters or of the source do not.
+Workload make_workload(const Compute& c);
+
+/// Where a record was measured.
+struct Target {
+  std::string arch;    ///< "sm_90"
+  std::string device;  ///< The GPU's name, empty when unmeasured.
+  std::string driver, cuda, tmap;
+  bool operator==(const Target&) const = default;
+};
+
+/// The candidate of a record, with the mapping as iterator names so that it does not depend on
+/// the enumeration that produced it.
+struct CandidateRef {
+  std::string hw_abs, layout;
+  std::array<std::int64_t, 3> shape{};
+  int mapping_id = -1;
+  std::array<std::vector<std::string>, 3> axes;  ///< Iterators fused into i, j, k.
+  ScheduleParams params;
+};
+
+struct TuneResult {
+  std::string status = "unmeasured";  ///< status_name(MeasureStatus), or "unmeasured".
+  double median_us = 0;
+  std::vector<double> times_us;
+  double rel_l2 = 0;
+  double estimated_us = 0;  ///< The cost model's estimate when the candidate was chosen.
+  double compile_seconds = 0;
+  std::string error;
+  bool ok() const { return status == "ok"; }
+  bool measured() const { return status != "unmeasured"; }
+};
+
+struct TuneRecord {
+  Workload workload;
+  Target target;
+  CandidateRef candidate;
+  TuneResult result;
+  std::string recorded_at;  ///< UTC, ISO 8601.
+  double flops = 0;         ///< The workload's useful work (2 x multiply-adds).
+};
+
+nlohmann::json to_json(const TuneRecord& r);
+/// Throws std::runtime_error naming the field when the document is not a record of a known
+/// schema version.
+TuneRecord record_from_json(const nlohmann::json& j);
+
+/// The current time as "2026-11-22T10:00:00Z".
+std::string utc_now();
+
+/// Appends records to a log file, one line each. Every line is written with one write() under
+/// an exclusive flock on an O_APPEND descriptor, so two tuners appending to one log never
+/// interleave lines, and what was appended survives the process.
+class LogWriter {
+ public:
+  explicit LogWriter(const std::string& path);  ///< Creates the file and its directory.
+  ~LogWriter();
+  LogWriter(const LogWriter&) = delete;
+  LogWriter& operator=(const LogWriter&) = delete;
+  void append(const TuneRecord& r);
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+};
+
+struct LogContents {
+  std::vector<TuneRecord> records;
+  /// One per skipped line: "<file>:<line>: <why>".
+  std::vector<std::string> warnings;
+};
+
+/// Reads a log; malformed, truncated or unknown-schema lines are skipped with a warning that
+/// names the line. A missing file is an empty log.
+LogContents read_log(const std::string& path);
+
+/// The best measured, correct record of each workload (fastest median), in first-seen order.
+std::vector<const TuneRecord*> best_records(const std::vector<TuneRecord>& records);
+
+}  // namespace tmap

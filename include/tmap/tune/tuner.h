@@ -1,0 +1,120 @@
+// `tmap tune`: finds the best mapping and schedule of one compute over every matching
+// abstraction, measuring on the GPU, recording every result to a JSON-lines log.
+//
+// The search runs in batches. Mappings (arms) share the trials by how good they have proven:
+// every arm gets a first look (its best candidate by the model; when there are more arms than a
+// quarter of the trials, the model's best arms get it), then each batch's slots go to arms in
+// proportion to a share that follows each arm's best time relative to the best overall, with
+// momentum, so hopeless mappings stop costing trials. Within an arm, candidates come from
+// evolution: a pool of mutations and crossovers of the arm's best measured schedules plus fresh
+// samples, ranked by the cost model; each batch mixes the model's top picks with a fraction of
+// random picks from the pool. The next batch is compiled on all cores while the current one is
+// measured, one candidate at a time, in the isolated worker.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tmap/runtime/measure_worker.h"
+#include "tmap/runtime/nvrtc_compiler.h"
+#include "tmap/tune/features.h"
+#include "tmap/tune/search_space.h"
+#include "tmap/tune/tune_log.h"
+
+namespace tmap {
+
+/// Measures compiled candidates. The GPU implementation runs them in the isolated worker;
+/// tests substitute their own.
+class Measurer {
+ public:
+  virtual ~Measurer() = default;
+  virtual MeasureResult measure(const Compute& c, const ImplicitGemm& g, const ScheduleParams& p,
+                                const KernelSource& k, const CompileResult& binary) = 0;
+};
+
+/// Runs candidates in `tmap worker` processes (see MeasureWorker), verifying each against the
+/// reference on the same random inputs (one seed per tuning run).
+class WorkerMeasurer : public Measurer {
+ public:
+  WorkerMeasurer(std::string binary, double timeout_seconds, TimingOptions timing, bool verify, std::uint64_t seed);
+  ~WorkerMeasurer() override;
+  MeasureResult measure(const Compute& c, const ImplicitGemm& g, const ScheduleParams& p, const KernelSource& k,
+                        const CompileResult& binary) override;
+  int restarts() const { return worker_.restarts(); }
+
+ private:
+  MeasureWorker worker_;
+  TimingOptions timing_;
+  bool verify_;
+  std::uint64_t seed_;
+  std::string dir_;
+};
+
+struct TuneProgress {
+  int trials = 0, total = 0;
+  double best_us = 0, best_tflops = 0;  ///< 0 until a correct result exists.
+  std::string arm;                      ///< The mapping of the latest trial.
+  double elapsed_s = 0, eta_s = 0;
+  double rank_correlation = 0;          ///< Of the latest batch (held out), 0 before the model trains.
+  bool model_trained = false;
+};
+
+struct TuneOptions {
+  int trials = 200;
+  double time_budget_s = 0;  ///< 0: none.
+  int early_stop = 0;        ///< Stop after this many trials without improvement; 0: never.
+  int batch = 16;
+  double explore = 0.2;      ///< Fraction of each batch picked at random from the pools.
+  std::uint64_t seed = 1;
+  Enumeration enumeration = Enumeration::kAmos;
+  std::string log_path;      ///< Appended to; records of the same workload and arch resume.
+  Target target;
+  int compute_capability = 90;
+  DeviceLimits limits;
+  DeviceModel device;
+  unsigned compile_threads = 0;  ///< 0: all cores.
+  std::string compile_cache_dir;
+  std::function<void(const TuneProgress&)> on_progress;
+  std::function<void(const std::string&)> on_note;  ///< Informational lines (resume, first looks, ...).
+  const std::atomic<bool>* stop = nullptr;  ///< Set (e.g. by SIGINT): stop after the current batch.
+};
+
+struct TuneSummary {
+  std::optional<TuneRecord> best;   ///< The fastest correct record, resumed ones included.
+  int measured = 0;                 ///< Trials measured in this run.
+  int failed = 0;                   ///< Of which errors or wrong results.
+  int resumed = 0;                  ///< Records of this workload read back from the log.
+  int arms = 0, first_looks = 0;
+  double wall_s = 0;
+  bool stopped = false;             ///< By the stop flag.
+  std::string stop_reason;
+  std::vector<double> rank_correlations;       ///< Per batch, once the model trains.
+  std::vector<std::pair<int, double>> history; ///< (trials so far, best us) at each improvement.
+};
+
+/// Tunes on the GPU through `measurer`. Throws UserError when nothing matches.
+TuneSummary tune(const Compute& c, const std::vector<HwAbstraction>& hws, const TuneOptions& o, Measurer& measurer);
+
+/// Without a GPU: ranks candidates with the analytic model alone, compiles the best `o.trials`
+/// of them to check that they compile, and records them as unmeasured, with the estimate.
+TuneSummary rank_with_model(const Compute& c, const std::vector<HwAbstraction>& hws, const TuneOptions& o);
+
+/// A record's kernel, regenerated. The compute and the space are owned here.
+struct Regenerated {
+  std::unique_ptr<Compute> compute;
+  std::unique_ptr<SearchSpace> space;
+  int entry = -1;
+  ScheduleParams params;
+  KernelSource kernel;
+  const ImplicitGemm& gemm() const { return space->entries()[entry].gemm; }
+};
+
+/// Rebuilds the compute from the record, finds its arm and emits the kernel. Throws UserError
+/// naming what no longer matches (an abstraction missing, a mapping not found, invalid params).
+Regenerated regenerate(const TuneRecord& r, const std::vector<HwAbstraction>& hws, int compute_capability);
+
+}  // namespace tmap

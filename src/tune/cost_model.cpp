@@ -1,0 +1,107 @@
+#include "tmap/tune/cost_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+
+#include <xgboost/c_api.h>
+
+namespace tmap {
+namespace {
+
+void xgb_check(int rc, const char* what) {
+  if (rc != 0) throw std::runtime_error(std::string("XGBoost ") + what + ": " + XGBGetLastError());
+}
+
+/// A DMatrix owned for the length of a scope.
+struct Matrix {
+  DMatrixHandle h = nullptr;
+  Matrix(const float* data, std::size_t rows) {
+    xgb_check(XGDMatrixCreateFromMat(data, rows, kNumFeatures, NAN, &h), "XGDMatrixCreateFromMat");
+  }
+  ~Matrix() {
+    if (h) XGDMatrixFree(h);
+  }
+};
+
+std::vector<double> ranks(const std::vector<double>& v) {
+  std::vector<std::size_t> order(v.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return v[a] < v[b]; });
+  std::vector<double> r(v.size());
+  for (std::size_t i = 0; i < order.size();) {
+    std::size_t j = i;
+    while (j + 1 < order.size() && v[order[j + 1]] == v[order[i]]) ++j;
+    for (std::size_t k = i; k <= j; ++k) r[order[k]] = (i + j) / 2.0;
+    i = j + 1;
+  }
+  return r;
+}
+
+}  // namespace
+
+struct CostModel::Booster {
+  BoosterHandle h = nullptr;
+  ~Booster() {
+    if (h) XGBoosterFree(h);
+  }
+};
+
+CostModel::CostModel(int min_samples, int rounds) : min_samples_(min_samples), rounds_(rounds) {}
+CostModel::~CostModel() = default;
+
+void CostModel::add(const Features& f, double time_us) {
+  rows_.insert(rows_.end(), f.begin(), f.end());
+  labels_.push_back(static_cast<float>(std::log2(std::max(time_us, 1e-3))));
+}
+
+bool CostModel::trained() const { return booster_ != nullptr; }
+
+void CostModel::fit() {
+  if (samples() < min_samples_) return;
+  Matrix train(rows_.data(), labels_.size());
+  xgb_check(XGDMatrixSetFloatInfo(train.h, "label", labels_.data(), labels_.size()), "set labels");
+  auto b = std::make_unique<Booster>();
+  xgb_check(XGBoosterCreate(&train.h, 1, &b->h), "XGBoosterCreate");
+  const std::pair<const char*, const char*> params[] = {
+      {"objective", "reg:squarederror"}, {"max_depth", "6"}, {"eta", "0.2"}, {"subsample", "0.9"},
+      {"min_child_weight", "1"},         {"nthread", "2"},   {"verbosity", "0"}, {"seed", "7"}};
+  for (const auto& [k, v] : params) xgb_check(XGBoosterSetParam(b->h, k, v), "XGBoosterSetParam");
+  for (int i = 0; i < rounds_; ++i) xgb_check(XGBoosterUpdateOneIter(b->h, i, train.h), "XGBoosterUpdateOneIter");
+  booster_ = std::move(b);
+}
+
+std::vector<double> CostModel::predict(const std::vector<Features>& f) const {
+  std::vector<double> out(f.size());
+  if (f.empty()) return out;
+  if (!booster_) {
+    for (std::size_t i = 0; i < f.size(); ++i) out[i] = f[i][kNumFeatures - 1];  // log2 of the analytic estimate
+    return out;
+  }
+  std::vector<float> rows;
+  rows.reserve(f.size() * kNumFeatures);
+  for (const auto& x : f) rows.insert(rows.end(), x.begin(), x.end());
+  Matrix m(rows.data(), f.size());
+  bst_ulong len = 0;
+  const float* result = nullptr;
+  xgb_check(XGBoosterPredict(booster_->h, m.h, 0, 0, 0, &len, &result), "XGBoosterPredict");
+  for (std::size_t i = 0; i < f.size() && i < len; ++i) out[i] = result[i];
+  return out;
+}
+
+double spearman(const std::vector<double>& a, const std::vector<double>& b) {
+  if (a.size() != b.size() || a.size() < 2) return 0;
+  const std::vector<double> ra = ranks(a), rb = ranks(b);
+  const double n = static_cast<double>(a.size()), mean = (n - 1) / 2;
+  double cov = 0, va = 0, vb = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    cov += (ra[i] - mean) * (rb[i] - mean);
+    va += (ra[i] - mean) * (ra[i] - mean);
+    vb += (rb[i] - mean) * (rb[i] - mean);
+  }
+  return va > 0 && vb > 0 ? cov / std::sqrt(va * vb) : 0;
+}
+
+}  // namespace tmap

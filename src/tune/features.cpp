@@ -1,0 +1,178 @@
+#include "tmap/tune/features.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace tmap {
+namespace {
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+float lg(double x) { return static_cast<float>(std::log2(std::max(x, 1e-9))); }
+
+/// Tensor-core throughput of an operand dtype relative to 16-bit floats (the WMMA path).
+double dtype_rate(DType a) {
+  switch (a) {
+    case DType::kFloat16:
+    case DType::kBFloat16: return 1.0;
+    case DType::kTFloat32: return 0.5;
+    case DType::kInt8: return 2.0;
+    case DType::kInt4: return 2.0;  // sub-byte WMMA is emulated at int8 rate or below on sm_90
+    case DType::kFloat64: return 1.0 / 16;
+    default: return 1.0;
+  }
+}
+
+/// Everything the features and the analytic model share.
+struct Shape {
+  std::int64_t tiles_m, tiles_n, tiles, steps_per_tile;
+  int warps, fragments, fm, fn;
+  double wave_efficiency, waves;
+  int bps;
+};
+
+Shape shape_of(const ImplicitGemm& g, const ScheduleParams& p, const DeviceModel& d) {
+  Shape s{};
+  s.tiles_m = ceil_div(g.M, p.block_m);
+  s.tiles_n = ceil_div(g.N, p.block_n);
+  s.tiles = s.tiles_m * s.tiles_n * g.batch * p.split_k;
+  s.steps_per_tile = ceil_div(g.serial * ceil_div(g.K, p.block_k), p.split_k);
+  s.warps = (p.block_m / p.warp_m) * (p.block_n / p.warp_n);
+  s.fm = static_cast<int>(p.warp_m / g.shape[Axis::kI]);
+  s.fn = static_cast<int>(p.warp_n / g.shape[Axis::kJ]);
+  s.fragments = s.fm * s.fn;
+  s.bps = std::max(1, blocks_per_sm(g, p, d));
+  const double concurrent = static_cast<double>(d.sm_count) * s.bps;
+  s.waves = s.tiles / concurrent;
+  s.wave_efficiency = s.tiles / (std::ceil(s.waves) * concurrent);
+  return s;
+}
+
+}  // namespace
+
+DeviceModel DeviceModel::for_arch(int cc, int sm_count) {
+  DeviceModel d;
+  d.compute_capability = cc;
+  if (cc >= 90) {  // H100 SXM: 132 SMs; 3.0 TB/s measured with a device-to-device copy
+    d.sm_count = 132, d.clock_ghz = 1.755, d.dram_bytes_per_s = 3.0e12, d.l2_bytes_per_s = 8e12;
+    d.shared_bytes_per_sm = 228 * 1024;
+  } else if (cc >= 89) {
+    d.sm_count = 128, d.clock_ghz = 2.5, d.dram_bytes_per_s = 1.0e12, d.l2_bytes_per_s = 4e12;
+    d.shared_bytes_per_sm = 100 * 1024, d.max_threads_per_sm = 1536, d.max_blocks_per_sm = 24;
+    d.tensor_flops_per_clock_sm = 1024;
+  } else if (cc >= 86) {
+    d.sm_count = 84, d.clock_ghz = 1.7, d.dram_bytes_per_s = 0.9e12, d.l2_bytes_per_s = 3e12;
+    d.shared_bytes_per_sm = 100 * 1024, d.max_threads_per_sm = 1536, d.max_blocks_per_sm = 16;
+    d.tensor_flops_per_clock_sm = 1024;
+  } else {  // A100 and older: A100's rates
+    d.sm_count = 108, d.clock_ghz = 1.41, d.dram_bytes_per_s = 1.6e12, d.l2_bytes_per_s = 5e12;
+    d.shared_bytes_per_sm = 164 * 1024;
+  }
+  if (sm_count > 0) d.sm_count = sm_count;
+  return d;
+}
+
+int estimated_registers(const ImplicitGemm& g, const ScheduleParams& p) {
+  const int fm = static_cast<int>(p.warp_m / g.shape[Axis::kI]), fn = static_cast<int>(p.warp_n / g.shape[Axis::kJ]);
+  const auto words = [](std::int64_t elements, DType t) {  // 32-bit registers per thread of a fragment
+    return static_cast<int>(std::max<std::int64_t>(1, elements * dtype_bits(t) / 32 / 32));
+  };
+  const auto m = g.shape[Axis::kI], n = g.shape[Axis::kJ], k = g.shape[Axis::kK];
+  const int acc = fm * fn * words(m * n, g.hw->d_dtype);
+  const int operands = fm * words(m * k, g.hw->a_dtype) + fn * words(k * n, g.hw->b_dtype);
+  // Addresses, loop counters and the gather's index arithmetic; unrolled gathers keep more live.
+  const int overhead = 40 + (p.unroll ? 16 : 0) + (p.vec_a > 1 || p.vec_b > 1 ? 8 : 0);
+  return std::min(255, acc + operands + overhead);
+}
+
+int blocks_per_sm(const ImplicitGemm& g, const ScheduleParams& p, const DeviceModel& d) {
+  const int threads = (p.block_m / p.warp_m) * (p.block_n / p.warp_n) * 32;
+  const std::int64_t smem = shared_bytes(g, p) + 1024;  // the runtime reserves 1 KiB per block
+  const int regs = (estimated_registers(g, p) + 7) / 8 * 8 * threads;
+  const std::int64_t by_smem = d.shared_bytes_per_sm / smem;
+  return static_cast<int>(std::max<std::int64_t>(
+      0, std::min<std::int64_t>({d.max_blocks_per_sm, d.max_threads_per_sm / threads, by_smem,
+                                 d.registers_per_sm / std::max(1, regs)})));
+}
+
+double analytic_time_us(const ImplicitGemm& g, const ScheduleParams& p, const DeviceModel& d) {
+  const Shape s = shape_of(g, p, d);
+  // Tensor-core work, padded to whole tiles, at a rate reduced when few warps per SM feed the
+  // four tensor pipes or when small warp tiles reload fragments for every mma.
+  const double padded_flops = 2.0 * (s.tiles_m * p.block_m) * (s.tiles_n * p.block_n) *
+                              (ceil_div(g.K, p.block_k) * p.block_k) * g.batch * g.serial;
+  const double peak = d.tensor_flops_per_clock_sm * d.clock_ghz * 1e9 * d.sm_count * dtype_rate(g.hw->a_dtype);
+  const double warp_eff = std::min(1.0, s.bps * s.warps / 4.0);
+  const double frag_eff = std::min(1.0, static_cast<double>(s.fragments) / (s.fm + s.fn));
+  const double compute_s = padded_flops / (peak * s.wave_efficiency * warp_eff * frag_eff * 0.6);
+  // Operand traffic: every block reads its A and B tiles once per step; the first read of each
+  // element comes from DRAM, re-reads by other blocks from L2.
+  const double a_bits = dtype_bits(g.hw->a_dtype), b_bits = dtype_bits(g.hw->b_dtype);
+  const double tile_bytes = (p.block_m * p.block_k * a_bits + p.block_k * p.block_n * b_bits) / 8;
+  const double moved = static_cast<double>(s.tiles) * s.steps_per_tile * tile_bytes;
+  const double unique = (static_cast<double>(g.M) * g.K * a_bits + static_cast<double>(g.K) * g.N * b_bits) / 8 *
+                        g.batch * g.serial;
+  const double memory_s = unique / d.dram_bytes_per_s + moved / d.l2_bytes_per_s / s.wave_efficiency;
+  // Gather instructions: about 24 per scalar element (coordinates, bounds, address), the same
+  // per vector; 128 lanes per SM per clock.
+  const double elements = static_cast<double>(s.tiles) * s.steps_per_tile;
+  const double groups = elements * (static_cast<double>(p.block_m) * p.block_k / p.vec_a +
+                                    static_cast<double>(p.block_k) * p.block_n / p.vec_b);
+  const double gather_s = groups * 24 / (128.0 * d.sm_count * d.clock_ghz * 1e9 * s.wave_efficiency);
+  const double load_s = std::max(memory_s, gather_s);
+  const double body_s = p.stages >= 2 ? std::max(compute_s, load_s) : compute_s + load_s;
+  // Epilogue: the output written once; split-K writes and re-reads float partial sums.
+  const double out_bytes = static_cast<double>(g.M) * g.N * g.batch * dtype_bits(g.hw->d_dtype) / 8;
+  double epilogue_s = out_bytes / d.dram_bytes_per_s;
+  double launches_us = d.launch_us;
+  if (p.split_k > 1) {
+    epilogue_s += 2.0 * p.split_k * g.M * g.N * g.batch * 4 / d.dram_bytes_per_s;
+    launches_us += d.launch_us;
+  }
+  return launches_us + (body_s + epilogue_s) * 1e6;
+}
+
+Features candidate_features(const ImplicitGemm& g, const ScheduleParams& p, const DeviceModel& d) {
+  const Shape s = shape_of(g, p, d);
+  const int a_bytes = std::max(1, dtype_bits(g.hw->a_dtype) / 8), b_bytes = std::max(1, dtype_bits(g.hw->b_dtype) / 8);
+  const double padded = static_cast<double>(s.tiles_m * p.block_m) * (s.tiles_n * p.block_n) *
+                        (ceil_div(g.K, p.block_k) * p.block_k);
+  const double tile_bytes = (static_cast<double>(p.block_m) * p.block_k * dtype_bits(g.hw->a_dtype) +
+                             static_cast<double>(p.block_k) * p.block_n * dtype_bits(g.hw->b_dtype)) / 8;
+  Features f{};
+  std::size_t i = 0;
+  f[i++] = lg(g.M);                                      // virtual GEMM sizes
+  f[i++] = lg(g.N);
+  f[i++] = lg(g.K);
+  f[i++] = lg(static_cast<double>(g.batch * g.serial));  // grid z and serial reduction loops
+  f[i++] = static_cast<float>(1.0 - static_cast<double>(g.M) * g.N * g.K / padded);  // work spent on padding
+  f[i++] = lg(p.block_m);                                // block tile
+  f[i++] = lg(p.block_n);
+  f[i++] = lg(p.block_k);
+  f[i++] = lg(p.warp_m);                                 // warp tile
+  f[i++] = lg(p.warp_n);
+  f[i++] = static_cast<float>(s.fragments);              // accumulator fragments per warp
+  f[i++] = static_cast<float>(s.warps);                  // warps per block
+  f[i++] = static_cast<float>(p.stages);
+  f[i++] = lg(static_cast<double>(shared_bytes(g, p)));  // shared memory per block
+  f[i++] = static_cast<float>(estimated_registers(g, p));
+  f[i++] = static_cast<float>(s.bps * s.warps / 64.0);   // occupancy: resident warps / 64
+  f[i++] = static_cast<float>(s.waves);                  // blocks / (SMs x blocks per SM)
+  f[i++] = static_cast<float>(s.wave_efficiency);        // busy fraction of the last wave
+  f[i++] = lg(tile_bytes);                               // global bytes per block and step
+  f[i++] = static_cast<float>(2.0 * p.block_m * p.block_n * p.block_k / tile_bytes);  // FLOP per byte
+  f[i++] = static_cast<float>(p.vec_a * a_bytes);        // bytes per global load of A, B
+  f[i++] = static_cast<float>(p.vec_b * b_bytes);
+  f[i++] = static_cast<float>(max_vector_width(g, 0) * a_bytes);  // contiguity of each operand
+  f[i++] = static_cast<float>(max_vector_width(g, 1) * b_bytes);
+  f[i++] = lg(p.split_k);
+  f[i++] = static_cast<float>(p.panels);
+  f[i++] = static_cast<float>(p.unroll);
+  f[i++] = lg(p.raster);
+  f[i++] = static_cast<float>(g.shape[Axis::kI]);        // the intrinsic's shape (m x n x k)
+  f[i++] = static_cast<float>(g.shape[Axis::kK]);
+  f[i++] = static_cast<float>(dtype_rate(g.hw->a_dtype));
+  f[i++] = lg(analytic_time_us(g, p, d));                // the analytic model's estimate
+  return f;
+}
+
+}  // namespace tmap

@@ -1,0 +1,223 @@
+#include "tmap/tune/tune_log.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <stdexcept>
+
+#include "tmap/support/diagnostic.h"
+
+namespace tmap {
+namespace {
+
+std::uint64_t fnv1a(const std::string& s) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (unsigned char ch : s) {
+    h ^= ch;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+template <typename T>
+T field(const nlohmann::json& j, const char* name) {
+  if (!j.contains(name)) throw std::runtime_error(std::string("missing field \"") + name + "\"");
+  try {
+    return j.at(name).get<T>();
+  } catch (const nlohmann::json::exception&) {
+    throw std::runtime_error(std::string("field \"") + name + "\" has the wrong type");
+  }
+}
+
+}  // namespace
+
+Workload make_workload(const Compute& c) {
+  nlohmann::json tensors = nlohmann::json::array();
+  for (const auto& t : c.tensors)
+    tensors.push_back({{"name", t.name}, {"shape", t.shape}, {"dtype", std::string(dtype_name(t.dtype))}});
+  nlohmann::json iters = nlohmann::json::array();
+  for (const auto& it : c.iters) iters.push_back({it.name, it.extent});
+  // What decides the computation: the statement, the tensors and the iteration space.
+  const nlohmann::json canonical = {{"statement", c.statement_text()}, {"tensors", tensors}, {"iterators", iters}};
+  char key[17];
+  std::snprintf(key, sizeof key, "%016llx", static_cast<unsigned long long>(fnv1a(canonical.dump())));
+  nlohmann::json params = nlohmann::json::object();
+  for (const auto& [name, value] : c.params) params[name] = value;
+  Workload w;
+  w.key = key;
+  w.description = {{"name", c.name},
+                   {"statement", c.statement_text()},
+                   {"params", params},
+                   {"tensors", tensors},
+                   {"flops", 2.0 * static_cast<double>(c.iteration_points())}};
+  w.compute = to_json(c);
+  return w;
+}
+
+nlohmann::json to_json(const TuneRecord& r) {
+  nlohmann::json workload = r.workload.description;
+  workload["key"] = r.workload.key;
+  workload["compute"] = r.workload.compute;
+  nlohmann::json result = {{"status", r.result.status}, {"measured", r.result.measured()}};
+  if (r.result.measured() && r.result.ok()) {
+    result["median_us"] = r.result.median_us;
+    result["times_us"] = r.result.times_us;
+    result["rel_l2"] = r.result.rel_l2;
+  }
+  if (r.result.estimated_us > 0) result["estimated_us"] = r.result.estimated_us;
+  result["compile_seconds"] = r.result.compile_seconds;
+  if (!r.result.error.empty()) result["error"] = r.result.error;
+  const CandidateRef& c = r.candidate;
+  return {{"schema", kLogSchemaVersion},
+          {"recorded_at", r.recorded_at},
+          {"workload", workload},
+          {"target",
+           {{"arch", r.target.arch}, {"device", r.target.device}, {"driver", r.target.driver}, {"cuda", r.target.cuda},
+            {"tmap", r.target.tmap}}},
+          {"candidate",
+           {{"hw_abs", c.hw_abs},
+            {"layout", c.layout},
+            {"shape", c.shape},
+            {"mapping", {{"id", c.mapping_id}, {"i", c.axes[0]}, {"j", c.axes[1]}, {"k", c.axes[2]}}},
+            {"params", to_json(c.params)}}},
+          {"result", result}};
+}
+
+TuneRecord record_from_json(const nlohmann::json& j) {
+  if (!j.is_object()) throw std::runtime_error("not a JSON object");
+  const int schema = field<int>(j, "schema");
+  if (schema != kLogSchemaVersion)
+    throw std::runtime_error("schema version " + std::to_string(schema) + " (this tmap reads version " +
+                             std::to_string(kLogSchemaVersion) + ")");
+  TuneRecord r;
+  r.recorded_at = field<std::string>(j, "recorded_at");
+  const auto& w = j.at("workload");
+  r.workload.key = field<std::string>(w, "key");
+  r.workload.compute = field<nlohmann::json>(w, "compute");
+  r.workload.description = w;
+  r.workload.description.erase("key");
+  r.workload.description.erase("compute");
+  r.flops = field<double>(w, "flops");
+  const auto& t = field<nlohmann::json>(j, "target");
+  r.target = {field<std::string>(t, "arch"), field<std::string>(t, "device"), field<std::string>(t, "driver"),
+              field<std::string>(t, "cuda"), field<std::string>(t, "tmap")};
+  const auto& c = field<nlohmann::json>(j, "candidate");
+  r.candidate.hw_abs = field<std::string>(c, "hw_abs");
+  r.candidate.layout = field<std::string>(c, "layout");
+  r.candidate.shape = field<std::array<std::int64_t, 3>>(c, "shape");
+  const auto& m = field<nlohmann::json>(c, "mapping");
+  r.candidate.mapping_id = field<int>(m, "id");
+  r.candidate.axes = {field<std::vector<std::string>>(m, "i"), field<std::vector<std::string>>(m, "j"),
+                      field<std::vector<std::string>>(m, "k")};
+  try {
+    r.candidate.params = schedule_from_json(field<nlohmann::json>(c, "params"));
+  } catch (const UserError& e) {
+    throw std::runtime_error(std::string("bad schedule parameters: ") + e.what());
+  }
+  const auto& res = field<nlohmann::json>(j, "result");
+  r.result.status = field<std::string>(res, "status");
+  r.result.median_us = res.value("median_us", 0.0);
+  r.result.times_us = res.value("times_us", std::vector<double>{});
+  r.result.rel_l2 = res.value("rel_l2", 0.0);
+  r.result.estimated_us = res.value("estimated_us", 0.0);
+  r.result.compile_seconds = res.value("compile_seconds", 0.0);
+  r.result.error = res.value("error", std::string());
+  if (r.result.ok() && !(r.result.median_us > 0)) throw std::runtime_error("an \"ok\" result without a median time");
+  return r;
+}
+
+std::string utc_now() {
+  std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+LogWriter::LogWriter(const std::string& path) : path_(path) {
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  std::error_code ec;
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd_ < 0)
+    throw UserError(format_diagnostic(SourceLoc::whole("--log"),
+                                      "cannot open log '" + path + "' for appending: " + std::strerror(errno),
+                                      "check the path and its permissions"));
+}
+
+LogWriter::~LogWriter() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void LogWriter::append(const TuneRecord& r) {
+  const std::string line = to_json(r).dump() + "\n";
+  // One write per line under an exclusive lock: concurrent writers append whole lines.
+  while (::flock(fd_, LOCK_EX) != 0)
+    if (errno != EINTR) throw std::runtime_error("cannot lock log '" + path_ + "': " + std::strerror(errno));
+  std::size_t done = 0;
+  std::string error;
+  while (done < line.size()) {
+    ssize_t n = ::write(fd_, line.data() + done, line.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      error = std::strerror(errno);
+      break;
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  ::flock(fd_, LOCK_UN);
+  if (!error.empty()) throw std::runtime_error("cannot append to log '" + path_ + "': " + error);
+}
+
+LogContents read_log(const std::string& path) {
+  LogContents out;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return out;
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::size_t line_no = 0, pos = 0;
+  while (pos < text.size()) {
+    std::size_t end = text.find('\n', pos);
+    const bool truncated = end == std::string::npos;
+    const std::string line = text.substr(pos, truncated ? std::string::npos : end - pos);
+    pos = truncated ? text.size() : end + 1;
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = path + ":" + std::to_string(line_no) + ": ";
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::parse_error&) {
+      out.warnings.push_back(where + (truncated ? "truncated last line (no newline), skipped"
+                                                : "not valid JSON, skipped"));
+      continue;
+    }
+    try {
+      out.records.push_back(record_from_json(j));
+    } catch (const std::exception& e) {
+      out.warnings.push_back(where + "not a tuning record (" + e.what() + "), skipped");
+    }
+  }
+  return out;
+}
+
+std::vector<const TuneRecord*> best_records(const std::vector<TuneRecord>& records) {
+  std::vector<const TuneRecord*> best;
+  std::map<std::string, std::size_t> index;
+  for (const auto& r : records) {
+    if (!r.result.ok()) continue;
+    auto [it, inserted] = index.emplace(r.workload.key, best.size());
+    if (inserted) best.push_back(&r);
+    else if (r.result.median_us < best[it->second]->result.median_us) best[it->second] = &r;
+  }
+  return best;
+}
+
+}  // namespace tmap

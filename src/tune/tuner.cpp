@@ -1,0 +1,480 @@
+#include "tmap/tune/tuner.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <limits>
+#include <map>
+#include <set>
+
+#include "tmap/codegen/wmma_emitter.h"
+#include "tmap/support/diagnostic.h"
+#include "tmap/tune/cost_model.h"
+
+namespace tmap {
+
+WorkerMeasurer::WorkerMeasurer(std::string binary, double timeout_seconds, TimingOptions timing, bool verify,
+                               std::uint64_t seed)
+    : worker_(std::move(binary), timeout_seconds), timing_(timing), verify_(verify), seed_(seed) {
+  std::string templ = (std::filesystem::temp_directory_path() / "tmap_tune_XXXXXX").string();
+  if (!::mkdtemp(templ.data())) throw std::runtime_error("cannot create a temporary directory for kernel binaries");
+  dir_ = templ;
+}
+
+WorkerMeasurer::~WorkerMeasurer() {
+  std::error_code ec;
+  std::filesystem::remove_all(dir_, ec);
+}
+
+MeasureResult WorkerMeasurer::measure(const Compute& c, const ImplicitGemm& g, const ScheduleParams&,
+                                      const KernelSource& k, const CompileResult& binary) {
+  const std::string path = dir_ + "/" + k.name + ".cubin";
+  std::ofstream(path, std::ios::binary).write(binary.cubin.data(), static_cast<std::streamsize>(binary.cubin.size()));
+  MeasureRequest req = MeasureRequest::for_kernel(c, k, path, c.inputs[g.a_input].tensor, c.inputs[g.b_input].tensor);
+  req.verify = verify_;
+  req.tolerance = verification_tolerance(*g.hw);
+  req.timing = timing_;
+  req.seed = seed_;
+  MeasureResult r = worker_.measure(req);
+  std::error_code ec;
+  std::filesystem::remove(path, ec);
+  return r;
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+struct Candidate {
+  int entry = -1;
+  ScheduleParams params;
+  Features features{};
+};
+
+/// What the search knows of one arm (mapping).
+struct Arm {
+  double best_us = kInf;       ///< Best correct measurement.
+  double predicted_us = kInf;  ///< The model's estimate of its best candidate (first-look order).
+  double share = 0;
+  int measured = 0, failed = 0;
+  bool looked = false;
+  std::vector<std::pair<double, ScheduleParams>> population;  ///< Correct results, fastest first.
+};
+
+/// The state shared by tune() and rank_with_model().
+class Search {
+ public:
+  Search(const Compute& c, const std::vector<HwAbstraction>& hws, const TuneOptions& o)
+      : o_(o), space_(c, hws, o.enumeration, o.limits, o.compute_capability), workload_(make_workload(c)), rng_(o.seed) {
+    if (space_.entries().empty())
+      throw UserError(format_diagnostic(SourceLoc::whole(c.name),
+                                        "'" + c.name + "' has nothing to tune on sm_" +
+                                            std::to_string(o.compute_capability) + ": " + space_.empty_reason(),
+                                        "see 'tmap map' for why each abstraction does not match"));
+    arms_.resize(space_.entries().size());
+  }
+
+  const SearchSpace& space() const { return space_; }
+  std::vector<Arm>& arms() { return arms_; }
+  const Workload& workload() const { return workload_; }
+  std::mt19937_64& rng() { return rng_; }
+
+  Candidate candidate(int entry, const ScheduleParams& p) const {
+    return {entry, p, candidate_features(space_.entries()[entry].gemm, p, o_.device)};
+  }
+
+  /// A pool of distinct, unseen candidates of one arm: samples, and mutations and crossovers of
+  /// its best measured schedules.
+  std::vector<Candidate> pool(int entry, int size) {
+    std::vector<Candidate> out;
+    std::set<std::string> keys;
+    const auto& pop = arms_[entry].population;
+    const std::size_t parents = std::min<std::size_t>(pop.size(), 8);
+    auto add = [&](const ScheduleParams& p) {
+      const std::string k = SearchSpace::key(entry, p);
+      if (seen_.count(k) || !keys.insert(k).second) return;
+      out.push_back(candidate(entry, p));
+    };
+    if (!seen_.count(SearchSpace::key(entry, default_schedule(space_.entries()[entry].gemm, o_.limits))))
+      add(default_schedule(space_.entries()[entry].gemm, o_.limits));
+    for (int i = 0; i < size * 2 && static_cast<int>(out.size()) < size; ++i) {
+      const unsigned r = rng_() % 10;
+      if (parents == 0 || r < 4) add(space_.sample(entry, rng_));
+      else if (r < 8) add(space_.mutate(entry, pop[rng_() % parents].second, rng_));
+      else add(space_.crossover(entry, pop[rng_() % parents].second, pop[rng_() % parents].second, rng_));
+    }
+    return out;
+  }
+
+  std::vector<double> predict(const CostModel& model, const std::vector<Candidate>& cs) const {
+    std::vector<Features> f;
+    for (const auto& x : cs) f.push_back(x.features);
+    return model.predict(f);
+  }
+
+  void mark_seen(int entry, const ScheduleParams& p) { seen_.insert(SearchSpace::key(entry, p)); }
+  bool seen(int entry, const ScheduleParams& p) const { return seen_.count(SearchSpace::key(entry, p)) > 0; }
+
+  TuneRecord record(int entry, const ScheduleParams& p, TuneResult result) const {
+    TuneRecord r;
+    r.workload = workload_;
+    r.target = o_.target;
+    r.candidate = space_.ref(entry, p);
+    r.result = std::move(result);
+    r.recorded_at = utc_now();
+    r.flops = workload_.description["flops"].get<double>();
+    return r;
+  }
+
+ private:
+  const TuneOptions& o_;
+  SearchSpace space_;
+  Workload workload_;
+  std::vector<Arm> arms_;
+  std::set<std::string> seen_;
+  std::mt19937_64 rng_;
+};
+
+void note(const TuneOptions& o, const std::string& s) {
+  if (o.on_note) o.on_note(s);
+}
+
+/// Compiles a batch on all cores; emitted on the calling thread.
+struct CompiledBatch {
+  std::vector<Candidate> candidates;
+  std::vector<KernelSource> kernels;
+  std::vector<CompileResult> binaries;
+};
+
+CompiledBatch compile_batch(const SearchSpace& space, NvrtcCompiler& compiler, std::vector<Candidate> batch,
+                            unsigned threads) {
+  CompiledBatch b;
+  std::vector<CompileJob> jobs;
+  for (const auto& c : batch) {
+    b.kernels.push_back(emit_wmma_kernel(space.entries()[c.entry].gemm, c.params));
+    jobs.push_back({b.kernels.back().name, b.kernels.back().code});
+  }
+  b.binaries = compile_parallel(compiler, jobs, threads);
+  b.candidates = std::move(batch);
+  return b;
+}
+
+}  // namespace
+
+TuneSummary tune(const Compute& c, const std::vector<HwAbstraction>& hws, const TuneOptions& o, Measurer& measurer) {
+  const auto t0 = Clock::now();
+  Search search(c, hws, o);
+  const SearchSpace& space = search.space();
+  auto& arms = search.arms();
+  const int n = static_cast<int>(arms.size());
+  TuneSummary s;
+  s.arms = n;
+  CostModel model;
+  const double flops = search.workload().description["flops"].get<double>();
+
+  auto consider_best = [&](const TuneRecord& r) {
+    if (r.result.ok() && (!s.best || r.result.median_us < s.best->result.median_us)) {
+      s.best = r;
+      return true;
+    }
+    return false;
+  };
+  auto learn = [&](int entry, const ScheduleParams& p, const TuneResult& res) {
+    Arm& arm = arms[entry];
+    arm.looked = true;
+    if (!res.ok()) {
+      ++arm.failed;
+      return;
+    }
+    ++arm.measured;
+    arm.best_us = std::min(arm.best_us, res.median_us);
+    arm.population.emplace_back(res.median_us, p);
+    std::sort(arm.population.begin(), arm.population.end(),
+              [](const auto& a, const auto& b) { return a.first < b.first; });
+    model.add(search.candidate(entry, p).features, res.median_us);
+  };
+
+  // Resume: records of this workload on this architecture warm the model and are not measured again.
+  std::unique_ptr<LogWriter> log;
+  if (!o.log_path.empty()) {
+    LogContents old = read_log(o.log_path);
+    for (const auto& w : old.warnings) note(o, "warning: " + w);
+    for (const auto& r : old.records) {
+      if (r.workload.key != search.workload().key || r.target.arch != o.target.arch || !r.result.measured()) continue;
+      const int entry = space.find(r.candidate);
+      if (entry < 0) continue;
+      search.mark_seen(entry, r.candidate.params);
+      learn(entry, r.candidate.params, r.result);
+      consider_best(r);
+      ++s.resumed;
+    }
+    if (s.resumed) {
+      model.fit();
+      note(o, "resuming from " + std::to_string(s.resumed) + " records in " + o.log_path +
+                  (s.best ? ", best " + std::to_string(s.best->result.median_us) + " us" : ""));
+    }
+    log = std::make_unique<LogWriter>(o.log_path);
+  }
+
+  // First looks: each arm's best candidate by the model, arms in the model's order.
+  std::vector<Candidate> first_looks;
+  {
+    std::vector<std::pair<double, Candidate>> best_per_arm;
+    for (int e = 0; e < n; ++e) {
+      if (arms[e].looked) continue;
+      std::vector<Candidate> pool = search.pool(e, 12);
+      if (pool.empty()) continue;
+      std::vector<double> pred = search.predict(model, pool);
+      const std::size_t i = std::min_element(pred.begin(), pred.end()) - pred.begin();
+      arms[e].predicted_us = std::exp2(pred[i]);
+      best_per_arm.emplace_back(pred[i], pool[i]);
+    }
+    std::sort(best_per_arm.begin(), best_per_arm.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    const std::size_t looks = 2 * best_per_arm.size() <= static_cast<std::size_t>(o.trials)
+                                  ? best_per_arm.size()
+                                  : std::max<std::size_t>(std::min(o.batch, o.trials), o.trials / 4);
+    for (std::size_t i = 0; i < best_per_arm.size() && i < looks; ++i) first_looks.push_back(best_per_arm[i].second);
+    s.first_looks = static_cast<int>(first_looks.size());
+    note(o, std::to_string(n) + " mappings to search; a first look for " + std::to_string(first_looks.size()) +
+                (first_looks.size() < best_per_arm.size() ? " (the model's best)" : ""));
+  }
+  std::size_t next_look = 0;
+
+  // Arms' shares: exp(-2 x log2(best / best overall)), with momentum; unmeasured arms keep a
+  // small share by the model's estimate, arms that only failed a smaller one.
+  auto update_shares = [&] {
+    double global = kInf;
+    for (const auto& a : arms) global = std::min(global, a.best_us);
+    std::vector<double> score(n);
+    double total = 0;
+    for (int e = 0; e < n; ++e) {
+      const Arm& a = arms[e];
+      if (a.best_us < kInf) score[e] = std::exp(-2.0 * std::log2(a.best_us / global));
+      else if (a.failed > 0) score[e] = 0.002;
+      else score[e] = 0.02 / (1 + e % 7);  // not yet looked at: a little exploration
+      total += score[e];
+    }
+    for (int e = 0; e < n; ++e) arms[e].share = 0.5 * arms[e].share + 0.5 * score[e] / total;
+  };
+
+  auto propose = [&](int size) {
+    std::vector<Candidate> out;
+    while (static_cast<int>(out.size()) < size && next_look < first_looks.size()) {
+      const Candidate& c = first_looks[next_look++];
+      if (!search.seen(c.entry, c.params)) {
+        search.mark_seen(c.entry, c.params);
+        out.push_back(c);
+      }
+    }
+    if (static_cast<int>(out.size()) >= size) return out;
+    update_shares();
+    std::vector<double> weights;
+    for (const auto& a : arms) weights.push_back(a.share);
+    std::discrete_distribution<int> pick(weights.begin(), weights.end());
+    std::map<int, int> slots;
+    for (int i = static_cast<int>(out.size()); i < size; ++i) ++slots[pick(search.rng())];
+    for (const auto& [entry, count] : slots) {
+      std::vector<Candidate> pool = search.pool(entry, 16 * count + 32);
+      if (pool.empty()) continue;
+      std::vector<double> pred = search.predict(model, pool);
+      std::vector<std::size_t> order(pool.size());
+      for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+      std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return pred[a] < pred[b]; });
+      std::set<std::size_t> taken;
+      for (int k = 0; k < count && taken.size() < pool.size(); ++k) {
+        std::size_t choice = order[0];
+        const bool explore = std::uniform_real_distribution<double>(0, 1)(search.rng()) < o.explore;
+        if (explore) {
+          do choice = search.rng()() % pool.size();
+          while (taken.count(choice));
+        } else {
+          for (std::size_t i : order)
+            if (!taken.count(i)) {
+              choice = i;
+              break;
+            }
+        }
+        taken.insert(choice);
+        search.mark_seen(pool[choice].entry, pool[choice].params);
+        out.push_back(pool[choice]);
+      }
+    }
+    return out;
+  };
+
+  NvrtcCompiler compiler(o.compute_capability, o.compile_cache_dir);
+  int planned = 0, since_improvement = 0;
+  auto remaining = [&] { return o.trials - planned; };
+  auto start_compile = [&](int size) {
+    std::vector<Candidate> batch = propose(size);
+    planned += static_cast<int>(batch.size());
+    return std::async(std::launch::async, compile_batch, std::cref(space), std::ref(compiler), std::move(batch),
+                      o.compile_threads);
+  };
+  auto over_budget = [&] { return o.time_budget_s > 0 && seconds_since(t0) > o.time_budget_s; };
+  auto stop_requested = [&] { return o.stop && o.stop->load(); };
+
+  std::future<CompiledBatch> next;
+  if (remaining() > 0) next = start_compile(std::min(o.batch, remaining()));
+  while (next.valid()) {
+    CompiledBatch cur = next.get();
+    if (cur.candidates.empty()) {
+      s.stop_reason = "the search space is exhausted";
+      break;
+    }
+    // Compile the next batch while this one is measured.
+    if (remaining() > 0 && !stop_requested() && !over_budget()) next = start_compile(std::min(o.batch, remaining()));
+    const bool model_trained = model.trained();
+    const std::vector<double> predicted = search.predict(model, cur.candidates);  // before seeing the results
+    std::vector<double> pred_ok, meas_ok;
+    for (std::size_t i = 0; i < cur.candidates.size(); ++i) {
+      const Candidate& cand = cur.candidates[i];
+      const ImplicitGemm& g = space.entries()[cand.entry].gemm;
+      TuneResult res;
+      res.estimated_us = std::exp2(predicted[i]);
+      res.compile_seconds = cur.binaries[i].seconds;
+      if (!cur.binaries[i].ok) {
+        res.status = "compile_error";
+        res.error = "generated kernel does not compile (a bug in tmap): " + cur.binaries[i].log.substr(0, 2000);
+      } else {
+        MeasureResult m = measurer.measure(c, g, cand.params, cur.kernels[i], cur.binaries[i]);
+        res.status = status_name(m.status);
+        res.median_us = m.median_us;
+        res.times_us = m.times_us;
+        res.rel_l2 = m.rel_l2;
+        if (m.status != MeasureStatus::kOk) res.error = m.message;
+      }
+      TuneRecord rec = search.record(cand.entry, cand.params, res);
+      if (log) log->append(rec);
+      ++s.measured;
+      learn(cand.entry, cand.params, res);
+      if (!res.ok()) ++s.failed;
+      else {
+        pred_ok.push_back(predicted[i]);
+        meas_ok.push_back(std::log2(res.median_us));
+      }
+      if (consider_best(rec)) {
+        since_improvement = 0;
+        s.history.emplace_back(s.resumed + s.measured, rec.result.median_us);
+      } else {
+        ++since_improvement;
+      }
+      if (o.on_progress) {
+        TuneProgress p;
+        p.trials = s.measured;
+        p.total = o.trials;
+        if (s.best) {
+          p.best_us = s.best->result.median_us;
+          p.best_tflops = flops / (p.best_us * 1e-6) / 1e12;
+        }
+        p.arm = space.entries()[cand.entry].label;
+        p.elapsed_s = seconds_since(t0);
+        p.eta_s = p.elapsed_s / s.measured * std::max(0, o.trials - s.measured);
+        p.rank_correlation = s.rank_correlations.empty() ? 0 : s.rank_correlations.back();
+        p.model_trained = model_trained;
+        o.on_progress(p);
+      }
+      if (over_budget()) break;
+    }
+    if (model_trained && pred_ok.size() >= 4) s.rank_correlations.push_back(spearman(pred_ok, meas_ok));
+    model.fit();
+    std::string reason;
+    if (stop_requested()) {
+      s.stopped = true;
+      reason = "stopped by the user";
+    } else if (over_budget()) {
+      reason = "time budget reached";
+    } else if (o.early_stop > 0 && since_improvement >= o.early_stop) {
+      reason = "no improvement in " + std::to_string(since_improvement) + " trials";
+    } else if (s.measured >= o.trials || (!next.valid() && remaining() <= 0)) {
+      reason = "trial budget reached";
+    }
+    if (!reason.empty()) {
+      s.stop_reason = reason;
+      if (next.valid()) next.wait();  // its candidates were never measured: nothing to record
+      break;
+    }
+    if (!next.valid()) break;
+  }
+  if (s.stop_reason.empty()) s.stop_reason = "trial budget reached";
+  s.wall_s = seconds_since(t0);
+  return s;
+}
+
+TuneSummary rank_with_model(const Compute& c, const std::vector<HwAbstraction>& hws, const TuneOptions& o) {
+  const auto t0 = Clock::now();
+  Search search(c, hws, o);
+  const SearchSpace& space = search.space();
+  TuneSummary s;
+  s.arms = static_cast<int>(space.entries().size());
+  // Every arm's default and a pool of samples, ranked by the analytic estimate.
+  std::vector<std::pair<double, Candidate>> ranked;
+  for (int e = 0; e < s.arms; ++e)
+    for (const Candidate& cand : search.pool(e, 24)) {
+      search.mark_seen(e, cand.params);
+      ranked.emplace_back(analytic_time_us(space.entries()[e].gemm, cand.params, o.device), cand);
+    }
+  std::sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  ranked.resize(std::min<std::size_t>(ranked.size(), static_cast<std::size_t>(std::max(1, o.trials))));
+  std::vector<Candidate> chosen;
+  for (const auto& r : ranked) chosen.push_back(r.second);
+  NvrtcCompiler compiler(o.compute_capability, o.compile_cache_dir);
+  CompiledBatch b = compile_batch(space, compiler, chosen, o.compile_threads);
+  std::unique_ptr<LogWriter> log;
+  if (!o.log_path.empty()) log = std::make_unique<LogWriter>(o.log_path);
+  for (std::size_t i = 0; i < chosen.size(); ++i) {
+    TuneResult res;
+    res.status = b.binaries[i].ok ? "unmeasured" : "compile_error";
+    res.estimated_us = ranked[i].first;
+    res.compile_seconds = b.binaries[i].seconds;
+    if (!b.binaries[i].ok) {
+      res.error = "generated kernel does not compile (a bug in tmap): " + b.binaries[i].log.substr(0, 2000);
+      ++s.failed;
+    }
+    TuneRecord rec = search.record(chosen[i].entry, chosen[i].params, res);
+    if (log) log->append(rec);
+    if (!s.best && b.binaries[i].ok) s.best = rec;
+    ++s.measured;
+  }
+  s.stop_reason = "ranked by the analytic model";
+  s.wall_s = seconds_since(t0);
+  return s;
+}
+
+Regenerated regenerate(const TuneRecord& r, const std::vector<HwAbstraction>& hws, int cc) {
+  Regenerated out;
+  try {
+    out.compute = std::make_unique<Compute>(compute_from_json(r.workload.compute, "the log record"));
+  } catch (const std::exception& e) {
+    throw UserError(format_diagnostic(SourceLoc::whole("log"), std::string("the record's compute is unreadable: ") + e.what(),
+                                      "was the log written by another tmap version?"));
+  }
+  out.space = std::make_unique<SearchSpace>(*out.compute, hws, Enumeration::kAll, DeviceLimits::for_arch(cc), cc);
+  out.entry = out.space->find(r.candidate);
+  const CandidateRef& c = r.candidate;
+  if (out.entry < 0)
+    throw UserError(format_diagnostic(
+        SourceLoc::whole("log"),
+        "no mapping of '" + out.compute->name + "' matches the record's " + c.hw_abs + " " + c.layout + " mapping " +
+            std::to_string(c.mapping_id) + " on sm_" + std::to_string(cc),
+        "the abstraction may be missing (add --hw-dir) or newer than this GPU"));
+  out.params = c.params;
+  auto issues = validate(out.gemm(), out.params, DeviceLimits::for_arch(cc));
+  if (!issues.empty())
+    throw UserError(format_diagnostic(SourceLoc::whole("log"),
+                                      "the record's schedule is invalid on sm_" + std::to_string(cc) + ": " +
+                                          std::string(message(issues[0].error)) + " (" + issues[0].detail + ")",
+                                      "replay it on the architecture it was recorded on"));
+  out.kernel = emit_wmma_kernel(out.gemm(), out.params);
+  return out;
+}
+
+}  // namespace tmap

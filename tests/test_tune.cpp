@@ -1,0 +1,363 @@
+// The tuner without a GPU: logs (round trip, malformed lines, concurrent appends), workload
+// keys, the search space's validity, the XGBoost model, and the search itself against a
+// synthetic measurer (resume, failures, budgets). GPU tuning is in test_gpu_tune.cpp.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+
+#include "test_util.h"
+#include "tmap/frontend/op_library.h"
+#include "tmap/tune/cost_model.h"
+#include "tmap/tune/tuner.h"
+
+namespace tmap {
+namespace {
+
+const std::vector<HwAbstraction>& shipped() {
+  static const std::vector<HwAbstraction> all = load_hw_directory(std::string(TMAP_SOURCE_DIR) + "/hw_abstractions");
+  return all;
+}
+
+std::string temp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / ("tmap_test_" + std::to_string(::getpid()) + "_" + name)).string();
+}
+
+TuneRecord sample_record(const Compute& c, const std::string& status, double us) {
+  SearchSpace space(c, shipped(), Enumeration::kAmos, DeviceLimits::for_arch(90), 90);
+  TuneRecord r;
+  r.workload = make_workload(c);
+  r.target = {"sm_90", "NVIDIA H100 80GB HBM3", "13.0", "13.0", "0.1.0"};
+  r.candidate = space.ref(0, default_schedule(space.entries()[0].gemm, DeviceLimits::for_arch(90)));
+  r.result.status = status;
+  r.result.median_us = us;
+  r.result.times_us = {us, us * 1.01, us * 0.99};
+  r.result.rel_l2 = 1e-7;
+  r.result.estimated_us = 12.5;
+  r.result.compile_seconds = 0.3;
+  if (status != "ok") r.result.error = "cudaErrorIllegalAddress";
+  r.recorded_at = utc_now();
+  r.flops = 2.0 * c.iteration_points();
+  return r;
+}
+
+TEST(TuneLog, RecordRoundTripsAndRegeneratesItsKernel) {
+  Compute c = build_compute(builtin_op("conv2d"));
+  TuneRecord r = sample_record(c, "ok", 21.5);
+  const std::string path = temp_path("roundtrip.jsonl");
+  std::filesystem::remove(path);
+  {
+    LogWriter w(path);
+    w.append(r);
+    w.append(sample_record(c, "runtime_error", 0));
+  }
+  LogContents back = read_log(path);
+  ASSERT_TRUE(back.warnings.empty()) << back.warnings[0];
+  ASSERT_EQ(back.records.size(), 2u);
+  const TuneRecord& x = back.records[0];
+  EXPECT_EQ(to_json(x), to_json(r));
+  EXPECT_EQ(x.candidate.params, r.candidate.params);
+  EXPECT_EQ(x.result.times_us, r.result.times_us);
+  EXPECT_EQ(back.records[1].result.error, "cudaErrorIllegalAddress");
+  EXPECT_FALSE(back.records[1].result.ok());
+  // The record alone regenerates the kernel: the same source as from the original compute.
+  Regenerated g = regenerate(x, shipped(), 90);
+  SearchSpace space(c, shipped(), Enumeration::kAmos, DeviceLimits::for_arch(90), 90);
+  EXPECT_EQ(g.kernel.code, emit_wmma_kernel(space.entries()[0].gemm, r.candidate.params).code);
+  std::filesystem::remove(path);
+}
+
+TEST(TuneLog, MalformedLinesAreSkippedWithTheirLineNumber) {
+  Compute c = build_compute(builtin_op("gemm"));
+  const std::string good = to_json(sample_record(c, "ok", 10)).dump();
+  nlohmann::json other_schema = nlohmann::json::parse(good);
+  other_schema["schema"] = 99;
+  nlohmann::json missing = nlohmann::json::parse(good);
+  missing.erase("candidate");
+  nlohmann::json no_time = nlohmann::json::parse(good);
+  no_time["result"].erase("median_us");
+  nlohmann::json bad_params = nlohmann::json::parse(good);
+  bad_params["candidate"]["params"]["tile"] = 3;
+  const std::string path = temp_path("malformed.jsonl");
+  {
+    std::ofstream out(path);
+    out << good << "\n"                         // 1 fine
+        << "not json at all\n"                  // 2
+        << "\n"                                 // 3 blank: ignored silently
+        << "[1, 2, 3]\n"                        // 4 not an object
+        << other_schema.dump() << "\n"          // 5
+        << missing.dump() << "\n"               // 6
+        << no_time.dump() << "\n"               // 7
+        << bad_params.dump() << "\n"            // 8
+        << good << "\n"                         // 9 fine
+        << good.substr(0, good.size() / 2);     // 10 truncated by a crash
+  }
+  LogContents log = read_log(path);
+  EXPECT_EQ(log.records.size(), 2u);
+  const std::vector<std::pair<int, std::string>> expected = {
+      {2, "not valid JSON"},         {4, "not a JSON object"}, {5, "schema version 99"},
+      {6, "missing field \"candidate\""}, {7, "without a median time"}, {8, "unknown schedule parameter"},
+      {10, "truncated last line"}};
+  ASSERT_EQ(log.warnings.size(), expected.size());
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_NE(log.warnings[i].find(path + ":" + std::to_string(expected[i].first) + ":"), std::string::npos)
+        << log.warnings[i];
+    EXPECT_NE(log.warnings[i].find(expected[i].second), std::string::npos) << log.warnings[i];
+  }
+  EXPECT_TRUE(read_log(temp_path("missing.jsonl")).records.empty());
+  std::filesystem::remove(path);
+}
+
+TEST(TuneLog, TwoProcessesAppendingNeverInterleaveLines) {
+  Compute c = build_compute(builtin_op("gemm"));
+  TuneRecord r = sample_record(c, "runtime_error", 0);
+  r.result.error = std::string(20000, 'x');  // lines far longer than a pipe buffer
+  const std::string path = temp_path("concurrent.jsonl");
+  std::filesystem::remove(path);
+  constexpr int kPerProcess = 100;
+  std::vector<pid_t> children;
+  for (int p = 0; p < 2; ++p) {
+    pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      LogWriter w(path);
+      TuneRecord mine = r;
+      mine.result.error[0] = static_cast<char>('a' + p);
+      for (int i = 0; i < kPerProcess; ++i) w.append(mine);
+      ::_exit(0);
+    }
+    children.push_back(pid);
+  }
+  for (pid_t pid : children) {
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+  LogContents log = read_log(path);
+  EXPECT_TRUE(log.warnings.empty()) << log.warnings.size() << " broken lines, first: " << log.warnings[0];
+  ASSERT_EQ(log.records.size(), 2u * kPerProcess);
+  std::map<char, int> per_writer;
+  for (const auto& x : log.records) ++per_writer[x.result.error[0]];
+  EXPECT_EQ(per_writer['a'], kPerProcess);
+  EXPECT_EQ(per_writer['b'], kPerProcess);
+  std::filesystem::remove(path);
+}
+
+TEST(TuneLog, WorkloadKeysAreStableAndDistinct) {
+  // The key of the default conv2d, as every tmap version and run computes it: logs written
+  // today must resume tomorrow.
+  const Workload conv = make_workload(build_compute(builtin_op("conv2d")));
+  EXPECT_EQ(conv.key, "5e93a2a06fc1c9d2");
+  EXPECT_EQ(conv.description["flops"].get<double>(), 2.0 * 128 * 28 * 28 * 128 * 9);
+  // Same computation written as a file with other parameter names: same key.
+  Compute from_file = testing::build_json(R"({
+    "name": "my_conv",
+    "compute": "Out[n, g*(KK/G) + k, p, q] += I[n, g*(CC/G) + c, p + r - 1, q + s - 1] * Wt[g*(KK/G) + k, c, r, s]",
+    "params": {"G": 1, "KK": 128, "CC": 128},
+    "tensors": {"I": {"shape": [1, "CC", 28, 28], "dtype": "float16"},
+                "Wt": {"shape": ["KK", "CC/G", 3, 3], "dtype": "float16"},
+                "Out": {"shape": [1, "KK", 28, 28], "dtype": "float32"}},
+    "iterators": {"g": "G", "k": "KK/G"}})");
+  EXPECT_EQ(make_workload(from_file).key, conv.key);
+  std::set<std::string> keys = {conv.key};
+  for (const auto& sets : std::vector<std::vector<std::string>>{{"N=2"}, {"stride=2"}, {"K=64"}, {"pad=0"}})
+    EXPECT_TRUE(keys.insert(make_workload(build_compute(builtin_op("conv2d"), parse_param_overrides(sets))).key).second)
+        << sets[0];
+  EXPECT_TRUE(keys.insert(make_workload(build_compute(builtin_op("conv2d_nhwc"))).key).second);
+  EXPECT_TRUE(keys.insert(make_workload(build_compute(builtin_op("gemm"))).key).second);
+}
+
+TEST(SearchSpace, EverySampledMutatedAndCrossedCandidateIsValid) {
+  std::mt19937_64 rng(3);
+  for (const auto& [op, sets] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+           {"conv2d", {}}, {"conv2d_nhwc", {"C=64", "stride=2"}}, {"gemm", {"M=17", "N=33", "K=65"}}, {"gemv", {}}}) {
+    Compute c = build_compute(builtin_op(op), parse_param_overrides(sets));
+    SearchSpace space(c, shipped(), Enumeration::kAmos, DeviceLimits::for_arch(90), 90);
+    ASSERT_FALSE(space.entries().empty()) << op;
+    int checked = 0;
+    std::set<std::string> distinct;
+    for (int e = 0; e < static_cast<int>(space.entries().size()); e += std::max<int>(1, space.entries().size() / 8)) {
+      const ImplicitGemm& g = space.entries()[e].gemm;
+      ScheduleParams a = space.sample(e, rng), b = space.sample(e, rng);
+      for (int i = 0; i < 60; ++i) {
+        ScheduleParams p = i % 3 == 0 ? space.sample(e, rng) : i % 3 == 1 ? space.mutate(e, a, rng) : space.crossover(e, a, b, rng);
+        auto issues = validate(g, p, DeviceLimits::for_arch(90));
+        ASSERT_TRUE(issues.empty()) << op << " " << space.entries()[e].label << " " << to_json(p).dump() << ": "
+                                    << issues[0].detail;
+        distinct.insert(SearchSpace::key(e, p));
+        ++checked;
+        if (i % 7 == 0) a = p;
+      }
+      EXPECT_EQ(space.find(space.ref(e, a)), e);
+    }
+    EXPECT_GT(distinct.size(), checked / 2u) << op << ": the space is explored, not stuck on one schedule";
+  }
+}
+
+/// A synthetic cost with the structure of a real one: tile efficiency, waves, vector loads,
+/// split-K overhead and a few interactions, in microseconds.
+double synthetic_us(const ImplicitGemm& g, const ScheduleParams& p) {
+  const double tiles = std::ceil(double(g.M) / p.block_m) * std::ceil(double(g.N) / p.block_n) * g.batch * p.split_k;
+  const double waves = std::ceil(tiles / 264.0);
+  const double per_tile = p.block_m * p.block_n * (double(g.K) * g.serial / p.split_k) / 4e6;
+  const double tile_eff = 1.0 / std::min(1.0, std::sqrt((p.warp_m / 16.0) * (p.warp_n / 16.0)) / 2 + 0.3);
+  const double loads = (p.vec_a == 1 ? 1.6 : 1.0) * (p.vec_b == 1 ? 1.4 : 1.0) * (p.stages == 1 ? 1.3 : 1.0);
+  return 3 + waves * per_tile * tile_eff * loads + (p.split_k > 1 ? 2 + 0.5 * p.split_k : 0) + (p.unroll ? 0 : 1.5);
+}
+
+TEST(CostModel, LearnsASyntheticCostFunction) {
+  Compute c = build_compute(builtin_op("conv2d_nhwc"), parse_param_overrides({"N=8"}));
+  SearchSpace space(c, shipped(), Enumeration::kAmos, DeviceLimits::for_arch(90), 90);
+  DeviceModel d = DeviceModel::for_arch(90);
+  std::mt19937_64 rng(11);
+  CostModel model;
+  std::vector<Features> test_f;
+  std::vector<double> test_t;
+  for (int i = 0; i < 700; ++i) {
+    const int e = static_cast<int>(rng() % space.entries().size());
+    ScheduleParams p = space.sample(e, rng);
+    const ImplicitGemm& g = space.entries()[e].gemm;
+    const Features f = candidate_features(g, p, d);
+    for (float x : f) ASSERT_TRUE(std::isfinite(x));
+    if (i < 400) model.add(f, synthetic_us(g, p));
+    else {
+      test_f.push_back(f);
+      test_t.push_back(synthetic_us(g, p));
+    }
+  }
+  EXPECT_FALSE(model.trained());
+  model.fit();
+  ASSERT_TRUE(model.trained());
+  const double rho = spearman(model.predict(test_f), test_t);
+  std::printf("held-out rank correlation %.3f on %zu candidates\n", rho, test_t.size());
+  EXPECT_GT(rho, 0.8);
+  EXPECT_NEAR(spearman({1, 2, 3, 4}, {10, 20, 30, 40}), 1.0, 1e-12);
+  EXPECT_NEAR(spearman({1, 2, 3, 4}, {4, 3, 2, 1}), -1.0, 1e-12);
+}
+
+/// Measures nothing: times candidates with the synthetic cost, and fails a few on purpose.
+class SyntheticMeasurer : public Measurer {
+ public:
+  MeasureResult measure(const Compute&, const ImplicitGemm& g, const ScheduleParams& p, const KernelSource& k,
+                        const CompileResult& bin) override {
+    EXPECT_TRUE(bin.ok) << bin.log;
+    EXPECT_FALSE(bin.cubin.empty());
+    ++calls;
+    keys.insert(k.name + ":" + to_json(p).dump());
+    MeasureResult r;
+    if (p.raster == 8) {  // a "faulting" family
+      r.status = MeasureStatus::kRuntimeError;
+      r.message = "cudaErrorIllegalAddress (synthetic)";
+      return r;
+    }
+    r.status = MeasureStatus::kOk;
+    r.median_us = synthetic_us(g, p);
+    r.times_us = {r.median_us};
+    return r;
+  }
+  int calls = 0;
+  std::set<std::string> keys;
+};
+
+TuneOptions synthetic_options(const std::string& log, int trials) {
+  TuneOptions o;
+  o.trials = trials;
+  o.batch = 8;
+  o.seed = 5;
+  o.log_path = log;
+  o.target = {"sm_90", "synthetic", "13.0", "13.0", "test"};
+  o.compute_capability = 90;
+  o.limits = DeviceLimits::for_arch(90);
+  o.limits.sm_count = 132;
+  o.device = DeviceModel::for_arch(90);
+  return o;
+}
+
+TEST(Tuner, SearchesRecordsAndResumesWithoutMeasuringAgain) {
+  Compute c = build_compute(builtin_op("gemm"), parse_param_overrides({"M=512", "N=256", "K=512"}));
+  const std::string log = temp_path("tune.jsonl");
+  std::filesystem::remove(log);
+  SyntheticMeasurer first;
+  TuneSummary a = tune(c, shipped(), synthetic_options(log, 40), first);
+  EXPECT_EQ(a.measured, 40);
+  EXPECT_EQ(first.calls, 40);
+  EXPECT_EQ(a.first_looks, a.arms) << "every mapping gets a first look";
+  ASSERT_TRUE(a.best.has_value());
+  LogContents after_first = read_log(log);
+  EXPECT_TRUE(after_first.warnings.empty());
+  EXPECT_EQ(after_first.records.size(), 40u) << "every trial is in the log, failures included";
+  int failures = 0;
+  for (const auto& r : after_first.records) failures += !r.result.ok();
+  EXPECT_EQ(failures, a.failed);
+  // The search beats the default schedule of the same mapping.
+  SearchSpace space(c, shipped(), Enumeration::kAmos, DeviceLimits::for_arch(90), 90);
+  const int e = space.find(a.best->candidate);
+  ASSERT_GE(e, 0);
+  DeviceLimits h100 = DeviceLimits::for_arch(90);
+  h100.sm_count = 132;
+  EXPECT_LE(a.best->result.median_us, synthetic_us(space.entries()[e].gemm, default_schedule(space.entries()[e].gemm, h100)));
+
+  // Resume: nothing measured twice, the best carries over.
+  SyntheticMeasurer second;
+  TuneSummary b = tune(c, shipped(), synthetic_options(log, 24), second);
+  EXPECT_EQ(b.resumed, 40);
+  EXPECT_EQ(second.calls, 24);
+  for (const auto& k : second.keys) EXPECT_EQ(first.keys.count(k), 0u) << "measured again: " << k;
+  ASSERT_TRUE(b.best.has_value());
+  EXPECT_LE(b.best->result.median_us, a.best->result.median_us);
+  EXPECT_EQ(read_log(log).records.size(), 64u);
+  std::filesystem::remove(log);
+}
+
+TEST(Tuner, BudgetsAndTheStopFlagEndTheSearch) {
+  Compute c = build_compute(builtin_op("gemm"), parse_param_overrides({"M=256", "N=256", "K=256"}));
+  {
+    SyntheticMeasurer m;
+    TuneOptions o = synthetic_options("", 200);
+    std::atomic<bool> stop{true};  // as if Ctrl-C came during the first batch
+    o.stop = &stop;
+    TuneSummary s = tune(c, shipped(), o, m);
+    EXPECT_TRUE(s.stopped);
+    EXPECT_EQ(s.measured, o.batch) << "the current batch finishes";
+  }
+  {
+    SyntheticMeasurer m;
+    TuneOptions o = synthetic_options("", 200);
+    o.early_stop = 8;
+    TuneSummary s = tune(c, shipped(), o, m);
+    EXPECT_LT(s.measured, 200);
+    EXPECT_NE(s.stop_reason.find("no improvement"), std::string::npos) << s.stop_reason;
+  }
+}
+
+TEST(Tuner, ModelRankingWithoutAGpuRecordsUnmeasuredKernelsThatCompile) {
+  Compute c = build_compute(builtin_op("conv2d"), parse_param_overrides({"C=64", "K=64", "H=14", "W=14"}));
+  const std::string log = temp_path("model.jsonl");
+  std::filesystem::remove(log);
+  TuneOptions o = synthetic_options(log, 6);
+  TuneSummary s = rank_with_model(c, shipped(), o);
+  EXPECT_EQ(s.measured, 6);
+  EXPECT_EQ(s.failed, 0);
+  ASSERT_TRUE(s.best.has_value());
+  LogContents l = read_log(log);
+  ASSERT_EQ(l.records.size(), 6u);
+  double previous = 0;
+  for (const auto& r : l.records) {
+    EXPECT_EQ(r.result.status, "unmeasured");
+    EXPECT_FALSE(r.result.measured());
+    EXPECT_GE(r.result.estimated_us, previous) << "ranked best first";
+    previous = r.result.estimated_us;
+  }
+  EXPECT_TRUE(best_records(l.records).empty()) << "unmeasured records are never 'best'";
+  std::filesystem::remove(log);
+}
+
+}  // namespace
+}  // namespace tmap

@@ -1,0 +1,386 @@
+// `tmap tune`, `tmap replay` and `tmap logs`: the search for the best kernel of a compute, the
+// regeneration of logged kernels, and the inspection of logs.
+#include <unistd.h>
+
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <random>
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "commands.h"
+#include "tmap/runtime/device.h"
+#include "tmap/tune/tuner.h"
+
+namespace tmap::cli {
+namespace {
+
+std::atomic<bool> g_interrupted{false};
+
+extern "C" void on_sigint(int) {
+  g_interrupted.store(true);
+  std::signal(SIGINT, SIG_DFL);  // a second Ctrl-C ends the process at once
+}
+
+[[noreturn]] void bad(const std::string& option, const std::string& msg, const std::string& hint) {
+  throw UserError(format_diagnostic(SourceLoc::whole(option), msg, hint));
+}
+
+std::string duration_text(double s) {
+  char buf[32];
+  if (s < 60) std::snprintf(buf, sizeof buf, "%.0fs", s);
+  else std::snprintf(buf, sizeof buf, "%dm%02ds", static_cast<int>(s) / 60, static_cast<int>(s) % 60);
+  return buf;
+}
+
+/// The target of this machine: its GPU, or the named architecture without one.
+struct Machine {
+  RuntimeInfo rt;
+  int cc = 0;
+  bool has_gpu = false;
+  Target target;
+  DeviceLimits limits;
+  DeviceModel model;
+};
+
+Machine detect(const std::string& arch) {
+  Machine m;
+  m.rt = query_runtime();
+  m.has_gpu = !m.rt.devices.empty();
+  if (!arch.empty()) m.cc = parse_arch(arch);
+  else if (m.has_gpu) m.cc = m.rt.devices.front().compute_capability;
+  else m.cc = 90;
+  const bool on_gpu = m.has_gpu && m.rt.devices.front().compute_capability == m.cc;
+  m.limits = DeviceLimits::for_arch(m.cc);
+  if (on_gpu) m.limits.sm_count = m.rt.devices.front().sm_count;
+  m.model = DeviceModel::for_arch(m.cc, on_gpu ? m.rt.devices.front().sm_count : 0);
+  m.target = {"sm_" + std::to_string(m.cc), on_gpu ? m.rt.devices.front().name : "",
+              cuda_version_text(m.rt.driver_version), cuda_version_text(m.rt.runtime_version), TMAP_VERSION};
+  return m;
+}
+
+TimingOptions tuning_timing() {
+  TimingOptions t;
+  t.warmup = 2;
+  t.min_repeats = 5;
+  t.min_total_ms = 10;
+  t.graph_runs = 10;  // graph replay hides launch gaps; times are per run
+  return t;
+}
+
+double tflops(const TuneRecord& r) { return r.flops / (r.result.median_us * 1e-6) / 1e12; }
+
+std::string candidate_text(const CandidateRef& c) {
+  std::string axes;
+  for (int a = 0; a < 3; ++a) {
+    std::string set;
+    for (const auto& n : c.axes[a]) set += (set.empty() ? "" : ", ") + n;
+    axes += (a ? "x" : "") + ("{" + set + "}");
+  }
+  return c.hw_abs + " " + c.layout + " " + std::to_string(c.shape[0]) + "x" + std::to_string(c.shape[1]) + "x" +
+         std::to_string(c.shape[2]) + " map " + std::to_string(c.mapping_id) + " " + axes;
+}
+
+struct TuneArgs {
+  ComputeArgs compute;
+  std::vector<std::string> hw_dirs, hw;
+  std::string log, arch, measure = "gpu", enumerate = "amos", emit_cuda, cache_dir;
+  int trials = 200, early_stop = 0, batch = 16;
+  double time_budget = 0, timeout = 10;
+  std::uint64_t seed = 0;
+};
+
+void register_tune(CLI::App& app) {
+  auto args = std::make_shared<TuneArgs>();
+  auto* cmd = app.add_subcommand("tune", "Search mappings and schedules for the fastest kernel, logging every trial");
+  args->compute.add_to(*cmd);
+  cmd->add_option("--hw", args->hw, "Only these abstractions (repeatable; default: every one that matches)");
+  cmd->add_option("--hw-dir", args->hw_dirs, "Also load the *.json abstractions of this directory (repeatable)");
+  cmd->add_option("--trials", args->trials, "Candidates to measure (default 200)")->check(CLI::PositiveNumber);
+  cmd->add_option("--time-budget", args->time_budget, "Stop after this many seconds")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--early-stop", args->early_stop, "Stop after this many trials without improvement (0: never)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--batch", args->batch, "Candidates compiled and measured per batch (default 16)")
+      ->check(CLI::Range(1, 1024));
+  cmd->add_option("--log", args->log, "JSON-lines log to append to; its records of this workload resume the search "
+                                      "(default logs/<op>.jsonl)");
+  cmd->add_option("--measure", args->measure, "gpu: measure on the GPU; model: rank with the analytic model only "
+                                              "(no GPU needed; records are marked unmeasured)")
+      ->check(CLI::IsMember({"gpu", "model"}));
+  cmd->add_option("--arch", args->arch, "Target sm_XX (default: the GPU's; sm_90 without a GPU)");
+  cmd->add_option("--enumerate", args->enumerate, "Mappings: amos (AMOS's rule, default) or all")
+      ->check(CLI::IsMember({"amos", "all"}));
+  cmd->add_option("--seed", args->seed, "Random seed (default: random)");
+  cmd->add_option("--timeout", args->timeout, "Seconds before a hanging kernel is stopped (default 10)");
+  cmd->add_option("--emit-cuda", args->emit_cuda, "Write the best kernel's CUDA source to this file");
+  cmd->add_option("--cache-dir", args->cache_dir, "Keep compiled binaries in this directory across runs");
+  cmd->callback([args] {
+    Compute c = args->compute.build();
+    std::vector<HwAbstraction> all = load_hw_abstractions(args->hw_dirs), hws;
+    if (args->hw.empty()) hws = all;
+    else
+      for (const auto& name : args->hw) hws.push_back(find_hw(all, name));
+    Machine m = detect(args->arch);
+    const bool model_only = args->measure == "model";
+    if (!model_only && !m.has_gpu)
+      bad("tmap tune", "no GPU to measure on: " + m.rt.status,
+          "add --measure model to rank candidates with the analytic model and check that they compile");
+    if (!model_only && m.cc != m.rt.devices.front().compute_capability)
+      bad("--arch", "sm_" + std::to_string(m.cc) + " is not the GPU's architecture", "drop --arch, or add --measure model");
+
+    TuneOptions o;
+    o.trials = args->trials;
+    o.time_budget_s = args->time_budget;
+    o.early_stop = args->early_stop;
+    o.batch = args->batch;
+    o.seed = args->seed ? args->seed : std::random_device{}();
+    o.enumeration = args->enumerate == "all" ? Enumeration::kAll : Enumeration::kAmos;
+    o.log_path = args->log.empty() ? "logs/" + c.name + ".jsonl" : args->log;
+    o.target = m.target;
+    o.compute_capability = m.cc;
+    o.limits = m.limits;
+    o.device = m.model;
+    o.compile_cache_dir = args->cache_dir;
+    o.stop = &g_interrupted;
+    o.on_note = [](const std::string& s) { spdlog::info("{}", s); };
+    const bool tty = ::isatty(STDERR_FILENO);
+    int last_printed = 0;
+    o.on_progress = [&](const TuneProgress& p) {
+      char line[512];
+      std::snprintf(line, sizeof line, "[%4d/%d] best %s | %s | model %s | %s elapsed, ~%s left", p.trials, p.total,
+                    p.best_us > 0 ? (std::to_string(p.best_us).substr(0, 7) + " us, " +
+                                     std::to_string(p.best_tflops).substr(0, 6) + " TFLOP/s").c_str()
+                                  : "none yet",
+                    p.arm.c_str(),
+                    p.model_trained ? ("rho " + std::to_string(p.rank_correlation).substr(0, 5)).c_str() : "analytic",
+                    duration_text(p.elapsed_s).c_str(), duration_text(p.eta_s).c_str());
+      if (tty) {
+        std::fprintf(stderr, "\r%s\033[K", line);
+      } else if (p.trials - last_printed >= args->batch || p.trials == p.total) {
+        std::fprintf(stderr, "%s\n", line);
+        last_printed = p.trials;
+      }
+    };
+    std::signal(SIGINT, on_sigint);
+    TuneSummary s;
+    if (model_only) {
+      spdlog::info("ranking with the analytic model for {} (no measurement)", m.target.arch);
+      s = rank_with_model(c, hws, o);
+    } else {
+      WorkerMeasurer measurer("/proc/self/exe", args->timeout, tuning_timing(), true, o.seed);
+      s = tune(c, hws, o, measurer);
+    }
+    std::signal(SIGINT, SIG_DFL);
+    if (tty && !model_only) std::fprintf(stderr, "\n");
+
+    const Workload w = make_workload(c);
+    std::printf("workload %s (%s): %s\n", w.key.c_str(), c.name.c_str(), c.statement_text().c_str());
+    std::printf("%d mappings searched; %d trials %s in %s (%d failed)%s; log %s\n", s.arms, s.measured,
+                model_only ? "ranked and compiled" : "measured", duration_text(s.wall_s).c_str(), s.failed,
+                s.resumed ? (", " + std::to_string(s.resumed) + " resumed").c_str() : "", o.log_path.c_str());
+    std::printf("stopped: %s\n", s.stop_reason.c_str());
+    if (!s.rank_correlations.empty()) {
+      double sum = 0;
+      for (double r : s.rank_correlations) sum += r;
+      std::printf("cost model: rank correlation on unseen batches %.2f (mean of %zu), %.2f (last)\n",
+                  sum / s.rank_correlations.size(), s.rank_correlations.size(), s.rank_correlations.back());
+    }
+    if (!s.best) {
+      std::printf("no correct kernel found\n");
+      if (!model_only) throw std::runtime_error("tuning found no correct kernel");
+      return;
+    }
+    const TuneRecord& b = *s.best;
+    std::printf("best: %s\n  params %s\n", candidate_text(b.candidate).c_str(), to_json(b.candidate.params).dump().c_str());
+    if (b.result.ok())
+      std::printf("  %.2f us, %.2f TFLOP/s (rel L2 %.1e)\n", b.result.median_us, tflops(b), b.result.rel_l2);
+    else
+      std::printf("  estimated %.2f us by the analytic model (unmeasured)\n", b.result.estimated_us);
+    if (!s.history.empty()) {  // the best time as the trials went
+      std::string line;
+      for (int n : {25, 50, 100, 200, 500, 1000, 2000}) {
+        double at = 0;
+        for (const auto& [trial, us] : s.history)
+          if (trial <= n) at = us;
+        if (n > s.resumed + s.measured && n != 25) break;
+        if (at > 0) line += "  " + std::to_string(n) + ": " + std::to_string(at).substr(0, 7) + " us";
+      }
+      std::printf("  best after N trials:%s\n", line.c_str());
+    }
+    if (!args->emit_cuda.empty()) {
+      Regenerated r = regenerate(b, hws, m.cc);
+      std::ofstream out(args->emit_cuda);
+      if (!(out << r.kernel.code)) bad("--emit-cuda", "cannot write '" + args->emit_cuda + "'", "check the path");
+    }
+  });
+}
+
+struct ReplayArgs {
+  std::string log, workload, emit_dir, arch;
+  ComputeArgs compute;
+  std::vector<std::string> hw_dirs;
+  bool verify = false, allow_unmeasured = false;
+  double timeout = 30;
+};
+
+void register_replay(CLI::App& app) {
+  auto args = std::make_shared<ReplayArgs>();
+  auto* cmd = app.add_subcommand("replay", "Regenerate, run and verify the best logged kernel of each workload");
+  cmd->add_option("log", args->log, "The JSON-lines log")->required();
+  args->compute.add_to(*cmd);
+  cmd->add_option("--workload", args->workload, "Only this workload key (see 'tmap logs list')");
+  cmd->add_flag("--verify", args->verify, "Check each kernel against the reference");
+  cmd->add_option("--emit-cuda", args->emit_dir, "Write each kernel's CUDA source into this directory");
+  cmd->add_flag("--allow-unmeasured", args->allow_unmeasured, "Also replay records ranked by the model only");
+  cmd->add_option("--hw-dir", args->hw_dirs, "Also load the *.json abstractions of this directory (repeatable)");
+  cmd->add_option("--arch", args->arch, "Compile for sm_XX (without a GPU: compile only)");
+  cmd->add_option("--timeout", args->timeout, "Seconds before a hanging kernel is stopped (default 30)");
+  cmd->callback([args] {
+    if (!std::filesystem::exists(args->log)) bad(args->log, "no such log", "give the path of a log written by 'tmap tune'");
+    LogContents log = read_log(args->log);
+    for (const auto& w : log.warnings) spdlog::warn("{}", w);
+    std::string key = args->workload;
+    if (!args->compute.file.empty() || !args->compute.op.empty()) key = make_workload(args->compute.build()).key;
+    std::vector<const TuneRecord*> chosen;
+    for (const TuneRecord* r : best_records(log.records))
+      if (key.empty() || r->workload.key == key) chosen.push_back(r);
+    // Workloads with only unmeasured records: their best estimate, when allowed.
+    std::map<std::string, const TuneRecord*> unmeasured;
+    for (const auto& r : log.records) {
+      if (r.result.measured() || (!key.empty() && r.workload.key != key)) continue;
+      bool has_measured = false;
+      for (const TuneRecord* c : chosen) has_measured = has_measured || c->workload.key == r.workload.key;
+      if (has_measured) continue;
+      auto [it, inserted] = unmeasured.emplace(r.workload.key, &r);
+      if (!inserted && r.result.estimated_us < it->second->result.estimated_us) it->second = &r;
+    }
+    if (!unmeasured.empty() && !args->allow_unmeasured)
+      bad("--allow-unmeasured",
+          std::to_string(unmeasured.size()) + " workload(s) have only unmeasured records (ranked by the model)",
+          "tune them on a GPU, or add --allow-unmeasured to replay the model's choice");
+    for (const auto& [k, r] : unmeasured) chosen.push_back(r);
+    if (chosen.empty())
+      bad(args->log, key.empty() ? "the log holds no correct measured record" : "no record of workload " + key,
+          "see 'tmap logs list " + args->log + "'");
+
+    Machine m = detect(args->arch);
+    const bool run = m.has_gpu && m.cc == m.rt.devices.front().compute_capability;
+    if (!run) spdlog::warn("no GPU for {} ({}): compiling only", m.target.arch, m.has_gpu ? "another GPU" : m.rt.status);
+    std::vector<HwAbstraction> hws = load_hw_abstractions(args->hw_dirs);
+    NvrtcCompiler compiler(m.cc);
+    std::unique_ptr<WorkerMeasurer> measurer;
+    if (run) measurer = std::make_unique<WorkerMeasurer>("/proc/self/exe", args->timeout, tuning_timing(), args->verify,
+                                                         std::random_device{}());
+    bool failed = false;
+    std::printf("%-16s %-20s %12s %12s %8s %10s  %s\n", "workload", "name", "logged us", "now us", "change", "rel L2",
+                "kernel");
+    for (const TuneRecord* r : chosen) {
+      if (r->target.arch != m.target.arch || (run && !r->target.device.empty() && r->target.device != m.target.device))
+        spdlog::warn("workload {} was recorded on {} ({}), this is {} ({})", r->workload.key, r->target.arch,
+                     r->target.device.empty() ? "no GPU" : r->target.device, m.target.arch,
+                     m.target.device.empty() ? "no GPU" : m.target.device);
+      Regenerated g = regenerate(*r, hws, m.cc);
+      if (!args->emit_dir.empty()) {
+        std::filesystem::create_directories(args->emit_dir);
+        std::ofstream(args->emit_dir + "/" + g.kernel.name + ".cu") << g.kernel.code;
+      }
+      CompileResult bin = compiler.compile(g.kernel.code, g.kernel.name);
+      if (!bin.ok) throw InternalError("regenerated kernel " + g.kernel.name + " does not compile:\n" + bin.log);
+      const std::string name = r->workload.description.value("name", "?");
+      const double logged = r->result.ok() ? r->result.median_us : r->result.estimated_us;
+      if (!run) {
+        std::printf("%-16s %-20s %12.2f %12s %8s %10s  %s (compiled in %.2f s)\n", r->workload.key.c_str(), name.c_str(),
+                    logged, "-", "-", "-", g.kernel.name.c_str(), bin.seconds);
+        continue;
+      }
+      MeasureResult res = measurer->measure(*g.compute, g.gemm(), g.params, g.kernel, bin);
+      if (res.status != MeasureStatus::kOk) {
+        failed = true;
+        std::printf("%-16s %-20s %12.2f %12s: %s: %s\n", r->workload.key.c_str(), name.c_str(), logged, "FAILED",
+                    status_name(res.status), res.message.c_str());
+        continue;
+      }
+      char err[32] = "-";
+      if (args->verify) std::snprintf(err, sizeof err, "%.1e", res.rel_l2);
+      std::printf("%-16s %-20s %12.2f %12.2f %+7.1f%% %10s  %s\n", r->workload.key.c_str(), name.c_str(), logged,
+                  res.median_us, (res.median_us / logged - 1) * 100, err, g.kernel.name.c_str());
+    }
+    if (failed) throw std::runtime_error("a replayed kernel failed or is wrong");
+  });
+}
+
+void register_logs(CLI::App& app) {
+  auto* logs = app.add_subcommand("logs", "Inspect and prune tuning logs");
+  logs->require_subcommand(1);
+  auto path = std::make_shared<std::string>();
+  auto out = std::make_shared<std::string>();
+  auto load = [](const std::string& p) {
+    if (!std::filesystem::exists(p)) bad(p, "no such log", "give the path of a log written by 'tmap tune'");
+    LogContents log = read_log(p);
+    for (const auto& w : log.warnings) spdlog::warn("{}", w);
+    return log;
+  };
+  auto* list = logs->add_subcommand("list", "Workloads of a log with their best time and TFLOP/s");
+  list->add_option("log", *path, "The log")->required();
+  list->callback([path, load] {
+    LogContents log = load(*path);
+    std::map<std::string, std::pair<int, int>> counts;  // records, correct
+    for (const auto& r : log.records) {
+      auto& c = counts[r.workload.key];
+      ++c.first;
+      c.second += r.result.ok();
+    }
+    std::printf("%-16s %-20s %8s %8s %10s %9s  %s\n", "workload", "name", "records", "correct", "best us", "TFLOP/s",
+                "best kernel");
+    std::map<std::string, bool> shown;
+    for (const TuneRecord* r : best_records(log.records)) {
+      shown[r->workload.key] = true;
+      std::printf("%-16s %-20s %8d %8d %10.2f %9.2f  %s\n", r->workload.key.c_str(),
+                  r->workload.description.value("name", "?").c_str(), counts[r->workload.key].first,
+                  counts[r->workload.key].second, r->result.median_us, tflops(*r), candidate_text(r->candidate).c_str());
+    }
+    for (const auto& r : log.records)
+      if (!shown[r.workload.key]) {
+        shown[r.workload.key] = true;
+        std::printf("%-16s %-20s %8d %8d %10s %9s  (no correct measurement)\n", r.workload.key.c_str(),
+                    r.workload.description.value("name", "?").c_str(), counts[r.workload.key].first, 0, "-", "-");
+      }
+  });
+  auto* best = logs->add_subcommand("best", "Print the best record of each workload (JSON lines)");
+  best->add_option("log", *path, "The log")->required();
+  best->callback([path, load] {
+    LogContents log = load(*path);
+    for (const TuneRecord* r : best_records(log.records)) std::cout << to_json(*r).dump() << "\n";
+  });
+  auto* prune = logs->add_subcommand("prune", "Write the best record of each workload into a new log");
+  prune->add_option("log", *path, "The log")->required();
+  prune->add_option("--out", *out, "The new log")->required();
+  prune->callback([path, out, load] {
+    if (std::filesystem::exists(*out) && std::filesystem::equivalent(*path, *out))
+      bad("--out", "the output is the log being pruned", "write the best records to another file");
+    LogContents log = load(*path);
+    std::vector<const TuneRecord*> keep = best_records(log.records);
+    std::filesystem::remove(*out);
+    LogWriter w(*out);
+    for (const TuneRecord* r : keep) w.append(*r);
+    std::printf("kept %zu of %zu records (the best of each workload) in %s\n", keep.size(), log.records.size(),
+                out->c_str());
+  });
+}
+
+}  // namespace
+
+void register_tuning(CLI::App& app) {
+  register_tune(app);
+  register_replay(app);
+  register_logs(app);
+}
+
+}  // namespace tmap::cli
