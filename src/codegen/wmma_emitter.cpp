@@ -47,6 +47,9 @@ std::string vector_type(int bytes) {
   return "unsigned char";
 }
 
+/// The most iterations of a gather loop unrolled in full.
+constexpr int kMaxUnroll = 8;
+
 const char* unroll_pragma(const ScheduleParams& p) { return p.unroll ? "#pragma unroll\n" : "#pragma unroll 1\n"; }
 
 std::string identifier(const std::string& s) {
@@ -273,7 +276,14 @@ KernelSource emit_wmma_kernel(const ImplicitGemm& g, const ScheduleParams& p) {
     };
     // A loop of constant trip count (each thread takes every THREADS-th group), so it unrolls.
     const std::string total = rows + " * " + cols + grp;
-    os << "    " << unroll << "    for (int it = 0; it < (" << total << " + THREADS - 1) / THREADS; ++it) {\n"
+    // Unrolling is capped: fully unrolled gathers of large tiles cost NVRTC minutes and
+    // registers for nothing.
+    const std::int64_t elements = (op == 'a' ? std::int64_t{p.block_m} : std::int64_t{p.block_n}) * p.block_k / group;
+    const std::int64_t iterations = (elements + k.threads - 1) / k.threads;
+    const std::string gather_unroll = !p.unroll ? unroll
+                                      : iterations <= kMaxUnroll ? unroll
+                                                                  : "#pragma unroll " + std::to_string(kMaxUnroll) + "\n";
+    os << "    " << gather_unroll << "    for (int it = 0; it < (" << total << " + THREADS - 1) / THREADS; ++it) {\n"
        << "      const int e = it * THREADS + threadIdx.x;\n"
        << "      if ((" << total << ") % THREADS != 0 && e >= " << total << ") break;\n"
        << "      const int " << row_var << " = e / (" << cols << grp << "), " << col_var << " = e % (" << cols << grp
