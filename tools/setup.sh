@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets tmap up on Debian 12 with the CUDA 13 toolkit (no GPU needed): installs the missing
-# Debian packages, builds tmap (Release) into build/, and runs the main job on a default example.
+# Debian packages, builds tmap (Release) into build/, and runs the main job on a default example
+# (tmap tune on ResNet-18's conv2d layer 5).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -21,4 +22,10 @@ fi
 
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build
-./build/bin/tmap map --op conv2d --hw wmma_fp16_fp32 "$@"
+# The main job: tune ResNet-18's conv2d layer 5 on the GPU, or without one rank candidates with
+# the analytic model and check that the chosen kernels compile.
+if ./build/bin/tmap version | grep -q '^device '; then
+  ./build/bin/tmap tune --op conv2d --trials 100 --log build/example_tune.jsonl "$@"
+else
+  ./build/bin/tmap tune --op conv2d --measure model --trials 8 --log build/example_tune.jsonl "$@"
+fi

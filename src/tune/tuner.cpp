@@ -267,7 +267,10 @@ TuneSummary tune(const Compute& c, const std::vector<HwAbstraction>& hws, const 
 
   auto propose = [&](int size) {
     std::vector<Candidate> out;
-    while (static_cast<int>(out.size()) < size && next_look < first_looks.size()) {
+    // The first batch is all first looks; later ones keep half their slots for the arms that
+    // have proven good, so that exploitation starts before every arm has been looked at.
+    const int looks = next_look == 0 ? size : std::max(1, size / 2);
+    while (static_cast<int>(out.size()) < looks && next_look < first_looks.size()) {
       const Candidate& c = first_looks[next_look++];
       if (!search.seen(c.entry, c.params)) {
         search.mark_seen(c.entry, c.params);

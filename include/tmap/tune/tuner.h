@@ -3,7 +3,8 @@
 //
 // The search runs in batches. Mappings (arms) share the trials by how good they have proven:
 // every arm gets a first look (its best candidate by the model; when there are more arms than a
-// quarter of the trials, the model's best arms get it), then each batch's slots go to arms in
+// quarter of the trials, the model's best arms get it; after the first batch, first looks take
+// at most half of each batch), and the other slots go to arms in
 // proportion to a share that follows each arm's best time relative to the best overall, with
 // momentum, so hopeless mappings stop costing trials. Within an arm, candidates come from
 // evolution: a pool of mutations and crossovers of the arm's best measured schedules plus fresh
