@@ -177,6 +177,9 @@ void MeasureWorker::start() {
   if (pid == 0) {
     dup2(to[0], STDIN_FILENO);
     dup2(from[1], STDOUT_FILENO);
+    // Ctrl-C in the terminal is for the parent, which finishes its batch; the worker must not
+    // die of it in the middle of a measurement (an ignored signal stays ignored across exec).
+    signal(SIGINT, SIG_IGN);
     execl(binary_.c_str(), binary_.c_str(), "worker", static_cast<char*>(nullptr));
     _exit(127);
   }
