@@ -245,6 +245,65 @@ double relative_l2(const std::vector<double>& got, const std::vector<double>& re
   return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
 }
 
+double median_of(std::vector<double> v) {
+  TMAP_CHECK(!v.empty(), "median of no values");
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+std::vector<double> time_launches(const std::function<int(void* stream)>& launch_fn, const TimingOptions& timing) {
+  std::vector<double> times;
+  cudaStream_t stream = nullptr;
+  check(cudaStreamCreate(&stream), "cudaStreamCreate");
+  std::unique_ptr<std::remove_pointer_t<cudaStream_t>, decltype(&cudaStreamDestroy)> stream_owner(stream, &cudaStreamDestroy);
+  auto launch = [&](const char* what) {
+    check(static_cast<cudaError_t>(launch_fn(stream)), what, FailureKind::kLaunch);
+  };
+  for (int i = 0; i < timing.warmup; ++i) launch("warm-up launch");
+  cudaGraphExec_t graph_exec = nullptr;
+  if (timing.graph_runs > 0) {
+    cudaGraph_t graph = nullptr;
+    check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+    for (int i = 0; i < timing.graph_runs; ++i) launch("graph capture");
+    check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
+    check(cudaGraphInstantiate(&graph_exec, graph, 0), "cudaGraphInstantiate");
+    cudaGraphDestroy(graph);
+    check(cudaGraphLaunch(graph_exec, stream), "graph warm-up");
+  }
+  std::unique_ptr<std::remove_pointer_t<cudaGraphExec_t>, decltype(&cudaGraphExecDestroy)> graph_owner(graph_exec, &cudaGraphExecDestroy);
+  void* flush = nullptr;
+  std::size_t flush_bytes = 0;
+  if (timing.flush_l2 && timing.graph_runs == 0) {
+    int device = 0, l2 = 0;
+    check(cudaGetDevice(&device), "cudaGetDevice");
+    check(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device), "cudaDeviceGetAttribute");
+    flush_bytes = 2 * static_cast<std::size_t>(l2);
+    check(cudaMalloc(&flush, flush_bytes), "cudaMalloc");
+  }
+  std::unique_ptr<void, decltype(&cudaFree)> flush_owner(flush, &cudaFree);
+  cudaEvent_t start, stop;
+  check(cudaEventCreate(&start), "cudaEventCreate");
+  check(cudaEventCreate(&stop), "cudaEventCreate");
+  std::unique_ptr<std::remove_pointer_t<cudaEvent_t>, decltype(&cudaEventDestroy)> start_owner(start, &cudaEventDestroy),
+      stop_owner(stop, &cudaEventDestroy);
+  double total_ms = 0;
+  int repeat = 0;
+  while (repeat < timing.min_repeats || total_ms < timing.min_total_ms) {
+    if (flush) check(cudaMemsetAsync(flush, repeat & 0xFF, flush_bytes, stream), "L2 flush");
+    check(cudaEventRecord(start, stream), "cudaEventRecord");
+    if (graph_exec) check(cudaGraphLaunch(graph_exec, stream), "graph launch", FailureKind::kLaunch);
+    else launch("timed launch");
+    check(cudaEventRecord(stop, stream), "cudaEventRecord");
+    check(cudaEventSynchronize(stop), "timed kernel");
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+    times.push_back(ms * 1000.0 / std::max(1, timing.graph_runs));
+    total_ms += ms;
+    if (++repeat > 100000) break;
+  }
+  return times;
+}
+
 KernelRun run_candidate(Workspace& ws, const std::vector<double>& reference, int a_tensor, int b_tensor,
                         const KernelSource& k, const std::vector<char>& cubin, const TimingOptions& timing) {
   KernelRun run;
@@ -274,57 +333,19 @@ KernelRun run_candidate(Workspace& ws, const std::vector<double>& reference, int
     check(cudaStreamSynchronize(stream), "kernel");
     if (!reference.empty()) run.rel_l2 = relative_l2(ws.read_output(), reference);
 
-    for (int i = 0; i < timing.warmup; ++i) launch("warm-up launch");
-    cudaGraphExec_t graph_exec = nullptr;
-    if (timing.graph_runs > 0) {
-      cudaGraph_t graph = nullptr;
-      check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
-      for (int i = 0; i < timing.graph_runs; ++i) launch("graph capture");
-      check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
-      check(cudaGraphInstantiate(&graph_exec, graph, 0), "cudaGraphInstantiate");
-      cudaGraphDestroy(graph);
-      check(cudaGraphLaunch(graph_exec, stream), "graph warm-up");
-    }
-    std::unique_ptr<std::remove_pointer_t<cudaGraphExec_t>, decltype(&cudaGraphExecDestroy)> graph_owner(graph_exec, &cudaGraphExecDestroy);
-    void* flush = nullptr;
-    std::size_t flush_bytes = 0;
-    if (timing.flush_l2 && timing.graph_runs == 0) {
-      int device = 0, l2 = 0;
-      check(cudaGetDevice(&device), "cudaGetDevice");
-      check(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device), "cudaDeviceGetAttribute");
-      flush_bytes = 2 * static_cast<std::size_t>(l2);
-      check(cudaMalloc(&flush, flush_bytes), "cudaMalloc");
-    }
-    std::unique_ptr<void, decltype(&cudaFree)> flush_owner(flush, &cudaFree);
-
-    cudaEvent_t start, stop;
-    check(cudaEventCreate(&start), "cudaEventCreate");
-    check(cudaEventCreate(&stop), "cudaEventCreate");
-    double total_ms = 0;
-    int repeat = 0;
-    while (repeat < timing.min_repeats || total_ms < timing.min_total_ms) {
-      if (flush) check(cudaMemsetAsync(flush, repeat & 0xFF, flush_bytes, stream), "L2 flush");
-      check(cudaEventRecord(start, stream), "cudaEventRecord");
-      if (graph_exec) check(cudaGraphLaunch(graph_exec, stream), "graph launch", FailureKind::kLaunch);
-      else launch("timed launch");
-      check(cudaEventRecord(stop, stream), "cudaEventRecord");
-      check(cudaEventSynchronize(stop), "timed kernel");
-      float ms = 0;
-      check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
-      run.times_us.push_back(ms * 1000.0 / std::max(1, timing.graph_runs));
-      total_ms += ms;
-      if (++repeat > 100000) break;
-    }
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
+    run.times_us = time_launches(
+        [&](void* s) {
+          cudaError_t e = kernel.launch(k, args, static_cast<cudaStream_t>(s));
+          if (e == cudaSuccess && reduce) e = reduce->launch_1d(k.reduce_blocks, k.reduce_threads, reduce_args, static_cast<cudaStream_t>(s));
+          return static_cast<int>(e);
+        },
+        timing);
   } catch (const CudaFailure& e) {
     run.error = e.what();
     run.failure = e.kind;
     return run;
   }
-  std::vector<double> sorted = run.times_us;
-  std::sort(sorted.begin(), sorted.end());
-  run.median_us = sorted[sorted.size() / 2];
+  run.median_us = median_of(run.times_us);
   run.ok = true;
   return run;
 }

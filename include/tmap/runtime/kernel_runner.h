@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,17 @@ struct TimingOptions {
   /// come from device memory, as in a network where other layers ran in between.
   bool flush_l2 = false;
 };
+
+/// Times `launch` (one run of whatever is measured, enqueued on the stream it is given, a
+/// cudaStream_t; it returns a cudaError_t) the way tmap times its own kernels: warm-up runs, then
+/// repeats until both min_repeats and min_total_ms are reached, each repeat one CUDA-graph replay
+/// of graph_runs runs (divided by the count) or, with graph_runs = 0, one event-timed run (after
+/// an L2 flush with flush_l2). Returns every repeat in microseconds; throws std::runtime_error
+/// naming the step that failed. Baselines (cuDNN, cuBLAS) are timed through this too.
+std::vector<double> time_launches(const std::function<int(void* stream)>& launch, const TimingOptions& timing);
+
+/// The median of a non-empty series.
+double median_of(std::vector<double> v);
 
 /// Where a candidate failed: loading the binary, launching it, or while it ran (a fault, after
 /// which the CUDA context is unusable).

@@ -1,0 +1,477 @@
+// tmap_bench: tmap's tuned kernels against cuDNN and cuBLAS, measured the same way in the same
+// process, on the same random inputs.
+//
+// For each workload of a table (ResNet-18 conv2d layers at one batch and layout, or the GEMM
+// table), it replays tmap's best record from a log (regenerated, compiled, run), then runs the
+// baselines: for convolutions every cuDNN forward algorithm (legacy API), the fastest correct one
+// kept; for GEMMs cublasLt's heuristic candidates and plain cublasGemmEx, the fastest correct one
+// kept. Everything is timed by time_launches() (CUDA-graph replay of repeated runs, median of
+// repeats), and again with the L2 flushed before each run (cold). Every output is compared with
+// the reference kernel tmap generates from the IR, and the baselines' with tmap's own output.
+// Writes a CSV and a Markdown table with the geometric-mean speedup.
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+#include <cudnn.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "tmap/frontend/op_library.h"
+#include "tmap/runtime/device.h"
+#include "tmap/runtime/kernel_runner.h"
+#include "tmap/runtime/nvrtc_compiler.h"
+#include "tmap/tune/tuner.h"
+
+namespace {
+
+using tmap::Compute;
+
+void cuda_ok(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
+}
+void cudnn_ok(cudnnStatus_t s, const char* what) {
+  if (s != CUDNN_STATUS_SUCCESS) throw std::runtime_error(std::string(what) + ": " + cudnnGetErrorString(s));
+}
+void cublas_ok(cublasStatus_t s, const char* what) {
+  if (s != CUBLAS_STATUS_SUCCESS) throw std::runtime_error(std::string(what) + ": cuBLAS status " + std::to_string(s));
+}
+
+/// A device buffer.
+struct Buffer {
+  void* p = nullptr;
+  explicit Buffer(std::size_t bytes) {
+    if (bytes) cuda_ok(cudaMalloc(&p, bytes), "cudaMalloc");
+  }
+  ~Buffer() { cudaFree(p); }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+};
+
+std::vector<double> read_half(const void* dev, std::size_t n) {
+  std::vector<__half> h(n);
+  cuda_ok(cudaMemcpy(h.data(), dev, n * sizeof(__half), cudaMemcpyDeviceToHost), "cudaMemcpy");
+  std::vector<double> out(n);
+  for (std::size_t i = 0; i < n; ++i) out[i] = __half2float(h[i]);
+  return out;
+}
+std::vector<double> read_float(const void* dev, std::size_t n) {
+  std::vector<float> h(n);
+  cuda_ok(cudaMemcpy(h.data(), dev, n * sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy");
+  return {h.begin(), h.end()};
+}
+
+struct Timing {
+  double warm_us = 0, cold_us = 0;
+};
+
+Timing time_both(const std::function<int(void*)>& launch, int graph_runs) {
+  tmap::TimingOptions warm;
+  warm.warmup = 3;
+  warm.min_repeats = 10;
+  warm.min_total_ms = 30;
+  warm.graph_runs = graph_runs;
+  tmap::TimingOptions cold = warm;
+  cold.graph_runs = 0;
+  cold.flush_l2 = true;
+  cold.min_total_ms = 0;
+  return {tmap::median_of(tmap::time_launches(launch, warm)), tmap::median_of(tmap::time_launches(launch, cold))};
+}
+
+/// The fastest correct baseline of a workload.
+struct Baseline {
+  std::string name;  ///< e.g. "cudnn IMPLICIT_PRECOMP_GEMM", "cublasLt algo 3", "cublasGemmEx"
+  Timing time;
+  double err_ref = 0, err_tmap = 0;  ///< Relative L2 against the reference and tmap's output.
+  int tried = 0, wrong = 0;
+};
+
+int param_of(const Compute& c, const std::string& name) {
+  for (const auto& [n, v] : c.params)
+    if (n == name) return static_cast<int>(v);
+  throw std::runtime_error("the compute has no parameter " + name);
+}
+
+const char* algo_name(cudnnConvolutionFwdAlgo_t a) {
+  switch (a) {
+    case CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM: return "IMPLICIT_GEMM";
+    case CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM: return "IMPLICIT_PRECOMP_GEMM";
+    case CUDNN_CONVOLUTION_FWD_ALGO_GEMM: return "GEMM";
+    case CUDNN_CONVOLUTION_FWD_ALGO_DIRECT: return "DIRECT";
+    case CUDNN_CONVOLUTION_FWD_ALGO_FFT: return "FFT";
+    case CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING: return "FFT_TILING";
+    case CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD: return "WINOGRAD";
+    case CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED: return "WINOGRAD_NONFUSED";
+    default: return "?";
+  }
+}
+
+/// Offers `candidate` as the baseline when it is correct and faster.
+void keep_fastest(std::optional<Baseline>& best, Baseline candidate, double tolerance) {
+  if (candidate.err_ref > tolerance || std::isnan(candidate.err_ref)) return;
+  if (!best || candidate.time.warm_us < best->time.warm_us) {
+    candidate.tried = best ? best->tried : 0;
+    candidate.wrong = best ? best->wrong : 0;
+    best = candidate;
+  }
+}
+
+/// Every cuDNN forward algorithm on the workspace's input and filter (fp16 in, fp16 out,
+/// fp32 accumulation: PSEUDO_HALF_CONFIG), in NCHW/KCRS or NHWC/KRSC.
+std::optional<Baseline> cudnn_baseline(const Compute& c, tmap::Workspace& ws, const std::vector<double>& ref,
+                                       const std::vector<double>& tmap_out, bool nhwc, int graph_runs) {
+  auto param = [&](const std::string& name) { return param_of(c, name); };
+  const int N = param("N"), C = param("C"), H = param("H"), W = param("W"), K = param("K"), R = param("R"),
+            S = param("S"), stride = param("stride"), pad = param("pad"), dil = param("dil");
+  if (param("groups") != 1) throw std::runtime_error("grouped convolutions are not benchmarked");
+  const cudnnTensorFormat_t fmt = nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
+  cudnnHandle_t h;
+  cudnn_ok(cudnnCreate(&h), "cudnnCreate");
+  std::unique_ptr<cudnnContext, decltype(&cudnnDestroy)> h_owner(h, &cudnnDestroy);
+  cudnnTensorDescriptor_t x, y;
+  cudnnFilterDescriptor_t w;
+  cudnnConvolutionDescriptor_t conv;
+  cudnn_ok(cudnnCreateTensorDescriptor(&x), "x");
+  cudnn_ok(cudnnCreateTensorDescriptor(&y), "y");
+  cudnn_ok(cudnnCreateFilterDescriptor(&w), "w");
+  cudnn_ok(cudnnCreateConvolutionDescriptor(&conv), "conv");
+  cudnn_ok(cudnnSetTensor4dDescriptor(x, fmt, CUDNN_DATA_HALF, N, C, H, W), "x");
+  cudnn_ok(cudnnSetFilter4dDescriptor(w, CUDNN_DATA_HALF, fmt, K, C, R, S), "w");
+  cudnn_ok(cudnnSetConvolution2dDescriptor(conv, pad, pad, stride, stride, dil, dil, CUDNN_CROSS_CORRELATION,
+                                           CUDNN_DATA_FLOAT),
+           "conv");
+  cudnn_ok(cudnnSetConvolutionMathType(conv, CUDNN_TENSOR_OP_MATH), "math type");
+  int n, k, p, q;
+  cudnn_ok(cudnnGetConvolution2dForwardOutputDim(conv, x, w, &n, &k, &p, &q), "output dims");
+  cudnn_ok(cudnnSetTensor4dDescriptor(y, fmt, CUDNN_DATA_HALF, n, k, p, q), "y");
+  const std::size_t out_elems = static_cast<std::size_t>(n) * k * p * q;
+  if (out_elems != ref.size()) throw std::runtime_error("cuDNN's output size differs from the compute's");
+  Buffer out(out_elems * sizeof(__half));
+  const void* in = ws.device(c.inputs[0].tensor);
+  const void* filter = ws.device(c.inputs[1].tensor);
+  const float alpha = 1, beta = 0;
+  std::optional<Baseline> best;
+  int tried = 0, wrong = 0;
+  for (int a = 0; a < CUDNN_CONVOLUTION_FWD_ALGO_COUNT; ++a) {
+    const auto algo = static_cast<cudnnConvolutionFwdAlgo_t>(a);
+    std::size_t ws_bytes = 0;
+    if (cudnnGetConvolutionForwardWorkspaceSize(h, x, w, conv, y, algo, &ws_bytes) != CUDNN_STATUS_SUCCESS) continue;
+    Buffer scratch(ws_bytes);
+    auto launch = [&](void* stream) {
+      cudnnSetStream(h, static_cast<cudaStream_t>(stream));
+      return cudnnConvolutionForward(h, &alpha, x, in, w, filter, conv, algo, scratch.p, ws_bytes, &beta, y, out.p) ==
+                     CUDNN_STATUS_SUCCESS
+                 ? 0
+                 : static_cast<int>(cudaErrorUnknown);
+    };
+    cuda_ok(cudaMemset(out.p, 0xFF, out_elems * sizeof(__half)), "poison");
+    if (launch(nullptr) != 0) continue;  // not supported for this configuration
+    cuda_ok(cudaDeviceSynchronize(), "cuDNN");
+    ++tried;
+    Baseline b;
+    b.name = std::string("cudnn ") + algo_name(algo);
+    std::vector<double> got = read_half(out.p, out_elems);
+    b.err_ref = tmap::relative_l2(got, ref);
+    b.err_tmap = tmap_out.empty() ? 0 : tmap::relative_l2(got, tmap_out);
+    if (b.err_ref > 1e-2 || std::isnan(b.err_ref)) {
+      ++wrong;
+      continue;
+    }
+    b.time = time_both(launch, graph_runs);
+    keep_fastest(best, b, 1e-2);
+  }
+  if (best) best->tried = tried, best->wrong = wrong;
+  cudnnDestroyTensorDescriptor(x);
+  cudnnDestroyTensorDescriptor(y);
+  cudnnDestroyFilterDescriptor(w);
+  cudnnDestroyConvolutionDescriptor(conv);
+  return best;
+}
+
+/// cublasLt's heuristic candidates and cublasGemmEx for C[M,N] (fp32) = A[M,K] * B[K,N] (fp16,
+/// row-major): in cuBLAS's column-major terms C^T = B^T A^T.
+std::optional<Baseline> cublas_baseline(const Compute& c, tmap::Workspace& ws, const std::vector<double>& ref,
+                                        const std::vector<double>& tmap_out, int graph_runs) {
+  auto param = [&](const std::string& name) { return param_of(c, name); };
+  const int M = param("M"), N = param("N"), K = param("K");
+  const void* A = ws.device(c.inputs[0].tensor);
+  const void* B = ws.device(c.inputs[1].tensor);
+  const std::size_t out_elems = static_cast<std::size_t>(M) * N;
+  Buffer out(out_elems * sizeof(float));
+  const std::size_t ws_bytes = 32u << 20;
+  Buffer scratch(ws_bytes);
+  const float alpha = 1, beta = 0;
+  std::optional<Baseline> best;
+  int tried = 0, wrong = 0;
+  auto consider = [&](const std::string& name, const std::function<int(void*)>& launch) {
+    cuda_ok(cudaMemset(out.p, 0xFF, out_elems * sizeof(float)), "poison");
+    if (launch(nullptr) != 0) return;
+    cuda_ok(cudaDeviceSynchronize(), name.c_str());
+    ++tried;
+    Baseline b;
+    b.name = name;
+    std::vector<double> got = read_float(out.p, out_elems);
+    b.err_ref = tmap::relative_l2(got, ref);
+    b.err_tmap = tmap_out.empty() ? 0 : tmap::relative_l2(got, tmap_out);
+    if (b.err_ref > 1e-2 || std::isnan(b.err_ref)) {
+      ++wrong;
+      return;
+    }
+    b.time = time_both(launch, graph_runs);
+    keep_fastest(best, b, 1e-2);
+  };
+
+  cublasHandle_t blas;
+  cublas_ok(cublasCreate(&blas), "cublasCreate");
+  std::unique_ptr<cublasContext, decltype(&cublasDestroy)> blas_owner(blas, &cublasDestroy);
+  cublas_ok(cublasSetWorkspace(blas, scratch.p, ws_bytes), "cublasSetWorkspace");
+  consider("cublasGemmEx", [&](void* stream) {
+    cublasSetStream(blas, static_cast<cudaStream_t>(stream));
+    return cublasGemmEx(blas, CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &alpha, B, CUDA_R_16F, N, A, CUDA_R_16F, K, &beta,
+                        out.p, CUDA_R_32F, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS
+               ? 0
+               : static_cast<int>(cudaErrorUnknown);
+  });
+
+  cublasLtHandle_t lt;
+  cublas_ok(cublasLtCreate(&lt), "cublasLtCreate");
+  std::unique_ptr<cublasLtContext, decltype(&cublasLtDestroy)> lt_owner(lt, &cublasLtDestroy);
+  cublasLtMatmulDesc_t op;
+  cublas_ok(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul desc");
+  cublasLtMatrixLayout_t la, lb, lc;
+  cublas_ok(cublasLtMatrixLayoutCreate(&la, CUDA_R_16F, N, K, N), "layout");  // B^T: N x K
+  cublas_ok(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16F, K, M, K), "layout");  // A^T: K x M
+  cublas_ok(cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, N, M, N), "layout");  // C^T: N x M
+  cublasLtMatmulPreference_t pref;
+  cublas_ok(cublasLtMatmulPreferenceCreate(&pref), "preference");
+  cublas_ok(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
+                                                 sizeof ws_bytes),
+            "preference");
+  cublasLtMatmulHeuristicResult_t results[8];
+  int found = 0;
+  cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, lc, lc, pref, 8, results, &found);
+  for (int i = 0; i < found; ++i) {
+    if (results[i].state != CUBLAS_STATUS_SUCCESS) continue;
+    consider("cublasLt heuristic #" + std::to_string(i), [&, i](void* stream) {
+      return cublasLtMatmul(lt, op, &alpha, B, la, A, lb, &beta, out.p, lc, out.p, lc, &results[i].algo, scratch.p,
+                            ws_bytes, static_cast<cudaStream_t>(stream)) == CUBLAS_STATUS_SUCCESS
+                 ? 0
+                 : static_cast<int>(cudaErrorUnknown);
+    });
+  }
+  cublasLtMatmulPreferenceDestroy(pref);
+  cublasLtMatrixLayoutDestroy(la);
+  cublasLtMatrixLayoutDestroy(lb);
+  cublasLtMatrixLayoutDestroy(lc);
+  cublasLtMatmulDescDestroy(op);
+  if (best) best->tried = tried, best->wrong = wrong;
+  return best;
+}
+
+struct Row {
+  std::string name, workload_key;
+  double gflop = 0;
+  std::optional<Timing> tmap;
+  double tmap_err = 0;
+  std::string tmap_kernel;
+  std::optional<Baseline> baseline;
+  std::string note;
+};
+
+std::string fixed(double v, int digits = 2) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"tmap_bench: tmap's tuned kernels against cuDNN and cuBLAS, measured the same way"};
+  std::string table_path, log_path, layout = "nhwc", csv_path, md_path, only;
+  int batch = 1, graph_runs = 20;
+  double peak_tflops = 989.4;
+  app.add_option("--table", table_path, "benchmarks/workloads/resnet18_conv2d.json or gemm.json")->required();
+  app.add_option("--batch", batch, "Batch of the convolution table (1, 16, 256)");
+  app.add_option("--layout", layout, "nchw or nhwc (convolutions)")->check(CLI::IsMember({"nchw", "nhwc"}));
+  app.add_option("--log", log_path, "Tuning log with tmap's records")->required();
+  app.add_option("--csv", csv_path, "Write the results as CSV");
+  app.add_option("--md", md_path, "Write the results as a Markdown table");
+  app.add_option("--only", only, "Only the workload of this name");
+  app.add_option("--graph", graph_runs, "Runs per CUDA graph replay (default 20)");
+  bool print_workloads = false;
+  app.add_flag("--print-workloads", print_workloads,
+               "Print each workload as 'name key op --set ...' (for run.sh) and exit; no GPU needed");
+  app.add_option("--peak", peak_tflops, "The GPU's dense fp16 peak in TFLOP/s, for '% of peak' (H100 SXM: 989.4)");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    std::ifstream in(table_path);
+    if (!in) {
+      std::cerr << "tmap_bench: error: cannot read table '" << table_path << "'\n";
+      return 2;
+    }
+    const nlohmann::json table = nlohmann::json::parse(in);
+    const bool conv = table.contains("layers");
+    // Each workload of the table as the op and parameters tmap builds it from.
+    struct Entry {
+      std::string name, op;
+      std::vector<std::string> sets;
+    };
+    std::vector<Entry> entries;
+    for (const auto& entry : conv ? table["layers"] : table["shapes"]) {
+      Entry e{entry["name"], conv ? (layout == "nhwc" ? "conv2d_nhwc" : "conv2d") : "gemm", {}};
+      if (!only.empty() && e.name != only) continue;
+      if (conv) {
+        e.sets.push_back("N=" + std::to_string(batch));
+        for (const char* key : {"C", "H", "W", "K", "R", "S", "stride", "pad"})
+          e.sets.push_back(std::string(key) + "=" + std::to_string(entry[key].get<int>()));
+        e.sets.push_back("dil=" + std::to_string(entry.value("dilation", 1)));
+      } else {
+        for (const char* key : {"M", "N", "K"}) e.sets.push_back(std::string(key) + "=" + std::to_string(entry[key].get<int>()));
+      }
+      entries.push_back(e);
+    }
+    if (print_workloads) {
+      for (const auto& e : entries) {
+        Compute c = tmap::build_compute(tmap::builtin_op(e.op), tmap::parse_param_overrides(e.sets));
+        std::cout << e.name << " " << tmap::make_workload(c).key << " " << e.op;
+        for (const auto& s : e.sets) std::cout << " --set " << s;
+        std::cout << "\n";
+      }
+      return 0;
+    }
+    const tmap::RuntimeInfo rt = tmap::query_runtime();
+    if (rt.devices.empty()) {
+      std::cerr << "tmap_bench: error: no GPU: " << rt.status << "\n  hint: run it on the GPU machine\n";
+      return 2;
+    }
+    const int cc = rt.devices.front().compute_capability;
+    const std::vector<tmap::HwAbstraction> hws = tmap::load_hw_abstractions();
+    tmap::LogContents log = tmap::read_log(log_path);
+    for (const auto& w : log.warnings) std::cerr << "warning: " << w << "\n";
+    const auto best = tmap::best_records(log.records);
+    tmap::NvrtcCompiler compiler(cc);
+
+    std::vector<Row> rows;
+    for (const Entry& e : entries) {
+      const std::string& name = e.name;
+      Compute c = tmap::build_compute(tmap::builtin_op(e.op), tmap::parse_param_overrides(e.sets));
+      Row row;
+      row.name = name;
+      row.workload_key = tmap::make_workload(c).key;
+      row.gflop = 2.0 * c.iteration_points() / 1e9;
+      tmap::Workspace ws(c, 2024);
+      const std::vector<double> ref = tmap::gpu_reference(ws, compiler);
+      std::vector<double> tmap_out;
+      const tmap::TuneRecord* record = nullptr;
+      for (const auto* r : best)
+        if (r->workload.key == row.workload_key) record = r;
+      if (record) {
+        tmap::Regenerated g = tmap::regenerate(*record, hws, cc);
+        tmap::CompileResult bin = compiler.compile(g.kernel.code, g.kernel.name);
+        if (!bin.ok) throw std::runtime_error("regenerated kernel does not compile:\n" + bin.log);
+        tmap::TimingOptions warm;
+        warm.warmup = 3, warm.min_repeats = 10, warm.min_total_ms = 30, warm.graph_runs = graph_runs;
+        tmap::KernelRun run = tmap::run_candidate(ws, ref, c.inputs[g.gemm().a_input].tensor,
+                                                  c.inputs[g.gemm().b_input].tensor, g.kernel, bin.cubin, warm);
+        if (!run.ok) throw std::runtime_error("tmap's kernel failed: " + run.error);
+        tmap_out = ws.read_output();
+        tmap::TimingOptions cold = warm;
+        cold.graph_runs = 0, cold.flush_l2 = true, cold.min_total_ms = 0;
+        tmap::KernelRun cold_run = tmap::run_candidate(ws, {}, c.inputs[g.gemm().a_input].tensor,
+                                                       c.inputs[g.gemm().b_input].tensor, g.kernel, bin.cubin, cold);
+        row.tmap = Timing{run.median_us, cold_run.ok ? cold_run.median_us : 0};
+        row.tmap_err = run.rel_l2;
+        row.tmap_kernel = g.kernel.name;
+        if (run.rel_l2 > 1e-2) row.note = "tmap's kernel is WRONG";
+      } else {
+        row.note = "not in the log (tune it first)";
+      }
+      row.baseline = conv ? cudnn_baseline(c, ws, ref, tmap_out, layout == "nhwc", graph_runs)
+                          : cublas_baseline(c, ws, ref, tmap_out, graph_runs);
+      if (!row.baseline) row.note += row.note.empty() ? "no correct baseline" : "; no correct baseline";
+      const Row& r = row;
+      std::fprintf(stderr, "%-10s tmap %8s us  %-28s %8s us  speedup %s\n", r.name.c_str(),
+                   r.tmap ? fixed(r.tmap->warm_us).c_str() : "-", r.baseline ? r.baseline->name.c_str() : "-",
+                   r.baseline ? fixed(r.baseline->time.warm_us).c_str() : "-",
+                   r.tmap && r.baseline ? fixed(r.baseline->time.warm_us / r.tmap->warm_us).c_str() : "-");
+      rows.push_back(std::move(row));
+    }
+
+    // Geometric-mean speedups (baseline time / tmap time) over rows with both.
+    double log_sum = 0, log_sum_cold = 0;
+    int both = 0;
+    for (const auto& r : rows)
+      if (r.tmap && r.baseline) {
+        log_sum += std::log(r.baseline->time.warm_us / r.tmap->warm_us);
+        log_sum_cold += std::log(r.baseline->time.cold_us / r.tmap->cold_us);
+        ++both;
+      }
+    const double geo = both ? std::exp(log_sum / both) : 0, geo_cold = both ? std::exp(log_sum_cold / both) : 0;
+    int cudnn_version = static_cast<int>(cudnnGetVersion());
+    int cublas_version = 0;
+    cublasGetProperty(MAJOR_VERSION, &cublas_version);
+    const std::string what = conv ? "ResNet-18 conv2d, batch " + std::to_string(batch) + ", " + layout : "GEMM";
+    if (!csv_path.empty()) {
+      std::ofstream csv(csv_path);
+      csv << "workload,key,gflop,tmap_us,tmap_cold_us,tmap_tflops,baseline,baseline_us,baseline_cold_us,speedup,"
+             "speedup_cold,pct_peak,tmap_rel_l2,baseline_vs_tmap_rel_l2,note\n";
+      for (const auto& r : rows) {
+        csv << r.name << "," << r.workload_key << "," << r.gflop << ",";
+        if (r.tmap) csv << r.tmap->warm_us << "," << r.tmap->cold_us << "," << r.gflop / r.tmap->warm_us * 1e-3;
+        else csv << ",,";
+        csv << ",";
+        if (r.baseline) csv << r.baseline->name << "," << r.baseline->time.warm_us << "," << r.baseline->time.cold_us;
+        else csv << ",,";
+        csv << ",";
+        if (r.tmap && r.baseline)
+          csv << r.baseline->time.warm_us / r.tmap->warm_us << "," << r.baseline->time.cold_us / r.tmap->cold_us << ","
+              << r.gflop / r.tmap->warm_us * 1e-3 / peak_tflops * 100;
+        else csv << ",,";
+        csv << "," << (r.tmap ? r.tmap_err : 0) << "," << (r.baseline ? r.baseline->err_tmap : 0) << "," << r.note
+            << "\n";
+      }
+    }
+    std::ostringstream md;
+    md << "### " << what << "\n\n"
+       << "Device " << rt.devices.front().name << ", driver " << tmap::cuda_version_text(rt.driver_version) << ", CUDA "
+       << tmap::cuda_version_text(rt.runtime_version) << ", cuDNN " << cudnn_version / 10000 << "."
+       << cudnn_version % 10000 / 100 << "." << cudnn_version % 100 << ", cuBLAS " << cublas_version
+       << ". Times in us: median of CUDA-graph replays of " << graph_runs
+       << " runs (warm L2); cold: one run after an L2 flush. Speedup = baseline / tmap.\n\n"
+       << "| workload | tmap us | baseline | baseline us | speedup | cold speedup | tmap TFLOP/s | % of peak |\n"
+       << "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |\n";
+    for (const auto& r : rows) {
+      md << "| " << r.name << " | " << (r.tmap ? fixed(r.tmap->warm_us) : "-") << " | "
+         << (r.baseline ? r.baseline->name : "-") << " | " << (r.baseline ? fixed(r.baseline->time.warm_us) : "-")
+         << " | ";
+      if (r.tmap && r.baseline)
+        md << fixed(r.baseline->time.warm_us / r.tmap->warm_us) << " | "
+           << fixed(r.baseline->time.cold_us / r.tmap->cold_us) << " | " << fixed(r.gflop / r.tmap->warm_us * 1e-3, 1)
+           << " | " << fixed(r.gflop / r.tmap->warm_us * 1e-3 / peak_tflops * 100, 1) << " |";
+      else
+        md << "- | - | - | - |" << (r.note.empty() ? "" : " " + r.note);
+      md << "\n";
+    }
+    md << "\nGeometric-mean speedup over " << both << " workloads: " << fixed(geo) << " (cold L2: " << fixed(geo_cold)
+       << ").\n";
+    if (!md_path.empty()) std::ofstream(md_path) << md.str();
+    std::cout << md.str();
+    return 0;
+  } catch (const std::exception& e) {
+    std::cerr << "tmap_bench: error: " << e.what() << "\n";
+    return 1;
+  }
+}

@@ -1,0 +1,46 @@
+#!/bin/bash
+# Benchmarks tmap against cuDNN / cuBLAS for one table and batch, on the GPU machine:
+#   benchmarks/run.sh conv [--batch 1|16|256] [--layout nhwc|nchw] [--trials N] [--log LOG] [--out DIR]
+#   benchmarks/run.sh gemm [--trials N] [--log LOG] [--out DIR]
+# Each workload the log does not hold yet is tuned first (tmap tune, --trials each); then
+# tmap_bench replays the log's best kernels and times the baselines in the same process, and
+# writes DIR/<name>.csv, DIR/<name>.md and, with gnuplot, DIR/<name>.png (speedup per workload).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+bin=${TMAP_BIN:-$root/build/bin}
+table=${1:?"usage: benchmarks/run.sh conv|gemm [--batch B] [--layout L] [--trials N] [--log LOG] [--out DIR]"}
+shift
+batch=1 layout=nhwc trials=200 log="" out="$root/benchmarks/results"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --batch) batch=$2; shift 2 ;;
+    --layout) layout=$2; shift 2 ;;
+    --trials) trials=$2; shift 2 ;;
+    --log) log=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    *) echo "error: unknown option $1" >&2; exit 2 ;;
+  esac
+done
+case "$table" in
+  conv) json="$root/benchmarks/workloads/resnet18_conv2d.json"; name="resnet18_b${batch}_${layout}"
+        log=${log:-$root/logs/h100_resnet18_${layout}.jsonl} ;;
+  gemm) json="$root/benchmarks/workloads/gemm.json"; name="gemm"; log=${log:-$root/logs/h100_gemm.jsonl} ;;
+  *) echo "error: table must be conv or gemm" >&2; exit 2 ;;
+esac
+mkdir -p "$out" "$(dirname "$log")"
+touch "$log"
+start=$(date +%s)
+"$bin/tmap_bench" --table "$json" --batch "$batch" --layout "$layout" --log "$log" --print-workloads |
+while read -r wname key op sets; do
+  if grep -q "\"key\":\"$key\"" "$log" && grep "\"key\":\"$key\"" "$log" | grep -q '"status":"ok"'; then
+    echo "$wname: in the log, replaying" >&2
+  else
+    echo "$wname: tuning ($trials trials)" >&2
+    # shellcheck disable=SC2086
+    "$bin/tmap" tune --op "$op" $sets --trials "$trials" --log "$log" --seed 1 >/dev/null
+  fi
+done
+echo "tuning took $(( $(date +%s) - start )) s" >&2
+"$bin/tmap_bench" --table "$json" --batch "$batch" --layout "$layout" --log "$log" \
+  --csv "$out/$name.csv" --md "$out/$name.md"
+"$root/benchmarks/plot.sh" "$out/$name.csv"
