@@ -260,20 +260,9 @@ std::vector<double> time_launches(const std::function<int(void* stream)>& launch
     check(static_cast<cudaError_t>(launch_fn(stream)), what, FailureKind::kLaunch);
   };
   for (int i = 0; i < timing.warmup; ++i) launch("warm-up launch");
-  cudaGraphExec_t graph_exec = nullptr;
-  if (timing.graph_runs > 0) {
-    cudaGraph_t graph = nullptr;
-    check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
-    for (int i = 0; i < timing.graph_runs; ++i) launch("graph capture");
-    check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
-    check(cudaGraphInstantiate(&graph_exec, graph, 0), "cudaGraphInstantiate");
-    cudaGraphDestroy(graph);
-    check(cudaGraphLaunch(graph_exec, stream), "graph warm-up");
-  }
-  std::unique_ptr<std::remove_pointer_t<cudaGraphExec_t>, decltype(&cudaGraphExecDestroy)> graph_owner(graph_exec, &cudaGraphExecDestroy);
   void* flush = nullptr;
   std::size_t flush_bytes = 0;
-  if (timing.flush_l2 && timing.graph_runs == 0) {
+  if (timing.flush_l2) {
     int device = 0, l2 = 0;
     check(cudaGetDevice(&device), "cudaGetDevice");
     check(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device), "cudaDeviceGetAttribute");
@@ -281,6 +270,26 @@ std::vector<double> time_launches(const std::function<int(void* stream)>& launch
     check(cudaMalloc(&flush, flush_bytes), "cudaMalloc");
   }
   std::unique_ptr<void, decltype(&cudaFree)> flush_owner(flush, &cudaFree);
+  // graph_runs > 0: one graph of the runs (each after a flush when flushing), and with flushes
+  // a second graph of the flushes alone.
+  auto capture = [&](bool runs, bool flushes) {
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+    for (int i = 0; i < timing.graph_runs; ++i) {
+      if (flushes) check(cudaMemsetAsync(flush, i & 0xFF, flush_bytes, stream), "L2 flush");
+      if (runs) launch("graph capture");
+    }
+    check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
+    check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+    cudaGraphDestroy(graph);
+    check(cudaGraphLaunch(exec, stream), "graph warm-up");
+    return exec;
+  };
+  using GraphOwner = std::unique_ptr<std::remove_pointer_t<cudaGraphExec_t>, decltype(&cudaGraphExecDestroy)>;
+  GraphOwner graph_owner(timing.graph_runs > 0 ? capture(true, flush != nullptr) : nullptr, &cudaGraphExecDestroy);
+  GraphOwner flush_graph_owner(timing.graph_runs > 0 && flush ? capture(false, true) : nullptr, &cudaGraphExecDestroy);
+  cudaGraphExec_t graph_exec = graph_owner.get(), flush_graph = flush_graph_owner.get();
   cudaEvent_t start, stop;
   check(cudaEventCreate(&start), "cudaEventCreate");
   check(cudaEventCreate(&stop), "cudaEventCreate");
@@ -288,17 +297,27 @@ std::vector<double> time_launches(const std::function<int(void* stream)>& launch
       stop_owner(stop, &cudaEventDestroy);
   double total_ms = 0;
   int repeat = 0;
-  while (repeat < timing.min_repeats || total_ms < timing.min_total_ms) {
-    if (flush) check(cudaMemsetAsync(flush, repeat & 0xFF, flush_bytes, stream), "L2 flush");
+  auto timed = [&](const std::function<void()>& enqueue) {
     check(cudaEventRecord(start, stream), "cudaEventRecord");
-    if (graph_exec) check(cudaGraphLaunch(graph_exec, stream), "graph launch", FailureKind::kLaunch);
-    else launch("timed launch");
+    enqueue();
     check(cudaEventRecord(stop, stream), "cudaEventRecord");
     check(cudaEventSynchronize(stop), "timed kernel");
     float ms = 0;
     check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+    return static_cast<double>(ms);
+  };
+  while (repeat < timing.min_repeats || total_ms < timing.min_total_ms) {
+    double ms = 0;
+    if (graph_exec) {
+      ms = timed([&] { check(cudaGraphLaunch(graph_exec, stream), "graph launch", FailureKind::kLaunch); });
+      total_ms += ms;
+      if (flush_graph) ms -= timed([&] { check(cudaGraphLaunch(flush_graph, stream), "graph launch"); });
+    } else {
+      if (flush) check(cudaMemsetAsync(flush, repeat & 0xFF, flush_bytes, stream), "L2 flush");
+      ms = timed([&] { launch("timed launch"); });
+      total_ms += ms;
+    }
     times.push_back(ms * 1000.0 / std::max(1, timing.graph_runs));
-    total_ms += ms;
     if (++repeat > 100000) break;
   }
   return times;
