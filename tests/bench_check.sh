@@ -1,0 +1,27 @@
+#!/bin/bash
+# Without a GPU: tmap_bench lists the tables' workloads with the keys tmap tune logs them under,
+# the shipped H100 logs cover those workloads, and every shipped kernel regenerates and compiles.
+#   tests/bench_check.sh BUILD_DIR SOURCE_DIR
+set -euo pipefail
+build=$1 src=$2
+bench=$build/bin/tmap_bench tmap=$build/bin/tmap
+conv=$("$bench" --table "$src/benchmarks/workloads/resnet18_conv2d.json" --batch 1 --layout nhwc --log /dev/null --print-workloads)
+gemm=$("$bench" --table "$src/benchmarks/workloads/gemm.json" --log /dev/null --print-workloads)
+[ "$(wc -l <<<"$conv")" -eq 12 ] || { echo "expected 12 conv workloads"; exit 1; }
+[ "$(wc -l <<<"$gemm")" -eq 11 ] || { echo "expected 11 GEMM workloads"; exit 1; }
+while read -r name key op sets; do
+  grep -q "\"key\":\"$key\"" "$src/logs/h100_resnet18.jsonl" || { echo "$name ($key) is not in logs/h100_resnet18.jsonl"; exit 1; }
+done <<<"$conv"
+while read -r name key op sets; do
+  grep -q "\"key\":\"$key\"" "$src/logs/h100_gemm.jsonl" || { echo "$name ($key) is not in logs/h100_gemm.jsonl"; exit 1; }
+done <<<"$gemm"
+# The key tmap_bench prints is the one tmap tune records (run.sh relies on it).
+read -r name key op sets <<<"$(head -1 <<<"$conv")"
+# shellcheck disable=SC2086
+"$tmap" tune --op "$op" $sets --measure model --trials 1 --log "$build/bench_check.jsonl" >/dev/null
+grep -q "\"key\":\"$key\"" "$build/bench_check.jsonl" || { echo "tmap tune logs $name under another key"; exit 1; }
+rm -f "$build/bench_check.jsonl"
+for log in "$src"/logs/h100_*.jsonl; do
+  "$tmap" replay "$log" --arch sm_90 >/dev/null 2>&1 || { echo "replay of $log failed"; "$tmap" replay "$log" --arch sm_90; exit 1; }
+done
+echo "bench_check: ok"
