@@ -145,6 +145,15 @@ TEST(Codegen, EveryMappingCompilesWithNvrtc) {
     EXPECT_EQ(p.vec_a, vec) << in_t << " K=" << k_extent;
     ASSERT_TRUE(validate(g, p, DeviceLimits::for_arch(80)).empty());
     jobs.push_back({in_t + " gemm vec_a " + std::to_string(p.vec_a), emit_wmma_kernel(g, p)});
+    // The same copies with cp.async, double and single buffered (2-byte vectors keep registers).
+    for (int stages : {2, 1}) {
+      p.async_copy = 1;
+      p.stages = stages;
+      ASSERT_TRUE(validate(g, p, DeviceLimits::for_arch(80)).empty());
+      EXPECT_NE(emit_wmma_kernel(g, p).code.find("cp_async<"), std::string::npos);
+      jobs.push_back({in_t + " gemm vec_a " + std::to_string(p.vec_a) + " cp.async stages " + std::to_string(stages),
+                      emit_wmma_kernel(g, p)});
+    }
   }
   // Split-K: partial sums and the reduce kernel, for a float, a half and a double accumulator.
   for (const auto& [op, hw_name, split] : std::vector<std::tuple<std::string, std::string, int>>{
@@ -206,6 +215,8 @@ TEST(Schedule, EveryValidationReasonHasACase) {
       {"raster", with([](ScheduleParams& p) { p.raster = 0; }), ScheduleError::kBadOption},
       {"vector not a power of two", with([](ScheduleParams& p) { p.vec_a = 3; }), ScheduleError::kBadVector},
       {"vector over 16 bytes", with([](ScheduleParams& p) { p.vec_b = 16; }), ScheduleError::kBadVector},
+      {"async_copy not 0 or 1", with([](ScheduleParams& p) { p.async_copy = 2; p.vec_a = 8; }), ScheduleError::kBadAsyncCopy},
+      {"async_copy of scalars", with([](ScheduleParams& p) { p.async_copy = 1; }), ScheduleError::kBadAsyncCopy},
       {"row alignment", with([](ScheduleParams& p) { p.smem_pad = 3; }), ScheduleError::kMisalignedRows},
       {"split_k zero", with([](ScheduleParams& p) { p.split_k = 0; }), ScheduleError::kBadSplitK},
       {"split_k over steps", with([](ScheduleParams& p) { p.split_k = 33; }), ScheduleError::kBadSplitK},  // K 1024 / 32
@@ -217,6 +228,10 @@ TEST(Schedule, EveryValidationReasonHasACase) {
     EXPECT_EQ(issues[0].error, c.error) << message(issues[0].error) << ": " << issues[0].detail;
     EXPECT_FALSE(message(c.error).empty());
   }
+  auto turing = validate(g, with([](ScheduleParams& p) { p.async_copy = 1; p.vec_a = 8; }), DeviceLimits::for_arch(75));
+  ASSERT_FALSE(turing.empty());
+  EXPECT_EQ(turing[0].error, ScheduleError::kBadAsyncCopy) << "cp.async needs sm_80";
+  EXPECT_TRUE(validate(g, with([](ScheduleParams& p) { p.async_copy = 1; p.vec_a = 8; }), limits).empty());
   Compute tall = build_compute(builtin_op("gemm"), parse_param_overrides({"M=4194304", "N=16", "K=16"}));
   MatchReport tr = match_compute(tall, {hw}, Enumeration::kAll);
   auto grid_issues = validate(make_implicit_gemm(tall, hw, tr.matches[0], tr.matches[0].mappings[0]), ScheduleParams{}, limits);
@@ -292,7 +307,7 @@ TEST(Schedule, DefaultSplitsTheReductionWhenTilesLeaveSmsIdle) {
 }
 
 TEST(Schedule, ParamsRoundTripAndRejectUnknownKeys) {
-  ScheduleParams p{128, 64, 64, 64, 32, 1, 16, 3, 1, 4, 2, 0, 8};
+  ScheduleParams p{128, 64, 64, 64, 32, 1, 16, 3, 1, 4, 2, 0, 8, 1};
   EXPECT_EQ(schedule_from_json(to_json(p)), p);
   EXPECT_NE(user_error_of([] { schedule_from_json(nlohmann::json{{"tile", 4}}); }).find("unknown schedule parameter \"tile\""),
             std::string::npos);

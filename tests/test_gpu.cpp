@@ -267,7 +267,17 @@ TEST(Gpu, GemmShapesLayoutsAndDtypes) {
     vector.p.block_n = vector.p.warp_n = 16;
     vector.p.raster = 2;
     vector.label += " raster 2";
-    run_cases(vc, {vector}, seed++);
+    GpuCase async = vector, async1 = vector;
+    async.p.async_copy = async1.p.async_copy = 1;
+    async1.p.stages = 1;
+    async.label += " cp.async";
+    async1.label += " cp.async stages 1";
+    run_cases(vc, {vector, async, async1}, seed++);
+    // A convolution whose padding makes cp.async zero-fill: NHWC layer 5, every operand vectorized.
+    Compute conv = build_compute(builtin_op("conv2d_nhwc"));
+    GpuCase cv = full_mapping(conv, "wmma_fp16_fp32", "conv2d_nhwc l5 cp.async", 1e-2);
+    cv.p.async_copy = 1;
+    run_cases(conv, {cv}, seed++);
   }
   std::ifstream in(std::string(TMAP_SOURCE_DIR) + "/benchmarks/workloads/gemm.json");
   nlohmann::json table = nlohmann::json::parse(in);

@@ -200,6 +200,17 @@ KernelSource emit_wmma_kernel(const ImplicitGemm& g, const ScheduleParams& p) {
   if (b_row) tile_index("b_at", "B_LD", "B_TILE", "BK", "BN", "IN");
   else tile_index("b_at", "B_LD", "B_TILE", "BN", "BK", "IK");
   os << "constexpr int A_BYTES = (A_TILE / PACK_A * (int)sizeof(" << ta << ") + 127) / 128 * 128;\n\n";
+  if (p.async_copy)
+    os << "// Copies BYTES bytes global -> shared without staging in registers (cp.async, sm_80+); with\n"
+       << "// `valid` false it writes zeros and reads nothing.\n"
+       << "template <int BYTES>\n"
+       << "__device__ __forceinline__ void cp_async(void* dst, const void* src, bool valid) {\n"
+       << "  const unsigned shared = static_cast<unsigned>(__cvta_generic_to_shared(dst));\n"
+       << "  asm volatile(\"cp.async.ca.shared.global [%0], [%1], %2, %3;\\n\" :: \"r\"(shared), \"l\"(src), \"n\"(BYTES),\n"
+       << "               \"r\"(valid ? BYTES : 0));\n}\n"
+       << "__device__ __forceinline__ void cp_async_commit() { asm volatile(\"cp.async.commit_group;\\n\" ::); }\n"
+       << "template <int N>\n"
+       << "__device__ __forceinline__ void cp_async_wait() { asm volatile(\"cp.async.wait_group %0;\\n\" :: \"n\"(N)); }\n\n";
   if (a_pack > 1 || b_pack > 1)
     os << "// Signed 4-bit element i of a packed array (two per byte, low nibble first).\n"
        << "__device__ __forceinline__ int nibble(const unsigned char* p, int i) {\n"
@@ -215,8 +226,12 @@ KernelSource emit_wmma_kernel(const ImplicitGemm& g, const ScheduleParams& p) {
     std::vector<bool> used = used_by(c, acc);
     const std::string value_type = packed ? "int" : type;
     const std::string vtype = vector_type(vec * elem_bytes);
-    const std::string zero = vec > 1 ? "{ *reinterpret_cast<Vec*>(dst) = Vec{}; return; }"
-                                     : "return static_cast<" + value_type + ">(0.0f);";
+    const int bytes = vec * elem_bytes;
+    const bool async = p.async_copy && vec > 1 && (bytes == 4 || bytes == 8 || bytes == 16);
+    const std::string copy = "cp_async<" + std::to_string(bytes) + ">";
+    const std::string zero = async     ? "{ " + copy + "(dst, src, false); return; }"
+                             : vec > 1 ? "{ *reinterpret_cast<Vec*>(dst) = Vec{}; return; }"
+                                       : "return static_cast<" + value_type + ">(0.0f);";
     os << "// " << c.tensor_of(acc).name << " element" << (vec > 1 ? "s" : "") << " at virtual (" << row_name << ", "
        << col_name << ")" << (vec > 1 ? " and the next " + std::to_string(vec - 1) + " along the tile's row, contiguous "
                                              "and aligned in memory: one " + std::to_string(vec * elem_bytes) + "-byte load"
@@ -232,7 +247,9 @@ KernelSource emit_wmma_kernel(const ImplicitGemm& g, const ScheduleParams& p) {
     decompose(os, c, g.batch_iters, "z", used, "  ");
     decompose(os, c, g.serial_iters, "s", used, "  ");
     access_code(os, c, acc, "  ", true, zero);
-    if (vec > 1)
+    if (async)
+      os << "  " << copy << "(dst, src + offset, true);\n}\n\n";
+    else if (vec > 1)
       os << "  *reinterpret_cast<Vec*>(dst) = *reinterpret_cast<const Vec*>(src + offset);\n}\n\n";
     else if (packed)
       os << "  return nibble(src, offset);\n}\n\n";
@@ -356,7 +373,20 @@ KernelSource emit_wmma_kernel(const ImplicitGemm& g, const ScheduleParams& p) {
      << "      " << unroll << "      for (int i = 0; i < FM; ++i)\n"
      << "        for (int j = 0; j < FN; ++j) wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);\n"
      << "    }\n  };\n\n";
-  if (p.stages == 2) {
+  if (p.async_copy && p.stages == 2) {
+    os << "  // Double buffering with cp.async: the copies of step + 1 fly while step is multiplied.\n"
+       << "  load_tiles(first, first & 1);\n  cp_async_commit();\n"
+       << "  for (int step = first; step < last; ++step) {\n"
+       << "    if (step + 1 < last) load_tiles(step + 1, (step + 1) & 1);\n"
+       << "    cp_async_commit();\n"
+       << "    cp_async_wait<1>();  // this thread's copies of `step` have landed\n"
+       << "    __syncthreads();     // and every thread's\n"
+       << "    compute(step & 1);\n    __syncthreads();\n  }\n  cp_async_wait<0>();\n\n";
+  } else if (p.async_copy) {
+    os << "  for (int step = first; step < last; ++step) {\n"
+       << "    load_tiles(step, 0);\n    cp_async_commit();\n    cp_async_wait<0>();\n    __syncthreads();\n"
+       << "    compute(0);\n    __syncthreads();\n  }\n\n";
+  } else if (p.stages == 2) {
     os << "  // Double buffering: gather step + 1 into the other buffer while step is multiplied.\n"
        << "  load_tiles(first, first & 1);\n  __syncthreads();\n"
        << "  for (int step = first; step < last; ++step) {\n"

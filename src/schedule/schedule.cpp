@@ -88,7 +88,7 @@ nlohmann::json to_json(const ScheduleParams& p) {
   return {{"block_m", p.block_m}, {"block_n", p.block_n}, {"block_k", p.block_k}, {"warp_m", p.warp_m},
           {"warp_n", p.warp_n},   {"stages", p.stages},   {"smem_pad", p.smem_pad}, {"split_k", p.split_k},
           {"panels", p.panels},   {"vec_a", p.vec_a},     {"vec_b", p.vec_b},       {"unroll", p.unroll},
-          {"raster", p.raster}};
+          {"raster", p.raster},   {"async_copy", p.async_copy}};
 }
 
 ScheduleParams schedule_from_json(const nlohmann::json& j, const ScheduleParams& defaults) {
@@ -102,7 +102,7 @@ ScheduleParams schedule_from_json(const nlohmann::json& j, const ScheduleParams&
                                                  {"smem_pad", &p.smem_pad}, {"split_k", &p.split_k},
                                                  {"panels", &p.panels},   {"vec_a", &p.vec_a},
                                                  {"vec_b", &p.vec_b},     {"unroll", &p.unroll},
-                                                 {"raster", &p.raster}};
+                                                 {"raster", &p.raster},   {"async_copy", &p.async_copy}};
   for (const auto& [key, value] : j.items()) {
     auto it = std::find_if(std::begin(fields), std::end(fields), [&](const auto& f) { return key == f.first; });
     if (it == std::end(fields)) {
@@ -121,6 +121,7 @@ ScheduleParams schedule_from_json(const nlohmann::json& j, const ScheduleParams&
 
 DeviceLimits DeviceLimits::for_arch(int cc) {
   DeviceLimits l;
+  l.compute_capability = cc;
   l.max_shared_bytes = cc >= 90 ? 227 * 1024 : cc >= 80 ? 163 * 1024 : cc >= 75 ? 64 * 1024 : 96 * 1024;
   return l;
 }
@@ -133,6 +134,8 @@ std::string_view message(ScheduleError e) {
     case ScheduleError::kSharedMemoryExceeded: return "the shared memory exceeds the device's limit";
     case ScheduleError::kBadStages: return "stages must be 1 or 2";
     case ScheduleError::kBadOption: return "panels and unroll must be 0 or 1, raster between 1 and 32";
+    case ScheduleError::kBadAsyncCopy:
+      return "async_copy (0 or 1) needs sm_80 or newer and an operand loaded in 4-, 8- or 16-byte vectors";
     case ScheduleError::kBadVector:
       return "a vector width is not a power of two up to 16 bytes that the operand's contiguity and the tile allow";
     case ScheduleError::kMisalignedRows: return "a shared-memory row is not a multiple of 16 bytes, as WMMA requires";
@@ -193,6 +196,15 @@ std::vector<ScheduleIssue> validate(const ImplicitGemm& g, const ScheduleParams&
                (p.panels ? ", panels" : ", rows; try panels") + ")");
   }
   const std::vector<Tile> t = tiles(g, p);
+  if (p.async_copy != 0) {
+    const int a_bytes = p.vec_a * storage_bits(g.hw->a_dtype) / 8, b_bytes = p.vec_b * storage_bits(g.hw->b_dtype) / 8;
+    auto copyable = [](int vec, int bytes) { return vec > 1 && (bytes == 4 || bytes == 8 || bytes == 16); };
+    if (p.async_copy != 1 || (limits.compute_capability != 0 && limits.compute_capability < 80) ||
+        !(copyable(p.vec_a, a_bytes) || copyable(p.vec_b, b_bytes)))
+      fail(ScheduleError::kBadAsyncCopy, "async_copy = " + std::to_string(p.async_copy) + " with vec_a = " +
+                                             std::to_string(p.vec_a) + ", vec_b = " + std::to_string(p.vec_b) +
+                                             " on sm_" + std::to_string(limits.compute_capability));
+  }
   for (int which = 0; which < 2; ++which) {
     const int vec = which == 0 ? p.vec_a : p.vec_b;
     if (vec == 1) continue;

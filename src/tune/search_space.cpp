@@ -5,12 +5,12 @@
 namespace tmap {
 namespace {
 
-constexpr int kFields = 13;
+constexpr int kFields = 14;
 
 /// The schedule's parameters by position, in declaration order.
 int* field(ScheduleParams& p, int i) {
   int* fields[kFields] = {&p.block_m, &p.block_n, &p.block_k, &p.warp_m, &p.warp_n, &p.stages, &p.smem_pad,
-                          &p.split_k, &p.panels,  &p.vec_a,   &p.vec_b,  &p.unroll, &p.raster};
+                          &p.split_k, &p.panels,  &p.vec_a,   &p.vec_b,  &p.unroll, &p.raster, &p.async_copy};
   return fields[i];
 }
 
@@ -74,6 +74,7 @@ std::vector<std::vector<int>> SearchSpace::choices(int entry) const {
       powers_up_to(max_vector_width(g, 1)),            // vec_b
       {0, 1},                                          // unroll
       {1, 2, 4, 8},                                    // raster
+      {0},  // async_copy: joins the search once its kernels have been verified on a GPU
   };
 }
 

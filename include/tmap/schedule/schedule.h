@@ -29,6 +29,9 @@ struct ScheduleParams {
   /// Block rasterization: consecutive blocks walk `raster` rows of M tiles column by column, so
   /// that blocks running together share operand tiles in L2. 1 is plain row order.
   int raster = 1;
+  /// 1: vector operands are copied global -> shared with cp.async (sm_80+), so the next tile's
+  /// copies overlap the current tile's math instead of staging through registers.
+  int async_copy = 0;
   bool operator==(const ScheduleParams&) const = default;
 };
 
@@ -42,6 +45,7 @@ struct DeviceLimits {
   int max_threads_per_block = 1024;
   std::int64_t max_shared_bytes = 227 * 1024;  ///< The opt-in maximum per block (sm_90).
   int sm_count = 0;  ///< Streaming multiprocessors; 0 when unknown (no GPU, --arch).
+  int compute_capability = 0;  ///< e.g. 90; 0 when unknown.
   static DeviceLimits for_arch(int compute_capability);
 };
 
@@ -53,6 +57,7 @@ enum class ScheduleError {
   kBadStages,
   kBadOption,
   kBadVector,
+  kBadAsyncCopy,
   kMisalignedRows,
   kMisalignedFragments,
   kBadSplitK,
