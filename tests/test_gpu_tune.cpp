@@ -43,6 +43,7 @@ Tuned tune_and_replay(const Compute& c, int trials, const std::string& name) {
   timing.min_repeats = 5;
   timing.min_total_ms = 10;
   timing.graph_runs = 10;
+  timing.long_run_ms = 2;
   Tuned t;
   {
     WorkerMeasurer measurer(TMAP_BINARY, 10, timing, true, 7);

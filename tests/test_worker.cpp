@@ -29,6 +29,7 @@ TEST(Worker, RequestsAndResultsRoundTrip) {
   MeasureRequest r = gemm_request();
   r.seed = 42;
   r.timing.min_repeats = 7;
+  r.timing.long_run_ms = 2.5;
   MeasureRequest back = request_from_json(nlohmann::json::parse(to_json(r).dump()));
   EXPECT_EQ(to_json(back), to_json(r));
   MeasureResult res{MeasureStatus::kTimeout, "slow", 0.5, 12.5, {12.0, 13.0}};

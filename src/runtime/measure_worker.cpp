@@ -52,7 +52,7 @@ nlohmann::json to_json(const MeasureRequest& r) {
           {"a_tensor", r.a_tensor},     {"b_tensor", r.b_tensor},    {"verify", r.verify},
           {"tolerance", r.tolerance},   {"warmup", r.timing.warmup}, {"min_repeats", r.timing.min_repeats},
           {"min_total_ms", r.timing.min_total_ms}, {"graph_runs", r.timing.graph_runs},
-          {"flush_l2", r.timing.flush_l2}, {"seed", r.seed}};
+          {"flush_l2", r.timing.flush_l2}, {"long_run_ms", r.timing.long_run_ms}, {"seed", r.seed}};
 }
 
 MeasureRequest request_from_json(const nlohmann::json& j) {
@@ -71,7 +71,8 @@ MeasureRequest request_from_json(const nlohmann::json& j) {
   r.b_tensor = j.at("b_tensor");
   r.verify = j.at("verify");
   r.tolerance = j.at("tolerance");
-  r.timing = {j.at("warmup"), j.at("min_repeats"), j.at("min_total_ms"), j.at("graph_runs"), j.at("flush_l2")};
+  r.timing = {j.at("warmup"),     j.at("min_repeats"), j.at("min_total_ms"),
+              j.at("graph_runs"), j.at("flush_l2"),    j.value("long_run_ms", 0.0)};
   r.seed = j.at("seed");
   return r;
 }

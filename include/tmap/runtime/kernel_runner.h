@@ -63,6 +63,10 @@ struct TimingOptions {
   /// timed run; with graph_runs, the graph holds (flush, run) pairs and a second graph the
   /// flushes alone, whose time is subtracted (so host launch overhead never counts).
   bool flush_l2 = false;
+  /// > 0: when the first (verifying) run takes longer than this, the candidate is timed with
+  /// events, one warm-up and 3 repeats instead: graph replay and long series only matter for
+  /// short kernels, and a slow candidate must not run into the measurement timeout.
+  double long_run_ms = 0;
 };
 
 /// Times `launch` (one run of whatever is measured, enqueued on the stream it is given, a
