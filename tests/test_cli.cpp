@@ -224,6 +224,10 @@ TEST(Cli, TuneReplayAndLogsWithoutMeasuring) {
   ASSERT_EQ(list.code, 0) << list.err;
   EXPECT_NE(list.out.find("8.00"), std::string::npos) << list.out;
   EXPECT_NE(list.err.find(":5: truncated last line"), std::string::npos) << list.err;
+  CliRun rank = tmap("logs rank " + log);
+  ASSERT_EQ(rank.code, 0) << rank.err;
+  EXPECT_NE(rank.out.find("analytic"), std::string::npos) << rank.out;
+  EXPECT_NE(rank.out.find(measured["workload"]["key"].get<std::string>()), std::string::npos) << rank.out;
   CliRun best = tmap("logs best " + log);
   ASSERT_EQ(best.code, 0);
   EXPECT_EQ(nlohmann::json::parse(best.out)["result"]["median_us"], 8.0);

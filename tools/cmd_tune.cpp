@@ -17,6 +17,7 @@
 
 #include "commands.h"
 #include "tmap/runtime/device.h"
+#include "tmap/tune/cost_model.h"
 #include "tmap/tune/tuner.h"
 
 namespace tmap::cli {
@@ -359,6 +360,47 @@ void register_logs(CLI::App& app) {
   best->callback([path, load] {
     LogContents log = load(*path);
     for (const TuneRecord* r : best_records(log.records)) std::cout << to_json(*r).dump() << "\n";
+  });
+  auto* rank = logs->add_subcommand("rank", "How well the cost models rank a log's measured candidates");
+  rank->add_option("log", *path, "The log")->required();
+  rank->callback([path, load] {
+    LogContents log = load(*path);
+    std::map<std::string, std::vector<const TuneRecord*>> by_workload;
+    for (const auto& r : log.records)
+      if (r.result.ok()) by_workload[r.workload.key].push_back(&r);
+    const std::vector<HwAbstraction> hws = load_hw_abstractions();
+    std::printf("%-16s %-12s %8s %10s %10s\n", "workload", "name", "records", "analytic", "xgboost");
+    for (const auto& [key, records] : by_workload) {
+      const TuneRecord& first = *records.front();
+      const int cc = parse_arch(first.target.arch);
+      Regenerated g = regenerate(first, hws, cc);  // owns the compute and its space
+      DeviceModel d = DeviceModel::for_arch(cc);
+      std::vector<Features> f;
+      std::vector<double> measured, analytic;
+      for (const TuneRecord* r : records) {
+        const int e = g.space->find(r->candidate);
+        if (e < 0) continue;
+        const ImplicitGemm& gemm = g.space->entries()[e].gemm;
+        f.push_back(candidate_features(gemm, r->candidate.params, d));
+        analytic.push_back(analytic_time_us(gemm, r->candidate.params, d));
+        measured.push_back(r->result.median_us);
+      }
+      // XGBoost trained on every other record (in log order), ranked on the rest.
+      CostModel model(1);
+      std::vector<Features> held_f;
+      std::vector<double> held_t;
+      for (std::size_t i = 0; i < f.size(); ++i) {
+        if (i % 2 == 0) model.add(f[i], measured[i]);
+        else {
+          held_f.push_back(f[i]);
+          held_t.push_back(measured[i]);
+        }
+      }
+      model.fit();
+      const double xgb = held_t.size() >= 4 ? spearman(model.predict(held_f), held_t) : 0;
+      std::printf("%-16s %-12s %8zu %10.2f %10.2f\n", key.c_str(), first.workload.description.value("name", "?").c_str(),
+                  measured.size(), spearman(analytic, measured), xgb);
+    }
   });
   auto* prune = logs->add_subcommand("prune", "Write the best record of each workload into a new log");
   prune->add_option("log", *path, "The log")->required();
