@@ -316,6 +316,28 @@ TEST(Tuner, SearchesRecordsAndResumesWithoutMeasuringAgain) {
   std::filesystem::remove(log);
 }
 
+TEST(Tuner, OtherWorkloadsInTheLogWarmStartTheModel) {
+  const std::string log = temp_path("transfer.jsonl");
+  std::filesystem::remove(log);
+  Compute a = build_compute(builtin_op("gemm"), parse_param_overrides({"M=512", "N=256", "K=512"}));
+  Compute b = build_compute(builtin_op("gemm"), parse_param_overrides({"M=256", "N=512", "K=256"}));
+  SyntheticMeasurer first;
+  TuneSummary sa = tune(a, shipped(), synthetic_options(log, 24), first);
+  EXPECT_EQ(sa.transferred, 0);
+  SyntheticMeasurer second;
+  TuneOptions o = synthetic_options(log, 16);
+  std::vector<std::string> notes;
+  o.on_note = [&](const std::string& s) { notes.push_back(s); };
+  TuneSummary sb = tune(b, shipped(), o, second);
+  EXPECT_EQ(sb.resumed, 0) << "another workload is not resumed";
+  EXPECT_EQ(sb.transferred, sa.measured - sa.failed) << "every correct measurement of the other workload";
+  EXPECT_FALSE(sb.rank_correlations.empty()) << "the model ranked the very first batch";
+  bool said = false;
+  for (const auto& n : notes) said = said || n.find("warm-started from") != std::string::npos;
+  EXPECT_TRUE(said);
+  std::filesystem::remove(log);
+}
+
 TEST(Tuner, BudgetsAndTheStopFlagEndTheSearch) {
   Compute c = build_compute(builtin_op("gemm"), parse_param_overrides({"M=256", "N=256", "K=256"}));
   {

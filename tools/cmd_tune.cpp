@@ -92,7 +92,7 @@ std::string candidate_text(const CandidateRef& c) {
 
 struct TuneArgs {
   ComputeArgs compute;
-  std::vector<std::string> hw_dirs, hw;
+  std::vector<std::string> hw_dirs, hw, prior;
   std::string log, arch, measure = "gpu", enumerate = "amos", emit_cuda, cache_dir;
   int trials = 200, early_stop = 0, batch = 16;
   double time_budget = 0, timeout = 10;
@@ -113,6 +113,8 @@ void register_tune(CLI::App& app) {
       ->check(CLI::Range(1, 1024));
   cmd->add_option("--log", args->log, "JSON-lines log to append to; its records of this workload resume the search "
                                       "(default logs/<op>.jsonl)");
+  cmd->add_option("--prior", args->prior, "Also warm-start the cost model from this log's other workloads (repeatable)")
+      ->check(CLI::ExistingFile);
   cmd->add_option("--measure", args->measure, "gpu: measure on the GPU; model: rank with the analytic model only "
                                               "(no GPU needed; records are marked unmeasured)")
       ->check(CLI::IsMember({"gpu", "model"}));
@@ -145,6 +147,7 @@ void register_tune(CLI::App& app) {
     o.seed = args->seed ? args->seed : std::random_device{}();
     o.enumeration = args->enumerate == "all" ? Enumeration::kAll : Enumeration::kAmos;
     o.log_path = args->log.empty() ? "logs/" + c.name + ".jsonl" : args->log;
+    o.prior_logs = args->prior;
     o.target = m.target;
     o.compute_capability = m.cc;
     o.limits = m.limits;
@@ -187,6 +190,7 @@ void register_tune(CLI::App& app) {
     std::printf("%d mappings searched; %d trials %s in %s (%d failed)%s; log %s\n", s.arms, s.measured,
                 model_only ? "ranked and compiled" : "measured", duration_text(s.wall_s).c_str(), s.failed,
                 s.resumed ? (", " + std::to_string(s.resumed) + " resumed").c_str() : "", o.log_path.c_str());
+    if (s.transferred) std::printf("cost model warm-started from %d measurements of other workloads\n", s.transferred);
     std::printf("stopped: %s\n", s.stop_reason.c_str());
     if (!s.rank_correlations.empty()) {
       double sum = 0;
@@ -369,22 +373,33 @@ void register_logs(CLI::App& app) {
     for (const auto& r : log.records)
       if (r.result.ok()) by_workload[r.workload.key].push_back(&r);
     const std::vector<HwAbstraction> hws = load_hw_abstractions();
-    std::printf("%-16s %-12s %8s %10s %10s\n", "workload", "name", "records", "analytic", "xgboost");
+    // Features of every workload's records first, for the transfer column.
+    struct Data {
+      std::vector<Features> f;
+      std::vector<double> measured, analytic;
+    };
+    std::map<std::string, Data> data;
     for (const auto& [key, records] : by_workload) {
       const TuneRecord& first = *records.front();
       const int cc = parse_arch(first.target.arch);
       Regenerated g = regenerate(first, hws, cc);  // owns the compute and its space
       DeviceModel d = DeviceModel::for_arch(cc);
-      std::vector<Features> f;
-      std::vector<double> measured, analytic;
+      Data& x = data[key];
       for (const TuneRecord* r : records) {
         const int e = g.space->find(r->candidate);
         if (e < 0) continue;
         const ImplicitGemm& gemm = g.space->entries()[e].gemm;
-        f.push_back(candidate_features(gemm, r->candidate.params, d));
-        analytic.push_back(analytic_time_us(gemm, r->candidate.params, d));
-        measured.push_back(r->result.median_us);
+        x.f.push_back(candidate_features(gemm, r->candidate.params, d));
+        x.analytic.push_back(analytic_time_us(gemm, r->candidate.params, d));
+        x.measured.push_back(r->result.median_us);
       }
+    }
+    std::printf("%-16s %-12s %8s %10s %10s %10s\n", "workload", "name", "records", "analytic", "xgboost", "transfer");
+    for (const auto& [key, records] : by_workload) {
+      const TuneRecord& first = *records.front();
+      const std::vector<Features>& f = data[key].f;
+      const std::vector<double>& measured = data[key].measured;
+      const std::vector<double>& analytic = data[key].analytic;
       // XGBoost trained on every other record (in log order), ranked on the rest.
       CostModel model(1);
       std::vector<Features> held_f;
@@ -398,8 +413,16 @@ void register_logs(CLI::App& app) {
       }
       model.fit();
       const double xgb = held_t.size() >= 4 ? spearman(model.predict(held_f), held_t) : 0;
-      std::printf("%-16s %-12s %8zu %10.2f %10.2f\n", key.c_str(), first.workload.description.value("name", "?").c_str(),
-                  measured.size(), spearman(analytic, measured), xgb);
+      // XGBoost trained on the other workloads' records only.
+      CostModel others(1);
+      for (const auto& [other, x] : data)
+        if (other != key)
+          for (std::size_t i = 0; i < x.f.size(); ++i) others.add(x.f[i], x.measured[i]);
+      others.fit();
+      const double transfer = others.trained() && f.size() >= 4 ? spearman(others.predict(f), measured) : 0;
+      std::printf("%-16s %-12s %8zu %10.2f %10.2f %10.2f\n", key.c_str(),
+                  first.workload.description.value("name", "?").c_str(), measured.size(), spearman(analytic, measured),
+                  xgb, transfer);
     }
   });
   auto* prune = logs->add_subcommand("prune", "Write the best record of each workload into a new log");

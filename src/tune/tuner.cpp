@@ -202,13 +202,50 @@ TuneSummary tune(const Compute& c, const std::vector<HwAbstraction>& hws, const 
     model.add(search.candidate(entry, p).features, res.median_us);
   };
 
+  // Transfer: correct measurements of other workloads on this architecture (in the log and the
+  // prior logs) train the model before the first trial; on the H100 logs such a model ranks a
+  // new workload's candidates with Spearman 0.64-0.95, the analytic model with 0.02-0.87.
+  std::vector<std::string> sources = o.prior_logs;
+  if (!o.log_path.empty()) sources.push_back(o.log_path);
+  std::vector<TuneRecord> own;  // this workload's records in the log
+  for (const auto& source : sources) {
+    LogContents contents = read_log(source);
+    for (const auto& w : contents.warnings) note(o, "warning: " + w);
+    std::map<std::string, std::vector<const TuneRecord*>> others;
+    for (const auto& r : contents.records) {
+      if (r.target.arch != o.target.arch || !r.result.measured()) continue;
+      if (r.workload.key == search.workload().key) {
+        if (source == o.log_path) own.push_back(r);
+      } else if (r.result.ok()) {
+        others[r.workload.key].push_back(&r);
+      }
+    }
+    for (const auto& [key, records] : others) {
+      std::unique_ptr<Compute> other;
+      try {
+        other = std::make_unique<Compute>(compute_from_json(records.front()->workload.compute, source));
+      } catch (const std::exception& e) {
+        note(o, "warning: " + source + ": workload " + key + " is unreadable, not learned from: " + e.what());
+        continue;
+      }
+      SearchSpace other_space(*other, hws, Enumeration::kAll, o.limits, o.compute_capability);
+      for (const TuneRecord* r : records) {
+        const int e = other_space.find(r->candidate);
+        if (e < 0 || !other_space.valid(e, r->candidate.params)) continue;
+        model.add(candidate_features(other_space.entries()[e].gemm, r->candidate.params, o.device), r->result.median_us);
+        ++s.transferred;
+      }
+    }
+  }
+  if (s.transferred) {
+    model.fit();
+    note(o, "cost model warm-started from " + std::to_string(s.transferred) + " measurements of other workloads");
+  }
+
   // Resume: records of this workload on this architecture warm the model and are not measured again.
   std::unique_ptr<LogWriter> log;
   if (!o.log_path.empty()) {
-    LogContents old = read_log(o.log_path);
-    for (const auto& w : old.warnings) note(o, "warning: " + w);
-    for (const auto& r : old.records) {
-      if (r.workload.key != search.workload().key || r.target.arch != o.target.arch || !r.result.measured()) continue;
+    for (const auto& r : own) {
       const int entry = space.find(r.candidate);
       if (entry < 0) continue;
       search.mark_seen(entry, r.candidate.params);

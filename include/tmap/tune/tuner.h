@@ -6,7 +6,8 @@
 // quarter of the trials, the model's best arms get it; after the first batch, first looks take
 // at most half of each batch), and the other slots go to arms in
 // proportion to a share that follows each arm's best time relative to the best overall, with
-// momentum, so hopeless mappings stop costing trials. Within an arm, candidates come from
+// momentum, so hopeless mappings stop costing trials. The cost model starts from the correct
+// measurements of other workloads in the log (and prior logs) when there are any. Within an arm, candidates come from
 // evolution: a pool of mutations and crossovers of the arm's best measured schedules plus fresh
 // samples, ranked by the cost model; each batch mixes the model's top picks with a fraction of
 // random picks from the pool. The next batch is compiled on all cores while the current one is
@@ -73,6 +74,9 @@ struct TuneOptions {
   std::uint64_t seed = 1;
   Enumeration enumeration = Enumeration::kAmos;
   std::string log_path;      ///< Appended to; records of the same workload and arch resume.
+  /// Logs whose correct measurements of other workloads (same arch) warm-start the cost model;
+  /// those of the log itself are always used.
+  std::vector<std::string> prior_logs;
   Target target;
   int compute_capability = 90;
   DeviceLimits limits;
@@ -89,6 +93,7 @@ struct TuneSummary {
   int measured = 0;                 ///< Trials measured in this run.
   int failed = 0;                   ///< Of which errors or wrong results.
   int resumed = 0;                  ///< Records of this workload read back from the log.
+  int transferred = 0;              ///< Measurements of other workloads the model started from.
   int arms = 0, first_looks = 0;
   double wall_s = 0;
   bool stopped = false;             ///< By the stop flag.
