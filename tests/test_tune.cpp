@@ -242,6 +242,29 @@ TEST(CostModel, LearnsASyntheticCostFunction) {
   EXPECT_NEAR(spearman({1, 2, 3, 4}, {4, 3, 2, 1}), -1.0, 1e-12);
 }
 
+// 120 real measurements from the H100 (40 each of ResNet-18 layer 5 in NHWC and NCHW at batch 1
+// and of GEMM 1024^3, tuned on 2026-11-22): the analytic model and a model
+// trained on the other workloads must rank each workload's candidates.
+TEST(CostModel, RanksRealH100Measurements) {
+  LogContents sample = read_log(std::string(TMAP_SOURCE_DIR) + "/tests/data/h100_measured_sample.jsonl");
+  ASSERT_TRUE(sample.warnings.empty());
+  const auto sets = measured_sets(sample.records, shipped(), "sm_90", DeviceLimits::for_arch(90), DeviceModel::for_arch(90));
+  ASSERT_EQ(sets.size(), 3u);
+  for (const auto& [key, set] : sets) {
+    ASSERT_EQ(set.times_us.size(), 40u) << key;
+    const double analytic = spearman(set.analytic_us, set.times_us);
+    CostModel others(1);
+    for (const auto& [other, x] : sets)
+      if (other != key)
+        for (std::size_t i = 0; i < x.features.size(); ++i) others.add(x.features[i], x.times_us[i]);
+    others.fit();
+    const double transfer = spearman(others.predict(set.features), set.times_us);
+    std::printf("%s: analytic %.2f, trained on the other workloads %.2f\n", key.c_str(), analytic, transfer);
+    EXPECT_GT(analytic, 0.6) << key;
+    EXPECT_GT(transfer, 0.6) << key;
+  }
+}
+
 /// Measures nothing: times candidates with the synthetic cost, and fails a few on purpose.
 class SyntheticMeasurer : public Measurer {
  public:

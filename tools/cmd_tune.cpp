@@ -369,60 +369,38 @@ void register_logs(CLI::App& app) {
   rank->add_option("log", *path, "The log")->required();
   rank->callback([path, load] {
     LogContents log = load(*path);
-    std::map<std::string, std::vector<const TuneRecord*>> by_workload;
-    for (const auto& r : log.records)
-      if (r.result.ok()) by_workload[r.workload.key].push_back(&r);
-    const std::vector<HwAbstraction> hws = load_hw_abstractions();
-    // Features of every workload's records first, for the transfer column.
-    struct Data {
-      std::vector<Features> f;
-      std::vector<double> measured, analytic;
-    };
-    std::map<std::string, Data> data;
-    for (const auto& [key, records] : by_workload) {
-      const TuneRecord& first = *records.front();
-      const int cc = parse_arch(first.target.arch);
-      Regenerated g = regenerate(first, hws, cc);  // owns the compute and its space
-      DeviceModel d = DeviceModel::for_arch(cc);
-      Data& x = data[key];
-      for (const TuneRecord* r : records) {
-        const int e = g.space->find(r->candidate);
-        if (e < 0) continue;
-        const ImplicitGemm& gemm = g.space->entries()[e].gemm;
-        x.f.push_back(candidate_features(gemm, r->candidate.params, d));
-        x.analytic.push_back(analytic_time_us(gemm, r->candidate.params, d));
-        x.measured.push_back(r->result.median_us);
-      }
-    }
+    if (log.records.empty()) bad(*path, "the log holds no records", "tune something first");
+    const std::string arch = log.records.front().target.arch;  // the first record's architecture
+    const int cc = parse_arch(arch);
+    DeviceLimits limits = DeviceLimits::for_arch(cc);
+    const auto sets = measured_sets(log.records, load_hw_abstractions(), arch, limits, DeviceModel::for_arch(cc));
+    std::map<std::string, std::string> names;
+    for (const auto& r : log.records) names[r.workload.key] = r.workload.description.value("name", "?");
+    std::printf("records of %s; Spearman rank correlation with the measured times of each workload:\n", arch.c_str());
+    std::printf("  analytic: the analytic model; xgboost: trained on every other record of the workload, ranking the\n"
+                "  rest; transfer: trained on the other workloads only\n");
     std::printf("%-16s %-12s %8s %10s %10s %10s\n", "workload", "name", "records", "analytic", "xgboost", "transfer");
-    for (const auto& [key, records] : by_workload) {
-      const TuneRecord& first = *records.front();
-      const std::vector<Features>& f = data[key].f;
-      const std::vector<double>& measured = data[key].measured;
-      const std::vector<double>& analytic = data[key].analytic;
-      // XGBoost trained on every other record (in log order), ranked on the rest.
-      CostModel model(1);
+    for (const auto& [key, set] : sets) {
+      CostModel own(1), others(1);
       std::vector<Features> held_f;
       std::vector<double> held_t;
-      for (std::size_t i = 0; i < f.size(); ++i) {
-        if (i % 2 == 0) model.add(f[i], measured[i]);
+      for (std::size_t i = 0; i < set.features.size(); ++i) {
+        if (i % 2 == 0) own.add(set.features[i], set.times_us[i]);
         else {
-          held_f.push_back(f[i]);
-          held_t.push_back(measured[i]);
+          held_f.push_back(set.features[i]);
+          held_t.push_back(set.times_us[i]);
         }
       }
-      model.fit();
-      const double xgb = held_t.size() >= 4 ? spearman(model.predict(held_f), held_t) : 0;
-      // XGBoost trained on the other workloads' records only.
-      CostModel others(1);
-      for (const auto& [other, x] : data)
+      for (const auto& [other, x] : sets)
         if (other != key)
-          for (std::size_t i = 0; i < x.f.size(); ++i) others.add(x.f[i], x.measured[i]);
+          for (std::size_t i = 0; i < x.features.size(); ++i) others.add(x.features[i], x.times_us[i]);
+      own.fit();
       others.fit();
-      const double transfer = others.trained() && f.size() >= 4 ? spearman(others.predict(f), measured) : 0;
-      std::printf("%-16s %-12s %8zu %10.2f %10.2f %10.2f\n", key.c_str(),
-                  first.workload.description.value("name", "?").c_str(), measured.size(), spearman(analytic, measured),
-                  xgb, transfer);
+      const double xgb = own.trained() && held_t.size() >= 4 ? spearman(own.predict(held_f), held_t) : 0;
+      const double transfer =
+          others.trained() && set.times_us.size() >= 4 ? spearman(others.predict(set.features), set.times_us) : 0;
+      std::printf("%-16s %-12s %8zu %10.2f %10.2f %10.2f\n", key.c_str(), names[key].c_str(), set.times_us.size(),
+                  spearman(set.analytic_us, set.times_us), xgb, transfer);
     }
   });
   auto* prune = logs->add_subcommand("prune", "Write the best record of each workload into a new log");

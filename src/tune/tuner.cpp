@@ -211,31 +211,17 @@ TuneSummary tune(const Compute& c, const std::vector<HwAbstraction>& hws, const 
   for (const auto& source : sources) {
     LogContents contents = read_log(source);
     for (const auto& w : contents.warnings) note(o, "warning: " + w);
-    std::map<std::string, std::vector<const TuneRecord*>> others;
+    std::vector<TuneRecord> others;
     for (const auto& r : contents.records) {
       if (r.target.arch != o.target.arch || !r.result.measured()) continue;
-      if (r.workload.key == search.workload().key) {
-        if (source == o.log_path) own.push_back(r);
-      } else if (r.result.ok()) {
-        others[r.workload.key].push_back(&r);
-      }
+      if (r.workload.key != search.workload().key) others.push_back(r);
+      else if (source == o.log_path) own.push_back(r);
     }
-    for (const auto& [key, records] : others) {
-      std::unique_ptr<Compute> other;
-      try {
-        other = std::make_unique<Compute>(compute_from_json(records.front()->workload.compute, source));
-      } catch (const std::exception& e) {
-        note(o, "warning: " + source + ": workload " + key + " is unreadable, not learned from: " + e.what());
-        continue;
-      }
-      SearchSpace other_space(*other, hws, Enumeration::kAll, o.limits, o.compute_capability);
-      for (const TuneRecord* r : records) {
-        const int e = other_space.find(r->candidate);
-        if (e < 0 || !other_space.valid(e, r->candidate.params)) continue;
-        model.add(candidate_features(other_space.entries()[e].gemm, r->candidate.params, o.device), r->result.median_us);
+    for (const auto& [key, set] : measured_sets(others, hws, o.target.arch, o.limits, o.device))
+      for (std::size_t i = 0; i < set.features.size(); ++i) {
+        model.add(set.features[i], set.times_us[i]);
         ++s.transferred;
       }
-    }
   }
   if (s.transferred) {
     model.fit();
@@ -487,6 +473,34 @@ TuneSummary rank_with_model(const Compute& c, const std::vector<HwAbstraction>& 
   s.stop_reason = "ranked by the analytic model";
   s.wall_s = seconds_since(t0);
   return s;
+}
+
+std::map<std::string, MeasuredSet> measured_sets(const std::vector<TuneRecord>& records,
+                                                 const std::vector<HwAbstraction>& hws, const std::string& arch,
+                                                 const DeviceLimits& limits, const DeviceModel& d) {
+  std::map<std::string, std::vector<const TuneRecord*>> by_workload;
+  for (const auto& r : records)
+    if (r.result.ok() && r.target.arch == arch) by_workload[r.workload.key].push_back(&r);
+  std::map<std::string, MeasuredSet> out;
+  for (const auto& [key, group] : by_workload) {
+    std::unique_ptr<Compute> c;
+    try {
+      c = std::make_unique<Compute>(compute_from_json(group.front()->workload.compute, "log record"));
+    } catch (const std::exception&) {
+      continue;
+    }
+    SearchSpace space(*c, hws, Enumeration::kAll, limits, d.compute_capability);
+    MeasuredSet& set = out[key];
+    for (const TuneRecord* r : group) {
+      const int e = space.find(r->candidate);
+      if (e < 0 || !space.valid(e, r->candidate.params)) continue;
+      const ImplicitGemm& g = space.entries()[e].gemm;
+      set.features.push_back(candidate_features(g, r->candidate.params, d));
+      set.analytic_us.push_back(analytic_time_us(g, r->candidate.params, d));
+      set.times_us.push_back(r->result.median_us);
+    }
+  }
+  return out;
 }
 
 Regenerated regenerate(const TuneRecord& r, const std::vector<HwAbstraction>& hws, int cc) {

@@ -23,7 +23,7 @@ struct DeviceModel {
   double l2_bytes_per_s = 8.0e12;
   int max_threads_per_sm = 2048, max_blocks_per_sm = 32, registers_per_sm = 65536;
   std::int64_t shared_bytes_per_sm = 228 * 1024;
-  double launch_us = 2.5;  ///< Fixed cost of a kernel launch as timed (graph replay).
+  double launch_us = 1.0;  ///< Fixed cost of a kernel launch as timed (graph replay).
   /// Rates for a known architecture (sm_80, sm_86, sm_89, sm_90); sm_count when given > 0.
   static DeviceModel for_arch(int compute_capability, int sm_count = 0);
 };

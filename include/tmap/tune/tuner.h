@@ -16,6 +16,7 @@
 
 #include <atomic>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -108,6 +109,17 @@ TuneSummary tune(const Compute& c, const std::vector<HwAbstraction>& hws, const 
 /// Without a GPU: ranks candidates with the analytic model alone, compiles the best `o.trials`
 /// of them to check that they compile, and records them as unmeasured, with the estimate.
 TuneSummary rank_with_model(const Compute& c, const std::vector<HwAbstraction>& hws, const TuneOptions& o);
+
+/// The features, measured and analytic times of the correct records of one architecture, per
+/// workload key, regenerated from the records alone (what the cost model learns from). Records
+/// whose compute is unreadable or whose arm no longer exists are skipped.
+struct MeasuredSet {
+  std::vector<Features> features;
+  std::vector<double> times_us, analytic_us;
+};
+std::map<std::string, MeasuredSet> measured_sets(const std::vector<TuneRecord>& records,
+                                                 const std::vector<HwAbstraction>& hws, const std::string& arch,
+                                                 const DeviceLimits& limits, const DeviceModel& d);
 
 /// A record's kernel, regenerated. The compute and the space are owned here.
 struct Regenerated {
