@@ -40,7 +40,10 @@ while read -r wname key op sets; do
     "$bin/tmap" tune --op "$op" $sets --trials "$trials" --log "$log" --seed 1 >/dev/null
   fi
 done
-echo "tuning took $(( $(date +%s) - start )) s" >&2
+tuned=$(( $(date +%s) - start ))
+echo "tuning took $tuned s" >&2
 "$bin/tmap_bench" --table "$json" --batch "$batch" --layout "$layout" --log "$log" \
   --csv "$out/$name.csv" --md "$out/$name.md"
+echo "Tuning before this run took $tuned s (workloads already in $(basename "$log") are replayed, not tuned;" \
+  "new ones get $trials trials)." >> "$out/$name.md"
 "$root/benchmarks/plot.sh" "$out/$name.csv"
