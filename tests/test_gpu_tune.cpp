@@ -38,12 +38,7 @@ Tuned tune_and_replay(const Compute& c, int trials, const std::string& name) {
   o.limits = DeviceLimits::for_arch(dev.compute_capability);
   o.limits.sm_count = dev.sm_count;
   o.device = DeviceModel::for_arch(dev.compute_capability, dev.sm_count);
-  TimingOptions timing;
-  timing.warmup = 2;
-  timing.min_repeats = 5;
-  timing.min_total_ms = 10;
-  timing.graph_runs = 10;
-  timing.long_run_ms = 2;
+  const TimingOptions timing = tuning_timing();  // as `tmap tune` and `tmap replay` time
   Tuned t;
   {
     WorkerMeasurer measurer(TMAP_BINARY, 10, timing, true, 7);

@@ -28,38 +28,10 @@ std::vector<int> powers_up_to(int max) {
   return out;
 }
 
-}  // namespace
-
-SearchSpace::SearchSpace(const Compute& c, const std::vector<HwAbstraction>& hws, Enumeration e,
-                         const DeviceLimits& limits, int compute_capability)
-    : compute_(c), limits_(limits) {
-  std::vector<HwAbstraction> usable;
-  for (const auto& h : hws)
-    if (h.min_compute_capability <= compute_capability) usable.push_back(h);
-  report_ = match_compute(c, usable, e);
-  for (const auto& r : report_.rejected) empty_reason_ += (empty_reason_.empty() ? "" : "; ") + r.hw_abs + ": " + r.reason;
-  for (const Match& m : report_.matches) {
-    const HwAbstraction* hw = nullptr;
-    for (const auto& h : hws)
-      if (h.name == m.hw_abs) hw = &h;
-    for (const Mapping& map : m.mappings) {
-      if (!map.feasible) continue;
-      SpaceEntry entry{hw, &m, &map, make_implicit_gemm(c, *hw, m, map), ""};
-      entry.label = m.hw_abs + " " + m.layout + " " + m.shape.str() + " map " + std::to_string(map.id) + " " +
-                    axis_set_text(c, map.axes[0]) + "x" + axis_set_text(c, map.axes[1]) + "x" +
-                    axis_set_text(c, map.axes[2]);
-      if (!validate(entry.gemm, default_schedule(entry.gemm, limits_), limits_).empty()) continue;
-      entries_.push_back(std::move(entry));
-    }
-  }
-  if (entries_.empty() && empty_reason_.empty())
-    empty_reason_ = "no mapping has a valid schedule on this device";
-}
-
-std::vector<std::vector<int>> SearchSpace::choices(int entry) const {
-  const ImplicitGemm& g = entries_[entry].gemm;
+/// The choices of each schedule parameter of an arm, in ScheduleParams field order.
+std::vector<std::vector<int>> choices_of(const ImplicitGemm& g, const ScheduleParams& defaults) {
   const auto im = g.shape[Axis::kI], in = g.shape[Axis::kJ], ik = g.shape[Axis::kK];
-  const int pad = default_schedule(g, limits_).smem_pad;
+  const int pad = defaults.smem_pad;
   return {
       multiples(im, {1, 2, 4, 8, 16}, 256),            // block_m
       multiples(in, {1, 2, 4, 8, 16}, 256),            // block_n
@@ -78,6 +50,37 @@ std::vector<std::vector<int>> SearchSpace::choices(int entry) const {
   };
 }
 
+}  // namespace
+
+SearchSpace::SearchSpace(const Compute& c, const std::vector<HwAbstraction>& hws, Enumeration e,
+                         const DeviceLimits& limits, int compute_capability)
+    : compute_(c), limits_(limits) {
+  std::vector<HwAbstraction> usable;
+  for (const auto& h : hws)
+    if (h.min_compute_capability <= compute_capability) usable.push_back(h);
+  report_ = match_compute(c, usable, e);
+  for (const auto& r : report_.rejected) empty_reason_ += (empty_reason_.empty() ? "" : "; ") + r.hw_abs + ": " + r.reason;
+  for (const Match& m : report_.matches) {
+    const HwAbstraction* hw = nullptr;
+    for (const auto& h : hws)
+      if (h.name == m.hw_abs) hw = &h;
+    for (const Mapping& map : m.mappings) {
+      if (!map.feasible) continue;
+      SpaceEntry entry{hw, &m, &map, make_implicit_gemm(c, *hw, m, map), "", {}, {}};
+      entry.defaults = default_schedule(entry.gemm, limits_);
+      if (!validate(entry.gemm, entry.defaults, limits_).empty()) continue;
+      entry.choices = choices_of(entry.gemm, entry.defaults);
+      entry.label = m.hw_abs + " " + m.layout + " " + m.shape.str() + " map " + std::to_string(map.id) + " " +
+                    axis_set_text(c, map.axes[0]) + "x" + axis_set_text(c, map.axes[1]) + "x" +
+                    axis_set_text(c, map.axes[2]);
+      entries_.push_back(std::move(entry));
+    }
+  }
+  if (entries_.empty() && empty_reason_.empty())
+    empty_reason_ = "no mapping has a valid schedule on this device";
+}
+
+
 bool SearchSpace::valid(int entry, const ScheduleParams& p) const {
   const ImplicitGemm& g = entries_[entry].gemm;
   if (!validate(g, p, limits_).empty()) return false;
@@ -86,7 +89,7 @@ bool SearchSpace::valid(int entry, const ScheduleParams& p) const {
 }
 
 ScheduleParams SearchSpace::sample(int entry, std::mt19937_64& rng) const {
-  const auto ch = choices(entry);
+  const auto& ch = entries_[entry].choices;
   for (int attempt = 0; attempt < 400; ++attempt) {
     ScheduleParams p;
     for (int i = 0; i < kFields; ++i) *field(p, i) = ch[i][rng() % ch[i].size()];
@@ -95,11 +98,11 @@ ScheduleParams SearchSpace::sample(int entry, std::mt19937_64& rng) const {
     p.block_n = p.warp_n * static_cast<int>(1u << (rng() % 3));
     if (valid(entry, p)) return p;
   }
-  return default_schedule(entries_[entry].gemm, limits_);
+  return entries_[entry].defaults;
 }
 
 ScheduleParams SearchSpace::mutate(int entry, const ScheduleParams& parent, std::mt19937_64& rng) const {
-  const auto ch = choices(entry);
+  const auto& ch = entries_[entry].choices;
   for (int attempt = 0; attempt < 50; ++attempt) {
     ScheduleParams p = parent;
     const int changes = 1 + static_cast<int>(rng() % 2);

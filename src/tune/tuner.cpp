@@ -18,6 +18,16 @@
 
 namespace tmap {
 
+TimingOptions tuning_timing() {
+  TimingOptions t;
+  t.warmup = 2;
+  t.min_repeats = 5;
+  t.min_total_ms = 10;
+  t.graph_runs = 10;  // graph replay hides launch gaps; times are per run
+  t.long_run_ms = 2;  // slow candidates: a few event-timed runs, within the timeout
+  return t;
+}
+
 WorkerMeasurer::WorkerMeasurer(std::string binary, double timeout_seconds, TimingOptions timing, bool verify,
                                std::uint64_t seed)
     : worker_(std::move(binary), timeout_seconds), timing_(timing), verify_(verify), seed_(seed) {
@@ -103,8 +113,7 @@ class Search {
       if (seen_.count(k) || !keys.insert(k).second) return;
       out.push_back(candidate(entry, p));
     };
-    if (!seen_.count(SearchSpace::key(entry, default_schedule(space_.entries()[entry].gemm, o_.limits))))
-      add(default_schedule(space_.entries()[entry].gemm, o_.limits));
+    add(space_.entries()[entry].defaults);
     for (int i = 0; i < size * 2 && static_cast<int>(out.size()) < size; ++i) {
       const unsigned r = rng_() % 10;
       if (parents == 0 || r < 4) add(space_.sample(entry, rng_));

@@ -28,8 +28,7 @@ struct DeviceModel {
   static DeviceModel for_arch(int compute_capability, int sm_count = 0);
 };
 
-/// The features, in order. Each is documented where it is computed (features.cpp); the names
-/// are printed by `tmap tune --verbose` and used in tests.
+/// The features' names, in order. Each is documented where it is computed (features.cpp).
 inline constexpr std::array<std::string_view, 32> kFeatureNames = {
     "log2_M",           "log2_N",          "log2_K",          "log2_batch_serial", "padding_waste",
     "log2_block_m",     "log2_block_n",    "log2_block_k",    "log2_warp_m",       "log2_warp_n",

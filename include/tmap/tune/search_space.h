@@ -21,6 +21,9 @@ struct SpaceEntry {
   const Mapping* mapping = nullptr;
   ImplicitGemm gemm;
   std::string label;  ///< "wmma_fp16_fp32 nnn 16x16x16 map 7 {n, p, q}x{k}x{c, r, s}"
+  ScheduleParams defaults;  ///< default_schedule() of the arm on the space's device.
+  /// The choices of each parameter, in ScheduleParams field order.
+  std::vector<std::vector<int>> choices;
 };
 
 class SearchSpace {
@@ -51,9 +54,6 @@ class SearchSpace {
   int find(const CandidateRef& r) const;
   /// A key naming a candidate uniquely within the space.
   static std::string key(int entry, const ScheduleParams& p);
-
-  /// The choices of each parameter for an arm, in ScheduleParams field order (for tests).
-  std::vector<std::vector<int>> choices(int entry) const;
 
  private:
   const Compute& compute_;

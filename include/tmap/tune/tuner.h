@@ -39,6 +39,11 @@ class Measurer {
                                 const KernelSource& k, const CompileResult& binary) = 0;
 };
 
+/// How the tuner and `tmap replay` time candidates: two warm-up runs, then CUDA-graph replays of
+/// 10 runs until 5 repeats and 10 ms; a candidate whose verifying run exceeds 2 ms gets 3
+/// event-timed runs instead.
+TimingOptions tuning_timing();
+
 /// Runs candidates in `tmap worker` processes (see MeasureWorker), verifying each against the
 /// reference on the same random inputs (one seed per tuning run).
 class WorkerMeasurer : public Measurer {
