@@ -14,7 +14,7 @@ namespace tmap::cli {
 namespace {
 
 struct HwArgs {
-  std::vector<std::string> dirs;
+  HwSelection dirs;  ///< --hw-dir
   std::string format = "text";
   std::string name;
 };
@@ -37,12 +37,12 @@ void register_hw(CLI::App& app) {
   auto args = std::make_shared<HwArgs>();
   auto* hw = app.add_subcommand("hw", "The hardware abstractions (intrinsic DAGs described as data)");
   hw->require_subcommand(1);
-  hw->add_option("--hw-dir", args->dirs, "Also load the *.json abstractions of this directory (repeatable)");
+  args->dirs.add_to(*hw);
 
   auto* list = hw->add_subcommand("list", "List the abstractions, and which the detected GPU supports");
   list->add_option("--format", args->format, "text or json")->check(CLI::IsMember({"text", "json"}));
   list->callback([args] {
-    auto all = load_hw_abstractions(args->dirs);
+    auto all = args->dirs.all();
     spdlog::debug("loaded {} hardware abstractions ({})", all.size(), builtin_hw_directory());
     if (args->format == "json") {
       nlohmann::json j = nlohmann::json::array();
@@ -69,7 +69,7 @@ void register_hw(CLI::App& app) {
   auto* show = hw->add_subcommand("show", "Print one abstraction as validated data (JSON)");
   show->add_option("name", args->name, "The abstraction, e.g. wmma_fp16_fp32")->required();
   show->callback([args] {
-    auto all = load_hw_abstractions(args->dirs);
+    auto all = args->dirs.all();
     std::cout << to_json(find_hw(all, args->name)).dump(2) << "\n";
   });
 }

@@ -17,8 +17,7 @@ namespace {
 
 struct MapArgs {
   ComputeArgs compute;
-  std::vector<std::string> hw_names;
-  std::vector<std::string> hw_dirs;
+  HwSelection hw;
   std::string enumerate = "amos";
   std::string format = "text";
 };
@@ -97,18 +96,14 @@ void register_map(CLI::App& app) {
   auto args = std::make_shared<MapArgs>();
   auto* cmd = app.add_subcommand("map", "Match a compute against the hardware abstractions and enumerate its mappings");
   args->compute.add_to(*cmd);
-  cmd->add_option("--hw", args->hw_names, "Only these abstractions (repeatable; see 'tmap hw list')");
-  cmd->add_option("--hw-dir", args->hw_dirs, "Also load the *.json abstractions of this directory (repeatable)");
+  args->hw.add_to(*cmd, "Only these abstractions (repeatable; see 'tmap hw list')");
   cmd->add_option("--enumerate", args->enumerate, "amos: AMOS's partner rule; all: every mapping tmap can generate")
       ->check(CLI::IsMember({"amos", "all"}));
   cmd->add_option("--format", args->format, "text or json (one JSON document on stdout)")
       ->check(CLI::IsMember({"text", "json"}));
   cmd->callback([args] {
     Compute c = args->compute.build();
-    auto all = load_hw_abstractions(args->hw_dirs);
-    std::vector<HwAbstraction> chosen;
-    if (args->hw_names.empty()) chosen = all;
-    for (const auto& name : args->hw_names) chosen.push_back(find_hw(all, name));
+    const std::vector<HwAbstraction> chosen = args->hw.chosen(args->hw.all());
     spdlog::debug("matching '{}' against {} abstraction(s)", c.name, chosen.size());
     MatchReport r = match_compute(c, chosen, args->enumerate == "all" ? Enumeration::kAll : Enumeration::kAmos);
     if (args->format == "json") std::cout << to_json(c, r).dump(2) << "\n";

@@ -22,6 +22,24 @@ Compute ComputeArgs::build() const {
   return build_compute(def, parse_param_overrides(sets));
 }
 
+void HwSelection::add_to(CLI::App& cmd, const std::string& names_help) {
+  if (!names_help.empty()) cmd.add_option("--hw", names, names_help);
+  cmd.add_option("--hw-dir", dirs, "Also load the *.json abstractions of this directory (repeatable)");
+}
+
+std::vector<HwAbstraction> HwSelection::all() const { return load_hw_abstractions(dirs); }
+
+std::vector<HwAbstraction> HwSelection::chosen(const std::vector<HwAbstraction>& all) const {
+  if (names.empty()) return all;
+  std::vector<HwAbstraction> out;
+  for (const auto& name : names) out.push_back(find_hw(all, name));
+  return out;
+}
+
+void bad(const std::string& option, const std::string& msg, const std::string& hint) {
+  throw UserError(format_diagnostic(SourceLoc::whole(option), msg, hint));
+}
+
 void register_ops(CLI::App& app) {
   auto* ops = app.add_subcommand("ops", "The built-in op library");
   ops->require_subcommand(1);

@@ -24,7 +24,7 @@ namespace {
 
 struct RunArgs {
   ComputeArgs compute;
-  std::vector<std::string> hw_dirs;
+  HwSelection hw_dirs;  ///< --hw-dir only: --hw names one abstraction here
   std::string hw, layout, shape, params, arch, emit_cuda, format = "text";
   int mapping = -1;
   double timeout = 60;
@@ -33,10 +33,6 @@ struct RunArgs {
   bool verify = false, compile_only = false;
 };
 
-[[noreturn]] void bad(const std::string& option, const std::string& msg, const std::string& hint) {
-  throw UserError(format_diagnostic(SourceLoc::whole(option), msg, hint));
-}
-
 }  // namespace
 
 void register_run(CLI::App& app) {
@@ -44,7 +40,7 @@ void register_run(CLI::App& app) {
   auto* cmd = app.add_subcommand("run", "Generate, compile and run one candidate kernel on the GPU");
   args->compute.add_to(*cmd);
   cmd->add_option("--hw", args->hw, "Abstraction (default: the first that matches)");
-  cmd->add_option("--hw-dir", args->hw_dirs, "Also load the *.json abstractions of this directory (repeatable)");
+  args->hw_dirs.add_to(*cmd);
   cmd->add_option("--layout", args->layout, "Layout key, e.g. nnn (default: the abstraction's first)");
   cmd->add_option("--shape", args->shape, "Intrinsic shape MxNxK, e.g. 16x16x16 (default: the first)");
   cmd->add_option("--mapping", args->mapping, "Mapping id from 'tmap map' (default: every candidate fused)");
@@ -60,7 +56,7 @@ void register_run(CLI::App& app) {
                "Flush the L2 cache before each run (cold cache); with --graph the flushes' own time is subtracted");
   cmd->callback([args] {
     Compute c = args->compute.build();
-    auto all = load_hw_abstractions(args->hw_dirs);
+    auto all = args->hw_dirs.all();
     std::vector<HwAbstraction> chosen;
     if (!args->hw.empty()) chosen.push_back(find_hw(all, args->hw));
     else chosen = all;

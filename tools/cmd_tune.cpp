@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <set>
 
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
@@ -30,8 +31,12 @@ extern "C" void on_sigint(int) {
   std::signal(SIGINT, SIG_DFL);  // a second Ctrl-C ends the process at once
 }
 
-[[noreturn]] void bad(const std::string& option, const std::string& msg, const std::string& hint) {
-  throw UserError(format_diagnostic(SourceLoc::whole(option), msg, hint));
+/// Reads a log that must exist; its skipped lines are warned about.
+LogContents load_log(const std::string& path) {
+  if (!std::filesystem::exists(path)) bad(path, "no such log", "give the path of a log written by 'tmap tune'");
+  LogContents log = read_log(path);
+  for (const auto& w : log.warnings) spdlog::warn("{}", w);
+  return log;
 }
 
 std::string duration_text(double s) {
@@ -67,16 +72,6 @@ Machine detect(const std::string& arch) {
   return m;
 }
 
-TimingOptions tuning_timing() {
-  TimingOptions t;
-  t.warmup = 2;
-  t.min_repeats = 5;
-  t.min_total_ms = 10;
-  t.graph_runs = 10;   // graph replay hides launch gaps; times are per run
-  t.long_run_ms = 2;   // slow candidates: a few event-timed runs, within the timeout
-  return t;
-}
-
 double tflops(const TuneRecord& r) { return r.flops / (r.result.median_us * 1e-6) / 1e12; }
 
 std::string candidate_text(const CandidateRef& c) {
@@ -92,7 +87,8 @@ std::string candidate_text(const CandidateRef& c) {
 
 struct TuneArgs {
   ComputeArgs compute;
-  std::vector<std::string> hw_dirs, hw, prior;
+  HwSelection hw;
+  std::vector<std::string> prior;
   std::string log, arch, measure = "gpu", enumerate = "amos", emit_cuda, cache_dir;
   int trials = 200, early_stop = 0, batch = 16;
   double time_budget = 0, timeout = 10;
@@ -103,8 +99,7 @@ void register_tune(CLI::App& app) {
   auto args = std::make_shared<TuneArgs>();
   auto* cmd = app.add_subcommand("tune", "Search mappings and schedules for the fastest kernel, logging every trial");
   args->compute.add_to(*cmd);
-  cmd->add_option("--hw", args->hw, "Only these abstractions (repeatable; default: every one that matches)");
-  cmd->add_option("--hw-dir", args->hw_dirs, "Also load the *.json abstractions of this directory (repeatable)");
+  args->hw.add_to(*cmd, "Only these abstractions (repeatable; default: every one that matches)");
   cmd->add_option("--trials", args->trials, "Candidates to measure (default 200)")->check(CLI::PositiveNumber);
   cmd->add_option("--time-budget", args->time_budget, "Stop after this many seconds")->check(CLI::NonNegativeNumber);
   cmd->add_option("--early-stop", args->early_stop, "Stop after this many trials without improvement (0: never)")
@@ -127,10 +122,7 @@ void register_tune(CLI::App& app) {
   cmd->add_option("--cache-dir", args->cache_dir, "Keep compiled binaries in this directory across runs");
   cmd->callback([args] {
     Compute c = args->compute.build();
-    std::vector<HwAbstraction> all = load_hw_abstractions(args->hw_dirs), hws;
-    if (args->hw.empty()) hws = all;
-    else
-      for (const auto& name : args->hw) hws.push_back(find_hw(all, name));
+    const std::vector<HwAbstraction> hws = args->hw.chosen(args->hw.all());
     Machine m = detect(args->arch);
     const bool model_only = args->measure == "model";
     if (!model_only && !m.has_gpu)
@@ -231,7 +223,7 @@ void register_tune(CLI::App& app) {
 struct ReplayArgs {
   std::string log, workload, emit_dir, arch;
   ComputeArgs compute;
-  std::vector<std::string> hw_dirs;
+  HwSelection hw_dirs;  ///< --hw-dir
   bool verify = false, allow_unmeasured = false;
   double timeout = 30;
 };
@@ -245,25 +237,24 @@ void register_replay(CLI::App& app) {
   cmd->add_flag("--verify", args->verify, "Check each kernel against the reference");
   cmd->add_option("--emit-cuda", args->emit_dir, "Write each kernel's CUDA source into this directory");
   cmd->add_flag("--allow-unmeasured", args->allow_unmeasured, "Also replay records ranked by the model only");
-  cmd->add_option("--hw-dir", args->hw_dirs, "Also load the *.json abstractions of this directory (repeatable)");
+  args->hw_dirs.add_to(*cmd);
   cmd->add_option("--arch", args->arch, "Compile for sm_XX (without a GPU: compile only)");
   cmd->add_option("--timeout", args->timeout, "Seconds before a hanging kernel is stopped (default 30)");
   cmd->callback([args] {
-    if (!std::filesystem::exists(args->log)) bad(args->log, "no such log", "give the path of a log written by 'tmap tune'");
-    LogContents log = read_log(args->log);
-    for (const auto& w : log.warnings) spdlog::warn("{}", w);
+    LogContents log = load_log(args->log);
     std::string key = args->workload;
     if (!args->compute.file.empty() || !args->compute.op.empty()) key = make_workload(args->compute.build()).key;
     std::vector<const TuneRecord*> chosen;
+    std::set<std::string> measured;  // workloads with a correct measured record
     for (const TuneRecord* r : best_records(log.records))
-      if (key.empty() || r->workload.key == key) chosen.push_back(r);
+      if (key.empty() || r->workload.key == key) {
+        chosen.push_back(r);
+        measured.insert(r->workload.key);
+      }
     // Workloads with only unmeasured records: their best estimate, when allowed.
     std::map<std::string, const TuneRecord*> unmeasured;
     for (const auto& r : log.records) {
-      if (r.result.measured() || (!key.empty() && r.workload.key != key)) continue;
-      bool has_measured = false;
-      for (const TuneRecord* c : chosen) has_measured = has_measured || c->workload.key == r.workload.key;
-      if (has_measured) continue;
+      if (r.result.measured() || (!key.empty() && r.workload.key != key) || measured.count(r.workload.key)) continue;
       auto [it, inserted] = unmeasured.emplace(r.workload.key, &r);
       if (!inserted && r.result.estimated_us < it->second->result.estimated_us) it->second = &r;
     }
@@ -279,7 +270,7 @@ void register_replay(CLI::App& app) {
     Machine m = detect(args->arch);
     const bool run = m.has_gpu && m.cc == m.rt.devices.front().compute_capability;
     if (!run) spdlog::warn("no GPU for {} ({}): compiling only", m.target.arch, m.has_gpu ? "another GPU" : m.rt.status);
-    std::vector<HwAbstraction> hws = load_hw_abstractions(args->hw_dirs);
+    const std::vector<HwAbstraction> hws = args->hw_dirs.all();
     NvrtcCompiler compiler(m.cc);
     std::unique_ptr<WorkerMeasurer> measurer;
     if (run) measurer = std::make_unique<WorkerMeasurer>("/proc/self/exe", args->timeout, tuning_timing(), args->verify,
@@ -327,16 +318,10 @@ void register_logs(CLI::App& app) {
   logs->require_subcommand(1);
   auto path = std::make_shared<std::string>();
   auto out = std::make_shared<std::string>();
-  auto load = [](const std::string& p) {
-    if (!std::filesystem::exists(p)) bad(p, "no such log", "give the path of a log written by 'tmap tune'");
-    LogContents log = read_log(p);
-    for (const auto& w : log.warnings) spdlog::warn("{}", w);
-    return log;
-  };
   auto* list = logs->add_subcommand("list", "Workloads of a log with their best time and TFLOP/s");
   list->add_option("log", *path, "The log")->required();
-  list->callback([path, load] {
-    LogContents log = load(*path);
+  list->callback([path] {
+    LogContents log = load_log(*path);
     std::map<std::string, std::pair<int, int>> counts;  // records, correct
     for (const auto& r : log.records) {
       auto& c = counts[r.workload.key];
@@ -361,14 +346,14 @@ void register_logs(CLI::App& app) {
   });
   auto* best = logs->add_subcommand("best", "Print the best record of each workload (JSON lines)");
   best->add_option("log", *path, "The log")->required();
-  best->callback([path, load] {
-    LogContents log = load(*path);
+  best->callback([path] {
+    LogContents log = load_log(*path);
     for (const TuneRecord* r : best_records(log.records)) std::cout << to_json(*r).dump() << "\n";
   });
   auto* rank = logs->add_subcommand("rank", "How well the cost models rank a log's measured candidates");
   rank->add_option("log", *path, "The log")->required();
-  rank->callback([path, load] {
-    LogContents log = load(*path);
+  rank->callback([path] {
+    LogContents log = load_log(*path);
     if (log.records.empty()) bad(*path, "the log holds no records", "tune something first");
     const std::string arch = log.records.front().target.arch;  // the first record's architecture
     const int cc = parse_arch(arch);
@@ -406,10 +391,10 @@ void register_logs(CLI::App& app) {
   auto* prune = logs->add_subcommand("prune", "Write the best record of each workload into a new log");
   prune->add_option("log", *path, "The log")->required();
   prune->add_option("--out", *out, "The new log")->required();
-  prune->callback([path, out, load] {
+  prune->callback([path, out] {
     if (std::filesystem::exists(*out) && std::filesystem::equivalent(*path, *out))
       bad("--out", "the output is the log being pruned", "write the best records to another file");
-    LogContents log = load(*path);
+    LogContents log = load_log(*path);
     std::vector<const TuneRecord*> keep = best_records(log.records);
     std::filesystem::remove(*out);
     LogWriter w(*out);

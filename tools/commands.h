@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 
 #include "tmap/frontend/compute_loader.h"
+#include "tmap/hw/hw_abstraction.h"
 
 namespace tmap::cli {
 
@@ -27,5 +28,21 @@ struct ComputeArgs {
   /// Loads and builds the compute; a UserError when neither or both are given.
   Compute build() const;
 };
+
+/// Which hardware abstractions a command uses: the shipped ones plus --hw-dir directories, and,
+/// where the command offers --hw, only the named ones.
+struct HwSelection {
+  std::vector<std::string> names;
+  std::vector<std::string> dirs;
+  /// Adds --hw-dir, and --hw (repeatable, described by `names_help`) unless that is empty.
+  void add_to(CLI::App& cmd, const std::string& names_help = {});
+  /// Every abstraction: the shipped ones and those of the directories.
+  std::vector<HwAbstraction> all() const;
+  /// The abstractions of `all` named by --hw; all of them when none is named.
+  std::vector<HwAbstraction> chosen(const std::vector<HwAbstraction>& all) const;
+};
+
+/// A UserError for a bad command-line value, naming the option and the fix.
+[[noreturn]] void bad(const std::string& option, const std::string& msg, const std::string& hint);
 
 }  // namespace tmap::cli
