@@ -77,15 +77,22 @@ struct Timing {
   double warm_us = 0, cold_us = 0;
 };
 
+/// How everything in the benchmark is timed, tmap's kernels and the baselines alike: CUDA-graph
+/// replays of `graph_runs` runs after 3 warm-up runs, until 10 repeats and 30 ms; cold: each run
+/// after an L2 flush, the flushes' time subtracted.
+tmap::TimingOptions bench_timing(int graph_runs, bool cold) {
+  tmap::TimingOptions t;
+  t.warmup = 3;
+  t.min_repeats = 10;
+  t.min_total_ms = 30;
+  t.graph_runs = graph_runs;
+  t.flush_l2 = cold;
+  return t;
+}
+
 Timing time_both(const std::function<int(void*)>& launch, int graph_runs) {
-  tmap::TimingOptions warm;
-  warm.warmup = 3;
-  warm.min_repeats = 10;
-  warm.min_total_ms = 30;
-  warm.graph_runs = graph_runs;
-  tmap::TimingOptions cold = warm;
-  cold.flush_l2 = true;  // with graph_runs: each run after an L2 flush, the flushes' time subtracted
-  return {tmap::median_of(tmap::time_launches(launch, warm)), tmap::median_of(tmap::time_launches(launch, cold))};
+  return {tmap::median_of(tmap::time_launches(launch, bench_timing(graph_runs, false))),
+          tmap::median_of(tmap::time_launches(launch, bench_timing(graph_runs, true)))};
 }
 
 /// The fastest correct baseline of a workload.
@@ -271,7 +278,6 @@ struct Row {
   double gflop = 0;
   std::optional<Timing> tmap;
   double tmap_err = 0;
-  std::string tmap_kernel;
   std::optional<Baseline> baseline;
   std::string note;
 };
@@ -368,19 +374,13 @@ int main(int argc, char** argv) {
         tmap::Regenerated g = tmap::regenerate(*record, hws, cc);
         tmap::CompileResult bin = compiler.compile(g.kernel.code, g.kernel.name);
         if (!bin.ok) throw std::runtime_error("regenerated kernel does not compile:\n" + bin.log);
-        tmap::TimingOptions warm;
-        warm.warmup = 3, warm.min_repeats = 10, warm.min_total_ms = 30, warm.graph_runs = graph_runs;
-        tmap::KernelRun run = tmap::run_candidate(ws, ref, c.inputs[g.gemm().a_input].tensor,
-                                                  c.inputs[g.gemm().b_input].tensor, g.kernel, bin.cubin, warm);
+        const int a = c.inputs[g.gemm().a_input].tensor, b = c.inputs[g.gemm().b_input].tensor;
+        tmap::KernelRun run = tmap::run_candidate(ws, ref, a, b, g.kernel, bin.cubin, bench_timing(graph_runs, false));
         if (!run.ok) throw std::runtime_error("tmap's kernel failed: " + run.error);
         tmap_out = ws.read_output();
-        tmap::TimingOptions cold = warm;
-        cold.flush_l2 = true;
-        tmap::KernelRun cold_run = tmap::run_candidate(ws, {}, c.inputs[g.gemm().a_input].tensor,
-                                                       c.inputs[g.gemm().b_input].tensor, g.kernel, bin.cubin, cold);
+        tmap::KernelRun cold_run = tmap::run_candidate(ws, {}, a, b, g.kernel, bin.cubin, bench_timing(graph_runs, true));
         row.tmap = Timing{run.median_us, cold_run.ok ? cold_run.median_us : 0};
         row.tmap_err = run.rel_l2;
-        row.tmap_kernel = g.kernel.name;
         if (run.rel_l2 > 1e-2) row.note = "tmap's kernel is WRONG";
       } else {
         row.note = "not in the log (tune it first)";

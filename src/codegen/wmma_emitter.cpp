@@ -240,7 +240,7 @@ KernelSource emit_wmma_kernel(const ImplicitGemm& g, const ScheduleParams& p) {
        << "__device__ __forceinline__ " << (vec > 1 ? "void" : value_type) << " " << fname << "(const " << type
        << "* __restrict__ src, int " << row_name << ", int " << col_name << ", int z, int s"
        << (vec > 1 ? ", " + type + "* dst" : "") << ") {\n"
-       << (vec > 1 ? "  using Vec = " + vtype + ";\n" : "")
+       << (vec > 1 && !async ? "  using Vec = " + vtype + ";\n" : "")
        << "  if (" << row_name << " >= " << row_bound << " || " << col_name << " >= " << col_bound << ") " << zero << "\n";
     decompose(os, c, row_iters, row_name, used, "  ");
     decompose(os, c, col_iters, col_name, used, "  ");
