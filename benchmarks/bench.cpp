@@ -379,7 +379,8 @@ int main(int argc, char** argv) {
         if (!run.ok) throw std::runtime_error("tmap's kernel failed: " + run.error);
         tmap_out = ws.read_output();
         tmap::KernelRun cold_run = tmap::run_candidate(ws, {}, a, b, g.kernel, bin.cubin, bench_timing(graph_runs, true));
-        row.tmap = Timing{run.median_us, cold_run.ok ? cold_run.median_us : 0};
+        if (!cold_run.ok) throw std::runtime_error("tmap's kernel failed when timed cold: " + cold_run.error);
+        row.tmap = Timing{run.median_us, cold_run.median_us};
         row.tmap_err = run.rel_l2;
         if (run.rel_l2 > 1e-2) row.note = "tmap's kernel is WRONG";
       } else {
