@@ -166,6 +166,19 @@ class LoadedKernel {
   cudaKernel_t kernel_ = nullptr;
 };
 
+/// A CUDA event owned for the length of a scope.
+class Event {
+ public:
+  Event() { check(cudaEventCreate(&e_), "cudaEventCreate"); }
+  ~Event() { cudaEventDestroy(e_); }
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  cudaEvent_t get() const { return e_; }
+
+ private:
+  cudaEvent_t e_ = nullptr;
+};
+
 std::size_t bytes_of(const Tensor& t) {
   return (static_cast<std::size_t>(t.num_elements()) * static_cast<std::size_t>(dtype_bits(t.dtype)) + 7) / 8;
 }
@@ -290,11 +303,8 @@ std::vector<double> time_launches(const std::function<int(void* stream)>& launch
   GraphOwner graph_owner(timing.graph_runs > 0 ? capture(true, flush != nullptr) : nullptr, &cudaGraphExecDestroy);
   GraphOwner flush_graph_owner(timing.graph_runs > 0 && flush ? capture(false, true) : nullptr, &cudaGraphExecDestroy);
   cudaGraphExec_t graph_exec = graph_owner.get(), flush_graph = flush_graph_owner.get();
-  cudaEvent_t start, stop;
-  check(cudaEventCreate(&start), "cudaEventCreate");
-  check(cudaEventCreate(&stop), "cudaEventCreate");
-  std::unique_ptr<std::remove_pointer_t<cudaEvent_t>, decltype(&cudaEventDestroy)> start_owner(start, &cudaEventDestroy),
-      stop_owner(stop, &cudaEventDestroy);
+  Event start_event, stop_event;
+  cudaEvent_t start = start_event.get(), stop = stop_event.get();
   double total_ms = 0;
   int repeat = 0;
   auto timed = [&](const std::function<void()>& enqueue) {
@@ -345,23 +355,21 @@ KernelRun run_candidate(Workspace& ws, const std::vector<double>& reference, int
     cudaStream_t stream = nullptr;
     check(cudaStreamCreate(&stream), "cudaStreamCreate");
     std::unique_ptr<std::remove_pointer_t<cudaStream_t>, decltype(&cudaStreamDestroy)> stream_owner(stream, &cudaStreamDestroy);
-    auto launch = [&](const char* what) {
-      check(kernel.launch(k, args, stream), what, FailureKind::kLaunch);
-      if (reduce) check(reduce->launch_1d(k.reduce_blocks, k.reduce_threads, reduce_args, stream), what, FailureKind::kLaunch);
+    auto enqueue = [&](void* s) {
+      cudaError_t e = kernel.launch(k, args, static_cast<cudaStream_t>(s));
+      if (e == cudaSuccess && reduce)
+        e = reduce->launch_1d(k.reduce_blocks, k.reduce_threads, reduce_args, static_cast<cudaStream_t>(s));
+      return static_cast<int>(e);
     };
     ws.poison_output();
-    cudaEvent_t first_start = nullptr, first_stop = nullptr;
-    check(cudaEventCreate(&first_start), "cudaEventCreate");
-    std::unique_ptr<std::remove_pointer_t<cudaEvent_t>, decltype(&cudaEventDestroy)> start_owner(first_start, &cudaEventDestroy);
-    check(cudaEventCreate(&first_stop), "cudaEventCreate");
-    std::unique_ptr<std::remove_pointer_t<cudaEvent_t>, decltype(&cudaEventDestroy)> stop_owner(first_stop, &cudaEventDestroy);
-    check(cudaEventRecord(first_start, stream), "cudaEventRecord");
-    launch("launch");
-    check(cudaEventRecord(first_stop, stream), "cudaEventRecord");
+    Event first_start, first_stop;
+    check(cudaEventRecord(first_start.get(), stream), "cudaEventRecord");
+    check(static_cast<cudaError_t>(enqueue(stream)), "launch", FailureKind::kLaunch);
+    check(cudaEventRecord(first_stop.get(), stream), "cudaEventRecord");
     check(cudaStreamSynchronize(stream), "kernel");
     if (!reference.empty()) run.rel_l2 = relative_l2(ws.read_output(), reference);
     float first_ms = 0;
-    check(cudaEventElapsedTime(&first_ms, first_start, first_stop), "cudaEventElapsedTime");
+    check(cudaEventElapsedTime(&first_ms, first_start.get(), first_stop.get()), "cudaEventElapsedTime");
     TimingOptions effective = timing;
     if (timing.long_run_ms > 0 && first_ms > timing.long_run_ms) {
       effective.graph_runs = 0;
@@ -370,13 +378,7 @@ KernelRun run_candidate(Workspace& ws, const std::vector<double>& reference, int
       effective.min_total_ms = 0;
     }
 
-    run.times_us = time_launches(
-        [&](void* s) {
-          cudaError_t e = kernel.launch(k, args, static_cast<cudaStream_t>(s));
-          if (e == cudaSuccess && reduce) e = reduce->launch_1d(k.reduce_blocks, k.reduce_threads, reduce_args, static_cast<cudaStream_t>(s));
-          return static_cast<int>(e);
-        },
-        effective);
+    run.times_us = time_launches(enqueue, effective);
   } catch (const CudaFailure& e) {
     run.error = e.what();
     run.failure = e.kind;
