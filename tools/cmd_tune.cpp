@@ -74,17 +74,6 @@ Machine detect(const std::string& arch) {
 
 double tflops(const TuneRecord& r) { return r.flops / (r.result.median_us * 1e-6) / 1e12; }
 
-std::string candidate_text(const CandidateRef& c) {
-  std::string axes;
-  for (int a = 0; a < 3; ++a) {
-    std::string set;
-    for (const auto& n : c.axes[a]) set += (set.empty() ? "" : ", ") + n;
-    axes += (a ? "x" : "") + ("{" + set + "}");
-  }
-  return c.hw_abs + " " + c.layout + " " + std::to_string(c.shape[0]) + "x" + std::to_string(c.shape[1]) + "x" +
-         std::to_string(c.shape[2]) + " map " + std::to_string(c.mapping_id) + " " + axes;
-}
-
 struct TuneArgs {
   ComputeArgs compute;
   HwSelection hw;
@@ -196,7 +185,7 @@ void register_tune(CLI::App& app) {
       return;
     }
     const TuneRecord& b = *s.best;
-    std::printf("best: %s\n  params %s\n", candidate_text(b.candidate).c_str(), to_json(b.candidate.params).dump().c_str());
+    std::printf("best: %s\n  params %s\n", candidate_label(b.candidate).c_str(), to_json(b.candidate.params).dump().c_str());
     if (b.result.ok())
       std::printf("  %.2f us, %.2f TFLOP/s (rel L2 %.1e)\n", b.result.median_us, tflops(b), b.result.rel_l2);
     else
@@ -335,7 +324,7 @@ void register_logs(CLI::App& app) {
       shown[r->workload.key] = true;
       std::printf("%-16s %-20s %8d %8d %10.2f %9.2f  %s\n", r->workload.key.c_str(),
                   r->workload.description.value("name", "?").c_str(), counts[r->workload.key].first,
-                  counts[r->workload.key].second, r->result.median_us, tflops(*r), candidate_text(r->candidate).c_str());
+                  counts[r->workload.key].second, r->result.median_us, tflops(*r), candidate_label(r->candidate).c_str());
     }
     for (const auto& r : log.records)
       if (!shown[r.workload.key]) {

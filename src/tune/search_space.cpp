@@ -70,10 +70,8 @@ SearchSpace::SearchSpace(const Compute& c, const std::vector<HwAbstraction>& hws
       entry.defaults = default_schedule(entry.gemm, limits_);
       if (!validate(entry.gemm, entry.defaults, limits_).empty()) continue;
       entry.choices = choices_of(entry.gemm, entry.defaults);
-      entry.label = m.hw_abs + " " + m.layout + " " + m.shape.str() + " map " + std::to_string(map.id) + " " +
-                    axis_set_text(c, map.axes[0]) + "x" + axis_set_text(c, map.axes[1]) + "x" +
-                    axis_set_text(c, map.axes[2]);
       entries_.push_back(std::move(entry));
+      entries_.back().label = candidate_label(ref(static_cast<int>(entries_.size()) - 1, entries_.back().defaults));
     }
   }
   if (entries_.empty() && empty_reason_.empty())

@@ -61,6 +61,17 @@ Workload make_workload(const Compute& c) {
   return w;
 }
 
+std::string candidate_label(const CandidateRef& c) {
+  std::string axes;
+  for (int a = 0; a < 3; ++a) {
+    std::string set;
+    for (const auto& n : c.axes[a]) set += (set.empty() ? "" : ", ") + n;
+    axes += (a ? "x" : "") + ("{" + set + "}");
+  }
+  return c.hw_abs + " " + c.layout + " " + std::to_string(c.shape[0]) + "x" + std::to_string(c.shape[1]) + "x" +
+         std::to_string(c.shape[2]) + " map " + std::to_string(c.mapping_id) + " " + axes;
+}
+
 nlohmann::json to_json(const TuneRecord& r) {
   nlohmann::json workload = r.workload.description;
   workload["key"] = r.workload.key;

@@ -20,7 +20,7 @@ struct SpaceEntry {
   const Match* match = nullptr;
   const Mapping* mapping = nullptr;
   ImplicitGemm gemm;
-  std::string label;  ///< "wmma_fp16_fp32 nnn 16x16x16 map 7 {n, p, q}x{k}x{c, r, s}"
+  std::string label;  ///< candidate_label() of the arm
   ScheduleParams defaults;  ///< default_schedule() of the arm on the space's device.
   /// The choices of each parameter, in ScheduleParams field order.
   std::vector<std::vector<int>> choices;

@@ -62,6 +62,9 @@ struct CandidateRef {
   ScheduleParams params;
 };
 
+/// "wmma_fp16_fp32 nnn 16x16x16 map 7 {n, p, q}x{k}x{c, r, s}" (the schedule left out).
+std::string candidate_label(const CandidateRef& c);
+
 struct TuneResult {
   std::string status = "unmeasured";  ///< status_name(MeasureStatus), or "unmeasured".
   double median_us = 0;
