@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tmap/runtime/device.h"
+#include "test_util.h"
 
 namespace {
 
@@ -190,7 +190,7 @@ TEST(Cli, TuneReplayAndLogsWithoutMeasuring) {
   const std::string dir = std::filesystem::temp_directory_path() / ("tmap_cli_tune_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   const std::string log = dir + "/gemm.jsonl";
-  if (tmap::query_runtime().devices.empty()) {  // without a GPU: said plainly, with the way out
+  if (!tmap::testing::have_gpu()) {  // without a GPU: said plainly, with the way out
     CliRun no_gpu = tmap("tune --op gemm --set M=64 --set N=64 --set K=64");
     EXPECT_EQ(no_gpu.code, 2);
     EXPECT_NE(no_gpu.err.find("no GPU to measure on"), std::string::npos) << no_gpu.err;

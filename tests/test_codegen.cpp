@@ -23,10 +23,7 @@ namespace {
 
 using testing::user_error_of;
 
-const std::vector<HwAbstraction>& shipped() {
-  static const std::vector<HwAbstraction> all = load_hw_directory(std::string(TMAP_SOURCE_DIR) + "/hw_abstractions");
-  return all;
-}
+using testing::shipped;
 
 struct Job {
   std::string label;

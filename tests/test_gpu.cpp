@@ -19,10 +19,7 @@
 namespace tmap {
 namespace {
 
-const std::vector<HwAbstraction>& shipped() {
-  static const std::vector<HwAbstraction> all = load_hw_directory(std::string(TMAP_SOURCE_DIR) + "/hw_abstractions");
-  return all;
-}
+using testing::shipped;
 
 // The CPU reference itself, against loops written out by hand (runs without a GPU).
 TEST(Reference, MatchesHandWrittenConvolution) {
@@ -50,7 +47,7 @@ TEST(Reference, MatchesHandWrittenConvolution) {
       }
 }
 
-bool have_gpu() { return !query_runtime().devices.empty(); }
+using testing::have_gpu;
 
 int device_cc() { return query_runtime().devices.front().compute_capability; }
 

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 
+#include "test_util.h"
 #include "tmap/frontend/op_library.h"
 #include "tmap/runtime/device.h"
 #include "tmap/tune/tuner.h"
@@ -13,7 +14,7 @@
 namespace tmap {
 namespace {
 
-bool have_gpu() { return !query_runtime().devices.empty(); }
+using testing::have_gpu;
 
 struct Tuned {
   TuneSummary summary;
@@ -26,7 +27,7 @@ struct Tuned {
 Tuned tune_and_replay(const Compute& c, int trials, const std::string& name) {
   const RuntimeInfo rt = query_runtime();
   const DeviceInfo& dev = rt.devices.front();
-  const std::vector<HwAbstraction> hws = load_hw_directory(std::string(TMAP_SOURCE_DIR) + "/hw_abstractions");
+  const std::vector<HwAbstraction>& hws = testing::shipped();
   TuneOptions o;
   o.trials = trials;
   o.seed = 42;

@@ -13,10 +13,7 @@ namespace {
 
 using testing::build_json;
 
-const std::vector<HwAbstraction>& shipped() {
-  static const std::vector<HwAbstraction> all = load_hw_directory(std::string(TMAP_SOURCE_DIR) + "/hw_abstractions");
-  return all;
-}
+using testing::shipped;
 const HwAbstraction& hw(const std::string& name) { return find_hw(shipped(), name); }
 
 Compute op(const std::string& name, const std::vector<std::string>& sets = {}) {

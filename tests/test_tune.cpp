@@ -21,10 +21,7 @@
 namespace tmap {
 namespace {
 
-const std::vector<HwAbstraction>& shipped() {
-  static const std::vector<HwAbstraction> all = load_hw_directory(std::string(TMAP_SOURCE_DIR) + "/hw_abstractions");
-  return all;
-}
+using testing::shipped;
 
 std::string temp_path(const std::string& name) {
   return (std::filesystem::temp_directory_path() / ("tmap_test_" + std::to_string(::getpid()) + "_" + name)).string();

@@ -4,6 +4,8 @@
 #include <string>
 
 #include "tmap/frontend/compute_loader.h"
+#include "tmap/hw/hw_abstraction.h"
+#include "tmap/runtime/device.h"
 #include "tmap/support/diagnostic.h"
 
 namespace tmap::testing {
@@ -28,5 +30,14 @@ inline ComputeDef parse_def(const std::string& json) {
 inline Compute build_json(const std::string& json, const std::vector<std::string>& sets = {}) {
   return build_compute(parse_def(json), parse_param_overrides(sets));
 }
+
+/// The abstractions shipped in the source tree's hw_abstractions/, loaded once.
+inline const std::vector<HwAbstraction>& shipped() {
+  static const std::vector<HwAbstraction> all = load_hw_directory(std::string(TMAP_SOURCE_DIR) + "/hw_abstractions");
+  return all;
+}
+
+/// Whether a GPU is usable here (GPU tests skip without one).
+inline bool have_gpu() { return !query_runtime().devices.empty(); }
 
 }  // namespace tmap::testing
