@@ -142,8 +142,9 @@ TEST(Codegen, EveryMappingCompilesWithNvrtc) {
     EXPECT_EQ(p.vec_a, vec) << in_t << " K=" << k_extent;
     ASSERT_TRUE(validate(g, p, DeviceLimits::for_arch(80)).empty());
     jobs.push_back({in_t + " gemm vec_a " + std::to_string(p.vec_a), emit_wmma_kernel(g, p)});
-    // The same copies with cp.async, double and single buffered (2-byte vectors keep registers).
-    for (int stages : {2, 1}) {
+    // The same copies with cp.async: pipelines of 4 and 3 buffers, double and single buffered
+    // (2-byte vectors keep registers).
+    for (int stages : {4, 3, 2, 1}) {
       p.async_copy = 1;
       p.stages = stages;
       ASSERT_TRUE(validate(g, p, DeviceLimits::for_arch(80)).empty());
@@ -207,6 +208,8 @@ TEST(Schedule, EveryValidationReasonHasACase) {
       {"shared memory", with([](ScheduleParams& p) { p.block_m = 512; p.block_n = 512; p.block_k = 128; p.warp_m = 128; p.warp_n = 128; }),
        ScheduleError::kSharedMemoryExceeded},
       {"stages", with([](ScheduleParams& p) { p.stages = 3; }), ScheduleError::kBadStages},
+      {"stages with cp.async", with([](ScheduleParams& p) { p.stages = 5; p.async_copy = 1; p.vec_a = 8; }),
+       ScheduleError::kBadStages},
       {"panels", with([](ScheduleParams& p) { p.panels = 2; }), ScheduleError::kBadOption},
       {"unroll", with([](ScheduleParams& p) { p.unroll = -1; }), ScheduleError::kBadOption},
       {"raster", with([](ScheduleParams& p) { p.raster = 0; }), ScheduleError::kBadOption},

@@ -271,12 +271,36 @@ TEST(Gpu, GemmShapesLayoutsAndDtypes) {
     async1.p.stages = 1;
     async.label += " cp.async";
     async1.label += " cp.async stages 1";
-    run_cases(vc, {vector, async, async1}, seed++);
+    GpuCase async3 = async, async4 = async;
+    async3.p.stages = 3;
+    async4.p.stages = 4;
+    async3.label += " stages 3";
+    async4.label += " stages 4";
+    run_cases(vc, {vector, async, async1, async3, async4}, seed++);
+    // Pipelines longer than the loop and much shorter: K = 520 is 17 steps of 32 with a tail; with
+    // split_k 3 a block starts mid-way (first != 0) and runs 5 or 6 steps.
+    Compute lk = build_compute(builtin_op("gemm"), parse_param_overrides({"M=100", "N=36", "K=520"}));
+    GpuCase deep = full_mapping(lk, "wmma_fp16_fp32", "gemm 100x36x520 cp.async", 1e-2);
+    deep.p.async_copy = 1;
+    deep.p.block_k = 32;
+    std::vector<GpuCase> deep_cases;
+    for (int stages : {2, 3, 4})
+      for (int split : {1, 3}) {
+        GpuCase dc = deep;
+        dc.p.stages = stages;
+        dc.p.split_k = split;
+        dc.label += " stages " + std::to_string(stages) + " split_k " + std::to_string(split);
+        deep_cases.push_back(dc);
+      }
+    run_cases(lk, deep_cases, seed++);
     // A convolution whose padding makes cp.async zero-fill: NHWC layer 5, every operand vectorized.
     Compute conv = build_compute(builtin_op("conv2d_nhwc"));
     GpuCase cv = full_mapping(conv, "wmma_fp16_fp32", "conv2d_nhwc l5 cp.async", 1e-2);
     cv.p.async_copy = 1;
-    run_cases(conv, {cv}, seed++);
+    GpuCase cv4 = cv;
+    cv4.p.stages = 4;
+    cv4.label += " stages 4";
+    run_cases(conv, {cv, cv4}, seed++);
   }
   std::ifstream in(std::string(TMAP_SOURCE_DIR) + "/benchmarks/workloads/gemm.json");
   nlohmann::json table = nlohmann::json::parse(in);

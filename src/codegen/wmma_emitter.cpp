@@ -373,15 +373,21 @@ KernelSource emit_wmma_kernel(const ImplicitGemm& g, const ScheduleParams& p) {
      << "      " << unroll << "      for (int i = 0; i < FM; ++i)\n"
      << "        for (int j = 0; j < FN; ++j) wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);\n"
      << "    }\n  };\n\n";
-  if (p.async_copy && p.stages == 2) {
-    os << "  // Double buffering with cp.async: the copies of step + 1 fly while step is multiplied.\n"
-       << "  load_tiles(first, first & 1);\n  cp_async_commit();\n"
+  if (p.async_copy && p.stages >= 2) {
+    os << "  // A pipeline of STAGES buffers with cp.async: the copies of the next STAGES - 1 steps fly\n"
+       << "  // while a step is multiplied. One commit group per step (empty past the end), so waiting\n"
+       << "  // for all but the newest STAGES - 2 groups waits for exactly the step about to be used.\n"
+       << "  for (int t = 0; t < STAGES - 1; ++t) {\n"
+       << "    if (first + t < last) load_tiles(first + t, t);\n"
+       << "    cp_async_commit();\n  }\n"
        << "  for (int step = first; step < last; ++step) {\n"
-       << "    if (step + 1 < last) load_tiles(step + 1, (step + 1) & 1);\n"
+       << "    const int t = step - first;\n"
+       << "    cp_async_wait<STAGES - 2>();  // this thread's copies of `step` have landed\n"
+       << "    __syncthreads();  // every thread's too, and everyone is done with the buffer of step - 1\n"
+       << "    if (step + STAGES - 1 < last) load_tiles(step + STAGES - 1, (t + STAGES - 1) % STAGES);\n"
        << "    cp_async_commit();\n"
-       << "    cp_async_wait<1>();  // this thread's copies of `step` have landed\n"
-       << "    __syncthreads();     // and every thread's\n"
-       << "    compute(step & 1);\n    __syncthreads();\n  }\n  cp_async_wait<0>();\n\n";
+       << "    compute(t % STAGES);\n  }\n"
+       << "  cp_async_wait<0>();\n  __syncthreads();  // the epilogue reuses the buffers\n\n";
   } else if (p.async_copy) {
     os << "  for (int step = first; step < last; ++step) {\n"
        << "    load_tiles(step, 0);\n    cp_async_commit();\n    cp_async_wait<0>();\n    __syncthreads();\n"

@@ -132,7 +132,7 @@ std::string_view message(ScheduleError e) {
     case ScheduleError::kBlockNotMultipleOfWarp: return "the block tile is not a multiple of the warp tile";
     case ScheduleError::kTooManyThreads: return "the block has more threads than the device allows";
     case ScheduleError::kSharedMemoryExceeded: return "the shared memory exceeds the device's limit";
-    case ScheduleError::kBadStages: return "stages must be 1 or 2";
+    case ScheduleError::kBadStages: return "stages must be 1 or 2, or 3 or 4 with async_copy = 1";
     case ScheduleError::kBadOption: return "panels and unroll must be 0 or 1, raster between 1 and 32";
     case ScheduleError::kBadAsyncCopy:
       return "async_copy (0 or 1) needs sm_80 or newer and an operand loaded in 4-, 8- or 16-byte vectors";
@@ -165,7 +165,10 @@ std::vector<ScheduleIssue> validate(const ImplicitGemm& g, const ScheduleParams&
       p.block_n % p.warp_n)
     fail(ScheduleError::kBlockNotMultipleOfWarp, "block " + std::to_string(p.block_m) + "x" + std::to_string(p.block_n) +
                                                      ", warp " + std::to_string(p.warp_m) + "x" + std::to_string(p.warp_n));
-  if (p.stages != 1 && p.stages != 2) fail(ScheduleError::kBadStages, "stages = " + std::to_string(p.stages));
+  // Gathers staged through registers overlap one tile at most; cp.async keeps up to 3 in flight.
+  if (p.stages < 1 || p.stages > (p.async_copy == 1 ? 4 : 2))
+    fail(ScheduleError::kBadStages,
+         "stages = " + std::to_string(p.stages) + " with async_copy = " + std::to_string(p.async_copy));
   if (p.panels != 0 && p.panels != 1) fail(ScheduleError::kBadOption, "panels = " + std::to_string(p.panels));
   if (p.unroll != 0 && p.unroll != 1) fail(ScheduleError::kBadOption, "unroll = " + std::to_string(p.unroll));
   if (p.raster < 1 || p.raster > 32) fail(ScheduleError::kBadOption, "raster = " + std::to_string(p.raster));

@@ -179,6 +179,7 @@ Features candidate_features(const ImplicitGemm& g, const ScheduleParams& p, cons
   f[i++] = static_cast<float>(g.shape[Axis::kK]);
   f[i++] = static_cast<float>(dtype_rate(g.hw->a_dtype));
   f[i++] = lg(analytic_time_us(g, p, d));                // the analytic model's estimate
+  f[i++] = static_cast<float>(p.async_copy);             // cp.async copies (with stages: tiles in flight)
   return f;
 }
 

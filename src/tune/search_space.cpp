@@ -38,7 +38,7 @@ std::vector<std::vector<int>> choices_of(const ImplicitGemm& g, const SchedulePa
       multiples(ik, {1, 2, 4, 8}, 128),                // block_k
       multiples(im, {1, 2, 4}, 128),                   // warp_m
       multiples(in, {1, 2, 4}, 128),                   // warp_n
-      {1, 2},                                          // stages
+      {1, 2, 2, 3, 4},                                 // stages (3 and 4 need async_copy)
       {0, pad, 2 * pad},                               // smem_pad
       {1, 1, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32},        // split_k (no split is the common answer)
       {0, 1},                                          // panels
@@ -46,7 +46,7 @@ std::vector<std::vector<int>> choices_of(const ImplicitGemm& g, const SchedulePa
       powers_up_to(max_vector_width(g, 1)),            // vec_b
       {0, 1},                                          // unroll
       {1, 2, 4, 8},                                    // raster
-      {0},  // async_copy: joins the search once its kernels have been verified on a GPU
+      {0, 1},                                          // async_copy (needs vector loads)
   };
 }
 

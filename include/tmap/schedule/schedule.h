@@ -16,7 +16,7 @@ namespace tmap {
 struct ScheduleParams {
   int block_m = 64, block_n = 64, block_k = 32;  ///< Thread-block tile of the virtual GEMM.
   int warp_m = 32, warp_n = 32;                  ///< Warp tile (a multiple of the intrinsic's m, n).
-  int stages = 2;                                ///< Shared-memory buffers: 1 or 2 (double buffering).
+  int stages = 2;  ///< Shared-memory buffers: 1, 2 (double buffering), or 3-4 with async_copy (a pipeline).
   int smem_pad = 8;                              ///< Elements added to each shared-memory row.
   int split_k = 1;  ///< Splits of the reduction, summed by a second kernel when > 1.
   /// Shared operand tiles as panels one fragment wide (1) instead of padded rows (0): every
