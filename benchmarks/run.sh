@@ -1,8 +1,10 @@
 #!/bin/bash
 # Benchmarks tmap against cuDNN / cuBLAS for one table and batch, on the GPU machine:
-#   benchmarks/run.sh conv [--batch 1|16|256] [--layout nhwc|nchw] [--trials N] [--log LOG] [--out DIR]
-#   benchmarks/run.sh gemm [--trials N] [--log LOG] [--out DIR]
-# Each workload the log does not hold yet is tuned first (tmap tune, --trials each); then
+#   benchmarks/run.sh conv [--batch 1|16|256] [--layout nhwc|nchw] [--trials N] [--time-budget S] [--log LOG] [--out DIR]
+#   benchmarks/run.sh gemm [--trials N] [--time-budget S] [--log LOG] [--out DIR]
+# The logs default to the shipped ones (logs/h100_resnet18_b<batch>.jsonl, logs/h100_gemm.jsonl).
+# Each workload the log does not hold yet is tuned first (tmap tune, --trials each, stopping
+# early after --time-budget seconds when given); the seconds each took go into DIR/<name>.md. Then
 # tmap_bench replays the log's best kernels and times the baselines in the same process, and
 # writes DIR/<name>.csv, DIR/<name>.md and, with gnuplot, DIR/<name>.png (speedup per workload).
 set -euo pipefail
@@ -10,12 +12,13 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 bin=${TMAP_BIN:-$root/build/bin}
 table=${1:?"usage: benchmarks/run.sh conv|gemm [--batch B] [--layout L] [--trials N] [--log LOG] [--out DIR]"}
 shift
-batch=1 layout=nhwc trials=200 log="" out="$root/benchmarks/results"
+batch=1 layout=nhwc trials=200 budget=0 log="" out="$root/benchmarks/results"
 while [ $# -gt 0 ]; do
   case "$1" in
     --batch) batch=$2; shift 2 ;;
     --layout) layout=$2; shift 2 ;;
     --trials) trials=$2; shift 2 ;;
+    --time-budget) budget=$2; shift 2 ;;
     --log) log=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     *) echo "error: unknown option $1" >&2; exit 2 ;;
@@ -23,27 +26,35 @@ while [ $# -gt 0 ]; do
 done
 case "$table" in
   conv) json="$root/benchmarks/workloads/resnet18_conv2d.json"; name="resnet18_b${batch}_${layout}"
-        log=${log:-$root/logs/h100_resnet18_${layout}.jsonl} ;;
+        log=${log:-$root/logs/h100_resnet18_b${batch}.jsonl} ;;
   gemm) json="$root/benchmarks/workloads/gemm.json"; name="gemm"; log=${log:-$root/logs/h100_gemm.jsonl} ;;
   *) echo "error: table must be conv or gemm" >&2; exit 2 ;;
 esac
 mkdir -p "$out" "$(dirname "$log")"
 touch "$log"
 start=$(date +%s)
+times=$(mktemp)
+trap 'rm -f "$times"' EXIT
 "$bin/tmap_bench" --table "$json" --batch "$batch" --layout "$layout" --log "$log" --print-workloads |
 while read -r wname key op sets; do
   if grep -q "\"key\":\"$key\"" "$log" && grep "\"key\":\"$key\"" "$log" | grep -q '"status":"ok"'; then
     echo "$wname: in the log, replaying" >&2
   else
     echo "$wname: tuning ($trials trials)" >&2
+    t0=$(date +%s)
     # shellcheck disable=SC2086
-    "$bin/tmap" tune --op "$op" $sets --trials "$trials" --log "$log" --seed 1 >/dev/null
+    "$bin/tmap" tune --op "$op" $sets --trials "$trials" --time-budget "$budget" --log "$log" --seed 1 >/dev/null
+    echo "$wname $(( $(date +%s) - t0 ))" >> "$times"
   fi
 done
 tuned=$(( $(date +%s) - start ))
 echo "tuning took $tuned s" >&2
 "$bin/tmap_bench" --table "$json" --batch "$batch" --layout "$layout" --log "$log" \
   --csv "$out/$name.csv" --md "$out/$name.md"
-echo "Tuning before this run took $tuned s (workloads already in $(basename "$log") are replayed, not tuned;" \
-  "new ones get $trials trials)." >> "$out/$name.md"
+{
+  echo
+  echo "Tuning before this run took $tuned s (workloads already in $(basename "$log") are replayed, not tuned;" \
+    "new ones get $trials trials$([ "$budget" != 0 ] && echo ", at most $budget s each"))."
+  [ -s "$times" ] && echo "Seconds per tuned workload: $(awk '{printf "%s%s %s s", (NR > 1 ? ", " : ""), $1, $2}' "$times")."
+} >> "$out/$name.md"
 "$root/benchmarks/plot.sh" "$out/$name.csv"

@@ -5,16 +5,22 @@
 set -euo pipefail
 build=$1 src=$2
 bench=$build/bin/tmap_bench tmap=$build/bin/tmap
-conv=$("$bench" --table "$src/benchmarks/workloads/resnet18_conv2d.json" --batch 1 --layout nhwc --log /dev/null --print-workloads)
 gemm=$("$bench" --table "$src/benchmarks/workloads/gemm.json" --log /dev/null --print-workloads)
-[ "$(wc -l <<<"$conv")" -eq 12 ] || { echo "expected 12 conv workloads"; exit 1; }
 [ "$(wc -l <<<"$gemm")" -eq 11 ] || { echo "expected 11 GEMM workloads"; exit 1; }
-while read -r name key op sets; do
-  grep -q "\"key\":\"$key\"" "$src/logs/h100_resnet18.jsonl" || { echo "$name ($key) is not in logs/h100_resnet18.jsonl"; exit 1; }
-done <<<"$conv"
 while read -r name key op sets; do
   grep -q "\"key\":\"$key\"" "$src/logs/h100_gemm.jsonl" || { echo "$name ($key) is not in logs/h100_gemm.jsonl"; exit 1; }
 done <<<"$gemm"
+# Every layer of the ResNet-18 table at every batch, in both layouts.
+for batch in 1 16 256; do
+  for layout in nhwc nchw; do
+    conv=$("$bench" --table "$src/benchmarks/workloads/resnet18_conv2d.json" --batch $batch --layout $layout --log /dev/null --print-workloads)
+    [ "$(wc -l <<<"$conv")" -eq 12 ] || { echo "expected 12 conv workloads"; exit 1; }
+    log=logs/h100_resnet18_b$batch.jsonl
+    while read -r name key op sets; do
+      grep -q "\"key\":\"$key\"" "$src/$log" || { echo "$name b$batch $layout ($key) is not in $log"; exit 1; }
+    done <<<"$conv"
+  done
+done
 # The key tmap_bench prints is the one tmap tune records (run.sh relies on it).
 read -r name key op sets <<<"$(head -1 <<<"$conv")"
 # shellcheck disable=SC2086
