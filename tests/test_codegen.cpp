@@ -14,7 +14,7 @@
 
 #include "test_util.h"
 #include "tmap/codegen/reference_emitter.h"
-#include "tmap/codegen/wmma_emitter.h"
+#include "tmap/codegen/emitter.h"
 #include "tmap/frontend/op_library.h"
 #include "tmap/runtime/nvrtc_compiler.h"
 
@@ -81,7 +81,7 @@ void add_jobs(const std::string& op_name, const std::vector<std::string>& sets, 
         continue;
       }
       jobs.push_back({op_name + " " + m.layout + " " + m.shape.str() + " mapping " + std::to_string(map.id),
-                      emit_wmma_kernel(g, p)});
+                      emit_kernel(g, p)});
     }
   };
   for (const auto& map : r.matches[0].mappings) add(r.matches[0], map);
@@ -122,7 +122,7 @@ TEST(Codegen, EveryMappingCompilesWithNvrtc) {
       // int8 and int4 fragments are 16 bytes wide along k: only the panel layout aligns them.
       EXPECT_EQ(p.panels, hw == "wmma_int8_int32" || hw == "wmma_int4_int32" ? 1 : 0) << hw;
       if (hw == "wmma_int4_int32") EXPECT_EQ(p.smem_pad, 32) << "4-bit rows stay 16-byte aligned";
-      jobs.push_back({hw + " " + op, emit_wmma_kernel(g, p)});
+      jobs.push_back({hw + " " + op, emit_kernel(g, p)});
     }
   }
   // Vector loads of every width: 16, 8, 4 and 2 bytes of halves and of int8.
@@ -141,16 +141,16 @@ TEST(Codegen, EveryMappingCompilesWithNvrtc) {
     ScheduleParams p = default_schedule(g, DeviceLimits::for_arch(80));
     EXPECT_EQ(p.vec_a, vec) << in_t << " K=" << k_extent;
     ASSERT_TRUE(validate(g, p, DeviceLimits::for_arch(80)).empty());
-    jobs.push_back({in_t + " gemm vec_a " + std::to_string(p.vec_a), emit_wmma_kernel(g, p)});
+    jobs.push_back({in_t + " gemm vec_a " + std::to_string(p.vec_a), emit_kernel(g, p)});
     // The same copies with cp.async: pipelines of 4 and 3 buffers, double and single buffered
     // (2-byte vectors keep registers).
     for (int stages : {4, 3, 2, 1}) {
       p.async_copy = 1;
       p.stages = stages;
       ASSERT_TRUE(validate(g, p, DeviceLimits::for_arch(80)).empty());
-      EXPECT_NE(emit_wmma_kernel(g, p).code.find("cp_async<"), std::string::npos);
+      EXPECT_NE(emit_kernel(g, p).code.find("cp_async<"), std::string::npos);
       jobs.push_back({in_t + " gemm vec_a " + std::to_string(p.vec_a) + " cp.async stages " + std::to_string(stages),
-                      emit_wmma_kernel(g, p)});
+                      emit_kernel(g, p)});
     }
   }
   // Split-K: partial sums and the reduce kernel, for a float, a half and a double accumulator.
@@ -164,7 +164,7 @@ TEST(Codegen, EveryMappingCompilesWithNvrtc) {
       ScheduleParams p = default_schedule(g, DeviceLimits::for_arch(80));
       p.split_k = split;
       ASSERT_TRUE(validate(g, p, DeviceLimits::for_arch(80)).empty());
-      KernelSource k = emit_wmma_kernel(g, p);
+      KernelSource k = emit_kernel(g, p);
       EXPECT_FALSE(k.reduce_name.empty());
       EXPECT_EQ(k.workspace_bytes, split * g.batch * g.M * g.N * 4);
       jobs.push_back({op + " split_k " + std::to_string(split), k});
@@ -243,6 +243,156 @@ TEST(Schedule, EveryValidationReasonHasACase) {
   EXPECT_EQ(issues[0].error, ScheduleError::kMisalignedFragments);
   EXPECT_NE(issues[0].detail.find("B fragments step 16 bytes"), std::string::npos) << issues[0].detail;
   EXPECT_TRUE(validate(narrow, with([](ScheduleParams& p) { p.warp_n = 16; p.block_n = 32; p.panels = 1; }), limits).empty());
+}
+
+// The mma.sync family: every abstraction x layout on GEMMs with tails and on convolutions of
+// every rank and layout, with schedules that reach each branch of the emitter (swizzled and
+// padded tiles, ldmatrix and .trans, cp.async rings of 1-5 stages or register staging, scalar
+// gathers, split-K, epilogue vectors along n or m, warp tiles 16x16 to 64x64, rasterization).
+TEST(Codegen, MmaSyncCompilesEveryLayoutDtypeAndSchedule) {
+  std::vector<Job> jobs;
+  std::vector<std::unique_ptr<Compute>> keep;
+  const DeviceLimits limits = DeviceLimits::for_arch(80);
+  int skipped = 0;
+  auto add = [&](const Compute& c, const std::string& hw_name, const std::string& label, bool variants) {
+    const HwAbstraction& hw = find_hw(shipped(), hw_name);
+    MatchReport r = match_compute(c, {hw}, Enumeration::kAll);
+    ASSERT_FALSE(r.matches.empty()) << label;
+    for (const Match& m : r.matches) {
+      ImplicitGemm g = make_implicit_gemm(c, hw, m, m.mappings.back());
+      ScheduleParams d = default_schedule(g, limits);
+      auto issues = validate(g, d, limits);
+      ASSERT_TRUE(issues.empty()) << label << " " << m.layout << ": " << issues[0].detail;
+      EXPECT_EQ(d.swizzle, 1) << label << " " << m.layout << ": the default swizzles";
+      std::vector<std::pair<std::string, ScheduleParams>> schedules = {{"default", d}};
+      if (variants) {
+        auto edit = [&](const std::string& name, auto f) {
+          ScheduleParams p = d;
+          f(p);
+          if (validate(g, p, limits).empty()) schedules.emplace_back(name, p);
+          else ++skipped;  // e.g. cp.async stages where no operand has vectors
+        };
+        edit("padded", [&](ScheduleParams& p) { p.swizzle = 0; p.smem_pad = 16 / (dtype_bits(hw.a_dtype) / 8); });
+        edit("stages 5", [](ScheduleParams& p) { p.stages = 5; });
+        edit("stages 1", [](ScheduleParams& p) { p.stages = 1; });
+        edit("registers", [](ScheduleParams& p) { p.async_copy = 0; p.stages = 2; });
+        edit("scalar", [](ScheduleParams& p) { p.async_copy = 0; p.stages = 1; p.vec_a = p.vec_b = 1; p.unroll = 0; });
+        edit("split 2", [](ScheduleParams& p) { p.split_k = 2; });
+        edit("warp 16x16 raster 4", [](ScheduleParams& p) { p.warp_m = p.warp_n = 16; p.block_m = 32; p.block_n = 32; p.raster = 4; });
+      }
+      for (const auto& [name, p] : schedules) {
+        KernelSource k = emit_kernel(g, p);
+        EXPECT_NE(k.code.find(hw.compute_intrinsic), std::string::npos);
+        EXPECT_NE(k.code.find(m.layout[0] == 't' || m.layout[1] == 'n' ? "ldmatrix.sync.aligned.m8n8.x4.trans"
+                                                                       : "ldmatrix.sync.aligned.m8n8.x4.shared"),
+                  std::string::npos);
+        jobs.push_back({label + " " + m.layout + " " + name, k});
+      }
+    }
+  };
+  auto typed = [&](const std::string& op, const std::string& in_t, const std::string& out_t,
+                   const std::vector<std::string>& sets) -> const Compute& {
+    SourceText src("<" + op + ">", builtin_op_source(op));
+    ComputeDef def = parse_compute_json(src, op);
+    for (auto& t : def.tensors) t.dtype = *parse_dtype(t.name == "C" || t.name == "Out" ? out_t : in_t);
+    keep.push_back(std::make_unique<Compute>(build_compute(def, parse_param_overrides(sets))));
+    return *keep.back();
+  };
+  add(typed("gemm", "float16", "float32", {"M=200", "N=136", "K=520"}), "mma_sync_fp16_fp32", "gemm", true);
+  add(typed("gemm", "float16", "float32", {"M=17", "N=33", "K=65"}), "mma_sync_fp16_fp32", "gemm 17x33x65", false);
+  add(typed("conv2d", "float16", "float32", {"N=2", "stride=2"}), "mma_sync_fp16_fp32", "conv2d", true);
+  add(typed("conv2d_nhwc", "float16", "float32", {"N=2", "C=24", "H=9", "W=11", "K=40", "R=1", "S=1", "pad=0"}),
+      "mma_sync_fp16_fp32", "conv2d_nhwc 1x1", false);
+  add(typed("conv1d", "float16", "float32", {"N=3", "W=77"}), "mma_sync_fp16_fp32", "conv1d", false);
+  add(typed("conv3d", "float16", "float32", {"N=2", "D=7", "H=9", "W=9"}), "mma_sync_fp16_fp32", "conv3d", false);
+  for (const auto& [hw, in_t, out_t] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"mma_sync_bf16_fp32", "bfloat16", "float32"},
+           {"mma_sync_tf32_fp32", "float32", "float32"},
+           {"mma_sync_int8_int32", "int8", "int32"}}) {
+    add(typed("gemm_nt", in_t, out_t, {"M=300", "N=200", "K=96"}), hw, hw + " gemm_nt", true);
+    add(typed("conv2d_nhwc", in_t, out_t, {"N=2"}), hw, hw + " conv2d_nhwc", false);
+    add(typed("conv2d", in_t, out_t, {"N=2"}), hw, hw + " conv2d", false);
+  }
+  // The epilogue writes 16-byte vectors along n for row-major outputs and along m for NCHW ones.
+  for (const auto& job : jobs) {
+    if (job.label.rfind("gemm ", 0) == 0 && job.label.find("split") == std::string::npos &&
+        job.label.find("17x33") == std::string::npos)  // N = 33 allows no vector
+      EXPECT_NE(job.kernel.code.find("store_d_vec(out"), std::string::npos) << job.label;
+  }
+  std::vector<std::string> failures = compile_all(jobs);
+  EXPECT_TRUE(failures.empty()) << failures.size() << " of " << jobs.size() * 2 << " failed; first:\n"
+                                << (failures.empty() ? "" : failures.front());
+  EXPECT_GT(jobs.size(), 60u);
+  std::cout << "compiled " << jobs.size() << " mma_sync kernels for sm_80 and sm_90; " << skipped
+            << " variants did not apply\n";
+}
+
+TEST(Schedule, MmaSyncValidationReasons) {
+  Compute c = build_compute(builtin_op("gemm"));
+  const HwAbstraction& hw = find_hw(shipped(), "mma_sync_fp16_fp32");
+  MatchReport r = match_compute(c, {hw}, Enumeration::kAll);
+  ASSERT_EQ(r.matches.size(), 4u);
+  const Match& nnn = r.matches[0];
+  const Match& tnn = r.matches[2];  // A stored [BK][BM]: rows of block_m halves
+  ASSERT_EQ(tnn.layout, "tnn");
+  ImplicitGemm g = make_implicit_gemm(c, hw, nnn, nnn.mappings[0]);
+  ImplicitGemm gt = make_implicit_gemm(c, hw, tnn, tnn.mappings[0]);
+  const DeviceLimits limits = DeviceLimits::for_arch(90);
+  const ScheduleParams d = default_schedule(g, limits);
+  ASSERT_TRUE(validate(g, d, limits).empty());
+  auto with = [&](auto edit) {
+    ScheduleParams p = d;
+    edit(p);
+    return p;
+  };
+  const IssueCase cases[] = {
+      {"warp_n of one fragment", with([](ScheduleParams& p) { p.warp_n = 8; p.block_n = 16; }),
+       ScheduleError::kTileNotMultipleOfIntrinsic},
+      {"warp_m not of m16", with([](ScheduleParams& p) { p.warp_m = 24; }), ScheduleError::kTileNotMultipleOfIntrinsic},
+      {"stages 6 with cp.async", with([](ScheduleParams& p) { p.stages = 6; }), ScheduleError::kBadStages},
+      {"stages 3 without cp.async", with([](ScheduleParams& p) { p.stages = 3; p.async_copy = 0; }),
+       ScheduleError::kBadStages},
+      {"stages 0", with([](ScheduleParams& p) { p.stages = 0; }), ScheduleError::kBadStages},
+      {"panels", with([](ScheduleParams& p) { p.panels = 1; }), ScheduleError::kBadOption},
+      {"swizzle 2", with([](ScheduleParams& p) { p.swizzle = 2; }), ScheduleError::kBadOption},
+      {"swizzle with padding", with([](ScheduleParams& p) { p.smem_pad = 8; }), ScheduleError::kMisalignedRows},
+      {"padded rows off 16 bytes", with([](ScheduleParams& p) { p.swizzle = 0; p.smem_pad = 3; }),
+       ScheduleError::kMisalignedRows},
+      {"negative padding", with([](ScheduleParams& p) { p.swizzle = 0; p.smem_pad = -8; }), ScheduleError::kMisalignedRows},
+      {"vector past the tile", with([](ScheduleParams& p) { p.vec_a = 16; }), ScheduleError::kBadVector},
+      {"split_k over steps", with([](ScheduleParams& p) { p.split_k = 33; }), ScheduleError::kBadSplitK},
+      {"shared memory", with([](ScheduleParams& p) { p.block_m = p.block_n = 256; p.block_k = 128; p.stages = 5; }),
+       ScheduleError::kSharedMemoryExceeded},
+  };
+  for (const auto& ic : cases) {
+    SCOPED_TRACE(ic.name);
+    auto issues = validate(g, ic.params, limits);
+    ASSERT_FALSE(issues.empty());
+    EXPECT_EQ(issues[0].error, ic.error) << message(issues[0].error) << ": " << issues[0].detail;
+  }
+  // Swizzled rows must be a power of two of at least 32 bytes: block_m 48 stores A's rows as 96 bytes.
+  ScheduleParams odd_rows = default_schedule(gt, limits);
+  odd_rows.block_m = 48;
+  odd_rows.warp_m = 16;
+  auto rows = validate(gt, odd_rows, limits);
+  ASSERT_FALSE(rows.empty());
+  EXPECT_EQ(rows[0].error, ScheduleError::kMisalignedRows);
+  EXPECT_NE(rows[0].detail.find("A rows of 96 bytes"), std::string::npos) << rows[0].detail;
+  odd_rows.swizzle = 0;
+  odd_rows.smem_pad = 8;
+  EXPECT_TRUE(validate(gt, odd_rows, limits).empty()) << "padded rows of 112 bytes are fine";
+  // sm_75 has no ldmatrix-era mma.sync m16n8k16 path with cp.async: the family says so.
+  auto turing = validate(g, with([](ScheduleParams& p) { p.async_copy = 0; p.stages = 2; }), DeviceLimits::for_arch(75));
+  ASSERT_FALSE(turing.empty());
+  EXPECT_NE(turing[0].detail.find("need sm_80"), std::string::npos) << turing[0].detail;
+  // WMMA refuses the swizzle with a reason.
+  const HwAbstraction& wmma = find_hw(shipped(), "wmma_fp16_fp32");
+  MatchReport wr = match_compute(c, {wmma}, Enumeration::kAll);
+  ScheduleParams sw;
+  sw.swizzle = 1;
+  auto wmma_issues = validate(make_implicit_gemm(c, wmma, wr.matches[0], wr.matches[0].mappings[0]), sw, limits);
+  ASSERT_FALSE(wmma_issues.empty());
+  EXPECT_NE(wmma_issues[0].detail.find("padded (smem_pad) but not swizzled"), std::string::npos);
 }
 
 TEST(Schedule, VectorWidthFollowsContiguity) {

@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <functional>
 
 #include <nlohmann/json.hpp>
 #include <memory>
@@ -102,7 +103,7 @@ void run_cases(const Compute& c, const std::vector<GpuCase>& cases, std::uint64_
   for (const auto& gc : cases) {
     SCOPED_TRACE(gc.label);
     ASSERT_TRUE(validate(gc.g, gc.p, DeviceLimits::for_arch(device_cc())).empty());
-    KernelSource k = emit_wmma_kernel(gc.g, gc.p);
+    KernelSource k = emit_kernel(gc.g, gc.p);
     CompileResult compiled = compiler.compile(k.code, k.name);
     ASSERT_TRUE(compiled.ok) << compiled.log;
     KernelRun run = run_candidate(ws, reference, c.inputs[gc.g.a_input].tensor, c.inputs[gc.g.b_input].tensor, k,
@@ -207,6 +208,111 @@ TEST(Gpu, SplitKIsCorrect) {
   }
 }
 
+/// A compute of a built-in op with the inputs' and output's dtypes replaced.
+Compute typed_op(const std::string& op, const std::string& in_t, const std::string& out_t,
+                 const std::vector<std::string>& sets) {
+  SourceText src("<" + op + ">", builtin_op_source(op));
+  ComputeDef def = parse_compute_json(src, op);
+  for (auto& t : def.tensors) t.dtype = *parse_dtype(t.name == "C" || t.name == "Out" ? out_t : in_t);
+  return build_compute(def, parse_param_overrides(sets));
+}
+
+/// Variants of one case's schedule: each entry changes some parameters; invalid ones are skipped
+/// (and counted, so a typo cannot silently skip them all).
+std::vector<GpuCase> variants(const GpuCase& base,
+                              const std::vector<std::pair<std::string, std::function<void(ScheduleParams&)>>>& edits) {
+  std::vector<GpuCase> out = {base};
+  for (const auto& [label, edit] : edits) {
+    GpuCase gc = base;
+    edit(gc.p);
+    gc.label += " " + label;
+    // Some edits do not apply everywhere (cp.async stages where an operand has no vectors).
+    if (validate(gc.g, gc.p, DeviceLimits::for_arch(device_cc())).empty()) out.push_back(gc);
+    else std::printf("%-60s skipped: %s\n", gc.label.c_str(), std::string(message(validate(gc.g, gc.p, DeviceLimits::for_arch(device_cc())).front().error)).c_str());
+  }
+  EXPECT_GE(out.size(), edits.size() / 2 + 1) << base.label << ": most variants should apply";
+  return out;
+}
+
+// The mma.sync family: ldmatrix (and .trans) fragments, swizzled or padded tiles, cp.async rings of
+// 1-5 stages, register-blocked warp tiles from 16x16 to 64x64, split-K, vector epilogues along n
+// or m; on GEMMs with tails in every dimension, NCHW and NHWC convolutions with padding and
+// stride, conv1d and conv3d, and every dtype of the family.
+TEST(Gpu, MmaSyncFamily) {
+  if (!have_gpu()) GTEST_SKIP() << "no GPU: " << query_runtime().status;
+  std::uint64_t seed = 500;
+  using Edit = std::pair<std::string, std::function<void(ScheduleParams&)>>;
+  const std::vector<Edit> edits = {
+      {"padded", [](ScheduleParams& p) { p.swizzle = 0; p.smem_pad = 8; }},
+      {"stages 5", [](ScheduleParams& p) { p.stages = 5; }},
+      {"stages 3 bk 64", [](ScheduleParams& p) { p.stages = 3; p.block_k = 64; }},
+      {"registers stages 2", [](ScheduleParams& p) { p.async_copy = 0; p.stages = 2; }},
+      {"registers stages 1 scalar", [](ScheduleParams& p) { p.async_copy = 0; p.stages = 1; p.vec_a = p.vec_b = 1; }},
+      {"warp 16x16 raster 3", [](ScheduleParams& p) { p.warp_m = p.warp_n = 16; p.block_m = 32; p.block_n = 48; p.raster = 3; }},
+      {"warp 32x64 split 3", [](ScheduleParams& p) { p.warp_m = 32; p.warp_n = 64; p.block_m = 64; p.block_n = 64; p.split_k = 3; }},
+  };
+  {
+    // Tails in M, N and K; each of the four shared layouts (ldmatrix / .trans on A and B).
+    Compute c = build_compute(builtin_op("gemm"), parse_param_overrides({"M=200", "N=136", "K=520"}));
+    for (std::size_t i = 0; i < 4; ++i) {
+      GpuCase base = full_mapping(c, "mma_sync_fp16_fp32", "gemm 200x136x520", 1e-2, i);
+      run_cases(c, variants(base, edits), seed++);
+    }
+    Compute odd = build_compute(builtin_op("gemm"), parse_param_overrides({"M=17", "N=33", "K=65"}));
+    std::vector<GpuCase> cases;
+    for (std::size_t i = 0; i < 4; ++i) cases.push_back(full_mapping(odd, "mma_sync_fp16_fp32", "gemm 17x33x65", 1e-2, i));
+    run_cases(odd, cases, seed++);
+  }
+  for (const auto& [op, sets] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+           {"conv2d", {"N=2", "C=64", "H=15", "W=15", "K=96", "stride=2", "pad=1"}},
+           {"conv2d_nhwc", {"N=2", "C=64", "H=15", "W=15", "K=96", "stride=2", "pad=1"}},
+           {"conv2d_nhwc", {"N=3", "C=24", "H=9", "W=11", "K=40", "R=1", "S=1", "pad=0"}},
+           {"conv1d", {"N=3", "C=40", "W=77", "K=48", "S=3", "pad=1"}},
+           {"conv3d", {"N=2", "C=16", "D=7", "H=9", "W=9", "K=32", "pad=1"}}}) {
+    Compute c = build_compute(builtin_op(op), parse_param_overrides(sets));
+    MatchReport r = match_compute(c, {find_hw(shipped(), "mma_sync_fp16_fp32")}, Enumeration::kAll);
+    std::vector<GpuCase> cases;
+    for (std::size_t i = 0; i < r.matches.size(); ++i) {
+      GpuCase gc = full_mapping(c, "mma_sync_fp16_fp32", op + " " + sets[0] + " " + sets[1], 1e-2, i);
+      cases.push_back(gc);
+      gc.p.swizzle = 0;
+      gc.p.smem_pad = 8;
+      gc.label += " padded";
+      if (validate(gc.g, gc.p, DeviceLimits::for_arch(device_cc())).empty()) cases.push_back(gc);
+    }
+    run_cases(c, cases, seed++);
+  }
+  for (const auto& [hw, in_t, out_t, tol] : std::vector<std::tuple<std::string, std::string, std::string, double>>{
+           {"mma_sync_bf16_fp32", "bfloat16", "float32", 1e-2},
+           {"mma_sync_tf32_fp32", "float32", "float32", 1e-3},
+           {"mma_sync_int8_int32", "int8", "int32", 0.0}}) {
+    for (const std::string op : {"gemm_nt", "conv2d_nhwc"}) {
+      Compute c = typed_op(op, in_t, out_t, op == "gemm_nt" ? std::vector<std::string>{"M=300", "N=200", "K=96"}
+                                                            : std::vector<std::string>{"N=2"});
+      GpuCase base = full_mapping(c, hw, hw + " " + op, tol);
+      const int pad = in_t == "float32" ? 4 : in_t == "int8" ? 16 : 8;  // 16 bytes
+      run_cases(c, variants(base, {{"padded", [pad](ScheduleParams& p) { p.swizzle = 0; p.smem_pad = pad; }},
+                                   {"split 2", [](ScheduleParams& p) { p.split_k = 2; }}}),
+                seed++);
+    }
+    Compute bf = typed_op("gemm", in_t, out_t, {"M=64", "N=48", "K=128"});
+    MatchReport r = match_compute(bf, {find_hw(shipped(), hw)}, Enumeration::kAll);
+    std::vector<GpuCase> cases;
+    for (std::size_t i = 0; i < r.matches.size(); ++i) cases.push_back(full_mapping(bf, hw, hw + " gemm", tol, i));
+    run_cases(bf, cases, seed++);
+  }
+  // Large GEMMs with the default schedule, for a first look at speed (no goal is asserted here).
+  for (const char* n : {"N=4096", "N=2048"}) {
+    std::string size = std::string(n).substr(2);
+    Compute c = build_compute(builtin_op("gemm"), parse_param_overrides({"M=" + size, n, "K=" + size}));
+    GpuCase base = full_mapping(c, "mma_sync_fp16_fp32", "gemm " + size + "^3", 1e-2, 0);
+    run_cases(c, variants(base, {{"128x256 warp 64x64 stages 3", [](ScheduleParams& p) { p.block_n = 256; p.stages = 3; }},
+                                 {"256x128 stages 3 raster 8", [](ScheduleParams& p) { p.block_m = 256; p.stages = 3; p.raster = 8; }},
+                                 {"bk 64 stages 3", [](ScheduleParams& p) { p.block_k = 64; p.stages = 3; }}}),
+              seed++);
+  }
+}
+
 TEST(Gpu, TimingModes) {
   if (!have_gpu()) GTEST_SKIP() << "no GPU: " << query_runtime().status;
   Compute c = build_compute(builtin_op("gemm"), parse_param_overrides({"M=512", "N=512", "K=512"}));
@@ -215,7 +321,7 @@ TEST(Gpu, TimingModes) {
   NvrtcCompiler compiler(device_cc());
   Workspace ws(c, 400);
   std::vector<double> reference = gpu_reference(ws, compiler);
-  KernelSource k = emit_wmma_kernel(gc.g, gc.p);
+  KernelSource k = emit_kernel(gc.g, gc.p);
   CompileResult compiled = compiler.compile(k.code, k.name);
   ASSERT_TRUE(compiled.ok) << compiled.log;
   const int a = c.inputs[gc.g.a_input].tensor, b = c.inputs[gc.g.b_input].tensor;

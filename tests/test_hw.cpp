@@ -31,10 +31,14 @@ struct FamilyCase {
   int min_cc;
 };
 
-TEST(HwAbstraction, ShipsTheWmmaFamily) {
+TEST(HwAbstraction, ShipsTheWmmaAndMmaSyncFamilies) {
   const std::vector<std::string> all_layouts = {"nnn", "ntn", "tnn", "ttn"};
   const std::vector<std::string> f16_shapes = {"16x16x16", "32x8x16", "8x32x16"};
   const FamilyCase cases[] = {
+      {"mma_sync_bf16_fp32", DType::kBFloat16, DType::kFloat32, {"16x8x16"}, all_layouts, 80},
+      {"mma_sync_fp16_fp32", DType::kFloat16, DType::kFloat32, {"16x8x16"}, all_layouts, 80},
+      {"mma_sync_int8_int32", DType::kInt8, DType::kInt32, {"16x8x32"}, {"ntn"}, 80},
+      {"mma_sync_tf32_fp32", DType::kTFloat32, DType::kFloat32, {"16x8x8"}, {"ntn"}, 80},
       {"wmma_bf16_fp32", DType::kBFloat16, DType::kFloat32, f16_shapes, all_layouts, 80},
       {"wmma_fp16_fp16", DType::kFloat16, DType::kFloat16, f16_shapes, all_layouts, 70},
       {"wmma_fp16_fp32", DType::kFloat16, DType::kFloat32, f16_shapes, all_layouts, 70},
@@ -50,7 +54,7 @@ TEST(HwAbstraction, ShipsTheWmmaFamily) {
     const FamilyCase& c = cases[i];
     SCOPED_TRACE(c.name);
     EXPECT_EQ(hw.name, c.name);
-    EXPECT_EQ(hw.family, "wmma");
+    EXPECT_EQ(hw.family, c.name.substr(0, c.name.rfind('_', c.name.rfind('_') - 1)));
     EXPECT_EQ(hw.scope, "warp");
     EXPECT_EQ(hw.a_dtype, c.a);
     EXPECT_EQ(hw.b_dtype, c.a);
@@ -62,8 +66,10 @@ TEST(HwAbstraction, ShipsTheWmmaFamily) {
     EXPECT_EQ(hw.min_compute_capability, c.min_cc);
     EXPECT_EQ(hw.axis_names, (std::array<std::string, 3>{"i", "j", "k"}));
     EXPECT_EQ((std::vector<std::string>{hw.a, hw.b, hw.d}), (std::vector<std::string>{"A", "B", "D"}));
-    EXPECT_EQ(hw.memory.size(), 4u);
-    EXPECT_EQ(hw.edges.size(), 4u);
+    // WMMA: fill, two fragment loads, store; mma.sync adds the cp.async copies feeding ldmatrix.
+    const std::size_t nodes = hw.family == "mma_sync" ? 6 : 4;
+    EXPECT_EQ(hw.memory.size(), nodes);
+    EXPECT_EQ(hw.edges.size(), nodes);
     EXPECT_EQ(to_json(hw)["name"], c.name);
   }
 }
@@ -146,7 +152,7 @@ TEST_F(HwDirectory, UserDirectoriesAddAbstractions) {
   write("my_mma.json", edited([](ordered_json& j) { j["name"] = "my_mma"; }));
   write("notes.txt", "not an abstraction");
   auto all = load_hw_abstractions({dir_.string()});
-  EXPECT_EQ(all.size(), 8u);
+  EXPECT_EQ(all.size(), load_hw_directory(kHwDir).size() + 1);
   EXPECT_EQ(find_hw(all, "my_mma").source_file, (dir_ / "my_mma.json").string());
 }
 

@@ -67,7 +67,7 @@ TEST(TuneLog, RecordRoundTripsAndRegeneratesItsKernel) {
   // The record alone regenerates the kernel: the same source as from the original compute.
   Regenerated g = regenerate(x, shipped(), 90);
   SearchSpace space(c, shipped(), Enumeration::kAmos, DeviceLimits::for_arch(90), 90);
-  EXPECT_EQ(g.kernel.code, emit_wmma_kernel(space.entries()[0].gemm, r.candidate.params).code);
+  EXPECT_EQ(g.kernel.code, emit_kernel(space.entries()[0].gemm, r.candidate.params).code);
   std::filesystem::remove(path);
 }
 

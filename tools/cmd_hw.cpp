@@ -52,13 +52,13 @@ void register_hw(CLI::App& app) {
     }
     RuntimeInfo rt = query_runtime();
     int cc = rt.devices.empty() ? 0 : rt.devices.front().compute_capability;
-    std::cout << std::left << std::setw(18) << "name" << std::setw(7) << "family" << std::setw(30)
+    std::cout << std::left << std::setw(21) << "name" << std::setw(10) << "family" << std::setw(30)
               << "dtypes (A, B -> D)" << std::setw(28) << "shapes (m x n x k)" << std::setw(17) << "layouts"
               << std::setw(7) << "min sm" << (cc ? "on this GPU" : "") << "\n";
     for (const auto& h : all) {
       std::string dtypes = std::string(dtype_name(h.a_dtype)) + ", " + std::string(dtype_name(h.b_dtype)) + " -> " +
                            std::string(dtype_name(h.d_dtype));
-      std::cout << std::setw(18) << h.name << std::setw(7) << h.family << std::setw(30) << dtypes << std::setw(30)
+      std::cout << std::setw(21) << h.name << std::setw(10) << h.family << std::setw(30) << dtypes << std::setw(30)
                 << shapes_text(h) << std::setw(17) << layouts_text(h) << std::setw(7)
                 << ("sm_" + std::to_string(h.min_compute_capability))
                 << (cc ? (cc >= h.min_compute_capability ? "yes" : "no") : "") << "\n";

@@ -13,7 +13,7 @@
 #include <spdlog/spdlog.h>
 
 #include "commands.h"
-#include "tmap/codegen/wmma_emitter.h"
+#include "tmap/codegen/emitter.h"
 #include "tmap/runtime/device.h"
 #include "tmap/runtime/kernel_runner.h"
 #include "tmap/runtime/measure_worker.h"
@@ -64,12 +64,13 @@ void register_run(CLI::App& app) {
     if (report.matches.empty())
       bad("--hw", "'" + c.name + "' matches no abstraction" + (args->hw.empty() ? "" : " '" + args->hw + "'"),
           report.rejected.empty() ? "see 'tmap hw list'" : report.rejected.front().hw_abs + ": " + report.rejected.front().reason);
-    const std::string hw_name = report.matches.front().hw_abs;
+    // Without --hw, the first abstraction with a match of the asked layout and shape.
+    std::string hw_name = report.matches.front().hw_abs;
     const Match* match = nullptr;
     for (const auto& m : report.matches)
-      if (m.hw_abs == hw_name && (args->layout.empty() || m.layout == args->layout) &&
-          (args->shape.empty() || m.shape.str() == args->shape)) {
+      if ((args->layout.empty() || m.layout == args->layout) && (args->shape.empty() || m.shape.str() == args->shape)) {
         match = &m;
+        hw_name = m.hw_abs;
         break;
       }
     const HwAbstraction& hw = find_hw(all, hw_name);
@@ -118,7 +119,7 @@ void register_run(CLI::App& app) {
           "change the parameters, or omit --params for the default schedule");
     }
 
-    KernelSource kernel = emit_wmma_kernel(g, params);
+    KernelSource kernel = emit_kernel(g, params);
     if (!args->emit_cuda.empty()) {
       std::ofstream out(args->emit_cuda);
       if (!(out << kernel.code)) bad("--emit-cuda", "cannot write '" + args->emit_cuda + "'", "check the path");

@@ -283,6 +283,8 @@ std::vector<double> time_launches(const std::function<int(void* stream)>& launch
     check(cudaMalloc(&flush, flush_bytes), "cudaMalloc");
   }
   std::unique_ptr<void, decltype(&cudaFree)> flush_owner(flush, &cudaFree);
+  // Overwrites the flush buffer (a different byte each time, so no write is skipped).
+  auto flush_l2 = [&](int i) { check(cudaMemsetAsync(flush, i & 0xFF, flush_bytes, stream), "L2 flush"); };
   // graph_runs > 0: one graph of the runs (each after a flush when flushing), and with flushes
   // a second graph of the flushes alone.
   auto capture = [&](bool runs, bool flushes) {
@@ -290,7 +292,7 @@ std::vector<double> time_launches(const std::function<int(void* stream)>& launch
     cudaGraphExec_t exec = nullptr;
     check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
     for (int i = 0; i < timing.graph_runs; ++i) {
-      if (flushes) check(cudaMemsetAsync(flush, i & 0xFF, flush_bytes, stream), "L2 flush");
+      if (flushes) flush_l2(i);
       if (runs) launch("graph capture");
     }
     check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
@@ -325,7 +327,7 @@ std::vector<double> time_launches(const std::function<int(void* stream)>& launch
       // tiny kernel drowns in the flushes' noise).
       if (flush_graph) ms = std::max(0.0, ms - timed([&] { check(cudaGraphLaunch(flush_graph, stream), "graph launch"); }));
     } else {
-      if (flush) check(cudaMemsetAsync(flush, repeat & 0xFF, flush_bytes, stream), "L2 flush");
+      if (flush) flush_l2(repeat);
       ms = timed([&] { launch("timed launch"); });
       total_ms += ms;
     }

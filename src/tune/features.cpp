@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "tmap/codegen/emitter.h"
+
 namespace tmap {
 namespace {
 
@@ -103,9 +105,10 @@ double analytic_time_us(const ImplicitGemm& g, const ScheduleParams& p, const De
   const double peak = d.tensor_flops_per_clock_sm * d.clock_ghz * 1e9 * d.sm_count * dtype_rate(g.hw->a_dtype);
   const double warp_eff = std::min(1.0, s.bps * s.warps / 4.0);
   const double frag_eff = std::min(1.0, static_cast<double>(s.fragments) / (s.fm + s.fn));
-  // Without padding, fragment loads from shared memory conflict on banks.
-  const double conflicts = p.smem_pad == 0 ? 3.0 : 1.0;
-  const double compute_s = padded_flops / (peak * s.wave_efficiency * warp_eff * frag_eff * 0.6) * conflicts;
+  // Without padding or a swizzle, fragment loads from shared memory conflict on banks.
+  const double conflicts = p.smem_pad == 0 && !p.swizzle ? 3.0 : 1.0;
+  const double compute_s =
+      padded_flops / (peak * s.wave_efficiency * warp_eff * frag_eff * family_of(*g.hw).peak_fraction()) * conflicts;
   // Operand traffic: every block reads its A and B tiles once per step; the first read of each
   // element comes from DRAM, re-reads by other blocks from L2.
   const double a_bits = dtype_bits(g.hw->a_dtype), b_bits = dtype_bits(g.hw->b_dtype);
@@ -180,6 +183,8 @@ Features candidate_features(const ImplicitGemm& g, const ScheduleParams& p, cons
   f[i++] = static_cast<float>(dtype_rate(g.hw->a_dtype));
   f[i++] = lg(analytic_time_us(g, p, d));                // the analytic model's estimate
   f[i++] = static_cast<float>(p.async_copy);             // cp.async copies (with stages: tiles in flight)
+  f[i++] = static_cast<float>(family_of(*g.hw).ordinal());  // the emitter family (wmma 0, mma_sync 1)
+  f[i++] = static_cast<float>(p.swizzle);                // XOR-swizzled shared tiles
   return f;
 }
 

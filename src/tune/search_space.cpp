@@ -2,52 +2,19 @@
 
 #include <algorithm>
 
+#include "tmap/codegen/emitter.h"
+#include "tmap/support/diagnostic.h"
+
 namespace tmap {
 namespace {
 
-constexpr int kFields = 14;
+constexpr int kFields = 15;
 
 /// The schedule's parameters by position, in declaration order.
 int* field(ScheduleParams& p, int i) {
   int* fields[kFields] = {&p.block_m, &p.block_n, &p.block_k, &p.warp_m, &p.warp_n, &p.stages, &p.smem_pad,
-                          &p.split_k, &p.panels,  &p.vec_a,   &p.vec_b,  &p.unroll, &p.raster, &p.async_copy};
+                          &p.split_k, &p.panels,  &p.vec_a,   &p.vec_b,  &p.unroll, &p.raster, &p.async_copy, &p.swizzle};
   return fields[i];
-}
-
-std::vector<int> multiples(std::int64_t base, std::initializer_list<int> factors, std::int64_t cap) {
-  std::vector<int> out;
-  for (int f : factors)
-    if (base * f <= cap) out.push_back(static_cast<int>(base * f));
-  if (out.empty()) out.push_back(static_cast<int>(base));
-  return out;
-}
-
-std::vector<int> powers_up_to(int max) {
-  std::vector<int> out;
-  for (int v = 1; v <= max; v *= 2) out.push_back(v);
-  return out;
-}
-
-/// The choices of each schedule parameter of an arm, in ScheduleParams field order.
-std::vector<std::vector<int>> choices_of(const ImplicitGemm& g, const ScheduleParams& defaults) {
-  const auto im = g.shape[Axis::kI], in = g.shape[Axis::kJ], ik = g.shape[Axis::kK];
-  const int pad = defaults.smem_pad;
-  return {
-      multiples(im, {1, 2, 4, 8, 16}, 256),            // block_m
-      multiples(in, {1, 2, 4, 8, 16}, 256),            // block_n
-      multiples(ik, {1, 2, 4, 8}, 128),                // block_k
-      multiples(im, {1, 2, 4}, 128),                   // warp_m
-      multiples(in, {1, 2, 4}, 128),                   // warp_n
-      {1, 2, 2, 3, 4},                                 // stages (3 and 4 need async_copy)
-      {0, pad, 2 * pad},                               // smem_pad
-      {1, 1, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32},        // split_k (no split is the common answer)
-      {0, 1},                                          // panels
-      powers_up_to(max_vector_width(g, 0)),            // vec_a
-      powers_up_to(max_vector_width(g, 1)),            // vec_b
-      {0, 1},                                          // unroll
-      {1, 2, 4, 8},                                    // raster
-      {0, 1},                                          // async_copy (needs vector loads)
-  };
 }
 
 }  // namespace
@@ -56,8 +23,15 @@ SearchSpace::SearchSpace(const Compute& c, const std::vector<HwAbstraction>& hws
                          const DeviceLimits& limits, int compute_capability)
     : compute_(c), limits_(limits) {
   std::vector<HwAbstraction> usable;
-  for (const auto& h : hws)
-    if (h.min_compute_capability <= compute_capability) usable.push_back(h);
+  for (const auto& h : hws) {
+    if (h.min_compute_capability > compute_capability) continue;
+    if (!find_family(h.family)) {  // loaded from a user's file naming a family without an emitter
+      empty_reason_ += (empty_reason_.empty() ? "" : "; ") + h.name + ": family \"" + h.family +
+                       "\" has no code generator (families: " + join(family_names()) + ")";
+      continue;
+    }
+    usable.push_back(h);
+  }
   report_ = match_compute(c, usable, e);
   for (const auto& r : report_.rejected) empty_reason_ += (empty_reason_.empty() ? "" : "; ") + r.hw_abs + ": " + r.reason;
   for (const Match& m : report_.matches) {
@@ -69,7 +43,7 @@ SearchSpace::SearchSpace(const Compute& c, const std::vector<HwAbstraction>& hws
       SpaceEntry entry{hw, &m, &map, make_implicit_gemm(c, *hw, m, map), "", {}, {}};
       entry.defaults = default_schedule(entry.gemm, limits_);
       if (!validate(entry.gemm, entry.defaults, limits_).empty()) continue;
-      entry.choices = choices_of(entry.gemm, entry.defaults);
+      entry.choices = family_of(*hw).choices(entry.gemm, entry.defaults);
       entries_.push_back(std::move(entry));
       entries_.back().label = candidate_label(ref(static_cast<int>(entries_.size()) - 1, entries_.back().defaults));
     }
@@ -82,8 +56,8 @@ SearchSpace::SearchSpace(const Compute& c, const std::vector<HwAbstraction>& hws
 bool SearchSpace::valid(int entry, const ScheduleParams& p) const {
   const ImplicitGemm& g = entries_[entry].gemm;
   if (!validate(g, p, limits_).empty()) return false;
-  // Accumulators beyond 16 fragments per warp spill registers.
-  return (p.warp_m / g.shape[Axis::kI]) * (p.warp_n / g.shape[Axis::kJ]) <= 16;
+  // Accumulators beyond the family's limit per warp spill registers.
+  return (p.warp_m / g.shape[Axis::kI]) * (p.warp_n / g.shape[Axis::kJ]) <= family_of(*g.hw).max_fragments_per_warp(g);
 }
 
 ScheduleParams SearchSpace::sample(int entry, std::mt19937_64& rng) const {

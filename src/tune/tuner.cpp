@@ -12,7 +12,7 @@
 #include <map>
 #include <set>
 
-#include "tmap/codegen/wmma_emitter.h"
+#include "tmap/codegen/emitter.h"
 #include "tmap/support/diagnostic.h"
 #include "tmap/tune/cost_model.h"
 
@@ -168,7 +168,7 @@ CompiledBatch compile_batch(const SearchSpace& space, NvrtcCompiler& compiler, s
   CompiledBatch b;
   std::vector<CompileJob> jobs;
   for (const auto& c : batch) {
-    b.kernels.push_back(emit_wmma_kernel(space.entries()[c.entry].gemm, c.params));
+    b.kernels.push_back(emit_kernel(space.entries()[c.entry].gemm, c.params));
     jobs.push_back({b.kernels.back().name, b.kernels.back().code});
   }
   b.binaries = compile_parallel(compiler, jobs, threads);
@@ -536,7 +536,7 @@ Regenerated regenerate(const TuneRecord& r, const std::vector<HwAbstraction>& hw
                                       "the record's schedule is invalid on sm_" + std::to_string(cc) + ": " +
                                           std::string(message(issues[0].error)) + " (" + issues[0].detail + ")",
                                       "replay it on the architecture it was recorded on"));
-  out.kernel = emit_wmma_kernel(out.gemm(), out.params);
+  out.kernel = emit_kernel(out.gemm(), out.params);
   return out;
 }
 

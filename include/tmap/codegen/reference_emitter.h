@@ -3,7 +3,7 @@
 // accumulates in double (floating types) or 64-bit integers, reading zero out of bounds.
 #pragma once
 
-#include "tmap/codegen/wmma_emitter.h"
+#include "tmap/codegen/emitter.h"
 
 namespace tmap {
 

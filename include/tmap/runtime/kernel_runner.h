@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "tmap/codegen/wmma_emitter.h"
+#include "tmap/codegen/emitter.h"
 
 namespace tmap {
 

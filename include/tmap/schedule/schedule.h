@@ -16,7 +16,9 @@ namespace tmap {
 struct ScheduleParams {
   int block_m = 64, block_n = 64, block_k = 32;  ///< Thread-block tile of the virtual GEMM.
   int warp_m = 32, warp_n = 32;                  ///< Warp tile (a multiple of the intrinsic's m, n).
-  int stages = 2;  ///< Shared-memory buffers: 1, 2 (double buffering), or 3-4 with async_copy (a pipeline).
+  /// Shared-memory buffers: 1, 2 (double buffering), or more with async_copy (a cp.async ring
+  /// of up to 4 stages for wmma, 5 for mma_sync).
+  int stages = 2;
   int smem_pad = 8;                              ///< Elements added to each shared-memory row.
   int split_k = 1;  ///< Splits of the reduction, summed by a second kernel when > 1.
   /// Shared operand tiles as panels one fragment wide (1) instead of padded rows (0): every
@@ -32,6 +34,9 @@ struct ScheduleParams {
   /// 1: vector operands are copied global -> shared with cp.async (sm_80+), so the next tile's
   /// copies overlap the current tile's math instead of staging through registers.
   int async_copy = 0;
+  /// 1: shared operand tiles XOR-swizzled in 16-byte chunks (chunk ^ (128-byte line % 8)), so
+  /// that ldmatrix and the 16-byte copies meet no bank conflicts without padding (mma_sync).
+  int swizzle = 0;
   bool operator==(const ScheduleParams&) const = default;
 };
 
@@ -70,7 +75,8 @@ struct ScheduleIssue {
   std::string detail;
 };
 
-/// Every reason the schedule is invalid for this GEMM on this device (empty when valid).
+/// Every reason the schedule is invalid for this GEMM on this device (empty when valid): the
+/// checks common to every family, then the family's own (EmitterFamily::validate).
 std::vector<ScheduleIssue> validate(const ImplicitGemm& g, const ScheduleParams& p, const DeviceLimits& limits);
 
 /// The widest vector (in elements, 1 to 16 bytes) operand `which` (0 = A, 1 = B) can be loaded
@@ -81,10 +87,24 @@ std::vector<ScheduleIssue> validate(const ImplicitGemm& g, const ScheduleParams&
 /// aligned elements is contiguous, aligned and either wholly inside the tensor or wholly outside.
 int max_vector_width(const ImplicitGemm& g, int which);
 
-/// Shared memory the kernel uses, in bytes.
+/// The widest group (elements, up to 16 bytes of `bits`-bit elements) in which consecutive values
+/// of iterator `inner` are contiguous and aligned in `acc`'s tensor: `inner` indexes the last
+/// dimension alone with coefficient 1 and no offset, its extent and that dimension multiples of it.
+int contiguous_width(const Compute& c, const Access& acc, int inner, int bits);
+
+/// Whether operand `which` (0 = A, 1 = B) is copied global -> shared with cp.async: async_copy
+/// is on and the operand is loaded in vectors of 4, 8 or 16 bytes, the sizes cp.async copies.
+/// Other operands of an async_copy kernel are gathered through registers as usual.
+bool copies_async(const ImplicitGemm& g, const ScheduleParams& p, int which);
+
+/// Elements along one stored row of operand `which`'s shared tile (0 = A, 1 = B): block_k for
+/// row-major A ([BM][BK]), block_m for column-major A ([BK][BM]); block_n or block_k for B.
+std::int64_t stored_row_length(const ImplicitGemm& g, const ScheduleParams& p, int which);
+
+/// Shared memory the kernel uses, in bytes (the family's layout: padding, panels, swizzle).
 std::int64_t shared_bytes(const ImplicitGemm& g, const ScheduleParams& p);
 
-/// A sensible schedule for a GEMM: tiles sized to the problem, valid for the device; when the
+/// A sensible schedule for a GEMM (the family's choice of tiles, valid for the device); when the
 /// SM count is known and the output tiles would leave SMs idle, the reduction is split until
 /// there are about two blocks per SM.
 ScheduleParams default_schedule(const ImplicitGemm& g, const DeviceLimits& limits);

@@ -1,0 +1,70 @@
+// Code generation's entry point: one implicit-GEMM CUDA kernel per candidate (virtual GEMM +
+// schedule), emitted by the family named in the hardware abstraction's "family" key.
+//
+// A family owns its emitter and its schedule space: the checks a schedule must pass beyond the
+// common ones, the shared memory it takes, a default schedule, and the choices the tuner searches.
+// Families shipped: "wmma" (nvcuda::wmma fragments) and "mma_sync" (mma.sync.aligned with
+// ldmatrix, XOR-swizzled shared memory and cp.async pipelines). Adding a family is its JSON
+// files, one emitter and its space, registered in src/codegen/emitter.cpp; nothing outside
+// src/codegen/ names a family.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tmap/codegen/implicit_gemm.h"
+#include "tmap/schedule/schedule.h"
+
+namespace tmap {
+
+/// A generated kernel and how to launch it. Its parameters are, in order: the tensor playing
+/// operand A, the tensor playing operand B, the output, and a workspace (device pointers).
+/// With split-K, the main kernel writes partial sums to the workspace and a second kernel in
+/// the same source (reduce_name, parameters: workspace, output) sums them into the output.
+struct KernelSource {
+  std::string name;
+  std::string code;
+  int threads = 0;
+  std::int64_t shared_bytes = 0;
+  std::array<std::int64_t, 3> grid{1, 1, 1};
+  std::int64_t workspace_bytes = 0;  ///< 0: no workspace and no reduce kernel.
+  std::string reduce_name;
+  std::int64_t reduce_blocks = 0;
+  int reduce_threads = 256;
+};
+
+class EmitterFamily {
+ public:
+  virtual ~EmitterFamily() = default;
+  virtual std::string_view name() const = 0;
+  /// A small number naming the family in the cost model's features.
+  virtual int ordinal() const = 0;
+  /// Emits the kernel; the schedule must be valid (see validate()), else an InternalError.
+  virtual KernelSource emit(const ImplicitGemm& g, const ScheduleParams& p) const = 0;
+  /// Appends the family's own reasons against `p` (the common checks are done by validate()).
+  virtual void validate(const ImplicitGemm& g, const ScheduleParams& p, const DeviceLimits& limits,
+                        std::vector<ScheduleIssue>& out) const = 0;
+  virtual std::int64_t shared_bytes(const ImplicitGemm& g, const ScheduleParams& p) const = 0;
+  virtual ScheduleParams default_schedule(const ImplicitGemm& g, const DeviceLimits& limits) const = 0;
+  /// The values the tuner tries for each parameter, in ScheduleParams field order.
+  virtual std::vector<std::vector<int>> choices(const ImplicitGemm& g, const ScheduleParams& defaults) const = 0;
+  /// The most accumulator fragments (of the intrinsic's m x n) a warp holds before spilling.
+  virtual int max_fragments_per_warp(const ImplicitGemm& g) const = 0;
+  /// The fraction of the tensor cores' peak a well-fed kernel of this family reaches (analytic model).
+  virtual double peak_fraction() const = 0;
+};
+
+/// The family of that name, or nullptr.
+const EmitterFamily* find_family(std::string_view name);
+/// The family of an abstraction; a UserError naming the known families when there is none.
+const EmitterFamily& family_of(const HwAbstraction& hw);
+/// Names of the families with an emitter, for messages.
+std::vector<std::string> family_names();
+
+/// The kernel of one candidate, by its abstraction's family.
+KernelSource emit_kernel(const ImplicitGemm& g, const ScheduleParams& p);
+
+}  // namespace tmap

@@ -1,0 +1,37 @@
+#include "tmap/codegen/emitter.h"
+
+#include <array>
+
+#include "tile_pipeline.h"
+#include "tmap/support/diagnostic.h"
+
+namespace tmap {
+namespace {
+
+std::array<const EmitterFamily*, 2> families() { return {&wmma_family(), &mma_sync_family()}; }
+
+}  // namespace
+
+const EmitterFamily* find_family(std::string_view name) {
+  for (const EmitterFamily* f : families())
+    if (f->name() == name) return f;
+  return nullptr;
+}
+
+std::vector<std::string> family_names() {
+  std::vector<std::string> out;
+  for (const EmitterFamily* f : families()) out.emplace_back(f->name());
+  return out;
+}
+
+const EmitterFamily& family_of(const HwAbstraction& hw) {
+  if (const EmitterFamily* f = find_family(hw.family)) return *f;
+  throw UserError(format_diagnostic(SourceLoc::whole(hw.source_file.empty() ? hw.name : hw.source_file),
+                                    "hardware abstraction '" + hw.name + "' has family \"" + hw.family +
+                                        "\", which no code generator implements",
+                                    "families with an emitter: " + join(family_names())));
+}
+
+KernelSource emit_kernel(const ImplicitGemm& g, const ScheduleParams& p) { return family_of(*g.hw).emit(g, p); }
+
+}  // namespace tmap

@@ -1,0 +1,504 @@
+// The mma.sync family (PTX mma.sync.aligned, warp scope, sm_80+): register-blocked warp tiles of
+// m16n8 accumulators, operand fragments loaded from shared memory with ldmatrix (x4; .trans for
+// 16-bit operands stored the other way round), shared tiles XOR-swizzled in 16-byte chunks or
+// padded, a cp.async ring of up to 5 stages, and an epilogue staged through shared memory that
+// writes the output in 16-byte vectors where the output is contiguous along M or N.
+//
+// Register layouts (PTX ISA, "Matrix fragments for mma.m16n8k*"), lane = 4 g + q: A holds rows g
+// and g + 8 at columns (k) 2q, 2q + 1 of each half of k (16-bit; int8 4q..4q+3, tf32 q); B holds
+// columns g at rows (k) of the same pattern; the accumulator c0, c1 sit at row g, columns 2q and
+// 2q + 1, and c2, c3 at row g + 8. ldmatrix gives lane 4 g + q the 32-bit word q of row g of each
+// 8 x 16-byte matrix (with .trans, of the transposed 8 x 8 matrix of 16-bit elements), which is
+// exactly the fragment layout when a row of the stored tile runs along k (or, transposed, along
+// m or n).
+#include <algorithm>
+#include <sstream>
+
+#include "tile_pipeline.h"
+#include "tmap/codegen/reference_emitter.h"
+#include "tmap/support/diagnostic.h"
+
+namespace tmap {
+namespace {
+
+using namespace pipeline;
+
+std::int64_t round_up(std::int64_t x, std::int64_t to) { return (x + to - 1) / to * to; }
+int elem_bytes(DType t) { return dtype_bits(t) / 8; }
+bool is_pow2(std::int64_t x) { return x > 0 && (x & (x - 1)) == 0; }
+
+/// One operand tile as stored: rows x cols elements (cols along a 16-byte row chunk).
+struct Stored {
+  std::int64_t rows, cols;
+  int bytes;  ///< Per element.
+  std::int64_t row_bytes(int pad) const { return (cols + pad) * bytes; }
+};
+
+Stored stored(const ImplicitGemm& g, const ScheduleParams& p, int which) {
+  const bool row_major = g.layout[which] == 'n';
+  const int bytes = elem_bytes(which == 0 ? g.hw->a_dtype : g.hw->b_dtype);
+  if (which == 0) return row_major ? Stored{p.block_m, p.block_k, bytes} : Stored{p.block_k, p.block_m, bytes};
+  return row_major ? Stored{p.block_k, p.block_n, bytes} : Stored{p.block_n, p.block_k, bytes};
+}
+
+std::int64_t tile_bytes(const ImplicitGemm& g, const ScheduleParams& p, int which) {
+  const Stored s = stored(g, p, which);
+  return round_up(s.rows * s.row_bytes(p.swizzle ? 0 : p.smem_pad), 128);
+}
+
+/// Whether ldmatrix reads operand `which` transposed (16-bit elements stored along m or n).
+bool transposed(const ImplicitGemm& g, int which) { return which == 0 ? g.layout[0] == 't' : g.layout[1] == 'n'; }
+
+/// The epilogue's output vector: width and the virtual axis it runs along.
+struct OutVector {
+  int width;
+  char along;
+};
+OutVector out_vector(const ImplicitGemm& g, const ScheduleParams& p) {
+  if (p.split_k > 1) return {1, 'n'};  // partial sums are written in [m][n] order
+  const int bits = dtype_bits(g.compute->tensor_of(g.compute->output).dtype);
+  const int vn = output_vector_width(g, 'n', bits), vm = output_vector_width(g, 'm', bits);
+  return vm > vn ? OutVector{vm, 'm'} : OutVector{vn, 'n'};
+}
+
+/// The epilogue tile: Cs[BM][BN + 8] (rows along n) or Cs[BN][BM + 4] (rows along m), in the
+/// accumulator type; pads chosen so that the fragments' stores meet no bank conflicts.
+std::int64_t epilogue_bytes(const ImplicitGemm& g, const ScheduleParams& p) {
+  const int acc = elem_bytes(g.hw->d_dtype);
+  return out_vector(g, p).along == 'n' ? std::int64_t{p.block_m} * (p.block_n + 8) * acc
+                                       : std::int64_t{p.block_n} * (p.block_m + 4) * acc;
+}
+
+std::string accumulator_type(DType t) { return t == DType::kInt32 ? "int" : "float"; }
+
+/// `op`_at(r, c): where element (r, c) of a stored tile lives, in elements from the stage's start.
+void emit_tile_index(std::ostringstream& os, const char* op, const Stored& s, const ScheduleParams& p) {
+  const std::string up = op[0] == 'a' ? "A" : "B";
+  if (!p.swizzle) {
+    os << "constexpr int " << up << "_LD = " << s.cols << " + " << p.smem_pad << ";  // padded rows\n"
+       << "constexpr int " << up << "_TILE = " << s.rows << " * " << up << "_LD;  // elements per stage\n"
+       << "__device__ __forceinline__ int " << op << "_at(int r, int c) { return r * " << up << "_LD + c; }\n";
+    return;
+  }
+  const std::int64_t row_bytes = s.cols * s.bytes;
+  const int chunk = 16 / s.bytes;  // elements per 16-byte chunk
+  os << "constexpr int " << up << "_TILE = " << s.rows << " * " << s.cols << ";  // elements per stage, swizzled\n";
+  if (row_bytes >= 128)
+    // Rows of whole 128-byte lines: chunk c of row r moves to c ^ (r % 8) within its line.
+    os << "__device__ __forceinline__ int " << op << "_at(int r, int c) {\n"
+       << "  return r * " << s.cols << " + (((c / " << chunk << ") ^ (r & 7)) * " << chunk << ") + c % " << chunk
+       << ";\n}\n";
+  else
+    // Several rows share a 128-byte line: chunk c of line l moves to c ^ (l % 8).
+    os << "__device__ __forceinline__ int " << op << "_at(int r, int c) {\n"
+       << "  const int o = (r * " << s.cols << " + c) * " << s.bytes << ", line = o >> 7;\n"
+       << "  return ((line << 7) | ((((o >> 4) ^ line) & 7) << 4) | (o & 15)) / " << s.bytes << ";\n}\n";
+}
+
+/// The element offset `op`_at(r, c) computes in the kernel (emit_tile_index), for the planner below.
+std::int64_t tile_at(const Stored& s, const ScheduleParams& p, std::int64_t r, std::int64_t c) {
+  if (!p.swizzle) return r * (s.cols + p.smem_pad) + c;
+  const std::int64_t chunk = 16 / s.bytes;
+  if (s.cols * s.bytes >= 128) return r * s.cols + (((c / chunk) ^ (r & 7)) * chunk) + c % chunk;
+  const std::int64_t o = (r * s.cols + c) * s.bytes, line = o >> 7;
+  return ((line << 7) | ((((o >> 4) ^ line) & 7) << 4) | (o & 15)) / s.bytes;
+}
+
+/// How the kernel finds the ldmatrix address of fragment f (i of A, j of B) at sub-step kk.
+/// The lane- and warp-dependent part is computed once, before the main loop, and the rest folds
+/// to constants: kShared: base OP kk * kk_scale + f * fragment_step... precisely
+/// (base + f * fragment_step) OP (kk * kk_scale); kPerFragment: base[f] OP (kk * kk_scale);
+/// kDirect: the tile's index function at every use. Each form is checked here against the
+/// index function for every lane, warp, fragment and sub-step of the schedule; the first that
+/// holds is used (XOR where the swizzle makes the sub-step's chunk bits disjoint from the lane's).
+struct FragmentAddressing {
+  enum Form { kShared, kPerFragment, kDirect } form = kDirect;
+  char op = '+';
+  std::int64_t fragment_step = 0;
+  std::int64_t kk_scale = 1;
+};
+
+FragmentAddressing plan_fragments(const Stored& s, const ScheduleParams& p, bool trans, bool is_a, int ik,
+                                  int fragments, int warp_extent, int block_extent) {
+  const int c8 = 16 / s.bytes;
+  const std::int64_t ld = p.swizzle ? s.cols : s.cols + p.smem_pad;
+  // (row, col) of lane l's row address for fragment f at sub-step kk, the warp's origin at w0.
+  auto coords = [&](int l, std::int64_t w0, int f, int kk) {
+    const int lr = l % 8, lj = l / 8;
+    const std::int64_t lo = is_a ? (lj % 2) * 8 : (lj / 2) * 8;  // along m (A) or n (B)
+    const std::int64_t kh = is_a ? (lj / 2) : (lj % 2);          // which half of k
+    const std::int64_t mn = w0 + f * 16 + lo;
+    if (!trans) return std::pair<std::int64_t, std::int64_t>{mn + lr, kk + kh * c8};
+    return std::pair<std::int64_t, std::int64_t>{kk + kh * 8 + lr, mn};
+  };
+  auto holds = [&](const FragmentAddressing& a) {
+    for (std::int64_t w0 = 0; w0 < block_extent; w0 += warp_extent)
+      for (int l = 0; l < 32; ++l) {
+        auto [r0, c0] = coords(l, w0, 0, 0);
+        const std::int64_t base = tile_at(s, p, r0, c0);
+        for (int f = 0; f < fragments; ++f) {
+          auto [rf, cf] = coords(l, w0, f, 0);
+          const std::int64_t fbase =
+              a.form == FragmentAddressing::kShared ? base + f * a.fragment_step : tile_at(s, p, rf, cf);
+          for (int kk = 0; kk < p.block_k; kk += ik) {
+            auto [r, c] = coords(l, w0, f, kk);
+            const std::int64_t term = kk * a.kk_scale;
+            if ((a.op == '^' ? (fbase ^ term) : fbase + term) != tile_at(s, p, r, c)) return false;
+          }
+        }
+      }
+    return true;
+  };
+  for (auto form : {FragmentAddressing::kShared, FragmentAddressing::kPerFragment})
+    for (char op : {'+', '^'}) {
+      FragmentAddressing a;
+      a.form = form;
+      a.op = op;
+      a.fragment_step = trans ? 16 : 16 * ld;  // 16 columns (transposed) or 16 rows
+      a.kk_scale = trans ? ld : 1;             // kk rows down (transposed) or kk columns on
+      if (holds(a)) return a;
+    }
+  return {};
+}
+
+KernelSource emit_mma_sync(const ImplicitGemm& g, const ScheduleParams& p) {
+  TMAP_CHECK(g.hw->family == "mma_sync", "the mma.sync emitter needs an mma_sync abstraction");
+  const std::string ta = storage_type(g.hw->a_dtype), tb = storage_type(g.hw->b_dtype),
+                    tacc = storage_type(g.hw->d_dtype), tfrag = accumulator_type(g.hw->d_dtype);
+  const auto im = g.shape[Axis::kI], in = g.shape[Axis::kJ], ik = g.shape[Axis::kK];
+  TMAP_CHECK(im == 16 && in == 8, "mma_sync kernels are written for m16n8 intrinsics");
+  const bool a_trans = transposed(g, 0), b_trans = transposed(g, 1);
+  const int ab = elem_bytes(g.hw->a_dtype);
+  TMAP_CHECK(ab == elem_bytes(g.hw->b_dtype) && ik * ab == 32, "mma_sync operands of one size, k of 32 bytes");
+  TMAP_CHECK((!a_trans && !b_trans) || ab == 2, "ldmatrix.trans needs 16-bit operands");
+  const bool tf32 = g.hw->a_dtype == DType::kTFloat32;
+  const bool int_acc = tfrag == "int";
+  const OutVector ov = out_vector(g, p);
+  const bool c_row = ov.along == 'n';
+
+  KernelSource k = kernel_shell(g, p, (p.block_m / p.warp_m) * (p.block_n / p.warp_n) * 32);
+  const bool split = p.split_k > 1;
+  const std::string tpart = partial_type(g);
+  const Stored sa = stored(g, p, 0), sb = stored(g, p, 1);
+
+  std::ostringstream os;
+  emit_header(os, g);
+  os << "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n\n"
+     << "namespace {\n";
+  emit_common_constants(os, g, p, k.threads);
+  os << "constexpr int IK = " << ik << ";  // the intrinsic is m16 n8 k" << ik << "\n"
+     << "constexpr int C8 = " << 16 / ab << ";  // elements per 16-byte row of an ldmatrix 8x8 matrix\n"
+     << "constexpr int MI = WM / 16, NI = WN / 8;  // accumulator fragments per warp\n"
+     << "// Shared tiles: A " << (a_trans ? "[BK][BM] (ldmatrix.trans)" : "[BM][BK]") << ", B "
+     << (b_trans ? "[BK][BN] (ldmatrix.trans)" : "[BN][BK]") << (p.swizzle ? ", XOR-swizzled" : ", padded")
+     << "; epilogue " << (c_row ? "[BM][BN + 8]" : "[BN][BM + 4]") << "\n";
+  emit_tile_index(os, "a", sa, p);
+  emit_tile_index(os, "b", sb, p);
+  os << "constexpr int A_BYTES = " << tile_bytes(g, p, 0) << ";  // one stage of A, 128-byte aligned\n"
+     << "constexpr int B_BYTES = " << tile_bytes(g, p, 1) << ";\n"
+     << "constexpr int C_LD = " << (c_row ? "BN + 8" : "BM + 4") << ";\n\n";
+  if (p.async_copy) emit_cp_async_helpers(os);
+  os << "__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* p) {\n"
+     << "  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(p));\n"
+     << "  asm volatile(\"ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\\n\"\n"
+     << "               : \"=r\"(r[0]), \"=r\"(r[1]), \"=r\"(r[2]), \"=r\"(r[3]) : \"r\"(s));\n}\n";
+  if (a_trans || b_trans)
+    os << "__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], const void* p) {\n"
+       << "  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(p));\n"
+       << "  asm volatile(\"ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\\n\"\n"
+       << "               : \"=r\"(r[0]), \"=r\"(r[1]), \"=r\"(r[2]), \"=r\"(r[3]) : \"r\"(s));\n}\n";
+  if (tf32)
+    os << "// fp32 bits to tf32, rounded to nearest (as wmma::__float_to_tf32).\n"
+       << "__device__ __forceinline__ unsigned to_tf32(unsigned x) {\n"
+       << "  unsigned r;\n  asm(\"cvt.rna.tf32.f32 %0, %1;\\n\" : \"=r\"(r) : \"f\"(__uint_as_float(x)));\n"
+       << "  return r;\n}\n";
+  const char* c = int_acc ? "r" : "f";
+  os << "// " << g.hw->compute_intrinsic << ": d += a * b on one 16 x 8 accumulator fragment.\n"
+     << "__device__ __forceinline__ void mma(" << tfrag << " (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {\n"
+     << "  asm volatile(\"" << g.hw->compute_intrinsic
+     << " {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\\n\"\n"
+     << "               : \"+" << c << "\"(d[0]), \"+" << c << "\"(d[1]), \"+" << c << "\"(d[2]), \"+" << c
+     << "\"(d[3])\n"
+     << "               : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"r\"(b0), \"r\"(b1));\n}\n\n";
+  emit_operand_loader(os, g, p, 0);
+  emit_operand_loader(os, g, p, 1);
+  emit_output_scatter(os, g, tacc, ov.width, ov.along);
+  os << "}  // namespace\n\n";
+
+  os << "extern \"C\" __global__ void __launch_bounds__(THREADS)\n"
+     << k.name << "(const " << ta << "* __restrict__ a_src, const " << tb << "* __restrict__ b_src, " << tacc
+     << "* __restrict__ out, " << tpart << "* __restrict__ partial) {\n"
+     << "  extern __shared__ __align__(128) unsigned char smem[];\n"
+     << "  " << ta << "* As = reinterpret_cast<" << ta << "*>(smem);                    // [STAGES][A_TILE]\n"
+     << "  " << tb << "* Bs = reinterpret_cast<" << tb << "*>(smem + STAGES * A_BYTES);  // [STAGES][B_TILE]\n";
+  emit_block_origin(os, p);
+  os << "  const int z = blockIdx.z / SPLIT_K, split = blockIdx.z % SPLIT_K;\n"
+     << "  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;\n"
+     << "  const int wm0 = (warp / WARPS_N) * WM, wn0 = (warp % WARPS_N) * WN;  // warp tile origin in the block\n"
+     << "  // ldmatrix x4: lane l names row l % 8 of 8x8 matrix l / 8.\n"
+     << "  const int lr = lane % 8, lj = lane / 8;\n\n"
+     << "  " << tfrag << " acc[MI][NI][4];\n"
+     << "  #pragma unroll\n  for (int i = 0; i < MI; ++i)\n"
+     << "    #pragma unroll\n    for (int j = 0; j < NI; ++j)\n"
+     << "      #pragma unroll\n      for (int t = 0; t < 4; ++t) acc[i][j][t] = 0;\n\n"
+     << "  constexpr int K_TILES = (K + BK - 1) / BK;\n"
+     << "  constexpr int STEPS = SERIAL * K_TILES;  // serial reduction points x K tiles\n"
+     << "  // This block's share of the steps: [first, last).\n"
+     << "  const int first = (int)((long long)STEPS * split / SPLIT_K), last = (int)((long long)STEPS * (split + 1) / SPLIT_K);\n"
+     << "  // Gathers step `step` of the reduction into shared buffer `buf`.\n"
+     << "  auto load_tiles = [&](int step, int buf) {\n"
+     << "    const int s = step / K_TILES, k0 = (step % K_TILES) * BK;\n"
+     << "    " << ta << "* a = As + buf * (A_BYTES / (int)sizeof(" << ta << "));\n";
+  if (!a_trans) emit_gather(os, g, p, k.threads, 'a', "BM", "BK", "mm", "kk", p.vec_a, 1);
+  else emit_gather(os, g, p, k.threads, 'a', "BK", "BM", "kk", "mm", p.vec_a, 1);
+  os << "    " << tb << "* b = Bs + buf * (B_BYTES / (int)sizeof(" << tb << "));\n";
+  if (b_trans) emit_gather(os, g, p, k.threads, 'b', "BK", "BN", "kk", "nn", p.vec_b, 1);
+  else emit_gather(os, g, p, k.threads, 'b', "BN", "BK", "nn", "kk", p.vec_b, 1);
+  // Fragment loads: A matrices (m 0-7, k lo), (m 8-15, k lo), (m 0-7, k hi), (m 8-15, k hi) are
+  // a0..a3; B matrices (n 0-7, k lo), (n 0-7, k hi), (n 8-15, k lo), (n 8-15, k hi) are b0, b1 of
+  // two neighbouring n fragments.
+  auto direct = [](bool trans, bool is_a, const std::string& f, const std::string& kk) {
+    const std::string w0 = is_a ? "wm0" : "wn0", at = is_a ? "a_at" : "b_at";
+    const std::string lo = is_a ? "(lj % 2) * 8" : "(lj / 2) * 8", kh = is_a ? "(lj / 2)" : "(lj % 2)";
+    if (trans) return at + "(" + kk + " + " + kh + " * 8 + lr, " + w0 + " + " + f + " * 16 + " + lo + ")";
+    return at + "(" + w0 + " + " + f + " * 16 + " + lo + " + lr, " + kk + " + " + kh + " * C8)";
+  };
+  const FragmentAddressing fa_plan = plan_fragments(sa, p, a_trans, true, static_cast<int>(ik), p.warp_m / 16,
+                                                    p.warp_m, p.block_m);
+  const FragmentAddressing fb_plan = plan_fragments(sb, p, b_trans, false, static_cast<int>(ik), p.warp_n / 16,
+                                                    p.warp_n, p.block_n);
+  // The per-thread part of the fragment addresses, and the expression used at each load.
+  std::ostringstream bases;
+  auto addressing = [&](const FragmentAddressing& plan, bool trans, bool is_a) {
+    const std::string name = is_a ? "a_frag" : "b_frag", f = is_a ? "i" : "j", count = is_a ? "MI" : "NI / 2";
+    const std::string kk = "kk * " + std::to_string(plan.kk_scale);
+    switch (plan.form) {
+      case FragmentAddressing::kShared:
+        bases << "  const int " << name << " = " << direct(trans, is_a, "0", "0") << ";  // + " << f << " * "
+              << plan.fragment_step << " " << plan.op << " " << kk << "\n";
+        return "((" + name + " + " + f + " * " + std::to_string(plan.fragment_step) + ") " + plan.op + " (" + kk + "))";
+      case FragmentAddressing::kPerFragment:
+        bases << "  int " << name << "[" << count << "];\n  #pragma unroll\n  for (int " << f << " = 0; " << f << " < "
+              << count << "; ++" << f << ") " << name << "[" << f << "] = " << direct(trans, is_a, f, "0") << ";\n";
+        return "(" + name + "[" + f + "] " + plan.op + " (" + kk + "))";
+      case FragmentAddressing::kDirect: break;
+    }
+    return direct(trans, is_a, f, "kk");
+  };
+  const std::string a_addr = addressing(fa_plan, a_trans, true);
+  const std::string b_addr = addressing(fb_plan, b_trans, false);
+  os << "  };\n"
+     << "  // ldmatrix row addresses: this thread's part, computed once (see plan_fragments).\n"
+     << bases.str();
+  const std::string ldm_a = std::string("ldmatrix_x4") + (a_trans ? "_trans" : "");
+  const std::string ldm_b = std::string("ldmatrix_x4") + (b_trans ? "_trans" : "");
+  const std::string cvt =
+      tf32 ? "    #pragma unroll\n    for (int t = 0; t < 4; ++t) {\n"
+             "      #pragma unroll\n      for (int i = 0; i < MI; ++i) fa[i][t] = to_tf32(fa[i][t]);\n"
+             "      #pragma unroll\n      for (int j = 0; j < NI / 2; ++j) fb[j][t] = to_tf32(fb[j][t]);\n    }\n"
+           : "";
+  // Fragments of sub-step kk of shared buffer `buf` into registers fa, fb.
+  os << "  // Loads the fragments of sub-step kk of shared buffer `buf`.\n"
+     << "  auto load_fragments = [&](int buf, int kk, unsigned (&fa)[MI][4], unsigned (&fb)[NI / 2][4]) {\n"
+     << "    const " << ta << "* a = As + buf * (A_BYTES / (int)sizeof(" << ta << "));\n"
+     << "    const " << tb << "* b = Bs + buf * (B_BYTES / (int)sizeof(" << tb << "));\n"
+     << "    #pragma unroll\n    for (int i = 0; i < MI; ++i) " << ldm_a << "(fa[i], a + " << a_addr << ");\n"
+     << "    #pragma unroll\n    for (int j = 0; j < NI / 2; ++j) " << ldm_b << "(fb[j], b + " << b_addr << ");\n"
+     << cvt << "  };\n"
+     << "  auto multiply = [&](const unsigned (&fa)[MI][4], const unsigned (&fb)[NI / 2][4]) {\n"
+     << "    #pragma unroll\n    for (int i = 0; i < MI; ++i)\n"
+     << "      #pragma unroll\n      for (int j = 0; j < NI; ++j)\n"
+     << "        mma(acc[i][j], fa[i], fb[j / 2][(j % 2) * 2], fb[j / 2][(j % 2) * 2 + 1]);\n"
+     << "  };\n\n";
+  const bool pipelined = p.async_copy && p.stages >= 2 && (p.block_k / ik) % 2 == 0;
+  if (pipelined) {
+    os << "  // Software pipeline in two levels: a cp.async ring of STAGES shared buffers (the copies of step\n"
+       << "  // + STAGES - 1 are issued while step is multiplied), and fragments double-buffered in registers\n"
+       << "  // (the ldmatrix of sub-step kk + 1, or of the next buffer's first, before the mma of kk).\n"
+       << "  constexpr int KSTEPS = BK / IK;  // even\n"
+       << "  for (int t = 0; t < STAGES - 1; ++t) {\n"
+       << "    if (first + t < last) load_tiles(first + t, t);\n"
+       << "    cp_async_commit();\n  }\n"
+       << "  cp_async_wait<STAGES - 2>();\n  __syncthreads();\n"
+       << "  unsigned fa[2][MI][4], fb[2][NI / 2][4];\n"
+       << "  load_fragments(0, 0, fa[0], fb[0]);\n"
+       << "  int read = 0;  // the shared buffer of `step`\n"
+       << "  for (int step = first; step < last; ++step) {\n"
+       << "    #pragma unroll\n    for (int kk = 0; kk < KSTEPS; ++kk) {\n"
+       << "      if (kk == 0) {  // every warp finished the buffer of step - 1 at the last barrier: refill it\n"
+       << "        if (step + STAGES - 1 < last) load_tiles(step + STAGES - 1, (read + STAGES - 1) % STAGES);\n"
+       << "        cp_async_commit();\n      }\n"
+       << "      if (kk == KSTEPS - 1) {  // the next buffer has landed (for every thread): move on to it\n"
+       << "        cp_async_wait<STAGES - 2>();\n        __syncthreads();\n"
+       << "        read = (read + 1) % STAGES;\n      }\n"
+       << "      load_fragments(read, ((kk + 1) % KSTEPS) * IK, fa[(kk + 1) % 2], fb[(kk + 1) % 2]);\n"
+       << "      multiply(fa[kk % 2], fb[kk % 2]);\n"
+       << "    }\n  }\n"
+       << "  cp_async_wait<0>();\n  __syncthreads();  // the epilogue reuses the buffers\n\n";
+  } else {
+    os << "  // Multiplies the tiles in shared buffer `buf` into the accumulators.\n"
+       << "  auto compute = [&](int buf) {\n"
+       << "    #pragma unroll\n    for (int kk = 0; kk < BK; kk += IK) {\n"
+       << "      unsigned fa[MI][4], fb[NI / 2][4];\n"
+       << "      load_fragments(buf, kk, fa, fb);\n"
+       << "      multiply(fa, fb);\n"
+       << "    }\n  };\n\n";
+    emit_main_loop(os, p);
+  }
+  os << "  // Epilogue: accumulators to shared memory, then to the output.\n"
+     << "  " << tfrag << "* Cs = reinterpret_cast<" << tfrag << "*>(smem);\n"
+     << "  #pragma unroll\n  for (int i = 0; i < MI; ++i)\n"
+     << "    #pragma unroll\n    for (int j = 0; j < NI; ++j) {\n"
+     << "      const int r = wm0 + i * 16 + lane / 4, c = wn0 + j * 8 + (lane % 4) * 2;\n";
+  if (c_row)
+    os << "      Cs[r * C_LD + c] = acc[i][j][0];\n      Cs[r * C_LD + c + 1] = acc[i][j][1];\n"
+       << "      Cs[(r + 8) * C_LD + c] = acc[i][j][2];\n      Cs[(r + 8) * C_LD + c + 1] = acc[i][j][3];\n";
+  else
+    os << "      Cs[c * C_LD + r] = acc[i][j][0];\n      Cs[(c + 1) * C_LD + r] = acc[i][j][1];\n"
+       << "      Cs[c * C_LD + r + 8] = acc[i][j][2];\n      Cs[(c + 1) * C_LD + r + 8] = acc[i][j][3];\n";
+  os << "    }\n  __syncthreads();\n";
+  const int v = ov.width;
+  const std::string V = std::to_string(v);
+  if (c_row)
+    os << "  for (int e = threadIdx.x; e < BM * BN / " << V << "; e += THREADS) {\n"
+       << "    const int mm = e / (BN / " << V << "), nn = e % (BN / " << V << ") * " << V << ";\n"
+       << "    const " << tfrag << "* values = &Cs[mm * C_LD + nn];\n";
+  else
+    os << "  for (int e = threadIdx.x; e < BM * BN / " << V << "; e += THREADS) {\n"
+       << "    const int nn = e / (BM / " << V << "), mm = e % (BM / " << V << ") * " << V << ";\n"
+       << "    const " << tfrag << "* values = &Cs[nn * C_LD + mm];\n";
+  if (split)
+    os << "    // Partial sum of this split: partial[split][z][m][n], summed by the reduce kernel.\n"
+       << "    const int m = m0 + mm, n = n0 + nn;\n"
+       << "    if (m < M && n < N) partial[((long long)(split * BATCH + z) * M + m) * N + n] = (" << tpart
+       << ")values[0];\n";
+  else if (v > 1 && tacc == tfrag)
+    os << "    store_d_vec(out, m0 + mm, n0 + nn, z, values);\n";
+  else if (v > 1)
+    os << "    " << tacc << " converted[" << V << "];\n"
+       << "    #pragma unroll\n    for (int t = 0; t < " << V << "; ++t) converted[t] = (" << tacc << ")values[t];\n"
+       << "    store_d_vec(out, m0 + mm, n0 + nn, z, converted);\n";
+  else
+    os << "    store_d(out, m0 + mm, n0 + nn, z, (" << tacc << ")values[0]);\n";
+  os << "  }\n}\n";
+  emit_split_reduce(os, k, tpart, tacc);
+  k.code = os.str();
+  return k;
+}
+
+class MmaSyncFamily final : public EmitterFamily {
+ public:
+  std::string_view name() const override { return "mma_sync"; }
+  int ordinal() const override { return 1; }
+  KernelSource emit(const ImplicitGemm& g, const ScheduleParams& p) const override { return emit_mma_sync(g, p); }
+
+  void validate(const ImplicitGemm& g, const ScheduleParams& p, const DeviceLimits& limits,
+                std::vector<ScheduleIssue>& out) const override {
+    auto fail = [&](ScheduleError e, std::string detail) { out.push_back({e, std::move(detail)}); };
+    if (limits.compute_capability != 0 && limits.compute_capability < 80)
+      fail(ScheduleError::kBadOption, "mma.sync m16n8 kernels with ldmatrix and cp.async need sm_80 or newer, not sm_" +
+                                          std::to_string(limits.compute_capability));
+    if (p.warp_n % 16)
+      fail(ScheduleError::kTileNotMultipleOfIntrinsic,
+           "warp_n = " + std::to_string(p.warp_n) + ": ldmatrix x4 loads B for two n8 fragments, so warp_n is a "
+                                                    "multiple of 16");
+    if (p.stages > (p.async_copy == 1 ? 5 : 2))
+      fail(ScheduleError::kBadStages,
+           "stages = " + std::to_string(p.stages) + " with async_copy = " + std::to_string(p.async_copy));
+    if (p.panels != 0)
+      fail(ScheduleError::kBadOption, "panels = " + std::to_string(p.panels) + ": mma_sync tiles are swizzled or "
+                                                                             "padded rows, never panels");
+    for (int which = 0; which < 2; ++which) {
+      const Stored s = stored(g, p, which);
+      const char* name = which == 0 ? "A" : "B";
+      if (transposed(g, which) && s.bytes != 2)
+        fail(ScheduleError::kBadOption, std::string(name) + " stored transposed (layout " + g.layout +
+                                            ") needs ldmatrix.trans, which moves 16-bit elements only");
+      if (p.swizzle) {
+        if (p.smem_pad != 0 || !is_pow2(s.row_bytes(0)) || s.row_bytes(0) < 32)
+          fail(ScheduleError::kMisalignedRows,
+               std::string(name) + " rows of " + std::to_string(s.row_bytes(0)) + " bytes with smem_pad " +
+                   std::to_string(p.smem_pad) + ": a swizzled tile needs smem_pad 0 and rows of a power of two of "
+                                                "at least 32 bytes");
+      } else if (s.row_bytes(p.smem_pad) % 16) {
+        fail(ScheduleError::kMisalignedRows, std::string(name) + " rows of " +
+                                                 std::to_string(s.row_bytes(p.smem_pad)) +
+                                                 " bytes: ldmatrix reads 16-byte aligned rows");
+      }
+    }
+  }
+
+  std::int64_t shared_bytes(const ImplicitGemm& g, const ScheduleParams& p) const override {
+    const std::int64_t operands = p.stages * (tile_bytes(g, p, 0) + tile_bytes(g, p, 1));
+    return std::max(operands, round_up(epilogue_bytes(g, p), 128));  // the epilogue reuses the buffers
+  }
+
+  ScheduleParams default_schedule(const ImplicitGemm& g, const DeviceLimits& limits) const override {
+    ScheduleParams p;
+    auto warp_tile = [](std::int64_t extent) { return extent >= 128 ? 64 : extent >= 32 ? 32 : 16; };
+    p.warp_m = warp_tile(g.M);
+    p.warp_n = warp_tile(g.N);
+    p.block_m = p.warp_m * (g.M > p.warp_m ? 2 : 1);
+    p.block_n = p.warp_n * (g.N > p.warp_n ? 2 : 1);
+    p.block_k = static_cast<int>(g.shape[Axis::kK] * 2);
+    p.panels = 0;
+    p.vec_a = max_vector_width(g, 0);
+    p.vec_b = max_vector_width(g, 1);
+    p.swizzle = 1;
+    p.smem_pad = 0;
+    auto issues_of = [&](ScheduleError e) {
+      int n = 0;
+      for (const auto& issue : tmap::validate(g, p, limits)) n += issue.error == e;
+      return n;
+    };
+    if (issues_of(ScheduleError::kMisalignedRows)) {
+      p.swizzle = 0;
+      p.smem_pad = 16 / elem_bytes(g.hw->a_dtype);
+    }
+    for (int which = 0; which < 2; ++which) {
+      int& vec = which == 0 ? p.vec_a : p.vec_b;
+      while (vec > 1 && issues_of(ScheduleError::kBadVector)) vec /= 2;
+    }
+    p.async_copy = 1;
+    if (!copies_async(g, p, 0) && !copies_async(g, p, 1)) p.async_copy = 0;
+    if (limits.compute_capability != 0 && limits.compute_capability < 80) p.async_copy = 0;
+    p.stages = p.async_copy ? 4 : 2;
+    while (p.stages > 1 && shared_bytes(g, p) > limits.max_shared_bytes) --p.stages;
+    return p;
+  }
+
+  std::vector<std::vector<int>> choices(const ImplicitGemm& g, const ScheduleParams& defaults) const override {
+    const auto ik = g.shape[Axis::kK];
+    const int pad = 16 / elem_bytes(g.hw->a_dtype);
+    (void)defaults;
+    return {
+        multiples(16, {1, 2, 4, 8, 16}, 256),      // block_m
+        multiples(16, {1, 2, 4, 8, 16}, 256),      // block_n
+        multiples(ik, {1, 2, 4}, 128),             // block_k
+        multiples(16, {1, 2, 4}, 64),              // warp_m
+        multiples(16, {1, 2, 4}, 64),              // warp_n
+        {1, 2, 2, 3, 4, 4, 5},                     // stages (3 to 5 need async_copy)
+        {0, pad},                                  // smem_pad (0 when swizzled)
+        {1, 1, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32},  // split_k (no split is the common answer)
+        {0},                                       // panels: not for mma_sync
+        powers_up_to(max_vector_width(g, 0)),      // vec_a
+        powers_up_to(max_vector_width(g, 1)),      // vec_b
+        {0, 1},                                    // unroll (of the gathers; the math is always unrolled)
+        {1, 2, 4, 8},                              // raster
+        {0, 1, 1},                                 // async_copy (needs vector loads)
+        {0, 1, 1},                                 // swizzle
+    };
+  }
+
+  int max_fragments_per_warp(const ImplicitGemm&) const override { return 32; }
+  double peak_fraction() const override { return 0.75; }
+};
+
+}  // namespace
+
+const EmitterFamily& mma_sync_family() {
+  static const MmaSyncFamily family;
+  return family;
+}
+
+}  // namespace tmap

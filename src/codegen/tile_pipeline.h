@@ -1,0 +1,91 @@
+// Stages of an implicit-GEMM kernel that every emitter family shares (private to src/codegen/).
+//
+// A kernel of any family has the same skeleton: the block's tile origin (with optional
+// rasterization), operand tiles gathered from the compute's tensors through the mapping into
+// shared memory (scalar, vector or cp.async copies; the family decides where element (r, c) of a
+// stored tile lives through the functions a_at / b_at it emits), a main loop that pipelines those
+// copies against the family's math (`load_tiles(step, buf)` and `compute(buf)` lambdas), and an
+// epilogue that scatters the block's results to the output through its indices, or to split-K
+// partial sums reduced by a second kernel. The families emit only the math and the shared-memory
+// layouts.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tmap/codegen/emitter.h"
+
+namespace tmap::pipeline {
+
+/// An unsigned type as wide as `bytes` (1 to 16), for vector copies.
+std::string vector_type(int bytes);
+/// A C identifier made of `s` (other characters become '_').
+std::string identifier(const std::string& s);
+
+/// Name, block size, grid and split-K workspace of a kernel of `threads` threads per block.
+KernelSource kernel_shell(const ImplicitGemm& g, const ScheduleParams& p, int threads);
+
+/// The comment block naming the statement, intrinsic, mapping and virtual GEMM.
+void emit_header(std::ostringstream& os, const ImplicitGemm& g);
+
+/// The constants every kernel body uses: M, N, K, SERIAL, BM, BN, BK, WM, WN, WARPS_N, THREADS,
+/// STAGES, SPLIT_K, BATCH, RASTER (the family adds its intrinsic's).
+void emit_common_constants(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p, int threads);
+
+/// The cp.async helpers cp_async<BYTES>(dst, src, valid), cp_async_commit(), cp_async_wait<N>().
+void emit_cp_async_helpers(std::ostringstream& os);
+
+/// Loaders of operand `which` (0 = A at (m, k), 1 = B at (k, n)): with p.vec_{a,b} = 1
+/// `load_a(src, m, k, z, s)` returns one element (packed sub-byte elements as an int), else
+/// `load_a_vec(src, m, k, z, s, dst)` copies that many contiguous elements to `dst` (with cp.async
+/// where copies_async()). Out of the GEMM or the tensor reads zero.
+void emit_operand_loader(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p, int which);
+
+/// `store_d(out, m, n, z, value)`: the output element at virtual (m, n) of batch z; and when
+/// `vec` > 1, `store_d_vec<VEC>(out, m, n, z, values)` writing `vec` outputs contiguous along
+/// the virtual axis `along` ('m' or 'n') with one store (see output_vector_width()).
+void emit_output_scatter(std::ostringstream& os, const ImplicitGemm& g, const std::string& out_type, int vec,
+                         char along);
+
+/// The widest vector (elements, at most 16 bytes of `out_bits`-bit elements) in which outputs
+/// consecutive along virtual axis `along` ('m' or 'n') are contiguous and aligned in the output
+/// tensor: the axis's innermost iterator indexes the output's last dimension alone.
+int output_vector_width(const ImplicitGemm& g, char along, int out_bits);
+
+/// `const int m0, n0` of this block, walking `p.raster` rows of tiles column by column.
+void emit_block_origin(std::ostringstream& os, const ScheduleParams& p);
+
+/// One gather loop of the `load_tiles` lambda: operand `op` ('a' or 'b') stored rows x cols,
+/// `row_var`/`col_var` naming the tile coordinates ("mm", "kk", "nn"); elements go to
+/// `op`[`op`_at(row, col)] of the stage buffer `op` (a pointer in scope).
+void emit_gather(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p, int threads, char op,
+                 const std::string& rows, const std::string& cols, const char* row_var, const char* col_var, int vec,
+                 int pack);
+
+/// The main loop over this block's steps [first, last): cp.async ring of p.stages buffers,
+/// register-staged double buffering, or a single buffer. Needs the lambdas load_tiles(step,
+/// buf) and compute(buf) in scope; ends with the buffers free for the epilogue.
+void emit_main_loop(std::ostringstream& os, const ScheduleParams& p);
+
+/// The split-K reduce kernel (when p.split_k > 1), summing partial[split][z][m][n].
+void emit_split_reduce(std::ostringstream& os, const KernelSource& k, const std::string& part_type,
+                       const std::string& out_type);
+
+/// The type partial sums are kept in: at least float.
+std::string partial_type(const ImplicitGemm& g);
+
+/// base x each factor up to cap (base alone when none fits), for the families' choices.
+std::vector<int> multiples(std::int64_t base, std::initializer_list<int> factors, std::int64_t cap);
+/// 1, 2, 4, ... up to max.
+std::vector<int> powers_up_to(int max);
+
+}  // namespace tmap::pipeline
+
+namespace tmap {
+/// The families, registered by find_family() (src/codegen/emitter.cpp).
+const EmitterFamily& wmma_family();
+const EmitterFamily& mma_sync_family();
+}  // namespace tmap

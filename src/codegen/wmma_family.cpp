@@ -1,0 +1,319 @@
+// The WMMA family (nvcuda::wmma, warp scope): fragments loaded from shared memory with
+// load_matrix_sync, which takes a fixed leading dimension, so bank conflicts are avoided by
+// padding rows (smem_pad) and 8-wide or int8/int4 fragments by panels one fragment wide.
+//
+// Kernel structure: each block computes a block_m x block_n tile of the virtual GEMM for one
+// batch index (blockIdx.z); warps own warp_m x warp_n sub-tiles of accumulator fragments. The
+// shared stages of tile_pipeline.h gather the operands into shared memory; the epilogue stores
+// fragments to shared memory and scatters them to the output through the output's indices.
+#include <algorithm>
+#include <sstream>
+
+#include "tile_pipeline.h"
+#include "tmap/codegen/reference_emitter.h"
+#include "tmap/support/diagnostic.h"
+
+namespace tmap {
+namespace {
+
+using namespace pipeline;
+
+std::int64_t round_up(std::int64_t x, std::int64_t to) { return (x + to - 1) / to * to; }
+
+/// Bits per element as stored in shared and global memory (tf32 is stored as float, int4 packed
+/// two to a byte).
+int storage_bits(DType t) { return dtype_bits(t); }
+
+/// One shared-memory operand tile. In the row layout it is rows x (cols + pad) elements; in the
+/// panel layout the columns are cut into panels one fragment wide, each rows x (width + pad),
+/// so that every fragment starts at a panel's column 0.
+struct Tile {
+  const char* name;
+  std::int64_t rows, cols;
+  std::int64_t ld;             ///< Elements between rows (WMMA's ldm).
+  int bits;                    ///< Per element.
+  std::int64_t frag_rows;      ///< Rows between fragments.
+  std::int64_t frag_cols;      ///< Columns of a fragment.
+  std::int64_t col_step_bits;  ///< Bits between fragments along a row (or between panels).
+  std::int64_t elements;       ///< Per stage, padding included.
+  bool panels;
+  std::int64_t size_bytes() const { return (elements * bits + 7) / 8; }
+};
+
+/// rows x cols of `bits`-bit elements; fragments are frag_rows x frag_cols.
+Tile make_tile(const char* name, std::int64_t rows, std::int64_t cols, std::int64_t frag_rows, std::int64_t frag_cols,
+               int bits, int pad, bool panels) {
+  if (!panels)
+    return {name, rows, cols, cols + pad, bits, frag_rows, frag_cols, frag_cols * bits, rows * (cols + pad), false};
+  const std::int64_t ld = frag_cols + pad;
+  return {name, rows, cols, ld, bits, frag_rows, frag_cols, rows * ld * bits, (cols / frag_cols) * rows * ld, true};
+}
+
+std::vector<Tile> tiles(const ImplicitGemm& g, const ScheduleParams& p) {
+  const int ab = storage_bits(g.hw->a_dtype), bb = storage_bits(g.hw->b_dtype), db = storage_bits(g.hw->d_dtype);
+  const auto m = g.shape[Axis::kI], n = g.shape[Axis::kJ], k = g.shape[Axis::kK];
+  const bool panels = p.panels != 0;
+  std::vector<Tile> t;
+  // A is m x k: row-major [BM][BK], or column-major [BK][BM].
+  if (g.layout[0] == 'n') t.push_back(make_tile("A", p.block_m, p.block_k, m, k, ab, p.smem_pad, panels));
+  else t.push_back(make_tile("A", p.block_k, p.block_m, k, m, ab, p.smem_pad, panels));
+  // B is k x n: row-major [BK][BN], or column-major [BN][BK].
+  if (g.layout[1] == 'n') t.push_back(make_tile("B", p.block_k, p.block_n, k, n, bb, p.smem_pad, panels));
+  else t.push_back(make_tile("B", p.block_n, p.block_k, n, k, bb, p.smem_pad, panels));
+  // The accumulator tile of the epilogue keeps the row layout: [BM][BN] or [BN][BM].
+  if (g.layout[2] == 'n') t.push_back(make_tile("D", p.block_m, p.block_n, m, n, db, p.smem_pad, false));
+  else t.push_back(make_tile("D", p.block_n, p.block_m, n, m, db, p.smem_pad, false));
+  return t;
+}
+
+/// The element type of a WMMA operand fragment.
+std::string fragment_type(DType t) {
+  if (t == DType::kTFloat32) return "wmma::precision::tf32";
+  if (t == DType::kInt4) return "wmma::experimental::precision::s4";
+  return storage_type(t);
+}
+
+const char* unroll_pragma(const ScheduleParams& p) { return p.unroll ? "#pragma unroll\n" : "#pragma unroll 1\n"; }
+
+KernelSource emit_wmma(const ImplicitGemm& g, const ScheduleParams& p) {
+  TMAP_CHECK(g.hw->family == "wmma", "the WMMA emitter needs a WMMA abstraction");
+  const std::string ta = storage_type(g.hw->a_dtype), tb = storage_type(g.hw->b_dtype),
+                    tacc = storage_type(g.hw->d_dtype);
+  const auto im = g.shape[Axis::kI], in = g.shape[Axis::kJ], ik = g.shape[Axis::kK];
+  const bool a_row = g.layout[0] == 'n', b_row = g.layout[1] == 'n', c_row = g.layout[2] == 'n';
+  // Sub-byte operands are packed two to a byte; shared tiles hold them packed too.
+  const int a_pack = dtype_bits(g.hw->a_dtype) < 8 ? 2 : 1, b_pack = dtype_bits(g.hw->b_dtype) < 8 ? 2 : 1;
+
+  KernelSource k = kernel_shell(g, p, (p.block_m / p.warp_m) * (p.block_n / p.warp_n) * 32);
+  const bool split = p.split_k > 1;
+  const std::string tpart = partial_type(g);
+
+  std::ostringstream os;
+  emit_header(os, g);
+  os << "#include <mma.h>\n#include <cuda_fp16.h>\n#include <cuda_bf16.h>\nusing namespace nvcuda;\n\n"
+     << "namespace {\n";
+  emit_common_constants(os, g, p, k.threads);
+  os << "constexpr int IM = " << im << ", IN = " << in << ", IK = " << ik << ";  // intrinsic shape\n"
+     << "constexpr int FM = WM / IM, FN = WN / IN;  // fragments per warp\n"
+     << "constexpr int VEC_A = " << p.vec_a << ", VEC_B = " << p.vec_b << ";  // elements per global load\n"
+     << "constexpr int PACK_A = " << a_pack << ", PACK_B = " << b_pack << ";  // elements per stored byte or more\n"
+     << "// Shared tiles: A " << (a_row ? "[BM][BK + pad] row-major" : "[BK][BM + pad] column-major") << ", B "
+     << (b_row ? "[BK][BN + pad] row-major" : "[BN][BK + pad] column-major") << ", D "
+     << (c_row ? "[BM][BN + pad] row-major" : "[BN][BM + pad] column-major") << "\n"
+     << "constexpr int C_LD = " << (c_row ? "BN" : "BM") << " + " << p.smem_pad << ";\n";
+  // Each operand tile is R x C (rows x columns as stored); fragments are FR x FC. Rows layout:
+  // element (r, c) at r * LD + c. Panels layout: columns cut into panels FC wide, element
+  // (r, c) at (c / FC) * (R * LD) + r * LD + c % FC, so each fragment starts a panel.
+  auto tile_index = [&](const char* fn, const char* ld_name, const char* tile_name, const std::string& rows,
+                        const std::string& cols, const std::string& frag_cols) {
+    if (!p.panels) {
+      os << "constexpr int " << ld_name << " = " << cols << " + " << p.smem_pad << ";\n"
+         << "constexpr int " << tile_name << " = " << rows << " * " << ld_name << ";  // elements per stage\n"
+         << "__device__ __forceinline__ int " << fn << "(int r, int c) { return r * " << ld_name << " + c; }\n";
+    } else {
+      os << "constexpr int " << ld_name << " = " << frag_cols << " + " << p.smem_pad << ";  // panels " << frag_cols
+         << " wide\n"
+         << "constexpr int " << tile_name << " = (" << cols << " / " << frag_cols << ") * " << rows << " * " << ld_name
+         << ";  // elements per stage\n"
+         << "__device__ __forceinline__ int " << fn << "(int r, int c) { return (c / " << frag_cols << ") * (" << rows
+         << " * " << ld_name << ") + r * " << ld_name << " + c % " << frag_cols << "; }\n";
+    }
+  };
+  if (a_row) tile_index("a_at", "A_LD", "A_TILE", "BM", "BK", "IK");
+  else tile_index("a_at", "A_LD", "A_TILE", "BK", "BM", "IM");
+  if (b_row) tile_index("b_at", "B_LD", "B_TILE", "BK", "BN", "IN");
+  else tile_index("b_at", "B_LD", "B_TILE", "BN", "BK", "IK");
+  os << "constexpr int A_BYTES = (A_TILE / PACK_A * (int)sizeof(" << ta << ") + 127) / 128 * 128;\n\n";
+  if (p.async_copy) emit_cp_async_helpers(os);
+  if (a_pack > 1 || b_pack > 1)
+    os << "// Signed 4-bit element i of a packed array (two per byte, low nibble first).\n"
+       << "__device__ __forceinline__ int nibble(const unsigned char* p, int i) {\n"
+       << "  const int byte = p[i >> 1];\n"
+       << "  return (i & 1) ? (signed char)(byte & 0xF0) >> 4 : (signed char)(byte << 4) >> 4;\n}\n\n";
+  emit_operand_loader(os, g, p, 0);
+  emit_operand_loader(os, g, p, 1);
+  emit_output_scatter(os, g, tacc, 1, 'n');
+  os << "}  // namespace\n\n";
+
+  const bool tf32 = g.hw->a_dtype == DType::kTFloat32;
+  const std::string unroll = unroll_pragma(p);
+  os << "extern \"C\" __global__ void __launch_bounds__(THREADS)\n"
+     << k.name << "(const " << ta << "* __restrict__ a_src, const " << tb << "* __restrict__ b_src, " << tacc
+     << "* __restrict__ out, " << tpart << "* __restrict__ partial) {\n"
+     << "  extern __shared__ __align__(128) unsigned char smem[];\n"
+     << "  " << ta << "* As = reinterpret_cast<" << ta << "*>(smem);                  // [STAGES][A_TILE / PACK_A]\n"
+     << "  " << tb << "* Bs = reinterpret_cast<" << tb << "*>(smem + STAGES * A_BYTES);  // [STAGES][B_TILE / PACK_B]\n";
+  emit_block_origin(os, p);
+  os << "  const int z = blockIdx.z / SPLIT_K, split = blockIdx.z % SPLIT_K;\n"
+     << "  const int warp = threadIdx.x / 32;\n"
+     << "  const int wm0 = (warp / WARPS_N) * WM, wn0 = (warp % WARPS_N) * WN;  // warp tile origin in the block\n\n"
+     << "  wmma::fragment<wmma::accumulator, IM, IN, IK, " << tacc << "> acc[FM][FN];  // (FM x FN) fragments of IM x IN\n"
+     << "  for (int i = 0; i < FM; ++i)\n    for (int j = 0; j < FN; ++j) wmma::fill_fragment(acc[i][j], static_cast<" << tacc
+     << ">(0.0f));\n\n"
+     << "  constexpr int K_TILES = (K + BK - 1) / BK;\n"
+     << "  constexpr int STEPS = SERIAL * K_TILES;  // serial reduction points x K tiles\n"
+     << "  // This block's share of the steps: [first, last).\n"
+     << "  const int first = (int)((long long)STEPS * split / SPLIT_K), last = (int)((long long)STEPS * (split + 1) / SPLIT_K);\n"
+     << "  // Gathers step `step` of the reduction into shared buffer `buf`.\n"
+     << "  auto load_tiles = [&](int step, int buf) {\n"
+     << "    const int s = step / K_TILES, k0 = (step % K_TILES) * BK;\n"
+     << "    " << ta << "* a = As + buf * (A_TILE / PACK_A);\n";
+  if (a_row) emit_gather(os, g, p, k.threads, 'a', "BM", "BK", "mm", "kk", p.vec_a, a_pack);
+  else emit_gather(os, g, p, k.threads, 'a', "BK", "BM", "kk", "mm", p.vec_a, a_pack);
+  os << "    " << tb << "* b = Bs + buf * (B_TILE / PACK_B);\n";
+  if (b_row) emit_gather(os, g, p, k.threads, 'b', "BK", "BN", "kk", "nn", p.vec_b, b_pack);
+  else emit_gather(os, g, p, k.threads, 'b', "BN", "BK", "nn", "kk", p.vec_b, b_pack);
+  os << "  };\n"
+     << "  // Multiplies the tiles in shared buffer `buf` into the accumulators.\n"
+     << "  auto compute = [&](int buf) {\n"
+     << "    const " << ta << "* a = As + buf * (A_TILE / PACK_A);\n"
+     << "    const " << tb << "* b = Bs + buf * (B_TILE / PACK_B);\n"
+     << "    " << unroll << "    for (int kk = 0; kk < BK; kk += IK) {\n"
+     << "      wmma::fragment<wmma::matrix_a, IM, IN, IK, " << fragment_type(g.hw->a_dtype) << ", wmma::"
+     << (a_row ? "row_major" : "col_major") << "> fa[FM];\n"
+     << "      wmma::fragment<wmma::matrix_b, IM, IN, IK, " << fragment_type(g.hw->b_dtype) << ", wmma::"
+     << (b_row ? "row_major" : "col_major") << "> fb[FN];\n"
+     << "      " << unroll << "      for (int i = 0; i < FM; ++i) {\n"
+     << "        wmma::load_matrix_sync(fa[i], a + " << (a_row ? "a_at(wm0 + i * IM, kk)" : "a_at(kk, wm0 + i * IM)")
+     << " / PACK_A, A_LD);\n"
+     << (tf32 ? "        for (int t = 0; t < fa[i].num_elements; ++t) fa[i].x[t] = wmma::__float_to_tf32(fa[i].x[t]);\n" : "")
+     << "      }\n"
+     << "      " << unroll << "      for (int j = 0; j < FN; ++j) {\n"
+     << "        wmma::load_matrix_sync(fb[j], b + " << (b_row ? "b_at(kk, wn0 + j * IN)" : "b_at(wn0 + j * IN, kk)")
+     << " / PACK_B, B_LD);\n"
+     << (tf32 ? "        for (int t = 0; t < fb[j].num_elements; ++t) fb[j].x[t] = wmma::__float_to_tf32(fb[j].x[t]);\n" : "")
+     << "      }\n"
+     << "      " << unroll << "      for (int i = 0; i < FM; ++i)\n"
+     << "        for (int j = 0; j < FN; ++j) wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);\n"
+     << "    }\n  };\n\n";
+  emit_main_loop(os, p);
+  os << "  // Epilogue: fragments to shared memory, then scattered to the output.\n"
+     << "  " << tacc << "* Cs = reinterpret_cast<" << tacc << "*>(smem);\n"
+     << "  for (int i = 0; i < FM; ++i)\n    for (int j = 0; j < FN; ++j)\n"
+     << "      wmma::store_matrix_sync(Cs + "
+     << (c_row ? "(wm0 + i * IM) * C_LD + wn0 + j * IN" : "(wn0 + j * IN) * C_LD + wm0 + i * IM")
+     << ", acc[i][j], C_LD, wmma::" << (c_row ? "mem_row_major" : "mem_col_major") << ");\n"
+     << "  __syncthreads();\n"
+     << "  for (int e = threadIdx.x; e < BM * BN; e += THREADS) {\n"
+     << (c_row ? "    const int mm = e / BN, nn = e % BN;\n    const " + tacc + " value = Cs[mm * C_LD + nn];\n"
+               : "    const int nn = e / BM, mm = e % BM;\n    const " + tacc + " value = Cs[nn * C_LD + mm];\n");
+  if (split)
+    os << "    // Partial sum of this split: partial[split][z][m][n], summed by the reduce kernel.\n"
+       << "    const int m = m0 + mm, n = n0 + nn;\n"
+       << "    if (m < M && n < N) partial[((long long)(split * BATCH + z) * M + m) * N + n] = (" << tpart << ")value;\n";
+  else
+    os << "    store_d(out, m0 + mm, n0 + nn, z, value);\n";
+  os << "  }\n}\n";
+  emit_split_reduce(os, k, tpart, tacc);
+  k.code = os.str();
+  return k;
+}
+
+class WmmaFamily final : public EmitterFamily {
+ public:
+  std::string_view name() const override { return "wmma"; }
+  int ordinal() const override { return 0; }
+  KernelSource emit(const ImplicitGemm& g, const ScheduleParams& p) const override { return emit_wmma(g, p); }
+
+  void validate(const ImplicitGemm& g, const ScheduleParams& p, const DeviceLimits&,
+                std::vector<ScheduleIssue>& out) const override {
+    auto fail = [&](ScheduleError e, std::string detail) { out.push_back({e, std::move(detail)}); };
+    // Gathers staged through registers overlap one tile at most; cp.async keeps up to 3 in flight.
+    if (p.stages > (p.async_copy == 1 ? 4 : 2))
+      fail(ScheduleError::kBadStages,
+           "stages = " + std::to_string(p.stages) + " with async_copy = " + std::to_string(p.async_copy));
+    if (p.swizzle != 0)
+      fail(ScheduleError::kBadOption, "swizzle = " + std::to_string(p.swizzle) +
+                                          ": WMMA loads fragments with a fixed leading dimension, so its tiles "
+                                          "can be padded (smem_pad) but not swizzled");
+    const std::vector<Tile> t = tiles(g, p);
+    for (const Tile& tile : t) {
+      if ((tile.ld * tile.bits) % 128)
+        fail(ScheduleError::kMisalignedRows, std::string(tile.name) + " rows of " + std::to_string(tile.ld) +
+                                                 " elements of " + std::to_string(tile.bits) + " bits");
+      if ((tile.frag_rows * tile.ld * tile.bits) % 256 || tile.col_step_bits % 256)
+        fail(ScheduleError::kMisalignedFragments,
+             std::string(tile.name) + " fragments step " + std::to_string(tile.col_step_bits / 8) +
+                 " bytes along a row (layout " + g.layout + ", intrinsic " + g.shape.str() +
+                 (p.panels ? ", panels" : ", rows; try panels") + ")");
+    }
+    // With panels a vector must fit a panel's row too.
+    for (int which = 0; which < 2; ++which) {
+      const int vec = which == 0 ? p.vec_a : p.vec_b;
+      if (vec > 1 && t[which].panels && t[which].frag_cols % vec)
+        fail(ScheduleError::kBadVector, std::string(which == 0 ? "vec_a" : "vec_b") + " = " + std::to_string(vec) +
+                                            ": rows of the panels are " + std::to_string(t[which].frag_cols) +
+                                            " elements");
+    }
+  }
+
+  std::int64_t shared_bytes(const ImplicitGemm& g, const ScheduleParams& p) const override {
+    auto t = tiles(g, p);
+    std::int64_t operands = p.stages * (round_up(t[0].size_bytes(), 128) + round_up(t[1].size_bytes(), 128));
+    return std::max(operands, round_up(t[2].size_bytes(), 128));  // the epilogue reuses the buffers
+  }
+
+  ScheduleParams default_schedule(const ImplicitGemm& g, const DeviceLimits& limits) const override {
+    const auto m = g.shape[Axis::kI], n = g.shape[Axis::kJ], k = g.shape[Axis::kK];
+    ScheduleParams p;
+    // Two fragments per warp along each axis and 2 x 2 warps, shrunk for small problems.
+    auto frags = [](std::int64_t extent, std::int64_t step) { return extent > step ? 2 : 1; };
+    p.warp_m = static_cast<int>(m * frags(g.M, m));
+    p.warp_n = static_cast<int>(n * frags(g.N, n));
+    p.block_m = p.warp_m * (g.M > 2 * p.warp_m ? 2 : 1);
+    p.block_n = p.warp_n * (g.N > 2 * p.warp_n ? 2 : 1);
+    p.block_k = static_cast<int>(k * (g.K > k ? 2 : 1));
+    p.stages = 2;
+    // The smallest padding that keeps rows 16-byte aligned and moves rows across banks.
+    p.smem_pad = std::max(1, 128 / std::min({storage_bits(g.hw->a_dtype), storage_bits(g.hw->b_dtype),
+                                             storage_bits(g.hw->d_dtype)}));
+    // Rows of the tile unless a fragment would start misaligned; then one panel per fragment.
+    for (const auto& issue : tmap::validate(g, p, limits))
+      if (issue.error == ScheduleError::kMisalignedFragments) p.panels = 1;
+    if (shared_bytes(g, p) > limits.max_shared_bytes) p.stages = 1;
+    // The widest global loads the operands and the tile allow.
+    for (int which = 0; which < 2; ++which) {
+      int& vec = which == 0 ? p.vec_a : p.vec_b;
+      for (vec = max_vector_width(g, which); vec > 1; vec /= 2) {
+        bool ok = true;
+        for (const auto& issue : tmap::validate(g, p, limits)) ok = ok && issue.error != ScheduleError::kBadVector;
+        if (ok) break;
+      }
+    }
+    return p;
+  }
+
+  std::vector<std::vector<int>> choices(const ImplicitGemm& g, const ScheduleParams& defaults) const override {
+    const auto im = g.shape[Axis::kI], in = g.shape[Axis::kJ], ik = g.shape[Axis::kK];
+    const int pad = defaults.smem_pad;
+    return {
+        multiples(im, {1, 2, 4, 8, 16}, 256),      // block_m
+        multiples(in, {1, 2, 4, 8, 16}, 256),      // block_n
+        multiples(ik, {1, 2, 4, 8}, 128),          // block_k
+        multiples(im, {1, 2, 4}, 128),             // warp_m
+        multiples(in, {1, 2, 4}, 128),             // warp_n
+        {1, 2, 2, 3, 4},                           // stages (3 and 4 need async_copy)
+        {0, pad, 2 * pad},                         // smem_pad
+        {1, 1, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32},  // split_k (no split is the common answer)
+        {0, 1},                                    // panels
+        powers_up_to(max_vector_width(g, 0)),      // vec_a
+        powers_up_to(max_vector_width(g, 1)),      // vec_b
+        {0, 1},                                    // unroll
+        {1, 2, 4, 8},                              // raster
+        {0, 1},                                    // async_copy (needs vector loads)
+        {0},                                       // swizzle: not for WMMA
+    };
+  }
+
+  int max_fragments_per_warp(const ImplicitGemm&) const override { return 16; }
+  double peak_fraction() const override { return 0.6; }
+};
+
+}  // namespace
+
+const EmitterFamily& wmma_family() {
+  static const WmmaFamily family;
+  return family;
+}
+
+}  // namespace tmap
