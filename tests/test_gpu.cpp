@@ -227,8 +227,9 @@ std::vector<GpuCase> variants(const GpuCase& base,
     edit(gc.p);
     gc.label += " " + label;
     // Some edits do not apply everywhere (cp.async stages where an operand has no vectors).
-    if (validate(gc.g, gc.p, DeviceLimits::for_arch(device_cc())).empty()) out.push_back(gc);
-    else std::printf("%-60s skipped: %s\n", gc.label.c_str(), std::string(message(validate(gc.g, gc.p, DeviceLimits::for_arch(device_cc())).front().error)).c_str());
+    const auto issues = validate(gc.g, gc.p, DeviceLimits::for_arch(device_cc()));
+    if (issues.empty()) out.push_back(gc);
+    else std::printf("%-60s skipped: %s\n", gc.label.c_str(), std::string(message(issues.front().error)).c_str());
   }
   EXPECT_GE(out.size(), edits.size() / 2 + 1) << base.label << ": most variants should apply";
   return out;

@@ -23,7 +23,6 @@ namespace {
 
 using namespace pipeline;
 
-std::int64_t round_up(std::int64_t x, std::int64_t to) { return (x + to - 1) / to * to; }
 int elem_bytes(DType t) { return dtype_bits(t) / 8; }
 bool is_pow2(std::int64_t x) { return x > 0 && (x & (x - 1)) == 0; }
 
@@ -106,8 +105,8 @@ std::int64_t tile_at(const Stored& s, const ScheduleParams& p, std::int64_t r, s
 
 /// How the kernel finds the ldmatrix address of fragment f (i of A, j of B) at sub-step kk.
 /// The lane- and warp-dependent part is computed once, before the main loop, and the rest folds
-/// to constants: kShared: base OP kk * kk_scale + f * fragment_step... precisely
-/// (base + f * fragment_step) OP (kk * kk_scale); kPerFragment: base[f] OP (kk * kk_scale);
+/// to constants: kShared: (base + f * fragment_step) OP (kk * kk_scale); kPerFragment:
+/// base[f] OP (kk * kk_scale);
 /// kDirect: the tile's index function at every use. Each form is checked here against the
 /// index function for every lane, warp, fragment and sub-step of the schedule; the first that
 /// holds is used (XOR where the swizzle makes the sub-step's chunk bits disjoint from the lane's).
@@ -249,11 +248,11 @@ KernelSource emit_mma_sync(const ImplicitGemm& g, const ScheduleParams& p) {
      << "  auto load_tiles = [&](int step, int buf) {\n"
      << "    const int s = step / K_TILES, k0 = (step % K_TILES) * BK;\n"
      << "    " << ta << "* a = As + buf * (A_BYTES / (int)sizeof(" << ta << "));\n";
-  if (!a_trans) emit_gather(os, g, p, k.threads, 'a', "BM", "BK", "mm", "kk", p.vec_a, 1);
-  else emit_gather(os, g, p, k.threads, 'a', "BK", "BM", "kk", "mm", p.vec_a, 1);
+  if (!a_trans) emit_gather(os, p, k.threads, 'a', "BM", "BK", "mm", "kk", p.vec_a, 1);
+  else emit_gather(os, p, k.threads, 'a', "BK", "BM", "kk", "mm", p.vec_a, 1);
   os << "    " << tb << "* b = Bs + buf * (B_BYTES / (int)sizeof(" << tb << "));\n";
-  if (b_trans) emit_gather(os, g, p, k.threads, 'b', "BK", "BN", "kk", "nn", p.vec_b, 1);
-  else emit_gather(os, g, p, k.threads, 'b', "BN", "BK", "nn", "kk", p.vec_b, 1);
+  if (b_trans) emit_gather(os, p, k.threads, 'b', "BK", "BN", "kk", "nn", p.vec_b, 1);
+  else emit_gather(os, p, k.threads, 'b', "BN", "BK", "nn", "kk", p.vec_b, 1);
   // Fragment loads: A matrices (m 0-7, k lo), (m 8-15, k lo), (m 0-7, k hi), (m 8-15, k hi) are
   // a0..a3; B matrices (n 0-7, k lo), (n 0-7, k hi), (n 8-15, k lo), (n 8-15, k hi) are b0, b1 of
   // two neighbouring n fragments.

@@ -29,8 +29,6 @@ namespace {
 /// The most iterations of a gather loop unrolled in full.
 constexpr int kMaxUnroll = 8;
 
-const char* unroll_pragma(const ScheduleParams& p) { return p.unroll ? "#pragma unroll\n" : "#pragma unroll 1\n"; }
-
 /// Emits `const int v = ...;` lines recovering iterator values from a flat coordinate
 /// (mixed radix over `iters`, the last fastest), only for iterators in `used`.
 void decompose(std::ostringstream& os, const Compute& c, const std::vector<int>& iters, const std::string& coord,
@@ -272,10 +270,9 @@ void emit_block_origin(std::ostringstream& os, const ScheduleParams& p) {
     os << "  const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;\n";
 }
 
-void emit_gather(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p, int threads, char op,
+void emit_gather(std::ostringstream& os, const ScheduleParams& p, int threads, char op,
                  const std::string& rows, const std::string& cols, const char* row_var, const char* col_var, int vec,
                  int pack) {
-  (void)g;
   const int group = std::max(vec, pack);
   const std::string tile = op == 'a' ? "a" : "b", at = std::string(1, op) + "_at";
   const std::string grp = group > 1 ? " / " + std::to_string(group) : "";

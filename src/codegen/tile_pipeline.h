@@ -20,6 +20,10 @@
 
 namespace tmap::pipeline {
 
+inline std::int64_t round_up(std::int64_t x, std::int64_t to) { return (x + to - 1) / to * to; }
+/// The pragma for the kernel's loops: unrolled with p.unroll, else kept rolled.
+inline const char* unroll_pragma(const ScheduleParams& p) { return p.unroll ? "#pragma unroll\n" : "#pragma unroll 1\n"; }
+
 /// An unsigned type as wide as `bytes` (1 to 16), for vector copies.
 std::string vector_type(int bytes);
 /// A C identifier made of `s` (other characters become '_').
@@ -61,7 +65,7 @@ void emit_block_origin(std::ostringstream& os, const ScheduleParams& p);
 /// One gather loop of the `load_tiles` lambda: operand `op` ('a' or 'b') stored rows x cols,
 /// `row_var`/`col_var` naming the tile coordinates ("mm", "kk", "nn"); elements go to
 /// `op`[`op`_at(row, col)] of the stage buffer `op` (a pointer in scope).
-void emit_gather(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p, int threads, char op,
+void emit_gather(std::ostringstream& os, const ScheduleParams& p, int threads, char op,
                  const std::string& rows, const std::string& cols, const char* row_var, const char* col_var, int vec,
                  int pack);
 

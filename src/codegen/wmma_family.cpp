@@ -18,8 +18,6 @@ namespace {
 
 using namespace pipeline;
 
-std::int64_t round_up(std::int64_t x, std::int64_t to) { return (x + to - 1) / to * to; }
-
 /// Bits per element as stored in shared and global memory (tf32 is stored as float, int4 packed
 /// two to a byte).
 int storage_bits(DType t) { return dtype_bits(t); }
@@ -72,8 +70,6 @@ std::string fragment_type(DType t) {
   if (t == DType::kInt4) return "wmma::experimental::precision::s4";
   return storage_type(t);
 }
-
-const char* unroll_pragma(const ScheduleParams& p) { return p.unroll ? "#pragma unroll\n" : "#pragma unroll 1\n"; }
 
 KernelSource emit_wmma(const ImplicitGemm& g, const ScheduleParams& p) {
   TMAP_CHECK(g.hw->family == "wmma", "the WMMA emitter needs a WMMA abstraction");
@@ -158,11 +154,11 @@ KernelSource emit_wmma(const ImplicitGemm& g, const ScheduleParams& p) {
      << "  auto load_tiles = [&](int step, int buf) {\n"
      << "    const int s = step / K_TILES, k0 = (step % K_TILES) * BK;\n"
      << "    " << ta << "* a = As + buf * (A_TILE / PACK_A);\n";
-  if (a_row) emit_gather(os, g, p, k.threads, 'a', "BM", "BK", "mm", "kk", p.vec_a, a_pack);
-  else emit_gather(os, g, p, k.threads, 'a', "BK", "BM", "kk", "mm", p.vec_a, a_pack);
+  if (a_row) emit_gather(os, p, k.threads, 'a', "BM", "BK", "mm", "kk", p.vec_a, a_pack);
+  else emit_gather(os, p, k.threads, 'a', "BK", "BM", "kk", "mm", p.vec_a, a_pack);
   os << "    " << tb << "* b = Bs + buf * (B_TILE / PACK_B);\n";
-  if (b_row) emit_gather(os, g, p, k.threads, 'b', "BK", "BN", "kk", "nn", p.vec_b, b_pack);
-  else emit_gather(os, g, p, k.threads, 'b', "BN", "BK", "nn", "kk", p.vec_b, b_pack);
+  if (b_row) emit_gather(os, p, k.threads, 'b', "BK", "BN", "kk", "nn", p.vec_b, b_pack);
+  else emit_gather(os, p, k.threads, 'b', "BN", "BK", "nn", "kk", p.vec_b, b_pack);
   os << "  };\n"
      << "  // Multiplies the tiles in shared buffer `buf` into the accumulators.\n"
      << "  auto compute = [&](int buf) {\n"
