@@ -157,17 +157,15 @@ void emit_common_constants(std::ostringstream& os, const ImplicitGemm& g, const 
 }
 
 void emit_cp_async_helpers(std::ostringstream& os) {
-  os << "// Copies BYTES bytes global -> shared without staging in registers (cp.async, sm_80+; 16-byte\n"
-     << "// copies bypass L1); with `valid` false it writes zeros and reads nothing.\n"
+  // Through L1 (.ca): convolution windows re-read input elements that neighbouring tiles and
+  // taps have just fetched (bypassing L1 with .cg cost ResNet-18 batch-16 layers 2-5 up to 60%).
+  os << "// Copies BYTES bytes global -> shared without staging in registers (cp.async, sm_80+); with\n"
+     << "// `valid` false it writes zeros and reads nothing.\n"
      << "template <int BYTES>\n"
      << "__device__ __forceinline__ void cp_async(void* dst, const void* src, bool valid) {\n"
      << "  const unsigned shared = static_cast<unsigned>(__cvta_generic_to_shared(dst));\n"
-     << "  if (BYTES == 16)\n"
-     << "    asm volatile(\"cp.async.cg.shared.global [%0], [%1], 16, %2;\\n\" :: \"r\"(shared), \"l\"(src),\n"
-     << "                 \"r\"(valid ? 16 : 0));\n"
-     << "  else\n"
-     << "    asm volatile(\"cp.async.ca.shared.global [%0], [%1], %2, %3;\\n\" :: \"r\"(shared), \"l\"(src), \"n\"(BYTES),\n"
-     << "                 \"r\"(valid ? BYTES : 0));\n}\n"
+     << "  asm volatile(\"cp.async.ca.shared.global [%0], [%1], %2, %3;\\n\" :: \"r\"(shared), \"l\"(src), \"n\"(BYTES),\n"
+     << "               \"r\"(valid ? BYTES : 0));\n}\n"
      << "__device__ __forceinline__ void cp_async_commit() { asm volatile(\"cp.async.commit_group;\\n\" ::); }\n"
      << "template <int N>\n"
      << "__device__ __forceinline__ void cp_async_wait() { asm volatile(\"cp.async.wait_group %0;\\n\" :: \"n\"(N)); }\n\n";
