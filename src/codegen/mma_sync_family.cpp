@@ -244,15 +244,17 @@ KernelSource emit_mma_sync(const ImplicitGemm& g, const ScheduleParams& p) {
      << "  constexpr int STEPS = SERIAL * K_TILES;  // serial reduction points x K tiles\n"
      << "  // This block's share of the steps: [first, last).\n"
      << "  const int first = (int)((long long)STEPS * split / SPLIT_K), last = (int)((long long)STEPS * (split + 1) / SPLIT_K);\n"
-     << "  // Gathers step `step` of the reduction into shared buffer `buf`.\n"
+     ;
+  const GatherTile gather_a = gather_tile('a', a_trans, p.vec_a, 1), gather_b = gather_tile('b', b_trans, p.vec_b, 1);
+  const bool hoist_a = emit_fixed_parts(os, g, p, k.threads, gather_a);
+  const bool hoist_b = emit_fixed_parts(os, g, p, k.threads, gather_b);
+  os << "  // Gathers step `step` of the reduction into shared buffer `buf`.\n"
      << "  auto load_tiles = [&](int step, int buf) {\n"
      << "    const int s = step / K_TILES, k0 = (step % K_TILES) * BK;\n"
      << "    " << ta << "* a = As + buf * (A_BYTES / (int)sizeof(" << ta << "));\n";
-  if (!a_trans) emit_gather(os, p, k.threads, 'a', "BM", "BK", "mm", "kk", p.vec_a, 1);
-  else emit_gather(os, p, k.threads, 'a', "BK", "BM", "kk", "mm", p.vec_a, 1);
+  emit_gather(os, p, k.threads, gather_a, hoist_a);
   os << "    " << tb << "* b = Bs + buf * (B_BYTES / (int)sizeof(" << tb << "));\n";
-  if (b_trans) emit_gather(os, p, k.threads, 'b', "BK", "BN", "kk", "nn", p.vec_b, 1);
-  else emit_gather(os, p, k.threads, 'b', "BN", "BK", "nn", "kk", p.vec_b, 1);
+  emit_gather(os, p, k.threads, gather_b, hoist_b);
   // Fragment loads: A matrices (m 0-7, k lo), (m 8-15, k lo), (m 0-7, k hi), (m 8-15, k hi) are
   // a0..a3; B matrices (n 0-7, k lo), (n 0-7, k hi), (n 8-15, k lo), (n 8-15, k hi) are b0, b1 of
   // two neighbouring n fragments.

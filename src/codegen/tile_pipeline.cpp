@@ -28,6 +28,8 @@ namespace {
 
 /// The most iterations of a gather loop unrolled in full.
 constexpr int kMaxUnroll = 8;
+/// The most registers a thread spends keeping its copies' fixed address parts (emit_fixed_parts).
+constexpr int kMaxFixedRegisters = 24;
 
 /// Emits `const int v = ...;` lines recovering iterator values from a flat coordinate
 /// (mixed radix over `iters`, the last fastest), only for iterators in `used`.
@@ -60,19 +62,12 @@ std::string affine_code(const AffineExpr& e, const Compute& c) {
   return to_string(e, names);
 }
 
-/// The linear offset of an access and its bounds check, as C++ expressions.
-void access_code(std::ostringstream& os, const Compute& c, const Access& a, const std::string& indent,
-                 bool check_bounds, const std::string& on_out_of_bounds) {
+/// `const int offset` of an access (the output's: always in bounds inside the GEMM).
+void access_code(std::ostringstream& os, const Compute& c, const Access& a, const std::string& indent) {
   const Tensor& t = c.tensor_of(a);
   for (std::size_t d = 0; d < a.indices.size(); ++d)
     os << indent << "const int i" << d << " = " << affine_code(a.indices[d], c) << ";  // dim " << d << " of "
        << t.shape[d] << "\n";
-  if (check_bounds) {
-    os << indent << "if (";
-    for (std::size_t d = 0; d < a.indices.size(); ++d)
-      os << (d ? " || " : "") << "(unsigned)i" << d << " >= " << t.shape[d] << "u";
-    os << ") " << on_out_of_bounds << "\n";
-  }
   std::string offset = "i0";
   for (std::size_t d = 1; d < a.indices.size(); ++d)
     offset = "(" + offset + ") * " + std::to_string(t.shape[d]) + " + i" + std::to_string(d);
@@ -171,52 +166,155 @@ void emit_cp_async_helpers(std::ostringstream& os) {
      << "__device__ __forceinline__ void cp_async_wait() { asm volatile(\"cp.async.wait_group %0;\\n\" :: \"n\"(N)); }\n\n";
 }
 
+namespace {
+
+/// How operand `which`'s index expressions split between the iterators fixed for a whole
+/// reduction (its row or column in the GEMM, and the batch) and those that move with the steps
+/// (k and the serial reduction). Per dimension: the fixed part (with the constant), the moving
+/// part, and whether its bounds need checking at all (the range the iterators can reach lies
+/// outside the dimension).
+struct OperandSplit {
+  const Access* access = nullptr;
+  std::vector<int> fixed_iters, moving_iters;
+  std::vector<AffineExpr> fixed, moving;
+  std::vector<bool> check;  ///< The dimension's index can leave [0, shape).
+  std::vector<std::int64_t> strides;
+
+  bool has_fixed(std::size_t d) const { return !fixed[d].terms.empty(); }
+  bool has_moving(std::size_t d) const { return !moving[d].terms.empty(); }
+  /// A dimension both parts move: its fixed part is kept for the bounds check of each step.
+  bool kept(std::size_t d) const { return check[d] && has_fixed(d) && has_moving(d); }
+};
+
+OperandSplit split_operand(const ImplicitGemm& g, int which) {
+  const Compute& c = *g.compute;
+  OperandSplit sp;
+  sp.access = &c.inputs[which == 0 ? g.a_input : g.b_input];
+  sp.fixed_iters = which == 0 ? g.m_iters : g.n_iters;
+  sp.fixed_iters.insert(sp.fixed_iters.end(), g.batch_iters.begin(), g.batch_iters.end());
+  sp.moving_iters = g.k_iters;
+  sp.moving_iters.insert(sp.moving_iters.end(), g.serial_iters.begin(), g.serial_iters.end());
+  const Tensor& t = c.tensor_of(*sp.access);
+  std::int64_t stride = 1;
+  sp.strides.assign(t.shape.size(), 0);
+  for (int d = static_cast<int>(t.shape.size()) - 1; d >= 0; --d) {
+    sp.strides[d] = stride;
+    stride *= t.shape[d];
+  }
+  for (std::size_t d = 0; d < sp.access->indices.size(); ++d) {
+    const AffineExpr& e = sp.access->indices[d];
+    AffineExpr f, m;
+    f.constant = e.constant;
+    std::int64_t lo = e.constant, hi = e.constant;
+    for (const auto& [it, coef] : e.terms) {
+      const bool moving = std::find(sp.moving_iters.begin(), sp.moving_iters.end(), it) != sp.moving_iters.end();
+      (moving ? m : f).terms.push_back({it, coef});
+      const std::int64_t reach = coef * (c.iters[it].extent - 1);
+      lo += std::min<std::int64_t>(0, reach);
+      hi += std::max<std::int64_t>(0, reach);
+    }
+    sp.fixed.push_back(f);
+    sp.moving.push_back(m);
+    sp.check.push_back(lo < 0 || hi >= t.shape[d]);
+  }
+  return sp;
+}
+
+std::string fixed_type(char op) { return op == 'a' ? "AFixed" : "BFixed"; }
+
+}  // namespace
+
 void emit_operand_loader(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p, int which) {
   const Compute& c = *g.compute;
   const bool is_a = which == 0;
-  const Access& acc = c.inputs[is_a ? g.a_input : g.b_input];
+  const OperandSplit sp = split_operand(g, which);
+  const Access& acc = *sp.access;
+  const Tensor& t = c.tensor_of(acc);
   const DType dtype = is_a ? g.hw->a_dtype : g.hw->b_dtype;
   const std::string type = storage_type(dtype);
   const bool packed = dtype_bits(dtype) < 8;
   const int vec = is_a ? p.vec_a : p.vec_b;
   const int elem_bytes = std::max(1, dtype_bits(dtype) / 8);
   const bool async = copies_async(g, p, which);
-  const char* row_name = is_a ? "m" : "k";
-  const char* col_name = is_a ? "k" : "n";
-  const std::string fname = std::string(is_a ? "load_a" : "load_b") + (vec > 1 ? "_vec" : "");
+  const char op = is_a ? 'a' : 'b';
+  const char* fixed_name = is_a ? "m" : "n";
+  const std::string fixed_extent = is_a ? "M" : "N", fixed_block = is_a ? "BM" : "BN";
+  const std::int64_t fixed_total = is_a ? g.M : g.N, fixed_tile = is_a ? p.block_m : p.block_n;
+  const std::string ftype = fixed_type(op);
   std::vector<bool> used = used_by(c, acc);
+  auto code = [&](const AffineExpr& e) { return affine_code(e, c); };
+
+  // The fixed part: the element's offset and bounds as far as its row m (A) or column n (B) and
+  // the batch decide them, computed once per copy and kept for every step.
+  os << "// " << t.name << ": the part of an element's address that its " << fixed_name
+     << " and batch z fix for the whole reduction\n"
+     << "struct " << ftype << " {\n  int offset;  // from the fixed iterators and the constants\n"
+     << "  bool ok;  // inside the GEMM and the tensor as far as they tell\n";
+  for (std::size_t d = 0; d < acc.indices.size(); ++d)
+    if (sp.kept(d)) os << "  int d" << d << ";  // fixed part of the index of dim " << d << " (k moves it too)\n";
+  os << "};\n"
+     << "__device__ __forceinline__ " << ftype << " " << op << "_fixed(int " << fixed_name << ", int z) {\n";
+  decompose(os, c, is_a ? g.m_iters : g.n_iters, fixed_name, used, "  ");
+  decompose(os, c, g.batch_iters, "z", used, "  ");
+  os << "  " << ftype << " f;\n  f.ok = ";
+  std::string ok = fixed_total % fixed_tile ? std::string(fixed_name) + " < " + fixed_extent : "";
+  for (std::size_t d = 0; d < acc.indices.size(); ++d)
+    if (sp.check[d] && !sp.has_moving(d))
+      ok += (ok.empty() ? "" : " && ") + std::string("(unsigned)(") + code(sp.fixed[d]) + ") < " +
+            std::to_string(t.shape[d]) + "u";
+  os << (ok.empty() ? "true" : ok) << ";\n";
+  std::string offset;
+  for (std::size_t d = 0; d < acc.indices.size(); ++d) {
+    if (sp.fixed[d].terms.empty() && sp.fixed[d].constant == 0) continue;
+    offset += (offset.empty() ? "" : " + ") + std::string("(") + code(sp.fixed[d]) + ")" +
+              (sp.strides[d] != 1 ? " * " + std::to_string(sp.strides[d]) : "");
+  }
+  os << "  f.offset = " << (offset.empty() ? "0" : offset) << ";\n";
+  for (std::size_t d = 0; d < acc.indices.size(); ++d)
+    if (sp.kept(d)) os << "  f.d" << d << " = " << code(sp.fixed[d]) << ";\n";
+  os << "  return f;\n}\n\n";
+
+  // The moving part, per step: the rest of the offset and of the bounds; out of bounds reads
+  // zero without a branch (cp.async with a source size of 0, or a select).
   const std::string value_type = packed ? "int" : type;
   const std::string vtype = vector_type(vec * elem_bytes);
   const int bytes = vec * elem_bytes;
-  const std::string copy = "cp_async<" + std::to_string(bytes) + ">";
-  const std::string zero = async     ? "{ " + copy + "(dst, src, false); return; }"
-                           : vec > 1 ? "{ *reinterpret_cast<Vec*>(dst) = Vec{}; return; }"
-                                     : "return static_cast<" + value_type + ">(0.0f);";
-  os << "// " << c.tensor_of(acc).name << " element" << (vec > 1 ? "s" : "") << " at virtual (" << row_name << ", "
-     << col_name << ")"
+  const std::string fname = std::string(is_a ? "load_a" : "load_b") + (vec > 1 ? "_vec" : "");
+  os << "// " << t.name << " element" << (vec > 1 ? "s" : "") << " at fixed part f and reduction point (k, s)"
      << (vec > 1 ? " and the next " + std::to_string(vec - 1) + " along the tile's row, contiguous and aligned in "
                                                                   "memory: one " + std::to_string(bytes) + "-byte " +
                        (async ? "cp.async" : "load")
                  : "")
      << "; zero outside the GEMM or the tensor\n"
      << "__device__ __forceinline__ " << (vec > 1 ? "void" : value_type) << " " << fname << "(const " << type
-     << "* __restrict__ src, int " << row_name << ", int " << col_name << ", int z, int s"
-     << (vec > 1 ? ", " + type + "* dst" : "") << ") {\n"
-     << (vec > 1 && !async ? "  using Vec = " + vtype + ";\n" : "") << "  if (" << row_name << " >= "
-     << (is_a ? "M" : "K") << " || " << col_name << " >= " << (is_a ? "K" : "N") << ") " << zero << "\n";
-  decompose(os, c, is_a ? g.m_iters : g.k_iters, row_name, used, "  ");
-  decompose(os, c, is_a ? g.k_iters : g.n_iters, col_name, used, "  ");
-  decompose(os, c, g.batch_iters, "z", used, "  ");
+     << "* __restrict__ src, const " << ftype << "& f, int k, int s" << (vec > 1 ? ", " + type + "* dst" : "")
+     << ") {\n";
+  decompose(os, c, g.k_iters, "k", used, "  ");
   decompose(os, c, g.serial_iters, "s", used, "  ");
-  access_code(os, c, acc, "  ", true, zero);
+  std::string valid = "f.ok";
+  if (g.K % p.block_k) valid += " && k < K";
+  for (std::size_t d = 0; d < acc.indices.size(); ++d) {
+    if (!sp.check[d] || !sp.has_moving(d)) continue;
+    AffineExpr m = sp.moving[d];
+    if (!sp.has_fixed(d)) m.constant = sp.fixed[d].constant;
+    valid += " && (unsigned)(" + std::string(sp.kept(d) ? "f.d" + std::to_string(d) + " + " : "") + code(m) +
+             ") < " + std::to_string(t.shape[d]) + "u";
+  }
+  std::string moving;
+  for (std::size_t d = 0; d < acc.indices.size(); ++d)
+    if (sp.has_moving(d))
+      moving += " + (" + code(sp.moving[d]) + ")" + (sp.strides[d] != 1 ? " * " + std::to_string(sp.strides[d]) : "");
+  os << "  const bool ok = " << valid << ";\n"
+     << "  const int offset = ok ? f.offset" << moving << " : 0;\n";
   if (async)
-    os << "  " << copy << "(dst, src + offset, true);\n}\n\n";
+    os << "  cp_async<" << bytes << ">(dst, src + offset, ok);\n}\n\n";
   else if (vec > 1)
-    os << "  *reinterpret_cast<Vec*>(dst) = *reinterpret_cast<const Vec*>(src + offset);\n}\n\n";
+    os << "  " << vtype << " v{};\n  if (ok) v = *reinterpret_cast<const " << vtype << "*>(src + offset);\n"
+       << "  *reinterpret_cast<" << vtype << "*>(dst) = v;\n}\n\n";
   else if (packed)
-    os << "  return nibble(src, offset);\n}\n\n";
+    os << "  return ok ? nibble(src, offset) : 0;\n}\n\n";
   else
-    os << "  return src[offset];\n}\n\n";
+    os << "  return ok ? src[offset] : static_cast<" << type << ">(0.0f);\n}\n\n";
 }
 
 int output_vector_width(const ImplicitGemm& g, char along, int out_bits) {
@@ -235,7 +333,7 @@ void emit_output_scatter(std::ostringstream& os, const ImplicitGemm& g, const st
     decompose(os, c, g.m_iters, "m", used, "  ");
     decompose(os, c, g.n_iters, "n", used, "  ");
     decompose(os, c, g.batch_iters, "z", used, "  ");
-    access_code(os, c, c.output, "  ", false, "");
+    access_code(os, c, c.output, "  ");
   };
   os << "// " << c.tensor_of(c.output).name << " element at virtual (m, n) of batch z\n"
      << "__device__ __forceinline__ void store_d(" << out_type << "* __restrict__ out, int m, int n, int z, "
@@ -268,42 +366,91 @@ void emit_block_origin(std::ostringstream& os, const ScheduleParams& p) {
     os << "  const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;\n";
 }
 
-void emit_gather(std::ostringstream& os, const ScheduleParams& p, int threads, char op,
-                 const std::string& rows, const std::string& cols, const char* row_var, const char* col_var, int vec,
-                 int pack) {
-  const int group = std::max(vec, pack);
-  const std::string tile = op == 'a' ? "a" : "b", at = std::string(1, op) + "_at";
+GatherTile gather_tile(char op, bool k_rows, int vec, int pack) {
+  GatherTile t;
+  t.op = op;
+  t.vec = vec;
+  t.pack = pack;
+  const std::string extent = op == 'a' ? "BM" : "BN", var = op == 'a' ? "mm" : "nn";
+  t.rows = k_rows ? "BK" : extent;
+  t.cols = k_rows ? extent : "BK";
+  t.row_var = k_rows ? "kk" : var;
+  t.col_var = k_rows ? var : "kk";
+  return t;
+}
+
+namespace {
+
+/// `const int row = ..., col = ...;` of copy e of a tile gather.
+std::string copy_coordinates(const GatherTile& t) {
+  const int group = std::max(t.vec, t.pack);
   const std::string grp = group > 1 ? " / " + std::to_string(group) : "";
-  auto args = [&](const std::string& col_offset) {
-    std::string r = row_var, c = std::string(col_var) + col_offset;
-    // A is read at (m, k), B at (k, n).
-    std::string mm = std::string(row_var) == "mm" ? r : c, kk = std::string(row_var) == "kk" ? r : c,
-                nn = std::string(row_var) == "nn" ? r : c;
-    return op == 'a' ? "m0 + " + mm + ", k0 + " + kk : "k0 + " + kk + ", n0 + " + nn;
-  };
+  return "const int " + t.row_var + " = e / (" + t.cols + grp + "), " + t.col_var + " = e % (" + t.cols + grp + ")" +
+         (group > 1 ? " * " + std::to_string(group) : "") + ";";
+}
+
+/// The fixed coordinate of operand `op`'s copy (m of A, n of B) and its moving one (k).
+std::string fixed_coordinate(char op) { return op == 'a' ? "m0 + mm" : "n0 + nn"; }
+
+}  // namespace
+
+bool emit_fixed_parts(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p, int threads,
+                      const GatherTile& t) {
+  if (t.pack > 1) return false;  // a packed pair can straddle two rows' fixed parts
+  const OperandSplit sp = split_operand(g, t.op == 'a' ? 0 : 1);
+  int kept = 0;
+  for (std::size_t d = 0; d < sp.check.size(); ++d) kept += sp.kept(d);
+  const std::int64_t tile = (t.op == 'a' ? std::int64_t{p.block_m} : std::int64_t{p.block_n}) * p.block_k;
+  const std::int64_t copies = (tile / std::max(t.vec, t.pack) + threads - 1) / threads;
+  // Kept in registers for the whole kernel: worth it while the copies are few.
+  if (copies * (2 + kept) > kMaxFixedRegisters) return false;
+  const std::string up = t.op == 'a' ? "A" : "B", arr = std::string(1, t.op) + "_fix";
+  os << "  // The fixed part of each of this thread's " << up << " copies (see " << t.op << "_fixed), computed once.\n"
+     << "  constexpr int " << up << "_COPIES = (" << t.rows << " * " << t.cols
+     << (std::max(t.vec, t.pack) > 1 ? " / " + std::to_string(std::max(t.vec, t.pack)) : "")
+     << " + THREADS - 1) / THREADS;\n"
+     << "  " << fixed_type(t.op) << " " << arr << "[" << up << "_COPIES];\n"
+     << "  #pragma unroll\n  for (int it = 0; it < " << up << "_COPIES; ++it) {\n"
+     << "    const int e = it * THREADS + threadIdx.x;\n"
+     << "    " << copy_coordinates(t) << "\n"
+     << "    " << arr << "[it] = " << t.op << "_fixed(" << fixed_coordinate(t.op) << ", z);\n  }\n";
+  return true;
+}
+
+void emit_gather(std::ostringstream& os, const ScheduleParams& p, int threads, const GatherTile& t, bool hoisted) {
+  const int group = std::max(t.vec, t.pack);
+  const std::string tile = std::string(1, t.op), at = tile + "_at";
+  const std::string grp = group > 1 ? " / " + std::to_string(group) : "";
+  const std::string fixed = hoisted ? tile + "_fix[it]" : tile + "_fixed(" + fixed_coordinate(t.op) + ", z)";
+  const std::string load = "load_" + tile;
   // A loop of constant trip count (each thread takes every THREADS-th group), so it unrolls.
-  const std::string total = rows + " * " + cols + grp;
+  const std::string total = t.rows + " * " + t.cols + grp;
   // Unrolling is capped: fully unrolled gathers of large tiles cost NVRTC minutes and registers
   // for nothing.
-  const std::int64_t elements = (op == 'a' ? std::int64_t{p.block_m} : std::int64_t{p.block_n}) * p.block_k / group;
+  const std::int64_t elements = (t.op == 'a' ? std::int64_t{p.block_m} : std::int64_t{p.block_n}) * p.block_k / group;
   const std::int64_t iterations = (elements + threads - 1) / threads;
   const std::string unroll = unroll_pragma(p);
-  const std::string gather_unroll = !p.unroll || iterations <= kMaxUnroll
-                                        ? unroll
+  const std::string gather_unroll = hoisted || !p.unroll || iterations <= kMaxUnroll
+                                        ? (hoisted ? "#pragma unroll\n" : unroll)
                                         : "#pragma unroll " + std::to_string(kMaxUnroll) + "\n";
   os << "    " << gather_unroll << "    for (int it = 0; it < (" << total << " + THREADS - 1) / THREADS; ++it) {\n"
      << "      const int e = it * THREADS + threadIdx.x;\n"
      << "      if ((" << total << ") % THREADS != 0 && e >= " << total << ") break;\n"
-     << "      const int " << row_var << " = e / (" << cols << grp << "), " << col_var << " = e % (" << cols << grp
-     << ")" << (group > 1 ? " * " + std::to_string(group) : "") << ";\n";
-  const std::string slot = at + "(" + row_var + ", " + col_var + ")";
-  if (vec > 1)
-    os << "      load_" << op << "_vec(" << op << "_src, " << args("") << ", z, s, &" << tile << "[" << slot << "]);\n";
-  else if (pack > 1)
-    os << "      " << tile << "[" << slot << " / 2] = (unsigned char)((load_" << op << "(" << op << "_src, " << args("")
-       << ", z, s) & 0xF) | (load_" << op << "(" << op << "_src, " << args(" + 1") << ", z, s) << 4));\n";
-  else
-    os << "      " << tile << "[" << slot << "] = load_" << op << "(" << op << "_src, " << args("") << ", z, s);\n";
+     << "      " << copy_coordinates(t) << "\n";
+  const std::string slot = at + "(" + t.row_var + ", " + t.col_var + ")";
+  if (t.vec > 1) {
+    os << "      " << load << "_vec(" << tile << "_src, " << fixed << ", k0 + kk, s, &" << tile << "[" << slot << "]);\n";
+  } else if (t.pack > 1) {
+    // The second element of the pair is one further along the tile's row: along k, or along m / n.
+    const bool along_k = t.col_var == "kk";
+    const std::string next_fixed =
+        along_k ? fixed : tile + "_fixed(" + fixed_coordinate(t.op) + " + 1, z)";
+    os << "      " << tile << "[" << slot << " / 2] = (unsigned char)((" << load << "(" << tile << "_src, " << fixed
+       << ", k0 + kk, s) & 0xF) | (" << load << "(" << tile << "_src, " << next_fixed << ", k0 + kk"
+       << (along_k ? " + 1" : "") << ", s) << 4));\n";
+  } else {
+    os << "      " << tile << "[" << slot << "] = " << load << "(" << tile << "_src, " << fixed << ", k0 + kk, s);\n";
+  }
   os << "    }\n";
 }
 

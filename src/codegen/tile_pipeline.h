@@ -42,10 +42,12 @@ void emit_common_constants(std::ostringstream& os, const ImplicitGemm& g, const 
 /// The cp.async helpers cp_async<BYTES>(dst, src, valid), cp_async_commit(), cp_async_wait<N>().
 void emit_cp_async_helpers(std::ostringstream& os);
 
-/// Loaders of operand `which` (0 = A at (m, k), 1 = B at (k, n)): with p.vec_{a,b} = 1
-/// `load_a(src, m, k, z, s)` returns one element (packed sub-byte elements as an int), else
-/// `load_a_vec(src, m, k, z, s, dst)` copies that many contiguous elements to `dst` (with cp.async
-/// where copies_async()). Out of the GEMM or the tensor reads zero.
+/// Loaders of operand `which` (0 = A at (m, k), 1 = B at (k, n)), split so that what stays fixed
+/// for a whole reduction is computed once: `a_fixed(m, z)` (`b_fixed(n, z)`) gives the part of
+/// the offset and bounds that the row (column) and batch decide; with p.vec_{a,b} = 1
+/// `load_a(src, fixed, k, s)` returns one element (packed sub-byte elements as an int), else
+/// `load_a_vec(src, fixed, k, s, dst)` copies that many contiguous elements to `dst` (with cp.async
+/// where copies_async()). Out of the GEMM or the tensor reads zero, without branching.
 void emit_operand_loader(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p, int which);
 
 /// `store_d(out, m, n, z, value)`: the output element at virtual (m, n) of batch z; and when
@@ -62,13 +64,24 @@ int output_vector_width(const ImplicitGemm& g, char along, int out_bits);
 /// `const int m0, n0` of this block, walking `p.raster` rows of tiles column by column.
 void emit_block_origin(std::ostringstream& os, const ScheduleParams& p);
 
-/// One gather loop of the `load_tiles` lambda: operand `op` ('a' or 'b') stored rows x cols,
-/// `row_var`/`col_var` naming the tile coordinates ("mm", "kk", "nn"); elements go to
-/// `op`[`op`_at(row, col)] of the stage buffer `op` (a pointer in scope).
-void emit_gather(std::ostringstream& os, const ScheduleParams& p, int threads, char op,
-                 const std::string& rows, const std::string& cols, const char* row_var, const char* col_var, int vec,
-                 int pack);
-
+/// How an operand tile is gathered: `op` ('a' or 'b') stored as rows x cols (constant names such
+/// as "BM", "BK"), the tile coordinates named `row_var`/`col_var` ("mm", "kk", "nn"), copied
+/// `vec` contiguous elements at a time or `pack` sub-byte elements to a byte.
+struct GatherTile {
+  char op = 'a';
+  std::string rows, cols, row_var, col_var;
+  int vec = 1, pack = 1;
+};
+/// The gather of operand `op` whose stored rows run along k (`k_rows`) or along m / n.
+GatherTile gather_tile(char op, bool k_rows, int vec, int pack);
+/// Before the main loop: the fixed parts of this thread's copies of the tile (`op`_fix[], see
+/// emit_operand_loader), when few enough to keep in registers; returns whether it emitted them.
+bool emit_fixed_parts(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p, int threads,
+                      const GatherTile& t);
+/// One gather loop of the `load_tiles` lambda: elements go to `op`[`op`_at(row, col)] of the
+/// stage buffer `op` (a pointer in scope); with `hoisted`, through the fixed parts emitted by
+/// emit_fixed_parts, else computing them at each copy.
+void emit_gather(std::ostringstream& os, const ScheduleParams& p, int threads, const GatherTile& t, bool hoisted);
 /// The main loop over this block's steps [first, last): cp.async ring of p.stages buffers,
 /// register-staged double buffering, or a single buffer. Needs the lambdas load_tiles(step,
 /// buf) and compute(buf) in scope; ends with the buffers free for the epilogue.

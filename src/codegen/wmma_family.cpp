@@ -150,15 +150,18 @@ KernelSource emit_wmma(const ImplicitGemm& g, const ScheduleParams& p) {
      << "  constexpr int STEPS = SERIAL * K_TILES;  // serial reduction points x K tiles\n"
      << "  // This block's share of the steps: [first, last).\n"
      << "  const int first = (int)((long long)STEPS * split / SPLIT_K), last = (int)((long long)STEPS * (split + 1) / SPLIT_K);\n"
-     << "  // Gathers step `step` of the reduction into shared buffer `buf`.\n"
+     ;
+  const GatherTile gather_a = gather_tile('a', !a_row, p.vec_a, a_pack),
+                   gather_b = gather_tile('b', b_row, p.vec_b, b_pack);
+  const bool hoist_a = emit_fixed_parts(os, g, p, k.threads, gather_a);
+  const bool hoist_b = emit_fixed_parts(os, g, p, k.threads, gather_b);
+  os << "  // Gathers step `step` of the reduction into shared buffer `buf`.\n"
      << "  auto load_tiles = [&](int step, int buf) {\n"
      << "    const int s = step / K_TILES, k0 = (step % K_TILES) * BK;\n"
      << "    " << ta << "* a = As + buf * (A_TILE / PACK_A);\n";
-  if (a_row) emit_gather(os, p, k.threads, 'a', "BM", "BK", "mm", "kk", p.vec_a, a_pack);
-  else emit_gather(os, p, k.threads, 'a', "BK", "BM", "kk", "mm", p.vec_a, a_pack);
+  emit_gather(os, p, k.threads, gather_a, hoist_a);
   os << "    " << tb << "* b = Bs + buf * (B_TILE / PACK_B);\n";
-  if (b_row) emit_gather(os, p, k.threads, 'b', "BK", "BN", "kk", "nn", p.vec_b, b_pack);
-  else emit_gather(os, p, k.threads, 'b', "BN", "BK", "nn", "kk", p.vec_b, b_pack);
+  emit_gather(os, p, k.threads, gather_b, hoist_b);
   os << "  };\n"
      << "  // Multiplies the tiles in shared buffer `buf` into the accumulators.\n"
      << "  auto compute = [&](int buf) {\n"
