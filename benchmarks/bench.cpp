@@ -73,6 +73,11 @@ std::vector<double> read_float(const void* dev, std::size_t n) {
   return {h.begin(), h.end()};
 }
 
+/// A device output of the compute's output dtype (float16 or float32), as doubles.
+std::vector<double> read_output(const void* dev, std::size_t n, bool half) {
+  return half ? read_half(dev, n) : read_float(dev, n);
+}
+
 struct Timing {
   double warm_us = 0, cold_us = 0;
 };
@@ -140,8 +145,8 @@ void offer(std::optional<Baseline>& best, const std::string& name, const std::ve
   if (!best || b.time.warm_us < best->time.warm_us) best = b;
 }
 
-/// Every cuDNN forward algorithm on the workspace's input and filter (fp16 in, fp16 out,
-/// fp32 accumulation: PSEUDO_HALF_CONFIG), in NCHW/KCRS or NHWC/KRSC.
+/// Every cuDNN forward algorithm on the workspace's input and filter (fp16 in, fp32 accumulation,
+/// the compute's output dtype out: fp16 is PSEUDO_HALF_CONFIG), in NCHW/KCRS or NHWC/KRSC.
 std::optional<Baseline> cudnn_baseline(const Compute& c, tmap::Workspace& ws, const std::vector<double>& ref,
                                        const std::vector<double>& tmap_out, bool nhwc, int graph_runs) {
   auto param = [&](const std::string& name) { return param_of(c, name); };
@@ -167,10 +172,12 @@ std::optional<Baseline> cudnn_baseline(const Compute& c, tmap::Workspace& ws, co
   cudnn_ok(cudnnSetConvolutionMathType(conv, CUDNN_TENSOR_OP_MATH), "math type");
   int n, k, p, q;
   cudnn_ok(cudnnGetConvolution2dForwardOutputDim(conv, x, w, &n, &k, &p, &q), "output dims");
-  cudnn_ok(cudnnSetTensor4dDescriptor(y, fmt, CUDNN_DATA_HALF, n, k, p, q), "y");
+  const bool half_out = c.tensor_of(c.output).dtype == tmap::DType::kFloat16;
+  const std::size_t out_bytes = half_out ? sizeof(__half) : sizeof(float);
+  cudnn_ok(cudnnSetTensor4dDescriptor(y, fmt, half_out ? CUDNN_DATA_HALF : CUDNN_DATA_FLOAT, n, k, p, q), "y");
   const std::size_t out_elems = static_cast<std::size_t>(n) * k * p * q;
   if (out_elems != ref.size()) throw std::runtime_error("cuDNN's output size differs from the compute's");
-  Buffer out(out_elems * sizeof(__half));
+  Buffer out(out_elems * out_bytes);
   const void* in = ws.device(c.inputs[0].tensor);
   const void* filter = ws.device(c.inputs[1].tensor);
   const float alpha = 1, beta = 0;
@@ -188,12 +195,12 @@ std::optional<Baseline> cudnn_baseline(const Compute& c, tmap::Workspace& ws, co
                  ? 0
                  : static_cast<int>(cudaErrorUnknown);
     };
-    cuda_ok(cudaMemset(out.p, 0xFF, out_elems * sizeof(__half)), "poison");
+    cuda_ok(cudaMemset(out.p, 0xFF, out_elems * out_bytes), "poison");
     if (launch(nullptr) != 0) continue;  // not supported for this configuration
     cuda_ok(cudaDeviceSynchronize(), "cuDNN");
     ++tried;
-    offer(best, std::string("cudnn ") + algo_name(algo), read_half(out.p, out_elems), ref, tmap_out, launch,
-          graph_runs, wrong);
+    offer(best, std::string("cudnn ") + algo_name(algo), read_output(out.p, out_elems, half_out), ref, tmap_out,
+          launch, graph_runs, wrong);
   }
   if (best) best->tried = tried, best->wrong = wrong;
   cudnnDestroyTensorDescriptor(x);
@@ -203,8 +210,8 @@ std::optional<Baseline> cudnn_baseline(const Compute& c, tmap::Workspace& ws, co
   return best;
 }
 
-/// cublasLt's heuristic candidates and cublasGemmEx for C[M,N] (fp32) = A[M,K] * B[K,N] (fp16,
-/// row-major): in cuBLAS's column-major terms C^T = B^T A^T.
+/// cublasLt's heuristic candidates and cublasGemmEx for C[M,N] = A[M,K] * B[K,N] (fp16, row-major;
+/// fp32 accumulation, C of the compute's output dtype): in cuBLAS's column-major terms C^T = B^T A^T.
 std::optional<Baseline> cublas_baseline(const Compute& c, tmap::Workspace& ws, const std::vector<double>& ref,
                                         const std::vector<double>& tmap_out, int graph_runs) {
   auto param = [&](const std::string& name) { return param_of(c, name); };
@@ -212,18 +219,21 @@ std::optional<Baseline> cublas_baseline(const Compute& c, tmap::Workspace& ws, c
   const void* A = ws.device(c.inputs[0].tensor);
   const void* B = ws.device(c.inputs[1].tensor);
   const std::size_t out_elems = static_cast<std::size_t>(M) * N;
-  Buffer out(out_elems * sizeof(float));
+  const bool half_out = c.tensor_of(c.output).dtype == tmap::DType::kFloat16;
+  const cudaDataType_t out_type = half_out ? CUDA_R_16F : CUDA_R_32F;
+  const std::size_t out_bytes = half_out ? sizeof(__half) : sizeof(float);
+  Buffer out(out_elems * out_bytes);
   const std::size_t ws_bytes = 32u << 20;
   Buffer scratch(ws_bytes);
   const float alpha = 1, beta = 0;
   std::optional<Baseline> best;
   int tried = 0, wrong = 0;
   auto consider = [&](const std::string& name, const std::function<int(void*)>& launch) {
-    cuda_ok(cudaMemset(out.p, 0xFF, out_elems * sizeof(float)), "poison");
+    cuda_ok(cudaMemset(out.p, 0xFF, out_elems * out_bytes), "poison");
     if (launch(nullptr) != 0) return;
     cuda_ok(cudaDeviceSynchronize(), name.c_str());
     ++tried;
-    offer(best, name, read_float(out.p, out_elems), ref, tmap_out, launch, graph_runs, wrong);
+    offer(best, name, read_output(out.p, out_elems, half_out), ref, tmap_out, launch, graph_runs, wrong);
   };
 
   cublasHandle_t blas;
@@ -233,7 +243,7 @@ std::optional<Baseline> cublas_baseline(const Compute& c, tmap::Workspace& ws, c
   consider("cublasGemmEx", [&](void* stream) {
     cublasSetStream(blas, static_cast<cudaStream_t>(stream));
     return cublasGemmEx(blas, CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &alpha, B, CUDA_R_16F, N, A, CUDA_R_16F, K, &beta,
-                        out.p, CUDA_R_32F, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS
+                        out.p, out_type, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS
                ? 0
                : static_cast<int>(cudaErrorUnknown);
   });
@@ -246,7 +256,7 @@ std::optional<Baseline> cublas_baseline(const Compute& c, tmap::Workspace& ws, c
   cublasLtMatrixLayout_t la, lb, lc;
   cublas_ok(cublasLtMatrixLayoutCreate(&la, CUDA_R_16F, N, K, N), "layout");  // B^T: N x K
   cublas_ok(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16F, K, M, K), "layout");  // A^T: K x M
-  cublas_ok(cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, N, M, N), "layout");  // C^T: N x M
+  cublas_ok(cublasLtMatrixLayoutCreate(&lc, out_type, N, M, N), "layout");  // C^T: N x M
   cublasLtMatmulPreference_t pref;
   cublas_ok(cublasLtMatmulPreferenceCreate(&pref), "preference");
   cublas_ok(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
@@ -273,6 +283,37 @@ std::optional<Baseline> cublas_baseline(const Compute& c, tmap::Workspace& ws, c
   return best;
 }
 
+/// The compute of built-in `op` with `sets`, its output stored as `out_dtype`.
+Compute build_workload(const std::string& op, const std::vector<std::string>& sets, const std::string& out_dtype) {
+  tmap::ComputeDef def = tmap::builtin_op(op);
+  const auto dtype = tmap::parse_dtype(out_dtype);
+  if (!dtype) throw std::runtime_error("unknown --out-dtype " + out_dtype);
+  tmap::set_output_dtype(def, *dtype, tmap::SourceLoc::whole("--out-dtype"));
+  return tmap::build_compute(def, tmap::parse_param_overrides(sets));
+}
+
+/// The record whose kernel the benchmark replays for `c`: the best of its own workload, else the
+/// best of the same computation stored in another output dtype (the schedule carries over; only
+/// the epilogue's conversion differs), flagged in `transferred`.
+const tmap::TuneRecord* find_record(const std::vector<const tmap::TuneRecord*>& best, const Compute& c,
+                                    bool& transferred) {
+  const std::string key = tmap::make_workload(c).key;
+  transferred = false;
+  for (const auto* r : best)
+    if (r->workload.key == key) return r;
+  for (const auto* r : best) {
+    Compute other = tmap::compute_from_json(r->workload.compute, "log record");
+    if (other.tensors.size() != c.tensors.size()) continue;
+    other.tensors[other.output.tensor].dtype = c.tensor_of(c.output).dtype;
+    other.accumulate = c.accumulate;
+    if (tmap::make_workload(other).key == key) {
+      transferred = true;
+      return r;
+    }
+  }
+  return nullptr;
+}
+
 struct Row {
   std::string name, workload_key;
   double gflop = 0;
@@ -292,7 +333,7 @@ std::string fixed(double v, int digits = 2) {
 
 int main(int argc, char** argv) {
   CLI::App app{"tmap_bench: tmap's tuned kernels against cuDNN and cuBLAS, measured the same way"};
-  std::string table_path, log_path, layout = "nhwc", csv_path, md_path, only;
+  std::string table_path, log_path, layout = "nhwc", csv_path, md_path, only, out_dtype = "float16";
   int batch = 1, graph_runs = 20;
   double peak_tflops = 989.4;
   app.add_option("--table", table_path, "benchmarks/workloads/resnet18_conv2d.json or gemm.json")->required();
@@ -302,10 +343,15 @@ int main(int argc, char** argv) {
   app.add_option("--csv", csv_path, "Write the results as CSV");
   app.add_option("--md", md_path, "Write the results as a Markdown table");
   app.add_option("--only", only, "Only the workload of this name");
+  app.add_option("--out-dtype", out_dtype,
+                 "Output dtype of tmap and the baselines alike, sums in float32 (default float16, as cuDNN and "
+                 "cuBLAS users run them)")
+      ->check(CLI::IsMember({"float16", "float32"}));
   app.add_option("--graph", graph_runs, "Runs per CUDA graph replay (default 20)");
   bool print_workloads = false;
   app.add_flag("--print-workloads", print_workloads,
-               "Print each workload as 'name key op --set ...' (for run.sh) and exit; no GPU needed");
+               "Print each workload as 'name key op --set ...' (for run.sh) and exit; no GPU needed. The key is "
+               "that of the log record the benchmark would replay, when there is one");
   app.add_option("--peak", peak_tflops, "The GPU's dense fp16 peak in TFLOP/s, for '% of peak' (H100 SXM: 989.4)");
   CLI11_PARSE(app, argc, argv);
   try {
@@ -336,9 +382,13 @@ int main(int argc, char** argv) {
       entries.push_back(e);
     }
     if (print_workloads) {
+      const tmap::LogContents log = tmap::read_log(log_path);
+      const auto best = tmap::best_records(log.records);
       for (const auto& e : entries) {
-        Compute c = tmap::build_compute(tmap::builtin_op(e.op), tmap::parse_param_overrides(e.sets));
-        std::cout << e.name << " " << tmap::make_workload(c).key << " " << e.op;
+        Compute c = build_workload(e.op, e.sets, out_dtype);
+        bool transferred = false;
+        const tmap::TuneRecord* record = find_record(best, c, transferred);
+        std::cout << e.name << " " << (record ? record->workload.key : tmap::make_workload(c).key) << " " << e.op;
         for (const auto& s : e.sets) std::cout << " --set " << s;
         std::cout << "\n";
       }
@@ -359,7 +409,7 @@ int main(int argc, char** argv) {
     std::vector<Row> rows;
     for (const Entry& e : entries) {
       const std::string& name = e.name;
-      Compute c = tmap::build_compute(tmap::builtin_op(e.op), tmap::parse_param_overrides(e.sets));
+      Compute c = build_workload(e.op, e.sets, out_dtype);
       Row row;
       row.name = name;
       row.workload_key = tmap::make_workload(c).key;
@@ -367,11 +417,12 @@ int main(int argc, char** argv) {
       tmap::Workspace ws(c, 2024);
       const std::vector<double> ref = tmap::gpu_reference(ws, compiler);
       std::vector<double> tmap_out;
-      const tmap::TuneRecord* record = nullptr;
-      for (const auto* r : best)
-        if (r->workload.key == row.workload_key) record = r;
+      bool transferred = false;
+      const tmap::TuneRecord* record = find_record(best, c, transferred);
       if (record) {
-        tmap::Regenerated g = tmap::regenerate(*record, hws, cc);
+        tmap::TuneRecord adapted = *record;
+        adapted.workload.compute = tmap::to_json(c);  // same mapping and schedule, this output dtype
+        tmap::Regenerated g = tmap::regenerate(adapted, hws, cc);
         tmap::CompileResult bin = compiler.compile(g.kernel.code, g.kernel.name);
         if (!bin.ok) throw std::runtime_error("regenerated kernel does not compile:\n" + bin.log);
         const int a = c.inputs[g.gemm().a_input].tensor, b = c.inputs[g.gemm().b_input].tensor;
@@ -383,6 +434,7 @@ int main(int argc, char** argv) {
         row.tmap = Timing{run.median_us, cold_run.median_us};
         row.tmap_err = run.rel_l2;
         if (run.rel_l2 > 1e-2) row.note = "tmap's kernel is WRONG";
+        if (transferred) row.note += std::string(row.note.empty() ? "" : "; ") + "schedule tuned for another output dtype";
       } else {
         row.note = "not in the log (tune it first)";
       }
@@ -410,7 +462,10 @@ int main(int argc, char** argv) {
     int cudnn_version = static_cast<int>(cudnnGetVersion());
     int cublas_version = 0;
     cublasGetProperty(MAJOR_VERSION, &cublas_version);
-    const std::string what = conv ? "ResNet-18 conv2d, batch " + std::to_string(batch) + ", " + layout : "GEMM";
+    const std::string what = (conv ? "ResNet-18 conv2d, batch " + std::to_string(batch) + ", " + layout : "GEMM") +
+                             ", " + out_dtype + " output";
+    int transfers = 0;
+    for (const auto& r : rows) transfers += r.note.find("another output dtype") != std::string::npos;
     if (!csv_path.empty()) {
       std::ofstream csv(csv_path);
       csv << "workload,key,gflop,tmap_us,tmap_cold_us,tmap_tflops,baseline,baseline_us,baseline_cold_us,speedup,"
@@ -455,6 +510,9 @@ int main(int argc, char** argv) {
     }
     md << "\nGeometric-mean speedup over " << both << " workloads: " << fixed(geo) << " (cold L2: " << fixed(geo_cold)
        << ").\n";
+    if (transfers)
+      md << transfers << " of tmap's kernels replay schedules tuned for another output dtype (the log holds no "
+         << out_dtype << "-output record of their workload).\n";
     if (!md_path.empty()) std::ofstream(md_path) << md.str();
     std::cout << md.str();
     return 0;

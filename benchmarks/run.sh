@@ -2,6 +2,9 @@
 # Benchmarks tmap against cuDNN / cuBLAS for one table and batch, on the GPU machine:
 #   benchmarks/run.sh conv [--batch 1|16|256] [--layout nhwc|nchw] [--trials N] [--time-budget S] [--log LOG] [--out DIR]
 #   benchmarks/run.sh gemm [--trials N] [--time-budget S] [--log LOG] [--out DIR]
+# plus [--out-dtype float16|float32] everywhere: the output dtype of tmap and the baselines (default
+# float16, sums in float32). A workload whose log holds only a record of the other output dtype
+# replays that record's schedule (noted in the table) instead of being tuned again.
 # The logs default to the shipped ones (logs/h100_resnet18_b<batch>.jsonl, logs/h100_gemm.jsonl).
 # Each workload the log does not hold yet is tuned first (tmap tune, --trials each, stopping
 # early after --time-budget seconds when given); the seconds each took go into DIR/<name>.md. Then
@@ -12,7 +15,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 bin=${TMAP_BIN:-$root/build/bin}
 table=${1:?"usage: benchmarks/run.sh conv|gemm [--batch B] [--layout L] [--trials N] [--log LOG] [--out DIR]"}
 shift
-batch=1 layout=nhwc trials=200 budget=0 log="" out="$root/benchmarks/results"
+batch=1 layout=nhwc trials=200 budget=0 log="" out="$root/benchmarks/results" out_dtype=float16
 while [ $# -gt 0 ]; do
   case "$1" in
     --batch) batch=$2; shift 2 ;;
@@ -21,6 +24,7 @@ while [ $# -gt 0 ]; do
     --time-budget) budget=$2; shift 2 ;;
     --log) log=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
+    --out-dtype) out_dtype=$2; shift 2 ;;
     *) echo "error: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -35,7 +39,7 @@ touch "$log"
 start=$(date +%s)
 times=$(mktemp)
 trap 'rm -f "$times"' EXIT
-"$bin/tmap_bench" --table "$json" --batch "$batch" --layout "$layout" --log "$log" --print-workloads |
+"$bin/tmap_bench" --table "$json" --batch "$batch" --layout "$layout" --log "$log" --out-dtype "$out_dtype" --print-workloads |
 while read -r wname key op sets; do
   if grep -q "\"key\":\"$key\"" "$log" && grep "\"key\":\"$key\"" "$log" | grep -q '"status":"ok"'; then
     echo "$wname: in the log, replaying" >&2
@@ -43,13 +47,13 @@ while read -r wname key op sets; do
     echo "$wname: tuning ($trials trials)" >&2
     t0=$(date +%s)
     # shellcheck disable=SC2086
-    "$bin/tmap" tune --op "$op" $sets --trials "$trials" --time-budget "$budget" --log "$log" --seed 1 >/dev/null
+    "$bin/tmap" tune --op "$op" $sets --out-dtype "$out_dtype" --trials "$trials" --time-budget "$budget" --log "$log" --seed 1 >/dev/null
     echo "$wname $(( $(date +%s) - t0 ))" >> "$times"
   fi
 done
 tuned=$(( $(date +%s) - start ))
 echo "tuning took $tuned s" >&2
-"$bin/tmap_bench" --table "$json" --batch "$batch" --layout "$layout" --log "$log" \
+"$bin/tmap_bench" --table "$json" --batch "$batch" --layout "$layout" --log "$log" --out-dtype "$out_dtype" \
   --csv "$out/$name.csv" --md "$out/$name.md"
 {
   echo

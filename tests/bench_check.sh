@@ -5,7 +5,9 @@
 set -euo pipefail
 build=$1 src=$2
 bench=$build/bin/tmap_bench tmap=$build/bin/tmap
-gemm=$("$bench" --table "$src/benchmarks/workloads/gemm.json" --log /dev/null --print-workloads)
+# With a log, the key printed is that of the record the benchmark replays (one of float32 output
+# when the table asks for float16 and the log has no such record).
+gemm=$("$bench" --table "$src/benchmarks/workloads/gemm.json" --log "$src/logs/h100_gemm.jsonl" --print-workloads)
 [ "$(wc -l <<<"$gemm")" -eq 11 ] || { echo "expected 11 GEMM workloads"; exit 1; }
 while read -r name key op sets; do
   grep -q "\"key\":\"$key\"" "$src/logs/h100_gemm.jsonl" || { echo "$name ($key) is not in logs/h100_gemm.jsonl"; exit 1; }
@@ -13,18 +15,19 @@ done <<<"$gemm"
 # Every layer of the ResNet-18 table at every batch, in both layouts.
 for batch in 1 16 256; do
   for layout in nhwc nchw; do
-    conv=$("$bench" --table "$src/benchmarks/workloads/resnet18_conv2d.json" --batch $batch --layout $layout --log /dev/null --print-workloads)
-    [ "$(wc -l <<<"$conv")" -eq 12 ] || { echo "expected 12 conv workloads"; exit 1; }
     log=logs/h100_resnet18_b$batch.jsonl
+    conv=$("$bench" --table "$src/benchmarks/workloads/resnet18_conv2d.json" --batch $batch --layout $layout --log "$src/$log" --print-workloads)
+    [ "$(wc -l <<<"$conv")" -eq 12 ] || { echo "expected 12 conv workloads"; exit 1; }
     while read -r name key op sets; do
       grep -q "\"key\":\"$key\"" "$src/$log" || { echo "$name b$batch $layout ($key) is not in $log"; exit 1; }
     done <<<"$conv"
   done
 done
-# The key tmap_bench prints is the one tmap tune records (run.sh relies on it).
+# Without a record, the key tmap_bench prints is the one tmap tune records (run.sh relies on it).
+conv=$("$bench" --table "$src/benchmarks/workloads/resnet18_conv2d.json" --batch 16 --log /dev/null --print-workloads)
 read -r name key op sets <<<"$(head -1 <<<"$conv")"
 # shellcheck disable=SC2086
-"$tmap" tune --op "$op" $sets --measure model --trials 1 --log "$build/bench_check.jsonl" >/dev/null
+"$tmap" tune --op "$op" $sets --out-dtype float16 --measure model --trials 1 --log "$build/bench_check.jsonl" >/dev/null
 grep -q "\"key\":\"$key\"" "$build/bench_check.jsonl" || { echo "tmap tune logs $name under another key"; exit 1; }
 rm -f "$build/bench_check.jsonl"
 for log in "$src"/logs/h100_*.jsonl; do

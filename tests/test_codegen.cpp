@@ -327,6 +327,41 @@ TEST(Codegen, MmaSyncCompilesEveryLayoutDtypeAndSchedule) {
             << " variants did not apply\n";
 }
 
+// float16 / bfloat16 outputs of float32 sums: both families convert in the epilogue (16-byte
+// vectors of 8 outputs for mma_sync), also after a split-K reduction.
+TEST(Codegen, NarrowOutputsCompileForEveryFamily) {
+  std::vector<Job> jobs;
+  const DeviceLimits limits = DeviceLimits::for_arch(90);
+  for (const std::string out : {"float16", "bfloat16"})
+    for (const auto& [op, sets] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+             {"gemm", {"M=200", "N=136", "K=520"}}, {"conv2d", {"N=2"}}, {"conv2d_nhwc", {"N=2"}}}) {
+      static std::vector<std::unique_ptr<Compute>> keep;
+      keep.push_back(std::make_unique<Compute>(testing::narrowed_op(op, out, sets)));
+      const Compute& c = *keep.back();
+      for (const std::string hw_name : {"wmma_fp16_fp32", "mma_sync_fp16_fp32"}) {
+        const HwAbstraction& hw = find_hw(shipped(), hw_name);
+        MatchReport r = match_compute(c, {hw}, Enumeration::kAll);
+        ASSERT_FALSE(r.matches.empty()) << op << " " << out << " " << hw_name;
+        const Match& m = r.matches.front();
+        ImplicitGemm g = make_implicit_gemm(c, hw, m, m.mappings.back());
+        ScheduleParams p = default_schedule(g, limits);
+        for (int split : {1, 3}) {
+          p.split_k = split;
+          ASSERT_TRUE(validate(g, p, limits).empty()) << op;
+          KernelSource k = emit_kernel(g, p);
+          const std::string type = out == "float16" ? "half" : "__nv_bfloat16";
+          EXPECT_NE(k.code.find(type + "* __restrict__ out"), std::string::npos) << op << " " << hw_name;
+          if (hw_name == "mma_sync_fp16_fp32" && split == 1 && op == "gemm")
+            EXPECT_NE(k.code.find(type + " converted[8]"), std::string::npos) << op << ": 8 outputs per 16 bytes";
+          jobs.push_back({op + " " + out + " " + hw_name + " split " + std::to_string(split), k});
+        }
+      }
+    }
+  std::vector<std::string> failures = compile_all(jobs);
+  EXPECT_TRUE(failures.empty()) << failures.size() << " of " << jobs.size() * 2 << " failed; first:\n"
+                                << (failures.empty() ? "" : failures.front());
+}
+
 TEST(Schedule, MmaSyncValidationReasons) {
   Compute c = build_compute(builtin_op("gemm"));
   const HwAbstraction& hw = find_hw(shipped(), "mma_sync_fp16_fp32");

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "test_util.h"
+#include "tmap/frontend/op_library.h"
 
 namespace tmap {
 namespace {
@@ -104,6 +105,37 @@ std::string file(const std::string& compute, const std::string& a = R"(["M", "K"
 
 const std::string kStmt = "C[m, n] += A[m, k] * B[k, n]";
 
+TEST(Compute, StoresFloatSumsInANarrowerOutput) {
+  // Declared: float16 output, float32 sums.
+  Compute c = build_json(file(kStmt, R"(["M", "K"])", R"(["K", "N"])", R"(["M", "N"])", "float16",
+                              ", \"accumulate\": \"float32\""));
+  EXPECT_EQ(c.tensor_of(c.output).dtype, DType::kFloat16);
+  EXPECT_EQ(c.accumulate, DType::kFloat32);
+  Compute back = compute_from_json(to_json(c), "test");
+  EXPECT_EQ(back.accumulate, DType::kFloat32);
+  EXPECT_EQ(back.tensors, c.tensors);
+  // Without "accumulate" the sums are the output's: the document and the workload key say nothing
+  // new, so logs written before the key existed still match.
+  Compute plain = build_json(kGemm);
+  EXPECT_EQ(plain.accumulate, DType::kFloat32);
+  EXPECT_FALSE(to_json(plain).contains("accumulate"));
+  EXPECT_EQ(compute_from_json(to_json(plain), "test").accumulate, DType::kFloat32);
+
+  // --out-dtype on a built-in op: the output narrows, the sums stay float32.
+  SourceText arg("--out-dtype", "bfloat16");
+  ComputeDef def = builtin_op("conv2d_nhwc");
+  set_output_dtype(def, DType::kBFloat16, arg.at(0, 8));
+  Compute conv = build_compute(def);
+  EXPECT_EQ(conv.tensor_of(conv.output).dtype, DType::kBFloat16);
+  EXPECT_EQ(conv.accumulate, DType::kFloat32);
+  ComputeDef bad = builtin_op("gemm");
+  set_output_dtype(bad, DType::kInt8, arg.at(0, 8));
+  const std::string err = user_error_of([&] { build_compute(bad); });
+  EXPECT_EQ(err.rfind("--out-dtype:1:1: error: output 'C' of dtype int8 cannot store sums accumulated in float32", 0),
+            0u)
+      << err;
+}
+
 TEST(Compute, EveryUserErrorNamesItsInput) {
   const ErrorCase cases[] = {
       {"invalid json", "{\"compute\": \n  [1, }", {}, "invalid JSON", "test.json:2:"},
@@ -157,7 +189,16 @@ TEST(Compute, EveryUserErrorNamesItsInput) {
                                   R"(["M + 1", "N"])"),
        {}, "writes some elements more than once", "test.json:2:15"},
       {"narrow accumulator", file(kStmt, R"(["M", "K"])", R"(["K", "N"])", R"(["M", "N"])", "int8"), {},
-       "output 'C' of dtype int8 cannot accumulate products of 'A' (float16)", "test.json:5:37"},
+       "products of 'A' (float16) cannot be accumulated in int8 (the dtype of output 'C')", "test.json:5:37"},
+      {"accumulate not a dtype", file(kStmt, R"(["M", "K"])", R"(["K", "N"])", R"(["M", "N"])", "float16",
+                                      ", \"accumulate\": \"float8\""),
+       {}, "accumulation dtype \"float8\" is not supported", "test.json:5:64"},
+      {"accumulate too narrow", file(kStmt, R"(["M", "K"])", R"(["K", "N"])", R"(["M", "N"])", "float16",
+                                     ", \"accumulate\": \"int32\""),
+       {}, "products of 'A' (float16) cannot be accumulated in int32", "test.json:5:64"},
+      {"integer output of float sums", file(kStmt, R"(["M", "K"])", R"(["K", "N"])", R"(["M", "N"])", "int32",
+                                            ", \"accumulate\": \"float32\""),
+       {}, "output 'C' of dtype int32 cannot store sums accumulated in float32", "test.json:5:37"},
       {"set unknown", file(kStmt), {"Q=3"}, "unknown parameter 'Q' of compute 'test'", "--set:1:1"},
       {"set malformed", file(kStmt), {"M:3"}, "--set expects NAME=VALUE, got 'M:3'", "--set:1:1"},
       {"set not integer", file(kStmt), {"M=3.5"}, "the value of parameter 'M' must be an integer, got '3.5'", "--set:1:3"},

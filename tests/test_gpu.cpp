@@ -314,6 +314,26 @@ TEST(Gpu, MmaSyncFamily) {
   }
 }
 
+// float32 sums stored as float16 or bfloat16 (--out-dtype), by both families, with vector and
+// scalar epilogues and split-K, on GEMMs with tails and NCHW / NHWC convolutions with padding.
+TEST(Gpu, NarrowOutputs) {
+  if (!have_gpu()) GTEST_SKIP() << "no GPU: " << query_runtime().status;
+  std::uint64_t seed = 700;
+  for (const std::string out : {"float16", "bfloat16"})
+    for (const auto& [op, sets] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+             {"gemm", {"M=200", "N=136", "K=520"}},
+             {"conv2d", {"N=2", "C=64", "H=15", "W=15", "K=96", "stride=2", "pad=1"}},
+             {"conv2d_nhwc", {"N=2", "C=64", "H=15", "W=15", "K=96", "stride=2", "pad=1"}}}) {
+      Compute c = testing::narrowed_op(op, out, sets);
+      std::vector<GpuCase> cases;
+      for (const std::string hw : {"wmma_fp16_fp32", "mma_sync_fp16_fp32"}) {
+        GpuCase base = full_mapping(c, hw, op + " -> " + out + " " + hw, 1e-2);
+        for (GpuCase gc : variants(base, {{"split 3", [](ScheduleParams& p) { p.split_k = 3; }}})) cases.push_back(gc);
+      }
+      run_cases(c, cases, seed++);
+    }
+}
+
 TEST(Gpu, TimingModes) {
   if (!have_gpu()) GTEST_SKIP() << "no GPU: " << query_runtime().status;
   Compute c = build_compute(builtin_op("gemm"), parse_param_overrides({"M=512", "N=512", "K=512"}));

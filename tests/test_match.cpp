@@ -206,7 +206,7 @@ TEST(Matcher, EveryStageSaysWhyItFails) {
       {"fp32 data on fp16 units", gemm_json("float32", "float32"), "wmma_fp16_fp32", MatchFailure::kInputDTypeMismatch,
        "inputs A (float32) and B (float32); operands A (float16) and B (float16)"},
       {"fp16 out on fp32 accumulator", gemm_json("float16", "float16"), "wmma_fp16_fp32",
-       MatchFailure::kAccumulatorDTypeMismatch, "output C is float16, accumulator D is float32"},
+       MatchFailure::kAccumulatorDTypeMismatch, "output C accumulates in float16, accumulator D is float32"},
       {"bf16 data on fp16 units", gemm_json("bfloat16", "float32"), "wmma_fp16_fp32", MatchFailure::kInputDTypeMismatch, "bfloat16"},
       {"int8 into fp32", gemm_json("float16", "float32"), "wmma_int8_int32", MatchFailure::kAccumulatorDTypeMismatch, "int32"},
       {"elementwise accumulate",

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "tmap/frontend/compute_loader.h"
+#include "tmap/frontend/op_library.h"
 #include "tmap/hw/hw_abstraction.h"
 #include "tmap/runtime/device.h"
 #include "tmap/support/diagnostic.h"
@@ -29,6 +30,14 @@ inline ComputeDef parse_def(const std::string& json) {
 
 inline Compute build_json(const std::string& json, const std::vector<std::string>& sets = {}) {
   return build_compute(parse_def(json), parse_param_overrides(sets));
+}
+
+/// A built-in op whose output is stored as `out_dtype` (sums in the op's own dtype), as
+/// `--out-dtype` does.
+inline Compute narrowed_op(const std::string& op, const std::string& out_dtype, const std::vector<std::string>& sets) {
+  ComputeDef def = builtin_op(op);
+  set_output_dtype(def, *parse_dtype(out_dtype), SourceLoc::whole("--out-dtype"));
+  return build_compute(def, parse_param_overrides(sets));
 }
 
 /// The abstractions shipped in the source tree's hw_abstractions/, loaded once.

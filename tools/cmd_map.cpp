@@ -41,8 +41,13 @@ void print_text(const Compute& c, const MatchReport& r) {
   for (const auto& it : c.iters)
     (it.kind == IterKind::kSpatial ? spatial : reduction) += " " + it.name + "=" + std::to_string(it.extent);
   std::printf("  spatial:%s   reduction:%s\n", spatial.c_str(), reduction.empty() ? " none" : reduction.c_str());
-  for (const auto& t : c.tensors)
-    std::printf("  %s %s %s\n", t.name.c_str(), std::string(dtype_name(t.dtype)).c_str(), shape_text(t.shape).c_str());
+  for (std::size_t t = 0; t < c.tensors.size(); ++t) {
+    const Tensor& tensor = c.tensors[t];
+    const bool narrowed = static_cast<int>(t) == c.output.tensor && c.accumulate != tensor.dtype;
+    std::printf("  %s %s %s%s\n", tensor.name.c_str(), std::string(dtype_name(tensor.dtype)).c_str(),
+                shape_text(tensor.shape).c_str(),
+                narrowed ? (" (summed in " + std::string(dtype_name(c.accumulate)) + ")").c_str() : "");
+  }
 
   std::printf("\n%zu match(es), mappings enumerated by '%s':\n", r.matches.size(),
               std::string(enumeration_name(r.enumeration)).c_str());

@@ -11,6 +11,8 @@ void ComputeArgs::add_to(CLI::App& cmd) {
   cmd.add_option("compute", file, "A compute definition (JSON file)");
   cmd.add_option("--op", op, "A built-in op instead of a file (see 'tmap ops list')");
   cmd.add_option("--set", sets, "Override a parameter: --set N=16 (repeatable)");
+  cmd.add_option("--out-dtype", out_dtype,
+                 "Store the output as this dtype, e.g. float16, summing in the compute's own accumulation dtype");
 }
 
 Compute ComputeArgs::build() const {
@@ -19,6 +21,13 @@ Compute ComputeArgs::build() const {
                                       file.empty() ? "no compute given" : "give either a compute file or --op, not both",
                                       "name a JSON compute file, or a built-in op with --op (see 'tmap ops list')"));
   ComputeDef def = op.empty() ? load_compute_file(file) : builtin_op(op);
+  if (!out_dtype.empty()) {
+    SourceText src("--out-dtype", out_dtype);
+    const SourceLoc loc = src.at(0, out_dtype.size());
+    auto dtype = parse_dtype(out_dtype);
+    if (!dtype) throw_user_error(loc, "unknown dtype '" + out_dtype + "'", "supported dtypes: " + supported_dtype_names());
+    set_output_dtype(def, *dtype, loc);
+  }
   return build_compute(def, parse_param_overrides(sets));
 }
 

@@ -23,7 +23,8 @@ struct ComputeArgs {
   std::string file;
   std::string op;
   std::vector<std::string> sets;
-  /// Adds the positional file, --op and --set to a subcommand.
+  std::string out_dtype;  ///< --out-dtype: store the output in this dtype (sums stay in theirs)
+  /// Adds the positional file, --op, --set and --out-dtype to a subcommand.
   void add_to(CLI::App& cmd);
   /// Loads and builds the compute; a UserError when neither or both are given.
   Compute build() const;

@@ -163,7 +163,8 @@ FragmentAddressing plan_fragments(const Stored& s, const ScheduleParams& p, bool
 KernelSource emit_mma_sync(const ImplicitGemm& g, const ScheduleParams& p) {
   TMAP_CHECK(g.hw->family == "mma_sync", "the mma.sync emitter needs an mma_sync abstraction");
   const std::string ta = storage_type(g.hw->a_dtype), tb = storage_type(g.hw->b_dtype),
-                    tacc = storage_type(g.hw->d_dtype), tfrag = accumulator_type(g.hw->d_dtype);
+                    tfrag = accumulator_type(g.hw->d_dtype),
+                    tout = storage_type(g.compute->tensor_of(g.compute->output).dtype);
   const auto im = g.shape[Axis::kI], in = g.shape[Axis::kJ], ik = g.shape[Axis::kK];
   TMAP_CHECK(im == 16 && in == 8, "mma_sync kernels are written for m16n8 intrinsics");
   const bool a_trans = transposed(g, 0), b_trans = transposed(g, 1);
@@ -221,11 +222,11 @@ KernelSource emit_mma_sync(const ImplicitGemm& g, const ScheduleParams& p) {
      << "               : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"r\"(b0), \"r\"(b1));\n}\n\n";
   emit_operand_loader(os, g, p, 0);
   emit_operand_loader(os, g, p, 1);
-  emit_output_scatter(os, g, tacc, ov.width, ov.along);
+  emit_output_scatter(os, g, tout, ov.width, ov.along);
   os << "}  // namespace\n\n";
 
   os << "extern \"C\" __global__ void __launch_bounds__(THREADS)\n"
-     << k.name << "(const " << ta << "* __restrict__ a_src, const " << tb << "* __restrict__ b_src, " << tacc
+     << k.name << "(const " << ta << "* __restrict__ a_src, const " << tb << "* __restrict__ b_src, " << tout
      << "* __restrict__ out, " << tpart << "* __restrict__ partial) {\n"
      << "  extern __shared__ __align__(128) unsigned char smem[];\n"
      << "  " << ta << "* As = reinterpret_cast<" << ta << "*>(smem);                    // [STAGES][A_TILE]\n"
@@ -373,16 +374,16 @@ KernelSource emit_mma_sync(const ImplicitGemm& g, const ScheduleParams& p) {
        << "    const int m = m0 + mm, n = n0 + nn;\n"
        << "    if (m < M && n < N) partial[((long long)(split * BATCH + z) * M + m) * N + n] = (" << tpart
        << ")values[0];\n";
-  else if (v > 1 && tacc == tfrag)
+  else if (v > 1 && tout == tfrag)
     os << "    store_d_vec(out, m0 + mm, n0 + nn, z, values);\n";
   else if (v > 1)
-    os << "    " << tacc << " converted[" << V << "];\n"
-       << "    #pragma unroll\n    for (int t = 0; t < " << V << "; ++t) converted[t] = (" << tacc << ")values[t];\n"
+    os << "    __align__(16) " << tout << " converted[" << V << "];  // the sums, rounded to the output's dtype\n"
+       << "    #pragma unroll\n    for (int t = 0; t < " << V << "; ++t) converted[t] = (" << tout << ")values[t];\n"
        << "    store_d_vec(out, m0 + mm, n0 + nn, z, converted);\n";
   else
-    os << "    store_d(out, m0 + mm, n0 + nn, z, (" << tacc << ")values[0]);\n";
+    os << "    store_d(out, m0 + mm, n0 + nn, z, (" << tout << ")values[0]);\n";
   os << "  }\n}\n";
-  emit_split_reduce(os, k, tpart, tacc);
+  emit_split_reduce(os, k, tpart, tout);
   k.code = os.str();
   return k;
 }

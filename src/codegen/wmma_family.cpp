@@ -74,7 +74,8 @@ std::string fragment_type(DType t) {
 KernelSource emit_wmma(const ImplicitGemm& g, const ScheduleParams& p) {
   TMAP_CHECK(g.hw->family == "wmma", "the WMMA emitter needs a WMMA abstraction");
   const std::string ta = storage_type(g.hw->a_dtype), tb = storage_type(g.hw->b_dtype),
-                    tacc = storage_type(g.hw->d_dtype);
+                    tacc = storage_type(g.hw->d_dtype),
+                    tout = storage_type(g.compute->tensor_of(g.compute->output).dtype);
   const auto im = g.shape[Axis::kI], in = g.shape[Axis::kJ], ik = g.shape[Axis::kK];
   const bool a_row = g.layout[0] == 'n', b_row = g.layout[1] == 'n', c_row = g.layout[2] == 'n';
   // Sub-byte operands are packed two to a byte; shared tiles hold them packed too.
@@ -128,13 +129,13 @@ KernelSource emit_wmma(const ImplicitGemm& g, const ScheduleParams& p) {
        << "  return (i & 1) ? (signed char)(byte & 0xF0) >> 4 : (signed char)(byte << 4) >> 4;\n}\n\n";
   emit_operand_loader(os, g, p, 0);
   emit_operand_loader(os, g, p, 1);
-  emit_output_scatter(os, g, tacc, 1, 'n');
+  emit_output_scatter(os, g, tout, 1, 'n');
   os << "}  // namespace\n\n";
 
   const bool tf32 = g.hw->a_dtype == DType::kTFloat32;
   const std::string unroll = unroll_pragma(p);
   os << "extern \"C\" __global__ void __launch_bounds__(THREADS)\n"
-     << k.name << "(const " << ta << "* __restrict__ a_src, const " << tb << "* __restrict__ b_src, " << tacc
+     << k.name << "(const " << ta << "* __restrict__ a_src, const " << tb << "* __restrict__ b_src, " << tout
      << "* __restrict__ out, " << tpart << "* __restrict__ partial) {\n"
      << "  extern __shared__ __align__(128) unsigned char smem[];\n"
      << "  " << ta << "* As = reinterpret_cast<" << ta << "*>(smem);                  // [STAGES][A_TILE / PACK_A]\n"
@@ -201,9 +202,9 @@ KernelSource emit_wmma(const ImplicitGemm& g, const ScheduleParams& p) {
        << "    const int m = m0 + mm, n = n0 + nn;\n"
        << "    if (m < M && n < N) partial[((long long)(split * BATCH + z) * M + m) * N + n] = (" << tpart << ")value;\n";
   else
-    os << "    store_d(out, m0 + mm, n0 + nn, z, value);\n";
+    os << "    store_d(out, m0 + mm, n0 + nn, z, " << (tout == tacc ? "value" : "(" + tout + ")value") << ");\n";
   os << "  }\n}\n";
-  emit_split_reduce(os, k, tpart, tacc);
+  emit_split_reduce(os, k, tpart, tout);
   k.code = os.str();
   return k;
 }

@@ -26,7 +26,7 @@ ComputeDef parse_compute_json(const SourceText& source, const std::string& defau
   JsonLocations locs(source);
   JsonReader r(locs);
   if (!doc.is_object()) r.fail_value("", "a compute file must hold a JSON object, not " + std::string(doc.type_name()));
-  r.check_keys(doc, "", {"name", "description", "compute", "params", "tensors", "iterators", "requires"},
+  r.check_keys(doc, "", {"name", "description", "compute", "params", "tensors", "iterators", "requires", "accumulate"},
                "a compute definition");
 
   ComputeDef def;
@@ -108,7 +108,32 @@ ComputeDef parse_compute_json(const SourceText& source, const std::string& defau
       def.requirements.push_back({r.expression(reqs[i], ptr, "a requirement", true), r.value_loc(ptr)});
     }
   }
+
+  if (doc.contains("accumulate")) {
+    const auto& acc = doc["accumulate"];
+    r.expect_type(acc, "/accumulate", acc.is_string(), "\"accumulate\"", "a dtype such as \"float32\"");
+    auto parsed = parse_dtype(acc.get<std::string>());
+    if (!parsed)
+      r.fail_value("/accumulate", "accumulation dtype \"" + acc.get<std::string>() + "\" is not supported",
+                   "supported dtypes: " + supported_dtype_names());
+    def.accumulate = *parsed;
+    def.accumulate_loc = r.value_loc("/accumulate");
+  }
   return def;
+}
+
+void set_output_dtype(ComputeDef& def, DType dtype, const SourceLoc& loc) {
+  auto out = std::find_if(def.tensors.begin(), def.tensors.end(),
+                          [&](const TensorDecl& t) { return t.name == def.statement.output.tensor; });
+  if (out == def.tensors.end())
+    throw_user_error(loc, "compute '" + def.name + "' declares no output tensor '" + def.statement.output.tensor + "'",
+                     "declare it under \"tensors\"");
+  if (!def.accumulate) {  // the sums stay in the dtype the definition stored them in
+    def.accumulate = out->dtype;
+    def.accumulate_loc = out->dtype_loc;
+  }
+  out->dtype = dtype;
+  out->dtype_loc = loc;
 }
 
 ComputeDef load_compute_file(const std::string& path) {
@@ -380,18 +405,29 @@ Compute build_compute(const ComputeDef& def, const std::vector<ParamOverride>& o
                                        " elements but its indices reach only " + std::to_string(spatial_points),
                      "every output element must be written; check the output's shape against the iterators' extents");
 
-  // Dtypes: the output is the accumulation type of the products.
+  // Dtypes: products are summed in the accumulation dtype (the output's unless "accumulate" says
+  // otherwise), and the output stores the sums in it or, for floats, in a narrower float.
+  const auto& out_decl_dtype =
+      *std::find_if(def.tensors.begin(), def.tensors.end(), [&](const auto& d) { return d.name == out.name; });
+  c.accumulate = def.accumulate.value_or(out.dtype);
+  const SourceLoc& acc_loc = def.accumulate ? def.accumulate_loc : out_decl_dtype.dtype_loc;
   for (const auto& in : c.inputs) {
     const Tensor& t = c.tensor_of(in);
-    if (!dtype_accumulates(t.dtype, out.dtype)) {
-      const auto& decl = *std::find_if(def.tensors.begin(), def.tensors.end(), [&](const auto& d) { return d.name == out.name; });
-      throw_user_error(decl.dtype_loc, "output '" + out.name + "' of dtype " + std::string(dtype_name(out.dtype)) +
-                                           " cannot accumulate products of '" + t.name + "' (" +
-                                           std::string(dtype_name(t.dtype)) + ")",
-                       "the output dtype is the accumulation type: use one at least as wide and of the same kind, "
-                       "e.g. float32 for float16 inputs, int32 for int8");
-    }
+    if (!dtype_accumulates(t.dtype, c.accumulate))
+      throw_user_error(acc_loc, "products of '" + t.name + "' (" + std::string(dtype_name(t.dtype)) +
+                                    ") cannot be accumulated in " + std::string(dtype_name(c.accumulate)) +
+                                    (def.accumulate ? "" : " (the dtype of output '" + out.name + "')"),
+                       "accumulate in a dtype at least as wide and of the same kind, e.g. float32 for float16 "
+                       "inputs, int32 for int8 (\"accumulate\": \"float32\" keeps a narrower output)");
   }
+  const bool narrower_float = dtype_is_float(out.dtype) && dtype_is_float(c.accumulate) &&
+                              out.dtype != DType::kTFloat32 && dtype_bits(out.dtype) <= dtype_bits(c.accumulate);
+  if (out.dtype != c.accumulate && !narrower_float)
+    throw_user_error(out_decl_dtype.dtype_loc,
+                     "output '" + out.name + "' of dtype " + std::string(dtype_name(out.dtype)) +
+                         " cannot store sums accumulated in " + std::string(dtype_name(c.accumulate)),
+                     "store integer sums in their own dtype, and float sums in a float no wider than the "
+                     "accumulation (float16, bfloat16 or float32 for float32)");
   return c;
 }
 

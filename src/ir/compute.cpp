@@ -72,6 +72,7 @@ nlohmann::json to_json(const Compute& c) {
     return nlohmann::json{{"tensor", a.tensor}, {"indices", indices}};
   };
   j["update"] = c.update == UpdateKind::kAccumulate ? "+=" : "=";
+  if (c.accumulate != c.tensor_of(c.output).dtype) j["accumulate"] = dtype_name(c.accumulate);
   j["output"] = access(c.output);
   j["inputs"] = nlohmann::json::array();
   for (const auto& in : c.inputs) j["inputs"].push_back(access(in));
@@ -106,6 +107,12 @@ Compute compute_from_json(const nlohmann::json& j, const std::string& what) {
     };
     c.update = j.at("update").get<std::string>() == "+=" ? UpdateKind::kAccumulate : UpdateKind::kAssign;
     c.output = access(j.at("output"));
+    c.accumulate = c.tensor_of(c.output).dtype;
+    if (j.contains("accumulate")) {
+      auto acc = parse_dtype(j.at("accumulate").get<std::string>());
+      if (!acc) throw std::runtime_error("unknown accumulate dtype " + j.at("accumulate").get<std::string>());
+      c.accumulate = *acc;
+    }
     for (const auto& in : j.at("inputs")) c.inputs.push_back(access(in));
     return c;
   } catch (const std::exception& e) {

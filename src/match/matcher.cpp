@@ -8,7 +8,7 @@ std::string_view message(MatchFailure f) {
     case MatchFailure::kNotAccumulation: return "the compute does not accumulate ('+='), but the intrinsic does";
     case MatchFailure::kInputCountMismatch: return "the compute is not a product of exactly two inputs";
     case MatchFailure::kInputDTypeMismatch: return "input dtypes cannot feed the intrinsic's operands";
-    case MatchFailure::kAccumulatorDTypeMismatch: return "the output dtype is not the intrinsic's accumulator dtype";
+    case MatchFailure::kAccumulatorDTypeMismatch: return "the accumulation dtype is not the intrinsic's accumulator dtype";
     case MatchFailure::kNoMappableIterator: return "no iterator can play any axis of the intrinsic";
   }
   return "unknown failure";
@@ -48,10 +48,10 @@ DagMatch match_dag(const Compute& c, const HwAbstraction& hw) {
 ExprMatch match_expression(const Compute& c, const HwAbstraction& hw) {
   ExprMatch m;
   const Tensor& out = c.tensor_of(c.output);
-  if (out.dtype != hw.d_dtype) {
+  if (c.accumulate != hw.d_dtype) {
     m.failure = MatchFailure::kAccumulatorDTypeMismatch;
-    m.detail = "output " + out.name + " is " + std::string(dtype_name(out.dtype)) + ", accumulator " + hw.d + " is " +
-               std::string(dtype_name(hw.d_dtype));
+    m.detail = "output " + out.name + " accumulates in " + std::string(dtype_name(c.accumulate)) + ", accumulator " +
+               hw.d + " is " + std::string(dtype_name(hw.d_dtype));
     return m;
   }
   const Tensor& x = c.tensor_of(c.inputs[0]);

@@ -131,7 +131,8 @@ double analytic_time_us(const ImplicitGemm& g, const ScheduleParams& p, const De
   const double load_s = std::max(memory_s, gather_s);
   const double body_s = p.stages >= 2 ? std::max(compute_s, load_s) : compute_s + load_s;
   // Epilogue: the output written once; split-K writes and re-reads float partial sums.
-  const double out_bytes = static_cast<double>(g.M) * g.N * g.batch * dtype_bits(g.hw->d_dtype) / 8;
+  const double out_bytes =
+      static_cast<double>(g.M) * g.N * g.batch * dtype_bits(g.compute->tensor_of(g.compute->output).dtype) / 8;
   double epilogue_s = out_bytes / d.dram_bytes_per_s;
   double launches_us = d.launch_us;
   if (p.split_k > 1) {

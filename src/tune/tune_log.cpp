@@ -45,7 +45,8 @@ Workload make_workload(const Compute& c) {
   nlohmann::json iters = nlohmann::json::array();
   for (const auto& it : c.iters) iters.push_back({it.name, it.extent});
   // What decides the computation: the statement, the tensors and the iteration space.
-  const nlohmann::json canonical = {{"statement", c.statement_text()}, {"tensors", tensors}, {"iterators", iters}};
+  nlohmann::json canonical = {{"statement", c.statement_text()}, {"tensors", tensors}, {"iterators", iters}};
+  if (c.accumulate != c.tensor_of(c.output).dtype) canonical["accumulate"] = dtype_name(c.accumulate);
   char key[17];
   std::snprintf(key, sizeof key, "%016llx", static_cast<unsigned long long>(fnv1a(canonical.dump())));
   nlohmann::json params = nlohmann::json::object();

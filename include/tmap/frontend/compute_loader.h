@@ -10,11 +10,14 @@
 //     "tensors": {"I": {"shape": ["N", "C", "W"], "dtype": "float16"}, ...},
 //     "iterators": {"k": "K / groups"},                  (extents of iterators that index no
 //                                                         dimension directly; optional)
-//     "requires": ["K % groups == 0"]                    (conditions on parameters; optional)
+//     "requires": ["K % groups == 0"],                   (conditions on parameters; optional)
+//     "accumulate": "float32"                            (the dtype sums are kept in when the output
+//                                                         is narrower; optional, default the output's)
 //   }
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -58,6 +61,10 @@ struct ComputeDef {
   std::vector<TensorDecl> tensors;
   std::vector<ExtentDecl> extents;
   std::vector<RequirementDecl> requirements;
+  /// "accumulate": the dtype sums are kept in, when not the output's (float32 sums stored as
+  /// float16, say).
+  std::optional<DType> accumulate;
+  SourceLoc accumulate_loc;
   SourceLoc loc;  ///< The file.
 };
 
@@ -65,6 +72,10 @@ struct ComputeDef {
 ComputeDef parse_compute_json(const SourceText& source, const std::string& default_name);
 /// Reads and parses a compute file.
 ComputeDef load_compute_file(const std::string& path);
+
+/// Stores the output in `dtype` (an --out-dtype override, located at `loc`), keeping the sums in
+/// the dtype the definition accumulates in: float32 sums of a built-in op written as float16.
+void set_output_dtype(ComputeDef& def, DType dtype, const SourceLoc& loc);
 
 /// A "--set NAME=VALUE" parameter override.
 struct ParamOverride {

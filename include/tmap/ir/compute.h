@@ -53,6 +53,9 @@ struct Compute {
   std::vector<Tensor> tensors;
   std::vector<Iterator> iters;  ///< Spatial iterators first, each group in order of appearance.
   UpdateKind update = UpdateKind::kAccumulate;
+  /// The dtype products are summed in: the output's, or wider (float32 sums stored as float16
+  /// or bfloat16, converted once at the end).
+  DType accumulate = DType::kFloat32;
   Access output;
   std::vector<Access> inputs;   ///< The factors of the product, left to right.
 
