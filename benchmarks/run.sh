@@ -41,7 +41,8 @@ times=$(mktemp)
 trap 'rm -f "$times"' EXIT
 "$bin/tmap_bench" --table "$json" --batch "$batch" --layout "$layout" --log "$log" --out-dtype "$out_dtype" --print-workloads |
 while read -r wname key op sets; do
-  if grep -q "\"key\":\"$key\"" "$log" && grep "\"key\":\"$key\"" "$log" | grep -q '"status":"ok"'; then
+  # grep -c reads to the end: with grep -q the first grep could die of SIGPIPE (and pipefail).
+  if [ "$(grep -F "\"key\":\"$key\"" "$log" | grep -cF '"status":"ok"' || true)" -gt 0 ]; then
     echo "$wname: in the log, replaying" >&2
   else
     echo "$wname: tuning ($trials trials)" >&2
