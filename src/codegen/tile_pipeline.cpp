@@ -175,7 +175,7 @@ namespace {
 /// outside the dimension).
 struct OperandSplit {
   const Access* access = nullptr;
-  std::vector<int> fixed_iters, moving_iters;
+  std::vector<int> moving_iters;
   std::vector<AffineExpr> fixed, moving;
   std::vector<bool> check;  ///< The dimension's index can leave [0, shape).
   std::vector<std::int64_t> strides;
@@ -190,8 +190,6 @@ OperandSplit split_operand(const ImplicitGemm& g, int which) {
   const Compute& c = *g.compute;
   OperandSplit sp;
   sp.access = &c.inputs[which == 0 ? g.a_input : g.b_input];
-  sp.fixed_iters = which == 0 ? g.m_iters : g.n_iters;
-  sp.fixed_iters.insert(sp.fixed_iters.end(), g.batch_iters.begin(), g.batch_iters.end());
   sp.moving_iters = g.k_iters;
   sp.moving_iters.insert(sp.moving_iters.end(), g.serial_iters.begin(), g.serial_iters.end());
   const Tensor& t = c.tensor_of(*sp.access);
@@ -238,7 +236,7 @@ void emit_operand_loader(std::ostringstream& os, const ImplicitGemm& g, const Sc
   const bool async = copies_async(g, p, which);
   const char op = is_a ? 'a' : 'b';
   const char* fixed_name = is_a ? "m" : "n";
-  const std::string fixed_extent = is_a ? "M" : "N", fixed_block = is_a ? "BM" : "BN";
+  const std::string fixed_extent = is_a ? "M" : "N";
   const std::int64_t fixed_total = is_a ? g.M : g.N, fixed_tile = is_a ? p.block_m : p.block_n;
   const std::string ftype = fixed_type(op);
   std::vector<bool> used = used_by(c, acc);
@@ -381,9 +379,18 @@ GatherTile gather_tile(char op, bool k_rows, int vec, int pack) {
 
 namespace {
 
+/// Elements moved by one copy of a tile gather.
+int group_of(const GatherTile& t) { return std::max(t.vec, t.pack); }
+
+/// Copies each thread makes of a tile per step (the last round may leave threads idle).
+std::int64_t copies_per_thread(const ScheduleParams& p, int threads, const GatherTile& t) {
+  const std::int64_t elements = (t.op == 'a' ? std::int64_t{p.block_m} : std::int64_t{p.block_n}) * p.block_k;
+  return (elements / group_of(t) + threads - 1) / threads;
+}
+
 /// `const int row = ..., col = ...;` of copy e of a tile gather.
 std::string copy_coordinates(const GatherTile& t) {
-  const int group = std::max(t.vec, t.pack);
+  const int group = group_of(t);
   const std::string grp = group > 1 ? " / " + std::to_string(group) : "";
   return "const int " + t.row_var + " = e / (" + t.cols + grp + "), " + t.col_var + " = e % (" + t.cols + grp + ")" +
          (group > 1 ? " * " + std::to_string(group) : "") + ";";
@@ -400,14 +407,12 @@ bool emit_fixed_parts(std::ostringstream& os, const ImplicitGemm& g, const Sched
   const OperandSplit sp = split_operand(g, t.op == 'a' ? 0 : 1);
   int kept = 0;
   for (std::size_t d = 0; d < sp.check.size(); ++d) kept += sp.kept(d);
-  const std::int64_t tile = (t.op == 'a' ? std::int64_t{p.block_m} : std::int64_t{p.block_n}) * p.block_k;
-  const std::int64_t copies = (tile / std::max(t.vec, t.pack) + threads - 1) / threads;
   // Kept in registers for the whole kernel: worth it while the copies are few.
-  if (copies * (2 + kept) > kMaxFixedRegisters) return false;
+  if (copies_per_thread(p, threads, t) * (2 + kept) > kMaxFixedRegisters) return false;
   const std::string up = t.op == 'a' ? "A" : "B", arr = std::string(1, t.op) + "_fix";
   os << "  // The fixed part of each of this thread's " << up << " copies (see " << t.op << "_fixed), computed once.\n"
      << "  constexpr int " << up << "_COPIES = (" << t.rows << " * " << t.cols
-     << (std::max(t.vec, t.pack) > 1 ? " / " + std::to_string(std::max(t.vec, t.pack)) : "")
+     << (group_of(t) > 1 ? " / " + std::to_string(group_of(t)) : "")
      << " + THREADS - 1) / THREADS;\n"
      << "  " << fixed_type(t.op) << " " << arr << "[" << up << "_COPIES];\n"
      << "  #pragma unroll\n  for (int it = 0; it < " << up << "_COPIES; ++it) {\n"
@@ -418,7 +423,7 @@ bool emit_fixed_parts(std::ostringstream& os, const ImplicitGemm& g, const Sched
 }
 
 void emit_gather(std::ostringstream& os, const ScheduleParams& p, int threads, const GatherTile& t, bool hoisted) {
-  const int group = std::max(t.vec, t.pack);
+  const int group = group_of(t);
   const std::string tile = std::string(1, t.op), at = tile + "_at";
   const std::string grp = group > 1 ? " / " + std::to_string(group) : "";
   const std::string fixed = hoisted ? tile + "_fix[it]" : tile + "_fixed(" + fixed_coordinate(t.op) + ", z)";
@@ -426,13 +431,11 @@ void emit_gather(std::ostringstream& os, const ScheduleParams& p, int threads, c
   // A loop of constant trip count (each thread takes every THREADS-th group), so it unrolls.
   const std::string total = t.rows + " * " + t.cols + grp;
   // Unrolling is capped: fully unrolled gathers of large tiles cost NVRTC minutes and registers
-  // for nothing.
-  const std::int64_t elements = (t.op == 'a' ? std::int64_t{p.block_m} : std::int64_t{p.block_n}) * p.block_k / group;
-  const std::int64_t iterations = (elements + threads - 1) / threads;
-  const std::string unroll = unroll_pragma(p);
-  const std::string gather_unroll = hoisted || !p.unroll || iterations <= kMaxUnroll
-                                        ? (hoisted ? "#pragma unroll\n" : unroll)
-                                        : "#pragma unroll " + std::to_string(kMaxUnroll) + "\n";
+  // for nothing. With the fixed parts hoisted (few copies) it is full: they index a register array.
+  const std::string gather_unroll =
+      hoisted                                                            ? "#pragma unroll\n"
+      : !p.unroll || copies_per_thread(p, threads, t) <= kMaxUnroll ? unroll_pragma(p)
+                                                                         : "#pragma unroll " + std::to_string(kMaxUnroll) + "\n";
   os << "    " << gather_unroll << "    for (int it = 0; it < (" << total << " + THREADS - 1) / THREADS; ++it) {\n"
      << "      const int e = it * THREADS + threadIdx.x;\n"
      << "      if ((" << total << ") % THREADS != 0 && e >= " << total << ") break;\n"
