@@ -9,6 +9,7 @@
 #include <memory>
 #include <thread>
 #include <tuple>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -327,6 +328,66 @@ TEST(Codegen, MmaSyncCompilesEveryLayoutDtypeAndSchedule) {
             << " variants did not apply\n";
 }
 
+// Operands contiguous along the tile's rows but not aligned to its vectors (NCHW / NCW / NCDHW
+// inputs along the output's width, with padding and filter taps moving the start): both
+// families fetch the two aligned vectors that cover a group and shift it into place, in every
+// main loop (cp.async rings of 2 and 3+ stages beside the shifted copies, register double
+// buffering, one buffer). Weights run on along (c, r, s) and take cp.async vectors.
+TEST(Codegen, ShiftedVectorsCompileForEveryFamilyAndLoop) {
+  std::vector<Job> jobs;
+  const DeviceLimits limits = DeviceLimits::for_arch(80);
+  int shifted = 0, skipped = 0;
+  for (const auto& [op, sets] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+           {"conv2d", {"N=2", "C=32", "H=12", "W=16", "K=48"}},
+           {"conv2d", {"N=2", "C=16", "H=12", "W=12", "K=32", "R=5", "S=5", "pad=2"}},
+           {"conv1d", {"N=2", "C=40", "W=64", "K=48", "pad=2", "dil=2"}},
+           {"conv3d", {"N=2", "C=16", "D=5", "H=6", "W=8", "K=32"}}}) {
+    Compute c = build_compute(builtin_op(op), parse_param_overrides(sets));
+    for (const std::string hw_name : {"wmma_fp16_fp32", "mma_sync_fp16_fp32", "mma_sync_bf16_fp32"}) {
+      const HwAbstraction& hw = find_hw(shipped(), hw_name);
+      Compute typed = c;
+      if (hw.a_dtype == DType::kBFloat16)
+        for (auto& t : typed.tensors)
+          if (t.dtype == DType::kFloat16) t.dtype = DType::kBFloat16;
+      MatchReport r = match_compute(typed, {hw}, Enumeration::kAll);
+      bool first = true;  // every main loop on the first shifted layout, the default on the others
+      for (const Match& m : r.matches) {
+        ImplicitGemm g = make_implicit_gemm(typed, hw, m, m.mappings.back());
+        const ScheduleParams d = default_schedule(g, limits);
+        if (!copies_shifted(g, d, 0) && !copies_shifted(g, d, 1)) continue;
+        ++shifted;
+        const bool loops = std::exchange(first, false) && sets[1] == "C=32";
+        const std::string label = op + " " + sets[1] + " " + hw_name + " " + m.layout + " " + m.shape.str();
+        std::vector<std::pair<std::string, ScheduleParams>> schedules = {{"default", d}};
+        auto edit = [&](const std::string& name, auto f) {
+          ScheduleParams p = d;
+          f(p);
+          if (!loops) return;
+          if (validate(g, p, limits).empty()) schedules.emplace_back(name, p);
+          else ++skipped;
+        };
+        edit("stages 2", [](ScheduleParams& p) { p.stages = 2; });
+        edit("stages 3 bk 64", [](ScheduleParams& p) { p.stages = 3; p.block_k = 64; });
+        edit("registers", [](ScheduleParams& p) { p.async_copy = 0; p.stages = 2; });
+        edit("one buffer", [](ScheduleParams& p) { p.async_copy = 0; p.stages = 1; });
+        edit("half vectors", [](ScheduleParams& p) { p.vec_a = std::max(2, p.vec_a / 2); p.vec_b = std::max(2, p.vec_b / 2); });
+        for (const auto& [name, p] : schedules) {
+          KernelSource k = emit_kernel(g, p);
+          EXPECT_NE(k.code.find("store_shifted(&"), std::string::npos) << label << " " << name;
+          jobs.push_back({label + " " + name, k});
+        }
+      }
+    }
+  }
+  // Every op has a layout that stores its input along the width: both families, two dtypes.
+  EXPECT_GE(shifted, 4 * 3);
+  std::vector<std::string> failures = compile_all(jobs);
+  EXPECT_TRUE(failures.empty()) << failures.size() << " of " << jobs.size() * 2 << " failed; first:\n"
+                                << (failures.empty() ? "" : failures.front());
+  std::cout << "compiled " << jobs.size() << " kernels with shifted vectors for sm_80 and sm_90; " << skipped
+            << " variants did not apply\n";
+}
+
 // float16 / bfloat16 outputs of float32 sums: both families convert in the epilogue (16-byte
 // vectors of 8 outputs for mma_sync), also after a split-K reduction.
 TEST(Codegen, NarrowOutputsCompileForEveryFamily) {
@@ -436,17 +497,26 @@ TEST(Schedule, VectorWidthFollowsContiguity) {
     std::string op;
     std::vector<std::string> sets;
     std::string layout;
-    int a, b;  // the widest vectors of A and B
+    int a, b;        // the widest vectors of A and B
+    int aligned_a;   // A's widest vector that needs no shift
   };
-  // gemm: A[m, k] is contiguous along k (row-major tiles), B[k, n] along n. NCHW conv: the input's
-  // last index is q + s, never contiguous; the weight W[k, c, r, s] is along s, of extent 3. NHWC:
-  // the input's last index is c alone, the weight's too; C = 12 allows 4 halves.
-  for (const auto& t : std::vector<Case>{{"gemm", {}, "nnn", 8, 8},
-                                         {"gemm", {}, "tnn", 1, 8},
-                                         {"gemm", {"K=20"}, "nnn", 4, 8},
-                                         {"conv2d_nhwc", {}, "ntn", 8, 8},
-                                         {"conv2d_nhwc", {"C=12"}, "ntn", 4, 4},
-                                         {"conv2d", {}, "ntn", 1, 1}}) {
+  // gemm: A[m, k] is contiguous along k (row-major tiles), B[k, n] along n. NCHW conv: along k
+  // the input's last index is q + s - 1 with s of extent 3, no vector; along m it is q shifted by
+  // s - 1: vectors of 4 (Q = 28) shifted into place, none aligned; with a 1x1 filter and no
+  // padding (p, q) run on contiguously (784 elements). The weight W[k, c, r, s] runs on along
+  // (c, r, s) (128 * 9) in NCHW as W[k, r, s, c] does in NHWC. NHWC: the input's last index is
+  // c alone; C = 12 allows 4 halves (and 12 * 9 for the weights). conv1d with dilation 2 and padding
+  // 2: q + 2 s - 2 leaves pairs aligned.
+  for (const auto& t : std::vector<Case>{{"gemm", {}, "nnn", 8, 8, 8},
+                                         {"gemm", {}, "tnn", 1, 8, 1},
+                                         {"gemm", {"K=20"}, "nnn", 4, 8, 4},
+                                         {"conv2d_nhwc", {}, "ntn", 8, 8, 8},
+                                         {"conv2d_nhwc", {"C=12"}, "ntn", 4, 4, 4},
+                                         {"conv2d", {}, "ntn", 1, 8, 1},
+                                         {"conv2d", {}, "ttn", 4, 8, 1},
+                                         {"conv2d", {"R=1", "S=1", "pad=0"}, "ttn", 8, 8, 8},
+                                         {"conv2d", {"R=1", "S=1", "pad=0", "stride=2"}, "ttn", 1, 8, 1},
+                                         {"conv1d", {"pad=2", "dil=2"}, "ttn", 8, 8, 2}}) {
     SCOPED_TRACE(t.op + " " + t.layout);
     Compute c = build_compute(builtin_op(t.op), parse_param_overrides(t.sets));
     MatchReport r = match_compute(c, {hw}, Enumeration::kAll);
@@ -458,6 +528,7 @@ TEST(Schedule, VectorWidthFollowsContiguity) {
     ImplicitGemm g = make_implicit_gemm(c, hw, *m, m->mappings.back());
     EXPECT_EQ(max_vector_width(g, 0), t.a);
     EXPECT_EQ(max_vector_width(g, 1), t.b);
+    EXPECT_EQ(operand_contiguity(g, 0).aligned, t.aligned_a);
     ScheduleParams p = default_schedule(g, DeviceLimits::for_arch(90));
     EXPECT_EQ(p.vec_a, t.a);
     EXPECT_EQ(p.vec_b, t.b);

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <memory>
 #include <tuple>
+#include <utility>
 
 #include "test_util.h"
 #include "tmap/frontend/op_library.h"
@@ -312,6 +313,57 @@ TEST(Gpu, MmaSyncFamily) {
                                  {"bk 64 stages 3", [](ScheduleParams& p) { p.block_k = 64; p.stages = 3; }}}),
               seed++);
   }
+}
+
+// Shifted vectors (an NCHW / NCW / NCDHW input copied along the output's width, padding and
+// taps moving the start of each group, reads at both edges of the padding) and fused vectors
+// (weights along (c, r, s); a 1x1 NCHW input along (p, q)), in both families and every main
+// loop, against the reference.
+TEST(Gpu, ShiftedAndFusedVectors) {
+  if (!have_gpu()) GTEST_SKIP() << "no GPU: " << query_runtime().status;
+  std::uint64_t seed = 900;
+  const DeviceLimits limits = DeviceLimits::for_arch(device_cc());
+  int shifted = 0, fused = 0;
+  using Edit = std::pair<std::string, std::function<void(ScheduleParams&)>>;
+  const std::vector<Edit> loops = {
+      {"stages 2", [](ScheduleParams& p) { p.stages = 2; }},
+      {"stages 3 bk 64", [](ScheduleParams& p) { p.stages = 3; p.block_k = 64; }},
+      {"registers", [](ScheduleParams& p) { p.async_copy = 0; p.stages = 2; }},
+      {"one buffer", [](ScheduleParams& p) { p.async_copy = 0; p.stages = 1; }},
+      {"half vectors split 2", [](ScheduleParams& p) { p.vec_a = std::max(2, p.vec_a / 2); p.split_k = 2; }},
+  };
+  for (const auto& [op, sets] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+           {"conv2d", {"N=2", "C=24", "H=11", "W=16", "K=40"}},
+           {"conv2d", {"N=1", "C=16", "H=12", "W=12", "K=32", "R=5", "S=5", "pad=2"}},
+           {"conv2d", {"N=2", "C=32", "H=12", "W=12", "K=48", "R=1", "S=1", "pad=0"}},
+           {"conv1d", {"N=3", "C=40", "W=64", "K=48", "pad=2", "dil=2"}},
+           {"conv1d", {"N=2", "C=24", "W=40", "K=32", "S=3", "pad=1"}},
+           {"conv3d", {"N=2", "C=16", "D=5", "H=6", "W=8", "K=32"}}}) {
+    Compute c = build_compute(builtin_op(op), parse_param_overrides(sets));
+    std::vector<GpuCase> cases;
+    for (const std::string hw : {"wmma_fp16_fp32", "mma_sync_fp16_fp32"}) {
+      MatchReport r = match_compute(c, {find_hw(shipped(), hw)}, Enumeration::kAll);
+      bool first = true;
+      for (std::size_t i = 0; i < r.matches.size(); ++i) {
+        GpuCase gc = full_mapping(c, hw, op + " " + sets[1] + " " + sets[4], 1e-2, i);
+        const bool shift = copies_shifted(gc.g, gc.p, 0) || copies_shifted(gc.g, gc.p, 1);
+        const bool fuse = !shift && (gc.p.vec_a > 1 || gc.p.vec_b > 1) &&
+                          (gc.g.k_iters.size() > 1 || gc.g.m_iters.size() > 1);
+        if (!shift && !fuse) continue;
+        shifted += shift;
+        fused += fuse;
+        if (std::exchange(first, false)) {
+          for (const GpuCase& v : variants(gc, loops)) cases.push_back(v);
+        } else {
+          cases.push_back(gc);
+        }
+      }
+    }
+    for (const auto& gc : cases) ASSERT_TRUE(validate(gc.g, gc.p, limits).empty()) << gc.label;
+    run_cases(c, cases, seed++);
+  }
+  EXPECT_GE(shifted, 10);
+  EXPECT_GE(fused, 2);
 }
 
 // float32 sums stored as float16 or bfloat16 (--out-dtype), by both families, with vector and

@@ -198,6 +198,7 @@ KernelSource emit_mma_sync(const ImplicitGemm& g, const ScheduleParams& p) {
      << "constexpr int B_BYTES = " << tile_bytes(g, p, 1) << ";\n"
      << "constexpr int C_LD = " << (c_row ? "BN + 8" : "BM + 4") << ";\n\n";
   if (p.async_copy) emit_cp_async_helpers(os);
+  if (copies_shifted(g, p, 0) || copies_shifted(g, p, 1)) emit_shift_helpers(os);
   os << "__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* p) {\n"
      << "  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(p));\n"
      << "  asm volatile(\"ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\\n\"\n"
@@ -246,16 +247,12 @@ KernelSource emit_mma_sync(const ImplicitGemm& g, const ScheduleParams& p) {
      << "  // This block's share of the steps: [first, last).\n"
      << "  const int first = (int)((long long)STEPS * split / SPLIT_K), last = (int)((long long)STEPS * (split + 1) / SPLIT_K);\n"
      ;
-  const GatherTile gather_a = gather_tile('a', a_trans, p.vec_a, 1), gather_b = gather_tile('b', b_trans, p.vec_b, 1);
-  const bool hoist_a = emit_fixed_parts(os, g, p, k.threads, gather_a);
-  const bool hoist_b = emit_fixed_parts(os, g, p, k.threads, gather_b);
-  os << "  // Gathers step `step` of the reduction into shared buffer `buf`.\n"
-     << "  auto load_tiles = [&](int step, int buf) {\n"
-     << "    const int s = step / K_TILES, k0 = (step % K_TILES) * BK;\n"
-     << "    " << ta << "* a = As + buf * (A_BYTES / (int)sizeof(" << ta << "));\n";
-  emit_gather(os, p, k.threads, gather_a, hoist_a);
-  os << "    " << tb << "* b = Bs + buf * (B_BYTES / (int)sizeof(" << tb << "));\n";
-  emit_gather(os, p, k.threads, gather_b, hoist_b);
+  const GatherTile gather_a = gather_tile('a', a_trans, p.vec_a, 1, copies_shifted(g, p, 0)),
+                   gather_b = gather_tile('b', b_trans, p.vec_b, 1, copies_shifted(g, p, 1));
+  const bool staged =
+      emit_tile_loads(os, g, p, k.threads, gather_a, gather_b,
+                      ta + "* a = As + buf * (A_BYTES / (int)sizeof(" + ta + "))",
+                      tb + "* b = Bs + buf * (B_BYTES / (int)sizeof(" + tb + "))");
   // Fragment loads: A matrices (m 0-7, k lo), (m 8-15, k lo), (m 0-7, k hi), (m 8-15, k hi) are
   // a0..a3; B matrices (n 0-7, k lo), (n 0-7, k hi), (n 8-15, k lo), (n 8-15, k hi) are b0, b1 of
   // two neighbouring n fragments.
@@ -289,8 +286,7 @@ KernelSource emit_mma_sync(const ImplicitGemm& g, const ScheduleParams& p) {
   };
   const std::string a_addr = addressing(fa_plan, a_trans, true);
   const std::string b_addr = addressing(fb_plan, b_trans, false);
-  os << "  };\n"
-     << "  // ldmatrix row addresses: this thread's part, computed once (see plan_fragments).\n"
+  os << "  // ldmatrix row addresses: this thread's part, computed once (see plan_fragments).\n"
      << bases.str();
   const std::string ldm_a = std::string("ldmatrix_x4") + (a_trans ? "_trans" : "");
   const std::string ldm_b = std::string("ldmatrix_x4") + (b_trans ? "_trans" : "");
@@ -319,7 +315,8 @@ KernelSource emit_mma_sync(const ImplicitGemm& g, const ScheduleParams& p) {
        << "  // (the ldmatrix of sub-step kk + 1, or of the next buffer's first, before the mma of kk).\n"
        << "  constexpr int KSTEPS = BK / IK;  // even\n"
        << "  for (int t = 0; t < STAGES - 1; ++t) {\n"
-       << "    if (first + t < last) load_tiles(first + t, t);\n"
+       << "    if (first + t < last) {\n      load_tiles(first + t, t);\n"
+       << (staged ? "      store_staged(t);\n" : "") << "    }\n"
        << "    cp_async_commit();\n  }\n"
        << "  cp_async_wait<STAGES - 2>();\n  __syncthreads();\n"
        << "  unsigned fa[2][MI][4], fb[2][NI / 2][4];\n"
@@ -331,10 +328,19 @@ KernelSource emit_mma_sync(const ImplicitGemm& g, const ScheduleParams& p) {
        << "        if (step + STAGES - 1 < last) load_tiles(step + STAGES - 1, (read + STAGES - 1) % STAGES);\n"
        << "        cp_async_commit();\n      }\n"
        << "      if (kk == KSTEPS - 1) {  // the next buffer has landed (for every thread): move on to it\n"
+       << (staged && p.stages == 2
+               ? "        // The shifted copies of step + 1, for the barrier below to publish.\n"
+                 "        if (step + 1 < last) store_staged((read + 1) % STAGES);\n"
+               : "")
        << "        cp_async_wait<STAGES - 2>();\n        __syncthreads();\n"
        << "        read = (read + 1) % STAGES;\n      }\n"
        << "      load_fragments(read, ((kk + 1) % KSTEPS) * IK, fa[(kk + 1) % 2], fb[(kk + 1) % 2]);\n"
        << "      multiply(fa[kk % 2], fb[kk % 2]);\n"
+       << (staged && p.stages > 2
+               ? "      // The shifted copies fetched at kk = 0, after a step's math: their buffer (that of step - 1)\n"
+                 "      // has no readers since the barrier above; the next barrier publishes them.\n"
+                 "      if (kk == KSTEPS - 1 && step + STAGES - 1 < last) store_staged((read + STAGES - 2) % STAGES);\n"
+               : "")
        << "    }\n  }\n"
        << "  cp_async_wait<0>();\n  __syncthreads();  // the epilogue reuses the buffers\n\n";
   } else {
@@ -345,7 +351,7 @@ KernelSource emit_mma_sync(const ImplicitGemm& g, const ScheduleParams& p) {
        << "      load_fragments(buf, kk, fa, fb);\n"
        << "      multiply(fa, fb);\n"
        << "    }\n  };\n\n";
-    emit_main_loop(os, p);
+    emit_main_loop(os, p, staged);
   }
   os << "  // Epilogue: accumulators to shared memory, then to the output.\n"
      << "  " << tfrag << "* Cs = reinterpret_cast<" << tfrag << "*>(smem);\n"

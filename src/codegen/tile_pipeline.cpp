@@ -179,17 +179,26 @@ struct OperandSplit {
   std::vector<AffineExpr> fixed, moving;
   std::vector<bool> check;  ///< The dimension's index can leave [0, shape).
   std::vector<std::int64_t> strides;
+  /// Copied in shifted vectors (copies_shifted): the last dimension's bounds are checked per
+  /// aligned vector, from its whole fixed part.
+  bool shifted = false;
 
+  std::size_t last() const { return fixed.size() - 1; }
   bool has_fixed(std::size_t d) const { return !fixed[d].terms.empty(); }
   bool has_moving(std::size_t d) const { return !moving[d].terms.empty(); }
+  /// Bounds checked element by element (a shifted operand's last dimension is not).
+  bool checked(std::size_t d) const { return check[d] && !(shifted && d == last()); }
   /// A dimension both parts move: its fixed part is kept for the bounds check of each step.
-  bool kept(std::size_t d) const { return check[d] && has_fixed(d) && has_moving(d); }
+  bool kept(std::size_t d) const {
+    return (shifted && d == last()) || (check[d] && has_fixed(d) && has_moving(d));
+  }
 };
 
-OperandSplit split_operand(const ImplicitGemm& g, int which) {
+OperandSplit split_operand(const ImplicitGemm& g, const ScheduleParams& p, int which) {
   const Compute& c = *g.compute;
   OperandSplit sp;
   sp.access = &c.inputs[which == 0 ? g.a_input : g.b_input];
+  sp.shifted = copies_shifted(g, p, which);
   sp.moving_iters = g.k_iters;
   sp.moving_iters.insert(sp.moving_iters.end(), g.serial_iters.begin(), g.serial_iters.end());
   const Tensor& t = c.tensor_of(*sp.access);
@@ -219,13 +228,14 @@ OperandSplit split_operand(const ImplicitGemm& g, int which) {
 }
 
 std::string fixed_type(char op) { return op == 'a' ? "AFixed" : "BFixed"; }
+std::string staged_type(char op) { return op == 'a' ? "AStaged" : "BStaged"; }
 
 }  // namespace
 
 void emit_operand_loader(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p, int which) {
   const Compute& c = *g.compute;
   const bool is_a = which == 0;
-  const OperandSplit sp = split_operand(g, which);
+  const OperandSplit sp = split_operand(g, p, which);
   const Access& acc = *sp.access;
   const Tensor& t = c.tensor_of(acc);
   const DType dtype = is_a ? g.hw->a_dtype : g.hw->b_dtype;
@@ -249,7 +259,9 @@ void emit_operand_loader(std::ostringstream& os, const ImplicitGemm& g, const Sc
      << "struct " << ftype << " {\n  int offset;  // from the fixed iterators and the constants\n"
      << "  bool ok;  // inside the GEMM and the tensor as far as they tell\n";
   for (std::size_t d = 0; d < acc.indices.size(); ++d)
-    if (sp.kept(d)) os << "  int d" << d << ";  // fixed part of the index of dim " << d << " (k moves it too)\n";
+    if (sp.kept(d))
+      os << "  int d" << d << ";  // fixed part of the index of dim " << d
+         << (sp.shifted && d == sp.last() ? " (places the shifted vectors)\n" : " (k moves it too)\n");
   os << "};\n"
      << "__device__ __forceinline__ " << ftype << " " << op << "_fixed(int " << fixed_name << ", int z) {\n";
   decompose(os, c, is_a ? g.m_iters : g.n_iters, fixed_name, used, "  ");
@@ -257,7 +269,7 @@ void emit_operand_loader(std::ostringstream& os, const ImplicitGemm& g, const Sc
   os << "  " << ftype << " f;\n  f.ok = ";
   std::string ok = fixed_total % fixed_tile ? std::string(fixed_name) + " < " + fixed_extent : "";
   for (std::size_t d = 0; d < acc.indices.size(); ++d)
-    if (sp.check[d] && !sp.has_moving(d))
+    if (sp.checked(d) && !sp.has_moving(d))
       ok += (ok.empty() ? "" : " && ") + std::string("(unsigned)(") + code(sp.fixed[d]) + ") < " +
             std::to_string(t.shape[d]) + "u";
   os << (ok.empty() ? "true" : ok) << ";\n";
@@ -278,21 +290,31 @@ void emit_operand_loader(std::ostringstream& os, const ImplicitGemm& g, const Sc
   const std::string vtype = vector_type(vec * elem_bytes);
   const int bytes = vec * elem_bytes;
   const std::string fname = std::string(is_a ? "load_a" : "load_b") + (vec > 1 ? "_vec" : "");
-  os << "// " << t.name << " element" << (vec > 1 ? "s" : "") << " at fixed part f and reduction point (k, s)"
-     << (vec > 1 ? " and the next " + std::to_string(vec - 1) + " along the tile's row, contiguous and aligned in "
-                                                                  "memory: one " + std::to_string(bytes) + "-byte " +
-                       (async ? "cp.async" : "load")
-                 : "")
-     << "; zero outside the GEMM or the tensor\n"
-     << "__device__ __forceinline__ " << (vec > 1 ? "void" : value_type) << " " << fname << "(const " << type
-     << "* __restrict__ src, const " << ftype << "& f, int k, int s" << (vec > 1 ? ", " + type + "* dst" : "")
-     << ") {\n";
+  if (sp.shifted) {
+    const std::string st = staged_type(op);
+    os << "// " << vec << " elements of " << t.name << " contiguous in memory but not aligned to " << vec
+       << ": the two aligned vectors that cover them, held in registers until store_shifted() puts them in place\n"
+       << "struct " << st << " {\n  " << vtype << " lo, hi;\n  int shift;  // bytes into lo of the first element\n};\n"
+       << "// " << t.name << " elements at fixed part f and reduction point (k, s) and the next " << vec - 1
+       << " along the tile's row; zero outside the GEMM or the tensor\n"
+       << "__device__ __forceinline__ void fetch_" << op << "(const " << type << "* __restrict__ src, const " << ftype
+       << "& f, int k, int s, " << st << "& st) {\n";
+  } else {
+    os << "// " << t.name << " element" << (vec > 1 ? "s" : "") << " at fixed part f and reduction point (k, s)"
+       << (vec > 1 ? " and the next " + std::to_string(vec - 1) + " along the tile's row, contiguous and aligned in "
+                     "memory: one " + std::to_string(bytes) + "-byte " + (async ? "cp.async" : "load")
+                   : "")
+       << "; zero outside the GEMM or the tensor\n"
+       << "__device__ __forceinline__ " << (vec > 1 ? "void" : value_type) << " " << fname << "(const " << type
+       << "* __restrict__ src, const " << ftype << "& f, int k, int s" << (vec > 1 ? ", " + type + "* dst" : "")
+       << ") {\n";
+  }
   decompose(os, c, g.k_iters, "k", used, "  ");
   decompose(os, c, g.serial_iters, "s", used, "  ");
   std::string valid = "f.ok";
   if (g.K % p.block_k) valid += " && k < K";
   for (std::size_t d = 0; d < acc.indices.size(); ++d) {
-    if (!sp.check[d] || !sp.has_moving(d)) continue;
+    if (!sp.checked(d) || !sp.has_moving(d)) continue;
     AffineExpr m = sp.moving[d];
     if (!sp.has_fixed(d)) m.constant = sp.fixed[d].constant;
     valid += " && (unsigned)(" + std::string(sp.kept(d) ? "f.d" + std::to_string(d) + " + " : "") + code(m) +
@@ -302,6 +324,24 @@ void emit_operand_loader(std::ostringstream& os, const ImplicitGemm& g, const Sc
   for (std::size_t d = 0; d < acc.indices.size(); ++d)
     if (sp.has_moving(d))
       moving += " + (" + code(sp.moving[d]) + ")" + (sp.strides[d] != 1 ? " * " + std::to_string(sp.strides[d]) : "");
+  if (sp.shifted) {
+    // The group starts `r` elements into an aligned vector of the last dimension; the two
+    // aligned vectors covering it are each wholly inside or outside the dimension.
+    const std::size_t last = sp.last();
+    const std::string start = "f.d" + std::to_string(last) + (sp.has_moving(last) ? " + " + code(sp.moving[last]) : "");
+    const std::string V = std::to_string(vec), W = std::to_string(t.shape[last]) + "u";
+    os << "  const bool ok = " << valid << ";\n"
+       << "  const int i = " << start << ";  // the group's first index in dim " << last << "\n"
+       << "  const int r = i & " << vec - 1 << ", lo = i - r;\n"
+       << "  const bool ok_lo = ok && (unsigned)lo < " << W << ", ok_hi = ok && (unsigned)(lo + " << V << ") < " << W
+       << ";\n"
+       << "  const int offset = ok ? f.offset" << moving << " - r : 0;\n"
+       << "  st.lo = ok_lo ? *reinterpret_cast<const " << vtype << "*>(src + offset) : decltype(st.lo){};\n"
+       << "  st.hi = ok_hi ? *reinterpret_cast<const " << vtype << "*>(src + offset + " << V
+       << ") : decltype(st.hi){};\n"
+       << "  st.shift = r * " << elem_bytes << ";\n}\n\n";
+    return;
+  }
   os << "  const bool ok = " << valid << ";\n"
      << "  const int offset = ok ? f.offset" << moving << " : 0;\n";
   if (async)
@@ -318,7 +358,7 @@ void emit_operand_loader(std::ostringstream& os, const ImplicitGemm& g, const Sc
 int output_vector_width(const ImplicitGemm& g, char along, int out_bits) {
   const std::vector<int>& axis = along == 'm' ? g.m_iters : g.n_iters;
   if (axis.empty() || out_bits < 8) return 1;
-  return contiguous_width(*g.compute, g.compute->output, axis.back(), out_bits);
+  return contiguous_width(*g.compute, g.compute->output, axis, out_bits);
 }
 
 void emit_output_scatter(std::ostringstream& os, const ImplicitGemm& g, const std::string& out_type, int vec,
@@ -364,11 +404,12 @@ void emit_block_origin(std::ostringstream& os, const ScheduleParams& p) {
     os << "  const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;\n";
 }
 
-GatherTile gather_tile(char op, bool k_rows, int vec, int pack) {
+GatherTile gather_tile(char op, bool k_rows, int vec, int pack, bool shifted) {
   GatherTile t;
   t.op = op;
   t.vec = vec;
   t.pack = pack;
+  t.shifted = shifted;
   const std::string extent = op == 'a' ? "BM" : "BN", var = op == 'a' ? "mm" : "nn";
   t.rows = k_rows ? "BK" : extent;
   t.cols = k_rows ? extent : "BK";
@@ -404,7 +445,7 @@ std::string fixed_coordinate(char op) { return op == 'a' ? "m0 + mm" : "n0 + nn"
 bool emit_fixed_parts(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p, int threads,
                       const GatherTile& t) {
   if (t.pack > 1) return false;  // a packed pair can straddle two rows' fixed parts
-  const OperandSplit sp = split_operand(g, t.op == 'a' ? 0 : 1);
+  const OperandSplit sp = split_operand(g, p, t.op == 'a' ? 0 : 1);
   int kept = 0;
   for (std::size_t d = 0; d < sp.check.size(); ++d) kept += sp.kept(d);
   // Kept in registers for the whole kernel: worth it while the copies are few.
@@ -433,7 +474,7 @@ void emit_gather(std::ostringstream& os, const ScheduleParams& p, int threads, c
   // Unrolling is capped: fully unrolled gathers of large tiles cost NVRTC minutes and registers
   // for nothing. With the fixed parts hoisted (few copies) it is full: they index a register array.
   const std::string gather_unroll =
-      hoisted                                                            ? "#pragma unroll\n"
+      hoisted || t.shifted                                               ? "#pragma unroll\n"
       : !p.unroll || copies_per_thread(p, threads, t) <= kMaxUnroll ? unroll_pragma(p)
                                                                          : "#pragma unroll " + std::to_string(kMaxUnroll) + "\n";
   os << "    " << gather_unroll << "    for (int it = 0; it < (" << total << " + THREADS - 1) / THREADS; ++it) {\n"
@@ -441,7 +482,9 @@ void emit_gather(std::ostringstream& os, const ScheduleParams& p, int threads, c
      << "      if ((" << total << ") % THREADS != 0 && e >= " << total << ") break;\n"
      << "      " << copy_coordinates(t) << "\n";
   const std::string slot = at + "(" + t.row_var + ", " + t.col_var + ")";
-  if (t.vec > 1) {
+  if (t.shifted) {
+    os << "      fetch_" << tile << "(" << tile << "_src, " << fixed << ", k0 + kk, s, " << tile << "_st[it]);\n";
+  } else if (t.vec > 1) {
     os << "      " << load << "_vec(" << tile << "_src, " << fixed << ", k0 + kk, s, &" << tile << "[" << slot << "]);\n";
   } else if (t.pack > 1) {
     // The second element of the pair is one further along the tile's row: along k, or along m / n.
@@ -457,13 +500,86 @@ void emit_gather(std::ostringstream& os, const ScheduleParams& p, int threads, c
   os << "    }\n";
 }
 
-void emit_main_loop(std::ostringstream& os, const ScheduleParams& p) {
+void emit_shift_helpers(std::ostringstream& os) {
+  os << "// Stores the 4 * N bytes that start `shift` bytes into lo:hi, two aligned vectors of N words.\n"
+     << "template <typename V>\n"
+     << "__device__ __forceinline__ void store_shifted(void* dst, const V& lo, const V& hi, int shift) {\n"
+     << "  constexpr int N = sizeof(V) / 4;\n"
+     << "  unsigned w[2 * N];\n"
+     << "  #pragma unroll\n  for (int i = 0; i < N; ++i) {\n"
+     << "    w[i] = reinterpret_cast<const unsigned*>(&lo)[i];\n"
+     << "    w[N + i] = reinterpret_cast<const unsigned*>(&hi)[i];\n  }\n"
+     << "  const int q = shift >> 2, bits = (shift & 3) * 8;  // whole words, then bits within one\n"
+     << "  unsigned x[N + 1];  // x[j] = w[j + q], by selects (no indexing of registers)\n"
+     << "  #pragma unroll\n  for (int j = 0; j <= N; ++j) {\n    x[j] = w[j];\n"
+     << "    #pragma unroll\n    for (int t = 1; t < N; ++t) x[j] = q == t ? w[j + t] : x[j];\n  }\n"
+     << "  V v;\n"
+     << "  #pragma unroll\n  for (int i = 0; i < N; ++i) reinterpret_cast<unsigned*>(&v)[i] = __funnelshift_r(x[i], x[i + 1], bits);\n"
+     << "  *reinterpret_cast<V*>(dst) = v;\n}\n\n";
+}
+
+void emit_staged_registers(std::ostringstream& os, const ScheduleParams& p, int threads, const GatherTile& t) {
+  if (!t.shifted) return;
+  const std::string up = t.op == 'a' ? "A" : "B";
+  os << "  // This thread's shifted " << up << " copies of one step, between fetch_" << t.op
+     << " (in load_tiles) and store_shifted (in store_staged).\n"
+     << "  constexpr int " << up << "_STAGED = " << copies_per_thread(p, threads, t) << ";\n"
+     << "  " << staged_type(t.op) << " " << t.op << "_st[" << up << "_STAGED];\n";
+}
+
+void emit_staged_store(std::ostringstream& os, const GatherTile& t) {
+  if (!t.shifted) return;
+  const std::string tile(1, t.op), up = t.op == 'a' ? "A" : "B";
+  const std::string total = t.rows + " * " + t.cols + " / " + std::to_string(t.vec);
+  os << "    #pragma unroll\n    for (int it = 0; it < " << up << "_STAGED; ++it) {\n"
+     << "      const int e = it * THREADS + threadIdx.x;\n"
+     << "      if ((" << total << ") % THREADS != 0 && e >= " << total << ") break;\n"
+     << "      " << copy_coordinates(t) << "\n"
+     << "      store_shifted(&" << tile << "[" << tile << "_at(" << t.row_var << ", " << t.col_var << ")], " << tile
+     << "_st[it].lo, " << tile << "_st[it].hi, " << tile << "_st[it].shift);\n    }\n";
+}
+
+bool emit_tile_loads(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p, int threads,
+                     const GatherTile& a, const GatherTile& b, const std::string& a_buffer,
+                     const std::string& b_buffer) {
+  const bool hoist_a = emit_fixed_parts(os, g, p, threads, a);
+  const bool hoist_b = emit_fixed_parts(os, g, p, threads, b);
+  emit_staged_registers(os, p, threads, a);
+  emit_staged_registers(os, p, threads, b);
+  os << "  // Gathers step `step` of the reduction into shared buffer `buf`"
+     << (a.shifted || b.shifted ? " (shifted copies into registers)" : "") << ".\n"
+     << "  auto load_tiles = [&](int step, int buf) {\n"
+     << "    const int s = step / K_TILES, k0 = (step % K_TILES) * BK;\n";
+  if (!a.shifted) os << "    " << a_buffer << ";\n";
+  emit_gather(os, p, threads, a, hoist_a);
+  if (!b.shifted) os << "    " << b_buffer << ";\n";
+  emit_gather(os, p, threads, b, hoist_b);
+  os << "  };\n";
+  if (!a.shifted && !b.shifted) return false;
+  os << "  // Puts the shifted copies fetched by load_tiles into shared buffer `buf`.\n"
+     << "  auto store_staged = [&](int buf) {\n";
+  if (a.shifted) os << "    " << a_buffer << ";\n";
+  emit_staged_store(os, a);
+  if (b.shifted) os << "    " << b_buffer << ";\n";
+  emit_staged_store(os, b);
+  os << "  };\n";
+  return true;
+}
+
+void emit_main_loop(std::ostringstream& os, const ScheduleParams& p, bool staged) {
+  // Copies staged in registers are stored to their buffer after the math of the step that
+  // fetched them, which hides their latency (the buffer is free: its last reader finished before
+  // the step's barrier; its readers wait at the next barrier).
+  auto stored = [&](const std::string& indent, const std::string& cond, const std::string& buf) {
+    if (!staged) return std::string();
+    return indent + (cond.empty() ? "" : "if (" + cond + ") ") + "store_staged(" + buf + ");\n";
+  };
   if (p.async_copy && p.stages >= 2) {
     os << "  // A pipeline of STAGES buffers with cp.async: the copies of the next STAGES - 1 steps fly\n"
        << "  // while a step is multiplied. One commit group per step (empty past the end), so waiting\n"
        << "  // for all but the newest STAGES - 2 groups waits for exactly the step about to be used.\n"
        << "  for (int t = 0; t < STAGES - 1; ++t) {\n"
-       << "    if (first + t < last) load_tiles(first + t, t);\n"
+       << "    if (first + t < last) {\n      load_tiles(first + t, t);\n" << stored("      ", "", "t") << "    }\n"
        << "    cp_async_commit();\n  }\n"
        << "  for (int step = first; step < last; ++step) {\n"
        << "    const int t = step - first;\n"
@@ -471,21 +587,25 @@ void emit_main_loop(std::ostringstream& os, const ScheduleParams& p) {
        << "    __syncthreads();  // every thread's too, and everyone is done with the buffer of step - 1\n"
        << "    if (step + STAGES - 1 < last) load_tiles(step + STAGES - 1, (t + STAGES - 1) % STAGES);\n"
        << "    cp_async_commit();\n"
-       << "    compute(t % STAGES);\n  }\n"
+       << "    compute(t % STAGES);\n"
+       << stored("    ", "step + STAGES - 1 < last", "(t + STAGES - 1) % STAGES") << "  }\n"
        << "  cp_async_wait<0>();\n  __syncthreads();  // the epilogue reuses the buffers\n\n";
   } else if (p.async_copy) {
     os << "  for (int step = first; step < last; ++step) {\n"
-       << "    load_tiles(step, 0);\n    cp_async_commit();\n    cp_async_wait<0>();\n    __syncthreads();\n"
+       << "    load_tiles(step, 0);\n" << stored("    ", "", "0")
+       << "    cp_async_commit();\n    cp_async_wait<0>();\n    __syncthreads();\n"
        << "    compute(0);\n    __syncthreads();\n  }\n\n";
   } else if (p.stages == 2) {
     os << "  // Double buffering: gather step + 1 into the other buffer while step is multiplied.\n"
-       << "  load_tiles(first, first & 1);\n  __syncthreads();\n"
+       << "  load_tiles(first, first & 1);\n" << stored("  ", "", "first & 1") << "  __syncthreads();\n"
        << "  for (int step = first; step < last; ++step) {\n"
        << "    if (step + 1 < last) load_tiles(step + 1, (step + 1) & 1);\n"
-       << "    compute(step & 1);\n    __syncthreads();\n  }\n\n";
+       << "    compute(step & 1);\n" << stored("    ", "step + 1 < last", "(step + 1) & 1")
+       << "    __syncthreads();\n  }\n\n";
   } else {
     os << "  for (int step = first; step < last; ++step) {\n"
-       << "    load_tiles(step, 0);\n    __syncthreads();\n    compute(0);\n    __syncthreads();\n  }\n\n";
+       << "    load_tiles(step, 0);\n" << stored("    ", "", "0")
+       << "    __syncthreads();\n    compute(0);\n    __syncthreads();\n  }\n\n";
   }
 }
 

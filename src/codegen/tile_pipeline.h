@@ -66,14 +66,16 @@ void emit_block_origin(std::ostringstream& os, const ScheduleParams& p);
 
 /// How an operand tile is gathered: `op` ('a' or 'b') stored as rows x cols (constant names such
 /// as "BM", "BK"), the tile coordinates named `row_var`/`col_var` ("mm", "kk", "nn"), copied
-/// `vec` contiguous elements at a time or `pack` sub-byte elements to a byte.
+/// `vec` contiguous elements at a time or `pack` sub-byte elements to a byte; `shifted` vectors
+/// (copies_shifted) are fetched into registers by load_tiles and stored by store_staged.
 struct GatherTile {
   char op = 'a';
   std::string rows, cols, row_var, col_var;
   int vec = 1, pack = 1;
+  bool shifted = false;
 };
 /// The gather of operand `op` whose stored rows run along k (`k_rows`) or along m / n.
-GatherTile gather_tile(char op, bool k_rows, int vec, int pack);
+GatherTile gather_tile(char op, bool k_rows, int vec, int pack, bool shifted);
 /// Before the main loop: the fixed parts of this thread's copies of the tile (`op`_fix[], see
 /// emit_operand_loader), when few enough to keep in registers; returns whether it emitted them.
 bool emit_fixed_parts(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p, int threads,
@@ -82,10 +84,26 @@ bool emit_fixed_parts(std::ostringstream& os, const ImplicitGemm& g, const Sched
 /// stage buffer `op` (a pointer in scope); with `hoisted`, through the fixed parts emitted by
 /// emit_fixed_parts, else computing them at each copy.
 void emit_gather(std::ostringstream& os, const ScheduleParams& p, int threads, const GatherTile& t, bool hoisted);
+/// Everything a kernel needs to fill its stage buffers: the hoisted fixed parts, the registers of
+/// shifted copies, the lambda load_tiles(step, buf) gathering both operands (`a_buffer` and
+/// `b_buffer` declare pointers `a` and `b` to stage `buf`'s tiles), and, when a gather is
+/// shifted, store_staged(buf). Returns whether store_staged exists (for emit_main_loop).
+bool emit_tile_loads(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p, int threads,
+                     const GatherTile& a, const GatherTile& b, const std::string& a_buffer,
+                     const std::string& b_buffer);
+/// store_shifted(dst, lo, hi, shift), for operands copied in shifted vectors.
+void emit_shift_helpers(std::ostringstream& os);
+/// Before the load_tiles lambda: the registers (`op`_st[]) a shifted gather fetches into.
+void emit_staged_registers(std::ostringstream& os, const ScheduleParams& p, int threads, const GatherTile& t);
+/// In the store_staged(buf) lambda, with the stage buffer `op` in scope: this thread's shifted
+/// copies put in place. Emits nothing for other gathers.
+void emit_staged_store(std::ostringstream& os, const GatherTile& t);
 /// The main loop over this block's steps [first, last): cp.async ring of p.stages buffers,
 /// register-staged double buffering, or a single buffer. Needs the lambdas load_tiles(step,
-/// buf) and compute(buf) in scope; ends with the buffers free for the epilogue.
-void emit_main_loop(std::ostringstream& os, const ScheduleParams& p);
+/// buf) and compute(buf) in scope, and with `staged` store_staged(buf), called with the buffer
+/// of a load_tiles after the math of the step that issued it; ends with the buffers free for
+/// the epilogue.
+void emit_main_loop(std::ostringstream& os, const ScheduleParams& p, bool staged);
 
 /// The split-K reduce kernel (when p.split_k > 1), summing partial[split][z][m][n].
 void emit_split_reduce(std::ostringstream& os, const KernelSource& k, const std::string& part_type,

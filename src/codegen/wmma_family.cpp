@@ -122,6 +122,7 @@ KernelSource emit_wmma(const ImplicitGemm& g, const ScheduleParams& p) {
   else tile_index("b_at", "B_LD", "B_TILE", "BN", "BK", "IK");
   os << "constexpr int A_BYTES = (A_TILE / PACK_A * (int)sizeof(" << ta << ") + 127) / 128 * 128;\n\n";
   if (p.async_copy) emit_cp_async_helpers(os);
+  if (copies_shifted(g, p, 0) || copies_shifted(g, p, 1)) emit_shift_helpers(os);
   if (a_pack > 1 || b_pack > 1)
     os << "// Signed 4-bit element i of a packed array (two per byte, low nibble first).\n"
        << "__device__ __forceinline__ int nibble(const unsigned char* p, int i) {\n"
@@ -152,19 +153,11 @@ KernelSource emit_wmma(const ImplicitGemm& g, const ScheduleParams& p) {
      << "  // This block's share of the steps: [first, last).\n"
      << "  const int first = (int)((long long)STEPS * split / SPLIT_K), last = (int)((long long)STEPS * (split + 1) / SPLIT_K);\n"
      ;
-  const GatherTile gather_a = gather_tile('a', !a_row, p.vec_a, a_pack),
-                   gather_b = gather_tile('b', b_row, p.vec_b, b_pack);
-  const bool hoist_a = emit_fixed_parts(os, g, p, k.threads, gather_a);
-  const bool hoist_b = emit_fixed_parts(os, g, p, k.threads, gather_b);
-  os << "  // Gathers step `step` of the reduction into shared buffer `buf`.\n"
-     << "  auto load_tiles = [&](int step, int buf) {\n"
-     << "    const int s = step / K_TILES, k0 = (step % K_TILES) * BK;\n"
-     << "    " << ta << "* a = As + buf * (A_TILE / PACK_A);\n";
-  emit_gather(os, p, k.threads, gather_a, hoist_a);
-  os << "    " << tb << "* b = Bs + buf * (B_TILE / PACK_B);\n";
-  emit_gather(os, p, k.threads, gather_b, hoist_b);
-  os << "  };\n"
-     << "  // Multiplies the tiles in shared buffer `buf` into the accumulators.\n"
+  const GatherTile gather_a = gather_tile('a', !a_row, p.vec_a, a_pack, copies_shifted(g, p, 0)),
+                   gather_b = gather_tile('b', b_row, p.vec_b, b_pack, copies_shifted(g, p, 1));
+  const bool staged = emit_tile_loads(os, g, p, k.threads, gather_a, gather_b, ta + "* a = As + buf * (A_TILE / PACK_A)",
+                                      tb + "* b = Bs + buf * (B_TILE / PACK_B)");
+  os << "  // Multiplies the tiles in shared buffer `buf` into the accumulators.\n"
      << "  auto compute = [&](int buf) {\n"
      << "    const " << ta << "* a = As + buf * (A_TILE / PACK_A);\n"
      << "    const " << tb << "* b = Bs + buf * (B_TILE / PACK_B);\n"
@@ -186,7 +179,7 @@ KernelSource emit_wmma(const ImplicitGemm& g, const ScheduleParams& p) {
      << "      " << unroll << "      for (int i = 0; i < FM; ++i)\n"
      << "        for (int j = 0; j < FN; ++j) wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);\n"
      << "    }\n  };\n\n";
-  emit_main_loop(os, p);
+  emit_main_loop(os, p, staged);
   os << "  // Epilogue: fragments to shared memory, then scattered to the output.\n"
      << "  " << tacc << "* Cs = reinterpret_cast<" << tacc << "*>(smem);\n"
      << "  for (int i = 0; i < FM; ++i)\n    for (int j = 0; j < FN; ++j)\n"

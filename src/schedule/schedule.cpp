@@ -1,6 +1,7 @@
 #include "tmap/schedule/schedule.h"
 
 #include <algorithm>
+#include <initializer_list>
 
 #include <nlohmann/json.hpp>
 
@@ -14,39 +15,95 @@ namespace {
 /// two to a byte).
 int storage_bits(DType t) { return dtype_bits(t); }
 
+/// The most registers a thread holds shifted vectors in between their load and their store.
+constexpr std::int64_t kMaxStagedRegisters = 64;
+
 }  // namespace
 
-int contiguous_width(const Compute& c, const Access& acc, int inner, int bits) {
-  if (acc.indices.empty()) return 1;
-  // The last index must be `inner` alone; terms of extent-1 iterators (a group index when
-  // groups = 1) are always zero.
-  const AffineExpr& last = acc.indices.back();
-  if (last.constant != 0 || last.coef(inner) != 1) return 1;
-  for (const auto& [it, coef] : last.terms)
-    if (it != inner && c.iters[it].extent != 1) return 1;
-  for (std::size_t d = 0; d + 1 < acc.indices.size(); ++d)
-    if (acc.indices[d].uses(inner)) return 1;
-  const std::int64_t extent = c.iters[inner].extent, dim = c.tensor_of(acc).shape.back();
-  int vec = 128 / bits;
-  while (vec > 1 && (extent % vec || dim % vec)) vec /= 2;
-  return vec;
+namespace {
+
+/// The widest power of two, at most `cap`, that divides every value (0 is divisible by all).
+int widest_dividing(int cap, std::initializer_list<std::int64_t> values) {
+  int w = cap;
+  for (std::int64_t v : values)
+    while (w > 1 && v % w != 0) w /= 2;
+  return w;
 }
 
-int max_vector_width(const ImplicitGemm& g, int which) {
+}  // namespace
+
+Contiguity contiguity(const Compute& c, const Access& acc, const std::vector<int>& axis, int bits) {
+  Contiguity out;
+  if (acc.indices.empty() || axis.empty() || bits < 8) return out;
+  const Tensor& t = c.tensor_of(acc);
+  const int last = static_cast<int>(acc.indices.size()) - 1;
+  auto extent = [&](int it) { return c.iters[it].extent; };
+  // `e` is iterator `it` alone (terms of extent-1 iterators, a group index when groups = 1, are
+  // always zero).
+  auto alone = [&](const AffineExpr& e, int it) {
+    if (e.constant != 0 || e.coef(it) != 1) return false;
+    for (const auto& [x, coef] : e.terms)
+      if (x != it && extent(x) != 1) return false;
+    return true;
+  };
+  auto only_in = [&](int it, int dim) {
+    for (int d = 0; d <= last; ++d)
+      if (d != dim && acc.indices[d].uses(it)) return false;
+    return true;
+  };
+  const int inner = axis.back();
+  const AffineExpr& e = acc.indices[last];
+  if (e.coef(inner) != 1 || !only_in(inner, last)) return out;
+  const int max = 128 / bits;
+  if (alone(e, inner)) {
+    // Fused: extend the run outwards while each dimension is covered whole by its iterator.
+    std::int64_t run = extent(inner), stride = 1;
+    int d = last;
+    for (int a = static_cast<int>(axis.size()) - 1; d > 0 && a > 0; --d, --a) {
+      if (t.shape[d] != extent(axis[a]) || !alone(acc.indices[d - 1], axis[a - 1]) || !only_in(axis[a - 1], d - 1))
+        break;
+      stride *= t.shape[d];
+      run *= extent(axis[a - 1]);
+    }
+    // Dimensions outside the run step by multiples of the outermost run dimension's extent.
+    out.width = widest_dividing(max, {run, d > 0 ? t.shape[d] * stride : 0});
+    out.aligned = out.width;
+    return out;
+  }
+  // Shifted: the other terms move the group's start; the dimension's bounds cut it anywhere.
+  out.width = widest_dividing(max, {extent(inner), t.shape[last]});
+  out.aligned = out.width;
+  for (const auto& [x, coef] : e.terms)
+    if (x != inner && extent(x) != 1) out.aligned = widest_dividing(out.aligned, {coef});
+  out.aligned = widest_dividing(out.aligned, {e.constant});
+  return out;
+}
+
+int contiguous_width(const Compute& c, const Access& acc, const std::vector<int>& axis, int bits) {
+  return contiguity(c, acc, axis, bits).aligned;
+}
+
+Contiguity operand_contiguity(const ImplicitGemm& g, int which) {
   const DType dtype = which == 0 ? g.hw->a_dtype : g.hw->b_dtype;
   const int bits = storage_bits(dtype);
-  if (bits < 8) return 1;  // packed sub-byte elements are gathered in pairs, not in vectors
+  if (bits < 8) return {};  // packed sub-byte elements are gathered in pairs, not in vectors
   // The virtual axis along the shared tile's rows.
   const bool row_major = g.layout[which] == 'n';
   const std::vector<int>& axis = which == 0 ? (row_major ? g.k_iters : g.m_iters) : (row_major ? g.n_iters : g.k_iters);
-  if (axis.empty()) return 1;
-  return contiguous_width(*g.compute, g.compute->inputs[which == 0 ? g.a_input : g.b_input], axis.back(), bits);
+  return contiguity(*g.compute, g.compute->inputs[which == 0 ? g.a_input : g.b_input], axis, bits);
+}
+
+int max_vector_width(const ImplicitGemm& g, int which) { return operand_contiguity(g, which).width; }
+
+bool copies_shifted(const ImplicitGemm& g, const ScheduleParams& p, int which) {
+  const int vec = which == 0 ? p.vec_a : p.vec_b;
+  return vec > 1 && vec > operand_contiguity(g, which).aligned;
 }
 
 bool copies_async(const ImplicitGemm& g, const ScheduleParams& p, int which) {
   const int vec = which == 0 ? p.vec_a : p.vec_b;
   const int bytes = vec * storage_bits(which == 0 ? g.hw->a_dtype : g.hw->b_dtype) / 8;
-  return p.async_copy != 0 && vec > 1 && (bytes == 4 || bytes == 8 || bytes == 16);
+  return p.async_copy != 0 && vec > 1 && (bytes == 4 || bytes == 8 || bytes == 16) && !copies_shifted(g, p, which);
 }
 
 nlohmann::json to_json(const ScheduleParams& p) {
@@ -174,6 +231,24 @@ std::vector<ScheduleIssue> validate(const ImplicitGemm& g, const ScheduleParams&
       fail(ScheduleError::kBadVector, std::string(which == 0 ? "vec_a" : "vec_b") + " = " + std::to_string(vec) +
                                           ": the operand allows at most " + std::to_string(limit) +
                                           ", rows of the tile are " + std::to_string(row) + " elements");
+    else if (copies_shifted(g, p, which)) {
+      // Shifted vectors wait in registers (two vectors each) between their load and their store.
+      const char* name = which == 0 ? "vec_a" : "vec_b";
+      const int bytes = vec * storage_bits(which == 0 ? g.hw->a_dtype : g.hw->b_dtype) / 8;
+      const std::int64_t copies =
+          ((which == 0 ? std::int64_t{p.block_m} : std::int64_t{p.block_n}) * p.block_k / vec + threads - 1) / threads;
+      if (bytes < 4)
+        fail(ScheduleError::kBadVector, std::string(name) + " = " + std::to_string(vec) + ": vectors shifted into place (the operand is aligned to " +
+                                            std::to_string(operand_contiguity(g, which).aligned) +
+                                            " elements) are at least 4 bytes wide");
+      else if (copies * 2 * bytes / 4 > kMaxStagedRegisters)
+        fail(ScheduleError::kBadVector,
+             std::string(name) + " = " + std::to_string(vec) + ": " + std::to_string(copies) +
+                 " shifted copies per thread would hold " + std::to_string(copies * 2 * bytes / 4) +
+                 " registers (at most " + std::to_string(kMaxStagedRegisters) +
+                 "); use more warps or a smaller tile, or a vector no wider than " +
+                 std::to_string(operand_contiguity(g, which).aligned));
+    }
   }
   const EmitterFamily& family = family_of(*g.hw);
   family.validate(g, p, limits, out);

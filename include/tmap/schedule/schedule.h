@@ -79,22 +79,45 @@ struct ScheduleIssue {
 /// checks common to every family, then the family's own (EmitterFamily::validate).
 std::vector<ScheduleIssue> validate(const ImplicitGemm& g, const ScheduleParams& p, const DeviceLimits& limits);
 
-/// The widest vector (in elements, 1 to 16 bytes) operand `which` (0 = A, 1 = B) can be loaded
-/// with: the operand's elements along its shared tile's rows (k for row-major A, m for
-/// column-major A, n for row-major B, k for column-major B) come from the innermost iterator of
-/// that virtual axis, which must index the tensor's last dimension alone with coefficient 1 and
-/// no offset, with its extent and that dimension a multiple of the width. Then a group of
-/// aligned elements is contiguous, aligned and either wholly inside the tensor or wholly outside.
-int max_vector_width(const ImplicitGemm& g, int which);
+/// How far consecutive values of a virtual axis stay together in an operand's tensor.
+///
+/// Fused: the axis's innermost iterators index the tensor's innermost dimensions one each, alone,
+/// with coefficient 1 and no offset, every dimension but the outermost of the run as large as its
+/// iterator (so (c, r, s) of KCRS weights, or (p, q) of an NCHW 1x1 input, run on contiguously).
+/// A group of `width` such values starting at a multiple of `width` is then contiguous, aligned
+/// and wholly inside the tensor: one vector of `width` elements.
+///
+/// Shifted: the innermost iterator indexes the last dimension with coefficient 1 but beside other
+/// terms and a constant, as q*1 + s - pad of an NCHW input. A group is still contiguous, but
+/// starts at an offset that the other iterators move (and may straddle the padding): it is loaded
+/// as the two aligned vectors that cover it, zero where they lie outside the dimension, and
+/// shifted into place in registers. Those terms' coefficients and the constant, when all are
+/// multiples of a power of two, leave groups that wide aligned: `aligned` is the widest group
+/// loadable without the shift (and with cp.async).
+struct Contiguity {
+  int width = 1;    ///< Elements per vector, at most 16 bytes.
+  int aligned = 1;  ///< The widest vector (<= width) that needs no shift.
+};
+Contiguity contiguity(const Compute& c, const Access& acc, const std::vector<int>& axis, int bits);
 
-/// The widest group (elements, up to 16 bytes of `bits`-bit elements) in which consecutive values
-/// of iterator `inner` are contiguous and aligned in `acc`'s tensor: `inner` indexes the last
-/// dimension alone with coefficient 1 and no offset, its extent and that dimension multiples of it.
-int contiguous_width(const Compute& c, const Access& acc, int inner, int bits);
+/// The contiguity of operand `which` (0 = A, 1 = B) along its shared tile's rows (k for
+/// row-major A, m for column-major A, n for row-major B, k for column-major B); sub-byte operands
+/// are gathered in packed pairs, never in vectors.
+Contiguity operand_contiguity(const ImplicitGemm& g, int which);
+/// operand_contiguity(g, which).width: the widest vector (elements) the operand can be loaded in.
+int max_vector_width(const ImplicitGemm& g, int which);
+/// Whether operand `which`'s vectors of p.vec_{a,b} elements are shifted into place through
+/// registers (wider than operand_contiguity().aligned).
+bool copies_shifted(const ImplicitGemm& g, const ScheduleParams& p, int which);
+
+/// The widest group (elements, up to 16 bytes of `bits`-bit elements) of consecutive values of
+/// virtual axis `axis` that is contiguous and aligned in `acc`'s tensor without a shift (the
+/// output's vectors: contiguity(...).aligned).
+int contiguous_width(const Compute& c, const Access& acc, const std::vector<int>& axis, int bits);
 
 /// Whether operand `which` (0 = A, 1 = B) is copied global -> shared with cp.async: async_copy
-/// is on and the operand is loaded in vectors of 4, 8 or 16 bytes, the sizes cp.async copies.
-/// Other operands of an async_copy kernel are gathered through registers as usual.
+/// is on and the operand is loaded in vectors of 4, 8 or 16 bytes, the sizes cp.async copies,
+/// that need no shift. Other operands of an async_copy kernel are gathered through registers.
 bool copies_async(const ImplicitGemm& g, const ScheduleParams& p, int which);
 
 /// Elements along one stored row of operand `which`'s shared tile (0 = A, 1 = B): block_k for
