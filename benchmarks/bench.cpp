@@ -15,6 +15,7 @@
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -145,15 +146,62 @@ void offer(std::optional<Baseline>& best, const std::string& name, const std::ve
   if (!best || b.time.warm_us < best->time.warm_us) best = b;
 }
 
-/// Every cuDNN forward algorithm on the workspace's input and filter (fp16 in, fp32 accumulation,
-/// the compute's output dtype out: fp16 is PSEUDO_HALF_CONFIG), in NCHW/KCRS or NHWC/KRSC.
-std::optional<Baseline> cudnn_baseline(const Compute& c, tmap::Workspace& ws, const std::vector<double>& ref,
-                                       const std::vector<double>& tmap_out, bool nhwc, int graph_runs) {
+/// A convolution as cuDNN describes it: 2 or 3 spatial dimensions (a 1-D convolution is a 2-D one
+/// of height 1), and whether tmap's tensors are channels-last.
+struct ConvShape {
+  int n = 1, c = 1, k = 1;
+  std::vector<int> in, filter, pad, stride, dil;  ///< Per spatial dimension, outermost first.
+  bool tmap_channels_last = false;
+};
+
+ConvShape conv_shape(const Compute& c, int rank, bool nhwc) {
   auto param = [&](const std::string& name) { return param_of(c, name); };
-  const int N = param("N"), C = param("C"), H = param("H"), W = param("W"), K = param("K"), R = param("R"),
-            S = param("S"), stride = param("stride"), pad = param("pad"), dil = param("dil");
-  if (param("groups") != 1) throw std::runtime_error("grouped convolutions are not benchmarked");
-  const cudnnTensorFormat_t fmt = nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
+  if (rank == 2 && param("groups") != 1) throw std::runtime_error("grouped convolutions are not benchmarked");
+  ConvShape s;
+  s.n = param("N"), s.c = param("C"), s.k = param("K");
+  s.tmap_channels_last = nhwc;
+  const int pad = param("pad"), stride = param("stride"), dil = param("dil");
+  if (rank == 1) {  // height 1, no padding along it
+    s.in = {1, param("W")}, s.filter = {1, param("S")};
+    s.pad = {0, pad}, s.stride = {1, stride}, s.dil = {1, dil};
+    return s;
+  }
+  s.in = rank == 3 ? std::vector<int>{param("D"), param("H"), param("W")} : std::vector<int>{param("H"), param("W")};
+  s.filter = rank == 3 ? std::vector<int>{param("T"), param("R"), param("S")} : std::vector<int>{param("R"), param("S")};
+  s.pad.assign(s.in.size(), pad), s.stride.assign(s.in.size(), stride), s.dil.assign(s.in.size(), dil);
+  return s;
+}
+
+/// [outer][channels][inner] <-> [outer][inner][channels] (channels-first to channels-last, or back
+/// with `to_last` false).
+std::vector<double> move_channels(const std::vector<double>& v, std::size_t outer, std::size_t channels,
+                                  std::size_t inner, bool to_last) {
+  std::vector<double> out(v.size());
+  for (std::size_t o = 0; o < outer; ++o)
+    for (std::size_t ch = 0; ch < channels; ++ch)
+      for (std::size_t i = 0; i < inner; ++i) {
+        const std::size_t first = (o * channels + ch) * inner + i, last = (o * inner + i) * channels + ch;
+        if (to_last) out[last] = v[first];
+        else out[first] = v[last];
+      }
+  return out;
+}
+
+std::size_t product(const std::vector<int>& v) {
+  std::size_t p = 1;
+  for (int x : v) p *= static_cast<std::size_t>(x);
+  return p;
+}
+
+/// Every cuDNN forward algorithm (fp16 in, fp32 accumulation, the compute's output dtype out: fp16
+/// is PSEUDO_HALF_CONFIG) in channels-first (NCHW/KCRS, NCDHW/KCTRS) or channels-last layout. When
+/// that is not tmap's layout, cuDNN gets the same values transposed, and its output is transposed
+/// back to be checked.
+std::optional<Baseline> cudnn_baseline(const Compute& c, tmap::Workspace& ws, const std::vector<double>& ref,
+                                       const std::vector<double>& tmap_out, const ConvShape& shape,
+                                       bool channels_last, int graph_runs) {
+  const cudnnTensorFormat_t fmt = channels_last ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
+  const int nb = 2 + static_cast<int>(shape.in.size()), spatial = nb - 2;
   cudnnHandle_t h;
   cudnn_ok(cudnnCreate(&h), "cudnnCreate");
   std::unique_ptr<cudnnContext, decltype(&cudnnDestroy)> h_owner(h, &cudnnDestroy);
@@ -164,22 +212,45 @@ std::optional<Baseline> cudnn_baseline(const Compute& c, tmap::Workspace& ws, co
   cudnn_ok(cudnnCreateTensorDescriptor(&y), "y");
   cudnn_ok(cudnnCreateFilterDescriptor(&w), "w");
   cudnn_ok(cudnnCreateConvolutionDescriptor(&conv), "conv");
-  cudnn_ok(cudnnSetTensor4dDescriptor(x, fmt, CUDNN_DATA_HALF, N, C, H, W), "x");
-  cudnn_ok(cudnnSetFilter4dDescriptor(w, CUDNN_DATA_HALF, fmt, K, C, R, S), "w");
-  cudnn_ok(cudnnSetConvolution2dDescriptor(conv, pad, pad, stride, stride, dil, dil, CUDNN_CROSS_CORRELATION,
-                                           CUDNN_DATA_FLOAT),
+  std::vector<int> xdims = {shape.n, shape.c}, wdims = {shape.k, shape.c};
+  xdims.insert(xdims.end(), shape.in.begin(), shape.in.end());
+  wdims.insert(wdims.end(), shape.filter.begin(), shape.filter.end());
+  cudnn_ok(cudnnSetTensorNdDescriptorEx(x, fmt, CUDNN_DATA_HALF, nb, xdims.data()), "x");
+  cudnn_ok(cudnnSetFilterNdDescriptor(w, CUDNN_DATA_HALF, fmt, nb, wdims.data()), "w");
+  cudnn_ok(cudnnSetConvolutionNdDescriptor(conv, spatial, shape.pad.data(), shape.stride.data(), shape.dil.data(),
+                                           CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
            "conv");
   cudnn_ok(cudnnSetConvolutionMathType(conv, CUDNN_TENSOR_OP_MATH), "math type");
-  int n, k, p, q;
-  cudnn_ok(cudnnGetConvolution2dForwardOutputDim(conv, x, w, &n, &k, &p, &q), "output dims");
+  std::vector<int> ydims(nb);
+  cudnn_ok(cudnnGetConvolutionNdForwardOutputDim(conv, x, w, nb, ydims.data()), "output dims");
   const bool half_out = c.tensor_of(c.output).dtype == tmap::DType::kFloat16;
   const std::size_t out_bytes = half_out ? sizeof(__half) : sizeof(float);
-  cudnn_ok(cudnnSetTensor4dDescriptor(y, fmt, half_out ? CUDNN_DATA_HALF : CUDNN_DATA_FLOAT, n, k, p, q), "y");
-  const std::size_t out_elems = static_cast<std::size_t>(n) * k * p * q;
+  cudnn_ok(cudnnSetTensorNdDescriptorEx(y, fmt, half_out ? CUDNN_DATA_HALF : CUDNN_DATA_FLOAT, nb, ydims.data()), "y");
+  const std::size_t out_elems = product(ydims), out_inner = out_elems / ydims[0] / ydims[1];
   if (out_elems != ref.size()) throw std::runtime_error("cuDNN's output size differs from the compute's");
   Buffer out(out_elems * out_bytes);
-  const void* in = ws.device(c.inputs[0].tensor);
-  const void* filter = ws.device(c.inputs[1].tensor);
+  // The inputs in cuDNN's layout: tmap's own buffers, or transposed copies of their values.
+  const bool transpose = channels_last != shape.tmap_channels_last;
+  std::unique_ptr<Buffer> in_copy, filter_copy;
+  auto upload = [&](int tensor, std::size_t outer, std::size_t channels, std::size_t inner) {
+    const std::vector<double> v =
+        move_channels(ws.host_values()[tensor], outer, channels, inner, channels_last);
+    std::vector<__half> h(v.size());
+    for (std::size_t i = 0; i < v.size(); ++i) h[i] = __float2half(static_cast<float>(v[i]));
+    auto b = std::make_unique<Buffer>(h.size() * sizeof(__half));
+    cuda_ok(cudaMemcpy(b->p, h.data(), h.size() * sizeof(__half), cudaMemcpyHostToDevice), "upload");
+    return b;
+  };
+  if (transpose) {
+    in_copy = upload(c.inputs[0].tensor, shape.n, shape.c, product(shape.in));
+    filter_copy = upload(c.inputs[1].tensor, shape.k, shape.c, product(shape.filter));
+  }
+  const void* in = transpose ? in_copy->p : ws.device(c.inputs[0].tensor);
+  const void* filter = transpose ? filter_copy->p : ws.device(c.inputs[1].tensor);
+  auto output = [&] {
+    std::vector<double> got = read_output(out.p, out_elems, half_out);
+    return transpose ? move_channels(got, ydims[0], ydims[1], out_inner, false) : got;
+  };
   const float alpha = 1, beta = 0;
   std::optional<Baseline> best;
   int tried = 0, wrong = 0;
@@ -199,8 +270,8 @@ std::optional<Baseline> cudnn_baseline(const Compute& c, tmap::Workspace& ws, co
     if (launch(nullptr) != 0) continue;  // not supported for this configuration
     cuda_ok(cudaDeviceSynchronize(), "cuDNN");
     ++tried;
-    offer(best, std::string("cudnn ") + algo_name(algo), read_output(out.p, out_elems, half_out), ref, tmap_out,
-          launch, graph_runs, wrong);
+    offer(best, std::string("cudnn ") + algo_name(algo) + (channels_last ? " (nhwc)" : " (nchw)"), output(), ref,
+          tmap_out, launch, graph_runs, wrong);
   }
   if (best) best->tried = tried, best->wrong = wrong;
   cudnnDestroyTensorDescriptor(x);
@@ -325,7 +396,13 @@ struct Row {
   std::optional<Timing> tmap;
   double tmap_err = 0;
   std::optional<Baseline> baseline;
+  std::optional<Baseline> other;  ///< Convolutions: cuDNN in the other layout.
   std::string note;
+
+  /// The faster of the two layouts' baselines.
+  const std::optional<Baseline>& fastest() const {
+    return other && (!baseline || other->time.warm_us < baseline->time.warm_us) ? other : baseline;
+  }
 };
 
 std::string fixed(double v, int digits = 2) {
@@ -341,9 +418,14 @@ int main(int argc, char** argv) {
   std::string table_path, log_path, layout = "nhwc", csv_path, md_path, only, out_dtype = "float16";
   int batch = 1, graph_runs = 20;
   double peak_tflops = 989.4;
-  app.add_option("--table", table_path, "benchmarks/workloads/resnet18_conv2d.json or gemm.json")->required();
-  app.add_option("--batch", batch, "Batch of the convolution table (1, 16, 256)");
-  app.add_option("--layout", layout, "nchw or nhwc (convolutions)")->check(CLI::IsMember({"nchw", "nhwc"}));
+  app.add_option("--table", table_path,
+                 "benchmarks/workloads/resnet18_conv2d.json, conv1d.json, conv3d.json or gemm.json")
+      ->required();
+  app.add_option("--batch", batch, "Batch of the convolution table (see its \"batches\")");
+  app.add_option("--layout", layout,
+                 "nchw (channels first: NCW, NCHW, NCDHW) or nhwc (channels last; conv2d only) for tmap's kernels "
+                 "and the first baseline; cuDNN also runs in the other layout")
+      ->check(CLI::IsMember({"nchw", "nhwc"}));
   app.add_option("--log", log_path, "Tuning log with tmap's records")->required();
   app.add_option("--csv", csv_path, "Write the results as CSV");
   app.add_option("--md", md_path, "Write the results as a Markdown table");
@@ -367,6 +449,21 @@ int main(int argc, char** argv) {
     }
     const nlohmann::json table = nlohmann::json::parse(in);
     const bool conv = table.contains("layers");
+    // Spatial dimensions of a convolution table, from its fields.
+    int rank = 0;
+    if (conv) {
+      const auto& f = table.at("fields");
+      auto has = [&](const char* key) { return std::find(f.begin(), f.end(), key) != f.end(); };
+      rank = has("D") ? 3 : has("H") ? 2 : 1;
+    }
+    if (conv && rank != 2 && layout == "nhwc") {
+      std::cerr << "tmap_bench: error: --layout nhwc: tmap has no channels-last conv" << rank
+                << "d op; the table compares tmap's channels-first kernels with cuDNN in both layouts\n"
+                << "  hint: use --layout nchw\n";
+      return 2;
+    }
+    const std::string conv_op = rank == 1 ? "conv1d" : rank == 3 ? "conv3d" : layout == "nhwc" ? "conv2d_nhwc" : "conv2d";
+    const std::string layout_name = rank == 1 ? "ncw" : rank == 3 ? "ncdhw" : layout;
     // Each workload of the table as the op and parameters tmap builds it from.
     struct Entry {
       std::string name, op;
@@ -374,12 +471,15 @@ int main(int argc, char** argv) {
     };
     std::vector<Entry> entries;
     for (const auto& entry : conv ? table["layers"] : table["shapes"]) {
-      Entry e{entry["name"], conv ? (layout == "nhwc" ? "conv2d_nhwc" : "conv2d") : "gemm", {}};
+      Entry e{entry["name"], conv ? conv_op : "gemm", {}};
       if (!only.empty() && e.name != only) continue;
       if (conv) {
         e.sets.push_back("N=" + std::to_string(batch));
-        for (const char* key : {"C", "H", "W", "K", "R", "S", "stride", "pad"})
-          e.sets.push_back(std::string(key) + "=" + std::to_string(entry[key].get<int>()));
+        for (const auto& field : table["fields"]) {
+          const std::string key = field;
+          if (key == "dilation") continue;
+          e.sets.push_back(key + "=" + std::to_string(entry.at(key).get<int>()));
+        }
         e.sets.push_back("dil=" + std::to_string(entry.value("dilation", 1)));
       } else {
         for (const char* key : {"M", "N", "K"}) e.sets.push_back(std::string(key) + "=" + std::to_string(entry[key].get<int>()));
@@ -443,38 +543,54 @@ int main(int argc, char** argv) {
       } else {
         row.note = "not in the log (tune it first)";
       }
-      row.baseline = conv ? cudnn_baseline(c, ws, ref, tmap_out, layout == "nhwc", graph_runs)
-                          : cublas_baseline(c, ws, ref, tmap_out, graph_runs);
+      if (conv) {
+        const ConvShape shape = conv_shape(c, rank, layout == "nhwc");
+        row.baseline = cudnn_baseline(c, ws, ref, tmap_out, shape, layout == "nhwc", graph_runs);
+        row.other = cudnn_baseline(c, ws, ref, tmap_out, shape, layout != "nhwc", graph_runs);
+      } else {
+        row.baseline = cublas_baseline(c, ws, ref, tmap_out, graph_runs);
+      }
       if (!row.baseline) row.note += row.note.empty() ? "no correct baseline" : "; no correct baseline";
       const Row& r = row;
-      std::fprintf(stderr, "%-10s tmap %8s us  %-28s %8s us  speedup %s\n", r.name.c_str(),
+      std::fprintf(stderr, "%-10s tmap %8s us  %-36s %8s us  speedup %s", r.name.c_str(),
                    r.tmap ? fixed(r.tmap->warm_us).c_str() : "-", r.baseline ? r.baseline->name.c_str() : "-",
                    r.baseline ? fixed(r.baseline->time.warm_us).c_str() : "-",
                    r.tmap && r.baseline ? fixed(r.baseline->time.warm_us / r.tmap->warm_us).c_str() : "-");
+      if (r.other)
+        std::fprintf(stderr, "  (other layout: %s %s us)", r.other->name.c_str(), fixed(r.other->time.warm_us).c_str());
+      std::fprintf(stderr, "\n");
       rows.push_back(std::move(row));
     }
 
     // Geometric-mean speedups (baseline time / tmap time) over rows with both.
-    double log_sum = 0, log_sum_cold = 0;
-    int both = 0;
-    for (const auto& r : rows)
+    double log_sum = 0, log_sum_cold = 0, log_sum_fastest = 0;
+    int both = 0, with_fastest = 0;
+    for (const auto& r : rows) {
       if (r.tmap && r.baseline) {
         log_sum += std::log(r.baseline->time.warm_us / r.tmap->warm_us);
         log_sum_cold += std::log(r.baseline->time.cold_us / r.tmap->cold_us);
         ++both;
       }
+      if (r.tmap && r.fastest()) {
+        log_sum_fastest += std::log(r.fastest()->time.warm_us / r.tmap->warm_us);
+        ++with_fastest;
+      }
+    }
     const double geo = both ? std::exp(log_sum / both) : 0, geo_cold = both ? std::exp(log_sum_cold / both) : 0;
+    const double geo_fastest = with_fastest ? std::exp(log_sum_fastest / with_fastest) : 0;
     int cudnn_version = static_cast<int>(cudnnGetVersion());
     int cublas_version = 0;
     cublasGetProperty(MAJOR_VERSION, &cublas_version);
-    const std::string what = (conv ? "ResNet-18 conv2d, batch " + std::to_string(batch) + ", " + layout : "GEMM") +
-                             ", " + out_dtype + " output";
+    const std::string kind = rank == 2 ? "ResNet-18 conv2d" : "conv" + std::to_string(rank) + "d";
+    const std::string what =
+        (conv ? kind + ", batch " + std::to_string(batch) + ", " + layout_name : "GEMM") + ", " + out_dtype + " output";
     int transfers = 0;
     for (const auto& r : rows) transfers += r.note.find("another output dtype") != std::string::npos;
     if (!csv_path.empty()) {
       std::ofstream csv(csv_path);
       csv << "workload,key,gflop,tmap_us,tmap_cold_us,tmap_tflops,baseline,baseline_us,baseline_cold_us,speedup,"
-             "speedup_cold,pct_peak,tmap_rel_l2,baseline_vs_tmap_rel_l2,note\n";
+             "speedup_cold,pct_peak,tmap_rel_l2,baseline_vs_tmap_rel_l2,note,other_layout_baseline,other_layout_us,"
+             "speedup_vs_fastest_layout\n";
       for (const auto& r : rows) {
         csv << r.name << "," << r.workload_key << "," << r.gflop << ",";
         if (r.tmap) csv << r.tmap->warm_us << "," << r.tmap->cold_us << "," << r.gflop / r.tmap->warm_us * 1e3;
@@ -487,8 +603,12 @@ int main(int argc, char** argv) {
           csv << r.baseline->time.warm_us / r.tmap->warm_us << "," << r.baseline->time.cold_us / r.tmap->cold_us << ","
               << r.gflop / r.tmap->warm_us * 1e3 / peak_tflops * 100;
         else csv << ",,";
-        csv << "," << (r.tmap ? r.tmap_err : 0) << "," << (r.baseline ? r.baseline->err_tmap : 0) << "," << r.note
-            << "\n";
+        csv << "," << (r.tmap ? r.tmap_err : 0) << "," << (r.baseline ? r.baseline->err_tmap : 0) << "," << r.note;
+        if (r.other) csv << "," << r.other->name << "," << r.other->time.warm_us;
+        else csv << ",,";
+        csv << ",";
+        if (r.tmap && r.fastest()) csv << r.fastest()->time.warm_us / r.tmap->warm_us;
+        csv << "\n";
       }
     }
     std::ostringstream md;
@@ -499,22 +619,32 @@ int main(int argc, char** argv) {
        << ". Times in us: median of CUDA-graph replays of " << graph_runs
        << " runs (warm L2); cold: the same with an L2 flush before each run, the flushes' own time subtracted. "
           "Speedup = baseline / tmap.\n\n"
-       << "| workload | tmap us | baseline | baseline us | speedup | cold speedup | tmap TFLOP/s | % of peak |\n"
-       << "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |\n";
+       << (conv ? "cuDNN runs in tmap's layout (baseline, speedup) and in the other layout, on the same values "
+                  "transposed (other layout us; vs fastest: against the faster of the two).\n\n"
+                : "")
+       << "| workload | tmap us | baseline | baseline us | speedup | cold speedup |"
+       << (conv ? " other layout us | vs fastest |" : "") << " tmap TFLOP/s | % of peak |\n"
+       << "| --- | ---: | --- | ---: | ---: | ---: |" << (conv ? " ---: | ---: |" : "") << " ---: | ---: |\n";
     for (const auto& r : rows) {
       md << "| " << r.name << " | " << (r.tmap ? fixed(r.tmap->warm_us) : "-") << " | "
          << (r.baseline ? r.baseline->name : "-") << " | " << (r.baseline ? fixed(r.baseline->time.warm_us) : "-")
          << " | ";
+      const std::string other_cols =
+          !conv ? ""
+                : (r.other ? fixed(r.other->time.warm_us) : std::string("-")) + " | " +
+                      (r.tmap && r.fastest() ? fixed(r.fastest()->time.warm_us / r.tmap->warm_us) : std::string("-")) +
+                      " | ";
       if (r.tmap && r.baseline)
         md << fixed(r.baseline->time.warm_us / r.tmap->warm_us) << " | "
-           << fixed(r.baseline->time.cold_us / r.tmap->cold_us) << " | " << fixed(r.gflop / r.tmap->warm_us * 1e3, 1)
+           << fixed(r.baseline->time.cold_us / r.tmap->cold_us) << " | " << other_cols
+           << fixed(r.gflop / r.tmap->warm_us * 1e3, 1)
            << " | " << fixed(r.gflop / r.tmap->warm_us * 1e3 / peak_tflops * 100, 1) << " |";
       else
-        md << "- | - | - | - |" << (r.note.empty() ? "" : " " + r.note);
+        md << "- | - | " << other_cols << "- | - |" << (r.note.empty() ? "" : " " + r.note);
       md << "\n";
     }
     md << "\nGeometric-mean speedup over " << both << " workloads: " << fixed(geo) << " (cold L2: " << fixed(geo_cold)
-       << ").\n";
+       << ")" << (conv ? "; against cuDNN's fastest layout: " + fixed(geo_fastest) : std::string()) << ".\n";
     if (transfers)
       md << transfers << " of tmap's kernels replay schedules tuned for another output dtype (the log holds no "
          << out_dtype << "-output record of their workload).\n";

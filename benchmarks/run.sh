@@ -1,11 +1,14 @@
 #!/bin/bash
 # Benchmarks tmap against cuDNN / cuBLAS for one table and batch, on the GPU machine:
 #   benchmarks/run.sh conv [--batch 1|16|256] [--layout nhwc|nchw] [--trials N] [--time-budget S] [--log LOG] [--out DIR]
+#   benchmarks/run.sh conv1d|conv3d [--batch 1|16 (conv1d), 1|8 (conv3d)] [--trials N] [--time-budget S] [--log LOG] [--out DIR]
 #   benchmarks/run.sh gemm [--trials N] [--time-budget S] [--log LOG] [--out DIR]
 # plus [--out-dtype float16|float32] everywhere: the output dtype of tmap and the baselines (default
 # float16, sums in float32). A workload whose log holds only a record of the other output dtype
 # replays that record's schedule (noted in the table) instead of being tuned again.
-# The logs default to the shipped ones (logs/h100_resnet18_b<batch>.jsonl, logs/h100_gemm.jsonl).
+# The logs default to the shipped ones (logs/h100_resnet18_b<batch>.jsonl, logs/h100_conv1d_b<batch>.jsonl,
+# logs/h100_conv3d_b<batch>.jsonl, logs/h100_gemm.jsonl). conv1d and conv3d run tmap in NCW / NCDHW;
+# every convolution table also times cuDNN in the other layout on the same values.
 # Each workload the log does not hold yet is tuned first (tmap tune, --trials each, stopping
 # early after --time-budget seconds when given); the seconds each took go into DIR/<name>.md. Then
 # tmap_bench replays the log's best kernels and times the baselines in the same process, and
@@ -13,9 +16,9 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=${TMAP_BIN:-$root/build/bin}
-table=${1:?"usage: benchmarks/run.sh conv|gemm [--batch B] [--layout L] [--trials N] [--log LOG] [--out DIR]"}
+table=${1:?"usage: benchmarks/run.sh conv|conv1d|conv3d|gemm [--batch B] [--layout L] [--trials N] [--log LOG] [--out DIR]"}
 shift
-batch=1 layout=nhwc trials=200 budget=0 log="" out="$root/benchmarks/results" out_dtype=float16
+batch=1 layout="" trials=200 budget=0 log="" out="$root/benchmarks/results" out_dtype=float16
 while [ $# -gt 0 ]; do
   case "$1" in
     --batch) batch=$2; shift 2 ;;
@@ -29,10 +32,15 @@ while [ $# -gt 0 ]; do
   esac
 done
 case "$table" in
-  conv) json="$root/benchmarks/workloads/resnet18_conv2d.json"; name="resnet18_b${batch}_${layout}"
+  conv) layout=${layout:-nhwc}; json="$root/benchmarks/workloads/resnet18_conv2d.json"; name="resnet18_b${batch}_${layout}"
         log=${log:-$root/logs/h100_resnet18_b${batch}.jsonl} ;;
-  gemm) json="$root/benchmarks/workloads/gemm.json"; name="gemm"; log=${log:-$root/logs/h100_gemm.jsonl} ;;
-  *) echo "error: table must be conv or gemm" >&2; exit 2 ;;
+  conv1d|conv3d)
+        [ "${layout:-nchw}" = nchw ] || { echo "error: $table runs channels first (NCW / NCDHW): no --layout $layout" >&2; exit 2; }
+        layout=nchw; json="$root/benchmarks/workloads/$table.json"
+        name="${table}_b${batch}_$([ "$table" = conv1d ] && echo ncw || echo ncdhw)"
+        log=${log:-$root/logs/h100_${table}_b${batch}.jsonl} ;;
+  gemm) layout=nhwc; json="$root/benchmarks/workloads/gemm.json"; name="gemm"; log=${log:-$root/logs/h100_gemm.jsonl} ;;
+  *) echo "error: table must be conv, conv1d, conv3d or gemm" >&2; exit 2 ;;
 esac
 mkdir -p "$out" "$(dirname "$log")"
 touch "$log"

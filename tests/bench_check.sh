@@ -23,6 +23,17 @@ for batch in 1 16 256; do
     done <<<"$conv"
   done
 done
+# The conv1d (batch 1, 16) and conv3d (batch 1) tables, channels first.
+for t in conv1d_b1 conv1d_b16 conv3d_b1; do
+  table=${t%_b*} batch=${t#*_b} log=logs/h100_$t.jsonl
+  conv=$("$bench" --table "$src/benchmarks/workloads/$table.json" --batch "$batch" --layout nchw --log "$src/$log" --print-workloads)
+  [ "$(wc -l <<<"$conv")" -eq 5 ] || { echo "expected 5 $table workloads"; exit 1; }
+  while read -r name key op sets; do
+    grep -q "\"key\":\"$key\"" "$src/$log" || { echo "$name ($key) is not in $log"; exit 1; }
+  done <<<"$conv"
+done
+refusal=$("$bench" --table "$src/benchmarks/workloads/conv1d.json" --layout nhwc --log /dev/null --print-workloads 2>&1 || true)
+grep -q "no channels-last conv1d op" <<<"$refusal" || { echo "conv1d --layout nhwc should be refused with a reason"; exit 1; }
 # Without a record, the key tmap_bench prints is the one tmap tune records (run.sh relies on it).
 conv=$("$bench" --table "$src/benchmarks/workloads/resnet18_conv2d.json" --batch 16 --log /dev/null --print-workloads)
 read -r name key op sets <<<"$(head -1 <<<"$conv")"
