@@ -198,7 +198,7 @@ KernelSource emit_mma_sync(const ImplicitGemm& g, const ScheduleParams& p) {
      << "constexpr int B_BYTES = " << tile_bytes(g, p, 1) << ";\n"
      << "constexpr int C_LD = " << (c_row ? "BN + 8" : "BM + 4") << ";\n\n";
   if (p.async_copy) emit_cp_async_helpers(os);
-  if (copies_shifted(g, p, 0) || copies_shifted(g, p, 1)) emit_shift_helpers(os);
+  emit_shift_helpers(os, g, p);
   os << "__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* p) {\n"
      << "  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(p));\n"
      << "  asm volatile(\"ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\\n\"\n"

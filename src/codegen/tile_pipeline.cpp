@@ -440,8 +440,23 @@ std::string copy_coordinates(const GatherTile& t) {
 /// The fixed coordinate of operand `op`'s copy (m of A, n of B) and its moving one (k).
 std::string fixed_coordinate(char op) { return op == 'a' ? "m0 + mm" : "n0 + nn"; }
 
-}  // namespace
+/// Copies of the whole tile (an expression of the kernel's constants).
+std::string copies_of(const GatherTile& t) {
+  return t.rows + " * " + t.cols + (group_of(t) > 1 ? " / " + std::to_string(group_of(t)) : "");
+}
 
+/// The top of the body of a loop over this thread's copies `it` of a tile gather: the copy's
+/// index e (each thread takes every THREADS-th), past the end when the last round is partial,
+/// and its coordinates in the tile.
+std::string copy_loop_head(const GatherTile& t) {
+  const std::string total = copies_of(t);
+  return "      const int e = it * THREADS + threadIdx.x;\n"
+         "      if ((" + total + ") % THREADS != 0 && e >= " + total + ") break;\n"
+         "      " + copy_coordinates(t) + "\n";
+}
+
+/// Before the main loop: the fixed parts of this thread's copies of the tile (`op`_fix[], see
+/// emit_operand_loader), when few enough to keep in registers; returns whether it emitted them.
 bool emit_fixed_parts(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p, int threads,
                       const GatherTile& t) {
   if (t.pack > 1) return false;  // a packed pair can straddle two rows' fixed parts
@@ -452,9 +467,7 @@ bool emit_fixed_parts(std::ostringstream& os, const ImplicitGemm& g, const Sched
   if (copies_per_thread(p, threads, t) * (2 + kept) > kMaxFixedRegisters) return false;
   const std::string up = t.op == 'a' ? "A" : "B", arr = std::string(1, t.op) + "_fix";
   os << "  // The fixed part of each of this thread's " << up << " copies (see " << t.op << "_fixed), computed once.\n"
-     << "  constexpr int " << up << "_COPIES = (" << t.rows << " * " << t.cols
-     << (group_of(t) > 1 ? " / " + std::to_string(group_of(t)) : "")
-     << " + THREADS - 1) / THREADS;\n"
+     << "  constexpr int " << up << "_COPIES = (" << copies_of(t) << " + THREADS - 1) / THREADS;\n"
      << "  " << fixed_type(t.op) << " " << arr << "[" << up << "_COPIES];\n"
      << "  #pragma unroll\n  for (int it = 0; it < " << up << "_COPIES; ++it) {\n"
      << "    const int e = it * THREADS + threadIdx.x;\n"
@@ -463,14 +476,15 @@ bool emit_fixed_parts(std::ostringstream& os, const ImplicitGemm& g, const Sched
   return true;
 }
 
+/// One gather loop of the `load_tiles` lambda: elements go to `op`[`op`_at(row, col)] of the
+/// stage buffer `op` (a pointer in scope), or, shifted, to the registers `op`_st[]; with
+/// `hoisted`, through the fixed parts emitted by emit_fixed_parts, else computing them at each copy.
 void emit_gather(std::ostringstream& os, const ScheduleParams& p, int threads, const GatherTile& t, bool hoisted) {
-  const int group = group_of(t);
   const std::string tile = std::string(1, t.op), at = tile + "_at";
-  const std::string grp = group > 1 ? " / " + std::to_string(group) : "";
   const std::string fixed = hoisted ? tile + "_fix[it]" : tile + "_fixed(" + fixed_coordinate(t.op) + ", z)";
   const std::string load = "load_" + tile;
   // A loop of constant trip count (each thread takes every THREADS-th group), so it unrolls.
-  const std::string total = t.rows + " * " + t.cols + grp;
+  const std::string total = copies_of(t);
   // Unrolling is capped: fully unrolled gathers of large tiles cost NVRTC minutes and registers
   // for nothing. With the fixed parts hoisted (few copies) it is full: they index a register array.
   const std::string gather_unroll =
@@ -478,9 +492,7 @@ void emit_gather(std::ostringstream& os, const ScheduleParams& p, int threads, c
       : !p.unroll || copies_per_thread(p, threads, t) <= kMaxUnroll ? unroll_pragma(p)
                                                                          : "#pragma unroll " + std::to_string(kMaxUnroll) + "\n";
   os << "    " << gather_unroll << "    for (int it = 0; it < (" << total << " + THREADS - 1) / THREADS; ++it) {\n"
-     << "      const int e = it * THREADS + threadIdx.x;\n"
-     << "      if ((" << total << ") % THREADS != 0 && e >= " << total << ") break;\n"
-     << "      " << copy_coordinates(t) << "\n";
+     << copy_loop_head(t);
   const std::string slot = at + "(" + t.row_var + ", " + t.col_var + ")";
   if (t.shifted) {
     os << "      fetch_" << tile << "(" << tile << "_src, " << fixed << ", k0 + kk, s, " << tile << "_st[it]);\n";
@@ -500,7 +512,31 @@ void emit_gather(std::ostringstream& os, const ScheduleParams& p, int threads, c
   os << "    }\n";
 }
 
-void emit_shift_helpers(std::ostringstream& os) {
+/// Before the load_tiles lambda: the registers (`op`_st[]) a shifted gather fetches into.
+void emit_staged_registers(std::ostringstream& os, const ScheduleParams& p, int threads, const GatherTile& t) {
+  if (!t.shifted) return;
+  const std::string up = t.op == 'a' ? "A" : "B";
+  os << "  // This thread's shifted " << up << " copies of one step, between fetch_" << t.op
+     << " (in load_tiles) and store_shifted (in store_staged).\n"
+     << "  constexpr int " << up << "_STAGED = " << copies_per_thread(p, threads, t) << ";\n"
+     << "  " << staged_type(t.op) << " " << t.op << "_st[" << up << "_STAGED];\n";
+}
+
+/// In the store_staged(buf) lambda, with the stage buffer `op` in scope: this thread's shifted
+/// copies put in place. Emits nothing for other gathers.
+void emit_staged_store(std::ostringstream& os, const GatherTile& t) {
+  if (!t.shifted) return;
+  const std::string tile(1, t.op), up = t.op == 'a' ? "A" : "B";
+  os << "    #pragma unroll\n    for (int it = 0; it < " << up << "_STAGED; ++it) {\n"
+     << copy_loop_head(t)
+     << "      store_shifted(&" << tile << "[" << tile << "_at(" << t.row_var << ", " << t.col_var << ")], " << tile
+     << "_st[it].lo, " << tile << "_st[it].hi, " << tile << "_st[it].shift);\n    }\n";
+}
+
+}  // namespace
+
+void emit_shift_helpers(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p) {
+  if (!copies_shifted(g, p, 0) && !copies_shifted(g, p, 1)) return;
   os << "// Stores the 4 * N bytes that start `shift` bytes into lo:hi, two aligned vectors of N words.\n"
      << "template <typename V>\n"
      << "__device__ __forceinline__ void store_shifted(void* dst, const V& lo, const V& hi, int shift) {\n"
@@ -516,27 +552,6 @@ void emit_shift_helpers(std::ostringstream& os) {
      << "  V v;\n"
      << "  #pragma unroll\n  for (int i = 0; i < N; ++i) reinterpret_cast<unsigned*>(&v)[i] = __funnelshift_r(x[i], x[i + 1], bits);\n"
      << "  *reinterpret_cast<V*>(dst) = v;\n}\n\n";
-}
-
-void emit_staged_registers(std::ostringstream& os, const ScheduleParams& p, int threads, const GatherTile& t) {
-  if (!t.shifted) return;
-  const std::string up = t.op == 'a' ? "A" : "B";
-  os << "  // This thread's shifted " << up << " copies of one step, between fetch_" << t.op
-     << " (in load_tiles) and store_shifted (in store_staged).\n"
-     << "  constexpr int " << up << "_STAGED = " << copies_per_thread(p, threads, t) << ";\n"
-     << "  " << staged_type(t.op) << " " << t.op << "_st[" << up << "_STAGED];\n";
-}
-
-void emit_staged_store(std::ostringstream& os, const GatherTile& t) {
-  if (!t.shifted) return;
-  const std::string tile(1, t.op), up = t.op == 'a' ? "A" : "B";
-  const std::string total = t.rows + " * " + t.cols + " / " + std::to_string(t.vec);
-  os << "    #pragma unroll\n    for (int it = 0; it < " << up << "_STAGED; ++it) {\n"
-     << "      const int e = it * THREADS + threadIdx.x;\n"
-     << "      if ((" << total << ") % THREADS != 0 && e >= " << total << ") break;\n"
-     << "      " << copy_coordinates(t) << "\n"
-     << "      store_shifted(&" << tile << "[" << tile << "_at(" << t.row_var << ", " << t.col_var << ")], " << tile
-     << "_st[it].lo, " << tile << "_st[it].hi, " << tile << "_st[it].shift);\n    }\n";
 }
 
 bool emit_tile_loads(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p, int threads,

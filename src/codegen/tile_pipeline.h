@@ -76,14 +76,6 @@ struct GatherTile {
 };
 /// The gather of operand `op` whose stored rows run along k (`k_rows`) or along m / n.
 GatherTile gather_tile(char op, bool k_rows, int vec, int pack, bool shifted);
-/// Before the main loop: the fixed parts of this thread's copies of the tile (`op`_fix[], see
-/// emit_operand_loader), when few enough to keep in registers; returns whether it emitted them.
-bool emit_fixed_parts(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p, int threads,
-                      const GatherTile& t);
-/// One gather loop of the `load_tiles` lambda: elements go to `op`[`op`_at(row, col)] of the
-/// stage buffer `op` (a pointer in scope); with `hoisted`, through the fixed parts emitted by
-/// emit_fixed_parts, else computing them at each copy.
-void emit_gather(std::ostringstream& os, const ScheduleParams& p, int threads, const GatherTile& t, bool hoisted);
 /// Everything a kernel needs to fill its stage buffers: the hoisted fixed parts, the registers of
 /// shifted copies, the lambda load_tiles(step, buf) gathering both operands (`a_buffer` and
 /// `b_buffer` declare pointers `a` and `b` to stage `buf`'s tiles), and, when a gather is
@@ -91,13 +83,9 @@ void emit_gather(std::ostringstream& os, const ScheduleParams& p, int threads, c
 bool emit_tile_loads(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p, int threads,
                      const GatherTile& a, const GatherTile& b, const std::string& a_buffer,
                      const std::string& b_buffer);
-/// store_shifted(dst, lo, hi, shift), for operands copied in shifted vectors.
-void emit_shift_helpers(std::ostringstream& os);
-/// Before the load_tiles lambda: the registers (`op`_st[]) a shifted gather fetches into.
-void emit_staged_registers(std::ostringstream& os, const ScheduleParams& p, int threads, const GatherTile& t);
-/// In the store_staged(buf) lambda, with the stage buffer `op` in scope: this thread's shifted
-/// copies put in place. Emits nothing for other gathers.
-void emit_staged_store(std::ostringstream& os, const GatherTile& t);
+/// store_shifted(dst, lo, hi, shift), when an operand is copied in shifted vectors
+/// (copies_shifted).
+void emit_shift_helpers(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p);
 /// The main loop over this block's steps [first, last): cp.async ring of p.stages buffers,
 /// register-staged double buffering, or a single buffer. Needs the lambdas load_tiles(step,
 /// buf) and compute(buf) in scope, and with `staged` store_staged(buf), called with the buffer

@@ -122,7 +122,7 @@ KernelSource emit_wmma(const ImplicitGemm& g, const ScheduleParams& p) {
   else tile_index("b_at", "B_LD", "B_TILE", "BN", "BK", "IK");
   os << "constexpr int A_BYTES = (A_TILE / PACK_A * (int)sizeof(" << ta << ") + 127) / 128 * 128;\n\n";
   if (p.async_copy) emit_cp_async_helpers(os);
-  if (copies_shifted(g, p, 0) || copies_shifted(g, p, 1)) emit_shift_helpers(os);
+  emit_shift_helpers(os, g, p);
   if (a_pack > 1 || b_pack > 1)
     os << "// Signed 4-bit element i of a packed array (two per byte, low nibble first).\n"
        << "__device__ __forceinline__ int nibble(const unsigned char* p, int i) {\n"

@@ -18,10 +18,6 @@ int storage_bits(DType t) { return dtype_bits(t); }
 /// The most registers a thread holds shifted vectors in between their load and their store.
 constexpr std::int64_t kMaxStagedRegisters = 64;
 
-}  // namespace
-
-namespace {
-
 /// The widest power of two, at most `cap`, that divides every value (0 is divisible by all).
 int widest_dividing(int cap, std::initializer_list<std::int64_t> values) {
   int w = cap;
