@@ -49,6 +49,16 @@ std::vector<std::string> compile_all(const std::vector<Job>& jobs) {
   return out;
 }
 
+/// A built-in op with its inputs' and output's dtypes replaced, kept alive in `keep`.
+const Compute& typed_compute(std::vector<std::unique_ptr<Compute>>& keep, const std::string& op,
+                             const std::string& in_t, const std::string& out_t, const std::vector<std::string>& sets) {
+  SourceText src("<" + op + ">", builtin_op_source(op));
+  ComputeDef def = parse_compute_json(src, op);
+  for (auto& t : def.tensors) t.dtype = *parse_dtype(t.name == "C" || t.name == "Out" ? out_t : in_t);
+  keep.push_back(std::make_unique<Compute>(build_compute(def, parse_param_overrides(sets))));
+  return *keep.back();
+}
+
 /// Two schedules per candidate: the default and a different valid one, when there is one.
 std::vector<ScheduleParams> schedules_for(const ImplicitGemm& g) {
   DeviceLimits limits = DeviceLimits::for_arch(80);
@@ -293,11 +303,7 @@ TEST(Codegen, MmaSyncCompilesEveryLayoutDtypeAndSchedule) {
   };
   auto typed = [&](const std::string& op, const std::string& in_t, const std::string& out_t,
                    const std::vector<std::string>& sets) -> const Compute& {
-    SourceText src("<" + op + ">", builtin_op_source(op));
-    ComputeDef def = parse_compute_json(src, op);
-    for (auto& t : def.tensors) t.dtype = *parse_dtype(t.name == "C" || t.name == "Out" ? out_t : in_t);
-    keep.push_back(std::make_unique<Compute>(build_compute(def, parse_param_overrides(sets))));
-    return *keep.back();
+    return typed_compute(keep, op, in_t, out_t, sets);
   };
   add(typed("gemm", "float16", "float32", {"M=200", "N=136", "K=520"}), "mma_sync_fp16_fp32", "gemm", true);
   add(typed("gemm", "float16", "float32", {"M=17", "N=33", "K=65"}), "mma_sync_fp16_fp32", "gemm 17x33x65", false);
@@ -326,6 +332,137 @@ TEST(Codegen, MmaSyncCompilesEveryLayoutDtypeAndSchedule) {
   EXPECT_GT(jobs.size(), 60u);
   std::cout << "compiled " << jobs.size() << " mma_sync kernels for sm_80 and sm_90; " << skipped
             << " variants did not apply\n";
+}
+
+// The wgmma family, for sm_90a only: every abstraction (fp16, bf16, tf32, int8), every layout
+// (K-major and transposed operands), GEMMs with tails, NHWC / NCHW / 3-D convolutions, and the
+// corners of its schedule space (one or two m64 accumulators, N from 16 to 256, 3-6 stages,
+// 128-element k steps, scalar gathers, split-K, rasterization).
+TEST(Codegen, WgmmaCompilesEveryAbstractionLayoutAndSchedule) {
+  std::vector<Job> jobs;
+  std::vector<std::unique_ptr<Compute>> keep;
+  const DeviceLimits limits = DeviceLimits::for_arch(90);
+  int skipped = 0;
+  auto typed = [&](const std::string& op, const std::string& in_t, const std::string& out_t,
+                   const std::vector<std::string>& sets) -> const Compute& {
+    return typed_compute(keep, op, in_t, out_t, sets);
+  };
+  auto add = [&](const Compute& c, const std::string& hw_name, const std::string& label, bool variants) {
+    const HwAbstraction& hw = find_hw(shipped(), hw_name);
+    MatchReport r = match_compute(c, {hw}, Enumeration::kAll);
+    ASSERT_FALSE(r.matches.empty()) << label;
+    for (const Match& m : r.matches) {
+      ImplicitGemm g = make_implicit_gemm(c, hw, m, m.mappings.back());
+      ScheduleParams d = default_schedule(g, limits);
+      auto issues = validate(g, d, limits);
+      ASSERT_TRUE(issues.empty()) << label << " " << m.layout << ": " << issues[0].detail;
+      std::vector<std::pair<std::string, ScheduleParams>> schedules = {{"default", d}};
+      if (variants) {
+        auto edit = [&](const std::string& name, auto f) {
+          ScheduleParams p = d;
+          f(p);
+          if (validate(g, p, limits).empty()) schedules.emplace_back(name, p);
+          else ++skipped;
+        };
+        edit("stages 3", [](ScheduleParams& p) { p.stages = 3; });
+        edit("stages 6 64x64", [](ScheduleParams& p) { p.stages = 6; p.block_m = 64; p.block_n = p.warp_n = 64; });
+        edit("wm 128 wn 64", [](ScheduleParams& p) { p.warp_m = p.block_m = 128; p.warp_n = 64; p.block_n = 128; });
+        edit("wn 16", [](ScheduleParams& p) { p.warp_n = 16; p.block_n = 32; });
+        edit("bk x2", [](ScheduleParams& p) { p.block_k *= 2; p.stages = 3; });
+        edit("scalar", [](ScheduleParams& p) { p.async_copy = 0; p.vec_a = p.vec_b = 1; p.unroll = 0; });
+        edit("split 2 raster 4", [](ScheduleParams& p) { p.split_k = 2; p.raster = 4; });
+      }
+      for (const auto& [name, p] : schedules) {
+        KernelSource k = emit_kernel(g, p);
+        EXPECT_NE(k.code.find("wgmma.mma_async.sync.aligned.m64n" + std::to_string(p.warp_n) + "k"), std::string::npos)
+            << label << " " << name;
+        EXPECT_EQ(k.threads, p.block_m / p.warp_m * (p.block_n / p.warp_n) * 128);
+        jobs.push_back({label + " " + m.layout + " " + name, k});
+      }
+    }
+  };
+  add(typed("gemm", "float16", "float32", {"M=200", "N=136", "K=520"}), "wgmma_fp16_fp32", "gemm", true);
+  for (const char* op : {"gemm_nt", "gemm_tn", "gemm_tt"})
+    add(typed(op, "float16", "float32", {"M=200", "N=136", "K=520"}), "wgmma_fp16_fp32", op, true);
+  add(typed("gemm", "float16", "float32", {"M=67", "N=33", "K=65"}), "wgmma_fp16_fp32", "gemm 67x33x65", false);
+  add(typed("conv2d_nhwc", "float16", "float32", {"N=2", "stride=2"}), "wgmma_fp16_fp32", "conv2d_nhwc", true);
+  add(typed("conv2d", "float16", "float32", {"N=2", "stride=2"}), "wgmma_fp16_fp32", "conv2d", false);
+  add(typed("conv3d", "float16", "float32", {"N=2", "D=7", "H=9", "W=9"}), "wgmma_fp16_fp32", "conv3d", false);
+  for (const auto& [hw, in_t, out_t] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"wgmma_bf16_fp32", "bfloat16", "float32"},
+           {"wgmma_tf32_fp32", "float32", "float32"},
+           {"wgmma_int8_int32", "int8", "int32"}}) {
+    add(typed("gemm_nt", in_t, out_t, {"M=300", "N=200", "K=256"}), hw, hw + " gemm_nt", true);
+    add(typed("conv2d_nhwc", in_t, out_t, {"N=2"}), hw, hw + " conv2d_nhwc", false);
+  }
+  std::vector<CompileJob> sources;
+  for (const auto& j : jobs) sources.push_back({j.kernel.name, j.kernel.code});
+  NvrtcCompiler compiler(90);
+  std::vector<CompileResult> results = compile_parallel(compiler, sources);
+  std::vector<std::string> failures;
+  for (std::size_t i = 0; i < results.size(); ++i)
+    if (!results[i].ok) failures.push_back(jobs[i].label + ":\n" + results[i].log);
+  EXPECT_TRUE(failures.empty()) << failures.size() << " of " << jobs.size() << " failed; first:\n"
+                                << (failures.empty() ? "" : failures.front());
+  EXPECT_GT(jobs.size(), 50u);
+  std::cout << "compiled " << jobs.size() << " wgmma kernels for sm_90a; " << skipped << " variants did not apply\n";
+}
+
+TEST(Schedule, WgmmaValidationReasons) {
+  Compute c = build_compute(builtin_op("gemm"));
+  const HwAbstraction& hw = find_hw(shipped(), "wgmma_fp16_fp32");
+  MatchReport r = match_compute(c, {hw}, Enumeration::kAll);
+  ASSERT_EQ(r.matches.size(), 4u);
+  const Match& nnn = r.matches[0];  // B stored [K][N]: wgmma reads it transposed
+  ASSERT_EQ(nnn.layout, "nnn");
+  ImplicitGemm g = make_implicit_gemm(c, hw, nnn, nnn.mappings[0]);
+  const DeviceLimits limits = DeviceLimits::for_arch(90);
+  const ScheduleParams d = default_schedule(g, limits);
+  ASSERT_TRUE(validate(g, d, limits).empty());
+  EXPECT_EQ(block_threads(g, d), d.block_m / d.warp_m * (d.block_n / d.warp_n) * 128);
+  auto with = [&](auto edit) {
+    ScheduleParams p = d;
+    edit(p);
+    return p;
+  };
+  struct Case {
+    const char* name;
+    ScheduleParams params;
+    ScheduleError error;
+    const char* says;
+  };
+  const Case cases[] = {
+      {"warp_m not of m64", with([](ScheduleParams& p) { p.warp_m = 32; }), ScheduleError::kTileNotMultipleOfIntrinsic, "64x8x16"},
+      {"N past 256", with([](ScheduleParams& p) { p.warp_n = p.block_n = 512; }), ScheduleError::kTileNotMultipleOfIntrinsic,
+       "from 8 to 256"},
+      {"transposed B in half a line", with([](ScheduleParams& p) { p.warp_n = 32; p.block_n = 64; }),
+       ScheduleError::kTileNotMultipleOfIntrinsic, "blocks of 64"},
+      {"two stages", with([](ScheduleParams& p) { p.stages = 2; }), ScheduleError::kBadStages, "3 to 6"},
+      {"not swizzled", with([](ScheduleParams& p) { p.swizzle = 0; p.smem_pad = 8; }), ScheduleError::kBadOption,
+       "128-byte-swizzled"},
+      {"k off the line", with([](ScheduleParams& p) { p.block_k = 32; }), ScheduleError::kMisalignedRows, "128-byte lines"},
+      {"too many accumulators", with([](ScheduleParams& p) { p.warp_m = p.block_m = 128; }), ScheduleError::kBadOption,
+       "256 accumulator registers"},
+      {"shared memory", with([](ScheduleParams& p) { p.block_m = 256; p.warp_m = 64; p.stages = 6; }),
+       ScheduleError::kSharedMemoryExceeded, "limit"},
+  };
+  for (const auto& ic : cases) {
+    SCOPED_TRACE(ic.name);
+    auto issues = validate(g, ic.params, limits);
+    ASSERT_FALSE(issues.empty());
+    EXPECT_EQ(issues[0].error, ic.error) << message(issues[0].error) << ": " << issues[0].detail;
+    EXPECT_NE(issues[0].detail.find(ic.says), std::string::npos) << issues[0].detail;
+  }
+  // Another architecture gets the family refused with the reason, and sm_90a names sm_90.
+  for (int cc : {80, 100}) {
+    auto other = validate(g, d, DeviceLimits::for_arch(cc));
+    ASSERT_FALSE(other.empty());
+    EXPECT_NE(other[0].detail.find("sm_90 (H100, H200) only"), std::string::npos) << other[0].detail;
+  }
+  EXPECT_EQ(parse_arch("sm_90a"), 90);
+  // tf32 and int8 operands have no transpose: their abstractions list K-major layouts only.
+  for (const char* name : {"wgmma_tf32_fp32", "wgmma_int8_int32"})
+    EXPECT_EQ(find_hw(shipped(), name).layouts, std::vector<std::string>{"ntn"}) << name;
 }
 
 // Operands contiguous along the tile's rows but not aligned to its vectors (NCHW / NCW / NCDHW

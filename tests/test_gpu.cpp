@@ -315,6 +315,71 @@ TEST(Gpu, MmaSyncFamily) {
   }
 }
 
+// The wgmma family (sm_90a): K-major and transposed (MN-major) operands through 128-byte-swizzle
+// descriptors, one or two m64 accumulators per warpgroup, N from 16 to 256, rings of 3-6
+// stages, split-K and rasterization; GEMMs of all four layouts with tails in M, N and K,
+// NHWC and NCHW convolutions with stride, padding and dilation, and every dtype of the family.
+TEST(Gpu, WgmmaFamily) {
+  if (!have_gpu()) GTEST_SKIP() << "no GPU: " << query_runtime().status;
+  if (device_cc() != 90) GTEST_SKIP() << "wgmma needs sm_90, the GPU is sm_" << device_cc();
+  std::uint64_t seed = 900;
+  using Edit = std::pair<std::string, std::function<void(ScheduleParams&)>>;
+  const std::vector<Edit> edits = {
+      {"stages 3", [](ScheduleParams& p) { p.stages = 3; }},
+      {"stages 6 bm 64", [](ScheduleParams& p) { p.stages = 6; p.block_m = 64; }},
+      {"wm 128 wn 64", [](ScheduleParams& p) { p.warp_m = 128; p.block_m = 128; p.warp_n = 64; p.block_n = 128; }},
+      {"bk 128 raster 3", [](ScheduleParams& p) { p.block_k = 128; p.stages = 3; p.raster = 3; }},
+      {"scalar gathers", [](ScheduleParams& p) { p.async_copy = 0; p.vec_a = p.vec_b = 1; }},
+      {"split 3", [](ScheduleParams& p) { p.split_k = 3; }},
+  };
+  // The four layouts (A and B each K-major or transposed), with tails in M, N and K.
+  for (const char* op : {"gemm", "gemm_nt", "gemm_tn", "gemm_tt"}) {
+    Compute c = build_compute(builtin_op(op), parse_param_overrides({"M=200", "N=136", "K=520"}));
+    GpuCase base = full_mapping(c, "wgmma_fp16_fp32", std::string(op) + " 200x136x520", 1e-2);
+    run_cases(c, variants(base, edits), seed++);
+    Compute odd = build_compute(builtin_op(op), parse_param_overrides({"M=67", "N=33", "K=65"}));
+    run_cases(odd, {full_mapping(odd, "wgmma_fp16_fp32", std::string(op) + " 67x33x65", 1e-2)}, seed++);
+  }
+  for (const auto& [op, sets] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+           {"conv2d_nhwc", {"N=2", "C=64", "H=15", "W=15", "K=96", "stride=2", "pad=1"}},
+           {"conv2d_nhwc", {"N=2", "C=64", "H=13", "W=13", "K=128", "dil=2", "pad=2"}},
+           {"conv2d_nhwc", {"N=3", "C=24", "H=9", "W=11", "K=40", "R=1", "S=1", "pad=0"}},
+           {"conv2d", {"N=2", "C=64", "H=15", "W=15", "K=96", "stride=2", "pad=1"}},
+           {"conv3d", {"N=2", "C=16", "D=7", "H=9", "W=9", "K=32", "pad=1"}}}) {
+    Compute c = build_compute(builtin_op(op), parse_param_overrides(sets));
+    MatchReport r = match_compute(c, {find_hw(shipped(), "wgmma_fp16_fp32")}, Enumeration::kAll);
+    std::vector<GpuCase> cases;
+    for (std::size_t i = 0; i < r.matches.size(); ++i) {
+      GpuCase gc = full_mapping(c, "wgmma_fp16_fp32", op + " " + sets[0] + " " + sets[1] + " " + sets[4], 1e-2, i);
+      if (validate(gc.g, gc.p, DeviceLimits::for_arch(90)).empty()) cases.push_back(gc);
+    }
+    EXPECT_FALSE(cases.empty()) << op << ": no layout of the convolution has a valid default wgmma schedule";
+    run_cases(c, cases, seed++);
+  }
+  for (const auto& [hw, in_t, out_t, tol] : std::vector<std::tuple<std::string, std::string, std::string, double>>{
+           {"wgmma_bf16_fp32", "bfloat16", "float32", 1e-2},
+           {"wgmma_tf32_fp32", "float32", "float32", 1e-2},  // wgmma truncates fp32 to tf32
+           {"wgmma_int8_int32", "int8", "int32", 0.0}}) {
+    for (const std::string op : {"gemm_nt", "conv2d_nhwc"}) {
+      Compute c = typed_op(op, in_t, out_t, op == "gemm_nt" ? std::vector<std::string>{"M=300", "N=200", "K=96"}
+                                                            : std::vector<std::string>{"N=2"});
+      GpuCase base = full_mapping(c, hw, hw + " " + op, tol);
+      run_cases(c, variants(base, {{"split 2", [](ScheduleParams& p) { p.split_k = 2; }},
+                                   {"wn 64", [](ScheduleParams& p) { p.warp_n = 64; p.block_n = 128; }}}),
+                seed++);
+    }
+  }
+  // Large GEMMs with the default schedule, for a first look at speed (no goal is asserted here).
+  for (const char* op : {"gemm", "gemm_nt"}) {
+    Compute c = build_compute(builtin_op(op), parse_param_overrides({"M=4096", "N=4096", "K=4096"}));
+    GpuCase base = full_mapping(c, "wgmma_fp16_fp32", std::string(op) + " 4096^3", 1e-2, 0);
+    run_cases(c, variants(base, {{"stages 5 raster 8", [](ScheduleParams& p) { p.stages = 5; p.raster = 8; }},
+                                 {"128x128 stages 6", [](ScheduleParams& p) { p.block_n = 128; p.warp_n = 128; p.stages = 6; }},
+                                 {"256x128 wm 64 wn 128", [](ScheduleParams& p) { p.block_m = 256; p.block_n = 128; p.warp_n = 128; p.stages = 4; }}}),
+              seed++);
+  }
+}
+
 // Shifted vectors (an NCHW / NCW / NCDHW input copied along the output's width, padding and
 // taps moving the start of each group, reads at both edges of the padding) and fused vectors
 // (weights along (c, r, s); a 1x1 NCHW input along (p, q)), in both families and every main

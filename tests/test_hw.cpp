@@ -31,7 +31,7 @@ struct FamilyCase {
   int min_cc;
 };
 
-TEST(HwAbstraction, ShipsTheWmmaAndMmaSyncFamilies) {
+TEST(HwAbstraction, ShipsTheWmmaMmaSyncAndWgmmaFamilies) {
   const std::vector<std::string> all_layouts = {"nnn", "ntn", "tnn", "ttn"};
   const std::vector<std::string> f16_shapes = {"16x16x16", "32x8x16", "8x32x16"};
   const FamilyCase cases[] = {
@@ -39,6 +39,10 @@ TEST(HwAbstraction, ShipsTheWmmaAndMmaSyncFamilies) {
       {"mma_sync_fp16_fp32", DType::kFloat16, DType::kFloat32, {"16x8x16"}, all_layouts, 80},
       {"mma_sync_int8_int32", DType::kInt8, DType::kInt32, {"16x8x32"}, {"ntn"}, 80},
       {"mma_sync_tf32_fp32", DType::kTFloat32, DType::kFloat32, {"16x8x8"}, {"ntn"}, 80},
+      {"wgmma_bf16_fp32", DType::kBFloat16, DType::kFloat32, {"64x8x16"}, all_layouts, 90},
+      {"wgmma_fp16_fp32", DType::kFloat16, DType::kFloat32, {"64x8x16"}, all_layouts, 90},
+      {"wgmma_int8_int32", DType::kInt8, DType::kInt32, {"64x8x32"}, {"ntn"}, 90},
+      {"wgmma_tf32_fp32", DType::kTFloat32, DType::kFloat32, {"64x8x8"}, {"ntn"}, 90},
       {"wmma_bf16_fp32", DType::kBFloat16, DType::kFloat32, f16_shapes, all_layouts, 80},
       {"wmma_fp16_fp16", DType::kFloat16, DType::kFloat16, f16_shapes, all_layouts, 70},
       {"wmma_fp16_fp32", DType::kFloat16, DType::kFloat32, f16_shapes, all_layouts, 70},
@@ -55,7 +59,7 @@ TEST(HwAbstraction, ShipsTheWmmaAndMmaSyncFamilies) {
     SCOPED_TRACE(c.name);
     EXPECT_EQ(hw.name, c.name);
     EXPECT_EQ(hw.family, c.name.substr(0, c.name.rfind('_', c.name.rfind('_') - 1)));
-    EXPECT_EQ(hw.scope, "warp");
+    EXPECT_EQ(hw.scope, hw.family == "wgmma" ? "warpgroup" : "warp");
     EXPECT_EQ(hw.a_dtype, c.a);
     EXPECT_EQ(hw.b_dtype, c.a);
     EXPECT_EQ(hw.d_dtype, c.d);

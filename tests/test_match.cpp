@@ -241,11 +241,11 @@ struct DTypeCase {
 
 TEST(Matcher, DTypesSelectTheAbstraction) {
   const DTypeCase cases[] = {
-      {"float16", "float32", {"mma_sync_fp16_fp32", "wmma_fp16_fp32"}},
+      {"float16", "float32", {"mma_sync_fp16_fp32", "wgmma_fp16_fp32", "wmma_fp16_fp32"}},
       {"float16", "float16", {"wmma_fp16_fp16"}},
-      {"bfloat16", "float32", {"mma_sync_bf16_fp32", "wmma_bf16_fp32"}},
-      {"float32", "float32", {"mma_sync_tf32_fp32", "wmma_tf32_fp32"}},  // float32 data rounds to tf32 operands
-      {"int8", "int32", {"mma_sync_int8_int32", "wmma_int8_int32"}},
+      {"bfloat16", "float32", {"mma_sync_bf16_fp32", "wgmma_bf16_fp32", "wmma_bf16_fp32"}},
+      {"float32", "float32", {"mma_sync_tf32_fp32", "wgmma_tf32_fp32", "wmma_tf32_fp32"}},  // float32 data rounds to tf32 operands
+      {"int8", "int32", {"mma_sync_int8_int32", "wgmma_int8_int32", "wmma_int8_int32"}},
       {"int4", "int32", {"wmma_int4_int32"}},
       {"float64", "float64", {"wmma_fp64_fp64"}},
   };

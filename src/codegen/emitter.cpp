@@ -8,7 +8,7 @@
 namespace tmap {
 namespace {
 
-std::array<const EmitterFamily*, 2> families() { return {&wmma_family(), &mma_sync_family()}; }
+std::array<const EmitterFamily*, 3> families() { return {&wmma_family(), &mma_sync_family(), &wgmma_family()}; }
 
 }  // namespace
 

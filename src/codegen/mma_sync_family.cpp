@@ -48,26 +48,6 @@ std::int64_t tile_bytes(const ImplicitGemm& g, const ScheduleParams& p, int whic
 /// Whether ldmatrix reads operand `which` transposed (16-bit elements stored along m or n).
 bool transposed(const ImplicitGemm& g, int which) { return which == 0 ? g.layout[0] == 't' : g.layout[1] == 'n'; }
 
-/// The epilogue's output vector: width and the virtual axis it runs along.
-struct OutVector {
-  int width;
-  char along;
-};
-OutVector out_vector(const ImplicitGemm& g, const ScheduleParams& p) {
-  if (p.split_k > 1) return {1, 'n'};  // partial sums are written in [m][n] order
-  const int bits = dtype_bits(g.compute->tensor_of(g.compute->output).dtype);
-  const int vn = output_vector_width(g, 'n', bits), vm = output_vector_width(g, 'm', bits);
-  return vm > vn ? OutVector{vm, 'm'} : OutVector{vn, 'n'};
-}
-
-/// The epilogue tile: Cs[BM][BN + 8] (rows along n) or Cs[BN][BM + 4] (rows along m), in the
-/// accumulator type; pads chosen so that the fragments' stores meet no bank conflicts.
-std::int64_t epilogue_bytes(const ImplicitGemm& g, const ScheduleParams& p) {
-  const int acc = elem_bytes(g.hw->d_dtype);
-  return out_vector(g, p).along == 'n' ? std::int64_t{p.block_m} * (p.block_n + 8) * acc
-                                       : std::int64_t{p.block_n} * (p.block_m + 4) * acc;
-}
-
 std::string accumulator_type(DType t) { return t == DType::kInt32 ? "int" : "float"; }
 
 /// `op`_at(r, c): where element (r, c) of a stored tile lives, in elements from the stage's start.
@@ -176,8 +156,7 @@ KernelSource emit_mma_sync(const ImplicitGemm& g, const ScheduleParams& p) {
   const OutVector ov = out_vector(g, p);
   const bool c_row = ov.along == 'n';
 
-  KernelSource k = kernel_shell(g, p, (p.block_m / p.warp_m) * (p.block_n / p.warp_n) * 32);
-  const bool split = p.split_k > 1;
+  KernelSource k = kernel_shell(g, p, block_threads(g, p));
   const std::string tpart = partial_type(g);
   const Stored sa = stored(g, p, 0), sb = stored(g, p, 1);
 
@@ -364,31 +343,8 @@ KernelSource emit_mma_sync(const ImplicitGemm& g, const ScheduleParams& p) {
   else
     os << "      Cs[c * C_LD + r] = acc[i][j][0];\n      Cs[(c + 1) * C_LD + r] = acc[i][j][1];\n"
        << "      Cs[c * C_LD + r + 8] = acc[i][j][2];\n      Cs[(c + 1) * C_LD + r + 8] = acc[i][j][3];\n";
-  os << "    }\n  __syncthreads();\n";
-  const int v = ov.width;
-  const std::string V = std::to_string(v);
-  if (c_row)
-    os << "  for (int e = threadIdx.x; e < BM * BN / " << V << "; e += THREADS) {\n"
-       << "    const int mm = e / (BN / " << V << "), nn = e % (BN / " << V << ") * " << V << ";\n"
-       << "    const " << tfrag << "* values = &Cs[mm * C_LD + nn];\n";
-  else
-    os << "  for (int e = threadIdx.x; e < BM * BN / " << V << "; e += THREADS) {\n"
-       << "    const int nn = e / (BM / " << V << "), mm = e % (BM / " << V << ") * " << V << ";\n"
-       << "    const " << tfrag << "* values = &Cs[nn * C_LD + mm];\n";
-  if (split)
-    os << "    // Partial sum of this split: partial[split][z][m][n], summed by the reduce kernel.\n"
-       << "    const int m = m0 + mm, n = n0 + nn;\n"
-       << "    if (m < M && n < N) partial[((long long)(split * BATCH + z) * M + m) * N + n] = (" << tpart
-       << ")values[0];\n";
-  else if (v > 1 && tout == tfrag)
-    os << "    store_d_vec(out, m0 + mm, n0 + nn, z, values);\n";
-  else if (v > 1)
-    os << "    __align__(16) " << tout << " converted[" << V << "];  // the sums, rounded to the output's dtype\n"
-       << "    #pragma unroll\n    for (int t = 0; t < " << V << "; ++t) converted[t] = (" << tout << ")values[t];\n"
-       << "    store_d_vec(out, m0 + mm, n0 + nn, z, converted);\n";
-  else
-    os << "    store_d(out, m0 + mm, n0 + nn, z, (" << tout << ")values[0]);\n";
-  os << "  }\n}\n";
+  os << "    }\n";
+  emit_epilogue_stores(os, g, p, tfrag, tout);
   emit_split_reduce(os, k, tpart, tout);
   k.code = os.str();
   return k;

@@ -624,6 +624,50 @@ void emit_main_loop(std::ostringstream& os, const ScheduleParams& p, bool staged
   }
 }
 
+OutVector out_vector(const ImplicitGemm& g, const ScheduleParams& p) {
+  if (p.split_k > 1) return {1, 'n'};  // partial sums are written in [m][n] order
+  const int bits = dtype_bits(g.compute->tensor_of(g.compute->output).dtype);
+  const int vn = output_vector_width(g, 'n', bits), vm = output_vector_width(g, 'm', bits);
+  return vm > vn ? OutVector{vm, 'm'} : OutVector{vn, 'n'};
+}
+
+std::int64_t epilogue_bytes(const ImplicitGemm& g, const ScheduleParams& p) {
+  // Pads chosen so that the accumulators' stores meet no bank conflicts.
+  const int acc = dtype_bits(g.hw->d_dtype) / 8;
+  return out_vector(g, p).along == 'n' ? std::int64_t{p.block_m} * (p.block_n + 8) * acc
+                                       : std::int64_t{p.block_n} * (p.block_m + 4) * acc;
+}
+
+void emit_epilogue_stores(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p,
+                          const std::string& acc_type, const std::string& out_type) {
+  const OutVector ov = out_vector(g, p);
+  const int v = ov.width;
+  const std::string V = std::to_string(v);
+  os << "  __syncthreads();\n";
+  if (ov.along == 'n')
+    os << "  for (int e = threadIdx.x; e < BM * BN / " << V << "; e += THREADS) {\n"
+       << "    const int mm = e / (BN / " << V << "), nn = e % (BN / " << V << ") * " << V << ";\n"
+       << "    const " << acc_type << "* values = &Cs[mm * C_LD + nn];\n";
+  else
+    os << "  for (int e = threadIdx.x; e < BM * BN / " << V << "; e += THREADS) {\n"
+       << "    const int nn = e / (BM / " << V << "), mm = e % (BM / " << V << ") * " << V << ";\n"
+       << "    const " << acc_type << "* values = &Cs[nn * C_LD + mm];\n";
+  if (p.split_k > 1)
+    os << "    // Partial sum of this split: partial[split][z][m][n], summed by the reduce kernel.\n"
+       << "    const int m = m0 + mm, n = n0 + nn;\n"
+       << "    if (m < M && n < N) partial[((long long)(split * BATCH + z) * M + m) * N + n] = (" << partial_type(g)
+       << ")values[0];\n";
+  else if (v > 1 && out_type == acc_type)
+    os << "    store_d_vec(out, m0 + mm, n0 + nn, z, values);\n";
+  else if (v > 1)
+    os << "    __align__(16) " << out_type << " converted[" << V << "];  // the sums, rounded to the output's dtype\n"
+       << "    #pragma unroll\n    for (int t = 0; t < " << V << "; ++t) converted[t] = (" << out_type << ")values[t];\n"
+       << "    store_d_vec(out, m0 + mm, n0 + nn, z, converted);\n";
+  else
+    os << "    store_d(out, m0 + mm, n0 + nn, z, (" << out_type << ")values[0]);\n";
+  os << "  }\n}\n";
+}
+
 void emit_split_reduce(std::ostringstream& os, const KernelSource& k, const std::string& part_type,
                        const std::string& out_type) {
   if (k.reduce_name.empty()) return;

@@ -93,6 +93,22 @@ void emit_shift_helpers(std::ostringstream& os, const ImplicitGemm& g, const Sch
 /// the epilogue.
 void emit_main_loop(std::ostringstream& os, const ScheduleParams& p, bool staged);
 
+/// The epilogue's output vector: `width` outputs contiguous along virtual axis `along` ('m' or
+/// 'n'); one element along n with split-K (partial sums are written in [m][n] order).
+struct OutVector {
+  int width;
+  char along;
+};
+OutVector out_vector(const ImplicitGemm& g, const ScheduleParams& p);
+/// Bytes of the epilogue tile Cs[BM][BN + 8] (rows along n) or Cs[BN][BM + 4] (rows along m) in
+/// the accumulator type, for families that stage the block's results through shared memory.
+std::int64_t epilogue_bytes(const ImplicitGemm& g, const ScheduleParams& p);
+/// The end of a kernel whose accumulators are in the epilogue tile `Cs` (of `acc_type`, rows of
+/// C_LD, laid out as epilogue_bytes() says): a barrier, then the block's outputs written in
+/// out_vector() vectors rounded to `out_type`, or its split-K partial sums.
+void emit_epilogue_stores(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p,
+                          const std::string& acc_type, const std::string& out_type);
+
 /// The split-K reduce kernel (when p.split_k > 1), summing partial[split][z][m][n].
 void emit_split_reduce(std::ostringstream& os, const KernelSource& k, const std::string& part_type,
                        const std::string& out_type);
@@ -111,4 +127,5 @@ namespace tmap {
 /// The families, registered by find_family() (src/codegen/emitter.cpp).
 const EmitterFamily& wmma_family();
 const EmitterFamily& mma_sync_family();
+const EmitterFamily& wgmma_family();
 }  // namespace tmap

@@ -81,7 +81,7 @@ KernelSource emit_wmma(const ImplicitGemm& g, const ScheduleParams& p) {
   // Sub-byte operands are packed two to a byte; shared tiles hold them packed too.
   const int a_pack = dtype_bits(g.hw->a_dtype) < 8 ? 2 : 1, b_pack = dtype_bits(g.hw->b_dtype) < 8 ? 2 : 1;
 
-  KernelSource k = kernel_shell(g, p, (p.block_m / p.warp_m) * (p.block_n / p.warp_n) * 32);
+  KernelSource k = kernel_shell(g, p, block_threads(g, p));
   const bool split = p.split_k > 1;
   const std::string tpart = partial_type(g);
 

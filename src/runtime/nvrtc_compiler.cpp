@@ -16,8 +16,11 @@
 namespace tmap {
 
 int parse_arch(const std::string& arch) {
-  if (arch.size() >= 5 && arch.rfind("sm_", 0) == 0 && arch.find_first_not_of("0123456789", 3) == std::string::npos)
-    return std::stoi(arch.substr(3));
+  // sm_90a names sm_90 with its architecture-specific instructions (wgmma, setmaxnreg), which
+  // tmap always compiles sm_90 kernels with: the two are one target here.
+  const std::string digits = arch == "sm_90a" ? "sm_90" : arch;
+  if (digits.size() >= 5 && digits.rfind("sm_", 0) == 0 && digits.find_first_not_of("0123456789", 3) == std::string::npos)
+    return std::stoi(digits.substr(3));
   throw UserError(format_diagnostic(SourceLoc::whole("--arch"), "architecture '" + arch + "' is not of the form sm_XY",
                                     "for example --arch sm_90 (H100) or --arch sm_80 (A100)"));
 }
@@ -34,7 +37,10 @@ std::string cuda_include_dir() {
 
 NvrtcCompiler::NvrtcCompiler(int compute_capability, std::string cache_dir)
     : cc_(compute_capability), cache_dir_(std::move(cache_dir)) {
-  options_ = {"--gpu-architecture=sm_" + std::to_string(cc_), "--std=c++17", "-I" + cuda_include_dir(),
+  // sm_90 kernels are compiled for sm_90a, whose cubins load on every sm_90 device and may use
+  // Hopper's wgmma, setmaxnreg and TMA instructions (other architectures have no such suffix here).
+  const std::string target = "sm_" + std::to_string(cc_) + (cc_ == 90 ? "a" : "");
+  options_ = {"--gpu-architecture=" + target, "--std=c++17", "-I" + cuda_include_dir(),
               "-default-device"};
 }
 

@@ -181,6 +181,10 @@ std::int64_t stored_row_length(const ImplicitGemm& g, const ScheduleParams& p, i
   return row_major ? p.block_n : p.block_k;
 }
 
+int block_threads(const ImplicitGemm& g, const ScheduleParams& p) {
+  return (p.block_m / p.warp_m) * (p.block_n / p.warp_n) * family_of(*g.hw).threads_per_warp_tile();
+}
+
 std::vector<ScheduleIssue> validate(const ImplicitGemm& g, const ScheduleParams& p, const DeviceLimits& limits) {
   std::vector<ScheduleIssue> out;
   const auto m = g.shape[Axis::kI], n = g.shape[Axis::kJ], k = g.shape[Axis::kK];
@@ -207,7 +211,7 @@ std::vector<ScheduleIssue> validate(const ImplicitGemm& g, const ScheduleParams&
   if (grid_y > 65535 || grid_z > 65535)
     fail(ScheduleError::kGridTooLarge, "grid y = " + std::to_string(grid_y) + ", z = " + std::to_string(grid_z) +
                                            " (at most 65535 each)");
-  const std::int64_t threads = (p.block_m / p.warp_m) * (p.block_n / p.warp_n) * 32;
+  const std::int64_t threads = block_threads(g, p);
   if (threads > limits.max_threads_per_block)
     fail(ScheduleError::kTooManyThreads,
          std::to_string(threads) + " threads, the limit is " + std::to_string(limits.max_threads_per_block));

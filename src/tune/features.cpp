@@ -38,7 +38,7 @@ Shape shape_of(const ImplicitGemm& g, const ScheduleParams& p, const DeviceModel
   s.tiles_n = ceil_div(g.N, p.block_n);
   s.tiles = s.tiles_m * s.tiles_n * g.batch * p.split_k;
   s.steps_per_tile = ceil_div(g.serial * ceil_div(g.K, p.block_k), p.split_k);
-  s.warps = (p.block_m / p.warp_m) * (p.block_n / p.warp_n);
+  s.warps = block_threads(g, p) / 32;
   s.fm = static_cast<int>(p.warp_m / g.shape[Axis::kI]);
   s.fn = static_cast<int>(p.warp_n / g.shape[Axis::kJ]);
   s.fragments = s.fm * s.fn;
@@ -75,8 +75,9 @@ DeviceModel DeviceModel::for_arch(int cc, int sm_count) {
 
 int estimated_registers(const ImplicitGemm& g, const ScheduleParams& p) {
   const int fm = static_cast<int>(p.warp_m / g.shape[Axis::kI]), fn = static_cast<int>(p.warp_n / g.shape[Axis::kJ]);
-  const auto words = [](std::int64_t elements, DType t) {  // 32-bit registers per thread of a fragment
-    return static_cast<int>(std::max<std::int64_t>(1, elements * dtype_bits(t) / 32 / 32));
+  const int lanes = family_of(*g.hw).threads_per_warp_tile();  // threads sharing one fragment
+  const auto words = [lanes](std::int64_t elements, DType t) {  // 32-bit registers per thread of a fragment
+    return static_cast<int>(std::max<std::int64_t>(1, elements * dtype_bits(t) / 32 / lanes));
   };
   const auto m = g.shape[Axis::kI], n = g.shape[Axis::kJ], k = g.shape[Axis::kK];
   const int acc = fm * fn * words(m * n, g.hw->d_dtype);
@@ -87,7 +88,7 @@ int estimated_registers(const ImplicitGemm& g, const ScheduleParams& p) {
 }
 
 int blocks_per_sm(const ImplicitGemm& g, const ScheduleParams& p, const DeviceModel& d) {
-  const int threads = (p.block_m / p.warp_m) * (p.block_n / p.warp_n) * 32;
+  const int threads = block_threads(g, p);
   const std::int64_t smem = shared_bytes(g, p) + 1024;  // the runtime reserves 1 KiB per block
   const int regs = (estimated_registers(g, p) + 7) / 8 * 8 * threads;
   const std::int64_t by_smem = d.shared_bytes_per_sm / smem;

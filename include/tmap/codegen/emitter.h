@@ -3,8 +3,9 @@
 //
 // A family owns its emitter and its schedule space: the checks a schedule must pass beyond the
 // common ones, the shared memory it takes, a default schedule, and the choices the tuner searches.
-// Families shipped: "wmma" (nvcuda::wmma fragments) and "mma_sync" (mma.sync.aligned with
-// ldmatrix, XOR-swizzled shared memory and cp.async pipelines). Adding a family is its JSON
+// Families shipped: "wmma" (nvcuda::wmma fragments), "mma_sync" (mma.sync.aligned with
+// ldmatrix, XOR-swizzled shared memory and cp.async pipelines) and "wgmma" (Hopper's
+// warpgroup-wide wgmma.mma_async reading 128-byte-swizzled shared tiles through descriptors). Adding a family is its JSON
 // files, one emitter and its space, registered in src/codegen/emitter.cpp; nothing outside
 // src/codegen/ names a family.
 #pragma once
@@ -51,6 +52,9 @@ class EmitterFamily {
   virtual ScheduleParams default_schedule(const ImplicitGemm& g, const DeviceLimits& limits) const = 0;
   /// The values the tuner tries for each parameter, in ScheduleParams field order.
   virtual std::vector<std::vector<int>> choices(const ImplicitGemm& g, const ScheduleParams& defaults) const = 0;
+  /// Threads that execute one warp tile (ScheduleParams::warp_m x warp_n): 32 for warp-scope
+  /// intrinsics, 128 for a warpgroup's.
+  virtual int threads_per_warp_tile() const { return 32; }
   /// The most accumulator fragments (of the intrinsic's m x n) a warp holds before spilling.
   virtual int max_fragments_per_warp(const ImplicitGemm& g) const = 0;
   /// The fraction of the tensor cores' peak a well-fed kernel of this family reaches (analytic model).

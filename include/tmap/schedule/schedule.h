@@ -124,6 +124,9 @@ bool copies_async(const ImplicitGemm& g, const ScheduleParams& p, int which);
 /// row-major A ([BM][BK]), block_m for column-major A ([BK][BM]); block_n or block_k for B.
 std::int64_t stored_row_length(const ImplicitGemm& g, const ScheduleParams& p, int which);
 
+/// Threads per block: warp tiles per block x the family's threads per warp tile.
+int block_threads(const ImplicitGemm& g, const ScheduleParams& p);
+
 /// Shared memory the kernel uses, in bytes (the family's layout: padding, panels, swizzle).
 std::int64_t shared_bytes(const ImplicitGemm& g, const ScheduleParams& p);
 
