@@ -26,32 +26,13 @@ using namespace pipeline;
 int elem_bytes(DType t) { return dtype_bits(t) / 8; }
 bool is_pow2(std::int64_t x) { return x > 0 && (x & (x - 1)) == 0; }
 
-/// One operand tile as stored: rows x cols elements (cols along a 16-byte row chunk).
-struct Stored {
-  std::int64_t rows, cols;
-  int bytes;  ///< Per element.
-  std::int64_t row_bytes(int pad) const { return (cols + pad) * bytes; }
-};
-
-Stored stored(const ImplicitGemm& g, const ScheduleParams& p, int which) {
-  const bool row_major = g.layout[which] == 'n';
-  const int bytes = elem_bytes(which == 0 ? g.hw->a_dtype : g.hw->b_dtype);
-  if (which == 0) return row_major ? Stored{p.block_m, p.block_k, bytes} : Stored{p.block_k, p.block_m, bytes};
-  return row_major ? Stored{p.block_k, p.block_n, bytes} : Stored{p.block_n, p.block_k, bytes};
-}
-
 std::int64_t tile_bytes(const ImplicitGemm& g, const ScheduleParams& p, int which) {
-  const Stored s = stored(g, p, which);
+  const StoredTile s = stored_tile(g, p, which);
   return round_up(s.rows * s.row_bytes(p.swizzle ? 0 : p.smem_pad), 128);
 }
 
-/// Whether ldmatrix reads operand `which` transposed (16-bit elements stored along m or n).
-bool transposed(const ImplicitGemm& g, int which) { return which == 0 ? g.layout[0] == 't' : g.layout[1] == 'n'; }
-
-std::string accumulator_type(DType t) { return t == DType::kInt32 ? "int" : "float"; }
-
 /// `op`_at(r, c): where element (r, c) of a stored tile lives, in elements from the stage's start.
-void emit_tile_index(std::ostringstream& os, const char* op, const Stored& s, const ScheduleParams& p) {
+void emit_tile_index(std::ostringstream& os, const char* op, const StoredTile& s, const ScheduleParams& p) {
   const std::string up = op[0] == 'a' ? "A" : "B";
   if (!p.swizzle) {
     os << "constexpr int " << up << "_LD = " << s.cols << " + " << p.smem_pad << ";  // padded rows\n"
@@ -75,7 +56,7 @@ void emit_tile_index(std::ostringstream& os, const char* op, const Stored& s, co
 }
 
 /// The element offset `op`_at(r, c) computes in the kernel (emit_tile_index), for the planner below.
-std::int64_t tile_at(const Stored& s, const ScheduleParams& p, std::int64_t r, std::int64_t c) {
+std::int64_t tile_at(const StoredTile& s, const ScheduleParams& p, std::int64_t r, std::int64_t c) {
   if (!p.swizzle) return r * (s.cols + p.smem_pad) + c;
   const std::int64_t chunk = 16 / s.bytes;
   if (s.cols * s.bytes >= 128) return r * s.cols + (((c / chunk) ^ (r & 7)) * chunk) + c % chunk;
@@ -97,7 +78,7 @@ struct FragmentAddressing {
   std::int64_t kk_scale = 1;
 };
 
-FragmentAddressing plan_fragments(const Stored& s, const ScheduleParams& p, bool trans, bool is_a, int ik,
+FragmentAddressing plan_fragments(const StoredTile& s, const ScheduleParams& p, bool trans, bool is_a, int ik,
                                   int fragments, int warp_extent, int block_extent) {
   const int c8 = 16 / s.bytes;
   const std::int64_t ld = p.swizzle ? s.cols : s.cols + p.smem_pad;
@@ -147,7 +128,7 @@ KernelSource emit_mma_sync(const ImplicitGemm& g, const ScheduleParams& p) {
                     tout = storage_type(g.compute->tensor_of(g.compute->output).dtype);
   const auto im = g.shape[Axis::kI], in = g.shape[Axis::kJ], ik = g.shape[Axis::kK];
   TMAP_CHECK(im == 16 && in == 8, "mma_sync kernels are written for m16n8 intrinsics");
-  const bool a_trans = transposed(g, 0), b_trans = transposed(g, 1);
+  const bool a_trans = stored_along_mn(g, 0), b_trans = stored_along_mn(g, 1);
   const int ab = elem_bytes(g.hw->a_dtype);
   TMAP_CHECK(ab == elem_bytes(g.hw->b_dtype) && ik * ab == 32, "mma_sync operands of one size, k of 32 bytes");
   TMAP_CHECK((!a_trans && !b_trans) || ab == 2, "ldmatrix.trans needs 16-bit operands");
@@ -158,7 +139,7 @@ KernelSource emit_mma_sync(const ImplicitGemm& g, const ScheduleParams& p) {
 
   KernelSource k = kernel_shell(g, p, block_threads(g, p));
   const std::string tpart = partial_type(g);
-  const Stored sa = stored(g, p, 0), sb = stored(g, p, 1);
+  const StoredTile sa = stored_tile(g, p, 0), sb = stored_tile(g, p, 1);
 
   std::ostringstream os;
   emit_header(os, g);
@@ -337,12 +318,7 @@ KernelSource emit_mma_sync(const ImplicitGemm& g, const ScheduleParams& p) {
      << "  #pragma unroll\n  for (int i = 0; i < MI; ++i)\n"
      << "    #pragma unroll\n    for (int j = 0; j < NI; ++j) {\n"
      << "      const int r = wm0 + i * 16 + lane / 4, c = wn0 + j * 8 + (lane % 4) * 2;\n";
-  if (c_row)
-    os << "      Cs[r * C_LD + c] = acc[i][j][0];\n      Cs[r * C_LD + c + 1] = acc[i][j][1];\n"
-       << "      Cs[(r + 8) * C_LD + c] = acc[i][j][2];\n      Cs[(r + 8) * C_LD + c + 1] = acc[i][j][3];\n";
-  else
-    os << "      Cs[c * C_LD + r] = acc[i][j][0];\n      Cs[(c + 1) * C_LD + r] = acc[i][j][1];\n"
-       << "      Cs[c * C_LD + r + 8] = acc[i][j][2];\n      Cs[(c + 1) * C_LD + r + 8] = acc[i][j][3];\n";
+  emit_accumulator_quad(os, c_row, "acc[i][j][#]");
   os << "    }\n";
   emit_epilogue_stores(os, g, p, tfrag, tout);
   emit_split_reduce(os, k, tpart, tout);
@@ -373,9 +349,9 @@ class MmaSyncFamily final : public EmitterFamily {
       fail(ScheduleError::kBadOption, "panels = " + std::to_string(p.panels) + ": mma_sync tiles are swizzled or "
                                                                              "padded rows, never panels");
     for (int which = 0; which < 2; ++which) {
-      const Stored s = stored(g, p, which);
+      const StoredTile s = stored_tile(g, p, which);
       const char* name = which == 0 ? "A" : "B";
-      if (transposed(g, which) && s.bytes != 2)
+      if (stored_along_mn(g, which) && s.bytes != 2)
         fail(ScheduleError::kBadOption, std::string(name) + " stored transposed (layout " + g.layout +
                                             ") needs ldmatrix.trans, which moves 16-bit elements only");
       if (p.swizzle) {

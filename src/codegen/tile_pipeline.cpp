@@ -109,6 +109,14 @@ std::string partial_type(const ImplicitGemm& g) {
   return g.hw->d_dtype == DType::kFloat16 ? "float" : storage_type(g.hw->d_dtype);
 }
 
+StoredTile stored_tile(const ImplicitGemm& g, const ScheduleParams& p, int which) {
+  const int bytes = dtype_bits(which == 0 ? g.hw->a_dtype : g.hw->b_dtype) / 8;
+  const std::int64_t mn = which == 0 ? p.block_m : p.block_n;
+  return stored_along_mn(g, which) ? StoredTile{p.block_k, mn, bytes} : StoredTile{mn, p.block_k, bytes};
+}
+
+std::string accumulator_type(DType t) { return t == DType::kInt32 ? "int" : "float"; }
+
 KernelSource kernel_shell(const ImplicitGemm& g, const ScheduleParams& p, int threads) {
   const Compute& c = *g.compute;
   KernelSource k;
@@ -636,6 +644,17 @@ std::int64_t epilogue_bytes(const ImplicitGemm& g, const ScheduleParams& p) {
   const int acc = dtype_bits(g.hw->d_dtype) / 8;
   return out_vector(g, p).along == 'n' ? std::int64_t{p.block_m} * (p.block_n + 8) * acc
                                        : std::int64_t{p.block_n} * (p.block_m + 4) * acc;
+}
+
+void emit_accumulator_quad(std::ostringstream& os, bool c_row, const std::string& value) {
+  const std::string r[4] = {"r", "r", "r + 8", "r + 8"}, c[4] = {"c", "c + 1", "c", "c + 1"};
+  auto scaled = [](const std::string& x) { return x.size() > 1 ? "(" + x + ")" : x; };  // x * C_LD
+  for (int t = 0; t < 4; ++t) {
+    std::string v = value;
+    v.replace(v.find('#'), 1, std::to_string(t));
+    os << "      Cs[" << (c_row ? scaled(r[t]) + " * C_LD + " + c[t] : scaled(c[t]) + " * C_LD + " + r[t]) << "] = " << v
+       << ";\n";
+  }
 }
 
 void emit_epilogue_stores(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p,

@@ -29,6 +29,19 @@ std::string vector_type(int bytes);
 /// A C identifier made of `s` (other characters become '_').
 std::string identifier(const std::string& s);
 
+/// An operand's shared tile per stage: rows x cols elements of `bytes` bytes, cols contiguous
+/// (rows along k and cols along m or n when stored_along_mn(), else the other way round).
+struct StoredTile {
+  std::int64_t rows, cols;
+  int bytes;
+  /// Bytes of one row with `pad` elements added.
+  std::int64_t row_bytes(int pad) const { return (cols + pad) * bytes; }
+};
+StoredTile stored_tile(const ImplicitGemm& g, const ScheduleParams& p, int which);
+
+/// The accumulator's type in generated code: int for int32 accumulators, else float.
+std::string accumulator_type(DType t);
+
 /// Name, block size, grid and split-K workspace of a kernel of `threads` threads per block.
 KernelSource kernel_shell(const ImplicitGemm& g, const ScheduleParams& p, int threads);
 
@@ -103,6 +116,10 @@ OutVector out_vector(const ImplicitGemm& g, const ScheduleParams& p);
 /// Bytes of the epilogue tile Cs[BM][BN + 8] (rows along n) or Cs[BN][BM + 4] (rows along m) in
 /// the accumulator type, for families that stage the block's results through shared memory.
 std::int64_t epilogue_bytes(const ImplicitGemm& g, const ScheduleParams& p);
+/// Into the epilogue tile Cs (rows along n when `c_row`, else along m), the four accumulators of
+/// the m16n8 C-fragment layout that mma.sync and wgmma share: (r, c), (r, c + 1), (r + 8, c) and
+/// (r + 8, c + 1), with r and c in scope; `value` names accumulator t with '#' standing for t.
+void emit_accumulator_quad(std::ostringstream& os, bool c_row, const std::string& value);
 /// The end of a kernel whose accumulators are in the epilogue tile `Cs` (of `acc_type`, rows of
 /// C_LD, laid out as epilogue_bytes() says): a barrier, then the block's outputs written in
 /// out_vector() vectors rounded to `out_type`, or its split-K partial sums.

@@ -36,29 +36,14 @@ using namespace pipeline;
 
 int elem_bytes(DType t) { return dtype_bits(t) / 8; }
 
-/// Whether operand `which` is stored with m (A) or n (B) contiguous: wgmma's transposed operand.
-bool mn_major(const ImplicitGemm& g, int which) { return which == 0 ? g.layout[0] == 't' : g.layout[1] == 'n'; }
-
-/// One operand tile as stored: rows x cols elements, cols contiguous (see the file comment).
-struct Tile {
-  std::int64_t rows, cols;
-  int bytes;
-  std::int64_t line() const { return 128 / bytes; }  ///< W: elements per 128-byte line
-};
-
-Tile tile_of(const ImplicitGemm& g, const ScheduleParams& p, int which) {
-  const int bytes = elem_bytes(which == 0 ? g.hw->a_dtype : g.hw->b_dtype);
-  const std::int64_t mn = which == 0 ? p.block_m : p.block_n;
-  return mn_major(g, which) ? Tile{p.block_k, mn, bytes} : Tile{mn, p.block_k, bytes};
-}
+/// W: elements of operand tile `t` per 128-byte line, the swizzle's row (see the file comment).
+std::int64_t line(const StoredTile& t) { return 128 / t.bytes; }
 
 /// One stage of an operand, rounded to whole 1024-byte atoms so that the next starts aligned.
 std::int64_t tile_bytes(const ImplicitGemm& g, const ScheduleParams& p, int which) {
-  const Tile t = tile_of(g, p, which);
+  const StoredTile t = stored_tile(g, p, which);
   return round_up(t.rows * t.cols * t.bytes, 1024);
 }
-
-std::string accumulator_type(DType t) { return t == DType::kInt32 ? "int" : "float"; }
 
 /// The wgmma instruction for N = n: the abstraction's intrinsic with its "nN" made concrete.
 std::string instruction(const ImplicitGemm& g, int n) {
@@ -81,7 +66,7 @@ void emit_wgmma_call(std::ostringstream& os, const ImplicitGemm& g, const Schedu
   os << "}, %" << regs << ", %" << regs + 1 << ", p";
   // Operand scales (+1) and, for 16-bit operands, transposes: 1 reads the operand MN-major.
   if (!int_acc) os << ", 1, 1";
-  if (sixteen) os << ", " << (mn_major(g, 0) ? 1 : 0) << ", " << (mn_major(g, 1) ? 1 : 0);
+  if (sixteen) os << ", " << (stored_along_mn(g, 0) ? 1 : 0) << ", " << (stored_along_mn(g, 1) ? 1 : 0);
   os << ";\\n}\\n\"\n      : ";
   const char* c = int_acc ? "\"+r\"" : "\"+f\"";
   for (int r = 0; r < regs; ++r) os << (r ? ", " : "") << (r && r % 8 == 0 ? "\n        " : "") << c << "(d[" << r << "])";
@@ -95,9 +80,9 @@ KernelSource emit_wgmma(const ImplicitGemm& g, const ScheduleParams& p) {
                     tout = storage_type(g.compute->tensor_of(g.compute->output).dtype);
   const auto im = g.shape[Axis::kI], ik = g.shape[Axis::kK];
   TMAP_CHECK(im == 64, "wgmma kernels are written for m64 intrinsics");
-  const Tile sa = tile_of(g, p, 0), sb = tile_of(g, p, 1);
+  const StoredTile sa = stored_tile(g, p, 0), sb = stored_tile(g, p, 1);
   TMAP_CHECK(sa.bytes * ik == 32, "a wgmma step reads 32 bytes of k");
-  const bool a_mn = mn_major(g, 0), b_mn = mn_major(g, 1);
+  const bool a_mn = stored_along_mn(g, 0), b_mn = stored_along_mn(g, 1);
   const OutVector ov = out_vector(g, p);
   const bool c_row = ov.along == 'n';
 
@@ -116,9 +101,9 @@ KernelSource emit_wgmma(const ImplicitGemm& g, const ScheduleParams& p) {
      << ", B " << (b_mn ? "[BK][BN] (n contiguous)" : "[BN][BK] (k contiguous)") << "; epilogue "
      << (c_row ? "[BM][BN + 8]" : "[BN][BM + 4]") << "\n";
   for (int which = 0; which < 2; ++which) {
-    const Tile& t = which == 0 ? sa : sb;
+    const StoredTile& t = which == 0 ? sa : sb;
     const std::string up = which == 0 ? "A" : "B", op = which == 0 ? "a" : "b";
-    os << "constexpr int " << up << "_ROWS = " << t.rows << ", " << up << "_W = " << t.line() << ", " << up
+    os << "constexpr int " << up << "_ROWS = " << t.rows << ", " << up << "_W = " << line(t) << ", " << up
        << "_T = " << 16 / t.bytes << ";  // rows; elements per 128-byte line and per 16-byte chunk\n"
        << "__device__ __forceinline__ int " << op << "_at(int r, int c) {\n"
        << "  return ((c / " << up << "_W) * " << up << "_ROWS + r) * " << up << "_W + ((((c % " << up << "_W) / " << up
@@ -226,12 +211,7 @@ KernelSource emit_wgmma(const ImplicitGemm& g, const ScheduleParams& p) {
      << "  #pragma unroll\n  for (int i = 0; i < MI; ++i)\n"
      << "    #pragma unroll\n    for (int j = 0; j < WN / 8; ++j) {\n"
      << "      const int r = wm0 + i * 64 + row, c = wn0 + j * 8 + col;\n";
-  if (c_row)
-    os << "      Cs[r * C_LD + c] = acc[i][4 * j];\n      Cs[r * C_LD + c + 1] = acc[i][4 * j + 1];\n"
-       << "      Cs[(r + 8) * C_LD + c] = acc[i][4 * j + 2];\n      Cs[(r + 8) * C_LD + c + 1] = acc[i][4 * j + 3];\n";
-  else
-    os << "      Cs[c * C_LD + r] = acc[i][4 * j];\n      Cs[(c + 1) * C_LD + r] = acc[i][4 * j + 1];\n"
-       << "      Cs[c * C_LD + r + 8] = acc[i][4 * j + 2];\n      Cs[(c + 1) * C_LD + r + 8] = acc[i][4 * j + 3];\n";
+  emit_accumulator_quad(os, c_row, "acc[i][4 * j + #]");
   os << "    }\n";
   emit_epilogue_stores(os, g, p, tacc, tout);
   emit_split_reduce(os, k, tpart, tout);
@@ -270,21 +250,21 @@ class WgmmaFamily final : public EmitterFamily {
                                           " warpgroup tile holds " + std::to_string(acc_regs) +
                                           " accumulator registers per thread (at most 128)");
     for (int which = 0; which < 2; ++which) {
-      const Tile t = tile_of(g, p, which);
+      const StoredTile t = stored_tile(g, p, which);
       const char* name = which == 0 ? "A" : "B";
-      if (p.block_k % t.line())
+      if (p.block_k % line(t))
         fail(ScheduleError::kMisalignedRows, "block_k = " + std::to_string(p.block_k) + ": " + name +
-                                                 " is swizzled in 128-byte lines of " + std::to_string(t.line()) +
+                                                 " is swizzled in 128-byte lines of " + std::to_string(line(t)) +
                                                  " elements of k; use a multiple");
-      if (!mn_major(g, which)) continue;
+      if (!stored_along_mn(g, which)) continue;
       if (t.bytes != 2)
         fail(ScheduleError::kBadOption, std::string(name) + " stored along " + (which == 0 ? "m" : "n") + " (layout " +
                                             g.layout + ") needs wgmma's transpose, which 16-bit operands have only");
       const int extent = which == 0 ? p.warp_m : p.warp_n;
-      if (extent % t.line())
+      if (extent % line(t))
         fail(ScheduleError::kTileNotMultipleOfIntrinsic,
              std::string(which == 0 ? "warp_m" : "warp_n") + " = " + std::to_string(extent) + ": " + name +
-                 " stored along " + (which == 0 ? "m" : "n") + " is read in blocks of " + std::to_string(t.line()) +
+                 " stored along " + (which == 0 ? "m" : "n") + " is read in blocks of " + std::to_string(line(t)) +
                  " (one 128-byte line); use a multiple");
     }
     for (int which = 0; which < 2; ++which)
@@ -302,14 +282,14 @@ class WgmmaFamily final : public EmitterFamily {
 
   ScheduleParams default_schedule(const ImplicitGemm& g, const DeviceLimits& limits) const override {
     ScheduleParams p;
-    const int line = 128 / elem_bytes(g.hw->a_dtype);
+    const int w = 128 / elem_bytes(g.hw->a_dtype);  // elements per 128-byte line
     p.warp_m = 64;
     p.block_m = g.M > 64 ? 128 : 64;
     p.warp_n = g.N >= 256 ? 256 : g.N >= 128 ? 128 : g.N > 32 ? 64 : static_cast<int>(round_up(g.N, 16));
-    if (mn_major(g, 1)) p.warp_n = static_cast<int>(round_up(p.warp_n, line));
+    if (stored_along_mn(g, 1)) p.warp_n = static_cast<int>(round_up(p.warp_n, w));
     if (g.hw->a_dtype == DType::kInt8 && p.warp_n > 128) p.warp_n = 128;  // keeps 2 x 64 accumulators
     p.block_n = p.warp_n;
-    p.block_k = line;
+    p.block_k = w;
     p.panels = 0;
     p.swizzle = 1;
     p.smem_pad = 0;
@@ -327,12 +307,12 @@ class WgmmaFamily final : public EmitterFamily {
   }
 
   std::vector<std::vector<int>> choices(const ImplicitGemm& g, const ScheduleParams& defaults) const override {
-    const int line = 128 / elem_bytes(g.hw->a_dtype);
+    const int w = 128 / elem_bytes(g.hw->a_dtype);  // elements per 128-byte line
     (void)defaults;
     return {
         {64, 128, 128, 192, 256},                  // block_m
         {16, 32, 64, 128, 128, 192, 256, 256},     // block_n
-        {line, line, 2 * line},                    // block_k: whole 128-byte lines
+        {w, w, 2 * w},                             // block_k: whole 128-byte lines
         {64, 64, 128},                             // warp_m: m64 accumulators per warpgroup
         {16, 32, 64, 96, 128, 128, 192, 256, 256},  // warp_n: the instruction's N
         {3, 4, 4, 5, 6},                           // stages

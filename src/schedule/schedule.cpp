@@ -84,8 +84,7 @@ Contiguity operand_contiguity(const ImplicitGemm& g, int which) {
   const int bits = storage_bits(dtype);
   if (bits < 8) return {};  // packed sub-byte elements are gathered in pairs, not in vectors
   // The virtual axis along the shared tile's rows.
-  const bool row_major = g.layout[which] == 'n';
-  const std::vector<int>& axis = which == 0 ? (row_major ? g.k_iters : g.m_iters) : (row_major ? g.n_iters : g.k_iters);
+  const std::vector<int>& axis = !stored_along_mn(g, which) ? g.k_iters : which == 0 ? g.m_iters : g.n_iters;
   return contiguity(*g.compute, g.compute->inputs[which == 0 ? g.a_input : g.b_input], axis, bits);
 }
 
@@ -175,10 +174,13 @@ std::int64_t shared_bytes(const ImplicitGemm& g, const ScheduleParams& p) {
   return family_of(*g.hw).shared_bytes(g, p);
 }
 
+bool stored_along_mn(const ImplicitGemm& g, int which) {
+  return which == 0 ? g.layout[0] == 't' : g.layout[1] == 'n';
+}
+
 std::int64_t stored_row_length(const ImplicitGemm& g, const ScheduleParams& p, int which) {
-  const bool row_major = g.layout[which] == 'n';
-  if (which == 0) return row_major ? p.block_k : p.block_m;
-  return row_major ? p.block_n : p.block_k;
+  if (!stored_along_mn(g, which)) return p.block_k;
+  return which == 0 ? p.block_m : p.block_n;
 }
 
 int block_threads(const ImplicitGemm& g, const ScheduleParams& p) {

@@ -5,9 +5,9 @@
 // common ones, the shared memory it takes, a default schedule, and the choices the tuner searches.
 // Families shipped: "wmma" (nvcuda::wmma fragments), "mma_sync" (mma.sync.aligned with
 // ldmatrix, XOR-swizzled shared memory and cp.async pipelines) and "wgmma" (Hopper's
-// warpgroup-wide wgmma.mma_async reading 128-byte-swizzled shared tiles through descriptors). Adding a family is its JSON
-// files, one emitter and its space, registered in src/codegen/emitter.cpp; nothing outside
-// src/codegen/ names a family.
+// warpgroup-wide wgmma.mma_async reading 128-byte-swizzled shared tiles through descriptors).
+// Adding a family is its JSON files, one emitter and its space, registered in
+// src/codegen/emitter.cpp; nothing outside src/codegen/ names a family.
 #pragma once
 
 #include <array>

@@ -120,6 +120,11 @@ int contiguous_width(const Compute& c, const Access& acc, const std::vector<int>
 /// that need no shift. Other operands of an async_copy kernel are gathered through registers.
 bool copies_async(const ImplicitGemm& g, const ScheduleParams& p, int which);
 
+/// Whether the rows of operand `which`'s shared tile run along m (A) or n (B) rather than along
+/// k: A stored [BK][BM] (layout "t.."), B stored [BK][BN] (layout ".n."). Such an operand is read
+/// transposed by ldmatrix.trans and wgmma's transpose bit.
+bool stored_along_mn(const ImplicitGemm& g, int which);
+
 /// Elements along one stored row of operand `which`'s shared tile (0 = A, 1 = B): block_k for
 /// row-major A ([BM][BK]), block_m for column-major A ([BK][BM]); block_n or block_k for B.
 std::int64_t stored_row_length(const ImplicitGemm& g, const ScheduleParams& p, int which);
