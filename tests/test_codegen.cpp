@@ -31,12 +31,12 @@ struct Job {
   KernelSource kernel;
 };
 
-/// Compiles every job for both architectures on all cores; returns the failures.
-std::vector<std::string> compile_all(const std::vector<Job>& jobs) {
+/// Compiles every job for each architecture (sm_90 as sm_90a) on all cores; returns the failures.
+std::vector<std::string> compile_all(const std::vector<Job>& jobs, const std::vector<int>& archs = {80, 90}) {
   std::vector<CompileJob> sources;
   for (const auto& j : jobs) sources.push_back({j.kernel.name, j.kernel.code});
   std::vector<std::string> out;
-  for (int cc : {80, 90}) {
+  for (int cc : archs) {
     NvrtcCompiler compiler(cc);
     std::vector<CompileResult> results = compile_parallel(compiler, sources);
     double total = 0;
@@ -376,7 +376,7 @@ TEST(Codegen, WgmmaCompilesEveryAbstractionLayoutAndSchedule) {
         KernelSource k = emit_kernel(g, p);
         EXPECT_NE(k.code.find("wgmma.mma_async.sync.aligned.m64n" + std::to_string(p.warp_n) + "k"), std::string::npos)
             << label << " " << name;
-        EXPECT_EQ(k.threads, p.block_m / p.warp_m * (p.block_n / p.warp_n) * 128);
+        EXPECT_EQ(k.threads, p.block_m / p.warp_m * (p.block_n / p.warp_n) * 128 + (p.producer ? 128 : 0));
         jobs.push_back({label + " " + m.layout + " " + name, k});
       }
     }
@@ -395,17 +395,143 @@ TEST(Codegen, WgmmaCompilesEveryAbstractionLayoutAndSchedule) {
     add(typed("gemm_nt", in_t, out_t, {"M=300", "N=200", "K=256"}), hw, hw + " gemm_nt", true);
     add(typed("conv2d_nhwc", in_t, out_t, {"N=2"}), hw, hw + " conv2d_nhwc", false);
   }
-  std::vector<CompileJob> sources;
-  for (const auto& j : jobs) sources.push_back({j.kernel.name, j.kernel.code});
-  NvrtcCompiler compiler(90);
-  std::vector<CompileResult> results = compile_parallel(compiler, sources);
-  std::vector<std::string> failures;
-  for (std::size_t i = 0; i < results.size(); ++i)
-    if (!results[i].ok) failures.push_back(jobs[i].label + ":\n" + results[i].log);
+  std::vector<std::string> failures = compile_all(jobs, {90});
   EXPECT_TRUE(failures.empty()) << failures.size() << " of " << jobs.size() << " failed; first:\n"
                                 << (failures.empty() ? "" : failures.front());
   EXPECT_GT(jobs.size(), 50u);
   std::cout << "compiled " << jobs.size() << " wgmma kernels for sm_90a; " << skipped << " variants did not apply\n";
+}
+
+// The warp-specialized wgmma kernels (producer = 1): a producer warpgroup's TMA boxes feed one or
+// two consumer warpgroups through an mbarrier ring. Every operand that is a strided view of its
+// tensor (GEMMs in every layout, batched GEMMs, 1x1 convolutions) gets tensor maps whose boxes
+// are one 128-byte line by the tile's rows; the kernels compile for sm_90a; operands TMA cannot
+// box are refused with the reason.
+TEST(Codegen, WgmmaTmaProducer) {
+  std::vector<Job> jobs;
+  std::vector<std::unique_ptr<Compute>> keep;
+  const DeviceLimits limits = DeviceLimits::for_arch(90);
+  auto typed = [&](const std::string& op, const std::string& in_t, const std::string& out_t,
+                   const std::vector<std::string>& sets) -> const Compute& {
+    return typed_compute(keep, op, in_t, out_t, sets);
+  };
+  // The first layout of each compute whose default schedule takes a producer, with variants.
+  auto add = [&](const Compute& c, const std::string& hw_name, const std::string& label) {
+    const HwAbstraction& hw = find_hw(shipped(), hw_name);
+    MatchReport r = match_compute(c, {hw}, Enumeration::kAll);
+    ASSERT_FALSE(r.matches.empty()) << label;
+    int layouts = 0;
+    std::string reasons;
+    for (const Match& m : r.matches) {
+      ImplicitGemm g = make_implicit_gemm(c, hw, m, m.mappings.back());
+      ScheduleParams d = default_schedule(g, limits);
+      d.producer = 1;
+      if (auto issues = validate(g, d, limits); !issues.empty()) {
+        reasons += "\n  " + m.layout + ": " + issues[0].detail;
+        continue;
+      }
+      ++layouts;
+      std::vector<std::pair<std::string, ScheduleParams>> schedules = {{"default", d}};
+      auto edit = [&](const std::string& name, auto f) {
+        ScheduleParams p = d;
+        f(p);
+        auto issues = validate(g, p, limits);
+        if (issues.empty()) schedules.emplace_back(name, p);
+      };
+      edit("2 consumers 128x256", [](ScheduleParams& p) { p.block_m = 128; p.warp_m = 64; p.block_n = p.warp_n = 256; });
+      edit("wm 128 wn 64 stages 6", [](ScheduleParams& p) { p.warp_m = p.block_m = 128; p.warp_n = 64; p.block_n = 128; p.stages = 6; });
+      edit("bk x2 split 3 raster 4", [](ScheduleParams& p) { p.block_k *= 2; p.stages = 3; p.split_k = 3; p.raster = 4; });
+      for (const auto& [name, p] : schedules) {
+        KernelSource k = emit_kernel(g, p);
+        EXPECT_EQ(k.tensor_maps.size(), 2u) << label << " " << name;
+        EXPECT_NE(k.code.find("cp.async.bulk.tensor"), std::string::npos) << label << " " << name;
+        EXPECT_EQ(k.threads, p.block_m / p.warp_m * (p.block_n / p.warp_n) * 128 + 128) << label << " " << name;
+        EXPECT_LE(k.shared_bytes, limits.max_shared_bytes);
+        jobs.push_back({label + " " + m.layout + " " + name, k});
+      }
+    }
+    EXPECT_GT(layouts, 0) << label << ": no layout takes a TMA producer:" << reasons;
+  };
+  for (const char* op : {"gemm", "gemm_nt", "gemm_tn", "gemm_tt"})
+    add(typed(op, "float16", "float32", {"M=200", "N=136", "K=520"}), "wgmma_fp16_fp32", op);
+  add(typed("gemm", "float16", "float32", {"M=67", "N=40", "K=72"}), "wgmma_fp16_fp32", "gemm 67x40x72");
+  add(typed("batched_gemm", "float16", "float32", {"BATCH=3", "M=72", "N=64", "K=64"}), "wgmma_fp16_fp32", "batched");
+  add(typed("conv2d_nhwc", "float16", "float32", {"N=3", "C=24", "H=9", "W=11", "K=40", "R=1", "S=1", "pad=0"}),
+      "wgmma_fp16_fp32", "conv2d_nhwc 1x1");
+  add(typed("gemm_nt", "bfloat16", "float32", {"M=300", "N=200", "K=256"}), "wgmma_bf16_fp32", "bf16");
+  add(typed("gemm_nt", "float32", "float32", {"M=300", "N=200", "K=256"}), "wgmma_tf32_fp32", "tf32");
+  add(typed("gemm_nt", "int8", "int32", {"M=300", "N=200", "K=256"}), "wgmma_int8_int32", "int8");
+
+  // The tensor maps of gemm (A [M][K] K-major, B [K][N] read along n) with 128 x 128 x 64 tiles.
+  {
+    const Compute& c = typed("gemm", "float16", "float32", {"M=200", "N=136", "K=520"});
+    const HwAbstraction& hw = find_hw(shipped(), "wgmma_fp16_fp32");
+    MatchReport r = match_compute(c, {hw}, Enumeration::kAll);
+    ASSERT_EQ(r.matches[0].layout, "nnn");
+    ImplicitGemm g = make_implicit_gemm(c, hw, r.matches[0], r.matches[0].mappings.back());
+    ScheduleParams p = default_schedule(g, limits);
+    p.producer = 1;
+    p.block_m = p.block_n = p.warp_n = 128;
+    p.warp_m = 64;
+    p.block_k = 64;
+    ASSERT_TRUE(validate(g, p, limits).empty());
+    KernelSource k = emit_kernel(g, p);
+    ASSERT_EQ(k.tensor_maps.size(), 2u);
+    const TensorMapSpec &a = k.tensor_maps[0], &b = k.tensor_maps[1];
+    EXPECT_EQ(a.operand, 0);
+    EXPECT_EQ(a.rank, 2);
+    EXPECT_EQ(a.dims[0], 520u);      // k, contiguous
+    EXPECT_EQ(a.dims[1], 200u);      // m
+    EXPECT_EQ(a.strides[0], 1040u);  // bytes per row of A
+    EXPECT_EQ(a.box[0], 64u);        // one 128-byte line of k
+    EXPECT_EQ(a.box[1], 128u);       // the block's rows
+    EXPECT_EQ(b.operand, 1);
+    EXPECT_EQ(b.dims[0], 136u);      // n, contiguous: B is read transposed
+    EXPECT_EQ(b.dims[1], 520u);
+    EXPECT_EQ(b.strides[0], 272u);
+    EXPECT_EQ(b.box[0], 64u);
+    EXPECT_EQ(b.box[1], 64u);        // block_k rows
+    EXPECT_EQ(k.threads, 3 * 128);
+  }
+  // A batched GEMM's batch is a third dimension of its tensor maps, with boxes one deep.
+  {
+    const Compute& c = typed("batched_gemm", "float16", "float32", {"BATCH=3", "M=72", "N=64", "K=64"});
+    const HwAbstraction& hw = find_hw(shipped(), "wgmma_fp16_fp32");
+    MatchReport r = match_compute(c, {hw}, Enumeration::kAll);
+    ImplicitGemm g = make_implicit_gemm(c, hw, r.matches[0], r.matches[0].mappings.back());
+    ScheduleParams p = default_schedule(g, limits);
+    p.producer = 1;
+    ASSERT_TRUE(validate(g, p, limits).empty());
+    KernelSource k = emit_kernel(g, p);
+    for (const TensorMapSpec& m : k.tensor_maps) {
+      EXPECT_EQ(m.rank, 3);
+      EXPECT_EQ(m.dims[2], 3u);
+      EXPECT_EQ(m.box[2], 1u);
+    }
+  }
+  // Refusals: an input whose rows move with the filter taps, a row of 130 bytes, another family.
+  auto refusal = [&](const Compute& c, const std::string& hw_name) {
+    const HwAbstraction& hw = find_hw(shipped(), hw_name);
+    MatchReport r = match_compute(c, {hw}, Enumeration::kAll);
+    ImplicitGemm g = make_implicit_gemm(c, hw, r.matches[0], r.matches[0].mappings.back());
+    ScheduleParams p = default_schedule(g, limits);
+    p.producer = 1;
+    auto issues = validate(g, p, limits);
+    return issues.empty() ? std::string() : issues[0].detail;
+  };
+  EXPECT_NE(refusal(typed("conv2d_nhwc", "float16", "float32", {"N=2"}), "wgmma_fp16_fp32").find("operand A (I)"),
+            std::string::npos);
+  EXPECT_NE(refusal(typed("gemm", "float16", "float32", {"M=67", "N=33", "K=65"}), "wgmma_fp16_fp32")
+                .find("multiples of 16 bytes"),
+            std::string::npos);
+  EXPECT_NE(refusal(typed("gemm", "float16", "float32", {}), "mma_sync_fp16_fp32").find("only wgmma"),
+            std::string::npos);
+
+  std::vector<std::string> failures = compile_all(jobs, {90});
+  EXPECT_TRUE(failures.empty()) << failures.size() << " of " << jobs.size() << " failed; first:\n"
+                                << (failures.empty() ? "" : failures.front());
+  EXPECT_GT(jobs.size(), 25u);
+  std::cout << "compiled " << jobs.size() << " warp-specialized wgmma kernels for sm_90a\n";
 }
 
 TEST(Schedule, WgmmaValidationReasons) {
@@ -417,7 +543,12 @@ TEST(Schedule, WgmmaValidationReasons) {
   ASSERT_EQ(nnn.layout, "nnn");
   ImplicitGemm g = make_implicit_gemm(c, hw, nnn, nnn.mappings[0]);
   const DeviceLimits limits = DeviceLimits::for_arch(90);
-  const ScheduleParams d = default_schedule(g, limits);
+  // The default takes a TMA producer warpgroup (both operands are plain strided tensors); the
+  // reasons below are those of the kernel whose threads all gather.
+  ScheduleParams d = default_schedule(g, limits);
+  EXPECT_EQ(d.producer, 1);
+  EXPECT_EQ(block_threads(g, d), d.block_m / d.warp_m * (d.block_n / d.warp_n) * 128 + 128);
+  d.producer = 0;
   ASSERT_TRUE(validate(g, d, limits).empty());
   EXPECT_EQ(block_threads(g, d), d.block_m / d.warp_m * (d.block_n / d.warp_n) * 128);
   auto with = [&](auto edit) {

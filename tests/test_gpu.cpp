@@ -380,6 +380,84 @@ TEST(Gpu, WgmmaFamily) {
   }
 }
 
+// Warp-specialized wgmma kernels (producer = 1): TMA boxes through an mbarrier ring, zero-filled
+// outside the tensor (tails in M, N and K), one or two consumer warpgroups, split-K, every GEMM
+// layout, batched GEMMs (the batch a tensor-map dimension), 1x1 convolutions and every dtype.
+TEST(Gpu, WgmmaTmaProducer) {
+  if (!have_gpu()) GTEST_SKIP() << "no GPU: " << query_runtime().status;
+  if (device_cc() != 90) GTEST_SKIP() << "wgmma needs sm_90, the GPU is sm_" << device_cc();
+  std::uint64_t seed = 1900;
+  using Edit = std::pair<std::string, std::function<void(ScheduleParams&)>>;
+  // The first layout of `c` whose default schedule takes a TMA producer (the one that reads each
+  // operand in its memory order).
+  auto tma = [](const Compute& c, const std::string& hw, const std::string& label, double tol) {
+    MatchReport r = match_compute(c, {find_hw(shipped(), hw)}, Enumeration::kAll);
+    for (std::size_t i = 0; i < r.matches.size(); ++i) {
+      GpuCase gc = full_mapping(c, hw, label, tol, i);
+      gc.p.producer = 1;
+      gc.label += " tma";
+      if (validate(gc.g, gc.p, DeviceLimits::for_arch(90)).empty()) return gc;
+    }
+    ADD_FAILURE() << label << ": no layout takes a TMA producer";
+    return full_mapping(c, hw, label, tol);
+  };
+  const std::vector<Edit> edits = {
+      {"stages 3", [](ScheduleParams& p) { p.stages = 3; }},
+      {"stages 6 bm 64", [](ScheduleParams& p) { p.stages = 6; p.block_m = 64; }},
+      {"2 consumers 128x256", [](ScheduleParams& p) { p.block_m = 128; p.warp_m = 64; p.block_n = p.warp_n = 256; }},
+      {"wm 128 wn 64", [](ScheduleParams& p) { p.warp_m = 128; p.block_m = 128; p.warp_n = 64; p.block_n = 128; }},
+      {"bk 128 raster 3", [](ScheduleParams& p) { p.block_k = 128; p.stages = 3; p.raster = 3; }},
+      {"split 3", [](ScheduleParams& p) { p.split_k = 3; }},
+  };
+  for (const char* op : {"gemm", "gemm_nt", "gemm_tn", "gemm_tt"}) {
+    Compute c = build_compute(builtin_op(op), parse_param_overrides({"M=200", "N=136", "K=520"}));
+    // The layout whose operands are stored as the tensors are (the first match, "nnn", reads each
+    // operand in its memory order).
+    GpuCase base = tma(c, "wgmma_fp16_fp32", std::string(op) + " 200x136x520", 1e-2);
+    run_cases(c, variants(base, edits), seed++);
+  }
+  {
+    Compute c = build_compute(builtin_op("gemm"), parse_param_overrides({"M=67", "N=40", "K=72"}));
+    run_cases(c, {tma(c, "wgmma_fp16_fp32", "gemm 67x40x72", 1e-2)}, seed++);
+    Compute b = build_compute(builtin_op("batched_gemm"), parse_param_overrides({"BATCH=3", "M=72", "N=64", "K=200"}));
+    run_cases(b, variants(tma(b, "wgmma_fp16_fp32", "batched_gemm 3x72x64x200", 1e-2),
+                          {{"split 2", [](ScheduleParams& p) { p.split_k = 2; }}}),
+              seed++);
+    Compute v = build_compute(builtin_op("conv2d_nhwc"),
+                              parse_param_overrides({"N=3", "C=24", "H=9", "W=11", "K=40", "R=1", "S=1", "pad=0"}));
+    MatchReport r = match_compute(v, {find_hw(shipped(), "wgmma_fp16_fp32")}, Enumeration::kAll);
+    std::vector<GpuCase> cases;
+    for (std::size_t i = 0; i < r.matches.size(); ++i) {
+      GpuCase gc = full_mapping(v, "wgmma_fp16_fp32", "conv2d_nhwc 1x1", 1e-2, i);
+      gc.p.producer = 1;
+      gc.label += " tma";
+      if (validate(gc.g, gc.p, DeviceLimits::for_arch(90)).empty()) cases.push_back(gc);
+    }
+    EXPECT_FALSE(cases.empty());
+    run_cases(v, cases, seed++);
+  }
+  for (const auto& [hw, in_t, out_t, tol] : std::vector<std::tuple<std::string, std::string, std::string, double>>{
+           {"wgmma_bf16_fp32", "bfloat16", "float32", 1e-2},
+           {"wgmma_tf32_fp32", "float32", "float32", 1e-2},
+           {"wgmma_int8_int32", "int8", "int32", 0.0}}) {
+    Compute c = typed_op("gemm_nt", in_t, out_t, {"M=300", "N=200", "K=192"});
+    run_cases(c, variants(tma(c, hw, hw + " gemm_nt", tol),
+                          {{"split 2", [](ScheduleParams& p) { p.split_k = 2; }},
+                           {"wn 64", [](ScheduleParams& p) { p.warp_n = 64; p.block_n = 128; }}}),
+              seed++);
+  }
+  // Large GEMMs, for a first look at speed (no goal is asserted here).
+  for (const char* op : {"gemm", "gemm_nt"}) {
+    Compute c = build_compute(builtin_op(op), parse_param_overrides({"M=4096", "N=4096", "K=4096"}));
+    GpuCase base = tma(c, "wgmma_fp16_fp32", std::string(op) + " 4096^3", 1e-2);
+    run_cases(c, variants(base, {{"2 consumers 128x256", [](ScheduleParams& p) { p.block_m = 128; p.warp_m = 64; p.block_n = p.warp_n = 256; p.stages = 4; }},
+                                 {"2 consumers 128x256 raster 8", [](ScheduleParams& p) { p.block_m = 128; p.warp_m = 64; p.block_n = p.warp_n = 256; p.stages = 4; p.raster = 8; }},
+                                 {"2 consumers 256x128", [](ScheduleParams& p) { p.block_m = 256; p.warp_m = 128; p.block_n = p.warp_n = 128; p.stages = 4; }},
+                                 {"128x128 stages 6", [](ScheduleParams& p) { p.block_n = p.warp_n = 128; p.stages = 6; }}}),
+              seed++);
+  }
+}
+
 // Shifted vectors (an NCHW / NCW / NCDHW input copied along the output's width, padding and
 // taps moving the start of each group, reads at both edges of the padding) and fused vectors
 // (weights along (c, r, s); a 1x1 NCHW input along (p, q)), in both families and every main

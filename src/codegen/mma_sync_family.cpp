@@ -335,6 +335,9 @@ class MmaSyncFamily final : public EmitterFamily {
   void validate(const ImplicitGemm& g, const ScheduleParams& p, const DeviceLimits& limits,
                 std::vector<ScheduleIssue>& out) const override {
     auto fail = [&](ScheduleError e, std::string detail) { out.push_back({e, std::move(detail)}); };
+    if (p.producer != 0)
+      fail(ScheduleError::kBadOption, "producer = " + std::to_string(p.producer) +
+                                          ": only wgmma kernels (sm_90) have a TMA producer warpgroup; use 0");
     if (limits.compute_capability != 0 && limits.compute_capability < 80)
       fail(ScheduleError::kBadOption, "mma.sync m16n8 kernels with ldmatrix and cp.async need sm_80 or newer, not sm_" +
                                           std::to_string(limits.compute_capability));
@@ -427,6 +430,7 @@ class MmaSyncFamily final : public EmitterFamily {
         {1, 2, 4, 8},                              // raster
         {0, 1, 1},                                 // async_copy (needs vector loads)
         {0, 1, 1},                                 // swizzle
+        {0},                                       // producer: wgmma only
     };
   }
 

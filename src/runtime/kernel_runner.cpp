@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <type_traits>
 
+#include <cuda.h>  // CUtensorMap and its enums only: the driver is reached through the runtime
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
@@ -165,6 +166,50 @@ class LoadedKernel {
   cudaLibrary_t lib_ = nullptr;
   cudaKernel_t kernel_ = nullptr;
 };
+
+/// cuTensorMapEncodeTiled, looked up in the driver through the runtime (tmap never links libcuda,
+/// so that it starts and compiles on machines without a driver); nullptr when the driver lacks it.
+using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                 const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+EncodeTiled encode_tiled() {
+  static const EncodeTiled fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    const cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &found);
+    return e == cudaSuccess && found == cudaDriverEntryPointSuccess ? reinterpret_cast<EncodeTiled>(p) : nullptr;
+  }();
+  return fn;
+}
+
+/// The tensor map `spec` describes over the tensor at `base`, 128-byte swizzled, zero outside.
+CUtensorMap encode_tensor_map(const TensorMapSpec& spec, void* base) {
+  const EncodeTiled encode = encode_tiled();
+  if (!encode)
+    throw CudaFailure("cuTensorMapEncodeTiled: not found in the CUDA driver (TMA kernels need a CUDA 12 or newer driver)",
+                      FailureKind::kLoad);
+  CUtensorMapDataType type = CU_TENSOR_MAP_DATA_TYPE_UINT8;
+  switch (spec.dtype) {
+    case DType::kFloat16: type = CU_TENSOR_MAP_DATA_TYPE_FLOAT16; break;
+    case DType::kBFloat16: type = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16; break;
+    case DType::kFloat32:
+    case DType::kTFloat32: type = CU_TENSOR_MAP_DATA_TYPE_FLOAT32; break;
+    case DType::kInt32: type = CU_TENSOR_MAP_DATA_TYPE_INT32; break;
+    case DType::kFloat64: type = CU_TENSOR_MAP_DATA_TYPE_FLOAT64; break;
+    case DType::kInt8: type = CU_TENSOR_MAP_DATA_TYPE_UINT8; break;  // bytes copied as they are
+    case DType::kInt4: throw CudaFailure("tensor maps of packed int4 are not supported", FailureKind::kLoad);
+  }
+  const cuuint32_t element_strides[5] = {1, 1, 1, 1, 1};
+  CUtensorMap map;
+  const CUresult r = encode(&map, type, static_cast<cuuint32_t>(spec.rank), base, spec.dims.data(), spec.strides.data(),
+                            spec.box.data(), element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    throw CudaFailure("cuTensorMapEncodeTiled: error " + std::to_string(static_cast<int>(r)) + " for operand " +
+                          (spec.operand == 0 ? "A" : "B") + " (rank " + std::to_string(spec.rank) + ")",
+                      FailureKind::kLoad);
+  return map;
+}
 
 /// A CUDA event owned for the length of a scope.
 class Event {
@@ -351,14 +396,17 @@ KernelRun run_candidate(Workspace& ws, const std::vector<double>& reference, int
     void* workspace = nullptr;
     if (k.workspace_bytes > 0) check(cudaMalloc(&workspace, static_cast<std::size_t>(k.workspace_bytes)), "cudaMalloc", FailureKind::kLoad);
     std::unique_ptr<void, decltype(&cudaFree)> workspace_owner(workspace, &cudaFree);
-    void* args[] = {&a, &b, &out, &workspace};
+    std::vector<CUtensorMap> maps;
+    for (const TensorMapSpec& spec : k.tensor_maps) maps.push_back(encode_tensor_map(spec, spec.operand == 0 ? a : b));
+    std::vector<void*> args = {&a, &b, &out, &workspace};
+    for (CUtensorMap& m : maps) args.push_back(&m);
     void* reduce_args[] = {&workspace, &out};
     // One run of the candidate: the main kernel, then the split-K reduction if there is one.
     cudaStream_t stream = nullptr;
     check(cudaStreamCreate(&stream), "cudaStreamCreate");
     std::unique_ptr<std::remove_pointer_t<cudaStream_t>, decltype(&cudaStreamDestroy)> stream_owner(stream, &cudaStreamDestroy);
     auto enqueue = [&](void* s) {
-      cudaError_t e = kernel.launch(k, args, static_cast<cudaStream_t>(s));
+      cudaError_t e = kernel.launch(k, args.data(), static_cast<cudaStream_t>(s));
       if (e == cudaSuccess && reduce)
         e = reduce->launch_1d(k.reduce_blocks, k.reduce_threads, reduce_args, static_cast<cudaStream_t>(s));
       return static_cast<int>(e);

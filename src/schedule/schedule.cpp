@@ -105,7 +105,8 @@ nlohmann::json to_json(const ScheduleParams& p) {
   return {{"block_m", p.block_m}, {"block_n", p.block_n}, {"block_k", p.block_k}, {"warp_m", p.warp_m},
           {"warp_n", p.warp_n},   {"stages", p.stages},   {"smem_pad", p.smem_pad}, {"split_k", p.split_k},
           {"panels", p.panels},   {"vec_a", p.vec_a},     {"vec_b", p.vec_b},       {"unroll", p.unroll},
-          {"raster", p.raster},   {"async_copy", p.async_copy}, {"swizzle", p.swizzle}};
+          {"raster", p.raster},   {"async_copy", p.async_copy}, {"swizzle", p.swizzle},
+          {"producer", p.producer}};
 }
 
 ScheduleParams schedule_from_json(const nlohmann::json& j, const ScheduleParams& defaults) {
@@ -120,7 +121,7 @@ ScheduleParams schedule_from_json(const nlohmann::json& j, const ScheduleParams&
                                                  {"panels", &p.panels},   {"vec_a", &p.vec_a},
                                                  {"vec_b", &p.vec_b},     {"unroll", &p.unroll},
                                                  {"raster", &p.raster},   {"async_copy", &p.async_copy},
-                                                 {"swizzle", &p.swizzle}};
+                                                 {"swizzle", &p.swizzle}, {"producer", &p.producer}};
   for (const auto& [key, value] : j.items()) {
     auto it = std::find_if(std::begin(fields), std::end(fields), [&](const auto& f) { return key == f.first; });
     if (it == std::end(fields)) {
@@ -153,8 +154,8 @@ std::string_view message(ScheduleError e) {
     case ScheduleError::kBadStages:
       return "stages must be 1 or 2, or up to the family's pipeline depth (wmma 4, mma_sync 5) with async_copy = 1";
     case ScheduleError::kBadOption:
-      return "panels, unroll and swizzle must be 0 or 1 (panels wmma only, swizzle mma_sync only), raster between 1 "
-             "and 32";
+      return "panels, unroll, swizzle and producer must be 0 or 1 (panels wmma only, swizzle mma_sync and wgmma, "
+             "producer wgmma only), raster between 1 and 32";
     case ScheduleError::kBadAsyncCopy:
       return "async_copy (0 or 1) needs sm_80 or newer and an operand loaded in 4-, 8- or 16-byte vectors";
     case ScheduleError::kBadVector:
@@ -184,7 +185,8 @@ std::int64_t stored_row_length(const ImplicitGemm& g, const ScheduleParams& p, i
 }
 
 int block_threads(const ImplicitGemm& g, const ScheduleParams& p) {
-  return (p.block_m / p.warp_m) * (p.block_n / p.warp_n) * family_of(*g.hw).threads_per_warp_tile();
+  const EmitterFamily& f = family_of(*g.hw);
+  return (p.block_m / p.warp_m) * (p.block_n / p.warp_n) * f.threads_per_warp_tile() + f.extra_threads(p);
 }
 
 std::vector<ScheduleIssue> validate(const ImplicitGemm& g, const ScheduleParams& p, const DeviceLimits& limits) {

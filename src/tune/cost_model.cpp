@@ -77,7 +77,7 @@ std::vector<double> CostModel::predict(const std::vector<Features>& f) const {
   std::vector<double> out(f.size());
   if (f.empty()) return out;
   if (!booster_) {
-    for (std::size_t i = 0; i < f.size(); ++i) out[i] = f[i][kNumFeatures - 1];  // log2 of the analytic estimate
+    for (std::size_t i = 0; i < f.size(); ++i) out[i] = f[i][kAnalyticFeature];  // log2 of the analytic estimate
     return out;
   }
   std::vector<float> rows;

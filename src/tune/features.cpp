@@ -187,6 +187,7 @@ Features candidate_features(const ImplicitGemm& g, const ScheduleParams& p, cons
   f[i++] = static_cast<float>(p.async_copy);             // cp.async copies (with stages: tiles in flight)
   f[i++] = static_cast<float>(family_of(*g.hw).ordinal());  // the emitter family (wmma 0, mma_sync 1)
   f[i++] = static_cast<float>(p.swizzle);                // XOR-swizzled shared tiles
+  f[i++] = static_cast<float>(p.producer);               // warp-specialized TMA producer
   return f;
 }
 

@@ -21,8 +21,21 @@
 
 namespace tmap {
 
+/// A TMA tensor map (CUtensorMap) the launcher encodes for one operand: a view of the operand's
+/// tensor as up to 5 dimensions, innermost first (dimension 0 is contiguous), read in boxes of
+/// `box` elements into 128-byte-swizzled shared memory, zero outside `dims`.
+struct TensorMapSpec {
+  int operand = 0;  ///< 0: the tensor passed as the kernel's first argument (A), 1: its second (B).
+  DType dtype = DType::kFloat16;
+  int rank = 0;
+  std::array<std::uint64_t, 5> dims{};     ///< Elements per dimension.
+  std::array<std::uint64_t, 4> strides{};  ///< Bytes between consecutive indices of dimensions 1...
+  std::array<std::uint32_t, 5> box{};      ///< Elements per box along each dimension.
+};
+
 /// A generated kernel and how to launch it. Its parameters are, in order: the tensor playing
-/// operand A, the tensor playing operand B, the output, and a workspace (device pointers).
+/// operand A, the tensor playing operand B, the output, and a workspace (device pointers), then
+/// one `const __grid_constant__` CUtensorMap per entry of `tensor_maps`.
 /// With split-K, the main kernel writes partial sums to the workspace and a second kernel in
 /// the same source (reduce_name, parameters: workspace, output) sums them into the output.
 struct KernelSource {
@@ -35,6 +48,7 @@ struct KernelSource {
   std::string reduce_name;
   std::int64_t reduce_blocks = 0;
   int reduce_threads = 256;
+  std::vector<TensorMapSpec> tensor_maps;
 };
 
 class EmitterFamily {
@@ -55,6 +69,8 @@ class EmitterFamily {
   /// Threads that execute one warp tile (ScheduleParams::warp_m x warp_n): 32 for warp-scope
   /// intrinsics, 128 for a warpgroup's.
   virtual int threads_per_warp_tile() const { return 32; }
+  /// Threads a block has besides its warp tiles' (a producer warpgroup).
+  virtual int extra_threads(const ScheduleParams&) const { return 0; }
   /// The most accumulator fragments (of the intrinsic's m x n) a warp holds before spilling.
   virtual int max_fragments_per_warp(const ImplicitGemm& g) const = 0;
   /// The fraction of the tensor cores' peak a well-fed kernel of this family reaches (analytic model).

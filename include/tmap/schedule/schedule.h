@@ -37,6 +37,10 @@ struct ScheduleParams {
   /// 1: shared operand tiles XOR-swizzled in 16-byte chunks (chunk ^ (128-byte line % 8)), so
   /// that ldmatrix and the 16-byte copies meet no bank conflicts without padding (mma_sync).
   int swizzle = 0;
+  /// 1: warp-specialized (wgmma): one producer warpgroup loads the operand tiles with TMA into a
+  /// ring of `stages` buffers guarded by mbarriers while the other warpgroups multiply; 0: every
+  /// thread gathers operand tiles between the math.
+  int producer = 0;
   bool operator==(const ScheduleParams&) const = default;
 };
 
