@@ -30,8 +30,23 @@ TEST(Worker, RequestsAndResultsRoundTrip) {
   r.seed = 42;
   r.timing.min_repeats = 7;
   r.timing.long_run_ms = 2.5;
+  // A warp-specialized kernel's TMA descriptions travel with it (the worker encodes them).
+  TensorMapSpec map;
+  map.operand = 1;
+  map.dtype = DType::kBFloat16;
+  map.rank = 3;
+  map.dims = {520, 200, 3, 0, 0};
+  map.strides = {1040, 208000, 0, 0};
+  map.box = {64, 128, 1, 0, 0};
+  r.kernel.tensor_maps = {map, map};
+  r.kernel.tensor_maps[0].operand = 0;
   MeasureRequest back = request_from_json(nlohmann::json::parse(to_json(r).dump()));
   EXPECT_EQ(to_json(back), to_json(r));
+  ASSERT_EQ(back.kernel.tensor_maps.size(), 2u);
+  EXPECT_EQ(back.kernel.tensor_maps[0].operand, 0);
+  EXPECT_EQ(back.kernel.tensor_maps[1].dtype, DType::kBFloat16);
+  EXPECT_EQ(back.kernel.tensor_maps[1].strides[1], 208000u);
+  EXPECT_EQ(back.kernel.tensor_maps[1].box, map.box);
   MeasureResult res{MeasureStatus::kTimeout, "slow", 0.5, 12.5, {12.0, 13.0}};
   MeasureResult res_back = result_from_json(to_json(res));
   EXPECT_EQ(res_back.status, MeasureStatus::kTimeout);

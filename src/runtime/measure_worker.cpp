@@ -43,9 +43,38 @@ MeasureRequest MeasureRequest::for_kernel(const Compute& c, const KernelSource& 
   return r;
 }
 
+namespace {
+
+nlohmann::json tensor_maps_json(const std::vector<TensorMapSpec>& maps) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const TensorMapSpec& m : maps)
+    out.push_back({{"operand", m.operand}, {"dtype", std::string(dtype_name(m.dtype))}, {"rank", m.rank},
+                   {"dims", m.dims}, {"strides", m.strides}, {"box", m.box}});
+  return out;
+}
+
+std::vector<TensorMapSpec> tensor_maps_from_json(const nlohmann::json& j) {
+  std::vector<TensorMapSpec> out;
+  for (const auto& e : j) {
+    TensorMapSpec m;
+    m.operand = e.at("operand");
+    const auto dtype = parse_dtype(e.at("dtype").get<std::string>());
+    if (!dtype) throw std::runtime_error("measure request: tensor map of unknown dtype " + e.at("dtype").dump());
+    m.dtype = *dtype;
+    m.rank = e.at("rank");
+    m.dims = e.at("dims");
+    m.strides = e.at("strides");
+    m.box = e.at("box");
+    out.push_back(m);
+  }
+  return out;
+}
+
+}  // namespace
+
 nlohmann::json to_json(const MeasureRequest& r) {
   const KernelSource& k = r.kernel;
-  return {{"compute", r.compute},       {"kernel", k.name},          {"cubin", r.cubin_path},
+  return {{"tensor_maps", tensor_maps_json(k.tensor_maps)},{"compute", r.compute},       {"kernel", k.name},          {"cubin", r.cubin_path},
           {"grid", k.grid},             {"threads", k.threads},      {"shared_bytes", k.shared_bytes},
           {"workspace_bytes", k.workspace_bytes}, {"reduce_kernel", k.reduce_name},
           {"reduce_blocks", k.reduce_blocks}, {"reduce_threads", k.reduce_threads},
@@ -67,6 +96,7 @@ MeasureRequest request_from_json(const nlohmann::json& j) {
   r.kernel.reduce_name = j.at("reduce_kernel");
   r.kernel.reduce_blocks = j.at("reduce_blocks");
   r.kernel.reduce_threads = j.at("reduce_threads");
+  r.kernel.tensor_maps = tensor_maps_from_json(j.value("tensor_maps", nlohmann::json::array()));
   r.a_tensor = j.at("a_tensor");
   r.b_tensor = j.at("b_tensor");
   r.verify = j.at("verify");
