@@ -574,7 +574,9 @@ TEST(Schedule, WgmmaValidationReasons) {
       {"k off the line", with([](ScheduleParams& p) { p.block_k = 32; }), ScheduleError::kMisalignedRows, "128-byte lines"},
       {"too many accumulators", with([](ScheduleParams& p) { p.warp_m = p.block_m = 128; }), ScheduleError::kBadOption,
        "256 accumulator registers"},
-      {"shared memory", with([](ScheduleParams& p) { p.block_m = 256; p.warp_m = 64; p.stages = 6; }),
+      {"registers", with([](ScheduleParams& p) { p.block_m = 256; p.block_n = 192; p.warp_m = 64; p.warp_n = 192; p.stages = 3; p.producer = 1; }),
+       ScheduleError::kTooManyThreads, "640 threads leave 96 registers"},
+      {"shared memory", with([](ScheduleParams& p) { p.block_m = 128; p.warp_m = 64; p.stages = 6; }),
        ScheduleError::kSharedMemoryExceeded, "limit"},
   };
   for (const auto& ic : cases) {

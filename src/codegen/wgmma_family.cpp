@@ -504,6 +504,14 @@ class WgmmaFamily final : public EmitterFamily {
       fail(ScheduleError::kBadOption, "a " + std::to_string(p.warp_m) + " x " + std::to_string(p.warp_n) +
                                           " warpgroup tile holds " + std::to_string(acc_regs) +
                                           " accumulator registers per thread (at most 128)");
+    // The accumulators and about 40 registers of addresses and loop state must fit in a thread's
+    // share of the 64K-register file (ptxas refuses wgmma otherwise).
+    const int threads = block_threads(g, p);
+    const int budget = threads > 0 ? std::min(255, 65536 / threads / 8 * 8) : 255;
+    if (acc_regs <= 128 && acc_regs + 40 > budget)
+      fail(ScheduleError::kTooManyThreads, std::to_string(threads) + " threads leave " + std::to_string(budget) +
+                                               " registers a thread, too few for " + std::to_string(acc_regs) +
+                                               " accumulators; use fewer or smaller warpgroup tiles");
     for (int which = 0; which < 2; ++which) {
       const StoredTile t = stored_tile(g, p, which);
       const char* name = which == 0 ? "A" : "B";
