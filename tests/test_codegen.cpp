@@ -49,6 +49,16 @@ std::vector<std::string> compile_all(const std::vector<Job>& jobs, const std::ve
   return out;
 }
 
+/// One virtual GEMM per match of abstraction `hw_name` on `c` (each match's last mapping), in the
+/// matcher's order; `c` must outlive them.
+std::vector<ImplicitGemm> gemm_per_match(const Compute& c, const std::string& hw_name) {
+  const HwAbstraction& hw = find_hw(shipped(), hw_name);
+  std::vector<ImplicitGemm> out;
+  for (const Match& m : match_compute(c, {hw}, Enumeration::kAll).matches)
+    out.push_back(make_implicit_gemm(c, hw, m, m.mappings.back()));
+  return out;
+}
+
 /// A built-in op with its inputs' and output's dtypes replaced, kept alive in `keep`.
 const Compute& typed_compute(std::vector<std::unique_ptr<Compute>>& keep, const std::string& op,
                              const std::string& in_t, const std::string& out_t, const std::vector<std::string>& sets) {
@@ -267,14 +277,13 @@ TEST(Codegen, MmaSyncCompilesEveryLayoutDtypeAndSchedule) {
   int skipped = 0;
   auto add = [&](const Compute& c, const std::string& hw_name, const std::string& label, bool variants) {
     const HwAbstraction& hw = find_hw(shipped(), hw_name);
-    MatchReport r = match_compute(c, {hw}, Enumeration::kAll);
-    ASSERT_FALSE(r.matches.empty()) << label;
-    for (const Match& m : r.matches) {
-      ImplicitGemm g = make_implicit_gemm(c, hw, m, m.mappings.back());
+    const std::vector<ImplicitGemm> gemms = gemm_per_match(c, hw_name);
+    ASSERT_FALSE(gemms.empty()) << label;
+    for (const ImplicitGemm& g : gemms) {
       ScheduleParams d = default_schedule(g, limits);
       auto issues = validate(g, d, limits);
-      ASSERT_TRUE(issues.empty()) << label << " " << m.layout << ": " << issues[0].detail;
-      EXPECT_EQ(d.swizzle, 1) << label << " " << m.layout << ": the default swizzles";
+      ASSERT_TRUE(issues.empty()) << label << " " << g.layout << ": " << issues[0].detail;
+      EXPECT_EQ(d.swizzle, 1) << label << " " << g.layout << ": the default swizzles";
       std::vector<std::pair<std::string, ScheduleParams>> schedules = {{"default", d}};
       if (variants) {
         auto edit = [&](const std::string& name, auto f) {
@@ -294,10 +303,10 @@ TEST(Codegen, MmaSyncCompilesEveryLayoutDtypeAndSchedule) {
       for (const auto& [name, p] : schedules) {
         KernelSource k = emit_kernel(g, p);
         EXPECT_NE(k.code.find(hw.compute_intrinsic), std::string::npos);
-        EXPECT_NE(k.code.find(m.layout[0] == 't' || m.layout[1] == 'n' ? "ldmatrix.sync.aligned.m8n8.x4.trans"
+        EXPECT_NE(k.code.find(g.layout[0] == 't' || g.layout[1] == 'n' ? "ldmatrix.sync.aligned.m8n8.x4.trans"
                                                                        : "ldmatrix.sync.aligned.m8n8.x4.shared"),
                   std::string::npos);
-        jobs.push_back({label + " " + m.layout + " " + name, k});
+        jobs.push_back({label + " " + g.layout + " " + name, k});
       }
     }
   };
@@ -348,14 +357,12 @@ TEST(Codegen, WgmmaCompilesEveryAbstractionLayoutAndSchedule) {
     return typed_compute(keep, op, in_t, out_t, sets);
   };
   auto add = [&](const Compute& c, const std::string& hw_name, const std::string& label, bool variants) {
-    const HwAbstraction& hw = find_hw(shipped(), hw_name);
-    MatchReport r = match_compute(c, {hw}, Enumeration::kAll);
-    ASSERT_FALSE(r.matches.empty()) << label;
-    for (const Match& m : r.matches) {
-      ImplicitGemm g = make_implicit_gemm(c, hw, m, m.mappings.back());
+    const std::vector<ImplicitGemm> gemms = gemm_per_match(c, hw_name);
+    ASSERT_FALSE(gemms.empty()) << label;
+    for (const ImplicitGemm& g : gemms) {
       ScheduleParams d = default_schedule(g, limits);
       auto issues = validate(g, d, limits);
-      ASSERT_TRUE(issues.empty()) << label << " " << m.layout << ": " << issues[0].detail;
+      ASSERT_TRUE(issues.empty()) << label << " " << g.layout << ": " << issues[0].detail;
       std::vector<std::pair<std::string, ScheduleParams>> schedules = {{"default", d}};
       if (variants) {
         auto edit = [&](const std::string& name, auto f) {
@@ -377,7 +384,7 @@ TEST(Codegen, WgmmaCompilesEveryAbstractionLayoutAndSchedule) {
         EXPECT_NE(k.code.find("wgmma.mma_async.sync.aligned.m64n" + std::to_string(p.warp_n) + "k"), std::string::npos)
             << label << " " << name;
         EXPECT_EQ(k.threads, p.block_m / p.warp_m * (p.block_n / p.warp_n) * 128 + (p.producer ? 128 : 0));
-        jobs.push_back({label + " " + m.layout + " " + name, k});
+        jobs.push_back({label + " " + g.layout + " " + name, k});
       }
     }
   };
@@ -417,17 +424,15 @@ TEST(Codegen, WgmmaTmaProducer) {
   };
   // The first layout of each compute whose default schedule takes a producer, with variants.
   auto add = [&](const Compute& c, const std::string& hw_name, const std::string& label) {
-    const HwAbstraction& hw = find_hw(shipped(), hw_name);
-    MatchReport r = match_compute(c, {hw}, Enumeration::kAll);
-    ASSERT_FALSE(r.matches.empty()) << label;
+    const std::vector<ImplicitGemm> gemms = gemm_per_match(c, hw_name);
+    ASSERT_FALSE(gemms.empty()) << label;
     int layouts = 0;
     std::string reasons;
-    for (const Match& m : r.matches) {
-      ImplicitGemm g = make_implicit_gemm(c, hw, m, m.mappings.back());
+    for (const ImplicitGemm& g : gemms) {
       ScheduleParams d = default_schedule(g, limits);
       d.producer = 1;
       if (auto issues = validate(g, d, limits); !issues.empty()) {
-        reasons += "\n  " + m.layout + ": " + issues[0].detail;
+        reasons += "\n  " + g.layout + ": " + issues[0].detail;
         continue;
       }
       ++layouts;
@@ -447,7 +452,7 @@ TEST(Codegen, WgmmaTmaProducer) {
         EXPECT_NE(k.code.find("cp.async.bulk.tensor"), std::string::npos) << label << " " << name;
         EXPECT_EQ(k.threads, p.block_m / p.warp_m * (p.block_n / p.warp_n) * 128 + 128) << label << " " << name;
         EXPECT_LE(k.shared_bytes, limits.max_shared_bytes);
-        jobs.push_back({label + " " + m.layout + " " + name, k});
+        jobs.push_back({label + " " + g.layout + " " + name, k});
       }
     }
     EXPECT_GT(layouts, 0) << label << ": no layout takes a TMA producer:" << reasons;
@@ -464,11 +469,9 @@ TEST(Codegen, WgmmaTmaProducer) {
 
   // The tensor maps of gemm (A [M][K] K-major, B [K][N] read along n) with 128 x 128 x 64 tiles.
   {
-    const Compute& c = typed("gemm", "float16", "float32", {"M=200", "N=136", "K=520"});
-    const HwAbstraction& hw = find_hw(shipped(), "wgmma_fp16_fp32");
-    MatchReport r = match_compute(c, {hw}, Enumeration::kAll);
-    ASSERT_EQ(r.matches[0].layout, "nnn");
-    ImplicitGemm g = make_implicit_gemm(c, hw, r.matches[0], r.matches[0].mappings.back());
+    const ImplicitGemm g =
+        gemm_per_match(typed("gemm", "float16", "float32", {"M=200", "N=136", "K=520"}), "wgmma_fp16_fp32").at(0);
+    ASSERT_EQ(g.layout, "nnn");
     ScheduleParams p = default_schedule(g, limits);
     p.producer = 1;
     p.block_m = p.block_n = p.warp_n = 128;
@@ -495,10 +498,9 @@ TEST(Codegen, WgmmaTmaProducer) {
   }
   // A batched GEMM's batch is a third dimension of its tensor maps, with boxes one deep.
   {
-    const Compute& c = typed("batched_gemm", "float16", "float32", {"BATCH=3", "M=72", "N=64", "K=64"});
-    const HwAbstraction& hw = find_hw(shipped(), "wgmma_fp16_fp32");
-    MatchReport r = match_compute(c, {hw}, Enumeration::kAll);
-    ImplicitGemm g = make_implicit_gemm(c, hw, r.matches[0], r.matches[0].mappings.back());
+    const ImplicitGemm g =
+        gemm_per_match(typed("batched_gemm", "float16", "float32", {"BATCH=3", "M=72", "N=64", "K=64"}), "wgmma_fp16_fp32")
+            .at(0);
     ScheduleParams p = default_schedule(g, limits);
     p.producer = 1;
     ASSERT_TRUE(validate(g, p, limits).empty());
@@ -511,9 +513,7 @@ TEST(Codegen, WgmmaTmaProducer) {
   }
   // Refusals: an input whose rows move with the filter taps, a row of 130 bytes, another family.
   auto refusal = [&](const Compute& c, const std::string& hw_name) {
-    const HwAbstraction& hw = find_hw(shipped(), hw_name);
-    MatchReport r = match_compute(c, {hw}, Enumeration::kAll);
-    ImplicitGemm g = make_implicit_gemm(c, hw, r.matches[0], r.matches[0].mappings.back());
+    const ImplicitGemm g = gemm_per_match(c, hw_name).at(0);
     ScheduleParams p = default_schedule(g, limits);
     p.producer = 1;
     auto issues = validate(g, p, limits);

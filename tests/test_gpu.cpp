@@ -425,16 +425,7 @@ TEST(Gpu, WgmmaTmaProducer) {
               seed++);
     Compute v = build_compute(builtin_op("conv2d_nhwc"),
                               parse_param_overrides({"N=3", "C=24", "H=9", "W=11", "K=40", "R=1", "S=1", "pad=0"}));
-    MatchReport r = match_compute(v, {find_hw(shipped(), "wgmma_fp16_fp32")}, Enumeration::kAll);
-    std::vector<GpuCase> cases;
-    for (std::size_t i = 0; i < r.matches.size(); ++i) {
-      GpuCase gc = full_mapping(v, "wgmma_fp16_fp32", "conv2d_nhwc 1x1", 1e-2, i);
-      gc.p.producer = 1;
-      gc.label += " tma";
-      if (validate(gc.g, gc.p, DeviceLimits::for_arch(90)).empty()) cases.push_back(gc);
-    }
-    EXPECT_FALSE(cases.empty());
-    run_cases(v, cases, seed++);
+    run_cases(v, {tma(v, "wgmma_fp16_fp32", "conv2d_nhwc 1x1", 1e-2)}, seed++);
   }
   for (const auto& [hw, in_t, out_t, tol] : std::vector<std::tuple<std::string, std::string, std::string, double>>{
            {"wgmma_bf16_fp32", "bfloat16", "float32", 1e-2},
