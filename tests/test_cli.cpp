@@ -60,8 +60,8 @@ TEST(Cli, MapJsonIsOneDocumentWithTheDocumentedSchema) {
       EXPECT_TRUE(map["axes"]["i"].is_array());
       EXPECT_TRUE(map["axes"]["j"].is_array());
       EXPECT_TRUE(map["axes"]["k"].is_array());
-      EXPECT_TRUE(map["feasible"].is_boolean());
-      EXPECT_TRUE(map["reason"].is_string());
+      EXPECT_TRUE(map["fits"].is_boolean());
+      EXPECT_TRUE(map["padding"].is_string());
       EXPECT_TRUE(map["padding_waste"].is_number());
     }
   }
@@ -71,7 +71,7 @@ TEST(Cli, MapJsonIsOneDocumentWithTheDocumentedSchema) {
   ASSERT_EQ(all.code, 0) << all.err;
   nlohmann::json d = nlohmann::json::parse(all.out);
   EXPECT_EQ(d["matches"][0]["mappings"].size(), 49u);
-  EXPECT_EQ(d["rejected"].size(), shipped().size() - 3);  // fp16 -> fp32: wmma, mma_sync and wgmma match
+  EXPECT_EQ(d["rejected"].size(), shipped().size() - 4);  // fp16 -> fp32: wmma, mma_sync, wgmma and simt match
   for (const auto& rej : d["rejected"]) EXPECT_FALSE(rej["reason"].get<std::string>().empty());
 }
 
@@ -97,7 +97,7 @@ TEST(Cli, TextOutputIsForPeople) {
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("12 match(es), mappings enumerated by 'amos'"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("wmma_fp16_fp32     nnn     8x32x16   I, Wt -> Out     20 of 35"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("infeasible: axis i fuses {n} of extent 1, smaller than the intrinsic's m = 16"), std::string::npos);
+  EXPECT_NE(r.out.find("padded: axis i fuses {n} of extent 1, padded to the intrinsic's m = 16"), std::string::npos);
   CliRun rej = tmap("map --op gemm --set K=64");
   EXPECT_NE(rej.out.find("rejected:\n  mma_sync_bf16_fp32"), std::string::npos) << rej.out;
 }
@@ -187,6 +187,39 @@ TEST(Cli, HwOpsAndVersion) {
   CliRun version = tmap("version");
   ASSERT_EQ(version.code, 0) << version.err;  // starts without a GPU driver too
   EXPECT_NE(version.out.find("NVRTC"), std::string::npos);
+}
+
+TEST(Cli, EveryShapeTunesAndNothingToTuneSaysWhyPerAbstraction) {
+  const std::string dir = std::filesystem::temp_directory_path() / ("tmap_cli_shapes_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  // Issue #13's cases: an axis below the intrinsic (m = 1), a GEMM below one tile, depthwise
+  // convolution and a classifier as a 1x1 convolution all get ranked kernels that compile.
+  for (const std::string args : {"--op gemm --set M=1 --set N=4096 --set K=4096", "--op gemm --set M=3 --set N=5 --set K=7",
+                                 "--op depthwise_conv2d",
+                                 "--op conv2d_nhwc --set N=1 --set C=1000 --set H=1 --set W=1 --set K=1000 --set R=1 "
+                                 "--set S=1 --set pad=0"}) {
+    CliRun r = tmap("tune " + args + " --measure model --trials 2 --log " + dir + "/t.jsonl");
+    EXPECT_EQ(r.code, 0) << args << "\n" << r.err;
+    EXPECT_NE(r.out.find("best: "), std::string::npos) << args << "\n" << r.out;
+  }
+  // A product of three inputs matches nothing: every abstraction is listed with its reason, one
+  // per line, the ones too new for the target among them.
+  const std::string three = dir + "/three.json";
+  std::ofstream(three) << R"({"name": "triple", "compute": "C[m, n] += A[m, k] * B[k, n] * S[k]",
+    "params": {"M": 64, "N": 64, "K": 64},
+    "tensors": {"A": {"shape": ["M", "K"], "dtype": "float16"}, "B": {"shape": ["K", "N"], "dtype": "float16"},
+                "S": {"shape": ["K"], "dtype": "float16"}, "C": {"shape": ["M", "N"], "dtype": "float32"}}})";
+  CliRun none = tmap("tune " + three + " --measure model --arch sm_80 --log " + dir + "/t.jsonl");
+  EXPECT_EQ(none.code, 2);
+  EXPECT_NE(none.err.find("'triple' has nothing to tune on sm_80:"), std::string::npos) << none.err;
+  for (const auto& hw : shipped()) {
+    const std::string line = "\n  - " + hw.name + ": ";
+    EXPECT_NE(none.err.find(line), std::string::npos) << hw.name << "\n" << none.err;
+  }
+  EXPECT_NE(none.err.find("wgmma_fp16_fp32: needs sm_90 or newer, the target is sm_80"), std::string::npos) << none.err;
+  EXPECT_NE(none.err.find("simt_fp16_fp32: the compute is not a product of exactly two inputs"), std::string::npos)
+      << none.err;
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Cli, TuneReplayAndLogsWithoutMeasuring) {

@@ -12,6 +12,7 @@
 #include <tuple>
 #include <utility>
 
+#include "gpu_cases.h"
 #include "test_util.h"
 #include "tmap/frontend/op_library.h"
 #include "tmap/runtime/device.h"
@@ -51,7 +52,7 @@ TEST(Reference, MatchesHandWrittenConvolution) {
 
 using testing::have_gpu;
 
-int device_cc() { return query_runtime().devices.front().compute_capability; }
+using testing::device_cc;
 
 // The GPU reference kernel agrees with the CPU reference (small shapes, every op and dtype).
 TEST(Gpu, ReferenceKernelMatchesCpuReference) {
@@ -89,34 +90,8 @@ TEST(Gpu, ReferenceKernelMatchesCpuReference) {
   }
 }
 
-struct GpuCase {
-  std::string label;
-  ImplicitGemm g;
-  ScheduleParams p;
-  double tolerance;
-};
-
-/// Runs candidates of one compute against its GPU reference; prints a row per candidate.
-void run_cases(const Compute& c, const std::vector<GpuCase>& cases, std::uint64_t seed) {
-  NvrtcCompiler compiler(device_cc());
-  Workspace ws(c, seed);
-  std::vector<double> reference = gpu_reference(ws, compiler);
-  for (const auto& gc : cases) {
-    SCOPED_TRACE(gc.label);
-    ASSERT_TRUE(validate(gc.g, gc.p, DeviceLimits::for_arch(device_cc())).empty());
-    KernelSource k = emit_kernel(gc.g, gc.p);
-    CompileResult compiled = compiler.compile(k.code, k.name);
-    ASSERT_TRUE(compiled.ok) << compiled.log;
-    KernelRun run = run_candidate(ws, reference, c.inputs[gc.g.a_input].tensor, c.inputs[gc.g.b_input].tensor, k,
-                                  compiled.cubin);
-    ASSERT_TRUE(run.ok) << run.error;
-    if (gc.tolerance == 0) EXPECT_EQ(run.rel_l2, 0.0);  // integers: exact
-    else EXPECT_LT(run.rel_l2, gc.tolerance);
-    std::printf("%-60s %-9.2e %9.2f us %8.2f TFLOP/s  compile %.2f s\n", gc.label.c_str(), run.rel_l2, run.median_us,
-                gc.g.flops() / (run.median_us * 1e-6) / 1e12, compiled.seconds);
-    std::fflush(stdout);
-  }
-}
+using testing::GpuCase;
+using testing::run_cases;
 
 TEST(Gpu, Conv2dEveryAmosMappingTwoSchedules) {
   if (!have_gpu()) GTEST_SKIP() << "no GPU: " << query_runtime().status;

@@ -31,7 +31,7 @@ struct FamilyCase {
   int min_cc;
 };
 
-TEST(HwAbstraction, ShipsTheWmmaMmaSyncAndWgmmaFamilies) {
+TEST(HwAbstraction, ShipsTheWmmaMmaSyncWgmmaAndSimtFamilies) {
   const std::vector<std::string> all_layouts = {"nnn", "ntn", "tnn", "ttn"};
   const std::vector<std::string> f16_shapes = {"16x16x16", "32x8x16", "8x32x16"};
   const FamilyCase cases[] = {
@@ -39,6 +39,11 @@ TEST(HwAbstraction, ShipsTheWmmaMmaSyncAndWgmmaFamilies) {
       {"mma_sync_fp16_fp32", DType::kFloat16, DType::kFloat32, {"16x8x16"}, all_layouts, 80},
       {"mma_sync_int8_int32", DType::kInt8, DType::kInt32, {"16x8x32"}, {"ntn"}, 80},
       {"mma_sync_tf32_fp32", DType::kTFloat32, DType::kFloat32, {"16x8x8"}, {"ntn"}, 80},
+      {"simt_bf16_fp32", DType::kBFloat16, DType::kFloat32, {"1x1x1"}, all_layouts, 80},
+      {"simt_fp16_fp16", DType::kFloat16, DType::kFloat16, {"1x1x2"}, all_layouts, 70},
+      {"simt_fp16_fp32", DType::kFloat16, DType::kFloat32, {"1x1x1"}, all_layouts, 70},
+      {"simt_fp32_fp32", DType::kFloat32, DType::kFloat32, {"1x1x1"}, all_layouts, 70},
+      {"simt_int8_int32", DType::kInt8, DType::kInt32, {"1x1x4"}, all_layouts, 70},
       {"wgmma_bf16_fp32", DType::kBFloat16, DType::kFloat32, {"64x8x16"}, all_layouts, 90},
       {"wgmma_fp16_fp32", DType::kFloat16, DType::kFloat32, {"64x8x16"}, all_layouts, 90},
       {"wgmma_int8_int32", DType::kInt8, DType::kInt32, {"64x8x32"}, {"ntn"}, 90},
@@ -59,7 +64,7 @@ TEST(HwAbstraction, ShipsTheWmmaMmaSyncAndWgmmaFamilies) {
     SCOPED_TRACE(c.name);
     EXPECT_EQ(hw.name, c.name);
     EXPECT_EQ(hw.family, c.name.substr(0, c.name.rfind('_', c.name.rfind('_') - 1)));
-    EXPECT_EQ(hw.scope, hw.family == "wgmma" ? "warpgroup" : "warp");
+    EXPECT_EQ(hw.scope, hw.family == "wgmma" ? "warpgroup" : hw.family == "simt" ? "thread" : "warp");
     EXPECT_EQ(hw.a_dtype, c.a);
     EXPECT_EQ(hw.b_dtype, c.a);
     EXPECT_EQ(hw.d_dtype, c.d);
@@ -70,8 +75,9 @@ TEST(HwAbstraction, ShipsTheWmmaMmaSyncAndWgmmaFamilies) {
     EXPECT_EQ(hw.min_compute_capability, c.min_cc);
     EXPECT_EQ(hw.axis_names, (std::array<std::string, 3>{"i", "j", "k"}));
     EXPECT_EQ((std::vector<std::string>{hw.a, hw.b, hw.d}), (std::vector<std::string>{"A", "B", "D"}));
-    // WMMA: fill, two fragment loads, store; mma.sync adds the cp.async copies feeding ldmatrix.
-    const std::size_t nodes = hw.family == "mma_sync" ? 6 : 4;
+    // WMMA: fill, two fragment loads, store; mma.sync and SIMT add the global -> shared copies
+    // feeding the fragment (register) loads.
+    const std::size_t nodes = hw.family == "mma_sync" || hw.family == "simt" ? 6 : 4;
     EXPECT_EQ(hw.memory.size(), nodes);
     EXPECT_EQ(hw.edges.size(), nodes);
     EXPECT_EQ(to_json(hw)["name"], c.name);

@@ -59,13 +59,13 @@ TEST(Mapping, CountsMatchAmos) {
 }
 
 TEST(Mapping, Conv2dBatchOneFeasibilityPerShape) {
-  // conv2d (1,128,28,28,128,3,3,1,1,1): under amos, 8x32x16 has 20 feasible and 15
-  // infeasible mappings (AMOS's README); every layout of one shape agrees.
+  // conv2d (1,128,28,28,128,3,3,1,1,1): under amos, 8x32x16 has 20 mappings that fit and 15
+  // that AMOS calls infeasible (its README), padded here; every layout of one shape agrees.
   MatchReport r = report(op("conv2d"), "wmma_fp16_fp32", Enumeration::kAmos);
   std::map<std::string, std::set<std::pair<int, int>>> per_shape;
   for (const auto& m : r.matches) {
     int feasible = 0;
-    for (const auto& map : m.mappings) feasible += map.feasible;
+    for (const auto& map : m.mappings) feasible += map.fits();
     per_shape[m.shape.str()].insert({feasible, static_cast<int>(m.mappings.size()) - feasible});
   }
   EXPECT_EQ(per_shape["8x32x16"], (std::set<std::pair<int, int>>{{20, 15}}));
@@ -241,11 +241,12 @@ struct DTypeCase {
 
 TEST(Matcher, DTypesSelectTheAbstraction) {
   const DTypeCase cases[] = {
-      {"float16", "float32", {"mma_sync_fp16_fp32", "wgmma_fp16_fp32", "wmma_fp16_fp32"}},
-      {"float16", "float16", {"wmma_fp16_fp16"}},
-      {"bfloat16", "float32", {"mma_sync_bf16_fp32", "wgmma_bf16_fp32", "wmma_bf16_fp32"}},
-      {"float32", "float32", {"mma_sync_tf32_fp32", "wgmma_tf32_fp32", "wmma_tf32_fp32"}},  // float32 data rounds to tf32 operands
-      {"int8", "int32", {"mma_sync_int8_int32", "wgmma_int8_int32", "wmma_int8_int32"}},
+      {"float16", "float32", {"mma_sync_fp16_fp32", "simt_fp16_fp32", "wgmma_fp16_fp32", "wmma_fp16_fp32"}},
+      {"float16", "float16", {"simt_fp16_fp16", "wmma_fp16_fp16"}},
+      {"bfloat16", "float32", {"mma_sync_bf16_fp32", "simt_bf16_fp32", "wgmma_bf16_fp32", "wmma_bf16_fp32"}},
+      // float32 data rounds to tf32 operands on Tensor Cores, or stays float32 on CUDA cores
+      {"float32", "float32", {"mma_sync_tf32_fp32", "simt_fp32_fp32", "wgmma_tf32_fp32", "wmma_tf32_fp32"}},
+      {"int8", "int32", {"mma_sync_int8_int32", "simt_int8_int32", "wgmma_int8_int32", "wmma_int8_int32"}},
       {"int4", "int32", {"wmma_int4_int32"}},
       {"float64", "float64", {"wmma_fp64_fp64"}},
   };
@@ -285,36 +286,43 @@ TEST(Feasibility, PaddingWasteAndReasons) {
   // gemm 17 x 33 x 65 on 16x16x16: padded to 32 x 48 x 80.
   MatchReport r = report(op("gemm", {"M=17", "N=33", "K=65"}), "wmma_fp16_fp32", Enumeration::kAmos);
   const Mapping& m = r.matches[0].mappings[0];
-  EXPECT_TRUE(m.feasible);
+  EXPECT_TRUE(m.fits());
   EXPECT_EQ(m.fused_extent, (std::array<std::int64_t, 3>{17, 33, 65}));
   EXPECT_NEAR(m.padding_waste, 1.0 - (17.0 * 33 * 65) / (32.0 * 48 * 80), 1e-12);
-  // Too small along i: infeasible with the axis, its iterators, extent and the intrinsic's m.
+  // Smaller than the intrinsic along i: padded, naming the axis, its iterators, extent and the
+  // intrinsic's m, with the waste of padding 8 rows to 16.
   MatchReport small = report(op("gemm", {"M=8"}), "wmma_fp16_fp32", Enumeration::kAmos);
   const Mapping& s = small.matches[0].mappings[0];  // 16x16x16
-  EXPECT_FALSE(s.feasible);
-  EXPECT_EQ(s.reason, "axis i fuses {m} of extent 8, smaller than the intrinsic's m = 16");
-  EXPECT_TRUE(small.matches[2].mappings[0].feasible);  // 8x32x16 fits
+  EXPECT_FALSE(s.fits());
+  EXPECT_EQ(s.padding, "axis i fuses {m} of extent 8, padded to the intrinsic's m = 16");
+  EXPECT_NEAR(s.padding_waste, 0.5, 1e-12);
+  EXPECT_TRUE(small.matches[2].mappings[0].fits());  // 8x32x16 fits
+  // Two axes too small: both named.
+  MatchReport tiny = report(op("gemm", {"M=3", "N=5", "K=7"}), "wmma_fp16_fp32", Enumeration::kAmos);
+  EXPECT_EQ(tiny.matches[0].mappings[0].padding,
+            "axis i fuses {m} of extent 3, padded to the intrinsic's m = 16; axis j fuses {n} of extent 5, padded to "
+            "the intrinsic's n = 16; axis k fuses {k} of extent 7, padded to the intrinsic's k = 16");
 }
 
-TEST(Feasibility, UnmappedAxesArePaddedNotInfeasible) {
-  // GEMV: j has no candidate and stays unmapped (extent 1, padded to n).
+TEST(Feasibility, UnmappedAxesArePaddedSilently) {
+  // GEMV: j has no candidate and stays unmapped (extent 1, padded to n) without a padding note.
   MatchReport r = report(op("gemv"), "wmma_fp16_fp32", Enumeration::kAmos);
   ASSERT_EQ(r.matches.size(), 12u);
   const Mapping& m = r.matches[0].mappings[0];
   EXPECT_TRUE(m.axes[1].empty());
-  EXPECT_TRUE(m.feasible);
+  EXPECT_TRUE(m.fits());
   EXPECT_NEAR(m.padding_waste, 15.0 / 16.0, 1e-12);
-  // Depthwise: j unmapped; with a 3x3 window the reduction (9) is smaller than k = 16 ...
+  // Depthwise: j unmapped; with a 3x3 window the reduction (9) is padded to k = 16 ...
   MatchReport d3 = report(op("depthwise_conv2d"), "wmma_fp16_fp32", Enumeration::kAmos);
-  for (const auto& map : d3.matches[0].mappings) EXPECT_FALSE(map.feasible) << map.reason;
-  // ... with a 5x5 window, mappings fusing r and s are feasible.
+  for (const auto& map : d3.matches[0].mappings) EXPECT_NE(map.padding.find("axis k fuses"), std::string::npos);
+  // ... with a 5x5 window, mappings fusing r and s fit.
   MatchReport d5 = report(op("depthwise_conv2d", {"R=5", "S=5", "pad=2"}), "wmma_fp16_fp32", Enumeration::kAmos);
-  int feasible = 0;
+  int fit = 0;
   for (const auto& map : d5.matches[0].mappings) {
-    feasible += map.feasible;
-    if (map.feasible) EXPECT_EQ(map.axes[2].size(), 2u);
+    fit += map.fits();
+    if (map.fits()) EXPECT_EQ(map.axes[2].size(), 2u);
   }
-  EXPECT_GT(feasible, 0);
+  EXPECT_GT(fit, 0);
 }
 
 TEST(Feasibility, WasteIsTheIndependentFormulaForEveryMapping) {
@@ -323,17 +331,47 @@ TEST(Feasibility, WasteIsTheIndependentFormulaForEveryMapping) {
   for (const auto& match : r.matches)
     for (const auto& m : match.mappings) {
       double useful = 1, padded = 1;
+      bool small = false;
       for (int ax = 0; ax < 3; ++ax) {
         std::int64_t e = 1;
         for (int it : m.axes[ax]) e *= c.iters[it].extent;
         std::int64_t s = match.shape.extent[ax];
         useful *= e;
         padded *= ((e + s - 1) / s) * s;
-        if (!m.axes[ax].empty() && e < s) EXPECT_FALSE(m.feasible);
+        small = small || (!m.axes[ax].empty() && e < s);
       }
       EXPECT_NEAR(m.padding_waste, 1 - useful / padded, 1e-12);
-      EXPECT_EQ(m.feasible, m.reason.empty());
+      EXPECT_EQ(m.fits(), !small);
     }
+}
+
+TEST(Roles, SwappedOrderPutsASkinnyAxisOnTheShortSide) {
+  // m16n8k16 has no 8x16 shape: the transposed product is matched too, after the written one.
+  Compute c = op("gemm", {"M=1", "N=4096", "K=4096"});
+  MatchReport r = report(c, "mma_sync_fp16_fp32", Enumeration::kAmos);
+  ASSERT_EQ(r.matches.size(), 8u);
+  for (int i = 0; i < 8; ++i) {
+    SCOPED_TRACE(i);
+    const Match& m = r.matches[i];
+    EXPECT_EQ(m.roles.a_input, i < 4 ? 0 : 1);
+    ASSERT_EQ(m.mappings.size(), 1u);
+    const Mapping& map = m.mappings[0];
+    EXPECT_EQ(names(c, map.axes[0]), std::vector<std::string>{i < 4 ? "m" : "n"});
+    EXPECT_EQ(names(c, map.axes[1]), std::vector<std::string>{i < 4 ? "n" : "m"});
+    // m = 1 padded to 16 rows (15/16 wasted), or to the 8 columns of the swapped order (7/8).
+    EXPECT_NEAR(map.padding_waste, i < 4 ? 15.0 / 16 : 7.0 / 8, 1e-12);
+  }
+  // WMMA's shapes are symmetric (32x8 beside 8x32): no swapped matches.
+  EXPECT_EQ(report(c, "wmma_fp16_fp32", Enumeration::kAmos).matches.size(), 12u);
+  // Neither when the swapped order cannot feed the operands (int8 A with int4 B).
+  HwAbstraction mixed = hw("mma_sync_int8_int32");
+  mixed.a_dtype = DType::kInt4;
+  Compute ci = build_json(compute_json("C[m, n] += A[m, k] * B[k, n]", tensor("A", R"(["M", "K"])", "int8") + ", " +
+                                                                          tensor("B", R"(["K", "N"])", "int4") + ", " +
+                                                                          tensor("C", R"(["M", "N"])", "int32")));
+  MatchReport ri = match_compute(ci, {mixed}, Enumeration::kAmos);
+  ASSERT_FALSE(ri.matches.empty());
+  for (const auto& m : ri.matches) EXPECT_EQ(m.roles.a_input, 1);
 }
 
 }  // namespace

@@ -305,14 +305,15 @@ TEST(Tuner, SearchesRecordsAndResumesWithoutMeasuringAgain) {
   const std::string log = temp_path("tune.jsonl");
   std::filesystem::remove(log);
   SyntheticMeasurer first;
-  TuneSummary a = tune(c, shipped(), synthetic_options(log, 40), first);
-  EXPECT_EQ(a.measured, 40);
-  EXPECT_EQ(first.calls, 40);
+  // Twice the arms (32: 4 families, mma_sync and wgmma also with A and B swapped): every arm gets a first look.
+  TuneSummary a = tune(c, shipped(), synthetic_options(log, 64), first);
+  EXPECT_EQ(a.measured, 64);
+  EXPECT_EQ(first.calls, 64);
   EXPECT_EQ(a.first_looks, a.arms) << "every mapping gets a first look";
   ASSERT_TRUE(a.best.has_value());
   LogContents after_first = read_log(log);
   EXPECT_TRUE(after_first.warnings.empty());
-  EXPECT_EQ(after_first.records.size(), 40u) << "every trial is in the log, failures included";
+  EXPECT_EQ(after_first.records.size(), 64u) << "every trial is in the log, failures included";
   int failures = 0;
   for (const auto& r : after_first.records) failures += !r.result.ok();
   EXPECT_EQ(failures, a.failed);
@@ -327,12 +328,12 @@ TEST(Tuner, SearchesRecordsAndResumesWithoutMeasuringAgain) {
   // Resume: nothing measured twice, the best carries over.
   SyntheticMeasurer second;
   TuneSummary b = tune(c, shipped(), synthetic_options(log, 24), second);
-  EXPECT_EQ(b.resumed, 40);
+  EXPECT_EQ(b.resumed, 64);
   EXPECT_EQ(second.calls, 24);
   for (const auto& k : second.keys) EXPECT_EQ(first.keys.count(k), 0u) << "measured again: " << k;
   ASSERT_TRUE(b.best.has_value());
   EXPECT_LE(b.best->result.median_us, a.best->result.median_us);
-  EXPECT_EQ(read_log(log).records.size(), 64u);
+  EXPECT_EQ(read_log(log).records.size(), 88u);
   std::filesystem::remove(log);
 }
 

@@ -52,31 +52,33 @@ void print_text(const Compute& c, const MatchReport& r) {
   std::printf("\n%zu match(es), mappings enumerated by '%s':\n", r.matches.size(),
               std::string(enumeration_name(r.enumeration)).c_str());
   if (!r.matches.empty())
-    std::printf("  %-3s %-18s %-7s %-9s %-16s %s\n", "#", "abstraction", "layout", "shape", "A, B -> D", "feasible");
+    std::printf("  %-3s %-18s %-7s %-9s %-16s %s\n", "#", "abstraction", "layout", "shape", "A, B -> D", "fit the intrinsic");
   for (std::size_t i = 0; i < r.matches.size(); ++i) {
     const Match& m = r.matches[i];
-    int feasible = 0;
-    for (const auto& map : m.mappings) feasible += map.feasible;
+    int fit = 0;
+    for (const auto& map : m.mappings) fit += map.fits();
     std::string ops = c.tensor_of(c.inputs[m.roles.a_input]).name + ", " + c.tensor_of(c.inputs[m.roles.b_input]).name +
                       " -> " + c.tensor_of(c.output).name;
     std::printf("  %-3zu %-18s %-7s %-9s %-16s %d of %zu\n", i, m.hw_abs.c_str(), m.layout.c_str(), m.shape.str().c_str(),
-                ops.c_str(), feasible, m.mappings.size());
+                ops.c_str(), fit, m.mappings.size());
   }
 
-  // Mappings and their feasibility depend on the abstraction and shape, not on the layout:
-  // print each table once.
-  std::map<std::pair<std::string, std::string>, std::vector<std::string>> layouts;
+  // Mappings and their padding depend on the abstraction, shape and operand roles, not on the
+  // layout: print each table once.
+  auto table = [](const Match& m) { return m.hw_abs + " " + m.shape.str() + " " + std::to_string(m.roles.a_input); };
+  std::map<std::string, std::vector<std::string>> layouts;
   std::vector<const Match*> firsts;
   for (const auto& m : r.matches) {
-    auto& l = layouts[{m.hw_abs, m.shape.str()}];
+    auto& l = layouts[table(m)];
     if (l.empty()) firsts.push_back(&m);
     l.push_back(m.layout);
   }
   for (const Match* m : firsts) {
     std::string ls;
-    for (const auto& l : layouts[{m->hw_abs, m->shape.str()}]) ls += (ls.empty() ? "" : ", ") + l;
-    std::printf("\nmappings onto %s %s (layouts %s); batch loops: %s; outer loops: %s\n", m->hw_abs.c_str(),
-                m->shape.str().c_str(), ls.c_str(), names_text(c, m->index.batch).c_str(),
+    for (const auto& l : layouts[table(*m)]) ls += (ls.empty() ? "" : ", ") + l;
+    std::string ops = c.tensor_of(c.inputs[m->roles.a_input]).name + ", " + c.tensor_of(c.inputs[m->roles.b_input]).name;
+    std::printf("\nmappings onto %s %s (A, B = %s; layouts %s); batch loops: %s; outer loops: %s\n", m->hw_abs.c_str(),
+                m->shape.str().c_str(), ops.c_str(), ls.c_str(), names_text(c, m->index.batch).c_str(),
                 names_text(c, m->index.outer).c_str());
     std::printf("  %-4s %-14s %-10s %-14s %-22s %-7s %s\n", "id", "i", "j", "k", "fused extents i x j x k", "waste",
                 "status");
@@ -87,7 +89,7 @@ void print_text(const Compute& c, const MatchReport& r) {
       std::snprintf(waste, sizeof waste, "%.1f%%", 100.0 * map.padding_waste);
       std::printf("  %-4d %-14s %-10s %-14s %-22s %-7s %s\n", map.id, axis_set_text(c, map.axes[0]).c_str(),
                   axis_set_text(c, map.axes[1]).c_str(), axis_set_text(c, map.axes[2]).c_str(), ext.c_str(), waste,
-                  map.feasible ? "feasible" : ("infeasible: " + map.reason).c_str());
+                  map.fits() ? "fits" : ("padded: " + map.padding).c_str());
     }
   }
 

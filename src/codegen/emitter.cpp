@@ -8,7 +8,9 @@
 namespace tmap {
 namespace {
 
-std::array<const EmitterFamily*, 3> families() { return {&wmma_family(), &mma_sync_family(), &wgmma_family()}; }
+std::array<const EmitterFamily*, 4> families() {
+  return {&wmma_family(), &mma_sync_family(), &wgmma_family(), &simt_family()};
+}
 
 }  // namespace
 

@@ -186,27 +186,16 @@ KernelSource emit_mma_sync(const ImplicitGemm& g, const ScheduleParams& p) {
   emit_output_scatter(os, g, tout, ov.width, ov.along);
   os << "}  // namespace\n\n";
 
-  os << "extern \"C\" __global__ void __launch_bounds__(THREADS)\n"
-     << k.name << "(const " << ta << "* __restrict__ a_src, const " << tb << "* __restrict__ b_src, " << tout
-     << "* __restrict__ out, " << tpart << "* __restrict__ partial) {\n"
-     << "  extern __shared__ __align__(128) unsigned char smem[];\n"
-     << "  " << ta << "* As = reinterpret_cast<" << ta << "*>(smem);                    // [STAGES][A_TILE]\n"
-     << "  " << tb << "* Bs = reinterpret_cast<" << tb << "*>(smem + STAGES * A_BYTES);  // [STAGES][B_TILE]\n";
-  emit_block_origin(os, p);
-  os << "  const int z = blockIdx.z / SPLIT_K, split = blockIdx.z % SPLIT_K;\n"
-     << "  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;\n"
+  emit_kernel_entry(os, k, p, ta, tb, tout, tpart);
+  os << "  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;\n"
      << "  const int wm0 = (warp / WARPS_N) * WM, wn0 = (warp % WARPS_N) * WN;  // warp tile origin in the block\n"
      << "  // ldmatrix x4: lane l names row l % 8 of 8x8 matrix l / 8.\n"
      << "  const int lr = lane % 8, lj = lane / 8;\n\n"
      << "  " << tfrag << " acc[MI][NI][4];\n"
      << "  #pragma unroll\n  for (int i = 0; i < MI; ++i)\n"
      << "    #pragma unroll\n    for (int j = 0; j < NI; ++j)\n"
-     << "      #pragma unroll\n      for (int t = 0; t < 4; ++t) acc[i][j][t] = 0;\n\n"
-     << "  constexpr int K_TILES = (K + BK - 1) / BK;\n"
-     << "  constexpr int STEPS = SERIAL * K_TILES;  // serial reduction points x K tiles\n"
-     << "  // This block's share of the steps: [first, last).\n"
-     << "  const int first = (int)((long long)STEPS * split / SPLIT_K), last = (int)((long long)STEPS * (split + 1) / SPLIT_K);\n"
-     ;
+     << "      #pragma unroll\n      for (int t = 0; t < 4; ++t) acc[i][j][t] = 0;\n\n";
+  emit_step_range(os);
   const GatherTile gather_a = gather_tile('a', a_trans, p.vec_a, 1, copies_shifted(g, p, 0)),
                    gather_b = gather_tile('b', b_trans, p.vec_b, 1, copies_shifted(g, p, 1));
   const bool staged =
@@ -335,9 +324,6 @@ class MmaSyncFamily final : public EmitterFamily {
   void validate(const ImplicitGemm& g, const ScheduleParams& p, const DeviceLimits& limits,
                 std::vector<ScheduleIssue>& out) const override {
     auto fail = [&](ScheduleError e, std::string detail) { out.push_back({e, std::move(detail)}); };
-    if (p.producer != 0)
-      fail(ScheduleError::kBadOption, "producer = " + std::to_string(p.producer) +
-                                          ": only wgmma kernels (sm_90) have a TMA producer warpgroup; use 0");
     if (limits.compute_capability != 0 && limits.compute_capability < 80)
       fail(ScheduleError::kBadOption, "mma.sync m16n8 kernels with ldmatrix and cp.async need sm_80 or newer, not sm_" +
                                           std::to_string(limits.compute_capability));
@@ -431,6 +417,7 @@ class MmaSyncFamily final : public EmitterFamily {
         {0, 1, 1},                                 // async_copy (needs vector loads)
         {0, 1, 1},                                 // swizzle
         {0},                                       // producer: wgmma only
+        {1},                                       // k_lanes: SIMT only
     };
   }
 

@@ -412,6 +412,25 @@ void emit_block_origin(std::ostringstream& os, const ScheduleParams& p) {
     os << "  const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;\n";
 }
 
+void emit_kernel_entry(std::ostringstream& os, const KernelSource& k, const ScheduleParams& p, const std::string& ta,
+                       const std::string& tb, const std::string& tout, const std::string& tpart) {
+  os << "extern \"C\" __global__ void __launch_bounds__(THREADS)\n"
+     << k.name << "(const " << ta << "* __restrict__ a_src, const " << tb << "* __restrict__ b_src, " << tout
+     << "* __restrict__ out, " << tpart << "* __restrict__ partial) {\n"
+     << "  extern __shared__ __align__(128) unsigned char smem[];\n"
+     << "  " << ta << "* As = reinterpret_cast<" << ta << "*>(smem);                    // [STAGES][A_TILE]\n"
+     << "  " << tb << "* Bs = reinterpret_cast<" << tb << "*>(smem + STAGES * A_BYTES);  // [STAGES][B_TILE]\n";
+  emit_block_origin(os, p);
+  os << "  const int z = blockIdx.z / SPLIT_K, split = blockIdx.z % SPLIT_K;\n";
+}
+
+void emit_step_range(std::ostringstream& os) {
+  os << "  constexpr int K_TILES = (K + BK - 1) / BK;\n"
+     << "  constexpr int STEPS = SERIAL * K_TILES;  // serial reduction points x K tiles\n"
+     << "  // This block's share of the steps: [first, last).\n"
+     << "  const int first = (int)((long long)STEPS * split / SPLIT_K), last = (int)((long long)STEPS * (split + 1) / SPLIT_K);\n";
+}
+
 GatherTile gather_tile(char op, bool k_rows, int vec, int pack, bool shifted) {
   GatherTile t;
   t.op = op;
@@ -635,7 +654,11 @@ void emit_main_loop(std::ostringstream& os, const ScheduleParams& p, bool staged
 OutVector out_vector(const ImplicitGemm& g, const ScheduleParams& p) {
   if (p.split_k > 1) return {1, 'n'};  // partial sums are written in [m][n] order
   const int bits = dtype_bits(g.compute->tensor_of(g.compute->output).dtype);
-  const int vn = output_vector_width(g, 'n', bits), vm = output_vector_width(g, 'm', bits);
+  int vn = output_vector_width(g, 'n', bits), vm = output_vector_width(g, 'm', bits);
+  // A vector never spans two blocks: blocks narrower than it (SIMT's can be 1 to 4 wide) take
+  // narrower vectors, which keeps every block's vectors aligned too.
+  while (vn > 1 && p.block_n % vn) vn /= 2;
+  while (vm > 1 && p.block_m % vm) vm /= 2;
   return vm > vn ? OutVector{vm, 'm'} : OutVector{vn, 'n'};
 }
 

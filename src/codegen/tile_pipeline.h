@@ -74,6 +74,15 @@ void emit_output_scatter(std::ostringstream& os, const ImplicitGemm& g, const st
 /// tensor: the axis's innermost iterator indexes the output's last dimension alone.
 int output_vector_width(const ImplicitGemm& g, char along, int out_bits);
 
+/// The kernel's signature (operands A and B, the output, split-K partial sums), its dynamic
+/// shared memory with stage buffers As and Bs (A_BYTES each for A, then B), the block origin
+/// (emit_block_origin) and `z`, `split` from blockIdx.z, for the families that stage through
+/// such buffers.
+void emit_kernel_entry(std::ostringstream& os, const KernelSource& k, const ScheduleParams& p, const std::string& ta,
+                       const std::string& tb, const std::string& tout, const std::string& tpart);
+/// K_TILES, STEPS (serial points x K tiles) and this block's share [first, last) of them.
+void emit_step_range(std::ostringstream& os);
+
 /// `const int m0, n0` of this block, walking `p.raster` rows of tiles column by column.
 void emit_block_origin(std::ostringstream& os, const ScheduleParams& p);
 
@@ -145,4 +154,5 @@ namespace tmap {
 const EmitterFamily& wmma_family();
 const EmitterFamily& mma_sync_family();
 const EmitterFamily& wgmma_family();
+const EmitterFamily& simt_family();
 }  // namespace tmap

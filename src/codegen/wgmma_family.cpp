@@ -483,7 +483,8 @@ class WgmmaFamily final : public EmitterFamily {
  public:
   std::string_view name() const override { return "wgmma"; }
   int ordinal() const override { return 2; }
-  int threads_per_warp_tile() const override { return 128; }
+  int threads_per_warp_tile(const ScheduleParams&) const override { return 128; }
+  bool has_tma_producer() const override { return true; }
   int extra_threads(const ScheduleParams& p) const override { return p.producer ? 128 : 0; }
   KernelSource emit(const ImplicitGemm& g, const ScheduleParams& p) const override { return emit_wgmma(g, p); }
 
@@ -613,6 +614,7 @@ class WgmmaFamily final : public EmitterFamily {
         {0, 1, 1},                                 // async_copy
         {1},                                       // swizzle: always
         producers,                                 // producer: TMA warp specialization where operands allow
+        {1},                                       // k_lanes: SIMT only
     };
   }
 

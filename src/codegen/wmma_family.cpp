@@ -211,9 +211,6 @@ class WmmaFamily final : public EmitterFamily {
   void validate(const ImplicitGemm& g, const ScheduleParams& p, const DeviceLimits&,
                 std::vector<ScheduleIssue>& out) const override {
     auto fail = [&](ScheduleError e, std::string detail) { out.push_back({e, std::move(detail)}); };
-    if (p.producer != 0)
-      fail(ScheduleError::kBadOption, "producer = " + std::to_string(p.producer) +
-                                          ": only wgmma kernels (sm_90) have a TMA producer warpgroup; use 0");
     // Gathers staged through registers overlap one tile at most; cp.async keeps up to 3 in flight.
     if (p.stages > (p.async_copy == 1 ? 4 : 2))
       fail(ScheduleError::kBadStages,
@@ -299,6 +296,7 @@ class WmmaFamily final : public EmitterFamily {
         {0, 1},                                    // async_copy (needs vector loads)
         {0},                                       // swizzle: not for WMMA
         {0},                                       // producer: wgmma only
+        {1},                                       // k_lanes: SIMT only
     };
   }
 

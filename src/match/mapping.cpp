@@ -88,20 +88,17 @@ std::vector<Mapping> enumerate_mappings(const Compute& c, const IndexMatch& inde
 
 void check_feasibility(const Compute& c, const IntrinsicShape& shape, Mapping& m) {
   static const char* kShapeLetter[3] = {"m", "n", "k"};
-  m.feasible = true;
-  m.reason.clear();
+  m.padding.clear();
   double useful = 1.0, padded = 1.0;
   for (int ax = 0; ax < 3; ++ax) {
     std::int64_t e = 1;
     for (int it : m.axes[ax]) e *= c.iters[it].extent;
     m.fused_extent[ax] = e;
     const std::int64_t s = shape.extent[ax];
-    if (!m.axes[ax].empty() && e < s && m.feasible) {
-      m.feasible = false;
-      m.reason = std::string("axis ") + axis_name(static_cast<Axis>(ax)) + " fuses " + axis_set_text(c, m.axes[ax]) +
-                 " of extent " + std::to_string(e) + ", smaller than the intrinsic's " + kShapeLetter[ax] + " = " +
-                 std::to_string(s);
-    }
+    if (!m.axes[ax].empty() && e < s)
+      m.padding += std::string(m.padding.empty() ? "" : "; ") + "axis " + axis_name(static_cast<Axis>(ax)) + " fuses " +
+                   axis_set_text(c, m.axes[ax]) + " of extent " + std::to_string(e) + ", padded to the intrinsic's " +
+                   kShapeLetter[ax] + " = " + std::to_string(s);
     useful *= static_cast<double>(e);
     padded *= static_cast<double>((e + s - 1) / s * s);
   }

@@ -23,14 +23,23 @@ MatchReport match_compute(const Compute& c, const std::vector<HwAbstraction>& hw
       report.rejected.push_back({hw.name, index.failure, reason_text(index.failure, index.detail)});
       continue;
     }
-    std::vector<Mapping> mappings = enumerate_mappings(c, index, roles, e);
-    for (const auto& layout : hw.layouts) {
-      for (const auto& shape : hw.shapes) {
-        Match m{hw.name, layout, shape, roles, index, mappings};
-        for (auto& mapping : m.mappings) check_feasibility(c, shape, mapping);
-        report.matches.push_back(std::move(m));
+    auto add_matches = [&](const ExprMatch& r, const IndexMatch& idx) {
+      std::vector<Mapping> mappings = enumerate_mappings(c, idx, r, e);
+      for (const auto& layout : hw.layouts) {
+        for (const auto& shape : hw.shapes) {
+          Match m{hw.name, layout, shape, r, idx, mappings};
+          for (auto& mapping : m.mappings) check_feasibility(c, shape, mapping);
+          report.matches.push_back(std::move(m));
+        }
       }
-    }
+    };
+    add_matches(roles, index);
+    // The transposed product, when it can put an axis on a side of the intrinsic that the
+    // written order cannot (a mapping without i and j would only repeat the written one).
+    if (shapes_symmetric(hw) || (index.candidates[0].empty() && index.candidates[1].empty())) continue;
+    ExprMatch swapped = swapped_roles(c, hw, roles);
+    if (!swapped.ok()) continue;
+    add_matches(swapped, match_indices(c, swapped));
   }
   return report;
 }
@@ -60,8 +69,8 @@ nlohmann::json to_json(const Compute& c, const MatchReport& r) {
       mj["mappings"].push_back({{"id", map.id},
                                 {"axes", {{"i", names(map.axes[0])}, {"j", names(map.axes[1])}, {"k", names(map.axes[2])}}},
                                 {"fused_extent", map.fused_extent},
-                                {"feasible", map.feasible},
-                                {"reason", map.reason},
+                                {"fits", map.fits()},
+                                {"padding", map.padding},
                                 {"padding_waste", map.padding_waste}});
     }
     doc["matches"].push_back(std::move(mj));

@@ -73,6 +73,33 @@ ExprMatch match_expression(const Compute& c, const HwAbstraction& hw) {
   return m;
 }
 
+ExprMatch swapped_roles(const Compute& c, const HwAbstraction& hw, const ExprMatch& roles) {
+  TMAP_CHECK(roles.ok(), "swapped_roles needs a successful expression match");
+  ExprMatch m;
+  const Tensor& ta = c.tensor_of(c.inputs[roles.b_input]);
+  const Tensor& tb = c.tensor_of(c.inputs[roles.a_input]);
+  if (!dtype_feeds_operand(ta.dtype, hw.a_dtype) || !dtype_feeds_operand(tb.dtype, hw.b_dtype)) {
+    m.failure = MatchFailure::kInputDTypeMismatch;
+    m.detail = "swapped, " + ta.name + " (" + std::string(dtype_name(ta.dtype)) + ") would feed " + hw.a + " (" +
+               std::string(dtype_name(hw.a_dtype)) + ") and " + tb.name + " (" + std::string(dtype_name(tb.dtype)) +
+               ") " + hw.b + " (" + std::string(dtype_name(hw.b_dtype)) + ")";
+    return m;
+  }
+  m.a_input = roles.b_input;
+  m.b_input = roles.a_input;
+  return m;
+}
+
+bool shapes_symmetric(const HwAbstraction& hw) {
+  for (const auto& s : hw.shapes) {
+    bool found = false;
+    for (const auto& t : hw.shapes)
+      found = found || (t.extent[0] == s.extent[1] && t.extent[1] == s.extent[0] && t.extent[2] == s.extent[2]);
+    if (!found) return false;
+  }
+  return true;
+}
+
 IndexMatch match_indices(const Compute& c, const ExprMatch& roles) {
   TMAP_CHECK(roles.ok(), "match_indices needs a successful expression match");
   IndexMatch m;

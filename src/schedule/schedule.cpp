@@ -106,7 +106,7 @@ nlohmann::json to_json(const ScheduleParams& p) {
           {"warp_n", p.warp_n},   {"stages", p.stages},   {"smem_pad", p.smem_pad}, {"split_k", p.split_k},
           {"panels", p.panels},   {"vec_a", p.vec_a},     {"vec_b", p.vec_b},       {"unroll", p.unroll},
           {"raster", p.raster},   {"async_copy", p.async_copy}, {"swizzle", p.swizzle},
-          {"producer", p.producer}};
+          {"producer", p.producer}, {"k_lanes", p.k_lanes}};
 }
 
 ScheduleParams schedule_from_json(const nlohmann::json& j, const ScheduleParams& defaults) {
@@ -121,7 +121,8 @@ ScheduleParams schedule_from_json(const nlohmann::json& j, const ScheduleParams&
                                                  {"panels", &p.panels},   {"vec_a", &p.vec_a},
                                                  {"vec_b", &p.vec_b},     {"unroll", &p.unroll},
                                                  {"raster", &p.raster},   {"async_copy", &p.async_copy},
-                                                 {"swizzle", &p.swizzle}, {"producer", &p.producer}};
+                                                 {"swizzle", &p.swizzle}, {"producer", &p.producer},
+                                                 {"k_lanes", &p.k_lanes}};
   for (const auto& [key, value] : j.items()) {
     auto it = std::find_if(std::begin(fields), std::end(fields), [&](const auto& f) { return key == f.first; });
     if (it == std::end(fields)) {
@@ -155,7 +156,7 @@ std::string_view message(ScheduleError e) {
       return "stages must be 1 or 2, or up to the family's pipeline depth (wmma 4, mma_sync 5) with async_copy = 1";
     case ScheduleError::kBadOption:
       return "panels, unroll, swizzle and producer must be 0 or 1 (panels wmma only, swizzle mma_sync and wgmma, "
-             "producer wgmma only), raster between 1 and 32";
+             "producer wgmma only), raster between 1 and 32, k_lanes a power of two up to 32 (simt only)";
     case ScheduleError::kBadAsyncCopy:
       return "async_copy (0 or 1) needs sm_80 or newer and an operand loaded in 4-, 8- or 16-byte vectors";
     case ScheduleError::kBadVector:
@@ -186,7 +187,7 @@ std::int64_t stored_row_length(const ImplicitGemm& g, const ScheduleParams& p, i
 
 int block_threads(const ImplicitGemm& g, const ScheduleParams& p) {
   const EmitterFamily& f = family_of(*g.hw);
-  return (p.block_m / p.warp_m) * (p.block_n / p.warp_n) * f.threads_per_warp_tile() + f.extra_threads(p);
+  return (p.block_m / p.warp_m) * (p.block_n / p.warp_n) * f.threads_per_warp_tile(p) + f.extra_threads(p);
 }
 
 std::vector<ScheduleIssue> validate(const ImplicitGemm& g, const ScheduleParams& p, const DeviceLimits& limits) {
@@ -207,6 +208,15 @@ std::vector<ScheduleIssue> validate(const ImplicitGemm& g, const ScheduleParams&
   if (p.swizzle != 0 && p.swizzle != 1) fail(ScheduleError::kBadOption, "swizzle = " + std::to_string(p.swizzle));
   if (p.raster < 1 || p.raster > 32) fail(ScheduleError::kBadOption, "raster = " + std::to_string(p.raster));
   if (p.smem_pad < 0) fail(ScheduleError::kMisalignedRows, "smem_pad = " + std::to_string(p.smem_pad));
+  if (p.producer != 0 && !family_of(*g.hw).has_tma_producer())
+    fail(ScheduleError::kBadOption, "producer = " + std::to_string(p.producer) +
+                                        ": only wgmma kernels (sm_90) have a TMA producer warpgroup; use 0");
+  if (p.k_lanes != 1 && !family_of(*g.hw).splits_reductions_across_lanes())
+    fail(ScheduleError::kBadOption, "k_lanes = " + std::to_string(p.k_lanes) + ": only SIMT kernels split one "
+                                    "output's reduction across lanes; use 1");
+  else if (p.k_lanes < 1 || p.k_lanes > 32 || (p.k_lanes & (p.k_lanes - 1)))
+    fail(ScheduleError::kBadOption, "k_lanes = " + std::to_string(p.k_lanes) + ": a power of two from 1 to 32 (the "
+                                    "lanes of one warp that share an output)");
   if (!out.empty()) return out;  // the checks below need a well-formed tiling
   const std::int64_t steps = g.serial * ((g.K + p.block_k - 1) / p.block_k);
   if (p.split_k < 1 || p.split_k > steps)

@@ -19,7 +19,11 @@ void xgb_check(int rc, const char* what) {
 struct Matrix {
   DMatrixHandle h = nullptr;
   Matrix(const float* data, std::size_t rows) {
-    xgb_check(XGDMatrixCreateFromMat(data, rows, kNumFeatures, NAN, &h), "XGDMatrixCreateFromMat");
+    // XGBoost refuses infinite values: a feature that overflowed is read as missing instead.
+    std::vector<float> finite(data, data + rows * kNumFeatures);
+    for (float& x : finite)
+      if (std::isinf(x)) x = NAN;
+    xgb_check(XGDMatrixCreateFromMat(finite.data(), rows, kNumFeatures, NAN, &h), "XGDMatrixCreateFromMat");
   }
   ~Matrix() {
     if (h) XGDMatrixFree(h);

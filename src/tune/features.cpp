@@ -38,7 +38,7 @@ Shape shape_of(const ImplicitGemm& g, const ScheduleParams& p, const DeviceModel
   s.tiles_n = ceil_div(g.N, p.block_n);
   s.tiles = s.tiles_m * s.tiles_n * g.batch * p.split_k;
   s.steps_per_tile = ceil_div(g.serial * ceil_div(g.K, p.block_k), p.split_k);
-  s.warps = block_threads(g, p) / 32;
+  s.warps = std::max(1, (block_threads(g, p) + 31) / 32);  // a SIMT block may be a fraction of one warp
   s.fm = static_cast<int>(p.warp_m / g.shape[Axis::kI]);
   s.fn = static_cast<int>(p.warp_n / g.shape[Axis::kJ]);
   s.fragments = s.fm * s.fn;
@@ -75,7 +75,7 @@ DeviceModel DeviceModel::for_arch(int cc, int sm_count) {
 
 int estimated_registers(const ImplicitGemm& g, const ScheduleParams& p) {
   const int fm = static_cast<int>(p.warp_m / g.shape[Axis::kI]), fn = static_cast<int>(p.warp_n / g.shape[Axis::kJ]);
-  const int lanes = family_of(*g.hw).threads_per_warp_tile();  // threads sharing one fragment
+  const int lanes = family_of(*g.hw).threads_per_warp_tile(p);  // threads sharing one fragment
   const auto words = [lanes](std::int64_t elements, DType t) {  // 32-bit registers per thread of a fragment
     return static_cast<int>(std::max<std::int64_t>(1, elements * dtype_bits(t) / 32 / lanes));
   };
@@ -188,6 +188,7 @@ Features candidate_features(const ImplicitGemm& g, const ScheduleParams& p, cons
   f[i++] = static_cast<float>(family_of(*g.hw).ordinal());  // the emitter family (wmma 0, mma_sync 1)
   f[i++] = static_cast<float>(p.swizzle);                // XOR-swizzled shared tiles
   f[i++] = static_cast<float>(p.producer);               // warp-specialized TMA producer
+  f[i++] = lg(p.k_lanes);                                // lanes sharing one output's reduction (SIMT)
   return f;
 }
 

@@ -1,6 +1,8 @@
 #include "tmap/tune/search_space.h"
 
 #include <algorithm>
+#include <map>
+#include <set>
 
 #include "tmap/codegen/emitter.h"
 #include "tmap/support/diagnostic.h"
@@ -8,13 +10,13 @@
 namespace tmap {
 namespace {
 
-constexpr int kFields = 16;
+constexpr int kFields = 17;
 
 /// The schedule's parameters by position, in declaration order.
 int* field(ScheduleParams& p, int i) {
   int* fields[kFields] = {&p.block_m, &p.block_n, &p.block_k, &p.warp_m, &p.warp_n, &p.stages, &p.smem_pad,
                           &p.split_k, &p.panels,  &p.vec_a,   &p.vec_b,  &p.unroll, &p.raster, &p.async_copy, &p.swizzle,
-                          &p.producer};
+                          &p.producer, &p.k_lanes};
   return fields[i];
 }
 
@@ -24,31 +26,54 @@ SearchSpace::SearchSpace(const Compute& c, const std::vector<HwAbstraction>& hws
                          const DeviceLimits& limits, int compute_capability)
     : compute_(c), limits_(limits) {
   std::vector<HwAbstraction> usable;
+  auto add_reason = [&](const std::string& r) { empty_reason_ += "\n  - " + r; };
   for (const auto& h : hws) {
-    if (h.min_compute_capability > compute_capability) continue;
+    if (h.min_compute_capability > compute_capability) {
+      add_reason(h.name + ": needs sm_" + std::to_string(h.min_compute_capability) + " or newer, the target is sm_" +
+                 std::to_string(compute_capability));
+      continue;
+    }
     if (!find_family(h.family)) {  // loaded from a user's file naming a family without an emitter
-      empty_reason_ += (empty_reason_.empty() ? "" : "; ") + h.name + ": family \"" + h.family +
-                       "\" has no code generator (families: " + join(family_names()) + ")";
+      add_reason(h.name + ": family \"" + h.family +
+                       "\" has no code generator (families: " + join(family_names()) + ")");
       continue;
     }
     usable.push_back(h);
   }
   report_ = match_compute(c, usable, e);
-  for (const auto& r : report_.rejected) empty_reason_ += (empty_reason_.empty() ? "" : "; ") + r.hw_abs + ": " + r.reason;
+  for (const auto& r : report_.rejected) add_reason(r.hw_abs + ": " + r.reason);
+  // Padded mappings that differ from another mapping only by iterators of extent 1 (conv2d's n at
+  // batch 1, r and s of a 1x1 window) do the same work: one arm stands for them, a mapping that
+  // fits the intrinsic if there is one, else the first in enumeration order. Mappings that fit
+  // are all kept (logs name them, and their vector widths can differ).
+  std::set<std::string> arms;
+  for (const Match& m : report_.matches)
+    for (const Mapping& map : m.mappings)
+      if (map.fits()) arms.insert(arm_key(m.hw_abs, m.layout, m.shape.extent, map.axes));
+  std::map<std::string, std::string> unscheduled;  // matched abstractions without an arm: a reason
   for (const Match& m : report_.matches) {
     const HwAbstraction* hw = nullptr;
     for (const auto& h : hws)
       if (h.name == m.hw_abs) hw = &h;
     for (const Mapping& map : m.mappings) {
-      if (!map.feasible) continue;
+      if (!map.fits() && !arms.insert(arm_key(m.hw_abs, m.layout, m.shape.extent, map.axes)).second) continue;
       SpaceEntry entry{hw, &m, &map, make_implicit_gemm(c, *hw, m, map), "", {}, {}};
       entry.defaults = default_schedule(entry.gemm, limits_);
-      if (!validate(entry.gemm, entry.defaults, limits_).empty()) continue;
+      if (auto issues = validate(entry.gemm, entry.defaults, limits_); !issues.empty()) {
+        std::string& why = unscheduled[m.hw_abs];
+        if (why.empty())
+          why = "matched, but no mapping has a valid schedule (mapping " + std::to_string(map.id) + ", layout " +
+                m.layout + ": " + std::string(message(issues.front().error)) + ": " + issues.front().detail + ")";
+        continue;
+      }
+      unscheduled[m.hw_abs] = "-";
       entry.choices = family_of(*hw).choices(entry.gemm, entry.defaults);
       entries_.push_back(std::move(entry));
       entries_.back().label = candidate_label(ref(static_cast<int>(entries_.size()) - 1, entries_.back().defaults));
     }
   }
+  for (const auto& [name, why] : unscheduled)
+    if (why != "-") add_reason(name + ": " + why);
   if (entries_.empty() && empty_reason_.empty())
     empty_reason_ = "no mapping has a valid schedule on this device";
 }
@@ -67,8 +92,9 @@ ScheduleParams SearchSpace::sample(int entry, std::mt19937_64& rng) const {
     ScheduleParams p;
     for (int i = 0; i < kFields; ++i) *field(p, i) = ch[i][rng() % ch[i].size()];
     // Blocks are whole multiples of warps: draw the warp count instead of the block size.
-    p.block_m = p.warp_m * static_cast<int>(1u << (rng() % 3));
-    p.block_n = p.warp_n * static_cast<int>(1u << (rng() % 3));
+    const unsigned sides = static_cast<unsigned>(family_of(*entries_[entry].hw).max_warp_tiles_log2()) + 1;
+    p.block_m = p.warp_m * static_cast<int>(1u << (rng() % sides));
+    p.block_n = p.warp_n * static_cast<int>(1u << (rng() % sides));
     if (valid(entry, p)) return p;
   }
   return entries_[entry].defaults;
@@ -116,18 +142,41 @@ CandidateRef SearchSpace::ref(int entry, const ScheduleParams& p) const {
 }
 
 int SearchSpace::find(const CandidateRef& r) const {
+  // The record's axes as iterator ids (-1: a name this compute lacks, which matches no arm).
+  std::array<std::vector<int>, 3> axes;
+  for (int a = 0; a < 3; ++a)
+    for (const auto& name : r.axes[a]) {
+      int id = -1;
+      for (int it = 0; it < static_cast<int>(compute_.iters.size()); ++it)
+        if (compute_.iters[it].name == name) id = it;
+      if (id < 0) return -1;
+      axes[a].push_back(id);
+    }
+  // The arm of exactly that mapping, else the arm that stands for it (a padded mapping the same
+  // up to extent-1 iterators).
+  const std::string key = arm_key(r.hw_abs, r.layout, r.shape, axes);
+  int equivalent = -1;
   for (int i = 0; i < static_cast<int>(entries_.size()); ++i) {
     const SpaceEntry& e = entries_[i];
     if (e.hw->name != r.hw_abs || e.match->layout != r.layout || e.match->shape.extent != r.shape) continue;
-    bool same = true;
-    for (int a = 0; a < 3 && same; ++a) {
-      same = e.mapping->axes[a].size() == r.axes[a].size();
-      for (std::size_t k = 0; same && k < r.axes[a].size(); ++k)
-        same = compute_.iters[e.mapping->axes[a][k]].name == r.axes[a][k];
-    }
-    if (same) return i;
+    if (e.mapping->axes == axes) return i;
+    if (equivalent < 0 && arm_key(r.hw_abs, r.layout, r.shape, e.mapping->axes) == key) equivalent = i;
   }
-  return -1;
+  return equivalent;
+}
+
+std::string SearchSpace::arm_key(const std::string& hw_abs, const std::string& layout,
+                                 const std::array<std::int64_t, 3>& shape,
+                                 const std::array<std::vector<int>, 3>& axes) const {
+  std::string key = hw_abs + " " + layout + " " + std::to_string(shape[0]) + "x" + std::to_string(shape[1]) + "x" +
+                    std::to_string(shape[2]);
+  for (const auto& axis : axes) {
+    key += " {";
+    for (int it : axis)
+      if (compute_.iters[it].extent > 1) key += std::to_string(it) + ",";
+    key += "}";
+  }
+  return key;
 }
 
 std::string SearchSpace::key(int entry, const ScheduleParams& p) {

@@ -4,8 +4,9 @@
 // A family owns its emitter and its schedule space: the checks a schedule must pass beyond the
 // common ones, the shared memory it takes, a default schedule, and the choices the tuner searches.
 // Families shipped: "wmma" (nvcuda::wmma fragments), "mma_sync" (mma.sync.aligned with
-// ldmatrix, XOR-swizzled shared memory and cp.async pipelines) and "wgmma" (Hopper's
-// warpgroup-wide wgmma.mma_async reading 128-byte-swizzled shared tiles through descriptors).
+// ldmatrix, XOR-swizzled shared memory and cp.async pipelines), "wgmma" (Hopper's
+// warpgroup-wide wgmma.mma_async reading 128-byte-swizzled shared tiles through descriptors)
+// and "simt" (CUDA-core multiply-adds on register tiles, reductions split across lanes).
 // Adding a family is its JSON files, one emitter and its space, registered in
 // src/codegen/emitter.cpp; nothing outside src/codegen/ names a family.
 #pragma once
@@ -67,10 +68,17 @@ class EmitterFamily {
   /// The values the tuner tries for each parameter, in ScheduleParams field order.
   virtual std::vector<std::vector<int>> choices(const ImplicitGemm& g, const ScheduleParams& defaults) const = 0;
   /// Threads that execute one warp tile (ScheduleParams::warp_m x warp_n): 32 for warp-scope
-  /// intrinsics, 128 for a warpgroup's.
-  virtual int threads_per_warp_tile() const { return 32; }
+  /// intrinsics, 128 for a warpgroup's, k_lanes for SIMT (whose "warp tile" is one thread's).
+  virtual int threads_per_warp_tile(const ScheduleParams&) const { return 32; }
+  /// Whether the family's kernels can take a TMA producer warpgroup (ScheduleParams::producer).
+  virtual bool has_tma_producer() const { return false; }
+  /// Whether the family's kernels split one output's reduction across lanes (ScheduleParams::k_lanes).
+  virtual bool splits_reductions_across_lanes() const { return false; }
   /// Threads a block has besides its warp tiles' (a producer warpgroup).
   virtual int extra_threads(const ScheduleParams&) const { return 0; }
+  /// A block holds up to 2^this warp tiles along m and along n (the tuner's draws): 4 warps a side
+  /// for Tensor Core families, many more single-thread tiles for SIMT.
+  virtual int max_warp_tiles_log2() const { return 2; }
   /// The most accumulator fragments (of the intrinsic's m x n) a warp holds before spilling.
   virtual int max_fragments_per_warp(const ImplicitGemm& g) const = 0;
   /// The fraction of the tensor cores' peak a well-fed kernel of this family reaches (analytic model).

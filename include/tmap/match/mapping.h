@@ -3,7 +3,9 @@
 // A mapping assigns to each intrinsic axis (i, j, k) a set of the candidate iterators of the
 // index match; the iterators of a set are fused into that axis (their extents multiply), and
 // every other iterator stays an outer loop. An axis with no candidate stays unmapped: extent 1,
-// padded to the intrinsic's extent (how GEMV and depthwise convolution reach Tensor Cores).
+// padded to the intrinsic's extent (how GEMV and depthwise convolution reach Tensor Cores). A
+// mapped axis smaller than the intrinsic's side is padded the same way (masked loads, zero fill):
+// every mapping can be generated, and its padding waste says what it costs.
 #pragma once
 
 #include <array>
@@ -35,9 +37,12 @@ struct Mapping {
   int id = -1;
   std::array<std::vector<int>, 3> axes;  ///< Iterator ids fused into i, j, k (empty: unmapped).
   std::array<std::int64_t, 3> fused_extent{1, 1, 1};
-  bool feasible = false;
-  std::string reason;          ///< Why not, when infeasible.
+  /// The mapped axes smaller than the intrinsic's side, padded up to it ("axis i fuses {n} of
+  /// extent 1, padded to the intrinsic's m = 16"); empty when every mapped axis fills the side.
+  std::string padding;
   double padding_waste = 0.0;  ///< Fraction of intrinsic work spent on padding.
+  /// AMOS's feasibility: no mapped axis is smaller than the intrinsic (AMOS rejects the others).
+  bool fits() const { return padding.empty(); }
   bool operator==(const Mapping&) const = default;
 };
 
@@ -47,9 +52,9 @@ struct Mapping {
 std::vector<Mapping> enumerate_mappings(const Compute& c, const IndexMatch& index, const ExprMatch& roles,
                                         Enumeration e);
 
-/// Fills feasible, reason, fused extents and padding waste for one intrinsic shape. A mapped
-/// axis whose fused extent is smaller than the intrinsic's extent along it is infeasible
-/// (AMOS's rule); an unmapped axis is padded by design and never makes a mapping infeasible.
+/// Fills the fused extents, padding and padding waste for one intrinsic shape. A mapped axis
+/// whose fused extent is smaller than the intrinsic's extent along it is padded (named in
+/// `padding`; AMOS calls such a mapping infeasible); an unmapped axis is padded silently.
 void check_feasibility(const Compute& c, const IntrinsicShape& shape, Mapping& m);
 
 /// "{n, p}" style text of one axis set.

@@ -10,9 +10,11 @@
 //                       i: in A and D, not B; j: in B and D, not A; k: in A and B, not D.
 //                       Iterators in all three are batch loops; the rest are outer loops.
 //
-// The operand order: both orders are tried, the written one (first input as A) first. When
-// the written order matches, the swapped order is not reported: it computes the transposed
-// product D^T = B^T A^T, which the abstraction's shapes (m <-> n) and layouts already cover.
+// Operand roles: the written order (first input as A) is tried first, then the swapped one. The
+// swapped order computes the transposed product D^T = B^T A^T: it is also reported (after the
+// written order's matches) when both orders feed the operands and the abstraction's shapes are
+// not symmetric (no n x m for some m x n, as m16n8k16 or wgmma's m64nN), so that a skinny
+// dimension can land on the intrinsic's short side.
 #pragma once
 
 #include <array>
@@ -53,6 +55,12 @@ struct ExprMatch {
   bool ok() const { return failure == MatchFailure::kNone; }
 };
 ExprMatch match_expression(const Compute& c, const HwAbstraction& hw);
+/// The other operand order of a successful match (A and B exchanged) when it feeds the operands
+/// too, else a failed ExprMatch saying why.
+ExprMatch swapped_roles(const Compute& c, const HwAbstraction& hw, const ExprMatch& roles);
+/// Whether every shape m x n x k of the abstraction has its transposed n x m x k beside it, so
+/// that the swapped operand order adds no intrinsic the written order lacks.
+bool shapes_symmetric(const HwAbstraction& hw);
 
 struct IndexMatch {
   MatchFailure failure = MatchFailure::kNone;

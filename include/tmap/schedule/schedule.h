@@ -41,6 +41,9 @@ struct ScheduleParams {
   /// ring of `stages` buffers guarded by mbarriers while the other warpgroups multiply; 0: every
   /// thread gathers operand tiles between the math.
   int producer = 0;
+  /// Threads that share one output's reduction (SIMT): each sums every k_lanes-th slice of k, and
+  /// the partial sums meet by warp shuffles. A power of two up to 32; 1 for the other families.
+  int k_lanes = 1;
   bool operator==(const ScheduleParams&) const = default;
 };
 

@@ -1,8 +1,9 @@
-// The tuner's search space: every feasible (abstraction, layout, intrinsic shape, mapping) the
+// The tuner's search space: every (abstraction, layout, intrinsic shape, mapping) the
 // matcher finds for a compute (the arms of the search), times the schedule parameters of the
 // code generator. Only valid schedules (see validate()) are ever produced.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <random>
 #include <string>
@@ -38,7 +39,8 @@ class SearchSpace {
   const std::vector<SpaceEntry>& entries() const { return entries_; }
   const Compute& compute() const { return compute_; }
   const DeviceLimits& limits() const { return limits_; }
-  /// Why the space is empty (the matcher's rejections), for the error message.
+  /// Why each abstraction has no arm, one "\n  - name: reason" line each (too new for the target,
+  /// no emitter, rejected by the matcher with its reason, or matched without a valid schedule).
   std::string empty_reason() const { return empty_reason_; }
 
   bool valid(int entry, const ScheduleParams& p) const;
@@ -49,13 +51,18 @@ class SearchSpace {
   /// Each parameter from one parent or the other; valid, or the first parent.
   ScheduleParams crossover(int entry, const ScheduleParams& a, const ScheduleParams& b, std::mt19937_64& rng) const;
 
-  /// The record form of a candidate, and back (-1 when the log names no arm of this space).
+  /// The record form of a candidate, and back (-1 when the log names no arm of this space; a
+  /// padded mapping that differs from an arm's only by iterators of extent 1 finds that arm).
   CandidateRef ref(int entry, const ScheduleParams& p) const;
   int find(const CandidateRef& r) const;
   /// A key naming a candidate uniquely within the space.
   static std::string key(int entry, const ScheduleParams& p);
 
  private:
+  /// Names an arm up to iterators of extent 1, which change no kernel.
+  std::string arm_key(const std::string& hw_abs, const std::string& layout, const std::array<std::int64_t, 3>& shape,
+                      const std::array<std::vector<int>, 3>& axes) const;
+
   const Compute& compute_;
   DeviceLimits limits_;
   MatchReport report_;

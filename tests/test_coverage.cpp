@@ -1,0 +1,343 @@
+// Every computation and every shape gets a correct kernel: axes smaller than the intrinsic are
+// padded, the transposed product puts a skinny axis on the intrinsic's short side, and the SIMT
+// family takes what no Tensor Core mapping fits. CPU tests compile (NVRTC); GPU tests verify
+// against the reference kernel on fresh random inputs with poisoned outputs (relative L2 below
+// 1e-2 for 16-bit inputs, 1e-5 for float32 inputs on CUDA cores, exact for integers), skipped
+// without a GPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <map>
+
+#include "gpu_cases.h"
+#include "test_util.h"
+#include "tmap/codegen/emitter.h"
+#include "tmap/frontend/op_library.h"
+#include "tmap/runtime/kernel_runner.h"
+#include "tmap/runtime/nvrtc_compiler.h"
+#include "tmap/tune/features.h"
+#include "tmap/tune/search_space.h"
+
+namespace tmap {
+namespace {
+
+using testing::have_gpu;
+using testing::shipped;
+
+/// The odd extents of the sweep, tried on each parameter of each op that admits them.
+constexpr int kOddExtents[] = {1, 2, 3, 5, 7, 17, 33, 127};
+
+/// Every (op, one parameter set to one odd value) that builds; parameters that the op rejects
+/// at that value (a window larger than the padded input, groups not dividing the channels) are
+/// left out.
+struct SweepCase {
+  std::string label;
+  Compute compute;
+};
+std::vector<SweepCase> sweep(std::initializer_list<int> values) {
+  std::vector<SweepCase> out;
+  for (const std::string& op : builtin_op_names()) {
+    const ComputeDef def = builtin_op(op);
+    for (const auto& param : def.params)
+      for (int v : values) {
+        const std::string set = param.name + "=" + std::to_string(v);
+        try {
+          out.push_back({op + " " + set, build_compute(def, parse_param_overrides({set}))});
+        } catch (const UserError&) {
+        }
+      }
+  }
+  return out;
+}
+
+/// The first arm of the space whose abstraction is `hw_name`, or -1.
+int arm_of(const SearchSpace& space, const std::string& hw_name) {
+  for (int e = 0; e < static_cast<int>(space.entries().size()); ++e)
+    if (space.entries()[e].hw->name == hw_name) return e;
+  return -1;
+}
+
+/// The arm (and its default) the analytic model ranks best among those of Tensor Core families.
+int best_tensor_core_arm(const SearchSpace& space, const DeviceModel& d) {
+  int best = -1;
+  double best_us = 0;
+  for (int e = 0; e < static_cast<int>(space.entries().size()); ++e) {
+    const SpaceEntry& entry = space.entries()[e];
+    if (entry.hw->family == "simt") continue;
+    const double us = analytic_time_us(entry.gemm, entry.defaults, d);
+    if (best < 0 || us < best_us) best = e, best_us = us;
+  }
+  return best;
+}
+
+TEST(Coverage, EveryOpAndOddExtentHasAKernelThatCompiles) {
+  const std::vector<SweepCase> cases = sweep({1, 2, 3, 5, 7, 17, 33, 127});
+  std::map<std::string, int> per_op;
+  for (const auto& c : cases) ++per_op[c.compute.name];
+  // Every op takes part, each with most of its parameters.
+  EXPECT_EQ(per_op.size(), builtin_op_names().size());
+  ASSERT_GT(cases.size(), 400u);
+  const DeviceLimits limits = DeviceLimits::for_arch(90);
+  std::vector<CompileJob> jobs;
+  std::vector<std::string> labels;
+  int tensor_core = 0;
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.label);
+    SearchSpace space(c.compute, shipped(), Enumeration::kAmos, limits, 90);
+    ASSERT_FALSE(space.entries().empty()) << space.empty_reason();
+    // Every space's first arm is valid, and so is the SIMT family's default.
+    const int simt = arm_of(space, "simt_fp16_fp32");
+    ASSERT_GE(simt, 0);
+    tensor_core += best_tensor_core_arm(space, DeviceModel::for_arch(90)) >= 0;
+    // The SIMT default compiles for every case, the space's first arm (a Tensor Core mapping,
+    // padded where an extent is small) for the smallest extents.
+    std::vector<int> arms = {simt};
+    const bool small = c.label.back() == '1' && c.label[c.label.size() - 2] == '=';
+    if (small && simt != 0) arms.push_back(0);
+    for (int e : arms) {
+      const SpaceEntry& entry = space.entries()[e];
+      ASSERT_TRUE(validate(entry.gemm, entry.defaults, limits).empty());
+      // The cost model's features are finite (XGBoost refuses infinities), SIMT blocks of a few
+      // threads included.
+      for (float f : candidate_features(entry.gemm, entry.defaults, DeviceModel::for_arch(90)))
+        ASSERT_TRUE(std::isfinite(f)) << entry.label;
+      KernelSource k = emit_kernel(entry.gemm, entry.defaults);
+      jobs.push_back({k.name, k.code});
+      labels.push_back(c.label + ": " + entry.label);
+    }
+  }
+  // With padding, Tensor Cores take every shape too.
+  EXPECT_EQ(tensor_core, static_cast<int>(cases.size()));
+  NvrtcCompiler compiler(90);
+  std::vector<CompileResult> results = compile_parallel(compiler, jobs);
+  int failed = 0;
+  for (std::size_t i = 0; i < results.size(); ++i)
+    if (!results[i].ok && failed++ < 3) ADD_FAILURE() << labels[i] << ":\n" << results[i].log;
+  EXPECT_EQ(failed, 0);
+  std::printf("%zu cases of %zu ops, %zu kernels compiled for sm_90\n", cases.size(), per_op.size(), results.size());
+}
+
+/// Virtual GEMMs of one abstraction on `c`: per match, its first mapping, or (with `padded`) its
+/// first mapping that pads an axis and has a valid default schedule (a mapping of tiny M, N
+/// and K can leave a grid too large for the rest).
+std::vector<ImplicitGemm> gemms_of(const Compute& c, const std::string& hw_name, bool padded) {
+  const HwAbstraction& hw = find_hw(shipped(), hw_name);
+  std::vector<ImplicitGemm> out;
+  static std::vector<MatchReport> keep;
+  keep.push_back(match_compute(c, {hw}, Enumeration::kAll));
+  for (const Match& m : keep.back().matches)
+    for (const Mapping& map : m.mappings) {
+      if (padded && map.fits()) continue;
+      ImplicitGemm g = make_implicit_gemm(c, hw, m, map);
+      const DeviceLimits limits = DeviceLimits::for_arch(90);
+      if (padded && !validate(g, default_schedule(g, limits), limits).empty()) continue;
+      out.push_back(g);
+      break;
+    }
+  return out;
+}
+
+Compute op(const std::string& name, const std::vector<std::string>& sets) {
+  return build_compute(builtin_op(name), parse_param_overrides(sets));
+}
+
+TEST(Coverage, PaddedAndSwappedTensorCoreKernelsCompile) {
+  const Compute computes[] = {op("gemm", {"M=1", "N=4096", "K=4096"}), op("gemm", {"M=3", "N=5", "K=7"}),
+                              op("depthwise_conv2d", {}),
+                              op("conv2d_nhwc", {"C=1000", "H=1", "W=1", "K=1000", "R=1", "S=1", "pad=0"})};
+  std::vector<CompileJob> jobs;
+  int swapped = 0;
+  for (const Compute& c : computes)
+    for (const std::string hw : {"wmma_fp16_fp32", "mma_sync_fp16_fp32", "wgmma_fp16_fp32"})
+      for (const ImplicitGemm& g : gemms_of(c, hw, true)) {
+        SCOPED_TRACE(c.name + " " + hw + " " + g.layout);
+        const ScheduleParams p = default_schedule(g, DeviceLimits::for_arch(90));
+        ASSERT_TRUE(validate(g, p, DeviceLimits::for_arch(90)).empty());
+        swapped += g.a_input == 1;
+        KernelSource k = emit_kernel(g, p);
+        jobs.push_back({k.name, k.code});
+      }
+  EXPECT_GT(swapped, 0);
+  NvrtcCompiler compiler(90);
+  for (const auto& r : compile_parallel(compiler, jobs)) EXPECT_TRUE(r.ok) << r.log;
+  std::printf("%zu padded Tensor Core kernels compiled (%d with A and B swapped)\n", jobs.size(), swapped);
+}
+
+/// A SIMT schedule variant: the default with a few parameters changed.
+struct Variant {
+  std::string name;
+  std::function<void(ScheduleParams&)> change;
+};
+const std::vector<Variant>& simt_variants() {
+  static const std::vector<Variant> v = {
+      {"default", [](ScheduleParams&) {}},
+      {"lanes 8", [](ScheduleParams& p) { p.k_lanes = 8; p.warp_m = p.warp_n = 1; p.block_m = 4; p.block_n = 8; p.block_k = 64; }},
+      {"lanes 32 split 3", [](ScheduleParams& p) { p.k_lanes = 32; p.warp_m = 1; p.warp_n = 2; p.block_m = 2; p.block_n = 4; p.block_k = 128; p.split_k = 3; }},
+      {"tile 4x8 1 stage", [](ScheduleParams& p) { p.warp_m = 4; p.warp_n = 8; p.block_m = 32; p.block_n = 64; p.block_k = 16; p.stages = 1; p.async_copy = 0; }},
+      {"scalar 2 stages rolled", [](ScheduleParams& p) { p.vec_a = p.vec_b = 1; p.async_copy = 0; p.stages = 2; p.unroll = 0; p.raster = 2; }},
+      // Blocks narrower than the output's vectors (which then narrow too, staying aligned).
+      {"narrow block", [](ScheduleParams& p) { p.block_m = 2; p.warp_m = 1; p.block_n = 16; p.warp_n = 1; p.k_lanes = 2; p.block_k = 32; }},
+  };
+  return v;
+}
+
+/// The compute of an abstraction's dtypes: gemm 67 x 33 x 65 with those inputs and accumulator.
+Compute gemm_for(const HwAbstraction& hw, const std::vector<std::string>& sets) {
+  ComputeDef def = builtin_op("gemm");
+  auto in = [&](DType t) { return t == DType::kTFloat32 ? DType::kFloat32 : t; };
+  for (auto& t : def.tensors) t.dtype = t.name == "C" ? hw.d_dtype : t.name == "A" ? in(hw.a_dtype) : in(hw.b_dtype);
+  def.accumulate = hw.d_dtype;
+  return build_compute(def, parse_param_overrides(sets));
+}
+
+TEST(Coverage, SimtCompilesEveryAbstractionLayoutAndSchedule) {
+  std::vector<CompileJob> jobs;
+  int skipped = 0;
+  std::vector<std::pair<std::string, Compute>> computes;
+  for (const HwAbstraction& hw : shipped())
+    if (hw.family == "simt") computes.emplace_back(hw.name, gemm_for(hw, {"M=67", "N=33", "K=65"}));
+  computes.emplace_back("simt_fp16_fp32", op("gemv", {"M=100", "K=300"}));
+  computes.emplace_back("simt_fp16_fp32", op("depthwise_conv2d", {"C=24", "H=15", "W=15", "stride=2"}));
+  for (const auto& [hw, c] : computes)
+    for (const ImplicitGemm& g : gemms_of(c, hw, false))
+      for (const auto& v : simt_variants()) {
+        ScheduleParams p = default_schedule(g, DeviceLimits::for_arch(90));
+        v.change(p);
+        if (!validate(g, p, DeviceLimits::for_arch(90)).empty()) {
+          ++skipped;
+          continue;
+        }
+        KernelSource k = emit_kernel(g, p);
+        jobs.push_back({k.name, k.code});
+      }
+  EXPECT_GT(jobs.size(), 90u);
+  for (int cc : {80, 90}) {
+    NvrtcCompiler compiler(cc);
+    int failed = 0;
+    for (const auto& r : compile_parallel(compiler, jobs))
+      if (!r.ok && failed++ < 3) ADD_FAILURE() << "sm_" << cc << ":\n" << r.log;
+    EXPECT_EQ(failed, 0);
+  }
+  std::printf("%zu SIMT kernels compiled for sm_80 and sm_90; %d variants did not apply\n", jobs.size(), skipped);
+}
+
+TEST(Coverage, SimtValidationReasons) {
+  Compute c = op("gemm", {"M=64", "N=64", "K=256"});
+  const ImplicitGemm g = gemms_of(c, "simt_fp16_fp32", false).front();  // nnn
+  const DeviceLimits limits = DeviceLimits::for_arch(90);
+  const ScheduleParams d = default_schedule(g, limits);
+  ASSERT_TRUE(validate(g, d, limits).empty());
+  auto reasons = [&](const std::function<void(ScheduleParams&)>& change) {
+    ScheduleParams p = d;
+    change(p);
+    std::string out;
+    for (const auto& issue : validate(g, p, limits)) out += issue.detail + "\n";
+    return out;
+  };
+  auto has = [](const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; };
+  EXPECT_TRUE(has(reasons([](ScheduleParams& p) { p.producer = 1; }), "only wgmma kernels"));
+  EXPECT_TRUE(has(reasons([](ScheduleParams& p) { p.swizzle = 1; }), "SIMT tiles are padded rows"));
+  EXPECT_TRUE(has(reasons([](ScheduleParams& p) { p.stages = 3; p.async_copy = 0; }), "stages = 3 with async_copy = 0"));
+  EXPECT_TRUE(has(reasons([](ScheduleParams& p) { p.k_lanes = 3; }), "k_lanes = 3: a power of two"));
+  EXPECT_TRUE(has(reasons([](ScheduleParams& p) { p.k_lanes = 16; p.block_k = 8; }), "a multiple of 16"));
+  EXPECT_TRUE(has(reasons([](ScheduleParams& p) { p.warp_m = 8; p.warp_n = 16; p.block_m = 64; p.block_n = 64; }), "128 accumulators"));
+  EXPECT_TRUE(has(reasons([](ScheduleParams& p) { p.vec_a = 8; p.smem_pad = 3; }), "vectors of 16 bytes"));
+  EXPECT_TRUE(has(reasons([](ScheduleParams& p) { p.k_lanes = 64; }), "k_lanes = 64"));
+  // Packed dp4a reads along k need 4-byte rows.
+  const HwAbstraction& dp4a = find_hw(shipped(), "simt_int8_int32");
+  Compute ci = gemm_for(dp4a, {"M=64", "N=64", "K=256"});
+  const ImplicitGemm gi = gemms_of(ci, "simt_int8_int32", false).front();
+  ScheduleParams pi = default_schedule(gi, limits);
+  pi.smem_pad = 2;
+  pi.vec_a = pi.vec_b = 1;
+  pi.async_copy = 0;
+  pi.stages = 2;
+  std::string text;
+  for (const auto& issue : validate(gi, pi, limits)) text += issue.detail + "\n";
+  EXPECT_TRUE(has(text, "packed 4-byte reads along k")) << text;
+  // k_lanes belongs to SIMT: a Tensor Core family refuses it.
+  const ImplicitGemm tc = gemms_of(c, "mma_sync_fp16_fp32", false).front();
+  ScheduleParams pt = default_schedule(tc, limits);
+  pt.k_lanes = 4;
+  std::string tc_text;
+  for (const auto& issue : validate(tc, pt, limits)) tc_text += issue.detail + "\n";
+  EXPECT_TRUE(has(tc_text, "only SIMT kernels split one output's reduction")) << tc_text;
+}
+
+// ---- On the GPU ----
+
+using testing::device_cc;
+using testing::GpuCase;
+using testing::run_cases;
+
+TEST(GpuCoverage, SimtFamily) {
+  if (!have_gpu()) GTEST_SKIP() << "no GPU: " << query_runtime().status;
+  std::uint64_t seed = 900;
+  auto tolerance = [](const HwAbstraction& hw) {
+    return hw.d_dtype == DType::kInt32 ? 0.0 : hw.a_dtype == DType::kFloat32 ? 1e-5 : 1e-2;
+  };
+  std::vector<std::pair<std::string, Compute>> computes;
+  for (const HwAbstraction& hw : shipped())
+    if (hw.family == "simt") computes.emplace_back(hw.name, gemm_for(hw, {"M=67", "N=33", "K=65"}));
+  computes.emplace_back("simt_fp16_fp32", op("gemv", {"M=100", "K=300"}));
+  computes.emplace_back("simt_fp16_fp32", op("depthwise_conv2d", {"C=24", "H=15", "W=15", "stride=2"}));
+  computes.emplace_back("simt_fp16_fp32", op("gemm", {"M=1", "N=300", "K=520"}));
+  computes.emplace_back("simt_fp16_fp32", op("conv2d", {"C=6", "H=9", "W=9", "K=5"}));
+  for (const auto& [hw_name, c] : computes) {
+    const HwAbstraction& hw = find_hw(shipped(), hw_name);
+    std::vector<GpuCase> cases;
+    for (const ImplicitGemm& g : gemms_of(c, hw_name, false))
+      for (const auto& v : simt_variants()) {
+        ScheduleParams p = default_schedule(g, DeviceLimits::for_arch(device_cc()));
+        v.change(p);
+        if (!validate(g, p, DeviceLimits::for_arch(device_cc())).empty()) continue;
+        cases.push_back({c.name + " " + hw_name + " " + g.layout + " " + v.name, g, p, tolerance(hw)});
+      }
+    EXPECT_GT(cases.size(), 4u) << c.name << " " << hw_name;
+    run_cases(c, cases, seed++);
+  }
+}
+
+TEST(GpuCoverage, PaddedAndSwappedTensorCoreKernels) {
+  if (!have_gpu()) GTEST_SKIP() << "no GPU: " << query_runtime().status;
+  std::uint64_t seed = 950;
+  const Compute computes[] = {op("gemm", {"M=1", "N=300", "K=200"}), op("gemm", {"M=3", "N=5", "K=7"}),
+                              op("depthwise_conv2d", {"C=16", "H=14", "W=14"}),
+                              op("conv2d_nhwc", {"C=200", "H=1", "W=1", "K=100", "R=1", "S=1", "pad=0"})};
+  for (const Compute& c : computes) {
+    std::vector<GpuCase> cases;
+    for (const std::string hw : {"wmma_fp16_fp32", "mma_sync_fp16_fp32", "wgmma_fp16_fp32"})
+      for (const ImplicitGemm& g : gemms_of(c, hw, true)) {
+        const ScheduleParams p = default_schedule(g, DeviceLimits::for_arch(device_cc()));
+        cases.push_back({c.name + " " + hw + " " + g.layout + (g.a_input == 1 ? " swapped" : ""), g, p, 1e-2});
+      }
+    run_cases(c, cases, seed++);
+  }
+}
+
+TEST(GpuCoverage, OddExtentSweep) {
+  if (!have_gpu()) GTEST_SKIP() << "no GPU: " << query_runtime().status;
+  // Each op with one parameter at 1 or 17: the SIMT default and the Tensor Core arm the
+  // analytic model ranks first, against the reference.
+  std::uint64_t seed = 1000;
+  const DeviceLimits limits = DeviceLimits::for_arch(device_cc());
+  int cases_run = 0;
+  for (const auto& sc : sweep({1, 17})) {
+    SearchSpace space(sc.compute, shipped(), Enumeration::kAmos, limits, device_cc());
+    ASSERT_FALSE(space.entries().empty()) << sc.label;
+    std::vector<GpuCase> cases;
+    for (int e : {arm_of(space, "simt_fp16_fp32"), best_tensor_core_arm(space, DeviceModel::for_arch(device_cc()))}) {
+      ASSERT_GE(e, 0) << sc.label;
+      const SpaceEntry& entry = space.entries()[e];
+      cases.push_back({sc.label + ": " + entry.label, entry.gemm, entry.defaults, 1e-2});
+    }
+    run_cases(sc.compute, cases, seed++);
+    cases_run += static_cast<int>(cases.size());
+  }
+  EXPECT_GT(cases_run, 100);
+}
+
+}  // namespace
+}  // namespace tmap
