@@ -9,6 +9,7 @@
 // repeats), and again with the L2 flushed before each run (cold). Every output is compared with
 // the reference kernel tmap generates from the IR, and the baselines' with tmap's own output.
 // Writes a CSV and a Markdown table with the geometric-mean speedup.
+#include <cstdlib>
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
@@ -146,19 +147,28 @@ void offer(std::optional<Baseline>& best, const std::string& name, const std::ve
   if (!best || b.time.warm_us < best->time.warm_us) best = b;
 }
 
+/// With TMAP_BENCH_TRACE set, each step of a row on stderr (to find what a slow row waits on).
+void trace(const std::string& what) {
+  static const bool on = std::getenv("TMAP_BENCH_TRACE") != nullptr;
+  if (on) std::fprintf(stderr, "trace: %s\n", what.c_str());
+}
+
 /// A convolution as cuDNN describes it: 2 or 3 spatial dimensions (a 1-D convolution is a 2-D one
 /// of height 1), and whether tmap's tensors are channels-last.
 struct ConvShape {
-  int n = 1, c = 1, k = 1;
+  int n = 1, c = 1, k = 1, groups = 1;
   std::vector<int> in, filter, pad, stride, dil;  ///< Per spatial dimension, outermost first.
   bool tmap_channels_last = false;
 };
 
 ConvShape conv_shape(const Compute& c, int rank, bool nhwc) {
   auto param = [&](const std::string& name) { return param_of(c, name); };
-  if (rank == 2 && param("groups") != 1) throw std::runtime_error("grouped convolutions are not benchmarked");
   ConvShape s;
-  s.n = param("N"), s.c = param("C"), s.k = param("K");
+  s.n = param("N"), s.c = param("C");
+  // Depthwise: one filter per channel (K = C, groups = C, filters [C, 1, R, S] as tmap's [C, R, S]).
+  const bool depthwise = c.name == "depthwise_conv2d";
+  s.k = depthwise ? s.c : param("K");
+  s.groups = depthwise ? s.c : rank == 2 ? param("groups") : 1;
   s.tmap_channels_last = nhwc;
   const int pad = param("pad"), stride = param("stride"), dil = param("dil");
   if (rank == 1) {  // height 1, no padding along it
@@ -212,7 +222,7 @@ std::optional<Baseline> cudnn_baseline(const Compute& c, tmap::Workspace& ws, co
   cudnn_ok(cudnnCreateTensorDescriptor(&y), "y");
   cudnn_ok(cudnnCreateFilterDescriptor(&w), "w");
   cudnn_ok(cudnnCreateConvolutionDescriptor(&conv), "conv");
-  std::vector<int> xdims = {shape.n, shape.c}, wdims = {shape.k, shape.c};
+  std::vector<int> xdims = {shape.n, shape.c}, wdims = {shape.k, shape.c / shape.groups};
   xdims.insert(xdims.end(), shape.in.begin(), shape.in.end());
   wdims.insert(wdims.end(), shape.filter.begin(), shape.filter.end());
   cudnn_ok(cudnnSetTensorNdDescriptorEx(x, fmt, CUDNN_DATA_HALF, nb, xdims.data()), "x");
@@ -221,6 +231,7 @@ std::optional<Baseline> cudnn_baseline(const Compute& c, tmap::Workspace& ws, co
                                            CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
            "conv");
   cudnn_ok(cudnnSetConvolutionMathType(conv, CUDNN_TENSOR_OP_MATH), "math type");
+  cudnn_ok(cudnnSetConvolutionGroupCount(conv, shape.groups), "group count");
   std::vector<int> ydims(nb);
   cudnn_ok(cudnnGetConvolutionNdForwardOutputDim(conv, x, w, nb, ydims.data()), "output dims");
   const bool half_out = c.tensor_of(c.output).dtype == tmap::DType::kFloat16;
@@ -243,7 +254,7 @@ std::optional<Baseline> cudnn_baseline(const Compute& c, tmap::Workspace& ws, co
   };
   if (transpose) {
     in_copy = upload(c.inputs[0].tensor, shape.n, shape.c, product(shape.in));
-    filter_copy = upload(c.inputs[1].tensor, shape.k, shape.c, product(shape.filter));
+    filter_copy = upload(c.inputs[1].tensor, shape.k, shape.c / shape.groups, product(shape.filter));
   }
   const void* in = transpose ? in_copy->p : ws.device(c.inputs[0].tensor);
   const void* filter = transpose ? filter_copy->p : ws.device(c.inputs[1].tensor);
@@ -256,6 +267,10 @@ std::optional<Baseline> cudnn_baseline(const Compute& c, tmap::Workspace& ws, co
   int tried = 0, wrong = 0;
   for (int a = 0; a < CUDNN_CONVOLUTION_FWD_ALGO_COUNT; ++a) {
     const auto algo = static_cast<cudnnConvolutionFwdAlgo_t>(a);
+    // cuDNN runs its FFT algorithms group by group: on a depthwise layer (mbv2_dw2, 192 groups)
+    // FFT_TILING did not finish in 40 s. They never win on grouped convolutions; skip them there.
+    if (shape.groups > 1 && (algo == CUDNN_CONVOLUTION_FWD_ALGO_FFT || algo == CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING))
+      continue;
     std::size_t ws_bytes = 0;
     if (cudnnGetConvolutionForwardWorkspaceSize(h, x, w, conv, y, algo, &ws_bytes) != CUDNN_STATUS_SUCCESS) continue;
     Buffer scratch(ws_bytes);
@@ -267,6 +282,7 @@ std::optional<Baseline> cudnn_baseline(const Compute& c, tmap::Workspace& ws, co
                  : static_cast<int>(cudaErrorUnknown);
     };
     cuda_ok(cudaMemset(out.p, 0xFF, out_elems * out_bytes), "poison");
+    trace(std::string("cuDNN ") + algo_name(algo) + (channels_last ? " nhwc" : " nchw"));
     if (launch(nullptr) != 0) continue;  // not supported for this configuration
     cuda_ok(cudaDeviceSynchronize(), "cuDNN");
     ++tried;
@@ -390,9 +406,33 @@ const tmap::TuneRecord* find_record(const std::vector<const tmap::TuneRecord*>& 
   return chosen;
 }
 
+/// Device-to-device copy bandwidth in GB/s (bytes read plus bytes written) of a 256 MiB
+/// cudaMemcpy: the best of 10 timed with events after 3 warm-ups. The ceiling of memory-bound kernels.
+double copy_bandwidth_gbs() {
+  const std::size_t bytes = std::size_t{256} << 20;
+  Buffer a(bytes), b(bytes);
+  cudaEvent_t start, stop;
+  cuda_ok(cudaEventCreate(&start), "event");
+  cuda_ok(cudaEventCreate(&stop), "event");
+  float best_ms = 1e30f;
+  for (int i = 0; i < 13; ++i) {
+    cuda_ok(cudaEventRecord(start), "record");
+    cuda_ok(cudaMemcpy(b.p, a.p, bytes, cudaMemcpyDeviceToDevice), "copy");
+    cuda_ok(cudaEventRecord(stop), "record");
+    cuda_ok(cudaEventSynchronize(stop), "sync");
+    float ms = 0;
+    cuda_ok(cudaEventElapsedTime(&ms, start, stop), "elapsed");
+    if (i >= 3) best_ms = std::min(best_ms, ms);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return 2.0 * bytes / (best_ms * 1e-3) / 1e9;
+}
+
 struct Row {
   std::string name, workload_key;
   double gflop = 0;
+  double bytes = 0;  ///< Every tensor read or written once: the least traffic of any kernel.
   std::optional<Timing> tmap;
   double tmap_err = 0;
   std::optional<Baseline> baseline;
@@ -462,7 +502,16 @@ int main(int argc, char** argv) {
                 << "  hint: use --layout nchw\n";
       return 2;
     }
-    const std::string conv_op = rank == 1 ? "conv1d" : rank == 3 ? "conv3d" : layout == "nhwc" ? "conv2d_nhwc" : "conv2d";
+    const bool depthwise = conv && std::find(table["fields"].begin(), table["fields"].end(), "K") == table["fields"].end();
+    if (depthwise && layout == "nhwc") {
+      std::cerr << "tmap_bench: error: --layout nhwc: tmap's depthwise_conv2d is channels-first\n  hint: use --layout nchw\n";
+      return 2;
+    }
+    const std::string conv_op = depthwise ? "depthwise_conv2d" : rank == 1 ? "conv1d" : rank == 3 ? "conv3d"
+                                : layout == "nhwc" ? "conv2d_nhwc" : "conv2d";
+    // Memory-bound tables (their description asks for GB/s): achieved bandwidth beside the times,
+    // against the device-to-device copy bandwidth measured in this run.
+    const bool bandwidth = table.value("description", std::string()).find("GB/s") != std::string::npos;
     const std::string layout_name = rank == 1 ? "ncw" : rank == 3 ? "ncdhw" : layout;
     // Each workload of the table as the op and parameters tmap builds it from.
     struct Entry {
@@ -505,6 +554,7 @@ int main(int argc, char** argv) {
       return 2;
     }
     const int cc = rt.devices.front().compute_capability;
+    const double copy_gbs = bandwidth ? copy_bandwidth_gbs() : 0;
     const std::vector<tmap::HwAbstraction> hws = tmap::load_hw_abstractions();
     tmap::LogContents log = tmap::read_log(log_path);
     for (const auto& w : log.warnings) std::cerr << "warning: " << w << "\n";
@@ -519,8 +569,11 @@ int main(int argc, char** argv) {
       row.name = name;
       row.workload_key = tmap::make_workload(c).key;
       row.gflop = 2.0 * c.iteration_points() / 1e9;
+      for (const auto& t : c.tensors) row.bytes += static_cast<double>(t.num_elements()) * tmap::dtype_bits(t.dtype) / 8;
+      trace(name + ": reference");
       tmap::Workspace ws(c, 2024);
       const std::vector<double> ref = tmap::gpu_reference(ws, compiler);
+      trace(name + ": tmap's kernel");
       std::vector<double> tmap_out;
       bool transferred = false;
       const tmap::TuneRecord* record = find_record(best, c, transferred);
@@ -543,6 +596,7 @@ int main(int argc, char** argv) {
       } else {
         row.note = "not in the log (tune it first)";
       }
+      trace(name + ": baselines");
       if (conv) {
         const ConvShape shape = conv_shape(c, rank, layout == "nhwc");
         row.baseline = cudnn_baseline(c, ws, ref, tmap_out, shape, layout == "nhwc", graph_runs);
@@ -581,16 +635,23 @@ int main(int argc, char** argv) {
     int cudnn_version = static_cast<int>(cudnnGetVersion());
     int cublas_version = 0;
     cublasGetProperty(MAJOR_VERSION, &cublas_version);
-    const std::string kind = rank == 2 ? "ResNet-18 conv2d" : "conv" + std::to_string(rank) + "d";
-    const std::string what =
-        (conv ? kind + ", batch " + std::to_string(batch) + ", " + layout_name : "GEMM") + ", " + out_dtype + " output";
+    const std::string kind = depthwise                   ? "depthwise conv2d"
+                             : table_path.find("grouped") != std::string::npos ? "grouped conv2d"
+                             : rank == 2                 ? "ResNet-18 conv2d"
+                                                         : "conv" + std::to_string(rank) + "d";
+    const std::string what = (conv ? kind + ", batch " + std::to_string(batch) + ", " + layout_name
+                                   : table_path.find("skinny") != std::string::npos ? "skinny GEMM" : "GEMM") +
+                             ", " + out_dtype + " output";
+    // Achieved bandwidth of tmap's kernel, cold L2 (every tensor read or written once), and its
+    // share of the copy bandwidth.
+    auto gbs = [](const Row& r) { return r.bytes / (r.tmap->cold_us * 1e-6) / 1e9; };
     int transfers = 0;
     for (const auto& r : rows) transfers += r.note.find("another output dtype") != std::string::npos;
     if (!csv_path.empty()) {
       std::ofstream csv(csv_path);
       csv << "workload,key,gflop,tmap_us,tmap_cold_us,tmap_tflops,baseline,baseline_us,baseline_cold_us,speedup,"
              "speedup_cold,pct_peak,tmap_rel_l2,baseline_vs_tmap_rel_l2,note,other_layout_baseline,other_layout_us,"
-             "speedup_vs_fastest_layout\n";
+             "speedup_vs_fastest_layout,tmap_cold_gbs,pct_copy_bandwidth\n";
       for (const auto& r : rows) {
         csv << r.name << "," << r.workload_key << "," << r.gflop << ",";
         if (r.tmap) csv << r.tmap->warm_us << "," << r.tmap->cold_us << "," << r.gflop / r.tmap->warm_us * 1e3;
@@ -608,6 +669,9 @@ int main(int argc, char** argv) {
         else csv << ",,";
         csv << ",";
         if (r.tmap && r.fastest()) csv << r.fastest()->time.warm_us / r.tmap->warm_us;
+        csv << ",";
+        if (r.tmap && bandwidth) csv << gbs(r) << "," << gbs(r) / copy_gbs * 100;
+        else csv << ",";
         csv << "\n";
       }
     }
@@ -622,9 +686,14 @@ int main(int argc, char** argv) {
        << (conv ? "cuDNN runs in tmap's layout (baseline, speedup) and in the other layout, on the same values "
                   "transposed (other layout us; vs fastest: against the faster of the two).\n\n"
                 : "")
+       << (bandwidth ? "Memory-bound: tmap GB/s is every tensor's bytes moved once over tmap's cold time; the "
+                       "device-to-device copy bandwidth measured in this run is " + fixed(copy_gbs, 0) + " GB/s.\n\n"
+                     : "")
        << "| workload | tmap us | baseline | baseline us | speedup | cold speedup |"
-       << (conv ? " other layout us | vs fastest |" : "") << " tmap TFLOP/s | % of peak |\n"
-       << "| --- | ---: | --- | ---: | ---: | ---: |" << (conv ? " ---: | ---: |" : "") << " ---: | ---: |\n";
+       << (conv ? " other layout us | vs fastest |" : "") << " tmap TFLOP/s | % of peak |"
+       << (bandwidth ? " tmap GB/s (cold) | % of copy |" : "") << "\n"
+       << "| --- | ---: | --- | ---: | ---: | ---: |" << (conv ? " ---: | ---: |" : "") << " ---: | ---: |"
+       << (bandwidth ? " ---: | ---: |" : "") << "\n";
     for (const auto& r : rows) {
       md << "| " << r.name << " | " << (r.tmap ? fixed(r.tmap->warm_us) : "-") << " | "
          << (r.baseline ? r.baseline->name : "-") << " | " << (r.baseline ? fixed(r.baseline->time.warm_us) : "-")
@@ -638,7 +707,8 @@ int main(int argc, char** argv) {
         md << fixed(r.baseline->time.warm_us / r.tmap->warm_us) << " | "
            << fixed(r.baseline->time.cold_us / r.tmap->cold_us) << " | " << other_cols
            << fixed(r.gflop / r.tmap->warm_us * 1e3, 1)
-           << " | " << fixed(r.gflop / r.tmap->warm_us * 1e3 / peak_tflops * 100, 1) << " |";
+           << " | " << fixed(r.gflop / r.tmap->warm_us * 1e3 / peak_tflops * 100, 1) << " |"
+           << (bandwidth ? " " + fixed(gbs(r), 0) + " | " + fixed(gbs(r) / copy_gbs * 100, 1) + " |" : "");
       else
         md << "- | - | " << other_cols << "- | - |" << (r.note.empty() ? "" : " " + r.note);
       md << "\n";

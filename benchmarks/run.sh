@@ -2,7 +2,8 @@
 # Benchmarks tmap against cuDNN / cuBLAS for one table and batch, on the GPU machine:
 #   benchmarks/run.sh conv [--batch 1|16|256] [--layout nhwc|nchw] [--trials N] [--time-budget S] [--log LOG] [--out DIR]
 #   benchmarks/run.sh conv1d|conv3d [--batch 1|16 (conv1d), 1|8 (conv3d)] [--trials N] [--time-budget S] [--log LOG] [--out DIR]
-#   benchmarks/run.sh gemm [--trials N] [--time-budget S] [--log LOG] [--out DIR]
+#   benchmarks/run.sh gemm|skinny [--trials N] [--time-budget S] [--log LOG] [--out DIR]
+#   benchmarks/run.sh depthwise|grouped [--batch 1|16] [--trials N] [--time-budget S] [--log LOG] [--out DIR]
 # plus [--out-dtype float16|float32] everywhere: the output dtype of tmap and the baselines (default
 # float16, sums in float32). A workload whose log holds only a record of the other output dtype
 # replays that record's schedule (noted in the table) instead of being tuned again.
@@ -40,7 +41,14 @@ case "$table" in
         name="${table}_b${batch}_$([ "$table" = conv1d ] && echo ncw || echo ncdhw)"
         log=${log:-$root/logs/h100_${table}_b${batch}.jsonl} ;;
   gemm) layout=nhwc; json="$root/benchmarks/workloads/gemm.json"; name="gemm"; log=${log:-$root/logs/h100_gemm.jsonl} ;;
-  *) echo "error: table must be conv, conv1d, conv3d or gemm" >&2; exit 2 ;;
+  skinny) layout=nhwc; json="$root/benchmarks/workloads/skinny_gemm.json"; name="skinny_gemm"
+        log=${log:-$root/logs/h100_skinny_gemm.jsonl} ;;
+  depthwise|grouped)
+        [ "${layout:-nchw}" = nchw ] || { echo "error: $table runs channels first (NCHW): no --layout $layout" >&2; exit 2; }
+        layout=nchw; json="$root/benchmarks/workloads/${table/depthwise/depthwise_conv2d}.json"
+        json=${json/grouped.json/grouped_conv2d.json}; name="${table}_b${batch}_nchw"
+        log=${log:-$root/logs/h100_${table}_b${batch}.jsonl} ;;
+  *) echo "error: table must be conv, conv1d, conv3d, gemm, skinny, depthwise or grouped" >&2; exit 2 ;;
 esac
 mkdir -p "$out" "$(dirname "$log")"
 touch "$log"

@@ -32,6 +32,16 @@ for t in conv1d_b1 conv1d_b16 conv3d_b1; do
     grep -q "\"key\":\"$key\"" "$src/$log" || { echo "$name ($key) is not in $log"; exit 1; }
   done <<<"$conv"
 done
+# The skinny GEMM table and the depthwise and grouped tables at batch 1 (channels first).
+for t in skinny_gemm:skinny_gemm:9 depthwise_conv2d:depthwise_b1:7 grouped_conv2d:grouped_b1:4; do
+  IFS=: read -r table logname count <<<"$t"
+  log=logs/h100_$logname.jsonl
+  rows=$("$bench" --table "$src/benchmarks/workloads/$table.json" --batch 1 --layout nchw --log "$src/$log" --print-workloads)
+  [ "$(wc -l <<<"$rows")" -eq "$count" ] || { echo "expected $count $table workloads"; exit 1; }
+  while read -r name key op sets; do
+    grep -q "\"key\":\"$key\"" "$src/$log" || { echo "$name ($key) is not in $log"; exit 1; }
+  done <<<"$rows"
+done
 refusal=$("$bench" --table "$src/benchmarks/workloads/conv1d.json" --layout nhwc --log /dev/null --print-workloads 2>&1 || true)
 grep -q "no channels-last conv1d op" <<<"$refusal" || { echo "conv1d --layout nhwc should be refused with a reason"; exit 1; }
 # Without a record, the key tmap_bench prints is the one tmap tune records (run.sh relies on it).
