@@ -26,35 +26,6 @@ using namespace pipeline;
 int elem_bytes(DType t) { return dtype_bits(t) / 8; }
 bool is_pow2(std::int64_t x) { return x > 0 && (x & (x - 1)) == 0; }
 
-std::int64_t tile_bytes(const ImplicitGemm& g, const ScheduleParams& p, int which) {
-  const StoredTile s = stored_tile(g, p, which);
-  return round_up(s.rows * s.row_bytes(p.swizzle ? 0 : p.smem_pad), 128);
-}
-
-/// `op`_at(r, c): where element (r, c) of a stored tile lives, in elements from the stage's start.
-void emit_tile_index(std::ostringstream& os, const char* op, const StoredTile& s, const ScheduleParams& p) {
-  const std::string up = op[0] == 'a' ? "A" : "B";
-  if (!p.swizzle) {
-    os << "constexpr int " << up << "_LD = " << s.cols << " + " << p.smem_pad << ";  // padded rows\n"
-       << "constexpr int " << up << "_TILE = " << s.rows << " * " << up << "_LD;  // elements per stage\n"
-       << "__device__ __forceinline__ int " << op << "_at(int r, int c) { return r * " << up << "_LD + c; }\n";
-    return;
-  }
-  const std::int64_t row_bytes = s.cols * s.bytes;
-  const int chunk = 16 / s.bytes;  // elements per 16-byte chunk
-  os << "constexpr int " << up << "_TILE = " << s.rows << " * " << s.cols << ";  // elements per stage, swizzled\n";
-  if (row_bytes >= 128)
-    // Rows of whole 128-byte lines: chunk c of row r moves to c ^ (r % 8) within its line.
-    os << "__device__ __forceinline__ int " << op << "_at(int r, int c) {\n"
-       << "  return r * " << s.cols << " + (((c / " << chunk << ") ^ (r & 7)) * " << chunk << ") + c % " << chunk
-       << ";\n}\n";
-  else
-    // Several rows share a 128-byte line: chunk c of line l moves to c ^ (l % 8).
-    os << "__device__ __forceinline__ int " << op << "_at(int r, int c) {\n"
-       << "  const int o = (r * " << s.cols << " + c) * " << s.bytes << ", line = o >> 7;\n"
-       << "  return ((line << 7) | ((((o >> 4) ^ line) & 7) << 4) | (o & 15)) / " << s.bytes << ";\n}\n";
-}
-
 /// The element offset `op`_at(r, c) computes in the kernel (emit_tile_index), for the planner below.
 std::int64_t tile_at(const StoredTile& s, const ScheduleParams& p, std::int64_t r, std::int64_t c) {
   if (!p.swizzle) return r * (s.cols + p.smem_pad) + c;
@@ -154,8 +125,8 @@ KernelSource emit_mma_sync(const ImplicitGemm& g, const ScheduleParams& p) {
      << "; epilogue " << (c_row ? "[BM][BN + 8]" : "[BN][BM + 4]") << "\n";
   emit_tile_index(os, "a", sa, p);
   emit_tile_index(os, "b", sb, p);
-  os << "constexpr int A_BYTES = " << tile_bytes(g, p, 0) << ";  // one stage of A, 128-byte aligned\n"
-     << "constexpr int B_BYTES = " << tile_bytes(g, p, 1) << ";\n"
+  os << "constexpr int A_BYTES = " << stage_bytes(g, p, 0) << ";  // one stage of A, 128-byte aligned\n"
+     << "constexpr int B_BYTES = " << stage_bytes(g, p, 1) << ";\n"
      << "constexpr int C_LD = " << (c_row ? "BN + 8" : "BM + 4") << ";\n\n";
   if (p.async_copy) emit_cp_async_helpers(os);
   emit_shift_helpers(os, g, p);
@@ -358,7 +329,7 @@ class MmaSyncFamily final : public EmitterFamily {
   }
 
   std::int64_t shared_bytes(const ImplicitGemm& g, const ScheduleParams& p) const override {
-    const std::int64_t operands = p.stages * (tile_bytes(g, p, 0) + tile_bytes(g, p, 1));
+    const std::int64_t operands = p.stages * (stage_bytes(g, p, 0) + stage_bytes(g, p, 1));
     return std::max(operands, round_up(epilogue_bytes(g, p), 128));  // the epilogue reuses the buffers
   }
 
@@ -375,24 +346,11 @@ class MmaSyncFamily final : public EmitterFamily {
     p.vec_b = max_vector_width(g, 1);
     p.swizzle = 1;
     p.smem_pad = 0;
-    auto issues_of = [&](ScheduleError e) {
-      int n = 0;
-      for (const auto& issue : tmap::validate(g, p, limits)) n += issue.error == e;
-      return n;
-    };
-    if (issues_of(ScheduleError::kMisalignedRows)) {
+    if (raises(g, p, limits, ScheduleError::kMisalignedRows)) {
       p.swizzle = 0;
       p.smem_pad = 16 / elem_bytes(g.hw->a_dtype);
     }
-    for (int which = 0; which < 2; ++which) {
-      int& vec = which == 0 ? p.vec_a : p.vec_b;
-      while (vec > 1 && issues_of(ScheduleError::kBadVector)) vec /= 2;
-    }
-    p.async_copy = 1;
-    if (!copies_async(g, p, 0) && !copies_async(g, p, 1)) p.async_copy = 0;
-    if (limits.compute_capability != 0 && limits.compute_capability < 80) p.async_copy = 0;
-    p.stages = p.async_copy ? 4 : 2;
-    while (p.stages > 1 && shared_bytes(g, p) > limits.max_shared_bytes) --p.stages;
+    default_copies(g, p, limits, {ScheduleError::kBadVector}, 4);
     return p;
   }
 

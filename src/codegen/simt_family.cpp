@@ -29,16 +29,6 @@ int pack_of(const ImplicitGemm& g) { return static_cast<int>(g.shape[Axis::kK]);
 /// The most accumulators one thread holds (warp_m x warp_n) before spilling.
 constexpr int kMaxThreadOutputs = 64;
 
-std::int64_t tile_bytes(const ImplicitGemm& g, const ScheduleParams& p, int which) {
-  const StoredTile s = stored_tile(g, p, which);
-  return round_up(s.rows * s.row_bytes(p.smem_pad), 128);
-}
-
-/// The epilogue tile, in 4-byte accumulators (float or int) whatever the intrinsic's D.
-std::int64_t epilogue_tile_bytes(const ImplicitGemm& g, const ScheduleParams& p) {
-  return epilogue_bytes(g, p) / std::max(1, dtype_bits(g.hw->d_dtype) / 8) * 4;
-}
-
 /// The expression reading the P elements of operand `op` at (mn, kk) of its stage buffer: one
 /// value (P = 1, converted to the accumulator's type), or a packed 32-bit word (half2 or char4),
 /// one load where the tile's rows run along k, else assembled from P scalar loads.
@@ -98,13 +88,10 @@ KernelSource emit_simt(const ImplicitGemm& g, const ScheduleParams& p) {
      << "constexpr int P = " << pack << ";  // elements of k per multiply-add (" << g.hw->compute_intrinsic << ")\n"
      << "// Shared tiles (padded rows): A " << (a_trans ? "[BK][BM]" : "[BM][BK]") << ", B "
      << (b_trans ? "[BK][BN]" : "[BN][BK]") << "; epilogue " << (c_row ? "[BM][BN + 8]" : "[BN][BM + 4]") << "\n";
-  for (const auto* s : {&sa, &sb}) {
-    const std::string up = s == &sa ? "A" : "B", op = s == &sa ? "a" : "b";
-    os << "constexpr int " << up << "_LD = " << s->cols << " + " << p.smem_pad << ";\n"
-       << "__device__ __forceinline__ int " << op << "_at(int r, int c) { return r * " << up << "_LD + c; }\n";
-  }
-  os << "constexpr int A_BYTES = " << tile_bytes(g, p, 0) << ";  // one stage of A, 128-byte aligned\n"
-     << "constexpr int B_BYTES = " << tile_bytes(g, p, 1) << ";\n"
+  emit_tile_index(os, "a", sa, p);
+  emit_tile_index(os, "b", sb, p);
+  os << "constexpr int A_BYTES = " << stage_bytes(g, p, 0) << ";  // one stage of A, 128-byte aligned\n"
+     << "constexpr int B_BYTES = " << stage_bytes(g, p, 1) << ";\n"
      << "constexpr int C_LD = " << (c_row ? "BN + 8" : "BM + 4") << ";\n\n";
   if (p.async_copy) emit_cp_async_helpers(os);
   emit_shift_helpers(os, g, p);
@@ -220,8 +207,8 @@ class SimtFamily final : public EmitterFamily {
   }
 
   std::int64_t shared_bytes(const ImplicitGemm& g, const ScheduleParams& p) const override {
-    const std::int64_t operands = p.stages * (tile_bytes(g, p, 0) + tile_bytes(g, p, 1));
-    return std::max(operands, round_up(epilogue_tile_bytes(g, p), 128));  // the epilogue reuses the buffers
+    const std::int64_t operands = p.stages * (stage_bytes(g, p, 0) + stage_bytes(g, p, 1));
+    return std::max(operands, round_up(epilogue_bytes(g, p), 128));  // the epilogue reuses the buffers
   }
 
   ScheduleParams default_schedule(const ImplicitGemm& g, const DeviceLimits& limits) const override {
@@ -255,26 +242,13 @@ class SimtFamily final : public EmitterFamily {
     if (g.K <= 16 && p.k_lanes == 1) p.block_k = std::max(pack, pow2_at_least(g.K, 16));
     p.smem_pad = 16 / std::max(1, dtype_bits(g.hw->a_dtype) / 8);
     // Stages of at most 24 KiB, so that several blocks share an SM.
-    while (tile_bytes(g, p, 0) + tile_bytes(g, p, 1) > 24 * 1024 && (p.block_m > p.warp_m || p.block_n > p.warp_n)) {
+    while (stage_bytes(g, p, 0) + stage_bytes(g, p, 1) > 24 * 1024 && (p.block_m > p.warp_m || p.block_n > p.warp_n)) {
       if (p.block_m / p.warp_m >= p.block_n / p.warp_n) p.block_m /= 2;
       else p.block_n /= 2;
     }
     p.vec_a = max_vector_width(g, 0);
     p.vec_b = max_vector_width(g, 1);
-    auto issues_of = [&](ScheduleError e) {
-      int n = 0;
-      for (const auto& issue : tmap::validate(g, p, limits)) n += issue.error == e;
-      return n;
-    };
-    for (int which = 0; which < 2; ++which) {
-      int& vec = which == 0 ? p.vec_a : p.vec_b;
-      while (vec > 1 && (issues_of(ScheduleError::kBadVector) || issues_of(ScheduleError::kMisalignedRows))) vec /= 2;
-    }
-    p.async_copy = 1;
-    if (!copies_async(g, p, 0) && !copies_async(g, p, 1)) p.async_copy = 0;
-    if (limits.compute_capability != 0 && limits.compute_capability < 80) p.async_copy = 0;
-    p.stages = p.async_copy ? 3 : 2;
-    while (p.stages > 1 && shared_bytes(g, p) > limits.max_shared_bytes) --p.stages;
+    default_copies(g, p, limits, {ScheduleError::kBadVector, ScheduleError::kMisalignedRows}, 3);
     return p;
   }
 

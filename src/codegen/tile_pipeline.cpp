@@ -412,6 +412,35 @@ void emit_block_origin(std::ostringstream& os, const ScheduleParams& p) {
     os << "  const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;\n";
 }
 
+std::int64_t stage_bytes(const ImplicitGemm& g, const ScheduleParams& p, int which) {
+  const StoredTile s = stored_tile(g, p, which);
+  return round_up(s.rows * s.row_bytes(p.swizzle ? 0 : p.smem_pad), 128);
+}
+
+/// `op`_at(r, c): where element (r, c) of a stored tile lives, in elements from the stage's start.
+void emit_tile_index(std::ostringstream& os, const char* op, const StoredTile& s, const ScheduleParams& p) {
+  const std::string up = op[0] == 'a' ? "A" : "B";
+  if (!p.swizzle) {
+    os << "constexpr int " << up << "_LD = " << s.cols << " + " << p.smem_pad << ";  // padded rows\n"
+       << "constexpr int " << up << "_TILE = " << s.rows << " * " << up << "_LD;  // elements per stage\n"
+       << "__device__ __forceinline__ int " << op << "_at(int r, int c) { return r * " << up << "_LD + c; }\n";
+    return;
+  }
+  const std::int64_t row_bytes = s.cols * s.bytes;
+  const int chunk = 16 / s.bytes;  // elements per 16-byte chunk
+  os << "constexpr int " << up << "_TILE = " << s.rows << " * " << s.cols << ";  // elements per stage, swizzled\n";
+  if (row_bytes >= 128)
+    // Rows of whole 128-byte lines: chunk c of row r moves to c ^ (r % 8) within its line.
+    os << "__device__ __forceinline__ int " << op << "_at(int r, int c) {\n"
+       << "  return r * " << s.cols << " + (((c / " << chunk << ") ^ (r & 7)) * " << chunk << ") + c % " << chunk
+       << ";\n}\n";
+  else
+    // Several rows share a 128-byte line: chunk c of line l moves to c ^ (l % 8).
+    os << "__device__ __forceinline__ int " << op << "_at(int r, int c) {\n"
+       << "  const int o = (r * " << s.cols << " + c) * " << s.bytes << ", line = o >> 7;\n"
+       << "  return ((line << 7) | ((((o >> 4) ^ line) & 7) << 4) | (o & 15)) / " << s.bytes << ";\n}\n";
+}
+
 void emit_kernel_entry(std::ostringstream& os, const KernelSource& k, const ScheduleParams& p, const std::string& ta,
                        const std::string& tb, const std::string& tout, const std::string& tpart) {
   os << "extern \"C\" __global__ void __launch_bounds__(THREADS)\n"
@@ -663,8 +692,9 @@ OutVector out_vector(const ImplicitGemm& g, const ScheduleParams& p) {
 }
 
 std::int64_t epilogue_bytes(const ImplicitGemm& g, const ScheduleParams& p) {
-  // Pads chosen so that the accumulators' stores meet no bank conflicts.
-  const int acc = dtype_bits(g.hw->d_dtype) / 8;
+  // Pads chosen so that the accumulators' stores meet no bank conflicts. Cs holds float or int
+  // (accumulator_type(); a float16 accumulator is widened to float there).
+  const int acc = 4;
   return out_vector(g, p).along == 'n' ? std::int64_t{p.block_m} * (p.block_n + 8) * acc
                                        : std::int64_t{p.block_n} * (p.block_m + 4) * acc;
 }
@@ -723,6 +753,30 @@ void emit_split_reduce(std::ostringstream& os, const KernelSource& k, const std:
      << "  for (int s = 0; s < SPLIT_K; ++s) sum += partial[s * PLANE + e];\n"
      << "  const int z = (int)(e / ((long long)M * N)), m = (int)(e / N % M), n = (int)(e % N);\n"
      << "  store_d(out, m, n, z, (" << out_type << ")sum);\n}\n";
+}
+
+bool raises(const ImplicitGemm& g, const ScheduleParams& p, const DeviceLimits& limits, ScheduleError e) {
+  for (const auto& issue : validate(g, p, limits))
+    if (issue.error == e) return true;
+  return false;
+}
+
+void default_copies(const ImplicitGemm& g, ScheduleParams& p, const DeviceLimits& limits,
+                    std::initializer_list<ScheduleError> errors, int deep) {
+  auto any_raised = [&] {
+    for (ScheduleError e : errors)
+      if (raises(g, p, limits, e)) return true;
+    return false;
+  };
+  for (int which = 0; which < 2; ++which) {
+    int& vec = which == 0 ? p.vec_a : p.vec_b;
+    while (vec > 1 && any_raised()) vec /= 2;
+  }
+  p.async_copy = 1;
+  if (!copies_async(g, p, 0) && !copies_async(g, p, 1)) p.async_copy = 0;
+  if (limits.compute_capability != 0 && limits.compute_capability < 80) p.async_copy = 0;
+  p.stages = p.async_copy ? deep : 2;
+  while (p.stages > 1 && shared_bytes(g, p) > limits.max_shared_bytes) --p.stages;
 }
 
 std::vector<int> multiples(std::int64_t base, std::initializer_list<int> factors, std::int64_t cap) {

@@ -39,6 +39,14 @@ struct StoredTile {
 };
 StoredTile stored_tile(const ImplicitGemm& g, const ScheduleParams& p, int which);
 
+/// Bytes of one stage of operand `which`'s tile in padded rows (smem_pad) or, with p.swizzle,
+/// unpadded XOR-swizzled ones, rounded up to 128 (mma_sync and SIMT).
+std::int64_t stage_bytes(const ImplicitGemm& g, const ScheduleParams& p, int which);
+/// `op`_LD / `op`_TILE and `op`_at(r, c): where element (r, c) of a stored tile lives, in elements
+/// from the stage's start: padded rows, or 16-byte chunks XOR-swizzled within 128-byte lines
+/// with p.swizzle (chunk c of row r at c ^ (r % 8), or of line l at c ^ (l % 8) when rows are shorter).
+void emit_tile_index(std::ostringstream& os, const char* op, const StoredTile& s, const ScheduleParams& p);
+
 /// The accumulator's type in generated code: int for int32 accumulators, else float.
 std::string accumulator_type(DType t);
 
@@ -122,8 +130,9 @@ struct OutVector {
   char along;
 };
 OutVector out_vector(const ImplicitGemm& g, const ScheduleParams& p);
-/// Bytes of the epilogue tile Cs[BM][BN + 8] (rows along n) or Cs[BN][BM + 4] (rows along m) in
-/// the accumulator type, for families that stage the block's results through shared memory.
+/// Bytes of the epilogue tile Cs[BM][BN + 8] (rows along n) or Cs[BN][BM + 4] (rows along m) of
+/// 4-byte accumulators (float or int, as accumulator_type()), for families that stage the
+/// block's results through shared memory.
 std::int64_t epilogue_bytes(const ImplicitGemm& g, const ScheduleParams& p);
 /// Into the epilogue tile Cs (rows along n when `c_row`, else along m), the four accumulators of
 /// the m16n8 C-fragment layout that mma.sync and wgmma share: (r, c), (r, c + 1), (r + 8, c) and
@@ -141,6 +150,14 @@ void emit_split_reduce(std::ostringstream& os, const KernelSource& k, const std:
 
 /// The type partial sums are kept in: at least float.
 std::string partial_type(const ImplicitGemm& g);
+
+/// Whether validating `p` raises error `e`.
+bool raises(const ImplicitGemm& g, const ScheduleParams& p, const DeviceLimits& limits, ScheduleError e);
+/// The copies of a default schedule: each operand's vector (from vec_a / vec_b) halved while
+/// validation raises one of `errors`, cp.async on sm_80+ where an operand's vectors allow it, and
+/// `deep` stages with it (else 2), fewer while the shared memory exceeds the device's limit.
+void default_copies(const ImplicitGemm& g, ScheduleParams& p, const DeviceLimits& limits,
+                    std::initializer_list<ScheduleError> errors, int deep);
 
 /// base x each factor up to cap (base alone when none fits), for the families' choices.
 std::vector<int> multiples(std::int64_t base, std::initializer_list<int> factors, std::int64_t cap);

@@ -50,7 +50,8 @@ SearchSpace::SearchSpace(const Compute& c, const std::vector<HwAbstraction>& hws
   for (const Match& m : report_.matches)
     for (const Mapping& map : m.mappings)
       if (map.fits()) arms.insert(arm_key(m.hw_abs, m.layout, m.shape.extent, map.axes));
-  std::map<std::string, std::string> unscheduled;  // matched abstractions without an arm: a reason
+  std::set<std::string> scheduled;                 // matched abstractions with an arm
+  std::map<std::string, std::string> unscheduled;  // the first invalid default of each, as a reason
   for (const Match& m : report_.matches) {
     const HwAbstraction* hw = nullptr;
     for (const auto& h : hws)
@@ -60,20 +61,19 @@ SearchSpace::SearchSpace(const Compute& c, const std::vector<HwAbstraction>& hws
       SpaceEntry entry{hw, &m, &map, make_implicit_gemm(c, *hw, m, map), "", {}, {}};
       entry.defaults = default_schedule(entry.gemm, limits_);
       if (auto issues = validate(entry.gemm, entry.defaults, limits_); !issues.empty()) {
-        std::string& why = unscheduled[m.hw_abs];
-        if (why.empty())
-          why = "matched, but no mapping has a valid schedule (mapping " + std::to_string(map.id) + ", layout " +
-                m.layout + ": " + std::string(message(issues.front().error)) + ": " + issues.front().detail + ")";
+        unscheduled.emplace(m.hw_abs, "matched, but no mapping has a valid schedule (mapping " +
+                                          std::to_string(map.id) + ", layout " + m.layout + ": " +
+                                          std::string(message(issues.front().error)) + ": " + issues.front().detail + ")");
         continue;
       }
-      unscheduled[m.hw_abs] = "-";
+      scheduled.insert(m.hw_abs);
       entry.choices = family_of(*hw).choices(entry.gemm, entry.defaults);
       entries_.push_back(std::move(entry));
       entries_.back().label = candidate_label(ref(static_cast<int>(entries_.size()) - 1, entries_.back().defaults));
     }
   }
   for (const auto& [name, why] : unscheduled)
-    if (why != "-") add_reason(name + ": " + why);
+    if (!scheduled.count(name)) add_reason(name + ": " + why);
   if (entries_.empty() && empty_reason_.empty())
     empty_reason_ = "no mapping has a valid schedule on this device";
 }
@@ -154,15 +154,15 @@ int SearchSpace::find(const CandidateRef& r) const {
     }
   // The arm of exactly that mapping, else the arm that stands for it (a padded mapping the same
   // up to extent-1 iterators).
+  auto same_match = [&](const SpaceEntry& e) {
+    return e.hw->name == r.hw_abs && e.match->layout == r.layout && e.match->shape.extent == r.shape;
+  };
+  for (int i = 0; i < static_cast<int>(entries_.size()); ++i)
+    if (same_match(entries_[i]) && entries_[i].mapping->axes == axes) return i;
   const std::string key = arm_key(r.hw_abs, r.layout, r.shape, axes);
-  int equivalent = -1;
-  for (int i = 0; i < static_cast<int>(entries_.size()); ++i) {
-    const SpaceEntry& e = entries_[i];
-    if (e.hw->name != r.hw_abs || e.match->layout != r.layout || e.match->shape.extent != r.shape) continue;
-    if (e.mapping->axes == axes) return i;
-    if (equivalent < 0 && arm_key(r.hw_abs, r.layout, r.shape, e.mapping->axes) == key) equivalent = i;
-  }
-  return equivalent;
+  for (int i = 0; i < static_cast<int>(entries_.size()); ++i)
+    if (same_match(entries_[i]) && arm_key(r.hw_abs, r.layout, r.shape, entries_[i].mapping->axes) == key) return i;
+  return -1;
 }
 
 std::string SearchSpace::arm_key(const std::string& hw_abs, const std::string& layout,
