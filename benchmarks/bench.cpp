@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iostream>
@@ -635,10 +636,14 @@ int main(int argc, char** argv) {
     int cudnn_version = static_cast<int>(cudnnGetVersion());
     int cublas_version = 0;
     cublasGetProperty(MAJOR_VERSION, &cublas_version);
-    const std::string kind = depthwise                   ? "depthwise conv2d"
-                             : table_path.find("grouped") != std::string::npos ? "grouped conv2d"
-                             : rank == 2                 ? "ResNet-18 conv2d"
-                                                         : "conv" + std::to_string(rank) + "d";
+    // The table's own name: its "title", else what its file is known as, else the file's stem.
+    const std::string stem = std::filesystem::path(table_path).stem().string();
+    const std::string kind = table.contains("title") && table["title"].is_string() ? table["title"].get<std::string>()
+                             : depthwise                                        ? "depthwise conv2d"
+                             : stem.find("grouped") != std::string::npos         ? "grouped conv2d"
+                             : stem.find("resnet18") != std::string::npos        ? "ResNet-18 conv2d"
+                             : stem == "conv1d" || stem == "conv3d"             ? stem
+                                                                                : "conv" + std::to_string(rank) + "d (" + stem + ")";
     const std::string what = (conv ? kind + ", batch " + std::to_string(batch) + ", " + layout_name
                                    : table_path.find("skinny") != std::string::npos ? "skinny GEMM" : "GEMM") +
                              ", " + out_dtype + " output";

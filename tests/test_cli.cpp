@@ -11,35 +11,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli_util.h"
 #include "test_util.h"
 
 namespace {
 
+using tmap::testing::CliRun;
 using tmap::testing::shipped;
-
-struct CliRun {
-  int code = -1;
-  std::string out, err;
-};
-
-CliRun tmap(const std::string& args) {
-  std::string err_file = std::filesystem::temp_directory_path() / ("tmap_cli_err_" + std::to_string(::getpid()));
-  std::string cmd = std::string(TMAP_BINARY) + " " + args + " 2>" + err_file;
-  CliRun r;
-  FILE* pipe = ::popen(cmd.c_str(), "r");
-  if (!pipe) return r;
-  char buf[4096];
-  std::size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, pipe)) > 0) r.out.append(buf, n);
-  int status = ::pclose(pipe);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream in(err_file);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  r.err = ss.str();
-  std::filesystem::remove(err_file);
-  return r;
-}
+using tmap::testing::tmap;
 
 const std::string kData = std::string(TMAP_SOURCE_DIR) + "/tests/data";
 
@@ -112,7 +91,7 @@ TEST(Cli, BadInputExitsTwoWithTheMessageOnStderr) {
       {"map", "no compute given"},
       {"map --op gemm " + kData + "/conv1d_stride2.json", "give either a compute file or --op, not both"},
       {"map --op gemm3", "unknown op 'gemm3'"},
-      {"map /nonexistent.json", "cannot read compute file '/nonexistent.json'"},
+      {"map /nonexistent.json", "compute file '/nonexistent.json' does not exist"},
       {"map --op gemm --set M=x", "the value of parameter 'M' must be an integer"},
       {"map --op gemm --set Q=1", "unknown parameter 'Q' of compute 'gemm'"},
       {"map --op gemm --hw wmma_fp8", "unknown hardware abstraction 'wmma_fp8'"},

@@ -362,13 +362,28 @@ TEST(Tuner, OtherWorkloadsInTheLogWarmStartTheModel) {
 TEST(Tuner, BudgetsAndTheStopFlagEndTheSearch) {
   Compute c = build_compute(builtin_op("gemm"), parse_param_overrides({"M=256", "N=256", "K=256"}));
   {
-    SyntheticMeasurer m;
-    TuneOptions o = synthetic_options("", 200);
-    std::atomic<bool> stop{true};  // as if Ctrl-C came during the first batch
-    o.stop = &stop;
+    // Ctrl-C during the third measurement of the second batch: that measurement finishes and is
+    // recorded, the rest of the batch is not measured, and the log holds exactly what was measured.
+    struct StopDuring : SyntheticMeasurer {
+      std::atomic<bool> stop{false};
+      MeasureResult measure(const Compute& c, const ImplicitGemm& g, const ScheduleParams& p, const KernelSource& k,
+                            const CompileResult& bin) override {
+        MeasureResult r = SyntheticMeasurer::measure(c, g, p, k, bin);
+        if (calls == 11) stop = true;
+        return r;
+      }
+    } m;
+    const std::string log = (std::filesystem::temp_directory_path() / "tmap_stop_flag.jsonl").string();
+    std::filesystem::remove(log);
+    TuneOptions o = synthetic_options(log, 200);
+    o.stop = &m.stop;
     TuneSummary s = tune(c, shipped(), o, m);
     EXPECT_TRUE(s.stopped);
-    EXPECT_EQ(s.measured, o.batch) << "the current batch finishes";
+    EXPECT_EQ(s.stop_reason, "stopped by the user");
+    EXPECT_EQ(m.calls, 11);
+    EXPECT_EQ(s.measured, 11);
+    EXPECT_EQ(read_log(log).records.size(), 11u);
+    std::filesystem::remove(log);
   }
   {
     SyntheticMeasurer m;

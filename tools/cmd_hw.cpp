@@ -45,8 +45,12 @@ void register_hw(CLI::App& app) {
     auto all = args->dirs.all();
     spdlog::debug("loaded {} hardware abstractions ({})", all.size(), builtin_hw_directory());
     if (args->format == "json") {
-      nlohmann::json j = nlohmann::json::array();
-      for (const auto& h : all) j.push_back(to_json(h));
+      nlohmann::ordered_json j = nlohmann::ordered_json::array();
+      for (const auto& h : all) {
+        nlohmann::ordered_json hj = to_json(h);
+        hj["source_file"] = h.source_file;
+        j.push_back(std::move(hj));
+      }
       std::cout << j.dump(2) << "\n";
       return;
     }

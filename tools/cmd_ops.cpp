@@ -2,6 +2,8 @@
 #include <iostream>
 #include <memory>
 
+#include <nlohmann/json.hpp>
+
 #include "commands.h"
 #include "tmap/frontend/op_library.h"
 
@@ -10,7 +12,8 @@ namespace tmap::cli {
 void ComputeArgs::add_to(CLI::App& cmd) {
   cmd.add_option("compute", file, "A compute definition (JSON file)");
   cmd.add_option("--op", op, "A built-in op instead of a file (see 'tmap ops list')");
-  cmd.add_option("--set", sets, "Override a parameter: --set N=16 (repeatable)");
+  // One value per occurrence, so that a positional argument after it is not taken as a value.
+  cmd.add_option("--set", sets, "Override a parameter: --set N=16 (repeatable)")->allow_extra_args(false);
   cmd.add_option("--out-dtype", out_dtype,
                  "Store the output as this dtype, e.g. float16, summing in the compute's own accumulation dtype");
 }
@@ -32,8 +35,9 @@ Compute ComputeArgs::build() const {
 }
 
 void HwSelection::add_to(CLI::App& cmd, const std::string& names_help) {
-  if (!names_help.empty()) cmd.add_option("--hw", names, names_help);
-  cmd.add_option("--hw-dir", dirs, "Also load the *.json abstractions of this directory (repeatable)");
+  if (!names_help.empty()) cmd.add_option("--hw", names, names_help)->allow_extra_args(false);
+  cmd.add_option("--hw-dir", dirs, "Also load the *.json abstractions of this directory (repeatable)")
+      ->allow_extra_args(false);
 }
 
 std::vector<HwAbstraction> HwSelection::all() const { return load_hw_abstractions(dirs); }
@@ -53,7 +57,21 @@ void register_ops(CLI::App& app) {
   auto* ops = app.add_subcommand("ops", "The built-in op library");
   ops->require_subcommand(1);
   auto* list = ops->add_subcommand("list", "List the built-in ops with their parameters");
-  list->callback([] {
+  auto format = std::make_shared<std::string>("text");
+  list->add_option("--format", *format, "text or json (one document on stdout)")->check(CLI::IsMember({"text", "json"}));
+  list->callback([format] {
+    if (*format == "json") {
+      nlohmann::ordered_json j = nlohmann::ordered_json::array();
+      for (const auto& name : builtin_op_names()) {
+        ComputeDef def = builtin_op(name);
+        nlohmann::ordered_json params = nlohmann::ordered_json::object();
+        for (const auto& p : def.params) params[p.name] = p.value;
+        j.push_back({{"name", name}, {"description", def.description}, {"compute", def.statement_text},
+                     {"params", params}});
+      }
+      std::cout << j.dump(2) << "\n";
+      return;
+    }
     for (const auto& name : builtin_op_names()) {
       ComputeDef def = builtin_op(name);
       std::cout << name << "\n    " << def.description << "\n    " << def.statement_text << "\n    params:";

@@ -13,6 +13,7 @@
 #include <spdlog/spdlog.h>
 
 #include "commands.h"
+#include "tmap/frontend/json_locations.h"
 #include "tmap/codegen/emitter.h"
 #include "tmap/runtime/device.h"
 #include "tmap/runtime/kernel_runner.h"
@@ -103,12 +104,8 @@ void register_run(CLI::App& app) {
     if (!rt.devices.empty() && rt.devices.front().compute_capability == cc) limits.sm_count = rt.devices.front().sm_count;
     ScheduleParams params = default_schedule(g, limits);
     if (!args->params.empty()) {
-      nlohmann::json j;
-      try {
-        j = nlohmann::json::parse(args->params);
-      } catch (const nlohmann::json::parse_error& e) {
-        bad("--params", std::string("invalid JSON: ") + e.what(), "for example --params '{\"block_m\": 64}'");
-      }
+      const SourceText text("--params", args->params);
+      nlohmann::json j = parse_json_text(text, "for example --params '{\"block_m\": 64}'");
       params = schedule_from_json(j, params);
     }
     auto issues = validate(g, params, limits);

@@ -25,15 +25,42 @@ namespace tmap::cli {
 namespace {
 
 std::atomic<bool> g_interrupted{false};
+volatile std::sig_atomic_t g_signal = 0;
 
-extern "C" void on_sigint(int) {
+extern "C" void on_stop_signal(int sig) {
+  g_signal = sig;
   g_interrupted.store(true);
-  std::signal(SIGINT, SIG_DFL);  // a second Ctrl-C ends the process at once
 }
+
+/// While alive, SIGINT and SIGTERM ask the tuner to stop after the measurement in flight (it is
+/// recorded); a second signal ends the process at once (SA_RESETHAND), which still leaves a valid
+/// log because every record is appended by one write.
+class StopOnSignals {
+ public:
+  StopOnSignals() {
+    struct sigaction sa {};
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART | SA_RESETHAND;
+    sigaction(SIGINT, &sa, &old_int_);
+    sigaction(SIGTERM, &sa, &old_term_);
+  }
+  ~StopOnSignals() {
+    sigaction(SIGINT, &old_int_, nullptr);
+    sigaction(SIGTERM, &old_term_, nullptr);
+  }
+  StopOnSignals(const StopOnSignals&) = delete;
+  StopOnSignals& operator=(const StopOnSignals&) = delete;
+
+ private:
+  struct sigaction old_int_ {}, old_term_ {};
+};
 
 /// Reads a log that must exist; its skipped lines are warned about.
 LogContents load_log(const std::string& path) {
   if (!std::filesystem::exists(path)) bad(path, "no such log", "give the path of a log written by 'tmap tune'");
+  if (std::filesystem::is_directory(path))
+    bad(path, "'" + path + "' is a directory, not a log", "give the path of a log written by 'tmap tune'");
   LogContents log = read_log(path);
   for (const auto& w : log.warnings) spdlog::warn("{}", w);
   return log;
@@ -78,11 +105,48 @@ struct TuneArgs {
   ComputeArgs compute;
   HwSelection hw;
   std::vector<std::string> prior;
-  std::string log, arch, measure = "gpu", enumerate = "amos", emit_cuda, cache_dir;
+  std::string log, arch, measure = "gpu", enumerate = "amos", emit_cuda, cache_dir, format = "text";
   int trials = 200, early_stop = 0, batch = 16;
   double time_budget = 0, timeout = 10;
   std::uint64_t seed = 0;
 };
+
+void print_tune_summary(const TuneSummary& s, const Compute& c, const Workload& w, const std::string& log_path,
+                        bool model_only) {
+  std::printf("workload %s (%s): %s\n", w.key.c_str(), c.name.c_str(), c.statement_text().c_str());
+  std::printf("%d mappings searched; %d trials %s in %s (%d failed)%s; log %s\n", s.arms, s.measured,
+              model_only ? "ranked and compiled" : "measured", duration_text(s.wall_s).c_str(), s.failed,
+              s.resumed ? (", " + std::to_string(s.resumed) + " resumed").c_str() : "", log_path.c_str());
+  if (s.transferred) std::printf("cost model warm-started from %d measurements of other workloads\n", s.transferred);
+  std::printf("stopped: %s\n", s.stop_reason.c_str());
+  if (!s.rank_correlations.empty()) {
+    double sum = 0;
+    for (double r : s.rank_correlations) sum += r;
+    std::printf("cost model: rank correlation on unseen batches %.2f (mean of %zu), %.2f (last)\n",
+                sum / s.rank_correlations.size(), s.rank_correlations.size(), s.rank_correlations.back());
+  }
+  if (!s.best) {
+    std::printf("no correct kernel found\n");
+    return;
+  }
+  const TuneRecord& b = *s.best;
+  std::printf("best: %s\n  params %s\n", candidate_label(b.candidate).c_str(), to_json(b.candidate.params).dump().c_str());
+  if (b.result.ok())
+    std::printf("  %.2f us, %.2f TFLOP/s (rel L2 %.1e)\n", b.result.median_us, tflops(b), b.result.rel_l2);
+  else
+    std::printf("  estimated %.2f us by the analytic model (unmeasured)\n", b.result.estimated_us);
+  if (!s.history.empty()) {  // the best time as the trials went
+    std::string line;
+    for (int n : {25, 50, 100, 200, 500, 1000, 2000}) {
+      double at = 0;
+      for (const auto& [trial, us] : s.history)
+        if (trial <= n) at = us;
+      if (n > s.resumed + s.measured && n != 25) break;
+      if (at > 0) line += "  " + std::to_string(n) + ": " + std::to_string(at).substr(0, 7) + " us";
+    }
+    std::printf("  best after N trials:%s\n", line.c_str());
+  }
+}
 
 void register_tune(CLI::App& app) {
   auto args = std::make_shared<TuneArgs>();
@@ -98,6 +162,7 @@ void register_tune(CLI::App& app) {
   cmd->add_option("--log", args->log, "JSON-lines log to append to; its records of this workload resume the search "
                                       "(default logs/<op>.jsonl)");
   cmd->add_option("--prior", args->prior, "Also warm-start the cost model from this log's other workloads (repeatable)")
+      ->allow_extra_args(false)
       ->check(CLI::ExistingFile);
   cmd->add_option("--measure", args->measure, "gpu: measure on the GPU; model: rank with the analytic model only "
                                               "(no GPU needed; records are marked unmeasured)")
@@ -109,6 +174,8 @@ void register_tune(CLI::App& app) {
   cmd->add_option("--timeout", args->timeout, "Seconds before a hanging kernel is stopped (default 10)");
   cmd->add_option("--emit-cuda", args->emit_cuda, "Write the best kernel's CUDA source to this file");
   cmd->add_option("--cache-dir", args->cache_dir, "Keep compiled binaries in this directory across runs");
+  cmd->add_option("--format", args->format, "The summary as text or json (one document on stdout)")
+      ->check(CLI::IsMember({"text", "json"}));
   cmd->callback([args] {
     Compute c = args->compute.build();
     const std::vector<HwAbstraction> hws = args->hw.chosen(args->hw.all());
@@ -154,58 +221,50 @@ void register_tune(CLI::App& app) {
         last_printed = p.trials;
       }
     };
-    std::signal(SIGINT, on_sigint);
     TuneSummary s;
-    if (model_only) {
-      spdlog::info("ranking with the analytic model for {} (no measurement)", m.target.arch);
-      s = rank_with_model(c, hws, o);
-    } else {
-      WorkerMeasurer measurer("/proc/self/exe", args->timeout, tuning_timing(), true, o.seed);
-      s = tune(c, hws, o, measurer);
-    }
-    std::signal(SIGINT, SIG_DFL);
-    if (tty && !model_only) std::fprintf(stderr, "\n");
-
-    const Workload w = make_workload(c);
-    std::printf("workload %s (%s): %s\n", w.key.c_str(), c.name.c_str(), c.statement_text().c_str());
-    std::printf("%d mappings searched; %d trials %s in %s (%d failed)%s; log %s\n", s.arms, s.measured,
-                model_only ? "ranked and compiled" : "measured", duration_text(s.wall_s).c_str(), s.failed,
-                s.resumed ? (", " + std::to_string(s.resumed) + " resumed").c_str() : "", o.log_path.c_str());
-    if (s.transferred) std::printf("cost model warm-started from %d measurements of other workloads\n", s.transferred);
-    std::printf("stopped: %s\n", s.stop_reason.c_str());
-    if (!s.rank_correlations.empty()) {
-      double sum = 0;
-      for (double r : s.rank_correlations) sum += r;
-      std::printf("cost model: rank correlation on unseen batches %.2f (mean of %zu), %.2f (last)\n",
-                  sum / s.rank_correlations.size(), s.rank_correlations.size(), s.rank_correlations.back());
-    }
-    if (!s.best) {
-      std::printf("no correct kernel found\n");
-      if (!model_only) throw std::runtime_error("tuning found no correct kernel");
-      return;
-    }
-    const TuneRecord& b = *s.best;
-    std::printf("best: %s\n  params %s\n", candidate_label(b.candidate).c_str(), to_json(b.candidate.params).dump().c_str());
-    if (b.result.ok())
-      std::printf("  %.2f us, %.2f TFLOP/s (rel L2 %.1e)\n", b.result.median_us, tflops(b), b.result.rel_l2);
-    else
-      std::printf("  estimated %.2f us by the analytic model (unmeasured)\n", b.result.estimated_us);
-    if (!s.history.empty()) {  // the best time as the trials went
-      std::string line;
-      for (int n : {25, 50, 100, 200, 500, 1000, 2000}) {
-        double at = 0;
-        for (const auto& [trial, us] : s.history)
-          if (trial <= n) at = us;
-        if (n > s.resumed + s.measured && n != 25) break;
-        if (at > 0) line += "  " + std::to_string(n) + ": " + std::to_string(at).substr(0, 7) + " us";
+    {
+      StopOnSignals stop_on_signals;
+      if (model_only) {
+        spdlog::info("ranking with the analytic model for {} (no measurement)", m.target.arch);
+        s = rank_with_model(c, hws, o);
+      } else {
+        WorkerMeasurer measurer("/proc/self/exe", args->timeout, tuning_timing(), true, o.seed);
+        s = tune(c, hws, o, measurer);
       }
-      std::printf("  best after N trials:%s\n", line.c_str());
     }
-    if (!args->emit_cuda.empty()) {
-      Regenerated r = regenerate(b, hws, m.cc);
+    if (tty) std::fprintf(stderr, "\n");
+    // Interrupted: the summary is printed, then the conventional status of death by that signal.
+    if (g_signal) exit_status() = 128 + g_signal;
+
+    if (!args->emit_cuda.empty() && s.best) {
+      Regenerated r = regenerate(*s.best, hws, m.cc);
       std::ofstream out(args->emit_cuda);
       if (!(out << r.kernel.code)) bad("--emit-cuda", "cannot write '" + args->emit_cuda + "'", "check the path");
     }
+    const Workload w = make_workload(c);
+    if (args->format == "json") {
+      nlohmann::json j;
+      j["workload"] = {{"key", w.key}, {"name", c.name}, {"statement", c.statement_text()}};
+      j["log"] = o.log_path;
+      j["measure"] = args->measure;
+      j["mappings"] = s.arms;
+      j["trials"] = s.measured;
+      j["failed"] = s.failed;
+      j["resumed"] = s.resumed;
+      j["transferred"] = s.transferred;
+      j["wall_s"] = s.wall_s;
+      j["stop_reason"] = s.stop_reason;
+      j["signal"] = g_signal ? nlohmann::json(static_cast<int>(g_signal)) : nlohmann::json();
+      j["rank_correlations"] = s.rank_correlations;
+      j["history"] = nlohmann::json::array();
+      for (const auto& [trial, us] : s.history) j["history"].push_back({{"trials", trial}, {"best_us", us}});
+      j["best"] = s.best ? to_json(*s.best) : nlohmann::json();
+      if (s.best && s.best->result.ok()) j["best_tflops"] = tflops(*s.best);
+      std::cout << j.dump(2) << "\n";
+    } else {
+      print_tune_summary(s, c, w, o.log_path, model_only);
+    }
+    if (!s.best && !model_only && !g_signal) throw std::runtime_error("tuning found no correct kernel");
   });
 }
 
@@ -213,6 +272,7 @@ struct ReplayArgs {
   std::string log, workload, emit_dir, arch;
   ComputeArgs compute;
   HwSelection hw_dirs;  ///< --hw-dir
+  std::string format = "text";
   bool verify = false, allow_unmeasured = false;
   double timeout = 30;
 };
@@ -226,6 +286,8 @@ void register_replay(CLI::App& app) {
   cmd->add_flag("--verify", args->verify, "Check each kernel against the reference");
   cmd->add_option("--emit-cuda", args->emit_dir, "Write each kernel's CUDA source into this directory");
   cmd->add_flag("--allow-unmeasured", args->allow_unmeasured, "Also replay records ranked by the model only");
+  cmd->add_option("--format", args->format, "The results as a text table or json (one document on stdout)")
+      ->check(CLI::IsMember({"text", "json"}));
   args->hw_dirs.add_to(*cmd);
   cmd->add_option("--arch", args->arch, "Compile for sm_XX (without a GPU: compile only)");
   cmd->add_option("--timeout", args->timeout, "Seconds before a hanging kernel is stopped (default 30)");
@@ -247,11 +309,15 @@ void register_replay(CLI::App& app) {
       auto [it, inserted] = unmeasured.emplace(r.workload.key, &r);
       if (!inserted && r.result.estimated_us < it->second->result.estimated_us) it->second = &r;
     }
-    if (!unmeasured.empty() && !args->allow_unmeasured)
-      bad("--allow-unmeasured",
-          std::to_string(unmeasured.size()) + " workload(s) have only unmeasured records (ranked by the model)",
-          "tune them on a GPU, or add --allow-unmeasured to replay the model's choice");
-    for (const auto& [k, r] : unmeasured) chosen.push_back(r);
+    if (!unmeasured.empty() && !args->allow_unmeasured) {
+      const std::string what =
+          std::to_string(unmeasured.size()) + " workload(s) have only unmeasured records (ranked by the model)";
+      if (chosen.empty())
+        bad("--allow-unmeasured", what, "tune them on a GPU, or add --allow-unmeasured to replay the model's choice");
+      spdlog::warn("{}: skipped (add --allow-unmeasured to replay the model's choice)", what);
+    } else {
+      for (const auto& [k, r] : unmeasured) chosen.push_back(r);
+    }
     if (chosen.empty())
       bad(args->log, key.empty() ? "the log holds no correct measured record" : "no record of workload " + key,
           "see 'tmap logs list " + args->log + "'");
@@ -265,8 +331,11 @@ void register_replay(CLI::App& app) {
     if (run) measurer = std::make_unique<WorkerMeasurer>("/proc/self/exe", args->timeout, tuning_timing(), args->verify,
                                                          std::random_device{}());
     bool failed = false;
-    std::printf("%-16s %-20s %12s %12s %8s %10s  %s\n", "workload", "name", "logged us", "now us", "change", "rel L2",
-                "kernel");
+    const bool text = args->format == "text";
+    nlohmann::json rows = nlohmann::json::array();
+    if (text)
+      std::printf("%-16s %-20s %12s %12s %8s %10s  %s\n", "workload", "name", "logged us", "now us", "change", "rel L2",
+                  "kernel");
     for (const TuneRecord* r : chosen) {
       if (r->target.arch != m.target.arch || (run && !r->target.device.empty() && r->target.device != m.target.device))
         spdlog::warn("workload {} was recorded on {} ({}), this is {} ({})", r->workload.key, r->target.arch,
@@ -281,23 +350,39 @@ void register_replay(CLI::App& app) {
       if (!bin.ok) throw InternalError("regenerated kernel " + g.kernel.name + " does not compile:\n" + bin.log);
       const std::string name = r->workload.description.value("name", "?");
       const double logged = r->result.ok() ? r->result.median_us : r->result.estimated_us;
+      nlohmann::json row = {{"workload", r->workload.key}, {"name", name},          {"kernel", g.kernel.name},
+                            {"logged_us", logged},          {"logged_measured", r->result.ok()},
+                            {"compile_s", bin.seconds}};
       if (!run) {
-        std::printf("%-16s %-20s %12.2f %12s %8s %10s  %s (compiled in %.2f s)\n", r->workload.key.c_str(), name.c_str(),
-                    logged, "-", "-", "-", g.kernel.name.c_str(), bin.seconds);
+        row["status"] = "compiled";
+        rows.push_back(row);
+        if (text)
+          std::printf("%-16s %-20s %12.2f %12s %8s %10s  %s (compiled in %.2f s)\n", r->workload.key.c_str(),
+                      name.c_str(), logged, "-", "-", "-", g.kernel.name.c_str(), bin.seconds);
         continue;
       }
       MeasureResult res = measurer->measure(*g.compute, g.gemm(), g.params, g.kernel, bin);
+      row["status"] = status_name(res.status);
       if (res.status != MeasureStatus::kOk) {
         failed = true;
-        std::printf("%-16s %-20s %12.2f %12s: %s: %s\n", r->workload.key.c_str(), name.c_str(), logged, "FAILED",
-                    status_name(res.status), res.message.c_str());
+        row["error"] = res.message;
+        rows.push_back(row);
+        if (text)
+          std::printf("%-16s %-20s %12.2f %12s: %s: %s\n", r->workload.key.c_str(), name.c_str(), logged, "FAILED",
+                      status_name(res.status), res.message.c_str());
         continue;
       }
+      row["now_us"] = res.median_us;
+      row["change"] = res.median_us / logged - 1;
+      row["rel_l2"] = args->verify ? nlohmann::json(res.rel_l2) : nlohmann::json();
+      rows.push_back(row);
       char err[32] = "-";
       if (args->verify) std::snprintf(err, sizeof err, "%.1e", res.rel_l2);
-      std::printf("%-16s %-20s %12.2f %12.2f %+7.1f%% %10s  %s\n", r->workload.key.c_str(), name.c_str(), logged,
-                  res.median_us, (res.median_us / logged - 1) * 100, err, g.kernel.name.c_str());
+      if (text)
+        std::printf("%-16s %-20s %12.2f %12.2f %+7.1f%% %10s  %s\n", r->workload.key.c_str(), name.c_str(), logged,
+                    res.median_us, (res.median_us / logged - 1) * 100, err, g.kernel.name.c_str());
     }
+    if (!text) std::cout << nlohmann::json{{"log", args->log}, {"arch", m.target.arch}, {"ran", run}, {"results", rows}}.dump(2) << "\n";
     if (failed) throw std::runtime_error("a replayed kernel failed or is wrong");
   });
 }
@@ -308,8 +393,11 @@ void register_logs(CLI::App& app) {
   auto path = std::make_shared<std::string>();
   auto out = std::make_shared<std::string>();
   auto* list = logs->add_subcommand("list", "Workloads of a log with their best time and TFLOP/s");
+  auto list_format = std::make_shared<std::string>("text");
   list->add_option("log", *path, "The log")->required();
-  list->callback([path] {
+  list->add_option("--format", *list_format, "A text table or json (one document on stdout)")
+      ->check(CLI::IsMember({"text", "json"}));
+  list->callback([path, list_format] {
     LogContents log = load_log(*path);
     std::map<std::string, std::pair<int, int>> counts;  // records, correct
     for (const auto& r : log.records) {
@@ -317,21 +405,40 @@ void register_logs(CLI::App& app) {
       ++c.first;
       c.second += r.result.ok();
     }
-    std::printf("%-16s %-20s %8s %8s %10s %9s  %s\n", "workload", "name", "records", "correct", "best us", "TFLOP/s",
-                "best kernel");
+    // Workloads with a correct record (their best), then those without one, in first-seen order.
+    nlohmann::json rows = nlohmann::json::array();
     std::map<std::string, bool> shown;
     for (const TuneRecord* r : best_records(log.records)) {
       shown[r->workload.key] = true;
-      std::printf("%-16s %-20s %8d %8d %10.2f %9.2f  %s\n", r->workload.key.c_str(),
-                  r->workload.description.value("name", "?").c_str(), counts[r->workload.key].first,
-                  counts[r->workload.key].second, r->result.median_us, tflops(*r), candidate_label(r->candidate).c_str());
+      rows.push_back({{"workload", r->workload.key}, {"name", r->workload.description.value("name", "?")},
+                      {"records", counts[r->workload.key].first}, {"correct", counts[r->workload.key].second},
+                      {"best_us", r->result.median_us}, {"tflops", tflops(*r)},
+                      {"best_kernel", candidate_label(r->candidate)}, {"params", to_json(r->candidate.params)}});
     }
     for (const auto& r : log.records)
       if (!shown[r.workload.key]) {
         shown[r.workload.key] = true;
-        std::printf("%-16s %-20s %8d %8d %10s %9s  (no correct measurement)\n", r.workload.key.c_str(),
-                    r.workload.description.value("name", "?").c_str(), counts[r.workload.key].first, 0, "-", "-");
+        rows.push_back({{"workload", r.workload.key}, {"name", r.workload.description.value("name", "?")},
+                        {"records", counts[r.workload.key].first}, {"correct", 0}, {"best_us", nullptr},
+                        {"tflops", nullptr}, {"best_kernel", nullptr}, {"params", nullptr}});
       }
+    if (*list_format == "json") {
+      std::cout << nlohmann::json{{"log", *path}, {"skipped_lines", log.warnings.size()}, {"workloads", rows}}.dump(2)
+                << "\n";
+      return;
+    }
+    std::printf("%-16s %-20s %8s %8s %10s %9s  %s\n", "workload", "name", "records", "correct", "best us", "TFLOP/s",
+                "best kernel");
+    for (const auto& row : rows) {
+      const std::string key = row["workload"], name = row["name"];
+      if (row["best_us"].is_null())
+        std::printf("%-16s %-20s %8d %8d %10s %9s  (no correct measurement)\n", key.c_str(), name.c_str(),
+                    row["records"].get<int>(), 0, "-", "-");
+      else
+        std::printf("%-16s %-20s %8d %8d %10.2f %9.2f  %s\n", key.c_str(), name.c_str(), row["records"].get<int>(),
+                    row["correct"].get<int>(), row["best_us"].get<double>(), row["tflops"].get<double>(),
+                    row["best_kernel"].get<std::string>().c_str());
+    }
   });
   auto* best = logs->add_subcommand("best", "Print the best record of each workload (JSON lines)");
   best->add_option("log", *path, "The log")->required();

@@ -43,6 +43,10 @@ struct HwSelection {
   std::vector<HwAbstraction> chosen(const std::vector<HwAbstraction>& all) const;
 };
 
+/// The exit status a command asks for when it returns normally (130 or 143 after SIGINT or
+/// SIGTERM stopped `tmap tune`); 0 unless set. main() returns it.
+int& exit_status();
+
 /// A UserError for a bad command-line value, naming the option and the fix.
 [[noreturn]] void bad(const std::string& option, const std::string& msg, const std::string& hint);
 

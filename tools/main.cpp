@@ -1,8 +1,10 @@
 // tmap: maps tensor computations onto hardware intrinsics.
 #include <cstdio>
 #include <iostream>
+#include <memory>
 #include <string>
 
+#include <nlohmann/json.hpp>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
@@ -14,9 +16,25 @@
 namespace {
 
 void register_version(CLI::App& app) {
+  auto format = std::make_shared<std::string>("text");
   auto* cmd = app.add_subcommand("version", "Print tmap's version, the CUDA runtime, NVRTC and the devices");
-  cmd->callback([] {
+  cmd->add_option("--format", *format, "text or json (one document on stdout)")->check(CLI::IsMember({"text", "json"}));
+  cmd->callback([format] {
     tmap::RuntimeInfo rt = tmap::query_runtime();
+    if (*format == "json") {
+      nlohmann::json devices = nlohmann::json::array();
+      for (const auto& d : rt.devices)
+        devices.push_back({{"index", d.index}, {"name", d.name}, {"arch", "sm_" + std::to_string(d.compute_capability)},
+                           {"sms", d.sm_count}, {"memory_mib", d.global_memory_bytes >> 20}});
+      nlohmann::json j = {{"tmap", TMAP_VERSION},
+                          {"cuda_runtime", tmap::cuda_version_text(rt.runtime_version)},
+                          {"nvrtc", std::to_string(rt.nvrtc_major) + "." + std::to_string(rt.nvrtc_minor)},
+                          {"driver", tmap::cuda_version_text(rt.driver_version)},
+                          {"devices", devices},
+                          {"status", rt.status.empty() ? nlohmann::json() : nlohmann::json(rt.status)}};
+      std::cout << j.dump(2) << "\n";
+      return;
+    }
     std::cout << "tmap " << TMAP_VERSION << "\n"
               << "CUDA runtime " << tmap::cuda_version_text(rt.runtime_version) << " (static), NVRTC "
               << rt.nvrtc_major << "." << rt.nvrtc_minor << ", driver " << tmap::cuda_version_text(rt.driver_version)
@@ -30,10 +48,20 @@ void register_version(CLI::App& app) {
 
 }  // namespace
 
+namespace tmap::cli {
+int& exit_status() {
+  static int status = 0;
+  return status;
+}
+}  // namespace tmap::cli
+
 int main(int argc, char** argv) {
   CLI::App app{"tmap: maps tensor computations (GEMM, convolutions, ...) onto hardware intrinsics such as "
                "NVIDIA Tensor Cores"};
   app.require_subcommand(1);
+  // Options of the program and of command groups are accepted anywhere after the program name
+  // (`tmap tune -q ...`, `tmap hw list --hw-dir D`): subcommands inherit this before they exist.
+  app.fallthrough();
   bool verbose = false, quiet = false;
   app.add_flag("-v,--verbose", verbose, "Log debugging detail to stderr");
   app.add_flag("-q,--quiet", quiet, "Log only errors");
@@ -78,5 +106,5 @@ int main(int argc, char** argv) {
     std::cerr << e.what() << "\n";
     return 1;
   }
-  return 0;
+  return tmap::cli::exit_status();
 }

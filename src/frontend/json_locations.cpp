@@ -1,6 +1,9 @@
 #include "tmap/frontend/json_locations.h"
 
 #include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <algorithm>
@@ -142,14 +145,49 @@ Locator JsonLocations::string_locator(const std::string& pointer) const {
 }
 
 SourceText read_source_file(const std::string& path, const std::string& what, const std::string& hint) {
+  std::error_code ec;
+  auto fail = [&](const std::string& msg, const std::string& why_hint) {
+    throw UserError(format_diagnostic(SourceLoc::whole(path), msg, why_hint));
+  };
+  if (std::filesystem::is_directory(path, ec))
+    fail("'" + path + "' is a directory, not a " + what, "name a file; " + hint);
+  if (!std::filesystem::exists(path, ec)) fail(what + " '" + path + "' does not exist", hint);
+  if (auto size = std::filesystem::file_size(path, ec); !ec && size > kMaxSourceFileBytes)
+    fail(what + " '" + path + "' is " + std::to_string(size >> 20) + " MiB; tmap reads at most " +
+             std::to_string(kMaxSourceFileBytes >> 20) + " MiB",
+         "name the right file; " + what + "s are small JSON documents");
+  errno = 0;
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw UserError(format_diagnostic(SourceLoc::whole(path), "cannot read " + what + " '" + path + "'", hint));
+  if (!in) fail("cannot read " + what + " '" + path + "'" + (errno ? std::string(": ") + std::strerror(errno) : ""), hint);
   std::stringstream ss;
   ss << in.rdbuf();
+  if (in.bad()) fail("cannot read " + what + " '" + path + "'", hint);
   return SourceText(path, ss.str());
 }
 
+std::size_t json_nesting_violation(std::string_view text, int max_depth) {
+  int depth = 0;
+  bool in_string = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    char c = text[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > max_depth) return i;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return std::string_view::npos;
+}
+
 nlohmann::ordered_json parse_json_text(const SourceText& source, const std::string& hint) {
+  // nlohmann parses any depth, but everything that walks a document afterwards recurses: bound it.
+  if (std::size_t at = json_nesting_violation(source.text(), kMaxJsonDepth); at != std::string_view::npos)
+    throw_user_error(source.at(at), "JSON nested more than " + std::to_string(kMaxJsonDepth) + " levels deep", hint);
   try {
     return nlohmann::ordered_json::parse(source.text());
   } catch (const nlohmann::json::parse_error& e) {

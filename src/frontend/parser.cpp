@@ -123,6 +123,12 @@ class Parser {
                   "expressions use names, integers, + - * / %, parentheses and brackets");
       }
       t.text = text_.substr(t.offset, t.length);
+      if (t.kind == Tok::kName && t.length > kMaxNameLength)
+        fail_at(t.offset, t.length, "a name of " + std::to_string(t.length) + " characters; at most " +
+                                        std::to_string(kMaxNameLength) + " are allowed");
+      if (tokens_.size() == kMaxTokens)
+        fail_at(t.offset, t.length, "more than " + std::to_string(kMaxTokens) + " tokens",
+                "a statement or an index expression is short; split the computation");
       tokens_.push_back(t);
       i += t.length;
     }
@@ -226,6 +232,15 @@ class Parser {
 
   Expr unary() {
     const Token t = peek();
+    // Parentheses and signs recurse; everything that walks the expression later does too.
+    if ((t.kind == Tok::kMinus || t.kind == Tok::kLParen) && depth_ == kMaxNesting)
+      fail(t, "an expression nested more than " + std::to_string(kMaxNesting) + " levels deep",
+           "remove redundant parentheses and signs");
+    struct Nest {
+      int& d;
+      explicit Nest(int& depth) : d(++depth) {}
+      ~Nest() { --d; }
+    } nest(depth_);
     switch (t.kind) {
       case Tok::kMinus: {
         next();
@@ -256,10 +271,15 @@ class Parser {
     }
   }
 
+  static constexpr std::size_t kMaxTokens = 4096;
+  static constexpr std::size_t kMaxNameLength = 256;
+  static constexpr int kMaxNesting = 64;
+
   std::string_view text_;
   const Locator& locate_;
   std::vector<Token> tokens_;
   std::size_t pos_ = 0;
+  int depth_ = 0;
 };
 
 }  // namespace

@@ -276,8 +276,10 @@ HwAbstraction load_hw_file(const std::string& path) {
 std::vector<HwAbstraction> load_hw_directory(const std::string& dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec))
-    throw UserError(format_diagnostic(SourceLoc::whole(dir), "hardware-abstraction directory '" + dir + "' does not exist",
-                                      "give a directory of *.json abstraction files"));
+    throw UserError(format_diagnostic(
+        SourceLoc::whole(dir),
+        "hardware-abstraction directory '" + dir + (fs::exists(dir, ec) ? "' is not a directory" : "' does not exist"),
+        "give a directory of *.json abstraction files"));
   std::vector<std::string> files;
   for (const auto& entry : fs::directory_iterator(dir))
     if (entry.is_regular_file() && entry.path().extension() == ".json") files.push_back(entry.path().string());
@@ -324,30 +326,37 @@ const HwAbstraction& find_hw(const std::vector<HwAbstraction>& all, const std::s
                                     "available: " + join(names) + " (see 'tmap hw list')"));
 }
 
-nlohmann::json to_json(const HwAbstraction& hw) {
-  nlohmann::json j;
+nlohmann::ordered_json to_json(const HwAbstraction& hw) {
+  // The schema of an abstraction file, member for member, so that `tmap hw show X > mine.json`
+  // loads back (after a rename) with --hw-dir.
+  nlohmann::ordered_json j;
   j["name"] = hw.name;
   j["family"] = hw.family;
-  j["description"] = hw.description;
+  if (!hw.description.empty()) j["description"] = hw.description;
   j["scope"] = hw.scope;
   j["min_compute_capability"] = hw.min_compute_capability;
-  j["source_file"] = hw.source_file;
-  j["compute"] = {{"name", hw.compute_name},
-                  {"intrinsic", hw.compute_intrinsic},
-                  {"expression", hw.expression},
-                  {"axes", {{"i", hw.axis_names[0]}, {"j", hw.axis_names[1]}, {"k", hw.axis_names[2]}}},
-                  {"dtypes", {{hw.a, dtype_name(hw.a_dtype)}, {hw.b, dtype_name(hw.b_dtype)}, {hw.d, dtype_name(hw.d_dtype)}}},
-                  {"layouts", hw.layouts}};
-  j["compute"]["shapes"] = nlohmann::json::array();
-  for (const auto& s : hw.shapes) j["compute"]["shapes"].push_back(s.extent);
-  j["memory"] = nlohmann::json::array();
+  nlohmann::ordered_json dtypes;
+  dtypes[hw.a] = dtype_name(hw.a_dtype);
+  dtypes[hw.b] = dtype_name(hw.b_dtype);
+  dtypes[hw.d] = dtype_name(hw.d_dtype);
+  nlohmann::ordered_json shapes = nlohmann::ordered_json::array();
+  for (const auto& s : hw.shapes) shapes.push_back(s.extent);
+  j["compute"] = {{"name", hw.compute_name},         {"intrinsic", hw.compute_intrinsic},
+                  {"expression", hw.expression},     {"dtypes", dtypes},
+                  {"shapes", shapes},                {"layouts", hw.layouts}};
+  j["memory"] = nlohmann::ordered_json::array();
   for (const auto& m : hw.memory) {
-    nlohmann::json mj = {{"name", m.name}, {"kind", memory_kind_name(m.kind)}, {"operand", m.operand},
-                         {"intrinsic", m.intrinsic}, {"to", m.to}};
+    nlohmann::ordered_json mj;
+    mj["name"] = m.name;
+    mj["kind"] = memory_kind_name(m.kind);
+    mj["operand"] = m.operand;
+    mj["intrinsic"] = m.intrinsic;
     if (!m.from.empty()) mj["from"] = m.from;
+    mj["to"] = m.to;
     j["memory"].push_back(mj);
   }
-  j["edges"] = hw.edges;
+  j["edges"] = nlohmann::ordered_json::array();
+  for (const auto& [from, to] : hw.edges) j["edges"].push_back({from, to});
   return j;
 }
 

@@ -208,9 +208,11 @@ void MeasureWorker::start() {
   if (pid == 0) {
     dup2(to[0], STDIN_FILENO);
     dup2(from[1], STDOUT_FILENO);
-    // Ctrl-C in the terminal is for the parent, which finishes its batch; the worker must not
-    // die of it in the middle of a measurement (an ignored signal stays ignored across exec).
+    // Ctrl-C in the terminal (or a SIGTERM to the process group) is for the parent, which
+    // finishes the measurement in flight; the worker must not die of it in the middle of one (an
+    // ignored signal stays ignored across exec). It exits when the parent closes its input.
     signal(SIGINT, SIG_IGN);
+    signal(SIGTERM, SIG_IGN);
     execl(binary_.c_str(), binary_.c_str(), "worker", static_cast<char*>(nullptr));
     _exit(127);
   }
@@ -266,6 +268,7 @@ MeasureResult MeasureWorker::measure(const MeasureRequest& request) {
     if (ready <= 0) continue;
     char buf[4096];
     ssize_t n = read(from_child_, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;  // a signal to the tuner is not the worker's death
     if (n <= 0) {
       int status = 0;
       close(to_child_);

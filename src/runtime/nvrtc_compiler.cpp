@@ -118,13 +118,19 @@ CompileResult NvrtcCompiler::compile(const std::string& source, const std::strin
 }
 
 std::vector<CompileResult> compile_parallel(NvrtcCompiler& compiler, const std::vector<CompileJob>& jobs,
-                                            unsigned threads) {
+                                            unsigned threads, const std::atomic<bool>* cancel) {
   std::vector<CompileResult> results(jobs.size());
   std::atomic<std::size_t> next{0};
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
   threads = std::min<unsigned>(threads, static_cast<unsigned>(std::max<std::size_t>(1, jobs.size())));
   auto worker = [&] {
-    for (std::size_t i; (i = next++) < jobs.size();) results[i] = compiler.compile(jobs[i].source, jobs[i].name);
+    for (std::size_t i; (i = next++) < jobs.size();) {
+      if (cancel && cancel->load()) {
+        results[i].log = "cancelled before it was compiled";
+        continue;
+      }
+      results[i] = compiler.compile(jobs[i].source, jobs[i].name);
+    }
   };
   std::vector<std::thread> pool;
   for (unsigned t = 0; t < threads; ++t) pool.emplace_back(worker);

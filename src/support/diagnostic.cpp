@@ -36,17 +36,30 @@ SourceLoc SourceText::at(std::size_t offset, std::size_t length) const {
 
 std::string format_diagnostic(const SourceLoc& loc, std::string_view message,
                               std::string_view hint) {
+  // Long lines (a minified JSON file) are shown as a window around the column.
+  constexpr std::size_t kMaxShown = 120, kBefore = 50, kMaxMessage = 4000;
   std::string out;
   if (!loc.file.empty()) out += loc.str() + ": ";
   out += "error: ";
-  out += message;
+  if (message.size() > kMaxMessage) out += std::string(message.substr(0, kMaxMessage)) + "...";
+  else out += message;
   if (loc.known() && !loc.line_text.empty()) {
-    out += "\n  " + loc.line_text + "\n  ";
+    std::size_t column = static_cast<std::size_t>(std::max(loc.column, 1)) - 1;
+    std::size_t begin = 0, end = loc.line_text.size();
+    if (end > kMaxShown) {
+      begin = column > kBefore ? std::min(column - kBefore, end - kMaxShown) : 0;
+      end = begin + kMaxShown;
+    }
+    std::string prefix = begin > 0 ? "..." : "";
+    std::string shown = prefix + loc.line_text.substr(begin, end - begin) + (end < loc.line_text.size() ? "..." : "");
+    out += "\n  " + shown + "\n  ";
     // Keep tabs so that the caret lines up with the text above it.
-    for (int i = 0; i + 1 < loc.column && i < static_cast<int>(loc.line_text.size()); ++i)
-      out += loc.line_text[i] == '\t' ? '\t' : ' ';
+    std::size_t caret = prefix.size() + (column >= begin ? column - begin : 0);
+    for (std::size_t i = 0; i < caret && i < shown.size(); ++i) out += shown[i] == '\t' ? '\t' : ' ';
     out += '^';
-    if (loc.length > 1) out += std::string(loc.length - 1, '~');
+    std::size_t tildes = std::min<std::size_t>(loc.length > 1 ? loc.length - 1 : 0,
+                                               end > column + 1 ? end - column - 1 : 0);
+    out += std::string(tildes, '~');
   }
   if (!hint.empty()) {
     out += "\n  hint: ";

@@ -20,9 +20,8 @@ struct Matrix {
   DMatrixHandle h = nullptr;
   Matrix(const float* data, std::size_t rows) {
     // XGBoost refuses infinite values: a feature that overflowed is read as missing instead.
-    std::vector<float> finite(data, data + rows * kNumFeatures);
-    for (float& x : finite)
-      if (std::isinf(x)) x = NAN;
+    std::vector<float> finite(rows * kNumFeatures);
+    for (std::size_t i = 0; i < finite.size(); ++i) finite[i] = std::isinf(data[i]) ? NAN : data[i];
     xgb_check(XGDMatrixCreateFromMat(finite.data(), rows, kNumFeatures, NAN, &h), "XGDMatrixCreateFromMat");
   }
   ~Matrix() {

@@ -171,22 +171,31 @@ LogWriter::~LogWriter() {
 
 void LogWriter::append(const TuneRecord& r) {
   const std::string line = to_json(r).dump() + "\n";
-  // One write per line under an exclusive lock: concurrent writers append whole lines.
+  // One write per line under an exclusive lock: concurrent writers append whole lines, and a
+  // signal cannot split a line. A failed write (a full disk) is cut back off, so that the next
+  // append does not glue a record onto half a line: what was logged before stays intact.
   while (::flock(fd_, LOCK_EX) != 0)
     if (errno != EINTR) throw std::runtime_error("cannot lock log '" + path_ + "': " + std::strerror(errno));
+  const off_t start = ::lseek(fd_, 0, SEEK_END);
   std::size_t done = 0;
   std::string error;
   while (done < line.size()) {
     ssize_t n = ::write(fd_, line.data() + done, line.size() - done);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
-      error = std::strerror(errno);
+      error = n < 0 ? std::strerror(errno) : "nothing was written";
       break;
     }
     done += static_cast<std::size_t>(n);
   }
+  if (!error.empty() && done > 0 && start >= 0 && ::ftruncate(fd_, start) != 0)
+    error += "; half a record is left at its end (remove the last line)";
   ::flock(fd_, LOCK_UN);
-  if (!error.empty()) throw std::runtime_error("cannot append to log '" + path_ + "': " + error);
+  if (!error.empty())
+    throw std::runtime_error(format_diagnostic(
+        SourceLoc::whole(path_), "cannot append to log '" + path_ + "': " + error,
+        "free space on its disk or give another --log; the records already in the log are intact, and "
+        "rerunning the same command resumes from them"));
 }
 
 LogContents read_log(const std::string& path) {

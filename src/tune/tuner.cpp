@@ -164,14 +164,14 @@ struct CompiledBatch {
 };
 
 CompiledBatch compile_batch(const SearchSpace& space, NvrtcCompiler& compiler, std::vector<Candidate> batch,
-                            unsigned threads) {
+                            unsigned threads, const std::atomic<bool>* cancel) {
   CompiledBatch b;
   std::vector<CompileJob> jobs;
   for (const auto& c : batch) {
     b.kernels.push_back(emit_kernel(space.entries()[c.entry].gemm, c.params));
     jobs.push_back({b.kernels.back().name, b.kernels.back().code});
   }
-  b.binaries = compile_parallel(compiler, jobs, threads);
+  b.binaries = compile_parallel(compiler, jobs, threads, cancel);
   b.candidates = std::move(batch);
   return b;
 }
@@ -352,7 +352,7 @@ TuneSummary tune(const Compute& c, const std::vector<HwAbstraction>& hws, const 
     std::vector<Candidate> batch = propose(size);
     planned += static_cast<int>(batch.size());
     return std::async(std::launch::async, compile_batch, std::cref(space), std::ref(compiler), std::move(batch),
-                      o.compile_threads);
+                      o.compile_threads, o.stop);
   };
   auto over_budget = [&] { return o.time_budget_s > 0 && seconds_since(t0) > o.time_budget_s; };
   auto stop_requested = [&] { return o.stop && o.stop->load(); };
@@ -363,6 +363,11 @@ TuneSummary tune(const Compute& c, const std::vector<HwAbstraction>& hws, const 
     CompiledBatch cur = next.get();
     if (cur.candidates.empty()) {
       s.stop_reason = "the search space is exhausted";
+      break;
+    }
+    if (stop_requested()) {  // its compilation may have been cancelled: measure and record none of it
+      s.stopped = true;
+      s.stop_reason = "stopped by the user";
       break;
     }
     // Compile the next batch while this one is measured.
@@ -417,7 +422,9 @@ TuneSummary tune(const Compute& c, const std::vector<HwAbstraction>& hws, const 
         p.model_trained = model_trained;
         o.on_progress(p);
       }
-      if (over_budget()) break;
+      // A signal stops after the measurement in flight, which is recorded; the rest of the batch
+      // is dropped unmeasured.
+      if (over_budget() || stop_requested()) break;
     }
     if (model_trained && pred_ok.size() >= 4) s.rank_correlations.push_back(spearman(pred_ok, meas_ok));
     model.fit();
@@ -462,24 +469,44 @@ TuneSummary rank_with_model(const Compute& c, const std::vector<HwAbstraction>& 
   std::vector<Candidate> chosen;
   for (const auto& r : ranked) chosen.push_back(r.second);
   NvrtcCompiler compiler(o.compute_capability, o.compile_cache_dir);
-  CompiledBatch b = compile_batch(space, compiler, chosen, o.compile_threads);
   std::unique_ptr<LogWriter> log;
   if (!o.log_path.empty()) log = std::make_unique<LogWriter>(o.log_path);
-  for (std::size_t i = 0; i < chosen.size(); ++i) {
-    TuneResult res;
-    res.status = b.binaries[i].ok ? "unmeasured" : "compile_error";
-    res.estimated_us = ranked[i].first;
-    res.compile_seconds = b.binaries[i].seconds;
-    if (!b.binaries[i].ok) {
-      res.error = "generated kernel does not compile (a bug in tmap): " + b.binaries[i].log.substr(0, 2000);
-      ++s.failed;
+  // Compiled and recorded batch by batch, so that a stop (SIGINT) loses nothing compiled.
+  const std::size_t batch = static_cast<std::size_t>(std::max(1, o.batch));
+  for (std::size_t begin = 0; begin < chosen.size(); begin += batch) {
+    if (o.stop && o.stop->load()) {
+      s.stopped = true;
+      break;
     }
-    TuneRecord rec = search.record(chosen[i].entry, chosen[i].params, res);
-    if (log) log->append(rec);
-    if (!s.best && b.binaries[i].ok) s.best = rec;
-    ++s.measured;
+    const std::size_t end = std::min(chosen.size(), begin + batch);
+    std::vector<Candidate> part(chosen.begin() + begin, chosen.begin() + end);
+    CompiledBatch b = compile_batch(space, compiler, part, o.compile_threads, o.stop);
+    for (std::size_t i = 0; i < part.size(); ++i) {
+      if (!b.binaries[i].ok && o.stop && o.stop->load()) break;  // cancelled, not a failure: not recorded
+      TuneResult res;
+      res.status = b.binaries[i].ok ? "unmeasured" : "compile_error";
+      res.estimated_us = ranked[begin + i].first;
+      res.compile_seconds = b.binaries[i].seconds;
+      if (!b.binaries[i].ok) {
+        res.error = "generated kernel does not compile (a bug in tmap): " + b.binaries[i].log.substr(0, 2000);
+        ++s.failed;
+      }
+      TuneRecord rec = search.record(part[i].entry, part[i].params, res);
+      if (log) log->append(rec);
+      if (!s.best && b.binaries[i].ok) s.best = rec;
+      ++s.measured;
+      if (o.on_progress) {
+        TuneProgress p;
+        p.trials = s.measured;
+        p.total = static_cast<int>(chosen.size());
+        p.arm = space.entries()[part[i].entry].label;
+        p.elapsed_s = seconds_since(t0);
+        p.eta_s = p.elapsed_s / s.measured * static_cast<double>(chosen.size() - s.measured);
+        o.on_progress(p);
+      }
+    }
   }
-  s.stop_reason = "ranked by the analytic model";
+  s.stop_reason = s.stopped ? "stopped by the user" : "ranked by the analytic model";
   s.wall_s = seconds_since(t0);
   return s;
 }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <string>
 #include <string_view>
@@ -44,11 +45,19 @@ class JsonLocations {
   friend class JsonScanner;
 };
 
+/// Inputs are bounded: deeper documents and larger files are refused with a clear error.
+inline constexpr int kMaxJsonDepth = 64;
+inline constexpr std::uintmax_t kMaxSourceFileBytes = std::uintmax_t{64} << 20;
+
 /// Reads a whole file; a UserError naming the file (`what`, e.g. "compute file") and `hint`
-/// when it cannot be read.
+/// when it is missing, a directory, too large or unreadable.
 SourceText read_source_file(const std::string& path, const std::string& what, const std::string& hint);
 
-/// Parses JSON (keeping member order); a syntax error is a UserError at its line and column.
+/// The offset of the first '[' or '{' nested deeper than `max_depth` (outside strings), or npos.
+std::size_t json_nesting_violation(std::string_view text, int max_depth);
+
+/// Parses JSON (keeping member order); a syntax error, or nesting deeper than kMaxJsonDepth, is
+/// a UserError at its line and column.
 nlohmann::ordered_json parse_json_text(const SourceText& source, const std::string& hint);
 
 /// Checks the members of a parsed JSON document, with errors that point into its file.

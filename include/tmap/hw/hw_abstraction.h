@@ -86,6 +86,7 @@ std::vector<HwAbstraction> load_hw_abstractions(const std::vector<std::string>& 
 /// Finds one by name, or a UserError listing the names.
 const HwAbstraction& find_hw(const std::vector<HwAbstraction>& all, const std::string& name);
 
-nlohmann::json to_json(const HwAbstraction& hw);
+/// The abstraction in the schema of its file (what `tmap hw show` prints): it loads back unchanged.
+nlohmann::ordered_json to_json(const HwAbstraction& hw);
 
 }  // namespace tmap

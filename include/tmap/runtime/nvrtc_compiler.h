@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <atomic>
 #include <string>
 #include <vector>
 
@@ -50,8 +51,9 @@ struct CompileJob {
 };
 
 /// Compiles every job on `threads` threads (0: all cores); results in job order, each with its
-/// own compile time.
+/// own compile time. Once `cancel` is set, the jobs not yet started fail with "cancelled".
 std::vector<CompileResult> compile_parallel(NvrtcCompiler& compiler, const std::vector<CompileJob>& jobs,
-                                            unsigned threads = 0);
+                                            unsigned threads = 0,
+                                            const std::atomic<bool>* cancel = nullptr);
 
 }  // namespace tmap

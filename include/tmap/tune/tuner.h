@@ -91,7 +91,9 @@ struct TuneOptions {
   std::string compile_cache_dir;
   std::function<void(const TuneProgress&)> on_progress;
   std::function<void(const std::string&)> on_note;  ///< Informational lines (resume, first looks, ...).
-  const std::atomic<bool>* stop = nullptr;  ///< Set (e.g. by SIGINT): stop after the current batch.
+  /// Set (e.g. by SIGINT): stop after the measurement in flight, which is recorded; compilations
+  /// not yet started are cancelled and nothing else of the batch is measured.
+  const std::atomic<bool>* stop = nullptr;
 };
 
 struct TuneSummary {
