@@ -129,7 +129,7 @@ TEST(OpLibrary, BadParametersAreUserErrors) {
   };
   for (const auto& [sets, message] : cases) {
     SCOPED_TRACE(message);
-    std::string err = user_error_of([&] { build_compute(builtin_op("conv2d"), parse_param_overrides(sets)); });
+    std::string err = user_error_of([&, &sets = sets] { build_compute(builtin_op("conv2d"), parse_param_overrides(sets)); });
     EXPECT_NE(err.find(message), std::string::npos) << err;
     EXPECT_EQ(err.rfind("<op:conv2d>:", 0), 0u) << err;
   }

@@ -129,7 +129,8 @@ TEST(Expr, EvaluateErrors) {
   };
   for (const auto& [text, message] : cases) {
     SCOPED_TRACE(text);
-    std::string err = user_error_of([&] { evaluate(expr(text), params, "the test"); });
+    // `&text = text`: Clang 14 cannot capture a structured binding (C++20 allows it).
+    std::string err = user_error_of([&, &text = text] { evaluate(expr(text), params, "the test"); });
     EXPECT_NE(err.find(message.substr(0, message.find(';'))), std::string::npos) << err;
   }
   EXPECT_NE(user_error_of([&] { evaluate(expr("M2"), params, "x"); }).find("hint: parameters are: BIG, M, Z"),
@@ -192,7 +193,7 @@ TEST(Affine, RejectsNonAffineIndices) {
   };
   for (const auto& [text, message] : cases) {
     SCOPED_TRACE(text);
-    std::string err = user_error_of([&] { to_affine(expr(text), params, iters, "index 0 of 'X'"); });
+    std::string err = user_error_of([&, &text = text] { to_affine(expr(text), params, iters, "index 0 of 'X'"); });
     EXPECT_NE(err.find(message), std::string::npos) << err;
     EXPECT_NE(err.find("hint:"), std::string::npos) << err;
   }

@@ -5,7 +5,8 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-packages=(cmake ninja-build g++ nlohmann-json3-dev libspdlog-dev libcli11-dev libxgboost-dev libgtest-dev gnuplot-nox)
+packages=(cmake ninja-build g++ nlohmann-json3-dev libspdlog-dev libcli11-dev libxgboost-dev libgtest-dev gnuplot-nox
+          clang libclang-rt-14-dev)  # Clang: the sanitizer build and the fuzzers of tools/test.sh
 missing=()
 for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

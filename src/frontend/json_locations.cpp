@@ -185,6 +185,8 @@ std::size_t json_nesting_violation(std::string_view text, int max_depth) {
 }
 
 nlohmann::ordered_json parse_json_text(const SourceText& source, const std::string& hint) {
+  if (source.text().find_first_not_of(" \t\r\n") == std::string::npos)
+    throw_user_error(SourceLoc::whole(source.file()), "'" + source.file() + "' is empty", hint);
   // nlohmann parses any depth, but everything that walks a document afterwards recurses: bound it.
   if (std::size_t at = json_nesting_violation(source.text(), kMaxJsonDepth); at != std::string_view::npos)
     throw_user_error(source.at(at), "JSON nested more than " + std::to_string(kMaxJsonDepth) + " levels deep", hint);
@@ -196,6 +198,15 @@ nlohmann::ordered_json parse_json_text(const SourceText& source, const std::stri
     // nlohmann's message reads "[json.exception.parse_error.101] parse error at line 3, column 5: ...".
     if (auto p = msg.find("column"); p != std::string::npos)
       if (auto q = msg.find(": ", p); q != std::string::npos) msg = msg.substr(q + 2);
+    throw_user_error(source.at(at), "invalid JSON: " + msg, hint);
+  } catch (const nlohmann::json::exception& e) {
+    // A number beyond a double ("1e999") is out_of_range, without a position: find its text.
+    std::string msg = e.what();
+    if (auto p = msg.find("] "); p != std::string::npos) msg = msg.substr(p + 2);
+    std::size_t at = 0;
+    if (auto q = msg.find('\''); q != std::string::npos)
+      if (auto r = msg.find('\'', q + 1); r != std::string::npos)
+        if (auto found = source.text().find(msg.substr(q + 1, r - q - 1)); found != std::string::npos) at = found;
     throw_user_error(source.at(at), "invalid JSON: " + msg, hint);
   }
 }

@@ -1,5 +1,9 @@
 #include "tmap/match/mapping.h"
 
+#include <cmath>
+
+#include "tmap/support/diagnostic.h"
+
 namespace tmap {
 
 std::string_view enumeration_name(Enumeration e) { return e == Enumeration::kAmos ? "amos" : "all"; }
@@ -18,7 +22,6 @@ std::vector<std::vector<int>> axis_choices(const std::vector<int>& candidates) {
   if (candidates.empty()) return {{}};
   std::vector<std::vector<int>> out;
   const unsigned n = static_cast<unsigned>(candidates.size());
-  TMAP_CHECK(n < 20, "too many candidate iterators for one axis");
   for (unsigned mask = 1; mask < (1u << n); ++mask) {
     std::vector<int> set;
     for (unsigned bit = 0; bit < n; ++bit)
@@ -67,6 +70,20 @@ bool amos_valid(const Compute& c, const ExprMatch& roles, const std::array<std::
 std::vector<Mapping> enumerate_mappings(const Compute& c, const IndexMatch& index, const ExprMatch& roles,
                                         Enumeration e) {
   TMAP_CHECK(index.ok(), "enumerate_mappings needs a successful index match");
+  // Every subset of each axis's candidates: exponential in the iterators, so bounded.
+  double count = 1;
+  std::string per_axis;
+  for (int ax = 0; ax < 3; ++ax) {
+    const std::size_t n = index.candidates[ax].size();
+    count *= n ? std::exp2(static_cast<double>(n)) - 1 : 1;
+    per_axis += std::string(ax ? ", " : "") + "ijk"[ax] + ": " + std::to_string(n);
+  }
+  if (count > kMaxMappingsPerMatch)
+    throw UserError(format_diagnostic(
+        SourceLoc::whole(c.name), "'" + c.name + "' has " + std::to_string(static_cast<long long>(count)) +
+                                      " candidate mappings onto one intrinsic (candidate iterators per axis " + per_axis +
+                                      "); tmap enumerates at most " + std::to_string(kMaxMappingsPerMatch),
+        "fuse iterators that always appear together into one (flatten those dimensions of the tensors)"));
   auto is = axis_choices(index.candidates[0]);
   auto js = axis_choices(index.candidates[1]);
   auto ks = axis_choices(index.candidates[2]);

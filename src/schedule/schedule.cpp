@@ -123,7 +123,9 @@ ScheduleParams schedule_from_json(const nlohmann::json& j, const ScheduleParams&
                                                  {"raster", &p.raster},   {"async_copy", &p.async_copy},
                                                  {"swizzle", &p.swizzle}, {"producer", &p.producer},
                                                  {"k_lanes", &p.k_lanes}};
-  for (const auto& [key, value] : j.items()) {
+  for (const auto& item : j.items()) {
+    const std::string key = item.key();  // not a structured binding: Clang 14 cannot capture one
+    const auto& value = item.value();
     auto it = std::find_if(std::begin(fields), std::end(fields), [&](const auto& f) { return key == f.first; });
     if (it == std::end(fields)) {
       std::vector<std::string> names;

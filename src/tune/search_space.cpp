@@ -42,6 +42,14 @@ SearchSpace::SearchSpace(const Compute& c, const std::vector<HwAbstraction>& hws
   }
   report_ = match_compute(c, usable, e);
   for (const auto& r : report_.rejected) add_reason(r.hw_abs + ": " + r.reason);
+  std::size_t total = 0;
+  for (const Match& m : report_.matches) total += m.mappings.size();
+  if (total > kMaxSearchMappings)
+    throw UserError(format_diagnostic(
+        SourceLoc::whole(c.name), "'" + c.name + "' has " + std::to_string(total) + " mappings onto " +
+                                      std::to_string(report_.matches.size()) + " matches; tmap searches at most " +
+                                      std::to_string(kMaxSearchMappings),
+        "choose abstractions with --hw, keep --enumerate amos, or fuse iterators that always appear together"));
   // Padded mappings that differ from another mapping only by iterators of extent 1 (conv2d's n at
   // batch 1, r and s of a 1x1 window) do the same work: one arm stands for them, a mapping that
   // fits the intrinsic if there is one, else the first in enumeration order. Mappings that fit

@@ -199,10 +199,13 @@ void LogWriter::append(const TuneRecord& r) {
 }
 
 LogContents read_log(const std::string& path) {
-  LogContents out;
   std::ifstream in(path, std::ios::binary);
-  if (!in) return out;
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!in) return {};
+  return parse_log_text(std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()), path);
+}
+
+LogContents parse_log_text(const std::string& text, const std::string& path) {
+  LogContents out;
   std::size_t line_no = 0, pos = 0;
   while (pos < text.size()) {
     std::size_t end = text.find('\n', pos);
@@ -215,7 +218,7 @@ LogContents read_log(const std::string& path) {
     nlohmann::json j;
     try {
       j = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::parse_error&) {
+    } catch (const nlohmann::json::exception&) {  // a syntax error, or a number beyond a double
       out.warnings.push_back(where + (truncated ? "truncated last line (no newline), skipped"
                                                 : "not valid JSON, skipped"));
       continue;

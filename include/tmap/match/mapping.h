@@ -49,6 +49,10 @@ struct Mapping {
 /// Enumerates the mappings of an index match, ordered by id. Axis sets are non-empty subsets
 /// of each axis's candidates (in bitmask order over the candidates), the empty set only for an
 /// axis without candidates.
+/// Mappings of one match are every subset of each axis's candidate iterators (2^n - 1 per axis):
+/// beyond this many, enumeration is refused with a UserError that says how to shrink the compute.
+inline constexpr double kMaxMappingsPerMatch = 65536;
+
 std::vector<Mapping> enumerate_mappings(const Compute& c, const IndexMatch& index, const ExprMatch& roles,
                                         Enumeration e);
 

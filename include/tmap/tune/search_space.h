@@ -27,6 +27,9 @@ struct SpaceEntry {
   std::vector<std::vector<int>> choices;
 };
 
+/// The most mappings (over all matches) that tuning considers; more is refused with a UserError.
+inline constexpr std::size_t kMaxSearchMappings = 50000;
+
 class SearchSpace {
  public:
   /// `c` and `hws` must outlive the space. Abstractions newer than `compute_capability` are left

@@ -121,6 +121,9 @@ struct LogContents {
 /// names the line. A missing file is an empty log.
 LogContents read_log(const std::string& path);
 
+/// The same for a log's text; `path` names it in the warnings.
+LogContents parse_log_text(const std::string& text, const std::string& path);
+
 /// The best measured, correct record of each workload (fastest median), in first-seen order.
 std::vector<const TuneRecord*> best_records(const std::vector<TuneRecord>& records);
 
