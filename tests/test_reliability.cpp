@@ -180,6 +180,7 @@ TEST(Cli, FormatJsonPrintsOneDocumentForEveryListingAndResult) {
       "map --op gemm --format json",
       "tune --op gemm --set M=64 --set N=64 --set K=64 --measure model --trials 3 --log " + log + " --format json",
       "logs list " + log + " --format json",
+      "logs rank " + std::string(TMAP_SOURCE_DIR) + "/tests/data/h100_measured_sample.jsonl --format json",
       "replay " + log + " --allow-unmeasured --arch sm_90 --format json",
   };
   for (const auto& c : commands) {
@@ -192,6 +193,9 @@ TEST(Cli, FormatJsonPrintsOneDocumentForEveryListingAndResult) {
       EXPECT_EQ(j["trials"], 3);
       EXPECT_EQ(j["stop_reason"], "ranked by the analytic model");
       EXPECT_EQ(j["best"]["result"]["status"], "unmeasured");
+    } else if (c.rfind("logs rank", 0) == 0) {
+      ASSERT_FALSE(j["workloads"].empty());
+      EXPECT_TRUE(j["workloads"][0]["analytic"].is_number());
     } else if (c.rfind("logs", 0) == 0) {
       ASSERT_EQ(j["workloads"].size(), 1u);
       EXPECT_EQ(j["workloads"][0]["records"], 3);

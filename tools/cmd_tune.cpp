@@ -447,8 +447,12 @@ void register_logs(CLI::App& app) {
     for (const TuneRecord* r : best_records(log.records)) std::cout << to_json(*r).dump() << "\n";
   });
   auto* rank = logs->add_subcommand("rank", "How well the cost models rank a log's measured candidates");
+  auto rank_format = std::make_shared<std::string>("text");
   rank->add_option("log", *path, "The log")->required();
-  rank->callback([path] {
+  rank->add_option("--format", *rank_format, "A text table or json (one document on stdout)")
+      ->check(CLI::IsMember({"text", "json"}));
+  rank->callback([path, rank_format] {
+    const bool text = *rank_format == "text";
     LogContents log = load_log(*path);
     if (log.records.empty()) bad(*path, "the log holds no records", "tune something first");
     const std::string arch = log.records.front().target.arch;  // the first record's architecture
@@ -457,10 +461,13 @@ void register_logs(CLI::App& app) {
     const auto sets = measured_sets(log.records, load_hw_abstractions(), arch, limits, DeviceModel::for_arch(cc));
     std::map<std::string, std::string> names;
     for (const auto& r : log.records) names[r.workload.key] = r.workload.description.value("name", "?");
-    std::printf("records of %s; Spearman rank correlation with the measured times of each workload:\n", arch.c_str());
-    std::printf("  analytic: the analytic model; xgboost: trained on every other record of the workload, ranking the\n"
-                "  rest; transfer: trained on the other workloads only\n");
-    std::printf("%-16s %-12s %8s %10s %10s %10s\n", "workload", "name", "records", "analytic", "xgboost", "transfer");
+    if (text) {
+      std::printf("records of %s; Spearman rank correlation with the measured times of each workload:\n", arch.c_str());
+      std::printf("  analytic: the analytic model; xgboost: trained on every other record of the workload, ranking the\n"
+                  "  rest; transfer: trained on the other workloads only\n");
+      std::printf("%-16s %-12s %8s %10s %10s %10s\n", "workload", "name", "records", "analytic", "xgboost", "transfer");
+    }
+    nlohmann::json rows = nlohmann::json::array();
     for (const auto& [key, set] : sets) {
       CostModel own(1), others(1);
       std::vector<Features> held_f;
@@ -480,9 +487,14 @@ void register_logs(CLI::App& app) {
       const double xgb = own.trained() && held_t.size() >= 4 ? spearman(own.predict(held_f), held_t) : 0;
       const double transfer =
           others.trained() && set.times_us.size() >= 4 ? spearman(others.predict(set.features), set.times_us) : 0;
-      std::printf("%-16s %-12s %8zu %10.2f %10.2f %10.2f\n", key.c_str(), names[key].c_str(), set.times_us.size(),
-                  spearman(set.analytic_us, set.times_us), xgb, transfer);
+      const double analytic = spearman(set.analytic_us, set.times_us);
+      rows.push_back({{"workload", key}, {"name", names[key]}, {"records", set.times_us.size()},
+                      {"analytic", analytic}, {"xgboost", xgb}, {"transfer", transfer}});
+      if (text)
+        std::printf("%-16s %-12s %8zu %10.2f %10.2f %10.2f\n", key.c_str(), names[key].c_str(), set.times_us.size(),
+                    analytic, xgb, transfer);
     }
+    if (!text) std::cout << nlohmann::json{{"log", *path}, {"arch", arch}, {"workloads", rows}}.dump(2) << "\n";
   });
   auto* prune = logs->add_subcommand("prune", "Write the best record of each workload into a new log");
   prune->add_option("log", *path, "The log")->required();
