@@ -123,13 +123,7 @@ KernelSource emit_mma_sync(const ImplicitGemm& g, const ScheduleParams& p) {
      << "// Shared tiles: A " << (a_trans ? "[BK][BM] (ldmatrix.trans)" : "[BM][BK]") << ", B "
      << (b_trans ? "[BK][BN] (ldmatrix.trans)" : "[BN][BK]") << (p.swizzle ? ", XOR-swizzled" : ", padded")
      << "; epilogue " << (c_row ? "[BM][BN + 8]" : "[BN][BM + 4]") << "\n";
-  emit_tile_index(os, "a", sa, p);
-  emit_tile_index(os, "b", sb, p);
-  os << "constexpr int A_BYTES = " << stage_bytes(g, p, 0) << ";  // one stage of A, 128-byte aligned\n"
-     << "constexpr int B_BYTES = " << stage_bytes(g, p, 1) << ";\n"
-     << "constexpr int C_LD = " << (c_row ? "BN + 8" : "BM + 4") << ";\n\n";
-  if (p.async_copy) emit_cp_async_helpers(os);
-  emit_shift_helpers(os, g, p);
+  emit_ring_helpers(os, g, p, sa, sb, c_row);
   os << "__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* p) {\n"
      << "  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(p));\n"
      << "  asm volatile(\"ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\\n\"\n"
@@ -329,8 +323,7 @@ class MmaSyncFamily final : public EmitterFamily {
   }
 
   std::int64_t shared_bytes(const ImplicitGemm& g, const ScheduleParams& p) const override {
-    const std::int64_t operands = p.stages * (stage_bytes(g, p, 0) + stage_bytes(g, p, 1));
-    return std::max(operands, round_up(epilogue_bytes(g, p), 128));  // the epilogue reuses the buffers
+    return ring_or_epilogue_bytes(g, p);
   }
 
   ScheduleParams default_schedule(const ImplicitGemm& g, const DeviceLimits& limits) const override {

@@ -88,13 +88,7 @@ KernelSource emit_simt(const ImplicitGemm& g, const ScheduleParams& p) {
      << "constexpr int P = " << pack << ";  // elements of k per multiply-add (" << g.hw->compute_intrinsic << ")\n"
      << "// Shared tiles (padded rows): A " << (a_trans ? "[BK][BM]" : "[BM][BK]") << ", B "
      << (b_trans ? "[BK][BN]" : "[BN][BK]") << "; epilogue " << (c_row ? "[BM][BN + 8]" : "[BN][BM + 4]") << "\n";
-  emit_tile_index(os, "a", sa, p);
-  emit_tile_index(os, "b", sb, p);
-  os << "constexpr int A_BYTES = " << stage_bytes(g, p, 0) << ";  // one stage of A, 128-byte aligned\n"
-     << "constexpr int B_BYTES = " << stage_bytes(g, p, 1) << ";\n"
-     << "constexpr int C_LD = " << (c_row ? "BN + 8" : "BM + 4") << ";\n\n";
-  if (p.async_copy) emit_cp_async_helpers(os);
-  emit_shift_helpers(os, g, p);
+  emit_ring_helpers(os, g, p, sa, sb, c_row);
   emit_operand_loader(os, g, p, 0);
   emit_operand_loader(os, g, p, 1);
   emit_output_scatter(os, g, tout, ov.width, ov.along);
@@ -207,8 +201,7 @@ class SimtFamily final : public EmitterFamily {
   }
 
   std::int64_t shared_bytes(const ImplicitGemm& g, const ScheduleParams& p) const override {
-    const std::int64_t operands = p.stages * (stage_bytes(g, p, 0) + stage_bytes(g, p, 1));
-    return std::max(operands, round_up(epilogue_bytes(g, p), 128));  // the epilogue reuses the buffers
+    return ring_or_epilogue_bytes(g, p);
   }
 
   ScheduleParams default_schedule(const ImplicitGemm& g, const DeviceLimits& limits) const override {

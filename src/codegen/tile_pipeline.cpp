@@ -699,6 +699,22 @@ std::int64_t epilogue_bytes(const ImplicitGemm& g, const ScheduleParams& p) {
                                        : std::int64_t{p.block_n} * (p.block_m + 4) * acc;
 }
 
+std::int64_t ring_or_epilogue_bytes(const ImplicitGemm& g, const ScheduleParams& p) {
+  const std::int64_t operands = p.stages * (stage_bytes(g, p, 0) + stage_bytes(g, p, 1));
+  return std::max(operands, round_up(epilogue_bytes(g, p), 128));  // the epilogue reuses the buffers
+}
+
+void emit_ring_helpers(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p, const StoredTile& sa,
+                       const StoredTile& sb, bool c_row) {
+  emit_tile_index(os, "a", sa, p);
+  emit_tile_index(os, "b", sb, p);
+  os << "constexpr int A_BYTES = " << stage_bytes(g, p, 0) << ";  // one stage of A, 128-byte aligned\n"
+     << "constexpr int B_BYTES = " << stage_bytes(g, p, 1) << ";\n"
+     << "constexpr int C_LD = " << (c_row ? "BN + 8" : "BM + 4") << ";\n\n";
+  if (p.async_copy) emit_cp_async_helpers(os);
+  emit_shift_helpers(os, g, p);
+}
+
 void emit_accumulator_quad(std::ostringstream& os, bool c_row, const std::string& value) {
   const std::string r[4] = {"r", "r", "r + 8", "r + 8"}, c[4] = {"c", "c + 1", "c", "c + 1"};
   auto scaled = [](const std::string& x) { return x.size() > 1 ? "(" + x + ")" : x; };  // x * C_LD

@@ -134,6 +134,13 @@ OutVector out_vector(const ImplicitGemm& g, const ScheduleParams& p);
 /// 4-byte accumulators (float or int, as accumulator_type()), for families that stage the
 /// block's results through shared memory.
 std::int64_t epilogue_bytes(const ImplicitGemm& g, const ScheduleParams& p);
+/// Shared memory of a family whose A and B rings (`stages` of stage_bytes()) are reused for the
+/// epilogue tile: the larger of the two.
+std::int64_t ring_or_epilogue_bytes(const ImplicitGemm& g, const ScheduleParams& p);
+/// For such a family: the tile index functions of A and B, the constants A_BYTES, B_BYTES and
+/// C_LD (epilogue rows along n when `c_row`), the cp.async helpers when used, and the shift helpers.
+void emit_ring_helpers(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p, const StoredTile& sa,
+                       const StoredTile& sb, bool c_row);
 /// Into the epilogue tile Cs (rows along n when `c_row`, else along m), the four accumulators of
 /// the m16n8 C-fragment layout that mma.sync and wgmma share: (r, c), (r, c + 1), (r + 8, c) and
 /// (r + 8, c + 1), with r and c in scope; `value` names accumulator t with '#' standing for t.
