@@ -10,13 +10,20 @@
 #include "tmap/frontend/compute_loader.h"
 #include "tmap/hw/hw_abstraction.h"
 
+namespace tmap {
+struct WorkloadTable;
+}
+
 namespace tmap::cli {
 
 void register_map(CLI::App& app);
 void register_hw(CLI::App& app);
 void register_ops(CLI::App& app);
 void register_run(CLI::App& app);
-void register_tuning(CLI::App& app);  ///< tune, replay, logs
+void register_tuning(CLI::App& app);  ///< tune, replay, logs, export
+void register_model(CLI::App& app);   ///< import
+/// A workload table as text: one line per workload (count, GFLOP, share), then what was left out.
+void print_table(const WorkloadTable& t);
 
 /// How a command names its compute: a JSON file or a built-in op, plus --set overrides.
 struct ComputeArgs {

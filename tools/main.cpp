@@ -76,6 +76,7 @@ int main(int argc, char** argv) {
   tmap::cli::register_ops(app);
   tmap::cli::register_run(app);
   tmap::cli::register_tuning(app);
+  tmap::cli::register_model(app);
   register_version(app);
 
   // The measurement worker (started by tmap itself): JSON lines on stdin and stdout.

@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-packages=(cmake ninja-build g++ nlohmann-json3-dev libspdlog-dev libcli11-dev libxgboost-dev libgtest-dev gnuplot-nox
+packages=(cmake ninja-build g++ nlohmann-json3-dev libspdlog-dev libcli11-dev libxgboost-dev libgtest-dev libonnx-dev libprotobuf-dev gnuplot-nox
           clang libclang-rt-14-dev)  # Clang: the sanitizer build and the fuzzers of tools/test.sh
 missing=()
 for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done

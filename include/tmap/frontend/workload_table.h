@@ -1,0 +1,75 @@
+// Workload tables: the unique tensor contractions of a model (or any list of workloads), each a
+// built-in op with its parameters, how often the model runs it and its share of the model's
+// FLOPs. `tmap import` writes them from ONNX models; `tmap tune --table`, `tmap_bench --table`
+// and `benchmarks/run.sh table` read them. The file is one JSON object:
+//   {
+//     "format": "tmap-workloads/1",
+//     "title": "resnet50.onnx (batch 1)",              (optional)
+//     "source": "models/resnet50.onnx",                 (optional: the model it came from)
+//     "batch": 1,                                        (optional)
+//     "out_dtype": "float16",                            (optional: outputs of float32 sums)
+//     "workloads": [
+//       {"name": "conv1", "op": "conv2d", "params": {"N": 1, "C": 3, ...}, "count": 1,
+//        "nodes": ["conv1"], "notes": ["bias add not fused"]},             (nodes, notes optional)
+//       ...],
+//     "unsupported": [{"node": "up1", "op_type": "ConvTranspose", "reason": "..."}],   (optional)
+//     "other_ops": {"Relu": 49, "Add": 16}                                             (optional)
+//   }
+// FLOPs and shares are derived from the ops when read, never trusted from the file.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tmap/ir/compute.h"
+
+namespace tmap {
+
+struct TableWorkload {
+  std::string name;
+  std::string op;                                           ///< A built-in op (tmap ops list).
+  std::vector<std::pair<std::string, std::int64_t>> params; ///< Overrides of the op's parameters.
+  int count = 1;                                            ///< Runs per model inference.
+  std::vector<std::string> nodes;                           ///< The model's nodes it stands for.
+  std::vector<std::string> notes;                           ///< What the kernel leaves to others.
+  double flops = 0;                                         ///< Of one run (2 per multiply-add).
+};
+
+struct UnsupportedNode {
+  std::string node, op_type, reason;
+};
+
+struct WorkloadTable {
+  std::string title, source;
+  std::int64_t batch = 0;  ///< 0: not given.
+  std::string out_dtype = "float16";
+  std::vector<TableWorkload> workloads;
+  std::vector<UnsupportedNode> unsupported;
+  std::map<std::string, int> other_ops;  ///< Nodes that are no contraction (no kernel needed), by type.
+
+  /// FLOPs of one inference over the table's workloads: sum of count x flops.
+  double total_flops() const;
+  /// One workload's share of total_flops().
+  double share(const TableWorkload& w) const;
+};
+
+/// The built-in op of `w` with its parameters and the table's output dtype; a UserError naming
+/// the workload when its op or parameters are invalid.
+Compute build_table_workload(const TableWorkload& w, const std::string& out_dtype, const std::string& where);
+
+/// Fills in each workload's flops from its op.
+void compute_table_flops(WorkloadTable& t);
+
+/// The table as the JSON document described above (two-space indented).
+std::string workload_table_json(const WorkloadTable& t);
+
+/// Reads and validates a table file; errors point at the file, line and column.
+WorkloadTable load_workload_table(const std::string& path);
+
+/// "C=64 H=56 W=56 K=64 ..." for tables and progress lines.
+std::string params_text(const TableWorkload& w);
+
+}  // namespace tmap

@@ -1,0 +1,376 @@
+#include "tmap/frontend/onnx_import.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <numeric>
+#include <optional>
+#include <set>
+
+#include "tmap/support/diagnostic.h"
+
+#ifdef TMAP_HAVE_ONNX
+#include <onnx/defs/schema.h>
+#include <onnx/onnx_pb.h>
+#include <onnx/shape_inference/implementation.h>
+#endif
+
+namespace tmap {
+
+#ifndef TMAP_HAVE_ONNX
+
+bool onnx_import_available() { return false; }
+
+WorkloadTable import_onnx(const std::string& path, const OnnxImportOptions&) {
+  throw UserError(format_diagnostic(SourceLoc::whole(path), "this tmap was built without ONNX support",
+                                    "install libonnx-dev and libprotobuf-dev (bash tools/setup.sh does) and rebuild; "
+                                    "or import on another machine and pass the table with --table"));
+}
+
+#else
+
+namespace {
+
+using Shape = std::vector<std::int64_t>;  // -1: unknown extent
+
+[[noreturn]] void fail(const std::string& path, const std::string& msg, const std::string& hint) {
+  throw UserError(format_diagnostic(SourceLoc::whole(path), msg, hint));
+}
+
+std::string shape_text(const Shape& s) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + (s[i] < 0 ? std::string("?") : std::to_string(s[i]));
+  return out + "]";
+}
+
+std::int64_t product(const Shape& s, std::size_t begin, std::size_t end) {
+  std::int64_t p = 1;
+  for (std::size_t i = begin; i < end; ++i) p *= s[i];
+  return p;
+}
+
+/// A node's attributes by name.
+class Attributes {
+ public:
+  explicit Attributes(const onnx::NodeProto& n) {
+    for (const auto& a : n.attribute()) by_name_[a.name()] = &a;
+  }
+  std::int64_t integer(const std::string& name, std::int64_t fallback) const {
+    auto it = by_name_.find(name);
+    return it == by_name_.end() ? fallback : it->second->i();
+  }
+  double real(const std::string& name, double fallback) const {
+    auto it = by_name_.find(name);
+    return it == by_name_.end() ? fallback : it->second->f();
+  }
+  std::string text(const std::string& name, const std::string& fallback) const {
+    auto it = by_name_.find(name);
+    return it == by_name_.end() ? fallback : it->second->s();
+  }
+  std::optional<Shape> ints(const std::string& name) const {
+    auto it = by_name_.find(name);
+    if (it == by_name_.end()) return std::nullopt;
+    return Shape(it->second->ints().begin(), it->second->ints().end());
+  }
+
+ private:
+  std::map<std::string, const onnx::AttributeProto*> by_name_;
+};
+
+/// Why a contraction node cannot be mapped: thrown while reading it, caught per node.
+struct Unsupported {
+  std::string reason;
+};
+
+struct Contraction {
+  std::string op;
+  std::vector<std::pair<std::string, std::int64_t>> params;
+  std::vector<std::string> notes;
+};
+
+bool all_equal(const Shape& s) { return std::adjacent_find(s.begin(), s.end(), std::not_equal_to<>()) == s.end(); }
+
+std::string ints_text(const Shape& s) {
+  std::string out = "(";
+  for (std::size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + ")";
+}
+
+Contraction read_conv(const onnx::NodeProto& n, const Attributes& a, const Shape& x, const Shape& w, bool channels_last) {
+  const std::size_t rank = x.size() - 2;
+  if (x.size() < 3 || x.size() > 5) throw Unsupported{"input of rank " + std::to_string(x.size()) + ": tmap maps 1-D, 2-D and 3-D convolutions"};
+  if (w.size() != x.size()) throw Unsupported{"weight rank " + std::to_string(w.size()) + " differs from the input's " + std::to_string(x.size())};
+  const std::int64_t groups = a.integer("group", 1);
+  const std::int64_t N = x[0], C = x[1], K = w[0];
+  if (groups < 1 || C % groups || K % groups || w[1] * groups != C)
+    throw Unsupported{"group " + std::to_string(groups) + " does not divide channels " + std::to_string(C) + " -> " + std::to_string(K)};
+  Shape kernel(w.begin() + 2, w.end());
+  if (auto ks = a.ints("kernel_shape"); ks && *ks != kernel)
+    throw Unsupported{"kernel_shape " + ints_text(*ks) + " disagrees with the weight's " + ints_text(kernel)};
+  const Shape strides = a.ints("strides").value_or(Shape(rank, 1));
+  const Shape dilations = a.ints("dilations").value_or(Shape(rank, 1));
+  if (strides.size() != rank || dilations.size() != rank) throw Unsupported{"strides or dilations of the wrong length"};
+  Shape pads = a.ints("pads").value_or(Shape(2 * rank, 0));
+  const std::string auto_pad = a.text("auto_pad", "NOTSET");
+  if (auto_pad == "VALID") {
+    pads.assign(2 * rank, 0);
+  } else if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+    for (std::size_t d = 0; d < rank; ++d) {
+      const std::int64_t in = x[2 + d], out = (in + strides[d] - 1) / strides[d];
+      const std::int64_t total = std::max<std::int64_t>(0, (out - 1) * strides[d] + (kernel[d] - 1) * dilations[d] + 1 - in);
+      pads[d] = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
+      pads[rank + d] = total - pads[d];
+    }
+  } else if (auto_pad != "NOTSET") {
+    throw Unsupported{"auto_pad '" + auto_pad + "' is unknown"};
+  }
+  if (pads.size() != 2 * rank) throw Unsupported{"pads of the wrong length"};
+  if (!all_equal(strides)) throw Unsupported{"strides " + ints_text(strides) + " differ per dimension; tmap's convolutions take one stride"};
+  if (!all_equal(dilations)) throw Unsupported{"dilations " + ints_text(dilations) + " differ per dimension; tmap's convolutions take one dilation"};
+  if (!all_equal(pads)) throw Unsupported{"pads " + ints_text(pads) + " are asymmetric or differ per dimension; tmap's convolutions take one padding"};
+  Contraction c;
+  const std::int64_t stride = strides[0], dil = dilations[0], pad = pads[0];
+  if (rank == 1) {
+    if (groups != 1) throw Unsupported{"grouped 1-D convolution (group " + std::to_string(groups) + "): tmap's conv1d has no groups"};
+    c.op = "conv1d";
+    c.params = {{"N", N}, {"C", C}, {"W", x[2]}, {"K", K}, {"S", kernel[0]}, {"stride", stride}, {"pad", pad}, {"dil", dil}};
+  } else if (rank == 2) {
+    if (groups > 1 && groups == C && K == C && !channels_last) {
+      c.op = "depthwise_conv2d";
+      c.params = {{"N", N}, {"C", C}, {"H", x[2]}, {"W", x[3]}, {"R", kernel[0]}, {"S", kernel[1]},
+                  {"stride", stride}, {"pad", pad}, {"dil", dil}};
+    } else {
+      c.op = channels_last ? "conv2d_nhwc" : "conv2d";
+      c.params = {{"N", N}, {"C", C}, {"H", x[2]}, {"W", x[3]}, {"K", K}, {"R", kernel[0]}, {"S", kernel[1]},
+                  {"stride", stride}, {"pad", pad}, {"dil", dil}, {"groups", groups}};
+    }
+  } else {
+    if (groups != 1) throw Unsupported{"grouped 3-D convolution (group " + std::to_string(groups) + "): tmap's conv3d has no groups"};
+    c.op = "conv3d";
+    c.params = {{"N", N},         {"C", C},         {"D", x[2]},         {"H", x[3]},     {"W", x[4]},     {"K", K},
+                {"T", kernel[0]}, {"R", kernel[1]}, {"S", kernel[2]},    {"stride", stride}, {"pad", pad}, {"dil", dil}};
+  }
+  if (n.input_size() > 2 && !n.input(2).empty()) c.notes.push_back("bias add not fused");
+  return c;
+}
+
+Contraction read_gemm(const onnx::NodeProto& n, const Attributes& a, const Shape& A, const Shape& B) {
+  if (A.size() != 2 || B.size() != 2) throw Unsupported{"Gemm operands must be matrices, not " + shape_text(A) + " and " + shape_text(B)};
+  const bool ta = a.integer("transA", 0) != 0, tb = a.integer("transB", 0) != 0;
+  const std::int64_t M = ta ? A[1] : A[0], K = ta ? A[0] : A[1];
+  const std::int64_t KB = tb ? B[1] : B[0], N = tb ? B[0] : B[1];
+  if (K != KB) throw Unsupported{"inner dimensions differ: " + shape_text(A) + " x " + shape_text(B)};
+  Contraction c;
+  c.op = std::string("gemm") + (ta || tb ? std::string("_") + (ta ? "t" : "n") + (tb ? "t" : "n") : "");
+  c.params = {{"M", M}, {"N", N}, {"K", K}};
+  if (a.real("alpha", 1.0) != 1.0) c.notes.push_back("alpha scaling not fused");
+  if (n.input_size() > 2 && !n.input(2).empty() && a.real("beta", 1.0) != 0.0) c.notes.push_back("bias C not fused");
+  return c;
+}
+
+Contraction read_matmul(const Shape& A, const Shape& B) {
+  if (A.empty() || B.empty()) throw Unsupported{"scalar operand"};
+  if (A.size() == 1 && B.size() == 1) throw Unsupported{"a dot product of two vectors: no kernel worth tuning"};
+  Contraction c;
+  if (B.size() == 1) {  // [..., M, K] x [K]: a matrix-vector product over the flattened rows
+    if (A.back() != B[0]) throw Unsupported{"inner dimensions differ: " + shape_text(A) + " x " + shape_text(B)};
+    c.op = "gemv";
+    c.params = {{"M", product(A, 0, A.size() - 1)}, {"K", A.back()}};
+    return c;
+  }
+  const std::int64_t K = B[B.size() - 2], N = B.back();
+  const std::int64_t KA = A.back(), M = A.size() == 1 ? 1 : A[A.size() - 2];
+  if (K != KA) throw Unsupported{"inner dimensions differ: " + shape_text(A) + " x " + shape_text(B)};
+  const std::int64_t batch_b = product(B, 0, B.size() - 2);
+  if (batch_b == 1) {  // B one matrix: A's leading dimensions flatten into rows
+    c.op = "gemm";
+    c.params = {{"M", product(A, 0, A.size() - 1)}, {"N", N}, {"K", K}};
+    return c;
+  }
+  const Shape batch_a_dims(A.begin(), A.end() - std::min<std::size_t>(A.size(), 2));
+  const Shape batch_b_dims(B.begin(), B.end() - 2);
+  if (batch_a_dims != batch_b_dims) {
+    if (product(A, 0, A.size() - std::min<std::size_t>(A.size(), 2)) == 1)
+      throw Unsupported{"operand A " + shape_text(A) + " is broadcast across B's batch " + shape_text(B) +
+                        "; tmap's batched_gemm needs both operands batched"};
+    throw Unsupported{"batch dimensions broadcast: " + shape_text(A) + " x " + shape_text(B)};
+  }
+  c.op = "batched_gemm";
+  c.params = {{"BATCH", batch_b}, {"M", M}, {"N", N}, {"K", K}};
+  return c;
+}
+
+std::string sanitized(const std::string& s) {
+  std::string out;
+  for (char ch : s) out += std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '-' || ch == '.' ? ch : '_';
+  return out.substr(0, 64);
+}
+
+}  // namespace
+
+bool onnx_import_available() { return true; }
+
+WorkloadTable import_onnx(const std::string& path, const OnnxImportOptions& o) {
+  namespace fs = std::filesystem;
+  const std::string hint = "give the path of an ONNX model (.onnx)";
+  std::error_code ec;
+  if (!fs::exists(path, ec)) fail(path, "no such model file", hint);
+  if (fs::is_directory(path, ec)) fail(path, "'" + path + "' is a directory, not a model", hint);
+  const auto size = fs::file_size(path, ec);
+  if (ec) fail(path, "cannot read the model: " + ec.message(), hint);
+  if (size == 0) fail(path, "the model file is empty", hint);
+  if (size >= (std::uintmax_t{2} << 30)) fail(path, "the model is 2 GiB or larger", "protobuf reads models under 2 GiB; keep external data beside it");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(path, "cannot open the model", hint);
+  onnx::ModelProto model;
+  if (!model.ParseFromIstream(&in) || !model.has_graph())
+    fail(path, "not an ONNX model (the file does not parse as an ONNX ModelProto with a graph)",
+         "export the model with torch.onnx.export or onnx.save");
+  onnx::GraphProto* g = model.mutable_graph();
+
+  // Fix symbolic dimensions of the model's inputs.
+  std::set<std::string> initializers;
+  for (const auto& t : g->initializer()) initializers.insert(t.name());
+  std::set<std::string> used_dims, symbolic_names;
+  std::vector<std::string> unresolved;
+  bool batch_used = false;
+  std::string fixed_batch_example;
+  for (auto& input : *g->mutable_input()) {
+    if (initializers.count(input.name()) || !input.type().has_tensor_type()) continue;
+    auto* tensor = input.mutable_type()->mutable_tensor_type();
+    if (!tensor->has_shape()) {
+      unresolved.push_back("input '" + input.name() + "' has no shape");
+      continue;
+    }
+    auto* shape = tensor->mutable_shape();
+    for (int i = 0; i < shape->dim_size(); ++i) {
+      auto* d = shape->mutable_dim(i);
+      if (d->has_dim_value()) {
+        if (i == 0 && fixed_batch_example.empty()) fixed_batch_example = "input '" + input.name() + "' has a fixed batch of " + std::to_string(d->dim_value());
+        continue;
+      }
+      const std::string name = d->has_dim_param() ? d->dim_param() : "";
+      if (!name.empty()) symbolic_names.insert(name);
+      if (!name.empty() && o.dims.count(name)) {
+        used_dims.insert(name);
+        d->set_dim_value(o.dims.at(name));
+      } else if (i == 0 && o.batch > 0) {
+        batch_used = true;
+        d->set_dim_value(o.batch);
+      } else {
+        unresolved.push_back("input '" + input.name() + "' dimension " + std::to_string(i) +
+                             (name.empty() ? " (unnamed)" : " ('" + name + "')"));
+      }
+    }
+  }
+  for (const auto& [name, value] : o.dims) {
+    if (used_dims.count(name)) continue;
+    std::string known;
+    for (const auto& s : symbolic_names) known += (known.empty() ? "" : ", ") + s;
+    fail("--dim " + name, "the model has no symbolic input dimension '" + name + "'",
+         known.empty() ? "its inputs have no symbolic dimensions: drop --dim" : "its symbolic dimensions: " + known);
+  }
+  if (o.batch > 0 && !batch_used)
+    fail("--batch", "the model's inputs have no symbolic batch dimension" + (fixed_batch_example.empty() ? "" : " (" + fixed_batch_example + ")"),
+         "drop --batch, or export the model with a dynamic batch dimension");
+  if (!unresolved.empty()) {
+    std::string list;
+    for (const auto& u : unresolved) list += (list.empty() ? "" : ", ") + u;
+    fail(path, "symbolic dimensions are unset: " + list,
+         "give --batch N for the batch (first) dimension and --dim NAME=VALUE for the others");
+  }
+
+  try {
+    onnx::shape_inference::InferShapes(model);
+  } catch (const std::exception& e) {
+    fail(path, std::string("ONNX shape inference failed: ") + e.what(), "check the model with onnx.checker.check_model");
+  }
+
+  std::map<std::string, Shape> shapes;
+  for (const auto& t : g->initializer()) shapes[t.name()] = Shape(t.dims().begin(), t.dims().end());
+  auto add_value = [&](const onnx::ValueInfoProto& v) {
+    if (!v.type().has_tensor_type() || !v.type().tensor_type().has_shape() || shapes.count(v.name())) return;
+    Shape s;
+    for (const auto& d : v.type().tensor_type().shape().dim()) s.push_back(d.has_dim_value() ? d.dim_value() : -1);
+    shapes[v.name()] = s;
+  };
+  for (const auto& v : g->input()) add_value(v);
+  for (const auto& v : g->value_info()) add_value(v);
+  for (const auto& v : g->output()) add_value(v);
+
+  WorkloadTable t;
+  t.title = fs::path(path).filename().string() + (o.batch > 0 ? " (batch " + std::to_string(o.batch) + ")" : "");
+  t.source = path;
+  t.batch = o.batch;
+  t.out_dtype = o.out_dtype;
+  std::map<std::string, std::size_t> by_key;  // op + parameters -> workload index
+  std::set<std::string> names;
+  int index = 0;
+  for (const auto& n : g->node()) {
+    ++index;
+    const std::string& type = n.op_type();
+    const std::string node_name = n.name().empty() ? type + "_" + std::to_string(index) : n.name();
+    const bool ai_onnx = n.domain().empty() || n.domain() == "ai.onnx";
+    const bool contraction = ai_onnx && (type == "Conv" || type == "Gemm" || type == "MatMul");
+    if (!contraction) {
+      static const std::set<std::string> unmapped = {"ConvTranspose", "ConvInteger", "QLinearConv", "MatMulInteger",
+                                                     "QLinearMatMul", "Einsum", "DeformConv"};
+      if (ai_onnx && unmapped.count(type))
+        t.unsupported.push_back({node_name, type, type + " is not supported yet (tmap maps Conv, Gemm and MatMul)"});
+      else if (!ai_onnx)
+        t.unsupported.push_back({node_name, n.domain() + "." + type, "operator of domain '" + n.domain() + "': not read"});
+      else
+        ++t.other_ops[type];
+      continue;
+    }
+    try {
+      std::vector<Shape> operands;
+      for (int i = 0; i < std::min(n.input_size(), 2); ++i) {
+        auto it = shapes.find(n.input(i));
+        if (it == shapes.end()) throw Unsupported{"the shape of input '" + n.input(i) + "' is unknown after shape inference"};
+        for (std::int64_t d : it->second)
+          if (d < 0) throw Unsupported{"the shape of input '" + n.input(i) + "' " + shape_text(it->second) + " is not static"};
+        operands.push_back(it->second);
+      }
+      if (operands.size() < 2) throw Unsupported{"fewer than two inputs"};
+      const Attributes attrs(n);
+      Contraction c = type == "Conv"   ? read_conv(n, attrs, operands[0], operands[1], o.channels_last)
+                      : type == "Gemm" ? read_gemm(n, attrs, operands[0], operands[1])
+                                       : read_matmul(operands[0], operands[1]);
+      std::string key = c.op;
+      for (const auto& [p, v] : c.params) key += " " + p + "=" + std::to_string(v);
+      auto it = by_key.find(key);
+      if (it != by_key.end()) {
+        TableWorkload& w = t.workloads[it->second];
+        ++w.count;
+        w.nodes.push_back(node_name);
+        for (const auto& note : c.notes)
+          if (std::find(w.notes.begin(), w.notes.end(), note) == w.notes.end()) w.notes.push_back(note);
+        continue;
+      }
+      TableWorkload w;
+      w.name = sanitized(node_name);
+      for (int k = 2; !names.insert(w.name).second; ++k) w.name = sanitized(node_name) + "_" + std::to_string(k);
+      w.op = c.op;
+      w.params = c.params;
+      w.nodes = {node_name};
+      w.notes = c.notes;
+      try {
+        w.flops = 2.0 * build_table_workload(w, o.out_dtype, "node '" + node_name + "'").iteration_points();
+      } catch (const UserError& e) {
+        names.erase(w.name);
+        throw Unsupported{std::string("no valid ") + c.op + ": " + e.what()};
+      }
+      by_key[key] = t.workloads.size();
+      t.workloads.push_back(std::move(w));
+    } catch (const Unsupported& u) {
+      t.unsupported.push_back({node_name, type, u.reason});
+    }
+  }
+  return t;
+}
+
+#endif
+
+}  // namespace tmap

@@ -1,0 +1,199 @@
+#include "tmap/frontend/workload_table.h"
+
+#include <algorithm>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "tmap/frontend/compute_loader.h"
+#include "tmap/frontend/json_locations.h"
+#include "tmap/frontend/op_library.h"
+#include "tmap/support/diagnostic.h"
+
+namespace tmap {
+namespace {
+
+using ordered_json = nlohmann::ordered_json;
+
+constexpr const char* kFormat = "tmap-workloads/1";
+constexpr const char* kHint = "a workload table is written by 'tmap import MODEL --format json'; see README";
+
+}  // namespace
+
+double WorkloadTable::total_flops() const {
+  double sum = 0;
+  for (const auto& w : workloads) sum += w.count * w.flops;
+  return sum;
+}
+
+double WorkloadTable::share(const TableWorkload& w) const {
+  const double total = total_flops();
+  return total > 0 ? w.count * w.flops / total : 0;
+}
+
+Compute build_table_workload(const TableWorkload& w, const std::string& out_dtype, const std::string& where) {
+  ComputeDef def = builtin_op(w.op);
+  if (!out_dtype.empty()) {
+    SourceText src(where, out_dtype);
+    auto dtype = parse_dtype(out_dtype);
+    if (!dtype) throw_user_error(src.at(0, out_dtype.size()), "unknown output dtype '" + out_dtype + "'",
+                                 "supported dtypes: " + supported_dtype_names());
+    set_output_dtype(def, *dtype, src.at(0, out_dtype.size()));
+  }
+  std::vector<ParamOverride> overrides;
+  for (const auto& [name, value] : w.params) overrides.push_back({name, value, SourceLoc::whole(where)});
+  Compute c = build_compute(def, overrides);
+  c.name = w.name;  // logs and tables name the workload, not its op
+  return c;
+}
+
+void compute_table_flops(WorkloadTable& t) {
+  for (auto& w : t.workloads) w.flops = 2.0 * build_table_workload(w, "", "workload '" + w.name + "'").iteration_points();
+}
+
+std::string params_text(const TableWorkload& w) {
+  std::string s;
+  for (const auto& [name, value] : w.params) s += (s.empty() ? "" : " ") + name + "=" + std::to_string(value);
+  return s;
+}
+
+std::string workload_table_json(const WorkloadTable& t) {
+  ordered_json j;
+  j["format"] = kFormat;
+  if (!t.title.empty()) j["title"] = t.title;
+  if (!t.source.empty()) j["source"] = t.source;
+  if (t.batch > 0) j["batch"] = t.batch;
+  j["out_dtype"] = t.out_dtype;
+  j["total_gflop"] = t.total_flops() / 1e9;
+  j["workloads"] = ordered_json::array();
+  for (const auto& w : t.workloads) {
+    ordered_json x;
+    x["name"] = w.name;
+    x["op"] = w.op;
+    x["params"] = ordered_json::object();
+    for (const auto& [name, value] : w.params) x["params"][name] = value;
+    x["count"] = w.count;
+    x["gflop"] = w.flops / 1e9;  // informational: recomputed when read
+    x["share"] = t.share(w);
+    if (!w.nodes.empty()) x["nodes"] = w.nodes;
+    if (!w.notes.empty()) x["notes"] = w.notes;
+    j["workloads"].push_back(x);
+  }
+  j["unsupported"] = ordered_json::array();
+  for (const auto& u : t.unsupported) j["unsupported"].push_back({{"node", u.node}, {"op_type", u.op_type}, {"reason", u.reason}});
+  j["other_ops"] = ordered_json::object();
+  for (const auto& [op, n] : t.other_ops) j["other_ops"][op] = n;
+  return j.dump(2) + "\n";
+}
+
+WorkloadTable load_workload_table(const std::string& path) {
+  const SourceText source = read_source_file(path, "workload table", kHint);
+  const ordered_json doc = parse_json_text(source, kHint);
+  JsonLocations locs(source);
+  JsonReader r(locs);
+  if (!doc.is_object()) r.fail_value("", "a workload table must hold a JSON object, not " + std::string(doc.type_name()), kHint);
+  r.check_keys(doc, "", {"format", "title", "source", "batch", "out_dtype", "total_gflop", "workloads", "unsupported", "other_ops"},
+               "a workload table");
+  r.require_key(doc, "", "format", "a workload table", "add \"format\": \"" + std::string(kFormat) + "\"");
+  if (doc["format"] != kFormat)
+    r.fail_value("/format", "unknown table format " + doc["format"].dump(),
+                 "this tmap reads \"" + std::string(kFormat) + "\"; re-run 'tmap import'");
+  WorkloadTable t;
+  auto string_member = [&](const char* key, std::string& out) {
+    if (!doc.contains(key)) return;
+    const std::string ptr = std::string("/") + key;
+    r.expect_type(doc[key], ptr, doc[key].is_string(), "\"" + std::string(key) + "\"", "a string");
+    out = doc[key].get<std::string>();
+  };
+  string_member("title", t.title);
+  string_member("source", t.source);
+  string_member("out_dtype", t.out_dtype);
+  if (!parse_dtype(t.out_dtype))
+    r.fail_value("/out_dtype", "unknown dtype '" + t.out_dtype + "'", "supported dtypes: " + supported_dtype_names());
+  if (doc.contains("batch")) {
+    r.expect_type(doc["batch"], "/batch", doc["batch"].is_number_integer() && doc["batch"].get<std::int64_t>() > 0,
+                  "\"batch\"", "a positive integer");
+    t.batch = doc["batch"].get<std::int64_t>();
+  }
+  r.require_key(doc, "", "workloads", "a workload table");
+  const auto& ws = doc["workloads"];
+  r.expect_type(ws, "/workloads", ws.is_array(), "\"workloads\"", "an array");
+  if (ws.empty()) r.fail_value("/workloads", "the table has no workloads", "import a model with convolutions or matrix products");
+  const std::vector<std::string> ops = builtin_op_names();
+  std::set<std::string> names;
+  for (std::size_t i = 0; i < ws.size(); ++i) {
+    const std::string ptr = "/workloads/" + std::to_string(i);
+    const auto& x = ws[i];
+    r.expect_type(x, ptr, x.is_object(), "a workload", "an object");
+    r.check_keys(x, ptr, {"name", "op", "params", "count", "gflop", "share", "nodes", "notes"}, "a workload");
+    TableWorkload w;
+    r.require_key(x, ptr, "name", "a workload");
+    r.expect_type(x["name"], ptr + "/name", x["name"].is_string() && !x["name"].get<std::string>().empty(), "\"name\"",
+                  "a non-empty string");
+    w.name = x["name"].get<std::string>();
+    if (!names.insert(w.name).second)
+      r.fail_value(ptr + "/name", "workload name '" + w.name + "' appears twice", "give every workload its own name");
+    r.require_key(x, ptr, "op", "a workload", "add \"op\": one of 'tmap ops list'");
+    r.expect_type(x["op"], ptr + "/op", x["op"].is_string(), "\"op\"", "a string");
+    w.op = x["op"].get<std::string>();
+    if (std::find(ops.begin(), ops.end(), w.op) == ops.end()) {
+      std::string known;
+      for (const auto& o : ops) known += (known.empty() ? "" : ", ") + o;
+      r.fail_value(ptr + "/op", "unknown op '" + w.op + "'", "built-in ops: " + known);
+    }
+    if (x.contains("params")) {
+      r.expect_type(x["params"], ptr + "/params", x["params"].is_object(), "\"params\"", "an object of integers");
+      for (const auto& [name, v] : x["params"].items()) {
+        const std::string p = JsonLocations::child(ptr + "/params", name);
+        r.expect_type(v, p, v.is_number_integer(), "parameter \"" + name + "\"", "an integer");
+        w.params.emplace_back(name, v.get<std::int64_t>());
+      }
+    }
+    if (x.contains("count")) {
+      r.expect_type(x["count"], ptr + "/count",
+                    x["count"].is_number_integer() && x["count"].get<std::int64_t>() >= 1 &&
+                        x["count"].get<std::int64_t>() <= 1000000,
+                    "\"count\"", "an integer from 1 to 1000000");
+      w.count = x["count"].get<int>();
+    }
+    for (const char* key : {"nodes", "notes"}) {
+      if (!x.contains(key)) continue;
+      const std::string p = ptr + "/" + key;
+      r.expect_type(x[key], p, x[key].is_array(), "\"" + std::string(key) + "\"", "an array of strings");
+      for (std::size_t k = 0; k < x[key].size(); ++k) {
+        r.expect_type(x[key][k], p + "/" + std::to_string(k), x[key][k].is_string(), "an entry", "a string");
+        (std::string(key) == "nodes" ? w.nodes : w.notes).push_back(x[key][k].get<std::string>());
+      }
+    }
+    try {
+      w.flops = 2.0 * build_table_workload(w, t.out_dtype, path + ": workload '" + w.name + "'").iteration_points();
+    } catch (const UserError& e) {
+      r.fail_value(ptr, "workload '" + w.name + "' is not a valid " + w.op + ": " + e.what(),
+                   "fix its parameters (see 'tmap ops show " + w.op + "')");
+    }
+    t.workloads.push_back(std::move(w));
+  }
+  if (doc.contains("unsupported")) {
+    const auto& us = doc["unsupported"];
+    r.expect_type(us, "/unsupported", us.is_array(), "\"unsupported\"", "an array");
+    for (std::size_t i = 0; i < us.size(); ++i) {
+      const std::string ptr = "/unsupported/" + std::to_string(i);
+      r.expect_type(us[i], ptr, us[i].is_object(), "an entry", "an object with node, op_type and reason");
+      UnsupportedNode u;
+      u.node = us[i].value("node", "");
+      u.op_type = us[i].value("op_type", "");
+      u.reason = us[i].value("reason", "");
+      t.unsupported.push_back(u);
+    }
+  }
+  if (doc.contains("other_ops")) {
+    r.expect_type(doc["other_ops"], "/other_ops", doc["other_ops"].is_object(), "\"other_ops\"", "an object of counts");
+    for (const auto& [op, n] : doc["other_ops"].items()) {
+      r.expect_type(n, JsonLocations::child("/other_ops", op), n.is_number_integer(), "a count", "an integer");
+      t.other_ops[op] = n.get<int>();
+    }
+  }
+  return t;
+}
+
+}  // namespace tmap

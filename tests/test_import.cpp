@@ -1,0 +1,225 @@
+// ONNX import and workload tables: models built in code (tests/models), their unique workloads,
+// counts and FLOPs against hand-derived values, what is left out and why, and bad input.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "cli_util.h"
+#include "models/onnx_models.h"
+#include "tmap/frontend/onnx_import.h"
+#include "tmap/support/diagnostic.h"
+
+namespace tmap {
+namespace {
+
+using testing::ModelOptions;
+using testing::ScratchDir;
+
+std::string save(const ScratchDir& dir, const onnx::ModelProto& m, const std::string& name) {
+  const std::string path = dir / name;
+  testing::save_model(m, path);
+  return path;
+}
+
+const TableWorkload* find(const WorkloadTable& t, const std::string& op, const std::string& params) {
+  for (const auto& w : t.workloads)
+    if (w.op == op && params_text(w) == params) return &w;
+  return nullptr;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(Import, ResNetStyleUniqueLayersCountsAndFlops) {
+  ScratchDir dir("tmap_import_resnet");
+  OnnxImportOptions o;
+  o.batch = 2;
+  const WorkloadTable t = import_onnx(save(dir, testing::resnet_style(), "r.onnx"), o);
+  ASSERT_EQ(t.workloads.size(), 6u);
+  const auto* stem = find(t, "conv2d", "N=2 C=3 H=64 W=64 K=16 R=7 S=7 stride=2 pad=3 dil=1 groups=1");
+  ASSERT_NE(stem, nullptr);
+  EXPECT_EQ(stem->count, 1);
+  EXPECT_DOUBLE_EQ(stem->flops, 2.0 * 2 * 16 * 32 * 32 * 3 * 7 * 7);
+  EXPECT_EQ(stem->notes, std::vector<std::string>{"bias add not fused"});
+  const auto* c16 = find(t, "conv2d", "N=2 C=16 H=16 W=16 K=16 R=3 S=3 stride=1 pad=1 dil=1 groups=1");
+  ASSERT_NE(c16, nullptr);
+  EXPECT_EQ(c16->count, 4);
+  EXPECT_EQ(c16->nodes.size(), 4u);
+  const auto* c32 = find(t, "conv2d", "N=2 C=32 H=8 W=8 K=32 R=3 S=3 stride=1 pad=1 dil=1 groups=1");
+  ASSERT_NE(c32, nullptr);
+  EXPECT_EQ(c32->count, 3);
+  EXPECT_NE(find(t, "conv2d", "N=2 C=16 H=16 W=16 K=32 R=3 S=3 stride=2 pad=1 dil=1 groups=1"), nullptr);
+  EXPECT_NE(find(t, "conv2d", "N=2 C=16 H=16 W=16 K=32 R=1 S=1 stride=2 pad=0 dil=1 groups=1"), nullptr);
+  const auto* fc = find(t, "gemm_nt", "M=2 N=10 K=32");
+  ASSERT_NE(fc, nullptr);
+  EXPECT_EQ(fc->notes, std::vector<std::string>{"bias C not fused"});
+  double shares = 0;
+  for (const auto& w : t.workloads) shares += t.share(w);
+  EXPECT_NEAR(shares, 1.0, 1e-12);
+  EXPECT_TRUE(t.unsupported.empty());
+  EXPECT_EQ(t.other_ops.at("Relu"), 9);
+  EXPECT_EQ(t.other_ops.at("Add"), 4);
+  EXPECT_EQ(t.other_ops.at("MaxPool"), 1);
+  EXPECT_EQ(t.workloads.front().name, "Conv0");  // model order, named by the first node
+}
+
+TEST(Import, MobileNetStyleDepthwiseGroupedAndWhatIsLeftOut) {
+  ScratchDir dir("tmap_import_mobilenet");
+  OnnxImportOptions o;
+  o.batch = 1;
+  const std::string path = save(dir, testing::mobilenet_style(), "m.onnx");
+  const WorkloadTable t = import_onnx(path, o);
+  EXPECT_NE(find(t, "conv2d", "N=1 C=3 H=32 W=32 K=16 R=3 S=3 stride=2 pad=1 dil=1 groups=1"), nullptr);
+  EXPECT_NE(find(t, "depthwise_conv2d", "N=1 C=16 H=16 W=16 R=3 S=3 stride=1 pad=1 dil=1"), nullptr);
+  EXPECT_NE(find(t, "conv2d", "N=1 C=16 H=16 W=16 K=32 R=1 S=1 stride=1 pad=0 dil=1 groups=1"), nullptr);
+  EXPECT_NE(find(t, "conv2d", "N=1 C=32 H=16 W=16 K=32 R=3 S=3 stride=1 pad=1 dil=1 groups=4"), nullptr);
+  EXPECT_NE(find(t, "gemm_nt", "M=1 N=10 K=32"), nullptr);
+  EXPECT_EQ(t.workloads.size(), 5u);
+  ASSERT_EQ(t.unsupported.size(), 2u);
+  EXPECT_EQ(t.unsupported[0].op_type, "Conv");
+  EXPECT_NE(t.unsupported[0].reason.find("pads (0, 0, 1, 1) are asymmetric"), std::string::npos) << t.unsupported[0].reason;
+  EXPECT_EQ(t.unsupported[1].op_type, "ConvTranspose");
+  EXPECT_NE(t.unsupported[1].reason.find("not supported yet"), std::string::npos);
+  // Channels last: every 2-D convolution as conv2d_nhwc, depthwise ones as groups = C.
+  o.channels_last = true;
+  const WorkloadTable nhwc = import_onnx(path, o);
+  EXPECT_NE(find(nhwc, "conv2d_nhwc", "N=1 C=16 H=16 W=16 K=16 R=3 S=3 stride=1 pad=1 dil=1 groups=16"), nullptr);
+  for (const auto& w : nhwc.workloads) EXPECT_TRUE(w.op == "conv2d_nhwc" || w.op == "gemm_nt") << w.op;
+}
+
+TEST(Import, BertStyleMatMulBatchedMatMulAndGemm) {
+  ScratchDir dir("tmap_import_bert");
+  OnnxImportOptions o;
+  o.batch = 2;
+  o.dims["seq"] = 32;
+  const WorkloadTable t = import_onnx(save(dir, testing::bert_style(), "b.onnx"), o);
+  const auto* proj = find(t, "gemm", "M=64 N=64 K=64");
+  ASSERT_NE(proj, nullptr);
+  EXPECT_EQ(proj->count, 4);  // Q, K, V and the output projection
+  EXPECT_NE(find(t, "batched_gemm", "BATCH=8 M=32 N=32 K=16"), nullptr);  // scores
+  EXPECT_NE(find(t, "batched_gemm", "BATCH=8 M=32 N=16 K=32"), nullptr);  // context
+  EXPECT_NE(find(t, "gemm", "M=64 N=256 K=64"), nullptr);
+  EXPECT_NE(find(t, "gemm", "M=64 N=64 K=256"), nullptr);
+  EXPECT_NE(find(t, "gemm_nt", "M=64 N=2 K=64"), nullptr);
+  EXPECT_EQ(t.workloads.size(), 6u);
+  EXPECT_TRUE(t.unsupported.empty());
+  EXPECT_EQ(t.other_ops.at("Softmax"), 1);
+}
+
+TEST(Import, ConvolutionsOfOtherRanks) {
+  ScratchDir dir("tmap_import_nd");
+  OnnxImportOptions o;
+  o.batch = 2;
+  const WorkloadTable t = import_onnx(save(dir, testing::conv_nd(), "c.onnx"), o);
+  EXPECT_NE(find(t, "conv1d", "N=2 C=8 W=32 K=16 S=3 stride=1 pad=1 dil=1"), nullptr);
+  EXPECT_NE(find(t, "conv3d", "N=2 C=4 D=8 H=16 W=16 K=8 T=3 R=3 S=3 stride=1 pad=1 dil=1"), nullptr);
+  ASSERT_EQ(t.unsupported.size(), 1u);
+  EXPECT_NE(t.unsupported[0].reason.find("grouped 1-D convolution"), std::string::npos);
+}
+
+TEST(Import, SymbolicDimensionsMustBeGiven) {
+  ScratchDir dir("tmap_import_dims");
+  const std::string bert = save(dir, testing::bert_style(), "b.onnx");
+  OnnxImportOptions o;
+  std::string e = error_of([&] { import_onnx(bert, o); });
+  EXPECT_NE(e.find("symbolic dimensions are unset"), std::string::npos) << e;
+  EXPECT_NE(e.find("('batch')"), std::string::npos) << e;
+  EXPECT_NE(e.find("('seq')"), std::string::npos) << e;
+  EXPECT_NE(e.find("--batch N"), std::string::npos) << e;
+  o.batch = 1;
+  o.dims["sequence"] = 8;  // a typo
+  e = error_of([&] { import_onnx(bert, o); });
+  EXPECT_NE(e.find("no symbolic input dimension 'sequence'"), std::string::npos) << e;
+  EXPECT_NE(e.find("seq"), std::string::npos) << e;
+  // A model with a fixed batch refuses --batch rather than ignoring it.
+  ModelOptions fixed;
+  fixed.symbolic_batch = false;
+  fixed.batch = 4;
+  const std::string resnet = save(dir, testing::resnet_style(fixed), "r.onnx");
+  OnnxImportOptions b;
+  b.batch = 16;
+  e = error_of([&] { import_onnx(resnet, b); });
+  EXPECT_NE(e.find("fixed batch of 4"), std::string::npos) << e;
+  EXPECT_EQ(import_onnx(resnet, {}).workloads.front().params.front(), (std::pair<std::string, std::int64_t>{"N", 4}));
+}
+
+TEST(Import, BadFilesAreClearErrors) {
+  ScratchDir dir("tmap_import_bad");
+  OnnxImportOptions o;
+  EXPECT_NE(error_of([&] { import_onnx(dir / "missing.onnx", o); }).find("no such model file"), std::string::npos);
+  EXPECT_NE(error_of([&] { import_onnx(dir.str(), o); }).find("is a directory"), std::string::npos);
+  std::ofstream(dir / "empty.onnx").close();
+  EXPECT_NE(error_of([&] { import_onnx(dir / "empty.onnx", o); }).find("empty"), std::string::npos);
+  std::ofstream(dir / "junk.onnx") << "this is not a protobuf \xff\xff\xff\xff";
+  EXPECT_NE(error_of([&] { import_onnx(dir / "junk.onnx", o); }).find("not an ONNX model"), std::string::npos);
+  // A truncated model.
+  std::string bytes;
+  testing::resnet_style().SerializeToString(&bytes);
+  std::ofstream(dir / "cut.onnx", std::ios::binary) << bytes.substr(0, bytes.size() / 3);
+  EXPECT_NE(error_of([&] { import_onnx(dir / "cut.onnx", o); }).find("not an ONNX model"), std::string::npos);
+}
+
+TEST(WorkloadTable, JsonRoundTripAndValidation) {
+  ScratchDir dir("tmap_table_json");
+  OnnxImportOptions o;
+  o.batch = 2;
+  o.dims["seq"] = 32;
+  const WorkloadTable t = import_onnx(save(dir, testing::bert_style(), "b.onnx"), o);
+  std::ofstream(dir / "t.json") << workload_table_json(t);
+  const WorkloadTable back = load_workload_table(dir / "t.json");
+  ASSERT_EQ(back.workloads.size(), t.workloads.size());
+  for (std::size_t i = 0; i < t.workloads.size(); ++i) {
+    EXPECT_EQ(back.workloads[i].name, t.workloads[i].name);
+    EXPECT_EQ(back.workloads[i].op, t.workloads[i].op);
+    EXPECT_EQ(back.workloads[i].params, t.workloads[i].params);
+    EXPECT_EQ(back.workloads[i].count, t.workloads[i].count);
+    EXPECT_DOUBLE_EQ(back.workloads[i].flops, t.workloads[i].flops);
+  }
+  EXPECT_EQ(back.batch, 2);
+  EXPECT_EQ(back.other_ops, t.other_ops);
+  auto bad = [&](const std::string& text) {
+    std::ofstream(dir / "bad.json") << text;
+    return error_of([&] { load_workload_table(dir / "bad.json"); });
+  };
+  EXPECT_NE(bad(R"({"workloads": []})").find("\"format\""), std::string::npos);
+  EXPECT_NE(bad(R"({"format": "tmap-workloads/1", "workloads": []})").find("no workloads"), std::string::npos);
+  std::string e = bad(R"({"format": "tmap-workloads/1", "workloads": [{"name": "a", "op": "conv9d"}]})");
+  EXPECT_NE(e.find("unknown op 'conv9d'"), std::string::npos) << e;
+  EXPECT_NE(e.find("bad.json:1:"), std::string::npos) << e;
+  e = bad(R"({"format": "tmap-workloads/1", "workloads": [{"name": "a", "op": "gemm", "params": {"Q": 3}}]})");
+  EXPECT_NE(e.find("not a valid gemm"), std::string::npos) << e;
+  e = bad(R"({"format": "tmap-workloads/1", "workloads": [{"name": "a", "op": "gemm"}, {"name": "a", "op": "gemv"}]})");
+  EXPECT_NE(e.find("appears twice"), std::string::npos) << e;
+  e = bad(R"({"format": "tmap-workloads/1", "workloads": [{"name": "a", "op": "gemm", "count": 0}]})");
+  EXPECT_NE(e.find("\"count\" must be an integer from 1"), std::string::npos) << e;
+}
+
+TEST(Cli, ImportPrintsTheTableAndWritesJson) {
+  ScratchDir dir("tmap_cli_import");
+  save(dir, testing::resnet_style(), "r.onnx");
+  auto r = testing::tmap("import r.onnx --batch 2", dir.str());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("11 contraction node(s) -> 6 unique workload(s)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("other nodes (not contractions; no kernel from tmap): Add 4"), std::string::npos) << r.out;
+  r = testing::tmap("import r.onnx --batch 2 --format json > t.json && tmap import r.onnx --batch 2 --out t2.json >/dev/null"
+                    " && cmp t.json t2.json",
+                    dir.str());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(load_workload_table(dir / "t.json").workloads.size(), 6u);
+  r = testing::tmap("import r.onnx", dir.str());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("give --batch N"), std::string::npos) << r.err;
+  r = testing::tmap("import r.onnx --batch 0", dir.str());
+  EXPECT_NE(r.code, 0);
+  r = testing::tmap("import r.onnx --dim seq=x", dir.str());
+  EXPECT_EQ(r.code, 2) << r.err;
+}
+
+}  // namespace
+}  // namespace tmap
