@@ -16,6 +16,7 @@
 #include "test_util.h"
 #include "tmap/frontend/op_library.h"
 #include "tmap/tune/cost_model.h"
+#include "tmap/tune/model_tuner.h"
 #include "tmap/tune/tuner.h"
 
 namespace tmap {
@@ -414,6 +415,76 @@ TEST(Tuner, ModelRankingWithoutAGpuRecordsUnmeasuredKernelsThatCompile) {
     previous = r.result.estimated_us;
   }
   EXPECT_TRUE(best_records(l.records).empty()) << "unmeasured records are never 'best'";
+  std::filesystem::remove(log);
+}
+
+}  // namespace
+}  // namespace tmap
+
+namespace tmap {
+namespace {
+
+TEST(ModelTuner, OneBudgetGoesWhereTheModelTimeIsAndResumes) {
+  Compute heavy = build_compute(builtin_op("gemm"), parse_param_overrides({"M=512", "N=512", "K=512"}));
+  Compute light = build_compute(builtin_op("gemm"), parse_param_overrides({"M=512", "N=512", "K=256"}));
+  Compute same_as_heavy = build_compute(builtin_op("gemm"), parse_param_overrides({"M=512", "N=512", "K=512"}));
+  const std::string log = temp_path("model_tune.jsonl");
+  std::filesystem::remove(log);
+  ModelTuneOptions o;
+  o.tune = synthetic_options(log, 0);
+  o.trials = 64;
+  int progress_calls = 0, last_trials = 0;
+  o.on_progress = [&](const ModelProgress& p) {
+    ++progress_calls;
+    EXPECT_GE(p.trials, last_trials);
+    last_trials = p.trials;
+    EXPECT_EQ(p.tasks, 2);
+    EXPECT_EQ(p.total_trials, 64);
+  };
+  // The heavy workload runs 50 times per inference (twice listed: merged by key), the light once.
+  std::vector<ModelTask> tasks = {{"heavy", &heavy, 30}, {"light", &light, 1}, {"heavy_again", &same_as_heavy, 20}};
+  SyntheticMeasurer first;
+  ModelTuneSummary s = tune_model(tasks, shipped(), o, first);
+  ASSERT_EQ(s.tasks.size(), 2u);
+  EXPECT_EQ(s.measured, 64);
+  EXPECT_EQ(first.calls, 64);
+  EXPECT_EQ(s.stop_reason, "trial budget reached");
+  const ModelTaskResult& h = s.tasks[0];
+  const ModelTaskResult& l = s.tasks[1];
+  EXPECT_EQ(h.count, 50);
+  EXPECT_EQ(h.summary.measured + l.summary.measured, 64);
+  EXPECT_GE(l.summary.measured, 8) << "every workload gets a first batch";
+  EXPECT_GT(h.summary.measured, 3 * l.summary.measured) << "the batches go where the model's time is";
+  ASSERT_TRUE(h.summary.best && l.summary.best);
+  EXPECT_DOUBLE_EQ(s.weighted_us(), 50 * h.summary.best->result.median_us + l.summary.best->result.median_us);
+  EXPECT_GT(progress_calls, 0);
+  EXPECT_EQ(read_log(log).records.size(), 64u);
+
+  // Resume: both workloads start from their records, nothing is measured twice.
+  SyntheticMeasurer second;
+  o.trials = 16;
+  o.on_progress = nullptr;
+  ModelTuneSummary r = tune_model(tasks, shipped(), o, second);
+  EXPECT_EQ(r.tasks[0].summary.resumed, h.summary.measured);
+  EXPECT_EQ(r.tasks[1].summary.resumed, l.summary.measured);
+  EXPECT_EQ(r.measured, 16);
+  for (const auto& k : second.keys) EXPECT_FALSE(first.keys.count(k)) << "measured again: " << k;
+  EXPECT_LE(r.weighted_us(), s.weighted_us());
+
+  // A time budget alone, and the stop flag.
+  o.trials = 0;
+  o.time_budget_s = 1e-3;
+  SyntheticMeasurer third;
+  ModelTuneSummary t = tune_model(tasks, shipped(), o, third);
+  EXPECT_EQ(t.stop_reason, "time budget reached");
+  EXPECT_LE(third.calls, 1);
+  std::atomic<bool> stop{true};
+  o.tune.stop = &stop;
+  o.time_budget_s = 60;
+  SyntheticMeasurer fourth;
+  ModelTuneSummary u = tune_model(tasks, shipped(), o, fourth);
+  EXPECT_TRUE(u.stopped);
+  EXPECT_EQ(fourth.calls, 0);
   std::filesystem::remove(log);
 }
 

@@ -18,7 +18,10 @@
 
 #include "commands.h"
 #include "tmap/runtime/device.h"
+#include "tmap/frontend/onnx_import.h"
+#include "tmap/frontend/workload_table.h"
 #include "tmap/tune/cost_model.h"
+#include "tmap/tune/model_tuner.h"
 #include "tmap/tune/tuner.h"
 
 namespace tmap::cli {
@@ -104,8 +107,12 @@ double tflops(const TuneRecord& r) { return r.flops / (r.result.median_us * 1e-6
 struct TuneArgs {
   ComputeArgs compute;
   HwSelection hw;
-  std::vector<std::string> prior;
+  std::vector<std::string> prior, dims;
   std::string log, arch, measure = "gpu", enumerate = "amos", emit_cuda, cache_dir, format = "text";
+  std::string model, table, layout = "nchw";
+  std::int64_t model_batch = 0;
+  bool no_baselines = false;
+  CLI::Option* trials_option = nullptr;
   int trials = 200, early_stop = 0, batch = 16;
   double time_budget = 0, timeout = 10;
   std::uint64_t seed = 0;
@@ -148,6 +155,189 @@ void print_tune_summary(const TuneSummary& s, const Compute& c, const Workload& 
   }
 }
 
+/// The options that tune one workload and a whole model alike.
+TuneOptions tune_options(const TuneArgs& a, const Machine& m, const std::string& log_path) {
+  TuneOptions o;
+  o.trials = a.trials;
+  o.time_budget_s = a.time_budget;
+  o.early_stop = a.early_stop;
+  o.batch = a.batch;
+  o.seed = a.seed ? a.seed : std::random_device{}();
+  o.enumeration = a.enumerate == "all" ? Enumeration::kAll : Enumeration::kAmos;
+  o.log_path = log_path;
+  o.prior_logs = a.prior;
+  o.target = m.target;
+  o.compute_capability = m.cc;
+  o.limits = m.limits;
+  o.device = m.model;
+  o.compile_cache_dir = a.cache_dir;
+  o.stop = &g_interrupted;
+  o.on_note = [](const std::string& s) { spdlog::info("{}", s); };
+  return o;
+}
+
+/// Checks that this machine can measure, or that --measure model was asked for.
+void check_measurable(const TuneArgs& a, const Machine& m) {
+  if (a.measure == "model") return;
+  if (!m.has_gpu)
+    bad("tmap tune", "no GPU to measure on: " + m.rt.status,
+        "add --measure model to rank candidates with the analytic model and check that they compile");
+  if (m.cc != m.rt.devices.front().compute_capability)
+    bad("--arch", "sm_" + std::to_string(m.cc) + " is not the GPU's architecture", "drop --arch, or add --measure model");
+}
+
+/// `tmap tune --model M.onnx` / `--table T.json`: every unique workload under one budget.
+void tune_model_command(const TuneArgs& a) {
+  if (!a.compute.file.empty() || !a.compute.op.empty())
+    bad(a.model.empty() ? "--table" : "--model", "a model is tuned instead of one compute, not beside it",
+        "drop the compute file or --op");
+  if (a.model.empty() && (a.model_batch || !a.dims.empty() || a.layout != "nchw"))
+    bad(a.model_batch ? "--model-batch" : a.dims.empty() ? "--layout" : "--dim", "only applies to --model",
+        "a table's workloads are fixed: re-import the model with these settings");
+  if (!a.emit_cuda.empty()) bad("--emit-cuda", "one file cannot hold a model's kernels", "use 'tmap export LOG --out DIR'");
+  WorkloadTable table;
+  std::string table_path = a.table;
+  if (!a.model.empty()) {
+    OnnxImportOptions io;
+    io.batch = a.model_batch;
+    for (const ParamOverride& p : parse_param_overrides(a.dims)) io.dims[p.name] = p.value;
+    io.channels_last = a.layout == "nhwc";
+    io.out_dtype = a.compute.out_dtype.empty() ? "float16" : a.compute.out_dtype;
+    table = import_onnx(a.model, io);
+    if (table.workloads.empty()) bad(a.model, "no Conv, Gemm or MatMul node that tmap maps", "see 'tmap import " + a.model + "'");
+  } else {
+    table = load_workload_table(a.table);
+    if (!a.compute.out_dtype.empty()) table.out_dtype = a.compute.out_dtype;
+  }
+  for (const auto& u : table.unsupported) spdlog::warn("not tuned: {} ({}): {}", u.node, u.op_type, u.reason);
+  std::vector<Compute> computes;
+  computes.reserve(table.workloads.size());
+  for (const auto& w : table.workloads) computes.push_back(build_table_workload(w, table.out_dtype, "workload '" + w.name + "'"));
+  std::vector<ModelTask> tasks;
+  for (std::size_t i = 0; i < computes.size(); ++i) tasks.push_back({table.workloads[i].name, &computes[i], table.workloads[i].count});
+
+  const std::vector<HwAbstraction> hws = a.hw.chosen(a.hw.all());
+  Machine m = detect(a.arch);
+  check_measurable(a, m);
+  const std::string stem = std::filesystem::path(a.model.empty() ? a.table : a.model).stem().string();
+  const std::string log_path = a.log.empty() ? "logs/" + stem + ".jsonl" : a.log;
+  ModelTuneOptions o;
+  o.tune = tune_options(a, m, log_path);
+  o.time_budget_s = a.time_budget;
+  o.trials = a.trials_option->count() ? a.trials : a.time_budget > 0 ? 0 : 64 * static_cast<int>(tasks.size());
+  const bool tty = ::isatty(STDERR_FILENO);
+  int last_printed = 0;
+  o.on_progress = [&](const ModelProgress& p) {
+    if (p.trials == last_printed) return;
+    char line[512];
+    std::snprintf(line, sizeof line, "[%5d%s] model %.2f us over %d/%d workloads | %s %s | %s elapsed, ~%s left",
+                  p.trials, p.total_trials ? ("/" + std::to_string(p.total_trials)).c_str() : " trials", p.weighted_us,
+                  p.with_kernel, p.tasks, p.task.c_str(),
+                  p.task_best_us > 0 ? (std::to_string(p.task_best_us).substr(0, 7) + " us").c_str() : "(none yet)",
+                  duration_text(p.elapsed_s).c_str(), duration_text(p.eta_s).c_str());
+    if (tty) std::fprintf(stderr, "\r%s\033[K", line);
+    else if (p.trials - last_printed >= a.batch || p.trials == p.total_trials) std::fprintf(stderr, "%s\n", line);
+    else return;
+    last_printed = p.trials;
+  };
+  ModelTuneSummary s;
+  {
+    StopOnSignals stop_on_signals;
+    if (a.measure == "model") {
+      // Without a GPU: each workload ranked by the analytic model, its share of the trials compiled.
+      spdlog::info("ranking with the analytic model for {} (no measurement)", m.target.arch);
+      const auto t0 = std::chrono::steady_clock::now();
+      for (const ModelTask& t : tasks) {
+        if (g_interrupted) break;
+        TuneOptions to = o.tune;
+        to.trials = std::max(1, (o.trials > 0 ? o.trials : 8 * static_cast<int>(tasks.size())) / static_cast<int>(tasks.size()));
+        ModelTaskResult r;
+        r.name = t.name;
+        r.count = t.count;
+        const Workload w = make_workload(*t.compute);
+        r.key = w.key;
+        r.flops = w.description["flops"].get<double>();
+        r.summary = rank_with_model(*t.compute, hws, to);
+        s.measured += r.summary.measured;
+        s.tasks.push_back(r);
+      }
+      s.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      s.stopped = g_interrupted;
+      s.stop_reason = s.stopped ? "stopped by the user" : "ranked by the analytic model";
+    } else {
+      WorkerMeasurer measurer("/proc/self/exe", a.timeout, tuning_timing(), true, o.tune.seed);
+      s = tune_model(tasks, hws, o, measurer);
+    }
+  }
+  if (tty) std::fprintf(stderr, "\n");
+  if (g_signal) exit_status() = 128 + g_signal;
+
+  const double total_flops = table.total_flops();
+  if (a.format == "json") {
+    nlohmann::json j;
+    j["title"] = table.title;
+    j["log"] = log_path;
+    j["measure"] = a.measure;
+    j["trials"] = s.measured;
+    j["transferred"] = s.transferred;
+    j["wall_s"] = s.wall_s;
+    j["stop_reason"] = s.stop_reason;
+    j["weighted_us"] = a.measure == "model" ? nlohmann::json() : nlohmann::json(s.weighted_us());
+    j["workloads"] = nlohmann::json::array();
+    for (const auto& t : s.tasks) {
+      const auto& b = t.summary.best;
+      j["workloads"].push_back({{"name", t.name}, {"workload", t.key}, {"count", t.count}, {"gflop", t.flops / 1e9},
+                                {"trials", t.summary.measured}, {"resumed", t.summary.resumed}, {"failed", t.summary.failed},
+                                {"best_us", b && b->result.ok() ? nlohmann::json(b->result.median_us) : nlohmann::json()},
+                                {"best", b ? to_json(*b) : nlohmann::json()}});
+    }
+    std::cout << j.dump(2) << "\n";
+  } else {
+    std::printf("%s: %zu workloads, %.3f GFLOP per inference; %d trials %s in %s (%d measurements of other workloads "
+                "warm-started the model); log %s\nstopped: %s\n",
+                table.title.c_str(), s.tasks.size(), total_flops / 1e9, s.measured,
+                a.measure == "model" ? "ranked and compiled" : "measured", duration_text(s.wall_s).c_str(), s.transferred,
+                log_path.c_str(), s.stop_reason.c_str());
+    std::printf("%-28s %-16s %5s %7s %8s %10s %9s %12s %7s  %s\n", "workload", "key", "count", "trials", "resumed",
+                "best us", "TFLOP/s", "x count us", "time %", "kernel");
+    const double total_us = s.weighted_us();
+    for (const auto& t : s.tasks) {
+      const auto& b = t.summary.best;
+      const bool ok = b && b->result.ok();
+      std::printf("%-28s %-16s %5d %7d %8d %10s %9s %12s %6s%%  %s\n", t.name.c_str(), t.key.c_str(), t.count,
+                  t.summary.measured, t.summary.resumed,
+                  ok ? std::to_string(b->result.median_us).substr(0, 8).c_str() : "-",
+                  ok ? std::to_string(tflops(*b)).substr(0, 6).c_str() : "-",
+                  ok ? std::to_string(t.count * b->result.median_us).substr(0, 9).c_str() : "-",
+                  ok && total_us > 0 ? std::to_string(100 * t.count * b->result.median_us / total_us).substr(0, 4).c_str() : "-",
+                  b ? candidate_label(b->candidate).c_str() : "(no kernel)");
+    }
+    if (a.measure != "model")
+      std::printf("model total (sum of count x best): %.2f us, %.2f TFLOP/s%s\n", total_us,
+                  total_us > 0 ? total_flops / (total_us * 1e-6) / 1e12 : 0.0,
+                  std::any_of(s.tasks.begin(), s.tasks.end(), [](const ModelTaskResult& t) { return !t.summary.best || !t.summary.best->result.ok(); })
+                      ? " (workloads without a kernel left out)" : "");
+  }
+  // The same workloads against cuDNN and cuBLAS, timed by tmap_bench beside this binary.
+  if (a.measure == "model" || a.no_baselines || g_signal) return;
+  const std::filesystem::path bench = std::filesystem::read_symlink("/proc/self/exe").parent_path() / "tmap_bench";
+  if (!std::filesystem::exists(bench)) {
+    spdlog::info("no tmap_bench beside tmap (built without cuDNN?): no cuDNN/cuBLAS comparison");
+    return;
+  }
+  if (table_path.empty()) {
+    table_path = (std::filesystem::temp_directory_path() / ("tmap_model_" + std::to_string(::getpid()) + ".json")).string();
+    std::ofstream(table_path) << workload_table_json(table);
+  }
+  std::fflush(stdout);
+  const std::string cmd = "'" + bench.string() + "' --table '" + table_path + "' --log '" + log_path + "'" +
+                          (a.format == "json" ? " >&2" : "");
+  std::fprintf(stderr, "timing cuDNN / cuBLAS on the same workloads: %s\n", cmd.c_str());
+  const int rc = std::system(cmd.c_str());
+  if (!a.model.empty()) std::filesystem::remove(table_path);
+  if (rc != 0) spdlog::warn("tmap_bench failed (status {}); the tuning results above stand", rc);
+}
+
 void register_tune(CLI::App& app) {
   auto args = std::make_shared<TuneArgs>();
   auto* cmd = app.add_subcommand("tune", "Search mappings and schedules for the fastest kernel, logging every trial");
@@ -176,33 +366,28 @@ void register_tune(CLI::App& app) {
   cmd->add_option("--cache-dir", args->cache_dir, "Keep compiled binaries in this directory across runs");
   cmd->add_option("--format", args->format, "The summary as text or json (one document on stdout)")
       ->check(CLI::IsMember({"text", "json"}));
+  auto* model = cmd->add_option("--model", args->model, "Tune every unique workload of this ONNX model (see 'tmap import') "
+                                                        "under one budget: --trials in all (default 64 per workload) "
+                                                        "or --time-budget");
+  auto* table = cmd->add_option("--table", args->table, "The same for a workload table ('tmap import --format json')");
+  model->excludes(table);
+  cmd->add_option("--model-batch", args->model_batch, "With --model: the value of its symbolic batch dimension")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--dim", args->dims, "With --model: NAME=VALUE for a symbolic input dimension (repeatable)")
+      ->allow_extra_args(false);
+  cmd->add_option("--layout", args->layout, "With --model: 2-D convolutions as nchw (default) or nhwc")
+      ->check(CLI::IsMember({"nchw", "nhwc"}));
+  cmd->add_flag("--no-baselines", args->no_baselines,
+                "With --model or --table: skip timing cuDNN/cuBLAS with tmap_bench after tuning");
+  args->trials_option = cmd->get_option("--trials");
   cmd->callback([args] {
+    if (!args->model.empty() || !args->table.empty()) return tune_model_command(*args);
     Compute c = args->compute.build();
     const std::vector<HwAbstraction> hws = args->hw.chosen(args->hw.all());
     Machine m = detect(args->arch);
     const bool model_only = args->measure == "model";
-    if (!model_only && !m.has_gpu)
-      bad("tmap tune", "no GPU to measure on: " + m.rt.status,
-          "add --measure model to rank candidates with the analytic model and check that they compile");
-    if (!model_only && m.cc != m.rt.devices.front().compute_capability)
-      bad("--arch", "sm_" + std::to_string(m.cc) + " is not the GPU's architecture", "drop --arch, or add --measure model");
-
-    TuneOptions o;
-    o.trials = args->trials;
-    o.time_budget_s = args->time_budget;
-    o.early_stop = args->early_stop;
-    o.batch = args->batch;
-    o.seed = args->seed ? args->seed : std::random_device{}();
-    o.enumeration = args->enumerate == "all" ? Enumeration::kAll : Enumeration::kAmos;
-    o.log_path = args->log.empty() ? "logs/" + c.name + ".jsonl" : args->log;
-    o.prior_logs = args->prior;
-    o.target = m.target;
-    o.compute_capability = m.cc;
-    o.limits = m.limits;
-    o.device = m.model;
-    o.compile_cache_dir = args->cache_dir;
-    o.stop = &g_interrupted;
-    o.on_note = [](const std::string& s) { spdlog::info("{}", s); };
+    check_measurable(*args, m);
+    TuneOptions o = tune_options(*args, m, args->log.empty() ? "logs/" + c.name + ".jsonl" : args->log);
     const bool tty = ::isatty(STDERR_FILENO);
     int last_printed = 0;
     o.on_progress = [&](const TuneProgress& p) {

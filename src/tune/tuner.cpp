@@ -178,26 +178,144 @@ CompiledBatch compile_batch(const SearchSpace& space, NvrtcCompiler& compiler, s
 
 }  // namespace
 
-TuneSummary tune(const Compute& c, const std::vector<HwAbstraction>& hws, const TuneOptions& o, Measurer& measurer) {
-  const auto t0 = Clock::now();
-  Search search(c, hws, o);
-  const SearchSpace& space = search.space();
-  auto& arms = search.arms();
-  const int n = static_cast<int>(arms.size());
-  TuneSummary s;
-  s.arms = n;
-  CostModel model;
-  const double flops = search.workload().description["flops"].get<double>();
+LogHistory read_history(CostModel& model, const std::set<std::string>& own_keys,
+                        const std::vector<HwAbstraction>& hws, const TuneOptions& o) {
+  // Transfer: correct measurements of other workloads on this architecture (in the log and the
+  // prior logs) train the model before the first trial; on the H100 logs such a model ranks a
+  // new workload's candidates with Spearman 0.64-0.95, the analytic model with 0.02-0.87.
+  LogHistory h;
+  std::vector<std::string> sources = o.prior_logs;
+  if (!o.log_path.empty()) sources.push_back(o.log_path);
+  for (const auto& source : sources) {
+    LogContents contents = read_log(source);
+    for (const auto& w : contents.warnings) note(o, "warning: " + w);
+    std::vector<TuneRecord> others;
+    for (auto& r : contents.records) {
+      if (r.target.arch != o.target.arch || !r.result.measured()) continue;
+      if (!own_keys.count(r.workload.key)) others.push_back(std::move(r));
+      else if (source == o.log_path) h.own[r.workload.key].push_back(std::move(r));
+    }
+    for (const auto& [key, set] : measured_sets(others, hws, o.target.arch, o.limits, o.device))
+      for (std::size_t i = 0; i < set.features.size(); ++i) {
+        model.add(set.features[i], set.times_us[i]);
+        ++h.transferred;
+      }
+  }
+  if (h.transferred) {
+    model.fit();
+    note(o, "cost model warm-started from " + std::to_string(h.transferred) + " measurements of other workloads");
+  }
+  return h;
+}
 
-  auto consider_best = [&](const TuneRecord& r) {
-    if (r.result.ok() && (!s.best || r.result.median_us < s.best->result.median_us)) {
-      s.best = r;
+/// The state of one workload's search between steps: what tune() kept in locals.
+class TuneTask::Impl {
+ public:
+  Impl(const Compute& c, const std::vector<HwAbstraction>& hws, const TuneOptions& o, CostModel& model,
+       const std::vector<TuneRecord>& own, LogWriter* log)
+      : c_(c), o_(o), search_(c, hws, o_), model_(model), log_(log),
+        flops_(search_.workload().description["flops"].get<double>()), compiler_(o.compute_capability, o.compile_cache_dir) {
+    const SearchSpace& space = search_.space();
+    auto& arms = search_.arms();
+    const int n = static_cast<int>(arms.size());
+    s_.arms = n;
+    // Resume: records of this workload on this architecture warm the model and are not measured again.
+    for (const auto& r : own) {
+      const int entry = space.find(r.candidate);
+      if (entry < 0) continue;
+      search_.mark_seen(entry, r.candidate.params);
+      learn(entry, r.candidate.params, r.result);
+      consider_best(r);
+      ++s_.resumed;
+    }
+    if (s_.resumed) {
+      model_.fit();
+      note(o_, "resuming from " + std::to_string(s_.resumed) + " records in " + o_.log_path +
+                   (s_.best ? ", best " + std::to_string(s_.best->result.median_us) + " us" : ""));
+    }
+    // First looks: each arm's best candidate by the model, arms in the model's order.
+    std::vector<std::pair<double, Candidate>> best_per_arm;
+    for (int e = 0; e < n; ++e) {
+      if (arms[e].looked) continue;
+      std::vector<Candidate> pool = search_.pool(e, 12);
+      if (pool.empty()) continue;
+      std::vector<double> pred = search_.predict(model_, pool);
+      const std::size_t i = std::min_element(pred.begin(), pred.end()) - pred.begin();
+      arms[e].predicted_us = std::exp2(pred[i]);
+      best_per_arm.emplace_back(pred[i], pool[i]);
+    }
+    std::sort(best_per_arm.begin(), best_per_arm.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    const std::size_t looks = 2 * best_per_arm.size() <= static_cast<std::size_t>(o_.trials)
+                                  ? best_per_arm.size()
+                                  : std::max<std::size_t>(std::min(o_.batch, o_.trials), o_.trials / 4);
+    for (std::size_t i = 0; i < best_per_arm.size() && i < looks; ++i) first_looks_.push_back(best_per_arm[i].second);
+    s_.first_looks = static_cast<int>(first_looks_.size());
+    note(o_, std::to_string(n) + " mappings to search; a first look for " + std::to_string(first_looks_.size()) +
+                 (first_looks_.size() < best_per_arm.size() ? " (the model's best)" : ""));
+  }
+
+  ~Impl() {
+    if (next_.valid()) next_.wait();  // compiled but never measured: nothing to record
+  }
+
+  void run(int trials, Measurer& measurer, const std::function<bool()>& out_of_time) {
+    const auto t0 = Clock::now();
+    run_start_ = t0;
+    const int target = s_.measured + trials;
+    auto remaining = [&] { return target - planned_; };
+    auto stop_requested = [&] { return o_.stop && o_.stop->load(); };
+    s_.stop_reason.clear();
+    if (!next_.valid() && remaining() > 0 && !exhausted_) next_ = start_compile(std::min(o_.batch, remaining()));
+    while (next_.valid()) {
+      CompiledBatch cur = next_.get();
+      if (cur.candidates.empty()) {
+        exhausted_ = true;
+        s_.stop_reason = "the search space is exhausted";
+        break;
+      }
+      if (stop_requested()) {  // its compilation may have been cancelled: measure and record none of it
+        s_.stopped = true;
+        s_.stop_reason = "stopped by the user";
+        break;
+      }
+      // Compile the next batch while this one is measured.
+      if (remaining() > 0 && !stop_requested() && !out_of_time()) next_ = start_compile(std::min(o_.batch, remaining()));
+      measure_batch(cur, measurer, out_of_time);
+      std::string reason;
+      if (stop_requested()) {
+        s_.stopped = true;
+        reason = "stopped by the user";
+      } else if (out_of_time()) {
+        reason = "time budget reached";
+      } else if (o_.early_stop > 0 && since_improvement_ >= o_.early_stop) {
+        reason = "no improvement in " + std::to_string(since_improvement_) + " trials";
+      } else if (s_.measured >= target || (!next_.valid() && remaining() <= 0)) {
+        reason = "trial budget reached";
+      }
+      if (!reason.empty()) {
+        s_.stop_reason = reason;
+        break;  // a batch compiled ahead stays for the next run
+      }
+    }
+    if (s_.stop_reason.empty()) s_.stop_reason = "trial budget reached";
+    s_.wall_s += seconds_since(t0);
+  }
+
+  TuneSummary s_;
+  bool exhausted_ = false;
+  const Workload& workload() const { return search_.workload(); }
+
+ private:
+  bool consider_best(const TuneRecord& r) {
+    if (r.result.ok() && (!s_.best || r.result.median_us < s_.best->result.median_us)) {
+      s_.best = r;
       return true;
     }
     return false;
-  };
-  auto learn = [&](int entry, const ScheduleParams& p, const TuneResult& res) {
-    Arm& arm = arms[entry];
+  }
+
+  void learn(int entry, const ScheduleParams& p, const TuneResult& res) {
+    Arm& arm = search_.arms()[entry];
     arm.looked = true;
     if (!res.ok()) {
       ++arm.failed;
@@ -208,81 +326,14 @@ TuneSummary tune(const Compute& c, const std::vector<HwAbstraction>& hws, const 
     arm.population.emplace_back(res.median_us, p);
     std::sort(arm.population.begin(), arm.population.end(),
               [](const auto& a, const auto& b) { return a.first < b.first; });
-    model.add(search.candidate(entry, p).features, res.median_us);
-  };
-
-  // Transfer: correct measurements of other workloads on this architecture (in the log and the
-  // prior logs) train the model before the first trial; on the H100 logs such a model ranks a
-  // new workload's candidates with Spearman 0.64-0.95, the analytic model with 0.02-0.87.
-  std::vector<std::string> sources = o.prior_logs;
-  if (!o.log_path.empty()) sources.push_back(o.log_path);
-  std::vector<TuneRecord> own;  // this workload's records in the log
-  for (const auto& source : sources) {
-    LogContents contents = read_log(source);
-    for (const auto& w : contents.warnings) note(o, "warning: " + w);
-    std::vector<TuneRecord> others;
-    for (const auto& r : contents.records) {
-      if (r.target.arch != o.target.arch || !r.result.measured()) continue;
-      if (r.workload.key != search.workload().key) others.push_back(r);
-      else if (source == o.log_path) own.push_back(r);
-    }
-    for (const auto& [key, set] : measured_sets(others, hws, o.target.arch, o.limits, o.device))
-      for (std::size_t i = 0; i < set.features.size(); ++i) {
-        model.add(set.features[i], set.times_us[i]);
-        ++s.transferred;
-      }
+    model_.add(search_.candidate(entry, p).features, res.median_us);
   }
-  if (s.transferred) {
-    model.fit();
-    note(o, "cost model warm-started from " + std::to_string(s.transferred) + " measurements of other workloads");
-  }
-
-  // Resume: records of this workload on this architecture warm the model and are not measured again.
-  std::unique_ptr<LogWriter> log;
-  if (!o.log_path.empty()) {
-    for (const auto& r : own) {
-      const int entry = space.find(r.candidate);
-      if (entry < 0) continue;
-      search.mark_seen(entry, r.candidate.params);
-      learn(entry, r.candidate.params, r.result);
-      consider_best(r);
-      ++s.resumed;
-    }
-    if (s.resumed) {
-      model.fit();
-      note(o, "resuming from " + std::to_string(s.resumed) + " records in " + o.log_path +
-                  (s.best ? ", best " + std::to_string(s.best->result.median_us) + " us" : ""));
-    }
-    log = std::make_unique<LogWriter>(o.log_path);
-  }
-
-  // First looks: each arm's best candidate by the model, arms in the model's order.
-  std::vector<Candidate> first_looks;
-  {
-    std::vector<std::pair<double, Candidate>> best_per_arm;
-    for (int e = 0; e < n; ++e) {
-      if (arms[e].looked) continue;
-      std::vector<Candidate> pool = search.pool(e, 12);
-      if (pool.empty()) continue;
-      std::vector<double> pred = search.predict(model, pool);
-      const std::size_t i = std::min_element(pred.begin(), pred.end()) - pred.begin();
-      arms[e].predicted_us = std::exp2(pred[i]);
-      best_per_arm.emplace_back(pred[i], pool[i]);
-    }
-    std::sort(best_per_arm.begin(), best_per_arm.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-    const std::size_t looks = 2 * best_per_arm.size() <= static_cast<std::size_t>(o.trials)
-                                  ? best_per_arm.size()
-                                  : std::max<std::size_t>(std::min(o.batch, o.trials), o.trials / 4);
-    for (std::size_t i = 0; i < best_per_arm.size() && i < looks; ++i) first_looks.push_back(best_per_arm[i].second);
-    s.first_looks = static_cast<int>(first_looks.size());
-    note(o, std::to_string(n) + " mappings to search; a first look for " + std::to_string(first_looks.size()) +
-                (first_looks.size() < best_per_arm.size() ? " (the model's best)" : ""));
-  }
-  std::size_t next_look = 0;
 
   // Arms' shares: exp(-2 x log2(best / best overall)), with momentum; unmeasured arms keep a
   // small share by the model's estimate, arms that only failed a smaller one.
-  auto update_shares = [&] {
+  void update_shares() {
+    auto& arms = search_.arms();
+    const int n = static_cast<int>(arms.size());
     double global = kInf;
     for (const auto& a : arms) global = std::min(global, a.best_us);
     std::vector<double> score(n);
@@ -295,40 +346,40 @@ TuneSummary tune(const Compute& c, const std::vector<HwAbstraction>& hws, const 
       total += score[e];
     }
     for (int e = 0; e < n; ++e) arms[e].share = 0.5 * arms[e].share + 0.5 * score[e] / total;
-  };
+  }
 
-  auto propose = [&](int size) {
+  std::vector<Candidate> propose(int size) {
     std::vector<Candidate> out;
     // The first batch is all first looks; later ones keep half their slots for the arms that
     // have proven good, so that exploitation starts before every arm has been looked at.
-    const int looks = next_look == 0 ? size : std::max(1, size / 2);
-    while (static_cast<int>(out.size()) < looks && next_look < first_looks.size()) {
-      const Candidate& c = first_looks[next_look++];
-      if (!search.seen(c.entry, c.params)) {
-        search.mark_seen(c.entry, c.params);
+    const int looks = next_look_ == 0 ? size : std::max(1, size / 2);
+    while (static_cast<int>(out.size()) < looks && next_look_ < first_looks_.size()) {
+      const Candidate& c = first_looks_[next_look_++];
+      if (!search_.seen(c.entry, c.params)) {
+        search_.mark_seen(c.entry, c.params);
         out.push_back(c);
       }
     }
     if (static_cast<int>(out.size()) >= size) return out;
     update_shares();
     std::vector<double> weights;
-    for (const auto& a : arms) weights.push_back(a.share);
+    for (const auto& a : search_.arms()) weights.push_back(a.share);
     std::discrete_distribution<int> pick(weights.begin(), weights.end());
     std::map<int, int> slots;
-    for (int i = static_cast<int>(out.size()); i < size; ++i) ++slots[pick(search.rng())];
+    for (int i = static_cast<int>(out.size()); i < size; ++i) ++slots[pick(search_.rng())];
     for (const auto& [entry, count] : slots) {
-      std::vector<Candidate> pool = search.pool(entry, 16 * count + 32);
+      std::vector<Candidate> pool = search_.pool(entry, 16 * count + 32);
       if (pool.empty()) continue;
-      std::vector<double> pred = search.predict(model, pool);
+      std::vector<double> pred = search_.predict(model_, pool);
       std::vector<std::size_t> order(pool.size());
       for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
       std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return pred[a] < pred[b]; });
       std::set<std::size_t> taken;
       for (int k = 0; k < count && taken.size() < pool.size(); ++k) {
         std::size_t choice = order[0];
-        const bool explore = std::uniform_real_distribution<double>(0, 1)(search.rng()) < o.explore;
+        const bool explore = std::uniform_real_distribution<double>(0, 1)(search_.rng()) < o_.explore;
         if (explore) {
-          do choice = search.rng()() % pool.size();
+          do choice = search_.rng()() % pool.size();
           while (taken.count(choice));
         } else {
           for (std::size_t i : order)
@@ -338,42 +389,24 @@ TuneSummary tune(const Compute& c, const std::vector<HwAbstraction>& hws, const 
             }
         }
         taken.insert(choice);
-        search.mark_seen(pool[choice].entry, pool[choice].params);
+        search_.mark_seen(pool[choice].entry, pool[choice].params);
         out.push_back(pool[choice]);
       }
     }
     return out;
-  };
+  }
 
-  NvrtcCompiler compiler(o.compute_capability, o.compile_cache_dir);
-  int planned = 0, since_improvement = 0;
-  auto remaining = [&] { return o.trials - planned; };
-  auto start_compile = [&](int size) {
+  std::future<CompiledBatch> start_compile(int size) {
     std::vector<Candidate> batch = propose(size);
-    planned += static_cast<int>(batch.size());
-    return std::async(std::launch::async, compile_batch, std::cref(space), std::ref(compiler), std::move(batch),
-                      o.compile_threads, o.stop);
-  };
-  auto over_budget = [&] { return o.time_budget_s > 0 && seconds_since(t0) > o.time_budget_s; };
-  auto stop_requested = [&] { return o.stop && o.stop->load(); };
+    planned_ += static_cast<int>(batch.size());
+    return std::async(std::launch::async, compile_batch, std::cref(search_.space()), std::ref(compiler_),
+                      std::move(batch), o_.compile_threads, o_.stop);
+  }
 
-  std::future<CompiledBatch> next;
-  if (remaining() > 0) next = start_compile(std::min(o.batch, remaining()));
-  while (next.valid()) {
-    CompiledBatch cur = next.get();
-    if (cur.candidates.empty()) {
-      s.stop_reason = "the search space is exhausted";
-      break;
-    }
-    if (stop_requested()) {  // its compilation may have been cancelled: measure and record none of it
-      s.stopped = true;
-      s.stop_reason = "stopped by the user";
-      break;
-    }
-    // Compile the next batch while this one is measured.
-    if (remaining() > 0 && !stop_requested() && !over_budget()) next = start_compile(std::min(o.batch, remaining()));
-    const bool model_trained = model.trained();
-    const std::vector<double> predicted = search.predict(model, cur.candidates);  // before seeing the results
+  void measure_batch(const CompiledBatch& cur, Measurer& measurer, const std::function<bool()>& out_of_time) {
+    const SearchSpace& space = search_.space();
+    const bool model_trained = model_.trained();
+    const std::vector<double> predicted = search_.predict(model_, cur.candidates);  // before seeing the results
     std::vector<double> pred_ok, meas_ok;
     for (std::size_t i = 0; i < cur.candidates.size(); ++i) {
       const Candidate& cand = cur.candidates[i];
@@ -385,68 +418,87 @@ TuneSummary tune(const Compute& c, const std::vector<HwAbstraction>& hws, const 
         res.status = "compile_error";
         res.error = "generated kernel does not compile (a bug in tmap): " + cur.binaries[i].log.substr(0, 2000);
       } else {
-        MeasureResult m = measurer.measure(c, g, cand.params, cur.kernels[i], cur.binaries[i]);
+        MeasureResult m = measurer.measure(c_, g, cand.params, cur.kernels[i], cur.binaries[i]);
         res.status = status_name(m.status);
         res.median_us = m.median_us;
         res.times_us = m.times_us;
         res.rel_l2 = m.rel_l2;
         if (m.status != MeasureStatus::kOk) res.error = m.message;
       }
-      TuneRecord rec = search.record(cand.entry, cand.params, res);
-      if (log) log->append(rec);
-      ++s.measured;
+      TuneRecord rec = search_.record(cand.entry, cand.params, res);
+      if (log_) log_->append(rec);
+      ++s_.measured;
       learn(cand.entry, cand.params, res);
-      if (!res.ok()) ++s.failed;
+      if (!res.ok()) ++s_.failed;
       else {
         pred_ok.push_back(predicted[i]);
         meas_ok.push_back(std::log2(res.median_us));
       }
       if (consider_best(rec)) {
-        since_improvement = 0;
-        s.history.emplace_back(s.resumed + s.measured, rec.result.median_us);
+        since_improvement_ = 0;
+        s_.history.emplace_back(s_.resumed + s_.measured, rec.result.median_us);
       } else {
-        ++since_improvement;
+        ++since_improvement_;
       }
-      if (o.on_progress) {
+      if (o_.on_progress) {
         TuneProgress p;
-        p.trials = s.measured;
-        p.total = o.trials;
-        if (s.best) {
-          p.best_us = s.best->result.median_us;
-          p.best_tflops = flops / (p.best_us * 1e-6) / 1e12;
+        p.trials = s_.measured;
+        p.total = o_.trials;
+        if (s_.best) {
+          p.best_us = s_.best->result.median_us;
+          p.best_tflops = flops_ / (p.best_us * 1e-6) / 1e12;
         }
         p.arm = space.entries()[cand.entry].label;
-        p.elapsed_s = seconds_since(t0);
-        p.eta_s = p.elapsed_s / s.measured * std::max(0, o.trials - s.measured);
-        p.rank_correlation = s.rank_correlations.empty() ? 0 : s.rank_correlations.back();
+        p.elapsed_s = s_.wall_s + seconds_since(run_start_);
+        p.eta_s = p.elapsed_s / s_.measured * std::max(0, o_.trials - s_.measured);
+        p.rank_correlation = s_.rank_correlations.empty() ? 0 : s_.rank_correlations.back();
         p.model_trained = model_trained;
-        o.on_progress(p);
+        o_.on_progress(p);
       }
       // A signal stops after the measurement in flight, which is recorded; the rest of the batch
       // is dropped unmeasured.
-      if (over_budget() || stop_requested()) break;
+      if (out_of_time() || (o_.stop && o_.stop->load())) break;
     }
-    if (model_trained && pred_ok.size() >= 4) s.rank_correlations.push_back(spearman(pred_ok, meas_ok));
-    model.fit();
-    std::string reason;
-    if (stop_requested()) {
-      s.stopped = true;
-      reason = "stopped by the user";
-    } else if (over_budget()) {
-      reason = "time budget reached";
-    } else if (o.early_stop > 0 && since_improvement >= o.early_stop) {
-      reason = "no improvement in " + std::to_string(since_improvement) + " trials";
-    } else if (s.measured >= o.trials || (!next.valid() && remaining() <= 0)) {
-      reason = "trial budget reached";
-    }
-    if (!reason.empty()) {
-      s.stop_reason = reason;
-      if (next.valid()) next.wait();  // its candidates were never measured: nothing to record
-      break;
-    }
-    if (!next.valid()) break;
+    if (model_trained && pred_ok.size() >= 4) s_.rank_correlations.push_back(spearman(pred_ok, meas_ok));
+    model_.fit();
   }
-  if (s.stop_reason.empty()) s.stop_reason = "trial budget reached";
+
+  const Compute& c_;
+  const TuneOptions o_;
+  Search search_;
+  CostModel& model_;
+  LogWriter* log_;
+  double flops_;
+  NvrtcCompiler compiler_;
+  std::vector<Candidate> first_looks_;
+  std::size_t next_look_ = 0;
+  int planned_ = 0, since_improvement_ = 0;
+  std::future<CompiledBatch> next_;
+  Clock::time_point run_start_ = Clock::now();
+};
+
+TuneTask::TuneTask(const Compute& c, const std::vector<HwAbstraction>& hws, const TuneOptions& o, CostModel& model,
+                   const std::vector<TuneRecord>& own, LogWriter* log)
+    : impl_(std::make_unique<Impl>(c, hws, o, model, own, log)) {}
+TuneTask::~TuneTask() = default;
+void TuneTask::run(int trials, Measurer& measurer, const std::function<bool()>& out_of_time) {
+  impl_->run(trials, measurer, out_of_time);
+}
+const TuneSummary& TuneTask::summary() const { return impl_->s_; }
+bool TuneTask::exhausted() const { return impl_->exhausted_; }
+const Workload& TuneTask::workload() const { return impl_->workload(); }
+
+TuneSummary tune(const Compute& c, const std::vector<HwAbstraction>& hws, const TuneOptions& o, Measurer& measurer) {
+  const auto t0 = Clock::now();
+  CostModel model;
+  const std::string key = make_workload(c).key;
+  LogHistory history = read_history(model, {key}, hws, o);
+  std::unique_ptr<LogWriter> log;
+  if (!o.log_path.empty()) log = std::make_unique<LogWriter>(o.log_path);
+  TuneTask task(c, hws, o, model, history.own[key], log.get());
+  task.run(o.trials, measurer, [&] { return o.time_budget_s > 0 && seconds_since(t0) > o.time_budget_s; });
+  TuneSummary s = task.summary();
+  s.transferred = history.transferred;
   s.wall_s = seconds_since(t0);
   return s;
 }

@@ -19,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -111,7 +112,45 @@ struct TuneSummary {
 };
 
 /// Tunes on the GPU through `measurer`. Throws UserError when nothing matches.
+/// (One TuneTask run to its end, with its own cost model warm-started by read_history.)
 TuneSummary tune(const Compute& c, const std::vector<HwAbstraction>& hws, const TuneOptions& o, Measurer& measurer);
+
+class CostModel;
+
+/// What the logs of a tuning run hold for it: the records of its own workloads (in the log, this
+/// architecture, measured), by key, to resume from; the other workloads' correct measurements
+/// (log and prior logs) have trained `model`, and are counted.
+struct LogHistory {
+  std::map<std::string, std::vector<TuneRecord>> own;
+  int transferred = 0;
+};
+LogHistory read_history(CostModel& model, const std::set<std::string>& own_keys, const std::vector<HwAbstraction>& hws,
+                        const TuneOptions& o);
+
+/// One workload's search, run in steps: model-level tuning interleaves the tasks of a model's
+/// workloads, all learning into and ranking with one cost model. Construction resumes from
+/// `own` (records of this workload) and picks the first looks (o.trials says how many the task
+/// expects to get); each run() measures up to `trials` more candidates, appending to `log`
+/// (may be null). `c`, `model` and `log` must outlive the task.
+class TuneTask {
+ public:
+  TuneTask(const Compute& c, const std::vector<HwAbstraction>& hws, const TuneOptions& o, CostModel& model,
+           const std::vector<TuneRecord>& own, LogWriter* log);
+  ~TuneTask();
+  TuneTask(const TuneTask&) = delete;
+  TuneTask& operator=(const TuneTask&) = delete;
+  /// Stops early on o.stop, on `out_of_time()` (checked after each measurement), on o.early_stop,
+  /// or when the space is exhausted; a batch compiled ahead is kept for the next run.
+  void run(int trials, Measurer& measurer, const std::function<bool()>& out_of_time);
+  /// Counts over every run so far (wall_s: their time; transferred is not filled in).
+  const TuneSummary& summary() const;
+  bool exhausted() const;
+  const Workload& workload() const;
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 /// Without a GPU: ranks candidates with the analytic model alone, compiles the best `o.trials`
 /// of them to check that they compile, and records them as unmeasured, with the estimate.

@@ -1,0 +1,64 @@
+// Model-level tuning: every unique workload of a model (a workload table) tuned under one trial
+// or time budget, with one cost model shared by all of them (warm-started from the log's other
+// workloads). A task scheduler in the manner of Ansor's gives each next batch of trials to the
+// workload where it is expected to save the most of the model's time: its count x best time x
+// the relative improvement expected of one more batch (from its recent progress, with a prior
+// that shrinks as its trials grow). Every workload first gets one batch (largest FLOP share
+// first), so each has a kernel as early as possible; records resume from the log.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "tmap/tune/tuner.h"
+
+namespace tmap {
+
+struct ModelTask {
+  std::string name;
+  const Compute* compute = nullptr;  ///< Outlives tune_model().
+  int count = 1;                     ///< Runs per inference: the weight of its time.
+};
+
+struct ModelProgress {
+  int trials = 0, total_trials = 0;  ///< total_trials: 0 without a trial budget.
+  double elapsed_s = 0, eta_s = 0;
+  double weighted_us = 0;            ///< Sum of count x best over the workloads with a kernel.
+  int with_kernel = 0, tasks = 0;
+  std::string task;                  ///< The workload of the latest trial.
+  double task_best_us = 0;
+};
+
+struct ModelTuneOptions {
+  /// Per-workload options (log, batch, seed, target, stop flag, ...); its trials, time_budget_s
+  /// and on_progress are ignored, and early_stop retires a workload rather than stopping the run.
+  TuneOptions tune;
+  int trials = 0;            ///< Trials over all workloads; 0: only the time budget.
+  double time_budget_s = 0;  ///< Seconds for the whole model; 0: only the trial budget.
+  std::function<void(const ModelProgress&)> on_progress;
+};
+
+struct ModelTaskResult {
+  std::string name, key;
+  int count = 1;
+  double flops = 0;    ///< Of one run.
+  TuneSummary summary; ///< This run's trials, resumed records and the best.
+  int rounds = 0;      ///< Batches it was given.
+};
+
+struct ModelTuneSummary {
+  std::vector<ModelTaskResult> tasks;  ///< In the order given (workloads with the same key merged).
+  int measured = 0, transferred = 0;
+  double wall_s = 0;
+  bool stopped = false;
+  std::string stop_reason;
+  /// Sum of count x best time over the workloads with a correct kernel.
+  double weighted_us() const;
+};
+
+/// Tunes the tasks; a UserError when one has nothing to tune (see tune()).
+ModelTuneSummary tune_model(const std::vector<ModelTask>& tasks, const std::vector<HwAbstraction>& hws,
+                            const ModelTuneOptions& o, Measurer& measurer);
+
+}  // namespace tmap
