@@ -34,6 +34,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tmap/frontend/op_library.h"
+#include "tmap/frontend/workload_table.h"
 #include "tmap/runtime/device.h"
 #include "tmap/runtime/kernel_runner.h"
 #include "tmap/runtime/nvrtc_compiler.h"
@@ -557,10 +558,15 @@ std::optional<Baseline> cudnn_baseline(const Compute& c, tmap::Workspace& ws, co
 std::optional<Baseline> cublas_baseline(const Compute& c, tmap::Workspace& ws, const std::vector<double>& ref,
                                         const std::vector<double>& tmap_out, int graph_runs) {
   auto param = [&](const std::string& name) { return param_of(c, name); };
-  const int M = param("M"), N = param("N"), K = param("K");
+  // The op (c.name) says how A and B are stored: gemm_tn / gemm_tt keep A as [K, M], gemm_nt /
+  // gemm_tt keep B as [N, K]; batched_gemm has BATCH such products, gemv is N = 1.
+  const std::string& opname = c.name;
+  const bool ta = opname == "gemm_tn" || opname == "gemm_tt", tb = opname == "gemm_nt" || opname == "gemm_tt";
+  const int batch = opname == "batched_gemm" ? param("BATCH") : 1;
+  const int M = param("M"), N = opname == "gemv" ? 1 : param("N"), K = param("K");
   const void* A = ws.device(c.inputs[0].tensor);
   const void* B = ws.device(c.inputs[1].tensor);
-  const std::size_t out_elems = static_cast<std::size_t>(M) * N;
+  const std::size_t out_elems = static_cast<std::size_t>(M) * N * batch;
   const bool half_out = c.tensor_of(c.output).dtype == tmap::DType::kFloat16;
   const cudaDataType_t out_type = half_out ? CUDA_R_16F : CUDA_R_32F;
   const std::size_t out_bytes = half_out ? sizeof(__half) : sizeof(float);
@@ -582,6 +588,20 @@ std::optional<Baseline> cublas_baseline(const Compute& c, tmap::Workspace& ws, c
   cublas_ok(cublasCreate(&blas), "cublasCreate");
   std::unique_ptr<cublasContext, decltype(&cublasDestroy)> blas_owner(blas, &cublasDestroy);
   cublas_ok(cublasSetWorkspace(blas, scratch.p, ws_bytes), "cublasSetWorkspace");
+  if (opname != "gemm") {  // row-major C = op(A) op(B) as column-major C^T = op(B)^T op(A)^T
+    consider("cublasGemmStridedBatchedEx", [&](void* stream) {
+      cublasSetStream(blas, static_cast<cudaStream_t>(stream));
+      return cublasGemmStridedBatchedEx(blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K,
+                                        &alpha, B, CUDA_R_16F, tb ? K : N, static_cast<long long>(K) * N, A, CUDA_R_16F,
+                                        ta ? M : K, static_cast<long long>(M) * K, &beta, out.p, out_type, N,
+                                        static_cast<long long>(M) * N, batch, CUBLAS_COMPUTE_32F,
+                                        CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS
+                 ? 0
+                 : static_cast<int>(cudaErrorUnknown);
+    });
+    if (best) best->tried = tried, best->wrong = wrong;
+    return best;
+  }
   consider("cublasGemmEx", [&](void* stream) {
     cublasSetStream(blas, static_cast<cudaStream_t>(stream));
     return cublasGemmEx(blas, CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &alpha, B, CUDA_R_16F, N, A, CUDA_R_16F, K, &beta,
@@ -624,6 +644,8 @@ std::optional<Baseline> cublas_baseline(const Compute& c, tmap::Workspace& ws, c
   if (best) best->tried = tried, best->wrong = wrong;
   return best;
 }
+
+bool is_conv_op(const std::string& op) { return op.rfind("conv", 0) == 0 || op == "depthwise_conv2d"; }
 
 /// The compute of built-in `op` with `sets`, its output stored as `out_dtype`.
 Compute build_workload(const std::string& op, const std::vector<std::string>& sets, const std::string& out_dtype) {
@@ -685,6 +707,7 @@ double copy_bandwidth_gbs() {
 }
 
 struct Row {
+  int count = 1;  ///< Runs per inference (workload tables).
   std::string name, workload_key;
   double gflop = 0;
   double bytes = 0;  ///< Every tensor read or written once: the least traffic of any kernel.
@@ -736,6 +759,7 @@ int main(int argc, char** argv) {
                "that of the log record the benchmark would replay, when there is one");
   app.add_option("--peak", peak_tflops, "The GPU's dense fp16 peak in TFLOP/s, for '% of peak' (H100 SXM: 989.4)");
   CLI11_PARSE(app, argc, argv);
+  const bool table_out_dtype_given = app.get_option("--out-dtype")->count() > 0;
   try {
     std::ifstream in(table_path);
     if (!in) {
@@ -743,6 +767,11 @@ int main(int argc, char** argv) {
       return 2;
     }
     const nlohmann::json table = nlohmann::json::parse(in);
+    // A workload table (tmap import): any mix of ops, each against cuDNN or cuBLAS by its kind,
+    // with the model's weighted total (count x time) at the end.
+    const bool workloads_table = table.contains("workloads");
+    std::optional<tmap::WorkloadTable> model;
+    if (workloads_table) model = tmap::load_workload_table(table_path);
     const bool conv = table.contains("layers");
     // Spatial dimensions of a convolution table, from its fields.
     int rank = 0;
@@ -772,9 +801,19 @@ int main(int argc, char** argv) {
     struct Entry {
       std::string name, op;
       std::vector<std::string> sets;
+      int count = 1;
     };
     std::vector<Entry> entries;
-    for (const auto& entry : conv ? table["layers"] : table["shapes"]) {
+    if (model) {
+      if (!table_out_dtype_given) out_dtype = model->out_dtype;
+      for (const auto& w : model->workloads) {
+        if (!only.empty() && w.name != only) continue;
+        Entry e{w.name, w.op, {}, w.count};
+        for (const auto& [k, v] : w.params) e.sets.push_back(k + "=" + std::to_string(v));
+        entries.push_back(e);
+      }
+    }
+    for (const auto& entry : model ? nlohmann::json::array() : conv ? table["layers"] : table["shapes"]) {
       Entry e{entry["name"], conv ? conv_op : "gemm", {}};
       if (!only.empty() && e.name != only) continue;
       if (conv) {
@@ -852,10 +891,14 @@ int main(int argc, char** argv) {
         row.note = "not in the log (tune it first)";
       }
       trace(name + ": baselines");
-      if (conv) {
-        const ConvShape shape = conv_shape(c, rank, layout == "nhwc");
-        row.baseline = cudnn_baseline(c, ws, ref, tmap_out, shape, layout == "nhwc", graph_runs);
-        row.other = cudnn_baseline(c, ws, ref, tmap_out, shape, layout != "nhwc", graph_runs);
+      row.count = e.count;
+      const bool conv_row = model ? is_conv_op(e.op) : conv;
+      if (conv_row) {
+        const int row_rank = model ? (e.op == "conv1d" ? 1 : e.op == "conv3d" ? 3 : 2) : rank;
+        const bool nhwc = model ? e.op == "conv2d_nhwc" : layout == "nhwc";
+        const ConvShape shape = conv_shape(c, row_rank, nhwc);
+        row.baseline = cudnn_baseline(c, ws, ref, tmap_out, shape, nhwc, graph_runs);
+        row.other = cudnn_baseline(c, ws, ref, tmap_out, shape, !nhwc, graph_runs);
       } else {
         row.baseline = cublas_baseline(c, ws, ref, tmap_out, graph_runs);
       }
@@ -898,7 +941,7 @@ int main(int argc, char** argv) {
                              : stem.find("resnet18") != std::string::npos        ? "ResNet-18 conv2d"
                              : stem == "conv1d" || stem == "conv3d"             ? stem
                                                                                 : "conv" + std::to_string(rank) + "d (" + stem + ")";
-    const std::string what = (conv ? kind + ", batch " + std::to_string(batch) + ", " + layout_name
+    const std::string what = model ? kind + " (workload table), " + out_dtype + " output" : (conv ? kind + ", batch " + std::to_string(batch) + ", " + layout_name
                                    : table_path.find("skinny") != std::string::npos ? "skinny GEMM" : "GEMM") +
                              ", " + out_dtype + " output";
     // Achieved bandwidth of tmap's kernel, cold L2 (every tensor read or written once), and its
@@ -934,6 +977,8 @@ int main(int argc, char** argv) {
         csv << "\n";
       }
     }
+    bool any_conv = conv;
+    for (const auto& e : entries) any_conv = any_conv || (model && is_conv_op(e.op));
     std::ostringstream md;
     md << "### " << what << "\n\n"
        << "Device " << rt.devices.front().name << ", driver " << tmap::cuda_version_text(rt.driver_version) << ", CUDA "
@@ -942,23 +987,23 @@ int main(int argc, char** argv) {
        << ". Times in us: median of CUDA-graph replays of " << graph_runs
        << " runs (warm L2); cold: the same with an L2 flush before each run, the flushes' own time subtracted. "
           "Speedup = baseline / tmap.\n\n"
-       << (conv ? "cuDNN runs in tmap's layout (baseline, speedup) and in the other layout, on the same values "
+       << (any_conv ? "cuDNN runs in tmap's layout (baseline, speedup) and in the other layout, on the same values "
                   "transposed (other layout us; vs fastest: against the faster of the two).\n\n"
                 : "")
        << (bandwidth ? "Memory-bound: tmap GB/s is every tensor's bytes moved once over tmap's cold time; the "
                        "device-to-device copy bandwidth measured in this run is " + fixed(copy_gbs, 0) + " GB/s.\n\n"
                      : "")
        << "| workload | tmap us | baseline | baseline us | speedup | cold speedup |"
-       << (conv ? " other layout us | vs fastest |" : "") << " tmap TFLOP/s | % of peak |"
+       << (any_conv ? " other layout us | vs fastest |" : "") << " tmap TFLOP/s | % of peak |"
        << (bandwidth ? " tmap GB/s (cold) | % of copy |" : "") << "\n"
-       << "| --- | ---: | --- | ---: | ---: | ---: |" << (conv ? " ---: | ---: |" : "") << " ---: | ---: |"
+       << "| --- | ---: | --- | ---: | ---: | ---: |" << (any_conv ? " ---: | ---: |" : "") << " ---: | ---: |"
        << (bandwidth ? " ---: | ---: |" : "") << "\n";
     for (const auto& r : rows) {
       md << "| " << r.name << " | " << (r.tmap ? fixed(r.tmap->warm_us) : "-") << " | "
          << (r.baseline ? r.baseline->name : "-") << " | " << (r.baseline ? fixed(r.baseline->time.warm_us) : "-")
          << " | ";
       const std::string other_cols =
-          !conv ? ""
+          !any_conv ? ""
                 : (r.other ? fixed(r.other->time.warm_us) : std::string("-")) + " | " +
                       (r.tmap && r.fastest() ? fixed(r.fastest()->time.warm_us / r.tmap->warm_us) : std::string("-")) +
                       " | ";
@@ -973,7 +1018,25 @@ int main(int argc, char** argv) {
       md << "\n";
     }
     md << "\nGeometric-mean speedup over " << both << " workloads: " << fixed(geo) << " (cold L2: " << fixed(geo_cold)
-       << ")" << (conv ? "; against cuDNN's fastest layout: " + fixed(geo_fastest) : std::string()) << ".\n";
+       << ")" << (any_conv ? "; against cuDNN's fastest layout: " + fixed(geo_fastest) : std::string()) << ".\n";
+    if (model) {  // the model's time: each workload's time times its count, over the workloads all have
+      double t = 0, base = 0, fastest = 0;
+      int n = 0, skipped = 0;
+      for (const auto& r : rows) {
+        if (!r.tmap || !r.baseline) {
+          ++skipped;
+          continue;
+        }
+        t += r.count * r.tmap->warm_us;
+        base += r.count * r.baseline->time.warm_us;
+        fastest += r.count * (r.fastest() ? r.fastest()->time.warm_us : r.baseline->time.warm_us);
+        ++n;
+      }
+      md << "\nModel total (sum of count x time over " << n << " workloads" << (skipped ? ", " + std::to_string(skipped) + " without both left out" : std::string())
+         << "): tmap " << fixed(t) << " us, cuDNN/cuBLAS " << fixed(base) << " us (speedup " << fixed(t > 0 ? base / t : 0)
+         << ")" << (any_conv ? ", cuDNN in its fastest layout " + fixed(fastest) + " us (speedup " + fixed(t > 0 ? fastest / t : 0) + ")" : std::string())
+         << ".\n";
+    }
     if (transfers)
       md << transfers << " of tmap's kernels replay schedules tuned for another output dtype (the log holds no "
          << out_dtype << "-output record of their workload).\n";

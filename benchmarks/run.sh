@@ -4,6 +4,10 @@
 #   benchmarks/run.sh conv1d|conv3d [--batch 1|16 (conv1d), 1|8 (conv3d)] [--trials N] [--time-budget S] [--log LOG] [--out DIR]
 #   benchmarks/run.sh gemm|skinny [--trials N] [--time-budget S] [--log LOG] [--out DIR]
 #   benchmarks/run.sh depthwise|grouped [--batch 1|16] [--trials N] [--time-budget S] [--log LOG] [--out DIR]
+#   benchmarks/run.sh table FILE.json [--trials N] [--time-budget S] [--log LOG] [--out DIR]
+# A workload table (tmap import MODEL --format json) is tuned as one model: tmap tune --table,
+# --trials in all (default 64 per workload) or --time-budget seconds in all; then tmap_bench
+# times every workload against cuDNN or cuBLAS and adds the model's weighted total.
 # plus [--out-dtype float16|float32] everywhere: the output dtype of tmap and the baselines (default
 # float16, sums in float32). A workload whose log holds only a record of the other output dtype
 # replays that record's schedule (noted in the table) instead of being tuned again.
@@ -17,8 +21,34 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=${TMAP_BIN:-$root/build/bin}
-table=${1:?"usage: benchmarks/run.sh conv|conv1d|conv3d|gemm [--batch B] [--layout L] [--trials N] [--log LOG] [--out DIR]"}
+table=${1:?"usage: benchmarks/run.sh conv|conv1d|conv3d|gemm|skinny|depthwise|grouped|table [FILE] [--batch B] [--layout L] [--trials N] [--log LOG] [--out DIR]"}
 shift
+if [ "$table" = table ]; then
+  json=${1:?"usage: benchmarks/run.sh table FILE.json [--trials N] [--time-budget S] [--log LOG] [--out DIR]"}
+  shift
+  trials="" budget=0 log="" out="$root/benchmarks/results"
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --trials) trials=$2; shift 2 ;;
+      --time-budget) budget=$2; shift 2 ;;
+      --log) log=$2; shift 2 ;;
+      --out) out=$2; shift 2 ;;
+      *) echo "error: unknown option $1 for a workload table" >&2; exit 2 ;;
+    esac
+  done
+  name=$(basename "$json" .json)
+  log=${log:-$root/logs/$name.jsonl}
+  mkdir -p "$out" "$(dirname "$log")"
+  start=$(date +%s)
+  # shellcheck disable=SC2046
+  "$bin/tmap" tune --table "$json" --log "$log" --seed 1 --no-baselines \
+    $([ -n "$trials" ] && echo --trials "$trials") $([ "$budget" != 0 ] && echo --time-budget "$budget") > "$out/$name.tune.txt"
+  tuned=$(( $(date +%s) - start ))
+  "$bin/tmap_bench" --table "$json" --log "$log" --csv "$out/$name.csv" --md "$out/$name.md"
+  { echo; echo "Model-level tuning before this run took $tuned s ($(grep -m1 -o '[0-9]* trials measured' "$out/$name.tune.txt" || echo 'see the tune output'))."; } >> "$out/$name.md"
+  "$root/benchmarks/plot.sh" "$out/$name.csv"
+  exit 0
+fi
 batch=1 layout="" trials=200 budget=0 log="" out="$root/benchmarks/results" out_dtype=float16
 while [ $# -gt 0 ]; do
   case "$1" in

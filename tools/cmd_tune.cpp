@@ -21,6 +21,7 @@
 #include "tmap/frontend/onnx_import.h"
 #include "tmap/frontend/workload_table.h"
 #include "tmap/tune/cost_model.h"
+#include "tmap/tune/export.h"
 #include "tmap/tune/model_tuner.h"
 #include "tmap/tune/tuner.h"
 
@@ -697,12 +698,71 @@ void register_logs(CLI::App& app) {
   });
 }
 
+void register_export(CLI::App& app) {
+  struct ExportArgs {
+    std::string log, out, workload, arch;
+    HwSelection hw_dirs;
+    bool allow_unmeasured = false;
+  };
+  auto args = std::make_shared<ExportArgs>();
+  auto* cmd = app.add_subcommand("export", "Write the best kernel of each workload of a log as CUDA sources with launch "
+                                           "functions, a CMake library, a checking program and a PyTorch example");
+  cmd->add_option("log", args->log, "The JSON-lines log")->required();
+  cmd->add_option("--out", args->out, "The directory to write")->required();
+  cmd->add_option("--workload", args->workload, "Only this workload key (see 'tmap logs list')");
+  cmd->add_flag("--allow-unmeasured", args->allow_unmeasured,
+                "Export the model's choice for workloads with only unmeasured records");
+  cmd->add_option("--arch", args->arch, "sm_XX the records were tuned for (default: that of the first record)");
+  args->hw_dirs.add_to(*cmd);
+  cmd->callback([args] {
+    LogContents log = load_log(args->log);
+    std::vector<const TuneRecord*> chosen;
+    std::set<std::string> have;
+    for (const TuneRecord* r : best_records(log.records))
+      if (args->workload.empty() || r->workload.key == args->workload) {
+        chosen.push_back(r);
+        have.insert(r->workload.key);
+      }
+    std::map<std::string, const TuneRecord*> unmeasured;
+    for (const auto& r : log.records) {
+      if (r.result.measured() || r.result.status == "compile_error" || have.count(r.workload.key) ||
+          (!args->workload.empty() && r.workload.key != args->workload))
+        continue;
+      auto [it, inserted] = unmeasured.emplace(r.workload.key, &r);
+      if (!inserted && r.result.estimated_us < it->second->result.estimated_us) it->second = &r;
+    }
+    if (!unmeasured.empty() && !args->allow_unmeasured)
+      spdlog::warn("{} workload(s) have only unmeasured records: skipped (add --allow-unmeasured to export the model's choice)",
+                   unmeasured.size());
+    else
+      for (const auto& [k, r] : unmeasured) chosen.push_back(r);
+    if (chosen.empty())
+      bad(args->log, args->workload.empty() ? "the log holds no correct measured record" : "no record of workload " + args->workload,
+          "see 'tmap logs list " + args->log + "'");
+    const std::string arch = args->arch.empty() ? chosen.front()->target.arch : args->arch;
+    const int cc = parse_arch(arch);
+    for (const TuneRecord* r : chosen)
+      if (r->target.arch != arch)
+        bad("--arch", "workload " + r->workload.key + " was tuned for " + r->target.arch + ", not " + arch,
+            "export one architecture at a time (--workload)");
+    const auto kernels = export_kernels(chosen, args->hw_dirs.all(), cc, args->out, args->log);
+    std::printf("%-44s %-16s %10s  %s\n", "launch function", "workload", "logged us", "kernel");
+    for (const auto& k : kernels)
+      std::printf("%-44s %-16s %10s  %s\n", k.function.c_str(), k.workload_key.c_str(),
+                  k.logged_us > 0 ? std::to_string(k.logged_us).substr(0, 8).c_str() : "-", k.label.c_str());
+    std::printf("wrote %zu kernel(s) to %s: tmap_kernels.h, kernels/, CMakeLists.txt, check.cu, torch/\n"
+                "build and check on the GPU: cmake -S %s -B %s/build && cmake --build %s/build && %s/build/tmap_kernels_check\n",
+                kernels.size(), args->out.c_str(), args->out.c_str(), args->out.c_str(), args->out.c_str(), args->out.c_str());
+  });
+}
+
 }  // namespace
 
 void register_tuning(CLI::App& app) {
   register_tune(app);
   register_replay(app);
   register_logs(app);
+  register_export(app);
 }
 
 }  // namespace tmap::cli

@@ -1,0 +1,126 @@
+// tmap export: kernels of every family (WMMA, mma.sync with a split-K reduction, wgmma with its
+// TMA producer, SIMT) written as a standalone CMake project; nvcc builds it here (no GPU
+// needed), and on a GPU its checking program runs each kernel against the reference kernel.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "cli_util.h"
+#include "test_util.h"
+#include "tmap/tune/export.h"
+#include "tmap/tune/search_space.h"
+#include "tmap/tune/tuner.h"
+
+namespace tmap {
+namespace {
+
+using namespace testing;
+
+/// A record of the first arm of `family` on `c` whose default schedule, changed by `tweak`, is
+/// valid (the change is checked to have stuck).
+TuneRecord record_of(const Compute& c, const std::string& family, const std::function<void(ScheduleParams&)>& tweak) {
+  DeviceLimits limits = DeviceLimits::for_arch(90);
+  SearchSpace space(c, shipped(), Enumeration::kAll, limits, 90);
+  for (int e = 0; e < static_cast<int>(space.entries().size()); ++e) {
+    const SpaceEntry& x = space.entries()[e];
+    if (x.hw->family != family) continue;
+    ScheduleParams p = x.defaults;
+    tweak(p);
+    if (!space.valid(e, p)) continue;
+    TuneRecord r;
+    r.workload = make_workload(c);
+    r.target = {"sm_90", "", "", "", "test"};
+    r.candidate = space.ref(e, p);
+    r.result.status = "unmeasured";
+    r.result.estimated_us = 1;
+    r.flops = 2.0 * c.iteration_points();
+    return r;
+  }
+  ADD_FAILURE() << "no valid " << family << " schedule for " << c.name;
+  return {};
+}
+
+std::vector<TuneRecord> every_family() {
+  Compute gemm = narrowed_op("gemm", "float16", {"M=256", "N=192", "K=320"});
+  Compute conv = narrowed_op("conv2d", "float16", {"N=2", "C=32", "H=14", "W=14", "K=48"});
+  Compute gemv = narrowed_op("gemv", "float32", {"M=300", "K=200"});
+  gemm.name = "gemm_tma";
+  std::vector<TuneRecord> r;
+  r.push_back(record_of(gemm, "wgmma", [](ScheduleParams& p) { p.producer = 1; }));
+  EXPECT_EQ(r.back().candidate.params.producer, 1);
+  Compute gemm2 = narrowed_op("gemm", "float16", {"M=128", "N=64", "K=1024"});
+  gemm2.name = "gemm_split";
+  r.push_back(record_of(gemm2, "mma_sync", [](ScheduleParams& p) { p.split_k = 4; }));
+  EXPECT_EQ(r.back().candidate.params.split_k, 4);
+  r.push_back(record_of(conv, "wmma", [](ScheduleParams&) {}));
+  r.push_back(record_of(gemv, "simt", [](ScheduleParams&) {}));
+  return r;
+}
+
+std::string read(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+/// Exports every family into `dir` and builds it with CMake and nvcc; the build's output on failure.
+std::string export_and_build(const ScratchDir& dir) {
+  const std::vector<TuneRecord> records = every_family();
+  std::vector<const TuneRecord*> ptrs;
+  for (const auto& r : records) ptrs.push_back(&r);
+  const auto kernels = export_kernels(ptrs, shipped(), 90, dir / "out", "test records");
+  EXPECT_EQ(kernels.size(), 4u);
+  const std::string header = read(dir / "out/tmap_kernels.h");
+  for (const auto& k : kernels) {
+    EXPECT_TRUE(std::filesystem::exists(dir / ("out/" + k.file))) << k.file;
+    EXPECT_NE(header.find("cudaError_t " + k.function + "("), std::string::npos) << k.function;
+  }
+  EXPECT_NE(read(dir / ("out/" + kernels[0].file)).find("tmap_encode_tensor_map(&map0"), std::string::npos)
+      << "the TMA kernel encodes its descriptors";
+  EXPECT_NE(read(dir / ("out/" + kernels[1].file)).find("cudaMallocAsync(&workspace"), std::string::npos)
+      << "the split-K kernel gets its workspace";
+  const auto r = testing::shell("cmake -S out -B build -G Ninja -DCMAKE_CUDA_COMPILER=" TMAP_NVCC
+                                " -DCMAKE_BUILD_TYPE=Release >/dev/null && cmake --build build 2>&1",
+                                dir.str());
+  return r.code == 0 ? "" : r.out + r.err;
+}
+
+TEST(Export, EveryFamilyBuildsAsAStandaloneLibraryWithNvcc) {
+  ScratchDir dir("tmap_export_build");
+  const std::string failure = export_and_build(dir);
+  ASSERT_EQ(failure, "");
+  EXPECT_TRUE(std::filesystem::exists(dir / "build/libtmap_kernels.a"));
+  EXPECT_TRUE(std::filesystem::exists(dir / "build/tmap_kernels_check"));
+  const std::string ext = read(dir / "out/torch/tmap_ext.cpp");
+  EXPECT_NE(ext.find("at::cuda::getCurrentCUDAStream()"), std::string::npos);
+}
+
+TEST(Export, CheckProgramPassesOnTheGpu) {
+  if (!have_gpu()) GTEST_SKIP() << "no GPU: " << query_runtime().status;
+  ScratchDir dir("tmap_export_gpu");
+  ASSERT_EQ(export_and_build(dir), "");
+  const auto r = testing::shell("./build/tmap_kernels_check", dir.str());
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("4 passed, 0 failed"), std::string::npos) << r.out;
+}
+
+TEST(Cli, ExportRefusesLogsWithoutCorrectRecords) {
+  ScratchDir dir("tmap_cli_export");
+  auto r = testing::tmap("tune --op gemm --set M=64 --set N=64 --set K=64 --measure model --trials 2 --log l.jsonl", dir.str());
+  ASSERT_EQ(r.code, 0) << r.err;
+  r = testing::tmap("export l.jsonl --out exp", dir.str());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--allow-unmeasured"), std::string::npos) << r.err;
+  r = testing::tmap("export l.jsonl --out exp --allow-unmeasured", dir.str());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("wrote 1 kernel(s)"), std::string::npos) << r.out;
+  EXPECT_TRUE(std::filesystem::exists(dir / "exp/CMakeLists.txt"));
+  r = testing::tmap("export missing.jsonl --out exp", dir.str());
+  EXPECT_EQ(r.code, 2);
+}
+
+}  // namespace
+}  // namespace tmap
