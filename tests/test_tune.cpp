@@ -453,8 +453,8 @@ TEST(ModelTuner, OneBudgetGoesWhereTheModelTimeIsAndResumes) {
   const ModelTaskResult& l = s.tasks[1];
   EXPECT_EQ(h.count, 50);
   EXPECT_EQ(h.summary.measured + l.summary.measured, 64);
-  EXPECT_GE(l.summary.measured, 8) << "every workload gets a first batch";
-  EXPECT_GT(h.summary.measured, 3 * l.summary.measured) << "the batches go where the model's time is";
+  EXPECT_EQ(l.summary.measured, 3 * 8) << "every workload gets the warm-up (3 batches), the light one no more";
+  EXPECT_EQ(h.summary.measured, 64 - 3 * 8) << "the batches after the warm-up go where the model's time is";
   ASSERT_TRUE(h.summary.best && l.summary.best);
   EXPECT_DOUBLE_EQ(s.weighted_us(), 50 * h.summary.best->result.median_us + l.summary.best->result.median_us);
   EXPECT_GT(progress_calls, 0);

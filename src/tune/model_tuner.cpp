@@ -168,15 +168,19 @@ ModelTuneSummary tune_model(const std::vector<ModelTask>& tasks, const std::vect
   };
 
   std::string reason;
-  // Warm-up: one batch each, largest share first, for workloads without a resumed kernel.
+  // Warm-up: rounds of one batch each, largest share first, until every workload has had
+  // warmup_batches batches' worth of trials (resumed records count).
   std::vector<std::size_t> order(slots.size());
   for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
     return slots[a].result.count * slots[a].result.flops > slots[b].result.count * slots[b].result.flops;
   });
   bool go = true;
-  for (std::size_t i : order)
-    if (go && best_of(slots[i].task->summary()) == kInf) go = give_round(slots[i]);
+  for (int round = 0; go && round < std::max(1, o.warmup_batches); ++round)
+    for (std::size_t i : order) {
+      const TuneSummary& x = slots[i].task->summary();
+      if (go && !slots[i].retired && x.resumed + x.measured < (round + 1) * batch) go = give_round(slots[i]);
+    }
   // Then the batch goes where it is expected to save the most model time.
   while (go) {
     Slot* pick = nullptr;
