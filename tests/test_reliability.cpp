@@ -325,6 +325,8 @@ TEST(Cli, EveryReadmeCommandRunsAsWritten) {
     std::string line;
     for (int i = 0; i < 2 && std::getline(in, line); ++i) out << line << "\n";
   }
+  // A model, as a user's exported ONNX file (built by the test models' writer).
+  ASSERT_EQ(shell("tmap_make_model resnet_style model.onnx", dir.str()).code, 0);
   const bool gpu = tmap::testing::have_gpu();
   for (const auto& c : commands) {
     SCOPED_TRACE(c);
@@ -341,6 +343,8 @@ TEST(Cli, EveryReadmeCommandRunsAsWritten) {
   EXPECT_TRUE(std::filesystem::exists(dir / "k.cu"));
   EXPECT_TRUE(std::filesystem::exists(dir / "best.jsonl"));
   EXPECT_FALSE(std::filesystem::is_empty(dir / "kernels"));
+  EXPECT_TRUE(std::filesystem::exists(dir / "model.json"));
+  EXPECT_TRUE(std::filesystem::exists(dir / "exported/CMakeLists.txt"));
 }
 
 }  // namespace
