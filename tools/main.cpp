@@ -75,8 +75,8 @@ int main(int argc, char** argv) {
   tmap::cli::register_hw(app);
   tmap::cli::register_ops(app);
   tmap::cli::register_run(app);
-  tmap::cli::register_tuning(app);
   tmap::cli::register_model(app);
+  tmap::cli::register_tuning(app);
   register_version(app);
 
   // The measurement worker (started by tmap itself): JSON lines on stdin and stdout.

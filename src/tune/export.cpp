@@ -379,9 +379,12 @@ std::vector<ExportedKernel> export_kernels(const std::vector<const TuneRecord*>&
   std::ostringstream setup;
   setup << "# Builds the example extension against the static library (build it first:\n"
         << "#   cmake -S .. -B ../build && cmake --build ../build), then: python3 test.py\n"
-        << "from setuptools import setup\nfrom torch.utils.cpp_extension import BuildExtension, CppExtension\n\n"
-        << "setup(name=\"tmap_ext\", ext_modules=[CppExtension(\"tmap_ext\", [\"tmap_ext.cpp\"], include_dirs=[\"..\"],\n"
-        << "      extra_objects=[\"../build/libtmap_kernels.a\"], libraries=[\"cudart\"])],\n"
+        << "# (CUDAExtension for CUDA's include and library paths; the kernels are already compiled.)\n"
+        << "import os\nfrom setuptools import setup\nfrom torch.utils.cpp_extension import BuildExtension, CUDAExtension\n\n"
+        << "here = os.path.dirname(os.path.abspath(__file__))\n"
+        << "setup(name=\"tmap_ext\", ext_modules=[CUDAExtension(\"tmap_ext\", [os.path.join(here, \"tmap_ext.cpp\")],\n"
+        << "      include_dirs=[os.path.join(here, \"..\")],\n"
+        << "      extra_objects=[os.path.join(here, \"..\", \"build\", \"libtmap_kernels.a\")])],\n"
         << "      cmdclass={\"build_ext\": BuildExtension})\n";
   write(fs::path(dir) / "torch" / "setup.py", setup.str());
   return out;
