@@ -1,6 +1,7 @@
 #include "tmap/frontend/workload_table.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -87,7 +88,11 @@ std::string workload_table_json(const WorkloadTable& t) {
 }
 
 WorkloadTable load_workload_table(const std::string& path) {
-  const SourceText source = read_source_file(path, "workload table", kHint);
+  return parse_workload_table(read_source_file(path, "workload table", kHint));
+}
+
+WorkloadTable parse_workload_table(const SourceText& source) {
+  const std::string& path = source.file();
   const ordered_json doc = parse_json_text(source, kHint);
   JsonLocations locs(source);
   JsonReader r(locs);
@@ -111,8 +116,10 @@ WorkloadTable load_workload_table(const std::string& path) {
   if (!parse_dtype(t.out_dtype))
     r.fail_value("/out_dtype", "unknown dtype '" + t.out_dtype + "'", "supported dtypes: " + supported_dtype_names());
   if (doc.contains("batch")) {
-    r.expect_type(doc["batch"], "/batch", doc["batch"].is_number_integer() && doc["batch"].get<std::int64_t>() > 0,
-                  "\"batch\"", "a positive integer");
+    r.expect_type(doc["batch"], "/batch",
+                  doc["batch"].is_number_integer() && doc["batch"].get<std::int64_t>() > 0 &&
+                      doc["batch"].get<std::int64_t>() <= INT32_MAX,
+                  "\"batch\"", "a positive 32-bit integer");
     t.batch = doc["batch"].get<std::int64_t>();
   }
   r.require_key(doc, "", "workloads", "a workload table");
@@ -179,17 +186,22 @@ WorkloadTable load_workload_table(const std::string& path) {
     for (std::size_t i = 0; i < us.size(); ++i) {
       const std::string ptr = "/unsupported/" + std::to_string(i);
       r.expect_type(us[i], ptr, us[i].is_object(), "an entry", "an object with node, op_type and reason");
+      r.check_keys(us[i], ptr, {"node", "op_type", "reason"}, "an unsupported node");
       UnsupportedNode u;
-      u.node = us[i].value("node", "");
-      u.op_type = us[i].value("op_type", "");
-      u.reason = us[i].value("reason", "");
+      for (auto [key, field] : {std::pair<const char*, std::string*>{"node", &u.node}, {"op_type", &u.op_type}, {"reason", &u.reason}}) {
+        if (!us[i].contains(key)) continue;
+        r.expect_type(us[i][key], ptr + "/" + key, us[i][key].is_string(), "\"" + std::string(key) + "\"", "a string");
+        *field = us[i][key].get<std::string>();
+      }
       t.unsupported.push_back(u);
     }
   }
   if (doc.contains("other_ops")) {
     r.expect_type(doc["other_ops"], "/other_ops", doc["other_ops"].is_object(), "\"other_ops\"", "an object of counts");
     for (const auto& [op, n] : doc["other_ops"].items()) {
-      r.expect_type(n, JsonLocations::child("/other_ops", op), n.is_number_integer(), "a count", "an integer");
+      r.expect_type(n, JsonLocations::child("/other_ops", op),
+                    n.is_number_integer() && n.get<std::int64_t>() >= 0 && n.get<std::int64_t>() <= 1000000000, "a count",
+                    "an integer from 0 to 10^9");
       t.other_ops[op] = n.get<int>();
     }
   }

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "tmap/ir/compute.h"
+#include "tmap/support/diagnostic.h"
 
 namespace tmap {
 
@@ -68,6 +69,8 @@ std::string workload_table_json(const WorkloadTable& t);
 
 /// Reads and validates a table file; errors point at the file, line and column.
 WorkloadTable load_workload_table(const std::string& path);
+/// The same for a table's text (`source.file()` names it in errors).
+WorkloadTable parse_workload_table(const SourceText& source);
 
 /// "C=64 H=56 W=56 K=64 ..." for tables and progress lines.
 std::string params_text(const TableWorkload& w);
