@@ -114,7 +114,7 @@ struct TuneArgs {
   std::int64_t model_batch = 0;
   bool no_baselines = false;
   CLI::Option* trials_option = nullptr;
-  int trials = 200, early_stop = 0, batch = 16;
+  int trials = 200, early_stop = 0, batch = 16, compile_ahead = 3;
   double time_budget = 0, timeout = 10;
   std::uint64_t seed = 0;
 };
@@ -127,6 +127,9 @@ void print_tune_summary(const TuneSummary& s, const Compute& c, const Workload& 
               s.resumed ? (", " + std::to_string(s.resumed) + " resumed").c_str() : "", log_path.c_str());
   if (s.transferred) std::printf("cost model warm-started from %d measurements of other workloads\n", s.transferred);
   std::printf("stopped: %s\n", s.stop_reason.c_str());
+  if (!model_only && s.measured > 0)
+    std::printf("time: measuring %.1f s, waiting for compilation %.1f s, proposing %.1f s, fitting the model %.1f s\n",
+                s.measure_s, s.compile_wait_s, s.propose_s, s.fit_s);
   if (!s.rank_correlations.empty()) {
     double sum = 0;
     for (double r : s.rank_correlations) sum += r;
@@ -172,6 +175,7 @@ TuneOptions tune_options(const TuneArgs& a, const Machine& m, const std::string&
   o.limits = m.limits;
   o.device = m.model;
   o.compile_cache_dir = a.cache_dir;
+  o.compile_ahead = a.compile_ahead;
   o.stop = &g_interrupted;
   o.on_note = [](const std::string& s) { spdlog::info("{}", s); };
   return o;
@@ -299,6 +303,11 @@ void tune_model_command(const TuneArgs& a) {
                 table.title.c_str(), s.tasks.size(), total_flops / 1e9, s.measured,
                 a.measure == "model" ? "ranked and compiled" : "measured", duration_text(s.wall_s).c_str(), s.transferred,
                 log_path.c_str(), s.stop_reason.c_str());
+    if (a.measure != "model") {
+      double m = 0, w = 0, p = 0, f = 0;
+      for (const auto& t : s.tasks) m += t.summary.measure_s, w += t.summary.compile_wait_s, p += t.summary.propose_s, f += t.summary.fit_s;
+      std::printf("time: measuring %.1f s, waiting for compilation %.1f s, proposing %.1f s, fitting the model %.1f s\n", m, w, p, f);
+    }
     std::printf("%-28s %-16s %5s %7s %8s %10s %9s %12s %7s  %s\n", "workload", "key", "count", "trials", "resumed",
                 "best us", "TFLOP/s", "x count us", "time %", "kernel");
     const double total_us = s.weighted_us();
@@ -350,6 +359,9 @@ void register_tune(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--batch", args->batch, "Candidates compiled and measured per batch (default 16)")
       ->check(CLI::Range(1, 1024));
+  cmd->add_option("--compile-ahead", args->compile_ahead,
+                  "Batches compiled ahead of the one being measured (default 3; NVRTC bounds the trial rate)")
+      ->check(CLI::Range(1, 16));
   cmd->add_option("--log", args->log, "JSON-lines log to append to; its records of this workload resume the search "
                                       "(default logs/<op>.jsonl)");
   cmd->add_option("--prior", args->prior, "Also warm-start the cost model from this log's other workloads (repeatable)")
@@ -440,6 +452,7 @@ void register_tune(CLI::App& app) {
       j["transferred"] = s.transferred;
       j["wall_s"] = s.wall_s;
       j["stop_reason"] = s.stop_reason;
+      j["seconds"] = {{"measure", s.measure_s}, {"compile_wait", s.compile_wait_s}, {"propose", s.propose_s}, {"fit", s.fit_s}};
       j["signal"] = g_signal ? nlohmann::json(static_cast<int>(g_signal)) : nlohmann::json();
       j["rank_correlations"] = s.rank_correlations;
       j["history"] = nlohmann::json::array();

@@ -110,6 +110,7 @@ ModelTuneSummary tune_model(const std::vector<ModelTask>& tasks, const std::vect
     const double share = total_flops > 0 ? s.result.count * s.result.flops / total_flops : 1.0 / slots.size();
     const int expected = o.trials > 0 ? static_cast<int>(o.trials * share) : 64;
     to.trials = std::max(2 * batch, expected);
+    to.compile_ahead = 1;  // the scheduler compiles the next workload's batch ahead instead
     to.on_note = [&note, name = s.result.name](const std::string& line) { note(name + ": " + line); };
     s.task = std::make_unique<TuneTask>(*s.compute, hws, to, model, history.own[s.result.key], log.get());
   }
@@ -146,10 +147,12 @@ ModelTuneSummary tune_model(const std::vector<ModelTask>& tasks, const std::vect
   };
   auto trials_left = [&] { return o.trials > 0 ? o.trials - measured() : batch; };
 
-  // One batch for `s`; returns false when the run must end.
-  auto give_round = [&](Slot& s) {
+  // One batch for `s`, while `next` (the workload expected to come next) compiles its batch;
+  // returns false when the run must end.
+  auto give_round = [&](Slot& s, Slot* next) {
     const int n = std::min(batch, trials_left());
     if (n <= 0) return false;
+    if (next && next != &s && !next->retired && trials_left() > n) next->task->prefetch();
     ++s.result.rounds;
     const int before = s.task->summary().measured;
     s.task->run(n, measurer, [&] {
@@ -176,28 +179,42 @@ ModelTuneSummary tune_model(const std::vector<ModelTask>& tasks, const std::vect
     return slots[a].result.count * slots[a].result.flops > slots[b].result.count * slots[b].result.flops;
   });
   bool go = true;
-  for (int round = 0; go && round < std::max(1, o.warmup_batches); ++round)
-    for (std::size_t i : order) {
-      const TuneSummary& x = slots[i].task->summary();
-      if (go && !slots[i].retired && x.resumed + x.measured < (round + 1) * batch) go = give_round(slots[i]);
+  const int warmup = std::max(1, o.warmup_batches);
+  auto in_warmup = [&](const Slot& s, int round) {
+    const TuneSummary& x = s.task->summary();
+    return !s.retired && x.resumed + x.measured < (round + 1) * batch;
+  };
+  for (int round = 0; go && round < warmup; ++round)
+    for (std::size_t k = 0; k < order.size(); ++k) {
+      if (!go || !in_warmup(slots[order[k]], round)) continue;
+      Slot* next = nullptr;  // the next workload of the warm-up
+      for (std::size_t j = k + 1; j < order.size() && !next; ++j)
+        if (in_warmup(slots[order[j]], round)) next = &slots[order[j]];
+      for (std::size_t j = 0; j < order.size() && !next && round + 1 < warmup; ++j)
+        if (in_warmup(slots[order[j]], round + 1)) next = &slots[order[j]];
+      go = give_round(slots[order[k]], next);
     }
   // Then the batch goes where it is expected to save the most model time.
   while (go) {
-    Slot* pick = nullptr;
-    double best_gain = -1;
+    // The best and the runner-up by expected gain: the runner-up compiles while the best is
+    // measured (it is usually the next pick).
+    Slot *pick = nullptr, *second = nullptr;
+    double best_gain = -1, second_gain = -1;
     for (Slot& s : slots) {
       if (s.retired) continue;
       const double gain = best_of(s.task->summary()) == kInf ? kInf : expected_gain(s, batch);
       if (gain > best_gain) {
-        best_gain = gain;
-        pick = &s;
+        second = pick, second_gain = best_gain;
+        best_gain = gain, pick = &s;
+      } else if (gain > second_gain) {
+        second_gain = gain, second = &s;
       }
     }
     if (!pick) {
       reason = "every workload is done (exhausted, converged or given up)";
       break;
     }
-    go = give_round(*pick);
+    go = give_round(*pick, second);
   }
   if (stop_requested()) {
     out.stopped = true;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <deque>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -255,7 +256,7 @@ class TuneTask::Impl {
   }
 
   ~Impl() {
-    if (next_.valid()) next_.wait();  // compiled but never measured: nothing to record
+    for (auto& f : ahead_) f.wait();  // compiled but never measured: nothing to record
   }
 
   void run(int trials, Measurer& measurer, const std::function<bool()>& out_of_time) {
@@ -265,9 +266,19 @@ class TuneTask::Impl {
     auto remaining = [&] { return target - planned_; };
     auto stop_requested = [&] { return o_.stop && o_.stop->load(); };
     s_.stop_reason.clear();
-    if (!next_.valid() && remaining() > 0 && !exhausted_) next_ = start_compile(std::min(o_.batch, remaining()));
-    while (next_.valid()) {
-      CompiledBatch cur = next_.get();
+    // Batches are compiled up to compile_ahead ahead of the one being measured: NVRTC, not the
+    // GPU, bounds the trial rate, and one batch at a time leaves most cores idle on stragglers.
+    auto fill = [&](bool first) {
+      while (static_cast<int>(ahead_.size()) < std::max(1, o_.compile_ahead) && remaining() > 0 && !exhausted_ &&
+             (first || (!stop_requested() && !out_of_time())))
+        ahead_.push_back(start_compile(std::min(o_.batch, remaining())));
+    };
+    fill(true);
+    while (!ahead_.empty()) {
+      auto waited = Clock::now();
+      CompiledBatch cur = ahead_.front().get();
+      ahead_.pop_front();
+      s_.compile_wait_s += seconds_since(waited);
       if (cur.candidates.empty()) {
         exhausted_ = true;
         s_.stop_reason = "the search space is exhausted";
@@ -279,7 +290,7 @@ class TuneTask::Impl {
         break;
       }
       // Compile the next batch while this one is measured.
-      if (remaining() > 0 && !stop_requested() && !out_of_time()) next_ = start_compile(std::min(o_.batch, remaining()));
+      fill(false);
       measure_batch(cur, measurer, out_of_time);
       std::string reason;
       if (stop_requested()) {
@@ -289,7 +300,7 @@ class TuneTask::Impl {
         reason = "time budget reached";
       } else if (o_.early_stop > 0 && since_improvement_ >= o_.early_stop) {
         reason = "no improvement in " + std::to_string(since_improvement_) + " trials";
-      } else if (s_.measured >= target || (!next_.valid() && remaining() <= 0)) {
+      } else if (s_.measured >= target || (ahead_.empty() && remaining() <= 0)) {
         reason = "trial budget reached";
       }
       if (!reason.empty()) {
@@ -299,6 +310,11 @@ class TuneTask::Impl {
     }
     if (s_.stop_reason.empty()) s_.stop_reason = "trial budget reached";
     s_.wall_s += seconds_since(t0);
+  }
+
+  /// Starts compiling one batch for the next run, unless one is compiling or compiled already.
+  void prefetch() {
+    if (ahead_.empty() && !exhausted_ && !(o_.stop && o_.stop->load())) ahead_.push_back(start_compile(o_.batch));
   }
 
   TuneSummary s_;
@@ -397,7 +413,9 @@ class TuneTask::Impl {
   }
 
   std::future<CompiledBatch> start_compile(int size) {
+    const auto t0 = Clock::now();
     std::vector<Candidate> batch = propose(size);
+    s_.propose_s += seconds_since(t0);
     planned_ += static_cast<int>(batch.size());
     return std::async(std::launch::async, compile_batch, std::cref(search_.space()), std::ref(compiler_),
                       std::move(batch), o_.compile_threads, o_.stop);
@@ -418,7 +436,9 @@ class TuneTask::Impl {
         res.status = "compile_error";
         res.error = "generated kernel does not compile (a bug in tmap): " + cur.binaries[i].log.substr(0, 2000);
       } else {
+        const auto t0 = Clock::now();
         MeasureResult m = measurer.measure(c_, g, cand.params, cur.kernels[i], cur.binaries[i]);
+        s_.measure_s += seconds_since(t0);
         res.status = status_name(m.status);
         res.median_us = m.median_us;
         res.times_us = m.times_us;
@@ -460,7 +480,9 @@ class TuneTask::Impl {
       if (out_of_time() || (o_.stop && o_.stop->load())) break;
     }
     if (model_trained && pred_ok.size() >= 4) s_.rank_correlations.push_back(spearman(pred_ok, meas_ok));
+    const auto t0 = Clock::now();
     model_.fit();
+    s_.fit_s += seconds_since(t0);
   }
 
   const Compute& c_;
@@ -473,7 +495,7 @@ class TuneTask::Impl {
   std::vector<Candidate> first_looks_;
   std::size_t next_look_ = 0;
   int planned_ = 0, since_improvement_ = 0;
-  std::future<CompiledBatch> next_;
+  std::deque<std::future<CompiledBatch>> ahead_;
   Clock::time_point run_start_ = Clock::now();
 };
 
@@ -484,6 +506,7 @@ TuneTask::~TuneTask() = default;
 void TuneTask::run(int trials, Measurer& measurer, const std::function<bool()>& out_of_time) {
   impl_->run(trials, measurer, out_of_time);
 }
+void TuneTask::prefetch() { impl_->prefetch(); }
 const TuneSummary& TuneTask::summary() const { return impl_->s_; }
 bool TuneTask::exhausted() const { return impl_->exhausted_; }
 const Workload& TuneTask::workload() const { return impl_->workload(); }

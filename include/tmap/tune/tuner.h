@@ -89,6 +89,8 @@ struct TuneOptions {
   DeviceLimits limits;
   DeviceModel device;
   unsigned compile_threads = 0;  ///< 0: all cores.
+  /// Batches compiled ahead of the one being measured (1: only the next one).
+  int compile_ahead = 3;
   std::string compile_cache_dir;
   std::function<void(const TuneProgress&)> on_progress;
   std::function<void(const std::string&)> on_note;  ///< Informational lines (resume, first looks, ...).
@@ -109,6 +111,10 @@ struct TuneSummary {
   std::string stop_reason;
   std::vector<double> rank_correlations;       ///< Per batch, once the model trains.
   std::vector<std::pair<int, double>> history; ///< (trials so far, best us) at each improvement.
+  /// Where the wall time went: measuring (the worker: load, verify, time), waiting for a batch's
+  /// compilation beyond what overlapped with measuring, proposing batches (pools ranked by the
+  /// model) and refitting the cost model.
+  double measure_s = 0, compile_wait_s = 0, propose_s = 0, fit_s = 0;
 };
 
 /// Tunes on the GPU through `measurer`. Throws UserError when nothing matches.
@@ -142,6 +148,9 @@ class TuneTask {
   /// Stops early on o.stop, on `out_of_time()` (checked after each measurement), on o.early_stop,
   /// or when the space is exhausted; a batch compiled ahead is kept for the next run.
   void run(int trials, Measurer& measurer, const std::function<bool()>& out_of_time);
+  /// Starts compiling one batch (o.batch) in the background for the next run, unless one is
+  /// already compiling: model-level tuning compiles the next workload's batch while measuring.
+  void prefetch();
   /// Counts over every run so far (wall_s: their time; transferred is not filled in).
   const TuneSummary& summary() const;
   bool exhausted() const;
