@@ -219,6 +219,10 @@ TEST(Cli, ImportPrintsTheTableAndWritesJson) {
   EXPECT_NE(r.code, 0);
   r = testing::tmap("import r.onnx --dim seq=x", dir.str());
   EXPECT_EQ(r.code, 2) << r.err;
+  // tune --model reads --dim the same way: a dimension must be positive.
+  r = testing::tmap("tune --model r.onnx --model-batch 1 --dim batch=0 --measure model", dir.str());
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("a dimension must be positive"), std::string::npos) << r.err;
 }
 
 }  // namespace

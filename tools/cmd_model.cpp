@@ -16,17 +16,7 @@ struct ImportArgs {
   std::vector<std::string> dims;
 };
 
-std::map<std::string, std::int64_t> parse_dims(const std::vector<std::string>& args) {
-  std::map<std::string, std::int64_t> out;
-  for (const ParamOverride& p : parse_param_overrides(args)) {
-    if (p.value < 1) bad("--dim " + p.name, "a dimension must be positive, not " + std::to_string(p.value), "give --dim NAME=VALUE with VALUE >= 1");
-    out[p.name] = p.value;
-  }
-  return out;
-}
-
-}  // namespace
-
+/// A workload table as text: one line per workload (count, GFLOP, share), then what was left out.
 void print_table(const WorkloadTable& t) {
   int nodes = 0;
   for (const auto& w : t.workloads) nodes += w.count;
@@ -46,6 +36,17 @@ void print_table(const WorkloadTable& t) {
     for (const auto& [op, n] : t.other_ops) line += (line.empty() ? "" : ", ") + op + " " + std::to_string(n);
     std::printf("other nodes (not contractions; no kernel from tmap): %s\n", line.c_str());
   }
+}
+
+}  // namespace
+
+std::map<std::string, std::int64_t> parse_dims(const std::vector<std::string>& args) {
+  std::map<std::string, std::int64_t> out;
+  for (const ParamOverride& p : parse_param_overrides(args)) {
+    if (p.value < 1) bad("--dim " + p.name, "a dimension must be positive, not " + std::to_string(p.value), "give --dim NAME=VALUE with VALUE >= 1");
+    out[p.name] = p.value;
+  }
+  return out;
 }
 
 void register_model(CLI::App& app) {

@@ -205,7 +205,7 @@ void tune_model_command(const TuneArgs& a) {
   if (!a.model.empty()) {
     OnnxImportOptions io;
     io.batch = a.model_batch;
-    for (const ParamOverride& p : parse_param_overrides(a.dims)) io.dims[p.name] = p.value;
+    io.dims = parse_dims(a.dims);
     io.channels_last = a.layout == "nhwc";
     io.out_dtype = a.compute.out_dtype.empty() ? "float16" : a.compute.out_dtype;
     table = import_onnx(a.model, io);

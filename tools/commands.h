@@ -2,6 +2,8 @@
 // prints to stdout and throws tmap::UserError for bad input (exit code 2, message on stderr).
 #pragma once
 
+#include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -9,10 +11,6 @@
 
 #include "tmap/frontend/compute_loader.h"
 #include "tmap/hw/hw_abstraction.h"
-
-namespace tmap {
-struct WorkloadTable;
-}
 
 namespace tmap::cli {
 
@@ -22,8 +20,8 @@ void register_ops(CLI::App& app);
 void register_run(CLI::App& app);
 void register_tuning(CLI::App& app);  ///< tune, replay, logs, export
 void register_model(CLI::App& app);   ///< import
-/// A workload table as text: one line per workload (count, GFLOP, share), then what was left out.
-void print_table(const WorkloadTable& t);
+/// --dim NAME=VALUE arguments (import, tune --model): symbolic dimensions, each at least 1.
+std::map<std::string, std::int64_t> parse_dims(const std::vector<std::string>& args);
 
 /// How a command names its compute: a JSON file or a built-in op, plus --set overrides.
 struct ComputeArgs {

@@ -4,7 +4,6 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <numeric>
 #include <optional>
 #include <set>
 
@@ -98,8 +97,8 @@ std::string ints_text(const Shape& s) {
 }
 
 Contraction read_conv(const onnx::NodeProto& n, const Attributes& a, const Shape& x, const Shape& w, bool channels_last) {
-  const std::size_t rank = x.size() - 2;
   if (x.size() < 3 || x.size() > 5) throw Unsupported{"input of rank " + std::to_string(x.size()) + ": tmap maps 1-D, 2-D and 3-D convolutions"};
+  const std::size_t rank = x.size() - 2;
   if (w.size() != x.size()) throw Unsupported{"weight rank " + std::to_string(w.size()) + " differs from the input's " + std::to_string(x.size())};
   const std::int64_t groups = a.integer("group", 1);
   const std::int64_t N = x[0], C = x[1], K = w[0];

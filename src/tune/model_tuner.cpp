@@ -28,7 +28,6 @@ struct Slot {
   const Compute* compute = nullptr;
   std::unique_ptr<TuneTask> task;
   bool retired = false;
-  int trials_at_round_start = 0;
 };
 
 double best_of(const TuneSummary& s) { return s.best && s.best->result.ok() ? s.best->result.median_us : kInf; }
