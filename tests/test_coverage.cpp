@@ -10,6 +10,8 @@
 #include <cstdio>
 #include <functional>
 #include <map>
+#include <random>
+#include <set>
 
 #include "gpu_cases.h"
 #include "test_util.h"
@@ -266,6 +268,176 @@ TEST(Coverage, SimtValidationReasons) {
   EXPECT_TRUE(has(tc_text, "only SIMT kernels split one output's reduction")) << tc_text;
 }
 
+// ---- Window staging (SIMT, ScheduleParams::window) ----
+
+/// A compute with its inputs in `in` and its output and sums in `acc` (a SIMT abstraction's dtypes).
+Compute retyped(const std::string& name, DType in, DType acc, const std::vector<std::string>& sets) {
+  ComputeDef def = builtin_op(name);
+  for (auto& t : def.tensors) t.dtype = t.name == def.tensors.back().name ? acc : in;
+  def.accumulate = acc;
+  return build_compute(def, parse_param_overrides(sets));
+}
+
+/// Sliding windows with one filter per channel, in every form the window stager takes: strides,
+/// dilations, paddings, odd and tiny extents, larger filters, 1-D (conv1d of one channel) and the
+/// grouped NCHW convolution with groups = C.
+std::vector<std::pair<std::string, Compute>> window_computes(DType in = DType::kFloat16, DType acc = DType::kFloat32) {
+  std::vector<std::pair<std::string, Compute>> out;
+  auto add = [&](const std::string& name, const std::vector<std::string>& sets) {
+    std::string label = name;
+    for (const auto& s : sets) label += " " + s;
+    out.emplace_back(label, retyped(name, in, acc, sets));
+  };
+  add("depthwise_conv2d", {"C=24", "H=15", "W=15", "stride=2"});
+  add("depthwise_conv2d", {"N=2", "C=5", "H=9", "W=9"});
+  add("depthwise_conv2d", {"C=8", "H=16", "W=16", "dil=2", "pad=2"});
+  add("depthwise_conv2d", {"C=3", "H=7", "W=12", "R=5", "S=5", "pad=0"});
+  add("depthwise_conv2d", {"C=7", "H=1", "W=17", "R=1", "S=3"});
+  add("depthwise_conv2d", {"C=4", "H=33", "W=1", "R=3", "S=1", "pad=0"});
+  add("depthwise_conv2d", {"C=6", "H=8", "W=8", "R=1", "S=1", "pad=0", "stride=2"});
+  add("depthwise_conv2d", {"C=16", "H=56", "W=56", "stride=1"});
+  add("conv1d", {"N=3", "C=1", "K=1", "W=127", "S=5", "pad=2"});
+  add("conv2d", {"C=12", "K=12", "groups=12", "H=10", "W=10"});
+  return out;
+}
+
+/// The space's arms whose default stages windows.
+std::vector<int> window_arms(const SearchSpace& space) {
+  std::vector<int> out;
+  for (int e = 0; e < static_cast<int>(space.entries().size()); ++e)
+    if (space.entries()[e].defaults.window) out.push_back(e);
+  return out;
+}
+
+/// Window schedules beside an arm's default: other runs per thread, blocks of part of a row and
+/// of several rows, batch entries per block, narrower copies with and without cp.async.
+std::vector<std::pair<std::string, ScheduleParams>> window_variants(const SearchSpace& space, int arm) {
+  const SpaceEntry& entry = space.entries()[arm];
+  std::vector<std::pair<std::string, ScheduleParams>> out = {{"default", entry.defaults}};
+  for (int tm : {1, 2, 8})
+    for (int b : {0, 1, -1}) {  // the smallest block tile, the default's, the largest
+      ScheduleParams p = entry.defaults;
+      p.warp_m = tm;
+      const std::vector<int> tiles = family_of(*entry.hw).block_tiles(entry.gemm, p, 'm');
+      p.block_m = b == 0 ? tiles.front() : b < 0 ? tiles.back() : p.block_m;
+      out.emplace_back("warp_m " + std::to_string(tm) + " block_m " + std::to_string(p.block_m), p);
+    }
+  for (int bz : {1, 4}) {
+    ScheduleParams p = entry.defaults;
+    p.block_n = bz;
+    out.emplace_back("block_n " + std::to_string(bz), p);
+  }
+  for (int v : {1, 2, 4}) {
+    ScheduleParams p = entry.defaults;
+    p.vec_a = v;
+    p.async_copy = v >= 2;
+    out.emplace_back("vec_a " + std::to_string(v) + (v >= 2 ? " cp.async" : ""), p);
+    p.async_copy = 0;
+    out.emplace_back("vec_a " + std::to_string(v), p);
+  }
+  return out;
+}
+
+TEST(Coverage, SimtWindowKernelsCompile) {
+  const DeviceLimits limits = DeviceLimits::for_arch(90);
+  std::vector<CompileJob> jobs;
+  std::vector<std::string> labels;
+  for (const auto& [label, c] : window_computes()) {
+    SCOPED_TRACE(label);
+    SearchSpace space(c, shipped(), Enumeration::kAmos, limits, 90);
+    const std::vector<int> arms = window_arms(space);
+    ASSERT_FALSE(arms.empty()) << "no arm stages windows";
+    for (int arm : arms) {
+      const SpaceEntry& entry = space.entries()[arm];
+      EXPECT_EQ(entry.gemm.layout, "tnn");
+      EXPECT_EQ(entry.gemm.N, 1);
+      for (const auto& [name, p] : window_variants(space, arm)) {
+        if (!validate(entry.gemm, p, limits).empty()) continue;
+        for (float f : candidate_features(entry.gemm, p, DeviceModel::for_arch(90))) ASSERT_TRUE(std::isfinite(f));
+        KernelSource k = emit_kernel(entry.gemm, p);
+        EXPECT_EQ(k.grid[2], (entry.gemm.batch + p.block_n - 1) / p.block_n);
+        jobs.push_back({k.name, k.code});
+        labels.push_back(label + " " + entry.label + " " + name);
+      }
+    }
+  }
+  EXPECT_GT(jobs.size(), 100u);
+  // All for sm_90; every fifth for sm_80 too (cp.async and the vector copies are the same there).
+  std::vector<CompileJob> some;
+  for (std::size_t i = 0; i < jobs.size(); i += 5) some.push_back(jobs[i]);
+  for (int cc : {80, 90}) {
+    NvrtcCompiler compiler(cc);
+    std::vector<CompileResult> results = compile_parallel(compiler, cc == 90 ? jobs : some);
+    int failed = 0;
+    for (std::size_t i = 0; i < results.size(); ++i)
+      if (!results[i].ok && failed++ < 3)
+        ADD_FAILURE() << "sm_" << cc << " " << labels[cc == 90 ? i : 5 * i] << ":\n" << results[i].log;
+    EXPECT_EQ(failed, 0);
+  }
+  std::printf("%zu window kernels compiled for sm_90, %zu of them for sm_80\n", jobs.size(), some.size());
+}
+
+TEST(Coverage, SimtWindowSamplesAreValidAndVaried) {
+  const DeviceLimits limits = DeviceLimits::for_arch(90);
+  const Compute c = op("depthwise_conv2d", {"C=144", "H=56", "W=56"});
+  SearchSpace space(c, shipped(), Enumeration::kAmos, limits, 90);
+  const std::vector<int> arms = window_arms(space);
+  ASSERT_FALSE(arms.empty());  // the mappings of (p, q) to m and (r, s) to k, on layout tnn
+  std::mt19937_64 rng(5);
+  std::set<std::string> distinct;
+  ScheduleParams p = space.entries()[arms[0]].defaults;
+  for (int i = 0; i < 200; ++i) {
+    const ScheduleParams s = i % 2 ? space.sample(arms[0], rng) : (p = space.mutate(arms[0], p, rng));
+    ASSERT_TRUE(validate(space.entries()[arms[0]].gemm, s, limits).empty());
+    EXPECT_EQ(s.window, 1);
+    distinct.insert(to_json(s).dump());
+  }
+  EXPECT_GT(distinct.size(), 40u);
+  // Other arms of the same compute keep im2col staging (window 0), so the tuner weighs both.
+  int im2col = 0;
+  for (const auto& e : space.entries()) im2col += e.hw->family == "simt" && !e.defaults.window;
+  EXPECT_GT(im2col, 0);
+}
+
+TEST(Coverage, SimtWindowValidationReasons) {
+  const DeviceLimits limits = DeviceLimits::for_arch(90);
+  const Compute c = op("depthwise_conv2d", {"C=8", "H=14", "W=14"});
+  SearchSpace space(c, shipped(), Enumeration::kAmos, limits, 90);
+  const std::vector<int> arms = window_arms(space);
+  ASSERT_FALSE(arms.empty());
+  const SpaceEntry& entry = space.entries()[arms[0]];
+  auto reasons = [&](const ImplicitGemm& g, ScheduleParams p, const std::function<void(ScheduleParams&)>& change) {
+    change(p);
+    std::string out;
+    for (const auto& issue : validate(g, p, limits)) out += issue.detail + "\n";
+    return out;
+  };
+  auto has = [](const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; };
+  const ScheduleParams d = entry.defaults;
+  EXPECT_TRUE(reasons(entry.gemm, d, [](ScheduleParams&) {}).empty());
+  EXPECT_TRUE(has(reasons(entry.gemm, d, [](ScheduleParams& p) { p.stages = 2; }), "stages = 2: use 1"));
+  EXPECT_TRUE(has(reasons(entry.gemm, d, [](ScheduleParams& p) { p.warp_m = 4; p.block_m = 28; }),
+                  "warp_m = 4 does not divide the row of 14"));
+  EXPECT_TRUE(has(reasons(entry.gemm, d, [](ScheduleParams& p) { p.block_m = 20; p.warp_m = 2; }),
+                  "block_m = 20 neither divides nor is a multiple"));
+  EXPECT_TRUE(has(reasons(entry.gemm, d, [](ScheduleParams& p) { p.vec_a = 4; }), "allow vectors of up to 2"));
+  EXPECT_TRUE(has(reasons(entry.gemm, d, [](ScheduleParams& p) { p.vec_a = 1; p.async_copy = 1; }),
+                  "async_copy = 1 with copies of 2 bytes"));
+  EXPECT_TRUE(has(reasons(entry.gemm, d, [](ScheduleParams& p) { p.window = 2; }), "window = 2"));
+  // A mapping without a window (a GEMM), and a Tensor Core family, refuse window = 1.
+  const Compute gemm = op("gemm", {"M=64", "N=64", "K=64"});
+  const ImplicitGemm simt = gemms_of(gemm, "simt_fp16_fp32", false).front();
+  ScheduleParams ps = default_schedule(simt, limits);
+  EXPECT_EQ(ps.window, 0);
+  EXPECT_TRUE(has(reasons(simt, ps, [](ScheduleParams& p) { p.window = 1; }), "no window to stage"));
+  const ImplicitGemm tc = gemms_of(gemm, "mma_sync_fp16_fp32", false).front();
+  EXPECT_TRUE(has(reasons(tc, default_schedule(tc, limits), [](ScheduleParams& p) { p.window = 1; }),
+                  "only SIMT kernels stage a convolution's input window"));
+  // Old logs' schedules (no "window" key) read as window = 0.
+  EXPECT_EQ(schedule_from_json(nlohmann::json::parse(R"({"block_m": 64})")).window, 0);
+  EXPECT_EQ(to_json(d)["window"], 1);
+}
+
 // ---- On the GPU ----
 
 using testing::device_cc;
@@ -337,6 +509,33 @@ TEST(GpuCoverage, OddExtentSweep) {
     cases_run += static_cast<int>(cases.size());
   }
   EXPECT_GT(cases_run, 100);
+}
+
+TEST(GpuCoverage, SimtWindow) {
+  if (!have_gpu()) GTEST_SKIP() << "no GPU: " << query_runtime().status;
+  // Every window variant of every form against the reference: float16 and bfloat16 inputs at
+  // 1e-2, float32 at 1e-5.
+  std::uint64_t seed = 1200;
+  const DeviceLimits limits = DeviceLimits::for_arch(device_cc());
+  int cases_run = 0;
+  for (const auto& [in, tol] : {std::pair{DType::kFloat16, 1e-2}, {DType::kBFloat16, 1e-2}, {DType::kFloat32, 1e-5}})
+    for (const auto& [label, c] : window_computes(in)) {
+      SearchSpace space(c, shipped(), Enumeration::kAmos, limits, device_cc());
+      std::vector<GpuCase> cases;
+      // float16: every variant of the first arm and every arm's default; the other dtypes: defaults.
+      const std::vector<int> arms = window_arms(space);
+      for (int arm : arms)
+        for (const auto& [name, p] : window_variants(space, arm)) {
+          if ((in != DType::kFloat16 || arm != arms.front()) && name != "default") continue;
+          if (validate(space.entries()[arm].gemm, p, limits).empty())
+            cases.push_back({label + " " + std::string(dtype_name(in)) + " " + space.entries()[arm].label + " " + name,
+                             space.entries()[arm].gemm, p, tol});
+        }
+      ASSERT_FALSE(cases.empty()) << label;
+      run_cases(c, cases, seed++);
+      cases_run += static_cast<int>(cases.size());
+    }
+  EXPECT_GT(cases_run, 150);
 }
 
 }  // namespace

@@ -34,6 +34,13 @@ const EmitterFamily& family_of(const HwAbstraction& hw) {
                                     "families with an emitter: " + join(family_names())));
 }
 
+std::vector<int> EmitterFamily::block_tiles(const ImplicitGemm&, const ScheduleParams& p, char axis) const {
+  const int warp = axis == 'm' ? p.warp_m : p.warp_n;
+  std::vector<int> out;
+  for (int i = 0; i <= max_warp_tiles_log2(); ++i) out.push_back(warp << i);
+  return out;
+}
+
 KernelSource emit_kernel(const ImplicitGemm& g, const ScheduleParams& p) { return family_of(*g.hw).emit(g, p); }
 
 }  // namespace tmap

@@ -369,6 +369,7 @@ class MmaSyncFamily final : public EmitterFamily {
         {0, 1, 1},                                 // swizzle
         {0},                                       // producer: wgmma only
         {1},                                       // k_lanes: SIMT only
+        {0},                                       // window: SIMT only
     };
   }
 

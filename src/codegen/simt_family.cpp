@@ -11,7 +11,8 @@
 // reduction of one output is split across k_lanes neighbouring lanes, each summing every
 // k_lanes-th group of P elements of a step's tile; their partial sums meet by warp shuffles
 // (xor butterfly) before the epilogue, which stages the block's results through shared memory
-// and writes them in vectors where the output is contiguous.
+// and writes them in vectors where the output is contiguous. Depthwise convolutions and other
+// per-channel sliding windows are staged as windows instead (simt_window.cpp).
 #include <algorithm>
 #include <sstream>
 
@@ -163,9 +164,15 @@ class SimtFamily final : public EmitterFamily {
  public:
   std::string_view name() const override { return "simt"; }
   int ordinal() const override { return 3; }
-  KernelSource emit(const ImplicitGemm& g, const ScheduleParams& p) const override { return emit_simt(g, p); }
+  KernelSource emit(const ImplicitGemm& g, const ScheduleParams& p) const override {
+    return p.window ? emit_simt_window(g, p) : emit_simt(g, p);
+  }
   int threads_per_warp_tile(const ScheduleParams& p) const override { return std::max(1, p.k_lanes); }
   bool splits_reductions_across_lanes() const override { return true; }
+  bool stages_windows() const override { return true; }
+  std::vector<int> block_tiles(const ImplicitGemm& g, const ScheduleParams& p, char axis) const override {
+    return p.window ? window_block_tiles(g, p, axis) : EmitterFamily::block_tiles(g, p, axis);
+  }
 
   void validate(const ImplicitGemm& g, const ScheduleParams& p, const DeviceLimits& limits,
                 std::vector<ScheduleIssue>& out) const override {
@@ -174,6 +181,7 @@ class SimtFamily final : public EmitterFamily {
     if (p.panels != 0 || p.swizzle != 0)
       fail(ScheduleError::kBadOption, "panels = " + std::to_string(p.panels) + ", swizzle = " +
                                           std::to_string(p.swizzle) + ": SIMT tiles are padded rows; use 0 and 0");
+    if (p.window) return validate_window(g, p, limits, out);
     if (p.stages > (p.async_copy == 1 ? 4 : 2))
       fail(ScheduleError::kBadStages,
            "stages = " + std::to_string(p.stages) + " with async_copy = " + std::to_string(p.async_copy));
@@ -201,10 +209,15 @@ class SimtFamily final : public EmitterFamily {
   }
 
   std::int64_t shared_bytes(const ImplicitGemm& g, const ScheduleParams& p) const override {
-    return ring_or_epilogue_bytes(g, p);
+    return p.window ? window_shared_bytes(g, p) : ring_or_epilogue_bytes(g, p);
   }
 
   ScheduleParams default_schedule(const ImplicitGemm& g, const DeviceLimits& limits) const override {
+    // A mapping that can stage its input as windows does (on its one layout for it).
+    if (window_plan(g).why_not.empty()) {
+      ScheduleParams w = window_default_schedule(g, limits);
+      if (::tmap::validate(g, w, limits).empty()) return w;
+    }
     const int pack = pack_of(g);
     auto pow2_at_most = [](std::int64_t x, int cap) {
       int v = 1;
@@ -246,8 +259,8 @@ class SimtFamily final : public EmitterFamily {
   }
 
   std::vector<std::vector<int>> choices(const ImplicitGemm& g, const ScheduleParams& defaults) const override {
+    if (defaults.window) return window_choices(g);
     const int pack = pack_of(g);
-    (void)defaults;
     return {
         {1, 2, 4, 8, 16, 32, 64, 128, 256},           // block_m (drawn as thread tiles x a power of two)
         {1, 2, 4, 8, 16, 32, 64, 128, 256},           // block_n
@@ -266,6 +279,7 @@ class SimtFamily final : public EmitterFamily {
         {0},                                          // swizzle: padded rows only
         {0},                                          // producer: wgmma only
         {1, 2, 4, 8, 16, 32},                         // k_lanes
+        {0},                                          // window: see window_choices
     };
   }
 

@@ -31,6 +31,20 @@ constexpr int kMaxUnroll = 8;
 /// The most registers a thread spends keeping its copies' fixed address parts (emit_fixed_parts).
 constexpr int kMaxFixedRegisters = 24;
 
+/// `const int offset` of an access (the output's: always in bounds inside the GEMM).
+void access_code(std::ostringstream& os, const Compute& c, const Access& a, const std::string& indent) {
+  const Tensor& t = c.tensor_of(a);
+  for (std::size_t d = 0; d < a.indices.size(); ++d)
+    os << indent << "const int i" << d << " = " << affine_code(a.indices[d], c) << ";  // dim " << d << " of "
+       << t.shape[d] << "\n";
+  std::string offset = "i0";
+  for (std::size_t d = 1; d < a.indices.size(); ++d)
+    offset = "(" + offset + ") * " + std::to_string(t.shape[d]) + " + i" + std::to_string(d);
+  os << indent << "const int offset = " << offset << ";\n";
+}
+
+}  // namespace
+
 /// Emits `const int v = ...;` lines recovering iterator values from a flat coordinate
 /// (mixed radix over `iters`, the last fastest), only for iterators in `used`.
 void decompose(std::ostringstream& os, const Compute& c, const std::vector<int>& iters, const std::string& coord,
@@ -62,23 +76,13 @@ std::string affine_code(const AffineExpr& e, const Compute& c) {
   return to_string(e, names);
 }
 
-/// `const int offset` of an access (the output's: always in bounds inside the GEMM).
-void access_code(std::ostringstream& os, const Compute& c, const Access& a, const std::string& indent) {
-  const Tensor& t = c.tensor_of(a);
-  for (std::size_t d = 0; d < a.indices.size(); ++d)
-    os << indent << "const int i" << d << " = " << affine_code(a.indices[d], c) << ";  // dim " << d << " of "
-       << t.shape[d] << "\n";
-  std::string offset = "i0";
-  for (std::size_t d = 1; d < a.indices.size(); ++d)
-    offset = "(" + offset + ") * " + std::to_string(t.shape[d]) + " + i" + std::to_string(d);
-  os << indent << "const int offset = " << offset << ";\n";
-}
-
 std::vector<bool> used_by(const Compute& c, const Access& a) {
   std::vector<bool> used(c.iters.size());
   for (std::size_t it = 0; it < c.iters.size(); ++it) used[it] = a.uses(static_cast<int>(it));
   return used;
 }
+
+namespace {
 
 std::string names_of(const Compute& c, const std::vector<int>& its) {
   std::string s;

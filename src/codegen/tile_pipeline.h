@@ -24,6 +24,15 @@ inline std::int64_t round_up(std::int64_t x, std::int64_t to) { return (x + to -
 /// The pragma for the kernel's loops: unrolled with p.unroll, else kept rolled.
 inline const char* unroll_pragma(const ScheduleParams& p) { return p.unroll ? "#pragma unroll\n" : "#pragma unroll 1\n"; }
 
+/// Emits `const int it_<name> = ...;` lines recovering iterator values from a flat coordinate
+/// `coord` (mixed radix over `iters`, the last fastest), only for iterators in `used`.
+void decompose(std::ostringstream& os, const Compute& c, const std::vector<int>& iters, const std::string& coord,
+               const std::vector<bool>& used, const std::string& indent);
+/// The expression in generated code (iterators as it_<name>).
+std::string affine_code(const AffineExpr& e, const Compute& c);
+/// Which iterators an access uses, by iterator id.
+std::vector<bool> used_by(const Compute& c, const Access& a);
+
 /// An unsigned type as wide as `bytes` (1 to 16), for vector copies.
 std::string vector_type(int bytes);
 /// A C identifier made of `s` (other characters become '_').
@@ -170,6 +179,38 @@ void default_copies(const ImplicitGemm& g, ScheduleParams& p, const DeviceLimits
 std::vector<int> multiples(std::int64_t base, std::initializer_list<int> factors, std::int64_t cap);
 /// 1, 2, 4, ... up to max.
 std::vector<int> powers_up_to(int max);
+
+// ---- The SIMT family's window staging (simt_window.cpp) ----
+
+/// One dimension of a sliding window in the image operand: index = out * stride + tap *
+/// dilation + offset, `out` on m, `tap` on k (-1 where the iterator is absent or of extent 1).
+struct WindowDim {
+  int dim = -1;  ///< The image tensor's dimension.
+  int out_iter = -1, tap_iter = -1;
+  std::int64_t stride = 0, dilation = 0, offset = 0;
+  std::int64_t outputs = 1, taps = 1;  ///< The iterators' extents (1 when absent).
+  std::int64_t size = 1;               ///< The image's extent along `dim`.
+};
+/// How a mapping stages its image (operand A) as windows: rows (absent in 1-D: outputs 1, taps
+/// 1) and columns (the image's contiguous last dimension).
+struct WindowPlan {
+  std::string why_not;  ///< Empty when the mapping can stage windows, else the reason.
+  WindowDim row, col;
+  std::int64_t row_stride = 0;  ///< Image elements between consecutive rows.
+};
+WindowPlan window_plan(const ImplicitGemm& g);
+/// The widest copy of the image (elements): a power of two up to 16 bytes dividing its rows.
+int window_vector_limit(const ImplicitGemm& g);
+/// The block_k of a window schedule: its whole reduction in one step (the smallest of 8, 16,
+/// ..., 256 covering K), or 0 when K is larger.
+int window_block_k(const ImplicitGemm& g);
+void validate_window(const ImplicitGemm& g, const ScheduleParams& p, const DeviceLimits& limits,
+                     std::vector<ScheduleIssue>& out);
+std::int64_t window_shared_bytes(const ImplicitGemm& g, const ScheduleParams& p);
+ScheduleParams window_default_schedule(const ImplicitGemm& g, const DeviceLimits& limits);
+std::vector<std::vector<int>> window_choices(const ImplicitGemm& g);
+std::vector<int> window_block_tiles(const ImplicitGemm& g, const ScheduleParams& p, char axis);
+KernelSource emit_simt_window(const ImplicitGemm& g, const ScheduleParams& p);
 
 }  // namespace tmap::pipeline
 

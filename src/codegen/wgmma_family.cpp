@@ -615,6 +615,7 @@ class WgmmaFamily final : public EmitterFamily {
         {1},                                       // swizzle: always
         producers,                                 // producer: TMA warp specialization where operands allow
         {1},                                       // k_lanes: SIMT only
+        {0},                                       // window: SIMT only
     };
   }
 

@@ -297,6 +297,7 @@ class WmmaFamily final : public EmitterFamily {
         {0},                                       // swizzle: not for WMMA
         {0},                                       // producer: wgmma only
         {1},                                       // k_lanes: SIMT only
+        {0},                                       // window: SIMT only
     };
   }
 

@@ -106,7 +106,7 @@ nlohmann::json to_json(const ScheduleParams& p) {
           {"warp_n", p.warp_n},   {"stages", p.stages},   {"smem_pad", p.smem_pad}, {"split_k", p.split_k},
           {"panels", p.panels},   {"vec_a", p.vec_a},     {"vec_b", p.vec_b},       {"unroll", p.unroll},
           {"raster", p.raster},   {"async_copy", p.async_copy}, {"swizzle", p.swizzle},
-          {"producer", p.producer}, {"k_lanes", p.k_lanes}};
+          {"producer", p.producer}, {"k_lanes", p.k_lanes}, {"window", p.window}};
 }
 
 ScheduleParams schedule_from_json(const nlohmann::json& j, const ScheduleParams& defaults) {
@@ -122,7 +122,7 @@ ScheduleParams schedule_from_json(const nlohmann::json& j, const ScheduleParams&
                                                  {"vec_b", &p.vec_b},     {"unroll", &p.unroll},
                                                  {"raster", &p.raster},   {"async_copy", &p.async_copy},
                                                  {"swizzle", &p.swizzle}, {"producer", &p.producer},
-                                                 {"k_lanes", &p.k_lanes}};
+                                                 {"k_lanes", &p.k_lanes}, {"window", &p.window}};
   for (const auto& item : j.items()) {
     const std::string key = item.key();  // not a structured binding: Clang 14 cannot capture one
     const auto& value = item.value();
@@ -158,7 +158,8 @@ std::string_view message(ScheduleError e) {
       return "stages must be 1 or 2, or up to the family's pipeline depth (wmma 4, mma_sync 5) with async_copy = 1";
     case ScheduleError::kBadOption:
       return "panels, unroll, swizzle and producer must be 0 or 1 (panels wmma only, swizzle mma_sync and wgmma, "
-             "producer wgmma only), raster between 1 and 32, k_lanes a power of two up to 32 (simt only)";
+             "producer wgmma only), raster between 1 and 32, k_lanes a power of two up to 32 and window 0 or 1 (simt "
+             "only)";
     case ScheduleError::kBadAsyncCopy:
       return "async_copy (0 or 1) needs sm_80 or newer and an operand loaded in 4-, 8- or 16-byte vectors";
     case ScheduleError::kBadVector:
@@ -219,6 +220,9 @@ std::vector<ScheduleIssue> validate(const ImplicitGemm& g, const ScheduleParams&
   else if (p.k_lanes < 1 || p.k_lanes > 32 || (p.k_lanes & (p.k_lanes - 1)))
     fail(ScheduleError::kBadOption, "k_lanes = " + std::to_string(p.k_lanes) + ": a power of two from 1 to 32 (the "
                                     "lanes of one warp that share an output)");
+  if (p.window != 0 && (p.window != 1 || !family_of(*g.hw).stages_windows()))
+    fail(ScheduleError::kBadOption, "window = " + std::to_string(p.window) +
+                                        ": only SIMT kernels stage a convolution's input window; use 0");
   if (!out.empty()) return out;  // the checks below need a well-formed tiling
   const std::int64_t steps = g.serial * ((g.K + p.block_k - 1) / p.block_k);
   if (p.split_k < 1 || p.split_k > steps)
@@ -231,14 +235,16 @@ std::vector<ScheduleIssue> validate(const ImplicitGemm& g, const ScheduleParams&
   if (threads > limits.max_threads_per_block)
     fail(ScheduleError::kTooManyThreads,
          std::to_string(threads) + " threads, the limit is " + std::to_string(limits.max_threads_per_block));
-  if (p.async_copy != 0) {
+  // A window's image is copied in vectors of its own (the family checks them); its weights are
+  // read by each thread, never staged.
+  if (p.async_copy != 0 && !p.window) {
     if (p.async_copy != 1 || (limits.compute_capability != 0 && limits.compute_capability < 80) ||
         !(copies_async(g, p, 0) || copies_async(g, p, 1)))
       fail(ScheduleError::kBadAsyncCopy, "async_copy = " + std::to_string(p.async_copy) + " with vec_a = " +
                                              std::to_string(p.vec_a) + ", vec_b = " + std::to_string(p.vec_b) +
                                              " on sm_" + std::to_string(limits.compute_capability));
   }
-  for (int which = 0; which < 2; ++which) {
+  for (int which = 0; which < 2 && !p.window; ++which) {
     const int vec = which == 0 ? p.vec_a : p.vec_b;
     if (vec == 1) continue;
     const int limit = max_vector_width(g, which);

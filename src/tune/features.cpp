@@ -38,6 +38,11 @@ Shape shape_of(const ImplicitGemm& g, const ScheduleParams& p, const DeviceModel
   s.tiles_n = ceil_div(g.N, p.block_n);
   s.tiles = s.tiles_m * s.tiles_n * g.batch * p.split_k;
   s.steps_per_tile = ceil_div(g.serial * ceil_div(g.K, p.block_k), p.split_k);
+  if (p.window) {  // block_n counts batch entries, and the whole window is one step
+    s.tiles_n = 1;
+    s.tiles = s.tiles_m * ceil_div(g.batch, p.block_n);
+    s.steps_per_tile = 1;
+  }
   s.warps = std::max(1, (block_threads(g, p) + 31) / 32);  // a SIMT block may be a fraction of one warp
   s.fm = static_cast<int>(p.warp_m / g.shape[Axis::kI]);
   s.fn = static_cast<int>(p.warp_n / g.shape[Axis::kJ]);
@@ -97,7 +102,33 @@ int blocks_per_sm(const ImplicitGemm& g, const ScheduleParams& p, const DeviceMo
                                  d.registers_per_sm / std::max(1, regs)})));
 }
 
+namespace {
+
+/// The analytic model of a window-staging SIMT kernel (ScheduleParams::window): memory-bound, it
+/// reads each block's window from L2 (the image once from DRAM), and multiplies on CUDA cores,
+/// about three instructions per tap and output (the input converted, the multiply-add, a share
+/// of the shared-memory reads), plus the window's copies.
+double window_time_us(const ImplicitGemm& g, const ScheduleParams& p, const DeviceModel& d) {
+  const std::int64_t blocks = ceil_div(g.M, p.block_m) * ceil_div(g.batch, p.block_n);
+  const double concurrent = static_cast<double>(d.sm_count) * std::max(1, blocks_per_sm(g, p, d));
+  const double wave_efficiency = blocks / (std::ceil(blocks / concurrent) * concurrent);
+  const double staged = static_cast<double>(shared_bytes(g, p));
+  const Compute& c = *g.compute;
+  double unique = 0;
+  for (const Access* a : {&c.inputs[g.a_input], &c.inputs[g.b_input], &c.output})
+    unique += static_cast<double>(c.tensor_of(*a).num_elements()) * dtype_bits(c.tensor_of(*a).dtype) / 8;
+  const double memory_s = unique / d.dram_bytes_per_s + blocks * staged / d.l2_bytes_per_s / wave_efficiency;
+  const double lanes_per_s = 128.0 * d.sm_count * d.clock_ghz * 1e9 * wave_efficiency;
+  const int bytes = std::max(1, dtype_bits(g.hw->a_dtype) / 8);
+  const double copies = blocks * staged / (p.vec_a * bytes) * 8.0;
+  const double compute_s = (3.0 * g.M * g.batch * g.K + copies) / lanes_per_s;
+  return d.launch_us + (memory_s + compute_s) * 1e6;
+}
+
+}  // namespace
+
 double analytic_time_us(const ImplicitGemm& g, const ScheduleParams& p, const DeviceModel& d) {
+  if (p.window) return window_time_us(g, p, d);
   const Shape s = shape_of(g, p, d);
   // Tensor-core work, padded to whole tiles, at a rate reduced when few warps per SM feed the
   // four tensor pipes or when small warp tiles reload fragments for every mma.
@@ -148,8 +179,11 @@ Features candidate_features(const ImplicitGemm& g, const ScheduleParams& p, cons
   const int a_bytes = std::max(1, dtype_bits(g.hw->a_dtype) / 8), b_bytes = std::max(1, dtype_bits(g.hw->b_dtype) / 8);
   const double padded = static_cast<double>(s.tiles_m * p.block_m) * (s.tiles_n * p.block_n) *
                         (ceil_div(g.K, p.block_k) * p.block_k);
-  const double tile_bytes = (static_cast<double>(p.block_m) * p.block_k * dtype_bits(g.hw->a_dtype) +
-                             static_cast<double>(p.block_k) * p.block_n * dtype_bits(g.hw->b_dtype)) / 8;
+  // A window's block reads its staged window (and a few taps) instead of two operand tiles.
+  const double tile_bytes =
+      p.window ? static_cast<double>(shared_bytes(g, p))
+               : (static_cast<double>(p.block_m) * p.block_k * dtype_bits(g.hw->a_dtype) +
+                  static_cast<double>(p.block_k) * p.block_n * dtype_bits(g.hw->b_dtype)) / 8;
   Features f{};
   std::size_t i = 0;
   f[i++] = lg(g.M);                                      // virtual GEMM sizes
@@ -189,6 +223,7 @@ Features candidate_features(const ImplicitGemm& g, const ScheduleParams& p, cons
   f[i++] = static_cast<float>(p.swizzle);                // XOR-swizzled shared tiles
   f[i++] = static_cast<float>(p.producer);               // warp-specialized TMA producer
   f[i++] = lg(p.k_lanes);                                // lanes sharing one output's reduction (SIMT)
+  f[i++] = static_cast<float>(p.window);                 // a sliding window's image staged once per block (SIMT)
   return f;
 }
 

@@ -10,13 +10,13 @@
 namespace tmap {
 namespace {
 
-constexpr int kFields = 17;
+constexpr int kFields = 18;
 
 /// The schedule's parameters by position, in declaration order.
 int* field(ScheduleParams& p, int i) {
   int* fields[kFields] = {&p.block_m, &p.block_n, &p.block_k, &p.warp_m, &p.warp_n, &p.stages, &p.smem_pad,
                           &p.split_k, &p.panels,  &p.vec_a,   &p.vec_b,  &p.unroll, &p.raster, &p.async_copy, &p.swizzle,
-                          &p.producer, &p.k_lanes};
+                          &p.producer, &p.k_lanes, &p.window};
   return fields[i];
 }
 
@@ -99,10 +99,12 @@ ScheduleParams SearchSpace::sample(int entry, std::mt19937_64& rng) const {
   for (int attempt = 0; attempt < 400; ++attempt) {
     ScheduleParams p;
     for (int i = 0; i < kFields; ++i) *field(p, i) = ch[i][rng() % ch[i].size()];
-    // Blocks are whole multiples of warps: draw the warp count instead of the block size.
-    const unsigned sides = static_cast<unsigned>(family_of(*entries_[entry].hw).max_warp_tiles_log2()) + 1;
-    p.block_m = p.warp_m * static_cast<int>(1u << (rng() % sides));
-    p.block_n = p.warp_n * static_cast<int>(1u << (rng() % sides));
+    // Blocks are whole multiples of warps: drawn from the family's block tiles for the warp tile.
+    const EmitterFamily& family = family_of(*entries_[entry].hw);
+    const std::vector<int> tiles_m = family.block_tiles(entries_[entry].gemm, p, 'm'),
+                           tiles_n = family.block_tiles(entries_[entry].gemm, p, 'n');
+    p.block_m = tiles_m[rng() % tiles_m.size()];
+    p.block_n = tiles_n[rng() % tiles_n.size()];
     if (valid(entry, p)) return p;
   }
   return entries_[entry].defaults;

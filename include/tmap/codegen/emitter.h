@@ -74,6 +74,11 @@ class EmitterFamily {
   virtual bool has_tma_producer() const { return false; }
   /// Whether the family's kernels split one output's reduction across lanes (ScheduleParams::k_lanes).
   virtual bool splits_reductions_across_lanes() const { return false; }
+  /// Whether the family can stage a sliding window's image once per block (ScheduleParams::window).
+  virtual bool stages_windows() const { return false; }
+  /// The block tiles the tuner draws along m (`axis` 'm') or n for a warp tile of `warp`
+  /// elements: by default `warp` times 1, 2, 4, ... up to 2^max_warp_tiles_log2().
+  virtual std::vector<int> block_tiles(const ImplicitGemm& g, const ScheduleParams& p, char axis) const;
   /// Threads a block has besides its warp tiles' (a producer warpgroup).
   virtual int extra_threads(const ScheduleParams&) const { return 0; }
   /// A block holds up to 2^this warp tiles along m and along n (the tuner's draws): 4 warps a side

@@ -44,6 +44,13 @@ struct ScheduleParams {
   /// Threads that share one output's reduction (SIMT): each sums every k_lanes-th slice of k, and
   /// the partial sums meet by warp shuffles. A power of two up to 32; 1 for the other families.
   int k_lanes = 1;
+  /// 1: the image operand of a sliding-window computation (a depthwise convolution's input) is
+  /// staged once per block as the input window its outputs read, and every filter tap reads it
+  /// from shared memory; 0: im2col tiles, one element per output and tap, step by step. The
+  /// SIMT family only, on mappings of the window's outputs to m and its taps to k (see
+  /// EmitterFamily::stages_windows). block_n then counts the batch entries (channels) a block
+  /// takes, and the warp tile is one thread's run of warp_m outputs along a row.
+  int window = 0;
   bool operator==(const ScheduleParams&) const = default;
 };
 
