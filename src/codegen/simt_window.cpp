@@ -259,7 +259,11 @@ void validate_window(const ImplicitGemm& g, const ScheduleParams& p, const Devic
 
 std::int64_t window_shared_bytes(const ImplicitGemm& g, const ScheduleParams& p) {
   const WindowPlan w = window_plan(g);
-  if (!w.why_not.empty() || p.block_m < 1 || p.vec_a < 1 || p.warp_m < 1) return 0;
+  // Parameters out of any sane range are refused by validate_window; only keep the arithmetic
+  // below from overflowing on them.
+  if (!w.why_not.empty() || p.block_m < 1 || p.vec_a < 1 || p.warp_m < 1 || p.block_n < 1 || p.vec_a > 16 ||
+      p.block_m > (1 << 24) || p.block_n > (1 << 24))
+    return 0;
   const int bytes = std::max(1, dtype_bits(g.hw->a_dtype) / 8);
   return round_up(std::int64_t{p.block_n} * window_tile(w, p).slice() * bytes, 128);
 }
