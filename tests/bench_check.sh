@@ -32,8 +32,8 @@ for t in conv1d_b1 conv1d_b16 conv3d_b1; do
     grep -q "\"key\":\"$key\"" "$src/$log" || { echo "$name ($key) is not in $log"; exit 1; }
   done <<<"$conv"
 done
-# The skinny GEMM table and the depthwise and grouped tables at batch 1, depthwise at 16 (channels first).
-for t in skinny_gemm:skinny_gemm:9 depthwise_conv2d:depthwise_b1:7 depthwise_conv2d:depthwise_b16:7 grouped_conv2d:grouped_b1:4; do
+# The skinny GEMM table and the depthwise and grouped tables at batch 1 and 16 (channels first).
+for t in skinny_gemm:skinny_gemm:9 depthwise_conv2d:depthwise_b1:7 depthwise_conv2d:depthwise_b16:7 grouped_conv2d:grouped_b1:4 grouped_conv2d:grouped_b16:4; do
   IFS=: read -r table logname count <<<"$t"
   log=logs/h100_$logname.jsonl batch=${logname##*_b}
   [ "$batch" = "$logname" ] && batch=1
