@@ -189,13 +189,14 @@ class SimtFamily final : public EmitterFamily {
       fail(ScheduleError::kTileNotMultipleOfIntrinsic,
            "block_k = " + std::to_string(p.block_k) + ": its " + std::to_string(p.k_lanes) + " lanes take groups of " +
                std::to_string(pack) + " elements of k, so block_k is a multiple of " + std::to_string(p.k_lanes * pack));
-    if (p.warp_m * p.warp_n > kMaxThreadOutputs)
+    const std::int64_t outputs = std::int64_t{p.warp_m} * p.warp_n;  // 64 bits: absurd --params never overflow
+    if (outputs > kMaxThreadOutputs)
       fail(ScheduleError::kBadOption, "thread tile " + std::to_string(p.warp_m) + "x" + std::to_string(p.warp_n) +
-                                          " holds " + std::to_string(p.warp_m * p.warp_n) +
+                                          " holds " + std::to_string(outputs) +
                                           " accumulators per thread; at most " + std::to_string(kMaxThreadOutputs));
     for (int which = 0; which < 2; ++which) {
       const StoredTile s = stored_tile(g, p, which);
-      const int vec = which == 0 ? p.vec_a : p.vec_b;
+      const std::int64_t vec = which == 0 ? p.vec_a : p.vec_b;
       const std::int64_t row = s.row_bytes(p.smem_pad);
       const char* name = which == 0 ? "A" : "B";
       if (vec > 1 && row % (vec * s.bytes))

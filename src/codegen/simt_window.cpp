@@ -242,7 +242,7 @@ void validate_window(const ImplicitGemm& g, const ScheduleParams& p, const Devic
     fail(ScheduleError::kBadVector, "vec_a = " + std::to_string(p.vec_a) + ": the image's rows of " +
                                         std::to_string(w.col.size) + " elements allow vectors of up to " +
                                         std::to_string(limit));
-  const int bytes = p.vec_a * std::max(1, dtype_bits(g.hw->a_dtype) / 8);
+  const std::int64_t bytes = std::int64_t{p.vec_a} * std::max(1, dtype_bits(g.hw->a_dtype) / 8);
   if (p.async_copy != 0 && (p.async_copy != 1 || (bytes != 4 && bytes != 8 && bytes != 16) ||
                             (limits.compute_capability != 0 && limits.compute_capability < 80)))
     fail(ScheduleError::kBadAsyncCopy, "async_copy = " + std::to_string(p.async_copy) + " with copies of " +

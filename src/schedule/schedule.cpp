@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <initializer_list>
+#include <limits>
 
 #include <nlohmann/json.hpp>
 
@@ -97,7 +98,7 @@ bool copies_shifted(const ImplicitGemm& g, const ScheduleParams& p, int which) {
 
 bool copies_async(const ImplicitGemm& g, const ScheduleParams& p, int which) {
   const int vec = which == 0 ? p.vec_a : p.vec_b;
-  const int bytes = vec * storage_bits(which == 0 ? g.hw->a_dtype : g.hw->b_dtype) / 8;
+  const std::int64_t bytes = std::int64_t{vec} * storage_bits(which == 0 ? g.hw->a_dtype : g.hw->b_dtype) / 8;
   return p.async_copy != 0 && vec > 1 && (bytes == 4 || bytes == 8 || bytes == 16) && !copies_shifted(g, p, which);
 }
 
@@ -190,7 +191,10 @@ std::int64_t stored_row_length(const ImplicitGemm& g, const ScheduleParams& p, i
 
 int block_threads(const ImplicitGemm& g, const ScheduleParams& p) {
   const EmitterFamily& f = family_of(*g.hw);
-  return (p.block_m / p.warp_m) * (p.block_n / p.warp_n) * f.threads_per_warp_tile(p) + f.extra_threads(p);
+  // In 64 bits, capped: absurd tiles (--params, fuzzing) are refused as too many threads, never overflow.
+  const std::int64_t threads = std::int64_t{p.block_m / p.warp_m} * (p.block_n / p.warp_n) * f.threads_per_warp_tile(p) +
+                               f.extra_threads(p);
+  return static_cast<int>(std::min<std::int64_t>(threads, std::numeric_limits<int>::max()));
 }
 
 std::vector<ScheduleIssue> validate(const ImplicitGemm& g, const ScheduleParams& p, const DeviceLimits& limits) {
