@@ -109,9 +109,8 @@ namespace {
 /// about three instructions per tap and output (the input converted, the multiply-add, a share
 /// of the shared-memory reads), plus the window's copies.
 double window_time_us(const ImplicitGemm& g, const ScheduleParams& p, const DeviceModel& d) {
-  const std::int64_t blocks = ceil_div(g.M, p.block_m) * ceil_div(g.batch, p.block_n);
-  const double concurrent = static_cast<double>(d.sm_count) * std::max(1, blocks_per_sm(g, p, d));
-  const double wave_efficiency = blocks / (std::ceil(blocks / concurrent) * concurrent);
+  const Shape s = shape_of(g, p, d);  // tiles over output runs and batch entries (see its window case)
+  const double blocks = static_cast<double>(s.tiles), wave_efficiency = s.wave_efficiency;
   const double staged = static_cast<double>(shared_bytes(g, p));
   const Compute& c = *g.compute;
   double unique = 0;
