@@ -190,6 +190,10 @@ TEST(Codegen, EveryMappingCompilesWithNvrtc) {
       KernelSource k = emit_kernel(g, p);
       EXPECT_FALSE(k.reduce_name.empty());
       EXPECT_EQ(k.workspace_bytes, split * g.batch * g.M * g.N * 4);
+      // The reduce kernel is a programmatic dependent launch on sm_90: the main kernel lets it
+      // launch after its main loop, and it waits for the partial sums.
+      EXPECT_NE(k.code.find("griddepcontrol.launch_dependents"), std::string::npos);
+      EXPECT_NE(k.code.find("griddepcontrol.wait"), std::string::npos);
       jobs.push_back({op + " split_k " + std::to_string(split), k});
     }
   }

@@ -82,6 +82,9 @@ std::string export_and_build(const ScratchDir& dir) {
       << "the TMA kernel encodes its descriptors";
   EXPECT_NE(read(dir / ("out/" + kernels[1].file)).find("cudaMallocAsync(&workspace"), std::string::npos)
       << "the split-K kernel gets its workspace";
+  EXPECT_NE(read(dir / ("out/" + kernels[1].file)).find("cudaLaunchAttributeProgrammaticStreamSerialization"),
+            std::string::npos)
+      << "on sm_90 its reduce kernel is a programmatic dependent launch";
   const auto r = testing::shell("cmake -S out -B build -G Ninja -DCMAKE_CUDA_COMPILER=" TMAP_NVCC
                                 " -DCMAKE_BUILD_TYPE=Release >/dev/null && cmake --build build 2>&1",
                                 dir.str());

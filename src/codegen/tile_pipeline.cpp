@@ -735,6 +735,7 @@ void emit_epilogue_stores(std::ostringstream& os, const ImplicitGemm& g, const S
   const OutVector ov = out_vector(g, p);
   const int v = ov.width;
   const std::string V = std::to_string(v);
+  emit_dependents_trigger(os, p);
   os << "  __syncthreads();\n";
   if (ov.along == 'n')
     os << "  for (int e = threadIdx.x; e < BM * BN / " << V << "; e += THREADS) {\n"
@@ -760,12 +761,26 @@ void emit_epilogue_stores(std::ostringstream& os, const ImplicitGemm& g, const S
   os << "  }\n}\n";
 }
 
+void emit_dependents_trigger(std::ostringstream& os, const ScheduleParams& p) {
+  if (p.split_k <= 1) return;
+  os << "#if __CUDA_ARCH__ >= 900\n"
+     << "  // The reduce kernel may launch once every block got here (it still waits for this grid to\n"
+     << "  // finish and flush before reading the partial sums); blocks not yet started hold it back.\n"
+     << "  asm volatile(\"griddepcontrol.launch_dependents;\");\n"
+     << "#endif\n";
+}
+
 void emit_split_reduce(std::ostringstream& os, const KernelSource& k, const std::string& part_type,
                        const std::string& out_type) {
   if (k.reduce_name.empty()) return;
   os << "\n// Sums the SPLIT_K partial results of each element and scatters them to the output.\n"
      << "extern \"C\" __global__ void " << k.reduce_name << "(const " << part_type << "* __restrict__ partial, "
      << out_type << "* __restrict__ out) {\n"
+     << "#if __CUDA_ARCH__ >= 900\n"
+     << "  // Launched as a programmatic dependent of the main kernel (sm_90): its blocks start while\n"
+     << "  // the main kernel's last blocks finish and wait here until its partial sums are in memory.\n"
+     << "  asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");\n"
+     << "#endif\n"
      << "  const long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x;\n"
      << "  constexpr long long PLANE = (long long)BATCH * M * N;\n"
      << "  if (e >= PLANE) return;\n"

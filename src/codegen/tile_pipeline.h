@@ -160,7 +160,12 @@ void emit_accumulator_quad(std::ostringstream& os, bool c_row, const std::string
 void emit_epilogue_stores(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p,
                           const std::string& acc_type, const std::string& out_type);
 
-/// The split-K reduce kernel (when p.split_k > 1), summing partial[split][z][m][n].
+/// With split-K, where the main loop ends: lets the reduce kernel, a programmatic dependent launch
+/// on sm_90, start launching (griddepcontrol.launch_dependents). Nothing otherwise.
+void emit_dependents_trigger(std::ostringstream& os, const ScheduleParams& p);
+
+/// The split-K reduce kernel (when p.split_k > 1), summing partial[split][z][m][n]; on sm_90 it
+/// waits for the main kernel with griddepcontrol.wait (launched as its programmatic dependent).
 void emit_split_reduce(std::ostringstream& os, const KernelSource& k, const std::string& part_type,
                        const std::string& out_type);
 

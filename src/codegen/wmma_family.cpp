@@ -180,6 +180,7 @@ KernelSource emit_wmma(const ImplicitGemm& g, const ScheduleParams& p) {
      << "        for (int j = 0; j < FN; ++j) wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);\n"
      << "    }\n  };\n\n";
   emit_main_loop(os, p, staged);
+  emit_dependents_trigger(os, p);
   os << "  // Epilogue: fragments to shared memory, then scattered to the output.\n"
      << "  " << tacc << "* Cs = reinterpret_cast<" << tacc << "*>(smem);\n"
      << "  for (int i = 0; i < FM; ++i)\n    for (int j = 0; j < FN; ++j)\n"

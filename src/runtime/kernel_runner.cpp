@@ -157,9 +157,21 @@ class LoadedKernel {
     return cudaLaunchKernel(reinterpret_cast<const void*>(kernel_), grid, dim3(static_cast<unsigned>(k.threads)), args,
                             static_cast<std::size_t>(k.shared_bytes), stream);
   }
-  cudaError_t launch_1d(std::int64_t blocks, int threads, void** args, cudaStream_t stream) const {
-    return cudaLaunchKernel(reinterpret_cast<const void*>(kernel_), dim3(static_cast<unsigned>(blocks)),
-                            dim3(static_cast<unsigned>(threads)), args, 0, stream);
+  /// A 1-D launch; `dependent`: as a programmatic dependent of the stream's previous kernel
+  /// (sm_90: it starts while that kernel's last blocks finish and waits in griddepcontrol.wait).
+  cudaError_t launch_1d(std::int64_t blocks, int threads, void** args, cudaStream_t stream, bool dependent) const {
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(static_cast<unsigned>(blocks));
+    config.blockDim = dim3(static_cast<unsigned>(threads));
+    config.stream = stream;
+    cudaLaunchAttribute attribute{};
+    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute.val.programmaticStreamSerializationAllowed = 1;
+    if (dependent) {
+      config.attrs = &attribute;
+      config.numAttrs = 1;
+    }
+    return cudaLaunchKernelExC(&config, reinterpret_cast<const void*>(kernel_), args);
   }
 
  private:
@@ -401,6 +413,10 @@ KernelRun run_candidate(Workspace& ws, const std::vector<double>& reference, int
     std::vector<void*> args = {&a, &b, &out, &workspace};
     for (CUtensorMap& m : maps) args.push_back(&m);
     void* reduce_args[] = {&workspace, &out};
+    int device = 0, major = 0;
+    check(cudaGetDevice(&device), "cudaGetDevice");
+    check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "cudaDeviceGetAttribute");
+    const bool dependent_launches = major >= 9;  // programmatic dependent launch: sm_90 on
     // One run of the candidate: the main kernel, then the split-K reduction if there is one.
     cudaStream_t stream = nullptr;
     check(cudaStreamCreate(&stream), "cudaStreamCreate");
@@ -408,7 +424,8 @@ KernelRun run_candidate(Workspace& ws, const std::vector<double>& reference, int
     auto enqueue = [&](void* s) {
       cudaError_t e = kernel.launch(k, args.data(), static_cast<cudaStream_t>(s));
       if (e == cudaSuccess && reduce)
-        e = reduce->launch_1d(k.reduce_blocks, k.reduce_threads, reduce_args, static_cast<cudaStream_t>(s));
+        e = reduce->launch_1d(k.reduce_blocks, k.reduce_threads, reduce_args, static_cast<cudaStream_t>(s),
+                              dependent_launches);
       return static_cast<int>(e);
     };
     ws.poison_output();

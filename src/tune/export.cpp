@@ -87,7 +87,7 @@ void write(const fs::path& p, const std::string& text) {
   if (!(out << text)) throw UserError(format_diagnostic(SourceLoc::whole(p.string()), "cannot write the file", "check the --out directory"));
 }
 
-std::string launcher(const Piece& x) {
+std::string launcher(const Piece& x, int cc) {
   const Compute& c = *x.g.compute;
   const KernelSource& k = x.g.kernel;
   const ImplicitGemm& gm = x.g.gemm();
@@ -119,10 +119,20 @@ std::string launcher(const Piece& x) {
   os << "};\n";
   os << "  e = cudaLaunchKernel(reinterpret_cast<const void*>(" << x.kernel << "), dim3(" << k.grid[0] << ", " << k.grid[1]
      << ", " << k.grid[2] << "), dim3(" << k.threads << "), args, " << k.shared_bytes << ", stream);\n";
-  if (!k.reduce_name.empty())
+  if (!k.reduce_name.empty()) {
     os << "  if (e == cudaSuccess) {  // the split-K sums into the output\n    void* reduce_args[] = {&workspace, &out};\n"
-       << "    e = cudaLaunchKernel(reinterpret_cast<const void*>(" << x.reduce << "), dim3(" << k.reduce_blocks
-       << "), dim3(" << k.reduce_threads << "), reduce_args, 0, stream);\n  }\n";
+       << "    cudaLaunchConfig_t config = {};\n"
+       << "    config.gridDim = dim3(" << k.reduce_blocks << ");\n    config.blockDim = dim3(" << k.reduce_threads << ");\n"
+       << "    config.stream = stream;\n";
+    if (cc >= 90)
+      os << "    // A programmatic dependent launch: it starts as the main kernel's last blocks finish and\n"
+         << "    // waits (griddepcontrol.wait) for its partial sums.\n"
+         << "    cudaLaunchAttribute attribute = {};\n"
+         << "    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;\n"
+         << "    attribute.val.programmaticStreamSerializationAllowed = 1;\n"
+         << "    config.attrs = &attribute;\n    config.numAttrs = 1;\n";
+    os << "    e = cudaLaunchKernelExC(&config, reinterpret_cast<const void*>(" << x.reduce << "), reduce_args);\n  }\n";
+  }
   if (k.workspace_bytes > 0) os << "  const cudaError_t freed = cudaFreeAsync(workspace, stream);\n  if (e == cudaSuccess) e = freed;\n";
   os << "  return e;\n}\n";
   return os.str();
@@ -284,7 +294,7 @@ std::vector<ExportedKernel> export_kernels(const std::vector<const TuneRecord*>&
     cu << "// Exported by tmap from " << source << ": workload " << r.workload.key << "\n// "
        << c.statement_text() << "\n// kernel " << candidate_label(r.candidate) << ", params " << to_json(r.candidate.params).dump()
        << "\n#include <cuda.h>\n#include <cuda_runtime.h>\n\n#include \"tmap_kernels.h\"\n\n"
-       << x.g.kernel.code << "\n" << launcher(x);
+       << x.g.kernel.code << "\n" << launcher(x, cc);
     const std::string file = "kernels/" + x.fn + ".cu";
     write(fs::path(dir) / file, cu.str());
     out.push_back({x.fn, file, r.workload.key, candidate_label(r.candidate), r.result.ok() ? r.result.median_us : 0});
