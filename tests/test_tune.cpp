@@ -10,6 +10,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <set>
 
@@ -299,6 +300,36 @@ TuneOptions synthetic_options(const std::string& log, int trials) {
   o.limits.sm_count = 132;
   o.device = DeviceModel::for_arch(90);
   return o;
+}
+
+TEST(Tuner, ArmSharesExploitMeasuredArmsAndCapExploration) {
+  const double inf = std::numeric_limits<double>::infinity();
+  // A conv3d-sized search: three measured arms (10 us, 20 us, failures only) among 5000 unmeasured
+  // ones that the model rates from 10 us (as fast as the best) to 80 us.
+  std::vector<ArmStanding> arms = {{10, 12, false}, {20, 15, false}, {inf, 9, true}};
+  for (int i = 0; i < 5000; ++i) arms.push_back({inf, 10.0 * (1 << (i % 4)), false});
+  const std::vector<double> share = arm_shares(arms);
+  ASSERT_EQ(share.size(), arms.size());
+  double total = 0, unmeasured = 0;
+  for (std::size_t e = 0; e < share.size(); ++e) {
+    EXPECT_GT(share[e], 0) << "arm " << e << " is never picked";
+    total += share[e];
+    if (e >= 3) unmeasured += share[e];
+  }
+  EXPECT_NEAR(total, 1.0, 1e-9);
+  EXPECT_LE(unmeasured, 0.2 + 1e-9) << "unmeasured arms outweigh the measured ones";
+  EXPECT_GE(share[0], 0.25 - 1e-9) << "the best arm gets at least a quarter";
+  EXPECT_GT(share[0], share[1]);
+  EXPECT_GT(share[1], share[2]) << "an arm 2x slower keeps more than one that only failed";
+  EXPECT_NEAR(share[3] / share[4], std::exp(2.0), 1e-6) << "by the model: 2x slower, e^-2 of the share";
+  EXPECT_GT(share[4], share[6]);
+
+  // Nothing measured yet: the model's order alone, arms without an estimate last.
+  const std::vector<double> first = arm_shares({{inf, 5, false}, {inf, 10, false}, {inf, inf, false}});
+  EXPECT_NEAR(first[0] + first[1] + first[2], 1.0, 1e-9);
+  EXPECT_GT(first[0], first[1]);
+  EXPECT_GT(first[1], first[2]);
+  EXPECT_TRUE(arm_shares({}).empty());
 }
 
 TEST(Tuner, SearchesRecordsAndResumesWithoutMeasuringAgain) {

@@ -61,8 +61,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr double kInf = std::numeric_limits<double>::infinity();
-/// The least share of the exploitation slots that the best arm so far gets (update_shares).
+/// The least share of a batch's picks that the best arm so far gets (arm_shares).
 constexpr double kBestArmShare = 0.25;
+/// The most that the arms not yet measured share of a batch's picks (arm_shares).
+constexpr double kExploreShare = 0.2;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
@@ -211,6 +213,57 @@ LogHistory read_history(CostModel& model, const std::set<std::string>& own_keys,
   return h;
 }
 
+std::vector<double> arm_shares(const std::vector<ArmStanding>& arms) {
+  const std::size_t n = arms.size();
+  std::vector<double> score(n, 0.0);
+  if (n == 0) return score;
+  double global = kInf, predicted = kInf;
+  for (const auto& a : arms) {
+    global = std::min(global, a.best_us);
+    if (a.best_us == kInf && !a.failed_only) predicted = std::min(predicted, a.predicted_us);
+  }
+  // Measured arms: exp(-2 x log2(best / best overall)); arms that only failed a little.
+  // Unmeasured ones on the same scale by the model's estimate against the best known time (the
+  // model is often optimistic about mappings it has not seen, so they are capped below).
+  const double reference = std::min(global, predicted);
+  auto closeness = [](double t, double ref) { return std::exp(-2.0 * std::log2(std::max(1.0, t / ref))); };
+  double measured = 0, unmeasured = 0;
+  for (std::size_t e = 0; e < n; ++e) {
+    const ArmStanding& a = arms[e];
+    if (a.best_us < kInf) measured += score[e] = closeness(a.best_us, global);
+    else if (a.failed_only) measured += score[e] = 0.002;
+    else if (a.predicted_us < kInf && reference < kInf)
+      unmeasured += score[e] = std::max(1e-4, closeness(a.predicted_us, reference));
+    else
+      unmeasured += score[e] = 1e-4;
+  }
+  if (measured > 0 && unmeasured > 0) {
+    const double cap = kExploreShare / (1 - kExploreShare) * measured;
+    if (unmeasured > cap) {
+      for (std::size_t e = 0; e < n; ++e)
+        if (arms[e].best_us == kInf && !arms[e].failed_only) score[e] *= cap / unmeasured;
+      unmeasured = cap;
+    }
+  }
+  double total = measured + unmeasured;
+  // The best arm gets at least a quarter: among dozens of measured arms (a depthwise convolution
+  // at batch 16 has about 190) the many that are 1.2-2x slower would otherwise outweigh it, and
+  // under a time budget of a few seconds the winning arm would see one or two trials after its
+  // first look.
+  if (global < kInf && n > 1) {
+    std::size_t best = 0;
+    for (std::size_t e = 1; e < n; ++e)
+      if (arms[e].best_us < arms[best].best_us) best = e;
+    if (score[best] < kBestArmShare * total) {
+      const double rest = total - score[best];
+      score[best] = kBestArmShare / (1 - kBestArmShare) * rest;
+      total = rest + score[best];
+    }
+  }
+  for (double& v : score) v /= total;
+  return score;
+}
+
 /// The state of one workload's search between steps: what tune() kept in locals.
 class TuneTask::Impl {
  public:
@@ -347,32 +400,14 @@ class TuneTask::Impl {
     model_.add(search_.candidate(entry, p).features, res.median_us);
   }
 
-  // Arms' shares: exp(-2 x log2(best / best overall)), with momentum; unmeasured arms keep a
-  // small share by the model's estimate, arms that only failed a smaller one. The best arm gets
-  // at least a quarter: among dozens of arms (a depthwise convolution at batch 16 has about 190) the many
-  // that are 1.2-2x slower would otherwise outweigh it, and under a time budget of a few seconds
-  // the winning arm would see one or two trials after its first look.
+  // Arms' shares (arm_shares), with momentum.
   void update_shares() {
     auto& arms = search_.arms();
-    const int n = static_cast<int>(arms.size());
-    double global = kInf;
-    for (const auto& a : arms) global = std::min(global, a.best_us);
-    std::vector<double> score(n);
-    double total = 0;
-    for (int e = 0; e < n; ++e) {
-      const Arm& a = arms[e];
-      if (a.best_us < kInf) score[e] = std::exp(-2.0 * std::log2(a.best_us / global));
-      else if (a.failed > 0) score[e] = 0.002;
-      else score[e] = 0.02 / (1 + e % 7);  // not yet looked at: a little exploration
-      total += score[e];
-    }
-    const int best = static_cast<int>(std::max_element(score.begin(), score.end()) - score.begin());
-    if (n > 1 && global < kInf && score[best] < kBestArmShare * total) {
-      const double rest = total - score[best];
-      score[best] = kBestArmShare / (1 - kBestArmShare) * rest;
-      total = rest + score[best];
-    }
-    for (int e = 0; e < n; ++e) arms[e].share = 0.5 * arms[e].share + 0.5 * score[e] / total;
+    std::vector<ArmStanding> standing;
+    standing.reserve(arms.size());
+    for (const auto& a : arms) standing.push_back({a.best_us, a.predicted_us, a.best_us == kInf && a.failed > 0});
+    const std::vector<double> share = arm_shares(standing);
+    for (std::size_t e = 0; e < arms.size(); ++e) arms[e].share = 0.5 * arms[e].share + 0.5 * share[e];
   }
 
   std::vector<Candidate> propose(int size) {

@@ -117,6 +117,20 @@ struct TuneSummary {
   double measure_s = 0, compile_wait_s = 0, propose_s = 0, fit_s = 0;
 };
 
+/// What the search's bandit knows of one arm (mapping) when it splits a batch's picks.
+struct ArmStanding {
+  double best_us;       ///< Best correct measurement; infinity when none.
+  double predicted_us;  ///< The cost model's estimate of its best candidate; infinity when unknown.
+  bool failed_only;     ///< Measured, but every trial failed.
+};
+
+/// The share of a batch's picks each arm gets (summing to 1). Measured arms by their best time
+/// against the best overall: exp(-2 log2(best / best overall)), the best arm at least a quarter.
+/// Arms not yet measured explore by the model's estimate, on the same scale, and share together
+/// at most a fifth of the picks once anything is measured, so that thousands of unmeasured
+/// mappings (a conv3d has about 5000) never outweigh the few that have proven fast.
+std::vector<double> arm_shares(const std::vector<ArmStanding>& arms);
+
 /// Tunes on the GPU through `measurer`. Throws UserError when nothing matches.
 /// (One TuneTask run to its end, with its own cost model warm-started by read_history.)
 TuneSummary tune(const Compute& c, const std::vector<HwAbstraction>& hws, const TuneOptions& o, Measurer& measurer);
