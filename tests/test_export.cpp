@@ -1,5 +1,5 @@
 // tmap export: kernels of every family (WMMA, mma.sync with a split-K reduction, wgmma with its
-// TMA producer, SIMT) written as a standalone CMake project; nvcc builds it here (no GPU
+// TMA producer, SIMT, mma.sync reading channels-last copies of an NCHW convolution) written as a standalone CMake project; nvcc builds it here (no GPU
 // needed), and on a GPU its checking program runs each kernel against the reference kernel.
 #include <gtest/gtest.h>
 
@@ -56,6 +56,10 @@ std::vector<TuneRecord> every_family() {
   EXPECT_EQ(r.back().candidate.params.split_k, 4);
   r.push_back(record_of(conv, "wmma", [](ScheduleParams&) {}));
   r.push_back(record_of(gemv, "simt", [](ScheduleParams&) {}));
+  Compute nchw = narrowed_op("conv2d", "float16", {"N=2", "C=32", "H=13", "W=15", "K=48", "pad=1"});
+  nchw.name = "conv2d_relayout";
+  r.push_back(record_of(nchw, "mma_sync", [](ScheduleParams& p) { p.relayout = 1; }));
+  EXPECT_EQ(r.back().candidate.params.relayout, 1);
   return r;
 }
 
@@ -72,7 +76,7 @@ std::string export_and_build(const ScratchDir& dir) {
   std::vector<const TuneRecord*> ptrs;
   for (const auto& r : records) ptrs.push_back(&r);
   const auto kernels = export_kernels(ptrs, shipped(), 90, dir / "out", "test records");
-  EXPECT_EQ(kernels.size(), 4u);
+  EXPECT_EQ(kernels.size(), 5u);
   const std::string header = read(dir / "out/tmap_kernels.h");
   for (const auto& k : kernels) {
     EXPECT_TRUE(std::filesystem::exists(dir / ("out/" + k.file))) << k.file;
@@ -85,6 +89,9 @@ std::string export_and_build(const ScratchDir& dir) {
   EXPECT_NE(read(dir / ("out/" + kernels[1].file)).find("cudaLaunchAttributeProgrammaticStreamSerialization"),
             std::string::npos)
       << "on sm_90 its reduce kernel is a programmatic dependent launch";
+  const std::string relayout = read(dir / ("out/" + kernels[4].file));
+  EXPECT_NE(relayout.find("the relayout prologue"), std::string::npos) << "the operands are copied channels-last first";
+  EXPECT_NE(relayout.find("_prologue), dim3("), std::string::npos);
   const auto r = testing::shell("cmake -S out -B build -G Ninja -DCMAKE_CUDA_COMPILER=" TMAP_NVCC
                                 " -DCMAKE_BUILD_TYPE=Release >/dev/null && cmake --build build 2>&1",
                                 dir.str());
@@ -107,7 +114,7 @@ TEST(Export, CheckProgramPassesOnTheGpu) {
   ASSERT_EQ(export_and_build(dir), "");
   const auto r = testing::shell("./build/tmap_kernels_check", dir.str());
   EXPECT_EQ(r.code, 0) << r.out << r.err;
-  EXPECT_NE(r.out.find("4 passed, 0 failed"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("5 passed, 0 failed"), std::string::npos) << r.out;
 }
 
 TEST(Cli, ExportRefusesLogsWithoutCorrectRecords) {

@@ -23,6 +23,7 @@ namespace tmap {
 namespace {
 
 using testing::shipped;
+using testing::typed_op;
 
 // The CPU reference itself, against loops written out by hand (runs without a GPU).
 TEST(Reference, MatchesHandWrittenConvolution) {
@@ -184,14 +185,6 @@ TEST(Gpu, SplitKIsCorrect) {
   }
 }
 
-/// A compute of a built-in op with the inputs' and output's dtypes replaced.
-Compute typed_op(const std::string& op, const std::string& in_t, const std::string& out_t,
-                 const std::vector<std::string>& sets) {
-  SourceText src("<" + op + ">", builtin_op_source(op));
-  ComputeDef def = parse_compute_json(src, op);
-  for (auto& t : def.tensors) t.dtype = *parse_dtype(t.name == "C" || t.name == "Out" ? out_t : in_t);
-  return build_compute(def, parse_param_overrides(sets));
-}
 
 /// Variants of one case's schedule: each entry changes some parameters; invalid ones are skipped
 /// (and counted, so a typo cannot silently skip them all).

@@ -40,6 +40,16 @@ inline Compute narrowed_op(const std::string& op, const std::string& out_dtype, 
   return build_compute(def, parse_param_overrides(sets));
 }
 
+/// A compute of a built-in op with the inputs' and output's dtypes replaced (the output is "C" or
+/// "Out").
+inline Compute typed_op(const std::string& op, const std::string& in_t, const std::string& out_t,
+                        const std::vector<std::string>& sets) {
+  SourceText src("<" + op + ">", builtin_op_source(op));
+  ComputeDef def = parse_compute_json(src, op);
+  for (auto& t : def.tensors) t.dtype = *parse_dtype(t.name == "C" || t.name == "Out" ? out_t : in_t);
+  return build_compute(def, parse_param_overrides(sets));
+}
+
 /// The abstractions shipped in the source tree's hw_abstractions/, loaded once.
 inline const std::vector<HwAbstraction>& shipped() {
   static const std::vector<HwAbstraction> all = load_hw_directory(std::string(TMAP_SOURCE_DIR) + "/hw_abstractions");

@@ -41,6 +41,12 @@ std::vector<int> EmitterFamily::block_tiles(const ImplicitGemm&, const ScheduleP
   return out;
 }
 
-KernelSource emit_kernel(const ImplicitGemm& g, const ScheduleParams& p) { return family_of(*g.hw).emit(g, p); }
+KernelSource emit_kernel(const ImplicitGemm& in, const ScheduleParams& p) {
+  ImplicitGemm storage;
+  const ImplicitGemm& g = gemm_for(in, p, storage);
+  KernelSource k = family_of(*g.hw).emit(g, p);
+  if (g.relayouted()) pipeline::emit_relayout(k, g);
+  return k;
+}
 
 }  // namespace tmap

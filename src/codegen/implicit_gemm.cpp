@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "tmap/schedule/schedule.h"
+
 namespace tmap {
 
 ImplicitGemm make_implicit_gemm(const Compute& c, const HwAbstraction& hw, const Match& match, const Mapping& mapping) {
@@ -36,6 +38,93 @@ ImplicitGemm make_implicit_gemm(const Compute& c, const HwAbstraction& hw, const
   g.batch = product(g.batch_iters);
   g.serial = product(g.serial_iters);
   return g;
+}
+
+namespace {
+
+/// The dimension of `a` that iterator `it` indexes alone (coefficient 1, no constant, no other
+/// iterator of extent > 1), when it appears in no other dimension; else -1.
+int sole_dimension(const Compute& c, const Access& a, int it) {
+  int found = -1;
+  for (int d = 0; d < static_cast<int>(a.indices.size()); ++d) {
+    const AffineExpr& e = a.indices[d];
+    if (!e.uses(it)) continue;
+    if (found >= 0 || e.constant != 0 || e.coef(it) != 1) return -1;
+    for (const auto& [x, coef] : e.terms)
+      if (x != it && c.iters[x].extent != 1) return -1;
+    found = d;
+  }
+  return found;
+}
+
+/// The best aligned vector (elements) of operand `which` in place, along k or along m / n,
+/// whichever is better (the layouts a mapping may store it in).
+int best_in_place(const ImplicitGemm& g, int which) {
+  const Access& a = g.compute->inputs[which == 0 ? g.a_input : g.b_input];
+  const int bits = dtype_bits(which == 0 ? g.hw->a_dtype : g.hw->b_dtype);
+  return std::max(contiguity(*g.compute, a, g.k_iters, bits).aligned,
+                  contiguity(*g.compute, a, which == 0 ? g.m_iters : g.n_iters, bits).aligned);
+}
+
+}  // namespace
+
+RelayoutView relayout_view(const ImplicitGemm& g) {
+  RelayoutView v;
+  if (g.relayouted()) return {"already a relayout view", {}};
+  const Compute& c = *g.compute;
+  const int inputs[2] = {g.a_input, g.b_input};
+  for (int which = 0; which < 2; ++which)
+    if (dtype_bits(which == 0 ? g.hw->a_dtype : g.hw->b_dtype) < 8)
+      return {"packed sub-byte operands are not copied", {}};
+  // The reduction iterator to make innermost: the innermost of k that indexes one dimension of
+  // both operands alone.
+  int iter = -1;
+  std::array<int, 2> dims{-1, -1};
+  for (auto it = g.k_iters.rbegin(); it != g.k_iters.rend() && iter < 0; ++it) {
+    if (c.iters[*it].extent == 1) continue;
+    const int da = sole_dimension(c, c.inputs[inputs[0]], *it), db = sole_dimension(c, c.inputs[inputs[1]], *it);
+    if (da >= 0 && db >= 0) iter = *it, dims = {da, db};
+  }
+  if (iter < 0) return {"no reduction iterator of k indexes one dimension of both operands alone", {}};
+  auto owned = std::make_shared<Compute>(c);
+  ImplicitGemm view = g;
+  view.relayout_iter = iter;
+  view.k_iters.erase(std::find(view.k_iters.begin(), view.k_iters.end(), iter));
+  view.k_iters.push_back(iter);
+  for (int which = 0; which < 2; ++which) {
+    Access& acc = owned->inputs[inputs[which]];
+    const int last = static_cast<int>(acc.indices.size()) - 1;
+    if (dims[which] == last) continue;
+    for (std::size_t i = 0; i < owned->inputs.size(); ++i)
+      if (static_cast<int>(i) != inputs[which] && owned->inputs[i].tensor == acc.tensor)
+        return {"the operand's tensor is read twice", {}};
+    Tensor& t = owned->tensors[acc.tensor];
+    OperandRelayout& r = view.relayout[which];
+    r.bytes = dtype_bits(t.dtype) / 8;
+    for (int d = 0; d <= last; ++d) (d < dims[which] ? r.outer : d == dims[which] ? r.moved : r.inner) *= t.shape[d];
+    // Dimensions after it all of extent 1 (1x1 filters): the same bytes, read in place as they are.
+    r.active = r.inner > 1 && r.moved > 1;
+    // The moved dimension goes last, in the tensor and in the access.
+    std::rotate(t.shape.begin() + dims[which], t.shape.begin() + dims[which] + 1, t.shape.end());
+    std::rotate(acc.indices.begin() + dims[which], acc.indices.begin() + dims[which] + 1, acc.indices.end());
+  }
+  if (!view.relayout[0].active && !view.relayout[1].active)
+    return {"both operands already have the reduction's dimension innermost in memory", {}};
+  view.compute = owned.get();
+  view.view_owner = owned;
+  // Worth a prologue only where an operand that has no aligned 16-byte vectors in place gets them
+  // along the axis this mapping's layout stores it, and no operand loses.
+  bool gains = false;
+  for (int which = 0; which < 2; ++which) {
+    const int full = 128 / dtype_bits(which == 0 ? g.hw->a_dtype : g.hw->b_dtype);
+    const int before = best_in_place(g, which), after = operand_contiguity(view, which).aligned;
+    if (after < std::min(before, full) && after < operand_contiguity(g, which).aligned)
+      return {"operand " + std::string(which == 0 ? "A" : "B") + " would be read in narrower vectors", {}};
+    if (view.relayout[which].active && before < full && after == full) gains = true;
+  }
+  if (!gains) return {"no operand gains aligned 16-byte vectors along the axis this layout stores it", {}};
+  v.gemm = std::move(view);
+  return v;
 }
 
 }  // namespace tmap

@@ -151,7 +151,7 @@ KernelSource emit_mma_sync(const ImplicitGemm& g, const ScheduleParams& p) {
   emit_output_scatter(os, g, tout, ov.width, ov.along);
   os << "}  // namespace\n\n";
 
-  emit_kernel_entry(os, k, p, ta, tb, tout, tpart);
+  emit_kernel_entry(os, g, k, p, ta, tb, tout, tpart);
   os << "  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;\n"
      << "  const int wm0 = (warp / WARPS_N) * WM, wn0 = (warp % WARPS_N) * WN;  // warp tile origin in the block\n"
      << "  // ldmatrix x4: lane l names row l % 8 of 8x8 matrix l / 8.\n"

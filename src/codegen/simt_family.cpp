@@ -95,7 +95,7 @@ KernelSource emit_simt(const ImplicitGemm& g, const ScheduleParams& p) {
   emit_output_scatter(os, g, tout, ov.width, ov.along);
   os << "}  // namespace\n\n";
 
-  emit_kernel_entry(os, k, p, ta, tb, tout, tpart);
+  emit_kernel_entry(os, g, k, p, ta, tb, tout, tpart);
   os << "  // KL neighbouring lanes share an output tile; the tiles run along n first.\n"
      << "  const int kl = threadIdx.x % KL, tile = threadIdx.x / KL;\n"
      << "  const int tm0 = (tile / TILES_N) * TM, tn0 = (tile % TILES_N) * TN;  // this thread's outputs\n\n";

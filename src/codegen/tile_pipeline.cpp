@@ -125,7 +125,7 @@ KernelSource kernel_shell(const ImplicitGemm& g, const ScheduleParams& p, int th
   const Compute& c = *g.compute;
   KernelSource k;
   k.name = identifier("tmap_" + c.name + "_" + g.hw->name + "_" + g.layout + "_" + g.shape.str() + "_map" +
-                      std::to_string(g.mapping_id));
+                      std::to_string(g.mapping_id) + (g.relayouted() ? "_relayout" : ""));
   k.threads = threads;
   k.shared_bytes = shared_bytes(g, p);
   k.grid = {(g.N + p.block_n - 1) / p.block_n, (g.M + p.block_m - 1) / p.block_m, g.batch * p.split_k};
@@ -445,7 +445,7 @@ void emit_tile_index(std::ostringstream& os, const char* op, const StoredTile& s
        << "  return ((line << 7) | ((((o >> 4) ^ line) & 7) << 4) | (o & 15)) / " << s.bytes << ";\n}\n";
 }
 
-void emit_kernel_entry(std::ostringstream& os, const KernelSource& k, const ScheduleParams& p, const std::string& ta,
+void emit_kernel_entry(std::ostringstream& os, const ImplicitGemm& g, const KernelSource& k, const ScheduleParams& p, const std::string& ta,
                        const std::string& tb, const std::string& tout, const std::string& tpart) {
   os << "extern \"C\" __global__ void __launch_bounds__(THREADS)\n"
      << k.name << "(const " << ta << "* __restrict__ a_src, const " << tb << "* __restrict__ b_src, " << tout
@@ -453,6 +453,7 @@ void emit_kernel_entry(std::ostringstream& os, const KernelSource& k, const Sche
      << "  extern __shared__ __align__(128) unsigned char smem[];\n"
      << "  " << ta << "* As = reinterpret_cast<" << ta << "*>(smem);                    // [STAGES][A_TILE]\n"
      << "  " << tb << "* Bs = reinterpret_cast<" << tb << "*>(smem + STAGES * A_BYTES);  // [STAGES][B_TILE]\n";
+  emit_prologue_wait(os, g);
   emit_block_origin(os, p);
   os << "  const int z = blockIdx.z / SPLIT_K, split = blockIdx.z % SPLIT_K;\n";
 }
@@ -788,6 +789,91 @@ void emit_split_reduce(std::ostringstream& os, const KernelSource& k, const std:
      << "  for (int s = 0; s < SPLIT_K; ++s) sum += partial[s * PLANE + e];\n"
      << "  const int z = (int)(e / ((long long)M * N)), m = (int)(e / N % M), n = (int)(e % N);\n"
      << "  store_d(out, m, n, z, (" << out_type << ")sum);\n}\n";
+}
+
+void emit_prologue_wait(std::ostringstream& os, const ImplicitGemm& g) {
+  if (!g.relayouted()) return;
+  os << "#if __CUDA_ARCH__ >= 900\n"
+     << "  // Launched as a programmatic dependent of the prologue that copies the operands\n"
+     << "  // channels-last: wait until its copies are in memory.\n"
+     << "  asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");\n"
+     << "#endif\n";
+}
+
+namespace {
+
+/// Copies of fewer than this many elements per [moved] row gather element by element; longer
+/// ones are transposed in 32 x 32 tiles through shared memory.
+constexpr std::int64_t kTransposeMinInner = 32;
+constexpr std::int64_t kGatherPerBlock = 2048;  // elements per block of an element-wise gather
+
+std::int64_t relayout_blocks(const OperandRelayout& r) {
+  if (!r.active) return 0;
+  if (r.inner < kTransposeMinInner) return (r.elements() + kGatherPerBlock - 1) / kGatherPerBlock;
+  return r.outer * ((r.moved + 31) / 32) * ((r.inner + 31) / 32);
+}
+
+}  // namespace
+
+void emit_relayout(KernelSource& k, const ImplicitGemm& g) {
+  k.relayout_name = k.name + "_prologue";
+  std::int64_t offset = round_up(k.workspace_bytes, 256), blocks = 0;
+  std::ostringstream os;
+  os << "\n// The relayout prologue: copies operand tensors so that the reduction's dimension is innermost\n"
+     << "// ([outer][moved][inner] -> [outer][inner][moved]) into the workspace, for the kernel above.\n"
+     << "template <typename T>\n"
+     << "__device__ __forceinline__ void relayout_transpose(const T* __restrict__ src, T* __restrict__ dst, long long tile,\n"
+     << "                                                  long long moved, long long inner) {\n"
+     << "  __shared__ T buf[32][33];\n"
+     << "  const long long tiles_inner = (inner + 31) / 32, tiles_moved = (moved + 31) / 32;\n"
+     << "  const long long ti = tile % tiles_inner, tm = tile / tiles_inner % tiles_moved, o = tile / (tiles_inner * tiles_moved);\n"
+     << "  src += o * moved * inner;\n  dst += o * moved * inner;\n"
+     << "  const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;\n"
+     << "  #pragma unroll\n  for (int j = 0; j < 32; j += 8) {  // rows of [moved], read along inner\n"
+     << "    const long long m = tm * 32 + ty + j, i = ti * 32 + tx;\n"
+     << "    if (m < moved && i < inner) buf[ty + j][tx] = src[m * inner + i];\n  }\n"
+     << "  __syncthreads();\n"
+     << "  #pragma unroll\n  for (int j = 0; j < 32; j += 8) {  // rows of [inner], written along moved\n"
+     << "    const long long i = ti * 32 + ty + j, m = tm * 32 + tx;\n"
+     << "    if (m < moved && i < inner) dst[i * moved + m] = buf[tx][ty + j];\n  }\n}\n"
+     << "template <typename T>\n"
+     << "__device__ __forceinline__ void relayout_gather(const T* __restrict__ src, T* __restrict__ dst, long long block,\n"
+     << "                                               long long moved, long long inner, long long elements) {\n"
+     << "  #pragma unroll 4\n"
+     << "  for (long long e = block * " << kGatherPerBlock << " + threadIdx.x; e < (block + 1) * " << kGatherPerBlock
+     << " && e < elements; e += blockDim.x) {\n"
+     << "    const long long m = e % moved, i = e / moved % inner, o = e / (moved * inner);\n"
+     << "    dst[e] = src[(o * moved + m) * inner + i];\n  }\n}\n"
+     << "extern \"C\" __global__ void __launch_bounds__(" << k.relayout_threads << ")\n"
+     << k.relayout_name << "(const void* __restrict__ a_src, const void* __restrict__ b_src, unsigned char* __restrict__ workspace) {\n"
+     << "#if __CUDA_ARCH__ >= 900\n"
+     << "  // The main kernel may launch once every block of this one is running; it waits for the copies.\n"
+     << "  asm volatile(\"griddepcontrol.launch_dependents;\");\n"
+     << "#endif\n"
+     << "  long long block = blockIdx.x;\n";
+  for (int which = 0; which < 2; ++which) {
+    const OperandRelayout& r = g.relayout[which];
+    if (!r.active) continue;
+    k.relayout_offset[which] = offset;
+    const std::int64_t n = relayout_blocks(r);
+    const std::string t = vector_type(r.bytes), src = which == 0 ? "a_src" : "b_src";
+    const std::string args = "reinterpret_cast<const " + t + "*>(" + src + "), reinterpret_cast<" + t + "*>(workspace + " +
+                             std::to_string(offset) + "LL), block, " + std::to_string(r.moved) + "LL, " +
+                             std::to_string(r.inner) + "LL";
+    os << "  if (block < " << n << ") {  // operand " << (which == 0 ? 'A' : 'B') << ": [" << r.outer << "][" << r.moved
+       << "][" << r.inner << "] -> [" << r.outer << "][" << r.inner << "][" << r.moved << "]\n";
+    if (r.inner < kTransposeMinInner)
+      os << "    relayout_gather(" << args << ", " << r.elements() << "LL);\n";
+    else
+      os << "    relayout_transpose(" << args << ");\n";
+    os << "    return;\n  }\n  block -= " << n << ";\n";
+    offset = round_up(offset + r.elements() * r.bytes, 256);
+    blocks += n;
+  }
+  os << "}\n";
+  k.relayout_blocks = blocks;
+  k.workspace_bytes = offset;
+  k.code += os.str();
 }
 
 bool raises(const ImplicitGemm& g, const ScheduleParams& p, const DeviceLimits& limits, ScheduleError e) {

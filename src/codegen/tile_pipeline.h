@@ -95,7 +95,7 @@ int output_vector_width(const ImplicitGemm& g, char along, int out_bits);
 /// shared memory with stage buffers As and Bs (A_BYTES each for A, then B), the block origin
 /// (emit_block_origin) and `z`, `split` from blockIdx.z, for the families that stage through
 /// such buffers.
-void emit_kernel_entry(std::ostringstream& os, const KernelSource& k, const ScheduleParams& p, const std::string& ta,
+void emit_kernel_entry(std::ostringstream& os, const ImplicitGemm& g, const KernelSource& k, const ScheduleParams& p, const std::string& ta,
                        const std::string& tb, const std::string& tout, const std::string& tpart);
 /// K_TILES, STEPS (serial points x K tiles) and this block's share [first, last) of them.
 void emit_step_range(std::ostringstream& os);
@@ -168,6 +168,14 @@ void emit_dependents_trigger(std::ostringstream& os, const ScheduleParams& p);
 /// waits for the main kernel with griddepcontrol.wait (launched as its programmatic dependent).
 void emit_split_reduce(std::ostringstream& os, const KernelSource& k, const std::string& part_type,
                        const std::string& out_type);
+
+/// In a relayout view's kernel (ImplicitGemm::relayouted()), at the top of the main kernel: on
+/// sm_90, wait (griddepcontrol.wait) for the prologue that copies the operands. Nothing otherwise.
+void emit_prologue_wait(std::ostringstream& os, const ImplicitGemm& g);
+/// Appends the prologue kernel of a relayout view to `k`: one block per 32 x 32 tile of
+/// [moved][inner] of each copied operand (A's tiles first), transposed through shared memory into
+/// the workspace after the split-K partial sums; sets relayout_* and grows workspace_bytes.
+void emit_relayout(KernelSource& k, const ImplicitGemm& g);
 
 /// The type partial sums are kept in: at least float.
 std::string partial_type(const ImplicitGemm& g);

@@ -356,6 +356,7 @@ KernelSource emit_wgmma(const ImplicitGemm& g, const ScheduleParams& p) {
      << "  unsigned char* smem = smem_raw + ((1024 - static_cast<unsigned>(__cvta_generic_to_shared(smem_raw)) % 1024) % 1024);\n"
      << "  " << ta << "* As = reinterpret_cast<" << ta << "*>(smem);                    // [STAGES][A_BYTES]\n"
      << "  " << tb << "* Bs = reinterpret_cast<" << tb << "*>(smem + STAGES * A_BYTES);  // [STAGES][B_BYTES]\n";
+  emit_prologue_wait(os, g);
   emit_block_origin(os, p);
   os << "  const int z = blockIdx.z / SPLIT_K, split = blockIdx.z % SPLIT_K;\n"
      << "  const int wg = threadIdx.x / 128, lane = threadIdx.x % 32;\n"

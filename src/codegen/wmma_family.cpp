@@ -141,6 +141,7 @@ KernelSource emit_wmma(const ImplicitGemm& g, const ScheduleParams& p) {
      << "  extern __shared__ __align__(128) unsigned char smem[];\n"
      << "  " << ta << "* As = reinterpret_cast<" << ta << "*>(smem);                  // [STAGES][A_TILE / PACK_A]\n"
      << "  " << tb << "* Bs = reinterpret_cast<" << tb << "*>(smem + STAGES * A_BYTES);  // [STAGES][B_TILE / PACK_B]\n";
+  emit_prologue_wait(os, g);
   emit_block_origin(os, p);
   os << "  const int z = blockIdx.z / SPLIT_K, split = blockIdx.z % SPLIT_K;\n"
      << "  const int warp = threadIdx.x / 32;\n"

@@ -152,17 +152,25 @@ class LoadedKernel {
   }
   LoadedKernel(const LoadedKernel&) = delete;
   LoadedKernel& operator=(const LoadedKernel&) = delete;
-  cudaError_t launch(const KernelSource& k, void** args, cudaStream_t stream) const {
+  /// The main kernel's launch; `dependent` as in launch_1d (after a relayout prologue).
+  cudaError_t launch(const KernelSource& k, void** args, cudaStream_t stream, bool dependent = false) const {
     dim3 grid(static_cast<unsigned>(k.grid[0]), static_cast<unsigned>(k.grid[1]), static_cast<unsigned>(k.grid[2]));
-    return cudaLaunchKernel(reinterpret_cast<const void*>(kernel_), grid, dim3(static_cast<unsigned>(k.threads)), args,
-                            static_cast<std::size_t>(k.shared_bytes), stream);
+    return launch_config(grid, dim3(static_cast<unsigned>(k.threads)), k.shared_bytes, args, stream, dependent);
   }
   /// A 1-D launch; `dependent`: as a programmatic dependent of the stream's previous kernel
   /// (sm_90: it starts while that kernel's last blocks finish and waits in griddepcontrol.wait).
   cudaError_t launch_1d(std::int64_t blocks, int threads, void** args, cudaStream_t stream, bool dependent) const {
+    return launch_config(dim3(static_cast<unsigned>(blocks)), dim3(static_cast<unsigned>(threads)), 0, args, stream,
+                         dependent);
+  }
+
+ private:
+  cudaError_t launch_config(dim3 grid, dim3 block, std::int64_t shared_bytes, void** args, cudaStream_t stream,
+                            bool dependent) const {
     cudaLaunchConfig_t config{};
-    config.gridDim = dim3(static_cast<unsigned>(blocks));
-    config.blockDim = dim3(static_cast<unsigned>(threads));
+    config.gridDim = grid;
+    config.blockDim = block;
+    config.dynamicSmemBytes = static_cast<std::size_t>(shared_bytes);
     config.stream = stream;
     cudaLaunchAttribute attribute{};
     attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -174,7 +182,6 @@ class LoadedKernel {
     return cudaLaunchKernelExC(&config, reinterpret_cast<const void*>(kernel_), args);
   }
 
- private:
   cudaLibrary_t lib_ = nullptr;
   cudaKernel_t kernel_ = nullptr;
 };
@@ -402,12 +409,21 @@ KernelRun run_candidate(Workspace& ws, const std::vector<double>& reference, int
     LoadedKernel kernel(cubin, k.name, k.shared_bytes);
     std::unique_ptr<LoadedKernel> reduce;
     if (!k.reduce_name.empty()) reduce = std::make_unique<LoadedKernel>(cubin, k.reduce_name, 0);
-    void* a = ws.device(a_tensor);
-    void* b = ws.device(b_tensor);
+    std::unique_ptr<LoadedKernel> prologue;
+    if (!k.relayout_name.empty()) prologue = std::make_unique<LoadedKernel>(cubin, k.relayout_name, 0);
+    void* a_in = ws.device(a_tensor);
+    void* b_in = ws.device(b_tensor);
     void* out = ws.device(c.output.tensor);
     void* workspace = nullptr;
     if (k.workspace_bytes > 0) check(cudaMalloc(&workspace, static_cast<std::size_t>(k.workspace_bytes)), "cudaMalloc", FailureKind::kLoad);
     std::unique_ptr<void, decltype(&cudaFree)> workspace_owner(workspace, &cudaFree);
+    // A relayout prologue copies the operands into the workspace; the main kernel reads the copies.
+    auto operand = [&](void* in, int which) {
+      return k.relayout_offset[which] < 0 ? in : static_cast<void*>(static_cast<char*>(workspace) + k.relayout_offset[which]);
+    };
+    void* a = operand(a_in, 0);
+    void* b = operand(b_in, 1);
+    void* prologue_args[] = {&a_in, &b_in, &workspace};
     std::vector<CUtensorMap> maps;
     for (const TensorMapSpec& spec : k.tensor_maps) maps.push_back(encode_tensor_map(spec, spec.operand == 0 ? a : b));
     std::vector<void*> args = {&a, &b, &out, &workspace};
@@ -417,12 +433,16 @@ KernelRun run_candidate(Workspace& ws, const std::vector<double>& reference, int
     check(cudaGetDevice(&device), "cudaGetDevice");
     check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "cudaDeviceGetAttribute");
     const bool dependent_launches = major >= 9;  // programmatic dependent launch: sm_90 on
-    // One run of the candidate: the main kernel, then the split-K reduction if there is one.
+    // One run of the candidate: the relayout prologue if there is one, the main kernel, then the
+    // split-K reduction if there is one.
     cudaStream_t stream = nullptr;
     check(cudaStreamCreate(&stream), "cudaStreamCreate");
     std::unique_ptr<std::remove_pointer_t<cudaStream_t>, decltype(&cudaStreamDestroy)> stream_owner(stream, &cudaStreamDestroy);
     auto enqueue = [&](void* s) {
-      cudaError_t e = kernel.launch(k, args.data(), static_cast<cudaStream_t>(s));
+      cudaError_t e = cudaSuccess;
+      if (prologue)
+        e = prologue->launch_1d(k.relayout_blocks, k.relayout_threads, prologue_args, static_cast<cudaStream_t>(s), false);
+      if (e == cudaSuccess) e = kernel.launch(k, args.data(), static_cast<cudaStream_t>(s), prologue && dependent_launches);
       if (e == cudaSuccess && reduce)
         e = reduce->launch_1d(k.reduce_blocks, k.reduce_threads, reduce_args, static_cast<cudaStream_t>(s),
                               dependent_launches);

@@ -78,6 +78,8 @@ nlohmann::json to_json(const MeasureRequest& r) {
           {"grid", k.grid},             {"threads", k.threads},      {"shared_bytes", k.shared_bytes},
           {"workspace_bytes", k.workspace_bytes}, {"reduce_kernel", k.reduce_name},
           {"reduce_blocks", k.reduce_blocks}, {"reduce_threads", k.reduce_threads},
+          {"relayout_kernel", k.relayout_name}, {"relayout_blocks", k.relayout_blocks},
+          {"relayout_threads", k.relayout_threads}, {"relayout_offset", k.relayout_offset},
           {"a_tensor", r.a_tensor},     {"b_tensor", r.b_tensor},    {"verify", r.verify},
           {"tolerance", r.tolerance},   {"warmup", r.timing.warmup}, {"min_repeats", r.timing.min_repeats},
           {"min_total_ms", r.timing.min_total_ms}, {"graph_runs", r.timing.graph_runs},
@@ -96,6 +98,10 @@ MeasureRequest request_from_json(const nlohmann::json& j) {
   r.kernel.reduce_name = j.at("reduce_kernel");
   r.kernel.reduce_blocks = j.at("reduce_blocks");
   r.kernel.reduce_threads = j.at("reduce_threads");
+  r.kernel.relayout_name = j.value("relayout_kernel", "");
+  r.kernel.relayout_blocks = j.value("relayout_blocks", std::int64_t{0});
+  r.kernel.relayout_threads = j.value("relayout_threads", 256);
+  r.kernel.relayout_offset = j.value("relayout_offset", std::array<std::int64_t, 2>{-1, -1});
   r.kernel.tensor_maps = tensor_maps_from_json(j.value("tensor_maps", nlohmann::json::array()));
   r.a_tensor = j.at("a_tensor");
   r.b_tensor = j.at("b_tensor");

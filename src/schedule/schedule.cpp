@@ -107,7 +107,8 @@ nlohmann::json to_json(const ScheduleParams& p) {
           {"warp_n", p.warp_n},   {"stages", p.stages},   {"smem_pad", p.smem_pad}, {"split_k", p.split_k},
           {"panels", p.panels},   {"vec_a", p.vec_a},     {"vec_b", p.vec_b},       {"unroll", p.unroll},
           {"raster", p.raster},   {"async_copy", p.async_copy}, {"swizzle", p.swizzle},
-          {"producer", p.producer}, {"k_lanes", p.k_lanes}, {"window", p.window}};
+          {"producer", p.producer}, {"k_lanes", p.k_lanes}, {"window", p.window},
+          {"relayout", p.relayout}};
 }
 
 ScheduleParams schedule_from_json(const nlohmann::json& j, const ScheduleParams& defaults) {
@@ -123,7 +124,8 @@ ScheduleParams schedule_from_json(const nlohmann::json& j, const ScheduleParams&
                                                  {"vec_b", &p.vec_b},     {"unroll", &p.unroll},
                                                  {"raster", &p.raster},   {"async_copy", &p.async_copy},
                                                  {"swizzle", &p.swizzle}, {"producer", &p.producer},
-                                                 {"k_lanes", &p.k_lanes}, {"window", &p.window}};
+                                                 {"k_lanes", &p.k_lanes}, {"window", &p.window},
+                                                 {"relayout", &p.relayout}};
   for (const auto& item : j.items()) {
     const std::string key = item.key();  // not a structured binding: Clang 14 cannot capture one
     const auto& value = item.value();
@@ -158,9 +160,9 @@ std::string_view message(ScheduleError e) {
     case ScheduleError::kBadStages:
       return "stages must be 1 or 2, or up to the family's pipeline depth (wmma 4, mma_sync 5) with async_copy = 1";
     case ScheduleError::kBadOption:
-      return "panels, unroll, swizzle and producer must be 0 or 1 (panels wmma only, swizzle mma_sync and wgmma, "
-             "producer wgmma only), raster between 1 and 32, k_lanes a power of two up to 32 and window 0 or 1 (simt "
-             "only)";
+      return "panels, unroll, swizzle, producer and relayout must be 0 or 1 (panels wmma only, swizzle mma_sync "
+             "and wgmma, producer wgmma only, relayout where the mapping offers it), raster between 1 and 32, k_lanes "
+             "a power of two up to 32 and window 0 or 1 (simt only)";
     case ScheduleError::kBadAsyncCopy:
       return "async_copy (0 or 1) needs sm_80 or newer and an operand loaded in 4-, 8- or 16-byte vectors";
     case ScheduleError::kBadVector:
@@ -197,8 +199,36 @@ int block_threads(const ImplicitGemm& g, const ScheduleParams& p) {
   return static_cast<int>(std::min<std::int64_t>(threads, std::numeric_limits<int>::max()));
 }
 
-std::vector<ScheduleIssue> validate(const ImplicitGemm& g, const ScheduleParams& p, const DeviceLimits& limits) {
+const ImplicitGemm& gemm_for(const ImplicitGemm& g, const ScheduleParams& p, ImplicitGemm& storage) {
+  if (p.relayout != 1 || g.relayouted()) return g;
+  RelayoutView v = relayout_view(g);
+  if (!v.why_not.empty())
+    throw UserError(format_diagnostic(SourceLoc::whole("--params"), "relayout = 1 is not offered for this mapping: " + v.why_not,
+                                      "use relayout = 0"));
+  storage = std::move(v.gemm);
+  return storage;
+}
+
+std::vector<ScheduleIssue> validate(const ImplicitGemm& in, const ScheduleParams& p, const DeviceLimits& limits) {
   std::vector<ScheduleIssue> out;
+  if (p.relayout != 0 && p.relayout != 1) {
+    out.push_back({ScheduleError::kBadOption, "relayout = " + std::to_string(p.relayout) + ": use 0 or 1"});
+    return out;
+  }
+  if (p.relayout == 0 && in.relayouted()) {
+    out.push_back({ScheduleError::kBadOption, "relayout = 0 on a relayout view, whose kernels read copied operands; use 1"});
+    return out;
+  }
+  ImplicitGemm storage;
+  if (p.relayout == 1 && !in.relayouted()) {
+    RelayoutView v = relayout_view(in);
+    if (!v.why_not.empty()) {
+      out.push_back({ScheduleError::kBadOption, "relayout = 1: " + v.why_not + "; use 0"});
+      return out;
+    }
+    storage = std::move(v.gemm);
+  }
+  const ImplicitGemm& g = p.relayout == 1 && !in.relayouted() ? storage : in;
   const auto m = g.shape[Axis::kI], n = g.shape[Axis::kJ], k = g.shape[Axis::kK];
   auto fail = [&](ScheduleError e, std::string detail) { out.push_back({e, std::move(detail)}); };
   if (p.warp_m <= 0 || p.warp_n <= 0 || p.block_k <= 0 || p.warp_m % m || p.warp_n % n || p.block_k % k)
@@ -227,6 +257,9 @@ std::vector<ScheduleIssue> validate(const ImplicitGemm& g, const ScheduleParams&
   if (p.window != 0 && (p.window != 1 || !family_of(*g.hw).stages_windows()))
     fail(ScheduleError::kBadOption, "window = " + std::to_string(p.window) +
                                         ": only SIMT kernels stage a convolution's input window; use 0");
+  else if (p.window != 0 && p.relayout != 0)
+    fail(ScheduleError::kBadOption, "window = 1 with relayout = 1: a window is staged from the input in place; use "
+                                    "relayout = 0");
   if (!out.empty()) return out;  // the checks below need a well-formed tiling
   const std::int64_t steps = g.serial * ((g.K + p.block_k - 1) / p.block_k);
   if (p.split_k < 1 || p.split_k > steps)

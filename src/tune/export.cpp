@@ -76,7 +76,7 @@ std::string shape_text(const Tensor& t) {
 }
 
 struct Piece {
-  std::string fn, kernel, reduce, reference;
+  std::string fn, kernel, reduce, prologue, reference;
   Regenerated g;
   KernelSource ref;
   const TuneRecord* record = nullptr;
@@ -101,8 +101,20 @@ std::string launcher(const Piece& x, int cc) {
     os << "  e = cudaFuncSetAttribute(reinterpret_cast<const void*>(" << x.kernel
        << "), cudaFuncAttributeMaxDynamicSharedMemorySize, " << k.shared_bytes << ");\n  if (e != cudaSuccess) return e;\n";
   if (k.workspace_bytes > 0)
-    os << "  e = cudaMallocAsync(&workspace, " << k.workspace_bytes << ", stream);  // split-K partial sums\n"
+    os << "  e = cudaMallocAsync(&workspace, " << k.workspace_bytes
+       << ", stream);  // split-K partial sums, channels-last copies of operands\n"
        << "  if (e != cudaSuccess) return e;\n";
+  if (!k.relayout_name.empty()) {
+    os << "  {  // the relayout prologue: the operands copied channels-last into the workspace\n"
+       << "    void* prologue_args[] = {&a, &b, &workspace};\n"
+       << "    e = cudaLaunchKernel(reinterpret_cast<const void*>(" << x.prologue << "), dim3(" << k.relayout_blocks
+       << "), dim3(" << k.relayout_threads << "), prologue_args, 0, stream);\n"
+       << "    if (e != cudaSuccess) {\n      cudaFreeAsync(workspace, stream);\n      return e;\n    }\n  }\n";
+    for (int which = 0; which < 2; ++which)
+      if (k.relayout_offset[which] >= 0)
+        os << "  " << (which == 0 ? "a" : "b") << " = static_cast<char*>(workspace) + " << k.relayout_offset[which]
+           << ";  // the kernel reads the copy\n";
+  }
   for (std::size_t i = 0; i < k.tensor_maps.size(); ++i) {
     const TensorMapSpec& m = k.tensor_maps[i];
     os << "  alignas(64) CUtensorMap map" << i << ";\n  {\n"
@@ -117,8 +129,20 @@ std::string launcher(const Piece& x, int cc) {
   os << "  void* args[] = {&a, &b, &out, &workspace";
   for (std::size_t i = 0; i < k.tensor_maps.size(); ++i) os << ", &map" << i;
   os << "};\n";
-  os << "  e = cudaLaunchKernel(reinterpret_cast<const void*>(" << x.kernel << "), dim3(" << k.grid[0] << ", " << k.grid[1]
-     << ", " << k.grid[2] << "), dim3(" << k.threads << "), args, " << k.shared_bytes << ", stream);\n";
+  if (!k.relayout_name.empty() && cc >= 90)
+    os << "  {  // a programmatic dependent of the prologue: it waits (griddepcontrol.wait) for the copies\n"
+       << "    cudaLaunchConfig_t config = {};\n"
+       << "    config.gridDim = dim3(" << k.grid[0] << ", " << k.grid[1] << ", " << k.grid[2] << ");\n"
+       << "    config.blockDim = dim3(" << k.threads << ");\n    config.dynamicSmemBytes = " << k.shared_bytes << ";\n"
+       << "    config.stream = stream;\n"
+       << "    cudaLaunchAttribute attribute = {};\n"
+       << "    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;\n"
+       << "    attribute.val.programmaticStreamSerializationAllowed = 1;\n"
+       << "    config.attrs = &attribute;\n    config.numAttrs = 1;\n"
+       << "    e = cudaLaunchKernelExC(&config, reinterpret_cast<const void*>(" << x.kernel << "), args);\n  }\n";
+  else
+    os << "  e = cudaLaunchKernel(reinterpret_cast<const void*>(" << x.kernel << "), dim3(" << k.grid[0] << ", " << k.grid[1]
+       << ", " << k.grid[2] << "), dim3(" << k.threads << "), args, " << k.shared_bytes << ", stream);\n";
   if (!k.reduce_name.empty()) {
     os << "  if (e == cudaSuccess) {  // the split-K sums into the output\n    void* reduce_args[] = {&workspace, &out};\n"
        << "    cudaLaunchConfig_t config = {};\n"
@@ -255,9 +279,11 @@ std::vector<ExportedKernel> export_kernels(const std::vector<const TuneRecord*>&
     if (!names.insert(x.fn).second) continue;  // one kernel per workload
     x.kernel = "tmap_kernel_" + base;
     x.reduce = x.kernel + "_reduce";
+    x.prologue = x.kernel + "_prologue";
     x.reference = "tmap_reference_" + base;
     std::string code = x.g.kernel.code;
     if (!x.g.kernel.reduce_name.empty()) code = replace_identifier(code, x.g.kernel.reduce_name, x.reduce);
+    if (!x.g.kernel.relayout_name.empty()) code = replace_identifier(code, x.g.kernel.relayout_name, x.prologue);
     x.g.kernel.code = replace_identifier(code, x.g.kernel.name, x.kernel);
     x.ref = emit_reference_kernel(*x.g.compute);
     x.ref.code = replace_identifier(x.ref.code, x.ref.name, x.reference);
@@ -274,7 +300,8 @@ std::vector<ExportedKernel> export_kernels(const std::vector<const TuneRecord*>&
   header << "// Kernels tuned by tmap, exported from " << source << " for sm_" << arch << ".\n"
          << "// Each launch function takes the compute's tensors as device pointers (dense, row-major, in the\n"
          << "// shapes below) and a stream; it returns the first CUDA error of its launches. Kernels with a\n"
-         << "// split-K reduction allocate their workspace with cudaMallocAsync on that stream.\n"
+         << "// split-K reduction or a relayout prologue (operands copied channels-last before the kernel)\n"
+         << "// allocate their workspace with cudaMallocAsync on that stream.\n"
          << "#pragma once\n\n#include <cuda_bf16.h>\n#include <cuda_fp16.h>\n#include <cuda_runtime.h>\n\n"
          << "#ifdef __cplusplus\nextern \"C\" {\n#endif\n\n"
          << "/// Encodes a CUtensorMap (128-byte swizzle) through the driver entry point; see tmap_runtime.cu.\n"

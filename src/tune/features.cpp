@@ -54,6 +54,14 @@ Shape shape_of(const ImplicitGemm& g, const ScheduleParams& p, const DeviceModel
   return s;
 }
 
+/// Bytes a relayout view's prologue copies (read once and written once), 0 without one.
+double relayout_bytes(const ImplicitGemm& g) {
+  double bytes = 0;
+  for (const OperandRelayout& r : g.relayout)
+    if (r.active) bytes += static_cast<double>(r.elements()) * r.bytes;
+  return bytes;
+}
+
 }  // namespace
 
 DeviceModel DeviceModel::for_arch(int cc, int sm_count) {
@@ -170,7 +178,14 @@ double analytic_time_us(const ImplicitGemm& g, const ScheduleParams& p, const De
     epilogue_s += 2.0 * p.split_k * g.M * g.N * g.batch * 4 / d.dram_bytes_per_s;
     launches_us += d.launch_us;
   }
-  return launches_us + (body_s + epilogue_s) * 1e6;
+  // A relayout prologue reads and writes its copies once, and the main kernel's launch overlaps
+  // the prologue's last blocks (a programmatic dependent launch), so it adds about half a launch.
+  double prologue_s = 0;
+  if (g.relayouted()) {
+    prologue_s = 2.0 * relayout_bytes(g) / d.dram_bytes_per_s;
+    launches_us += 0.5 * d.launch_us;
+  }
+  return launches_us + (body_s + epilogue_s + prologue_s) * 1e6;
 }
 
 Features candidate_features(const ImplicitGemm& g, const ScheduleParams& p, const DeviceModel& d) {
@@ -223,6 +238,7 @@ Features candidate_features(const ImplicitGemm& g, const ScheduleParams& p, cons
   f[i++] = static_cast<float>(p.producer);               // warp-specialized TMA producer
   f[i++] = lg(p.k_lanes);                                // lanes sharing one output's reduction (SIMT)
   f[i++] = static_cast<float>(p.window);                 // a sliding window's image staged once per block (SIMT)
+  f[i++] = static_cast<float>(std::log2(1.0 + relayout_bytes(g)));  // operands copied channels-last first
   return f;
 }
 

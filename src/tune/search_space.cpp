@@ -10,13 +10,13 @@
 namespace tmap {
 namespace {
 
-constexpr int kFields = 18;
+constexpr int kFields = 19;
 
 /// The schedule's parameters by position, in declaration order.
 int* field(ScheduleParams& p, int i) {
   int* fields[kFields] = {&p.block_m, &p.block_n, &p.block_k, &p.warp_m, &p.warp_n, &p.stages, &p.smem_pad,
                           &p.split_k, &p.panels,  &p.vec_a,   &p.vec_b,  &p.unroll, &p.raster, &p.async_copy, &p.swizzle,
-                          &p.producer, &p.k_lanes, &p.window};
+                          &p.producer, &p.k_lanes, &p.window, &p.relayout};
   return fields[i];
 }
 
@@ -66,18 +66,28 @@ SearchSpace::SearchSpace(const Compute& c, const std::vector<HwAbstraction>& hws
       if (h.name == m.hw_abs) hw = &h;
     for (const Mapping& map : m.mappings) {
       if (!map.fits() && !arms.insert(arm_key(m.hw_abs, m.layout, m.shape.extent, map.axes)).second) continue;
-      SpaceEntry entry{hw, &m, &map, make_implicit_gemm(c, *hw, m, map), "", {}, {}};
-      entry.defaults = default_schedule(entry.gemm, limits_);
-      if (auto issues = validate(entry.gemm, entry.defaults, limits_); !issues.empty()) {
-        unscheduled.emplace(m.hw_abs, "matched, but no mapping has a valid schedule (mapping " +
-                                          std::to_string(map.id) + ", layout " + m.layout + ": " +
-                                          std::string(message(issues.front().error)) + ": " + issues.front().detail + ")");
-        continue;
-      }
-      scheduled.insert(m.hw_abs);
-      entry.choices = family_of(*hw).choices(entry.gemm, entry.defaults);
-      entries_.push_back(std::move(entry));
-      entries_.back().label = candidate_label(ref(static_cast<int>(entries_.size()) - 1, entries_.back().defaults));
+      // The mapping's arm, and where relayout_view() offers it a twin reading channels-last copies.
+      auto add = [&](ImplicitGemm gemm, int relayout) {
+        SpaceEntry entry{hw, &m, &map, std::move(gemm), "", {}, {}};
+        entry.defaults = default_schedule(entry.gemm, limits_);
+        entry.defaults.relayout = relayout;
+        if (auto issues = validate(entry.gemm, entry.defaults, limits_); !issues.empty()) {
+          unscheduled.emplace(m.hw_abs, "matched, but no mapping has a valid schedule (mapping " +
+                                            std::to_string(map.id) + ", layout " + m.layout + ": " +
+                                            std::string(message(issues.front().error)) + ": " + issues.front().detail + ")");
+          return;
+        }
+        scheduled.insert(m.hw_abs);
+        entry.choices = family_of(*hw).choices(entry.gemm, entry.defaults);
+        entry.choices.resize(kFields);
+        entry.choices[kFields - 1] = {relayout};
+        entries_.push_back(std::move(entry));
+        entries_.back().label = candidate_label(ref(static_cast<int>(entries_.size()) - 1, entries_.back().defaults));
+      };
+      ImplicitGemm gemm = make_implicit_gemm(c, *hw, m, map);
+      RelayoutView view = relayout_view(gemm);
+      add(std::move(gemm), 0);
+      if (view.why_not.empty()) add(std::move(view.gemm), 1);
     }
   }
   for (const auto& [name, why] : unscheduled)
@@ -164,8 +174,10 @@ int SearchSpace::find(const CandidateRef& r) const {
     }
   // The arm of exactly that mapping, else the arm that stands for it (a padded mapping the same
   // up to extent-1 iterators).
+  // (A record with relayout = 1 belongs to the mapping's relayout twin.)
   auto same_match = [&](const SpaceEntry& e) {
-    return e.hw->name == r.hw_abs && e.match->layout == r.layout && e.match->shape.extent == r.shape;
+    return e.hw->name == r.hw_abs && e.match->layout == r.layout && e.match->shape.extent == r.shape &&
+           e.gemm.relayouted() == (r.params.relayout == 1);
   };
   for (int i = 0; i < static_cast<int>(entries_.size()); ++i)
     if (same_match(entries_[i]) && entries_[i].mapping->axes == axes) return i;

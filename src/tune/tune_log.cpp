@@ -70,7 +70,8 @@ std::string candidate_label(const CandidateRef& c) {
     axes += (a ? "x" : "") + ("{" + set + "}");
   }
   return c.hw_abs + " " + c.layout + " " + std::to_string(c.shape[0]) + "x" + std::to_string(c.shape[1]) + "x" +
-         std::to_string(c.shape[2]) + " map " + std::to_string(c.mapping_id) + " " + axes;
+         std::to_string(c.shape[2]) + " map " + std::to_string(c.mapping_id) + " " + axes +
+         (c.params.relayout ? " relayout" : "");
 }
 
 nlohmann::json to_json(const TuneRecord& r) {

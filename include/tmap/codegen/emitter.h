@@ -39,6 +39,11 @@ struct TensorMapSpec {
 /// one `const __grid_constant__` CUtensorMap per entry of `tensor_maps`.
 /// With split-K, the main kernel writes partial sums to the workspace and a second kernel in
 /// the same source (reduce_name, parameters: workspace, output) sums them into the output.
+/// With a relayout (ScheduleParams::relayout), a prologue kernel in the same source
+/// (relayout_name, parameters: the tensors playing A and B, the workspace) first copies the
+/// operands channels-last into the workspace, at byte relayout_offset[0] (A) and [1] (B), -1 for
+/// an operand read in place; the main kernel then takes those copies as A and B. On sm_90 the main
+/// kernel is launched as the prologue's programmatic dependent (it waits in griddepcontrol.wait).
 struct KernelSource {
   std::string name;
   std::string code;
@@ -50,6 +55,10 @@ struct KernelSource {
   std::int64_t reduce_blocks = 0;
   int reduce_threads = 256;
   std::vector<TensorMapSpec> tensor_maps;
+  std::string relayout_name;  ///< Empty: no prologue.
+  std::int64_t relayout_blocks = 0;
+  int relayout_threads = 256;
+  std::array<std::int64_t, 2> relayout_offset{-1, -1};
 };
 
 class EmitterFamily {
@@ -97,7 +106,8 @@ const EmitterFamily& family_of(const HwAbstraction& hw);
 /// Names of the families with an emitter, for messages.
 std::vector<std::string> family_names();
 
-/// The kernel of one candidate, by its abstraction's family.
+/// The kernel of one candidate, by its abstraction's family (through its relayout view with
+/// p.relayout, with the prologue kernel that copies the operands).
 KernelSource emit_kernel(const ImplicitGemm& g, const ScheduleParams& p);
 
 }  // namespace tmap

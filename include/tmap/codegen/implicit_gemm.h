@@ -4,11 +4,13 @@
 // unmapped axis has extent 1). Iterators that index the output but are not mapped are batch
 // dimensions of the grid; reductions that are not mapped are serial loops around the K loop.
 // Each operand element is found from its virtual coordinates through the mapping and the
-// compute's affine indices, so no data transform runs outside the kernel.
+// compute's affine indices, in place; or, in a relayout view (relayout_view()), in a copy of the
+// operand made channels-last by a prologue kernel, where its reduction axis is contiguous.
 #pragma once
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -18,7 +20,19 @@
 
 namespace tmap {
 
+/// How a relayout view copies one operand: its tensor seen as [outer][moved][inner] (the
+/// dimension indexed by the reduction iterator, and those before and after it) is copied to
+/// [outer][inner][moved], so that the moved dimension is innermost.
+struct OperandRelayout {
+  bool active = false;
+  std::int64_t outer = 1, moved = 1, inner = 1;
+  int bytes = 2;  ///< Bytes per element.
+  std::int64_t elements() const { return outer * moved * inner; }
+};
+
 struct ImplicitGemm {
+  /// The compute the kernel reads: the user's, or in a relayout view a copy (owned by
+  /// `view_owner`) whose relayouted operands have their dimensions in the copies' order.
   const Compute* compute = nullptr;
   const HwAbstraction* hw = nullptr;
   std::string layout;    ///< The match's layout key ("nnn", ...).
@@ -30,6 +44,12 @@ struct ImplicitGemm {
   std::vector<int> serial_iters;     ///< Unmapped reductions: serial loops in the kernel.
   std::int64_t M = 1, N = 1, K = 1, batch = 1, serial = 1;
   int mapping_id = -1;
+  /// A relayout view: operands A and B (index 0, 1) copied channels-last by a prologue kernel
+  /// where `active`; `relayout_iter` is the reduction iterator made innermost (in k_iters too).
+  std::array<OperandRelayout, 2> relayout{};
+  int relayout_iter = -1;
+  std::shared_ptr<const Compute> view_owner;
+  bool relayouted() const { return view_owner != nullptr; }
 
   /// The GEMM-equivalent work, 2 * M * N * K * batch * serial (padding excluded).
   double flops() const { return 2.0 * M * N * K * batch * serial; }
@@ -37,5 +57,18 @@ struct ImplicitGemm {
 
 /// Builds the virtual GEMM of one mapping of one match.
 ImplicitGemm make_implicit_gemm(const Compute& c, const HwAbstraction& hw, const Match& match, const Mapping& mapping);
+
+/// The relayout view of `g` (ScheduleParams::relayout): a reduction iterator `c` that indexes one
+/// dimension of both operands alone (a convolution's input channels) is made the innermost of k,
+/// and each operand whose dimension of `c` is not its last is read from a copy with that
+/// dimension moved last (NCHW -> NHWC, KCRS -> KRSC, NCW -> NWC, NCDHW -> NDHWC). Offered where an
+/// operand cannot be read in aligned 16-byte vectors in place along k nor along m / n (a 3x3 or
+/// strided convolution's NCHW input) but can in the view, along the axis this mapping's layout
+/// stores it, and no operand loses. `why_not` says why not, else `gemm` is the view.
+struct RelayoutView {
+  std::string why_not;
+  ImplicitGemm gemm;
+};
+RelayoutView relayout_view(const ImplicitGemm& g);
 
 }  // namespace tmap

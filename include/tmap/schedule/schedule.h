@@ -51,6 +51,10 @@ struct ScheduleParams {
   /// EmitterFamily::stages_windows). block_n then counts the batch entries (channels) a block
   /// takes, and the warp tile is one thread's run of warp_m outputs along a row.
   int window = 0;
+  /// 1: read the operands from channels-last copies that a prologue kernel makes on every run
+  /// (relayout_view(): an NCHW convolution's input as NHWC, its KCRS filters as KRSC), so that
+  /// their reduction axis is contiguous; 0: read them in place. Only where relayout_view() offers it.
+  int relayout = 0;
   bool operator==(const ScheduleParams&) const = default;
 };
 
@@ -90,8 +94,13 @@ struct ScheduleIssue {
 };
 
 /// Every reason the schedule is invalid for this GEMM on this device (empty when valid): the
-/// checks common to every family, then the family's own (EmitterFamily::validate).
+/// checks common to every family, then the family's own (EmitterFamily::validate). With
+/// p.relayout, `g` is checked through its relayout view (gemm_for()).
 std::vector<ScheduleIssue> validate(const ImplicitGemm& g, const ScheduleParams& p, const DeviceLimits& limits);
+
+/// The GEMM a schedule's kernel computes: `g`, or with p.relayout when `g` is not yet a relayout
+/// view, its view, built in `storage` (a UserError when relayout_view() refuses it).
+const ImplicitGemm& gemm_for(const ImplicitGemm& g, const ScheduleParams& p, ImplicitGemm& storage);
 
 /// How far consecutive values of a virtual axis stay together in an operand's tensor.
 ///

@@ -1,0 +1,362 @@
+// Relayout views (ScheduleParams::relayout): operands copied channels-last by a prologue kernel,
+// then read by the main kernel along their contiguous reduction axis. Without a GPU: which
+// mappings are offered a view and why others are not, the view's tensors and reduction order,
+// validation, the search space's twin arms, the launch fields' JSON, and NVRTC compiles of every
+// family's view kernels; on the GPU (skipped without one): every family's view kernels against
+// the reference kernel on fresh random inputs, outputs poisoned (relative L2 below 1e-2 for fp16
+// inputs, 1e-3 for tf32, exact for int8).
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "gpu_cases.h"
+#include "test_util.h"
+#include "tmap/codegen/emitter.h"
+#include "tmap/frontend/op_library.h"
+#include "tmap/runtime/measure_worker.h"
+#include "tmap/runtime/nvrtc_compiler.h"
+#include "tmap/tune/search_space.h"
+
+namespace tmap {
+namespace {
+
+using testing::have_gpu;
+using testing::shipped;
+using testing::typed_op;
+
+/// The relayout views of `c` under abstraction `hw_name`: the first offered mapping of each match,
+/// at most `max`; the reasons of the mappings refused go to `why_not`.
+std::vector<ImplicitGemm> views_of(const Compute& c, const std::string& hw_name, std::size_t max,
+                                   std::vector<std::string>* why_not = nullptr) {
+  const HwAbstraction& hw = find_hw(shipped(), hw_name);
+  std::vector<ImplicitGemm> out;
+  const MatchReport r = match_compute(c, {hw}, Enumeration::kAll);
+  for (const Match& m : r.matches) {
+    for (const Mapping& map : m.mappings) {
+      RelayoutView v = relayout_view(make_implicit_gemm(c, hw, m, map));
+      if (v.why_not.empty()) {
+        out.push_back(std::move(v.gemm));
+        break;
+      }
+      if (why_not) why_not->push_back(v.why_not);
+    }
+    if (out.size() == max) break;
+  }
+  return out;
+}
+
+Compute op(const std::string& name, const std::vector<std::string>& sets) {
+  return build_compute(builtin_op(name), parse_param_overrides(sets));
+}
+
+
+/// The view's schedule: the default for sm_90 (or `cc`), with relayout on (and fragments in panels
+/// where WMMA's rows would misalign them).
+ScheduleParams view_schedule(const ImplicitGemm& g, int cc = 90) {
+  ScheduleParams p = default_schedule(g, DeviceLimits::for_arch(cc));
+  p.relayout = 1;
+  if (!validate(g, p, DeviceLimits::for_arch(cc)).empty()) {
+    ScheduleParams panels = p;
+    panels.panels = 1;
+    if (validate(g, panels, DeviceLimits::for_arch(cc)).empty()) return panels;
+  }
+  return p;
+}
+
+/// Up to `max` views of `c` under `hw_name` (one per match) whose view_schedule() is valid.
+std::vector<std::pair<ImplicitGemm, ScheduleParams>> schedulable_views(const Compute& c, const std::string& hw_name,
+                                                                       std::size_t max, int cc = 90) {
+  std::vector<std::pair<ImplicitGemm, ScheduleParams>> out;
+  for (ImplicitGemm& g : views_of(c, hw_name, 64)) {
+    ScheduleParams p = view_schedule(g, cc);
+    if (validate(g, p, DeviceLimits::for_arch(cc)).empty()) out.emplace_back(std::move(g), p);
+    if (out.size() == max) break;
+  }
+  return out;
+}
+
+TEST(Relayout, NchwConvolutionReadsNhwcCopies) {
+  const Compute c = op("conv2d", {"N=2", "C=64", "H=15", "W=15", "K=96", "pad=1"});
+  const std::vector<ImplicitGemm> views = views_of(c, "mma_sync_fp16_fp32", 8);
+  ASSERT_FALSE(views.empty()) << "an NCHW 3x3 convolution has no aligned 16-byte reads in place; a view is offered";
+  const int ci = c.find_iterator("c");
+  for (const ImplicitGemm& g : views) {
+    ASSERT_TRUE(g.relayouted());
+    EXPECT_EQ(g.relayout_iter, ci);
+    EXPECT_EQ(g.k_iters.back(), ci) << "the input channels become the innermost reduction";
+    EXPECT_NE(g.compute, &c);
+    for (int which = 0; which < 2; ++which) {
+      const Access& a = g.compute->inputs[which == 0 ? g.a_input : g.b_input];
+      const Tensor& t = g.compute->tensor_of(a);
+      const OperandRelayout& r = g.relayout[which];
+      ASSERT_TRUE(r.active) << t.name;
+      EXPECT_EQ(r.bytes, 2);
+      EXPECT_EQ(a.indices.back().coef(ci), 1) << t.name << ": channels last";
+      if (t.name == "I") {
+        EXPECT_EQ(t.shape, (std::vector<std::int64_t>{2, 15, 15, 64}));  // NHWC
+        EXPECT_EQ(std::vector<std::int64_t>({r.outer, r.moved, r.inner}), (std::vector<std::int64_t>{2, 64, 225}));
+      } else {
+        EXPECT_EQ(t.shape, (std::vector<std::int64_t>{96, 3, 3, 64}));  // KRSC
+        EXPECT_EQ(std::vector<std::int64_t>({r.outer, r.moved, r.inner}), (std::vector<std::int64_t>{96, 64, 9}));
+      }
+      // Stored along k by this mapping's layout, the copy is read in aligned 16-byte vectors.
+      if (!stored_along_mn(g, which))
+        EXPECT_EQ(operand_contiguity(g, which).aligned, 8) << t.name << ": aligned 16-byte vectors in the view";
+    }
+    // The user's compute is untouched: the view owns its copy.
+    EXPECT_EQ(c.tensors[c.inputs[0].tensor].shape, (std::vector<std::int64_t>{2, 64, 15, 15}));
+    EXPECT_EQ(g.M * g.N * g.K, c.iteration_points() / (g.batch * g.serial));
+  }
+  // 1x1 filters [K][C][1][1] are already channels-last in memory: a strided 1x1 convolution's view
+  // copies its input alone and reads the filters in place.
+  const Compute s2 = op("conv2d", {"N=2", "C=64", "H=16", "W=16", "K=96", "R=1", "S=1", "stride=2", "pad=0"});
+  const std::vector<ImplicitGemm> s2v = views_of(s2, "mma_sync_fp16_fp32", 8);
+  ASSERT_FALSE(s2v.empty());
+  for (const ImplicitGemm& g : s2v)
+    for (int which = 0; which < 2; ++which) {
+      const Tensor& t = g.compute->tensor_of(g.compute->inputs[which == 0 ? g.a_input : g.b_input]);
+      EXPECT_EQ(g.relayout[which].active, t.name == "I") << t.name;
+      EXPECT_EQ(g.compute->inputs[which == 0 ? g.a_input : g.b_input].indices.back().coef(ci), 1) << t.name;
+    }
+  // A strided 1-D and a 3-D convolution are offered views too (NCW -> NWC, NCDHW -> NDHWC).
+  EXPECT_FALSE(views_of(op("conv1d", {"N=2", "C=32", "W=40", "K=32", "stride=2"}), "mma_sync_fp16_fp32", 1).empty());
+  const Compute v3 = op("conv3d", {"N=1", "C=16", "D=5", "H=6", "W=7", "K=32", "pad=1"});
+  const std::vector<ImplicitGemm> v3s = views_of(v3, "mma_sync_fp16_fp32", 1);
+  ASSERT_FALSE(v3s.empty());
+  for (const OperandRelayout& r : v3s[0].relayout)
+    if (r.active && r.outer == 1) EXPECT_EQ(r.inner, 5 * 6 * 7);  // the input: [1][16][D*H*W]
+}
+
+TEST(Relayout, NotOfferedWhereOperandsAreReadInAlignedVectorsInPlace) {
+  struct Case {
+    std::string name;
+    Compute c;
+  };
+  const std::vector<Case> cases = {
+      {"gemm", op("gemm", {"M=128", "N=128", "K=128"})},
+      {"gemm_nt", op("gemm_nt", {"M=128", "N=128", "K=128"})},
+      {"conv2d_nhwc", op("conv2d_nhwc", {"N=2", "C=64", "H=15", "W=15", "K=96", "pad=1"})},
+      {"conv2d C=3", op("conv2d", {"N=2", "C=3", "H=32", "W=32", "K=64", "R=7", "S=7", "stride=2", "pad=3"})},
+  };
+  for (const Case& k : cases) {
+    std::vector<std::string> why;
+    EXPECT_TRUE(views_of(k.c, "mma_sync_fp16_fp32", 8, &why).empty()) << k.name;
+    ASSERT_FALSE(why.empty()) << k.name;
+    for (const std::string& w : why) EXPECT_FALSE(w.empty()) << k.name;
+  }
+  // Sub-byte operands are never copied.
+  const Compute i4 = typed_op("gemm", "int4", "int32", {"M=64", "N=64", "K=128"});
+  std::vector<std::string> why;
+  EXPECT_TRUE(views_of(i4, "wmma_int4_int32", 4, &why).empty());
+  ASSERT_FALSE(why.empty());
+  EXPECT_NE(why.front().find("sub-byte"), std::string::npos) << why.front();
+}
+
+TEST(Relayout, ValidationNamesTheProblem) {
+  const DeviceLimits limits = DeviceLimits::for_arch(90);
+  auto has = [&](const ImplicitGemm& g, const ScheduleParams& p, const std::string& text) {
+    for (const ScheduleIssue& i : validate(g, p, limits))
+      if (i.error == ScheduleError::kBadOption && i.detail.find(text) != std::string::npos) return true;
+    return false;
+  };
+  const Compute gemm = op("gemm", {"M=128", "N=128", "K=128"});
+  const HwAbstraction& hw = find_hw(shipped(), "mma_sync_fp16_fp32");
+  const MatchReport r = match_compute(gemm, {hw}, Enumeration::kAll);
+  const ImplicitGemm g = make_implicit_gemm(gemm, hw, r.matches.front(), r.matches.front().mappings.front());
+  ScheduleParams p = default_schedule(g, limits);
+  ASSERT_TRUE(validate(g, p, limits).empty());
+  p.relayout = 1;
+  EXPECT_TRUE(has(g, p, "relayout = 1: ")) << "a GEMM is offered no view";
+  p.relayout = 2;
+  EXPECT_TRUE(has(g, p, "relayout = 2"));
+  EXPECT_THROW((void)emit_kernel(g, view_schedule(g)), UserError);
+
+  const Compute conv = op("conv2d", {"N=2", "C=64", "H=15", "W=15", "K=96", "pad=1"});
+  const std::vector<ImplicitGemm> views = views_of(conv, "mma_sync_fp16_fp32", 1);
+  ASSERT_FALSE(views.empty());
+  ScheduleParams q = view_schedule(views[0]);
+  EXPECT_TRUE(validate(views[0], q, limits).empty());
+  q.relayout = 0;
+  EXPECT_TRUE(has(views[0], q, "relayout = 0 on a relayout view"));
+  const std::vector<ImplicitGemm> simt = views_of(conv, "simt_fp16_fp32", 1);
+  ASSERT_FALSE(simt.empty());
+  ScheduleParams w = view_schedule(simt[0]);
+  w.window = 1;
+  EXPECT_TRUE(has(simt[0], w, "window = 1 with relayout = 1"));
+  // The user's GEMM with relayout = 1 validates and emits through its view, like the view itself.
+  ImplicitGemm plain = views[0];
+  {
+    const MatchReport cr = match_compute(conv, {hw}, Enumeration::kAll);
+    for (const Match& m : cr.matches)
+      for (const Mapping& map : m.mappings)
+        if (m.layout == views[0].layout && m.roles.a_input == views[0].a_input && map.id == views[0].mapping_id)
+          plain = make_implicit_gemm(conv, hw, m, map);
+  }
+  ASSERT_FALSE(plain.relayouted());
+  const ScheduleParams vp = view_schedule(views[0]);
+  EXPECT_TRUE(validate(plain, vp, limits).empty());
+  EXPECT_EQ(emit_kernel(plain, vp).code, emit_kernel(views[0], vp).code);
+}
+
+TEST(Relayout, SearchSpaceHasTwinArms) {
+  const DeviceLimits limits = DeviceLimits::for_arch(90);
+  const Compute conv = op("conv2d", {"N=2", "C=64", "H=15", "W=15", "K=96", "pad=1"});
+  const std::vector<HwAbstraction> hws = {find_hw(shipped(), "mma_sync_fp16_fp32")};  // outlives the spaces
+  SearchSpace space(conv, hws, Enumeration::kAmos, limits, 90);
+  int twins = 0;
+  for (int i = 0; i < static_cast<int>(space.entries().size()); ++i) {
+    const SpaceEntry& e = space.entries()[i];
+    EXPECT_EQ(e.defaults.relayout, e.gemm.relayouted() ? 1 : 0);
+    ASSERT_EQ(e.choices.size(), 19u);
+    EXPECT_EQ(e.choices.back(), std::vector<int>{e.defaults.relayout});
+    if (!e.gemm.relayouted()) continue;
+    ++twins;
+    EXPECT_NE(e.label.find(" relayout"), std::string::npos) << e.label;
+    // A record finds its arm again (the twin for relayout = 1, the plain arm for 0).
+    EXPECT_EQ(space.find(space.ref(i, e.defaults)), i);
+    ScheduleParams plain = e.defaults;
+    plain.relayout = 0;
+    const int j = space.find(space.ref(i, plain));
+    ASSERT_GE(j, 0);
+    EXPECT_FALSE(space.entries()[j].gemm.relayouted());
+  }
+  EXPECT_GT(twins, 0);
+  const Compute nhwc = op("conv2d_nhwc", {"N=2", "C=64", "H=15", "W=15", "K=96", "pad=1"});
+  SearchSpace plain(nhwc, hws, Enumeration::kAmos, limits, 90);
+  for (const SpaceEntry& e : plain.entries()) EXPECT_FALSE(e.gemm.relayouted()) << e.label;
+}
+
+TEST(Relayout, ScheduleAndLaunchFieldsRoundTrip) {
+  ScheduleParams p;
+  p.relayout = 1;
+  EXPECT_EQ(schedule_from_json(to_json(p)).relayout, 1);
+  EXPECT_EQ(schedule_from_json(nlohmann::json::object()).relayout, 0) << "records without the key read in place";
+  KernelSource k;
+  k.name = "main";
+  k.relayout_name = "main_prologue";
+  k.relayout_blocks = 77;
+  k.relayout_threads = 256;
+  k.relayout_offset = {-1, 4096};
+  k.workspace_bytes = 8192;
+  const MeasureRequest back = request_from_json(to_json(MeasureRequest::for_kernel(op("gemm", {}), k, "x.cubin", 0, 1)));
+  EXPECT_EQ(back.kernel.relayout_name, "main_prologue");
+  EXPECT_EQ(back.kernel.relayout_blocks, 77);
+  EXPECT_EQ(back.kernel.relayout_offset, k.relayout_offset);
+}
+
+/// Every family's view kernels for NCHW / NCW / NCDHW convolutions with padding, strides and odd
+/// extents, at several dtypes: the launch fields, then NVRTC for sm_80 and sm_90 (wgmma: sm_90).
+TEST(Relayout, EveryFamilysViewKernelsCompile) {
+  struct Job {
+    std::string label;
+    KernelSource k;
+    bool sm80;
+  };
+  std::vector<Job> jobs;
+  const std::vector<std::pair<std::string, std::vector<std::string>>> convs = {
+      {"conv2d", {"N=2", "C=24", "H=11", "W=13", "K=40", "pad=1"}},
+      {"conv2d", {"N=2", "C=16", "H=15", "W=15", "K=32", "stride=2", "pad=1"}},
+      {"conv1d", {"N=3", "C=40", "W=37", "K=48", "S=3", "stride=2", "pad=1"}},
+      {"conv3d", {"N=2", "C=16", "D=5", "H=6", "W=7", "K=32", "pad=1"}}};
+  auto add = [&](const Compute& c, const std::string& hw, const std::string& label, std::size_t max) {
+    const auto views = schedulable_views(c, hw, max);
+    ASSERT_FALSE(views.empty()) << label << " " << hw << ": no view offered with a valid schedule";
+    for (const auto& [g, p] : views) {
+      KernelSource k = emit_kernel(g, p);
+      EXPECT_EQ(k.relayout_name, k.name + "_prologue");
+      EXPECT_GT(k.relayout_blocks, 0);
+      std::int64_t end = 0;
+      for (int which = 0; which < 2; ++which) {
+        if (!g.relayout[which].active) {
+          EXPECT_EQ(k.relayout_offset[which], -1);
+          continue;
+        }
+        EXPECT_EQ(k.relayout_offset[which] % 256, 0);
+        EXPECT_GE(k.relayout_offset[which], end);
+        end = k.relayout_offset[which] + g.relayout[which].elements() * g.relayout[which].bytes;
+      }
+      EXPECT_GE(k.workspace_bytes, end);
+      EXPECT_NE(k.code.find("griddepcontrol.wait"), std::string::npos) << "the main kernel waits for the copies";
+      jobs.push_back({label + " " + hw + " " + g.layout + " map " + std::to_string(g.mapping_id), k,
+                      hw.rfind("wgmma", 0) != 0});
+    }
+  };
+  for (const auto& [name, sets] : convs) {
+    const Compute c = op(name, sets);
+    for (const std::string hw : {"wmma_fp16_fp32", "mma_sync_fp16_fp32", "wgmma_fp16_fp32", "simt_fp16_fp32"})
+      add(c, hw, name + " " + sets[1] + " " + sets[4], 2);
+  }
+  // Other element sizes: bf16 (2 bytes), tf32 (4) and int8 (1) copies.
+  for (const auto& [hw, in_t, out_t] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"mma_sync_bf16_fp32", "bfloat16", "float32"},
+           {"mma_sync_tf32_fp32", "float32", "float32"},
+           {"mma_sync_int8_int32", "int8", "int32"},
+           {"wgmma_int8_int32", "int8", "int32"}})
+    add(typed_op("conv2d", in_t, out_t, {"N=2", "C=32", "H=9", "W=11", "K=64", "pad=1"}), hw, "conv2d " + in_t, 1);
+  std::vector<std::string> failures;
+  for (int cc : {80, 90}) {
+    NvrtcCompiler compiler(cc);
+    std::vector<CompileJob> sources;
+    std::vector<const Job*> which;
+    for (const Job& j : jobs)
+      if (cc == 90 || j.sm80) sources.push_back({j.k.name, j.k.code}), which.push_back(&j);
+    const std::vector<CompileResult> results = compile_parallel(compiler, sources);
+    for (std::size_t i = 0; i < results.size(); ++i)
+      if (!results[i].ok) failures.push_back(which[i]->label + " sm_" + std::to_string(cc) + ":\n" + results[i].log);
+  }
+  EXPECT_GE(jobs.size(), 20u);
+  EXPECT_TRUE(failures.empty()) << failures.size() << " failed, first: " << failures.front();
+}
+
+// ---- On the GPU --------------------------------------------------------------------------
+
+TEST(Gpu, RelayoutPrologue) {
+  if (!have_gpu()) GTEST_SKIP() << "no GPU: " << query_runtime().status;
+  const int cc = testing::device_cc();
+  const DeviceLimits limits = DeviceLimits::for_arch(cc);
+  std::uint64_t seed = 4100;
+  const std::vector<std::pair<std::string, std::vector<std::string>>> convs = {
+      {"conv2d", {"N=2", "C=24", "H=11", "W=13", "K=40", "pad=1"}},
+      {"conv2d", {"N=2", "C=16", "H=15", "W=15", "K=32", "stride=2", "pad=1"}},
+      {"conv2d", {"N=3", "C=64", "H=7", "W=7", "K=72", "pad=1"}},
+      {"conv1d", {"N=3", "C=40", "W=37", "K=48", "S=3", "stride=2", "pad=1"}},
+      {"conv3d", {"N=2", "C=16", "D=5", "H=6", "W=7", "K=32", "pad=1"}}};
+  std::vector<std::string> hws = {"wmma_fp16_fp32", "mma_sync_fp16_fp32", "simt_fp16_fp32"};
+  if (cc == 90) hws.push_back("wgmma_fp16_fp32");
+  int runs = 0;
+  for (const auto& [name, sets] : convs) {
+    const Compute c = op(name, sets);
+    std::vector<testing::GpuCase> cases;
+    for (const std::string& hw : hws) {
+      for (const auto& [g, p] : schedulable_views(c, hw, 2, cc)) {
+        const std::string label = name + " " + sets[1] + " " + sets[4] + " " + hw + " " + g.layout + " map " +
+                                  std::to_string(g.mapping_id) + " relayout";
+        cases.push_back({label, g, p, 1e-2});
+        ScheduleParams split = p;
+        split.split_k = 2;
+        if (validate(g, split, limits).empty()) cases.push_back({label + " split 2", g, split, 1e-2});
+        ScheduleParams tma = p;
+        tma.producer = 1;
+        if (validate(g, tma, limits).empty()) cases.push_back({label + " tma", g, tma, 1e-2});
+      }
+    }
+    runs += static_cast<int>(cases.size());
+    testing::run_cases(c, cases, seed++);
+  }
+  for (const auto& [hw, in_t, out_t, tol] : std::vector<std::tuple<std::string, std::string, std::string, double>>{
+           {"mma_sync_tf32_fp32", "float32", "float32", 1e-3}, {"mma_sync_int8_int32", "int8", "int32", 0.0}}) {
+    const Compute c = typed_op("conv2d", in_t, out_t, {"N=2", "C=32", "H=9", "W=11", "K=64", "pad=1"});
+    std::vector<testing::GpuCase> cases;
+    for (const auto& [g, p] : schedulable_views(c, hw, 1, cc)) cases.push_back({hw + " conv2d relayout", g, p, tol});
+    runs += static_cast<int>(cases.size());
+    testing::run_cases(c, cases, seed++);
+  }
+  EXPECT_GE(runs, 20);
+}
+
+}  // namespace
+}  // namespace tmap
