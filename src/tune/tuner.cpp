@@ -217,10 +217,13 @@ std::vector<double> arm_shares(const std::vector<ArmStanding>& arms) {
   const std::size_t n = arms.size();
   std::vector<double> score(n, 0.0);
   if (n == 0) return score;
+  // Not measured yet and not known to fail: ranked by the model's estimate.
+  auto unmeasured_arm = [](const ArmStanding& a) { return a.best_us == kInf && !a.failed_only; };
   double global = kInf, predicted = kInf;
-  for (const auto& a : arms) {
-    global = std::min(global, a.best_us);
-    if (a.best_us == kInf && !a.failed_only) predicted = std::min(predicted, a.predicted_us);
+  std::size_t best = 0;  // the fastest measured arm (meaningful when global < kInf)
+  for (std::size_t e = 0; e < n; ++e) {
+    if (arms[e].best_us < global) global = arms[e].best_us, best = e;
+    if (unmeasured_arm(arms[e])) predicted = std::min(predicted, arms[e].predicted_us);
   }
   // Measured arms: exp(-2 x log2(best / best overall)); arms that only failed a little.
   // Unmeasured ones on the same scale by the model's estimate against the best known time (the
@@ -241,7 +244,7 @@ std::vector<double> arm_shares(const std::vector<ArmStanding>& arms) {
     const double cap = kExploreShare / (1 - kExploreShare) * measured;
     if (unmeasured > cap) {
       for (std::size_t e = 0; e < n; ++e)
-        if (arms[e].best_us == kInf && !arms[e].failed_only) score[e] *= cap / unmeasured;
+        if (unmeasured_arm(arms[e])) score[e] *= cap / unmeasured;
       unmeasured = cap;
     }
   }
@@ -251,9 +254,6 @@ std::vector<double> arm_shares(const std::vector<ArmStanding>& arms) {
   // under a time budget of a few seconds the winning arm would see one or two trials after its
   // first look.
   if (global < kInf && n > 1) {
-    std::size_t best = 0;
-    for (std::size_t e = 1; e < n; ++e)
-      if (arms[e].best_us < arms[best].best_us) best = e;
     if (score[best] < kBestArmShare * total) {
       const double rest = total - score[best];
       score[best] = kBestArmShare / (1 - kBestArmShare) * rest;
