@@ -88,7 +88,6 @@ RelayoutView relayout_view(const ImplicitGemm& g) {
   if (iter < 0) return {"no reduction iterator of k indexes one dimension of both operands alone", {}};
   auto owned = std::make_shared<Compute>(c);
   ImplicitGemm view = g;
-  view.relayout_iter = iter;
   view.k_iters.erase(std::find(view.k_iters.begin(), view.k_iters.end(), iter));
   view.k_iters.push_back(iter);
   for (int which = 0; which < 2; ++which) {

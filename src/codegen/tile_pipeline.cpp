@@ -866,7 +866,8 @@ void emit_relayout(KernelSource& k, const ImplicitGemm& g) {
       os << "    relayout_gather(" << args << ", " << r.elements() << "LL);\n";
     else
       os << "    relayout_transpose(" << args << ");\n";
-    os << "    return;\n  }\n  block -= " << n << ";\n";
+    os << "    return;\n  }\n";
+    if (which == 0 && g.relayout[1].active) os << "  block -= " << n << ";\n";
     offset = round_up(offset + r.elements() * r.bytes, 256);
     blocks += n;
   }

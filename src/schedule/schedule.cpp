@@ -199,14 +199,31 @@ int block_threads(const ImplicitGemm& g, const ScheduleParams& p) {
   return static_cast<int>(std::min<std::int64_t>(threads, std::numeric_limits<int>::max()));
 }
 
-const ImplicitGemm& gemm_for(const ImplicitGemm& g, const ScheduleParams& p, ImplicitGemm& storage) {
-  if (p.relayout != 1 || g.relayouted()) return g;
+namespace {
+
+/// gemm_for() without the throw: `g` or its view (built in `storage`), or nullptr with the
+/// reason in `why_not` when the view is not offered.
+const ImplicitGemm* view_for(const ImplicitGemm& g, const ScheduleParams& p, ImplicitGemm& storage,
+                             std::string& why_not) {
+  if (p.relayout != 1 || g.relayouted()) return &g;
   RelayoutView v = relayout_view(g);
-  if (!v.why_not.empty())
-    throw UserError(format_diagnostic(SourceLoc::whole("--params"), "relayout = 1 is not offered for this mapping: " + v.why_not,
-                                      "use relayout = 0"));
+  if (!v.why_not.empty()) {
+    why_not = std::move(v.why_not);
+    return nullptr;
+  }
   storage = std::move(v.gemm);
-  return storage;
+  return &storage;
+}
+
+}  // namespace
+
+const ImplicitGemm& gemm_for(const ImplicitGemm& g, const ScheduleParams& p, ImplicitGemm& storage) {
+  std::string why_not;
+  const ImplicitGemm* view = view_for(g, p, storage, why_not);
+  if (!view)
+    throw UserError(format_diagnostic(SourceLoc::whole("--params"), "relayout = 1 is not offered for this mapping: " + why_not,
+                                      "use relayout = 0"));
+  return *view;
 }
 
 std::vector<ScheduleIssue> validate(const ImplicitGemm& in, const ScheduleParams& p, const DeviceLimits& limits) {
@@ -220,15 +237,13 @@ std::vector<ScheduleIssue> validate(const ImplicitGemm& in, const ScheduleParams
     return out;
   }
   ImplicitGemm storage;
-  if (p.relayout == 1 && !in.relayouted()) {
-    RelayoutView v = relayout_view(in);
-    if (!v.why_not.empty()) {
-      out.push_back({ScheduleError::kBadOption, "relayout = 1: " + v.why_not + "; use 0"});
-      return out;
-    }
-    storage = std::move(v.gemm);
+  std::string why_not;
+  const ImplicitGemm* view = view_for(in, p, storage, why_not);
+  if (!view) {
+    out.push_back({ScheduleError::kBadOption, "relayout = 1: " + why_not + "; use 0"});
+    return out;
   }
-  const ImplicitGemm& g = p.relayout == 1 && !in.relayouted() ? storage : in;
+  const ImplicitGemm& g = *view;
   const auto m = g.shape[Axis::kI], n = g.shape[Axis::kJ], k = g.shape[Axis::kK];
   auto fail = [&](ScheduleError e, std::string detail) { out.push_back({e, std::move(detail)}); };
   if (p.warp_m <= 0 || p.warp_n <= 0 || p.block_k <= 0 || p.warp_m % m || p.warp_n % n || p.block_k % k)

@@ -45,9 +45,8 @@ struct ImplicitGemm {
   std::int64_t M = 1, N = 1, K = 1, batch = 1, serial = 1;
   int mapping_id = -1;
   /// A relayout view: operands A and B (index 0, 1) copied channels-last by a prologue kernel
-  /// where `active`; `relayout_iter` is the reduction iterator made innermost (in k_iters too).
+  /// where `active`; the reduction iterator made innermost is k_iters.back().
   std::array<OperandRelayout, 2> relayout{};
-  int relayout_iter = -1;
   std::shared_ptr<const Compute> view_owner;
   bool relayouted() const { return view_owner != nullptr; }
 
