@@ -2,10 +2,14 @@
 // crashes of the parent; faulting and hanging kernels on the GPU too (skipped without a GPU).
 #include <gtest/gtest.h>
 
+#include <signal.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <filesystem>
-#include <unistd.h>
 #include <fstream>
+#include <set>
+#include <sstream>
 
 #include "test_util.h"
 #include "tmap/frontend/op_library.h"
@@ -23,6 +27,59 @@ MeasureRequest gemm_request() {
   r.cubin_path = "/nonexistent.cubin";
   r.kernel.threads = 32;
   return r;
+}
+
+/// The `tmap compile-worker` processes this process has started.
+std::set<pid_t> compile_worker_pids() {
+  std::set<pid_t> out;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream children(task.path() / "children");
+    for (pid_t pid; children >> pid;) {
+      std::ifstream cmdline("/proc/" + std::to_string(pid) + "/cmdline");
+      std::stringstream ss;
+      ss << cmdline.rdbuf();
+      if (ss.str().find("compile-worker") != std::string::npos) out.insert(pid);
+    }
+  }
+  return out;
+}
+
+TEST(CompileWorkers, CompileLikeNvrtcInProcessAndOutliveTheirFailures) {
+  std::vector<CompileJob> jobs;
+  for (int i = 0; i < 5; ++i)
+    jobs.push_back({"k" + std::to_string(i), "extern \"C\" __global__ void k(int* x) { x[threadIdx.x] = " +
+                                                 std::to_string(i) + "; }"});
+  jobs.push_back({"bad", "extern \"C\" __global__ void k() { undefined_thing(); }"});
+  ASSERT_EQ(use_compile_workers(""), 0u);
+  const std::vector<CompileResult> here = compile_parallel(*std::make_unique<NvrtcCompiler>(90), jobs, 3);
+  EXPECT_TRUE(compile_worker_pids().empty());
+
+  ASSERT_EQ(use_compile_workers(TMAP_BINARY, 2), 2u);
+  const std::vector<CompileResult> there = compile_parallel(*std::make_unique<NvrtcCompiler>(90), jobs, 3);
+  const std::set<pid_t> workers = compile_worker_pids();
+  EXPECT_EQ(workers.size(), 2u) << "the jobs were not compiled in two worker processes";
+  ASSERT_EQ(there.size(), jobs.size());
+  for (std::size_t i = 0; i + 1 < jobs.size(); ++i) {
+    EXPECT_TRUE(there[i].ok) << there[i].log;
+    EXPECT_EQ(there[i].cubin, here[i].cubin) << jobs[i].name << ": a worker's binary differs from NVRTC's in-process";
+    EXPECT_GT(there[i].seconds, 0);
+  }
+  EXPECT_FALSE(there.back().ok);
+  EXPECT_NE(there.back().log.find("undefined_thing"), std::string::npos) << there.back().log;
+
+  // A worker killed between jobs: the next job on it is compiled in-process, then a new worker starts.
+  for (pid_t pid : workers) kill(pid, SIGKILL);
+  const std::vector<CompileResult> after = compile_parallel(*std::make_unique<NvrtcCompiler>(90), jobs, 2);
+  for (std::size_t i = 0; i + 1 < jobs.size(); ++i) EXPECT_EQ(after[i].cubin, here[i].cubin) << jobs[i].name;
+  EXPECT_FALSE(after.back().ok);
+  for (pid_t pid : compile_worker_pids()) EXPECT_FALSE(workers.count(pid)) << "a killed worker was reused";
+
+  // A binary that cannot run: everything compiles in-process.
+  ASSERT_EQ(use_compile_workers("/nonexistent/tmap", 2), 2u);
+  const std::vector<CompileResult> fallback = compile_parallel(*std::make_unique<NvrtcCompiler>(90), jobs, 2);
+  for (std::size_t i = 0; i + 1 < jobs.size(); ++i) EXPECT_EQ(fallback[i].cubin, here[i].cubin) << jobs[i].name;
+  use_compile_workers("");
+  EXPECT_TRUE(compile_worker_pids().empty()) << "workers left running after the pool was turned off";
 }
 
 TEST(Worker, RequestsAndResultsRoundTrip) {

@@ -178,6 +178,8 @@ TuneOptions tune_options(const TuneArgs& a, const Machine& m, const std::string&
   o.compile_ahead = a.compile_ahead;
   o.stop = &g_interrupted;
   o.on_note = [](const std::string& s) { spdlog::info("{}", s); };
+  // Batches compile in `tmap compile-worker` processes: NVRTC threads of one process may not overlap.
+  spdlog::debug("{} compile workers", use_compile_workers("/proc/self/exe"));
   return o;
 }
 

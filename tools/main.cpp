@@ -11,6 +11,7 @@
 #include "commands.h"
 #include "tmap/runtime/device.h"
 #include "tmap/runtime/measure_worker.h"
+#include "tmap/runtime/nvrtc_compiler.h"
 #include "tmap/support/diagnostic.h"
 
 namespace {
@@ -81,6 +82,8 @@ int main(int argc, char** argv) {
 
   // The measurement worker (started by tmap itself): JSON lines on stdin and stdout.
   if (argc == 2 && std::string(argv[1]) == "worker") return tmap::run_measure_worker(stdin, stdout);
+  // The compile workers of tuning (started by tmap itself): NVRTC requests on stdin.
+  if (argc == 2 && std::string(argv[1]) == "compile-worker") return tmap::run_compile_worker(stdin, stdout);
   // Name an unknown command plainly (CLI11 would only say that a subcommand is required).
   if (argc > 1 && argv[1][0] != '-') {
     std::string commands;

@@ -9,11 +9,288 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include <fcntl.h>
 #include <nvrtc.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <optional>
 
 #include "tmap/support/diagnostic.h"
 
 namespace tmap {
+
+CompileResult compile_here(const std::string& source, const std::string& name, const std::vector<std::string>& options) {
+  auto start = std::chrono::steady_clock::now();
+  CompileResult r;
+  nvrtcProgram prog = nullptr;
+  nvrtcResult rc = nvrtcCreateProgram(&prog, source.c_str(), (name + ".cu").c_str(), 0, nullptr, nullptr);
+  if (rc != NVRTC_SUCCESS) {
+    r.log = std::string("nvrtcCreateProgram failed: ") + nvrtcGetErrorString(rc);
+    return r;
+  }
+  std::vector<const char*> opts;
+  for (const auto& o : options) opts.push_back(o.c_str());
+  rc = nvrtcCompileProgram(prog, static_cast<int>(opts.size()), opts.data());
+  std::size_t log_size = 0;
+  nvrtcGetProgramLogSize(prog, &log_size);
+  if (log_size > 1) {
+    r.log.resize(log_size);
+    nvrtcGetProgramLog(prog, r.log.data());
+    r.log.resize(log_size - 1);
+  }
+  if (rc == NVRTC_SUCCESS) {
+    std::size_t size = 0;
+    nvrtcGetCUBINSize(prog, &size);
+    r.cubin.resize(size);
+    nvrtcGetCUBIN(prog, r.cubin.data());
+    r.ok = true;
+  } else if (r.log.empty()) {
+    r.log = nvrtcGetErrorString(rc);
+  }
+  nvrtcDestroyProgram(&prog);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return r;
+}
+
+namespace {
+
+// The compile workers' protocol: each message is a sequence of blobs, a blob being its length in
+// decimal, a newline, and that many bytes. Request: name, options (one per line), source.
+// Reply: "ok" or "fail", seconds, log, cubin.
+void put_blob(std::string& out, const std::string& b) {
+  out += std::to_string(b.size());
+  out += '\n';
+  out += b;
+}
+
+bool get_blob(std::FILE* in, std::string& out) {
+  std::size_t n = 0;
+  int c;
+  bool digits = false;
+  while ((c = std::fgetc(in)) != EOF && c != '\n') {
+    if (c < '0' || c > '9') return false;
+    n = n * 10 + static_cast<std::size_t>(c - '0');
+    digits = true;
+  }
+  if (c == EOF || !digits) return false;
+  out.resize(n);
+  return std::fread(out.data(), 1, n, in) == n;
+}
+
+std::vector<std::string> split_lines(const std::string& s) {
+  std::vector<std::string> out;
+  std::size_t at = 0;
+  while (at < s.size()) {
+    const std::size_t nl = s.find('\n', at);
+    out.push_back(s.substr(at, nl == std::string::npos ? std::string::npos : nl - at));
+    at = nl == std::string::npos ? s.size() : nl + 1;
+  }
+  return out;
+}
+
+/// A kernel compiles in a second or two; a worker silent for this long is killed.
+constexpr double kCompileTimeoutS = 300;
+
+/// Persistent `tmap compile-worker` processes, started on demand up to `count`, each compiling
+/// one request at a time. A worker that dies, garbles its reply or times out is killed and the
+/// job is compiled in-process instead; if the very first worker cannot run at all (an exec
+/// failure), the pool turns itself off.
+class CompilePool {
+ public:
+  CompilePool(std::string binary, unsigned count) : binary_(std::move(binary)), count_(std::max(1u, count)) {}
+  ~CompilePool() {
+    for (Proc& p : idle_) stop(p, false);
+  }
+  unsigned count() const { return count_; }
+
+  std::optional<CompileResult> compile(const std::string& source, const std::string& name,
+                                       const std::vector<std::string>& options) {
+    Proc p;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      cv_.wait(lock, [&] { return broken_ || !idle_.empty() || started_ < count_; });
+      if (broken_) return std::nullopt;
+      if (!idle_.empty()) {
+        p = idle_.back();
+        idle_.pop_back();
+      } else {
+        ++started_;
+      }
+    }
+    const bool fresh = p.pid < 0;
+    if (fresh && !spawn(p)) return give_up(p, true);
+    std::string request, opts;
+    for (const auto& o : options) opts += o + "\n";
+    put_blob(request, name);
+    put_blob(request, opts);
+    put_blob(request, source);
+    CompileResult r;
+    if (!write_all(p.to, request) || !read_reply(p, r)) return give_up(p, fresh && !p.answered);
+    p.answered = true;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      idle_.push_back(p);
+    }
+    cv_.notify_one();
+    return r;
+  }
+
+ private:
+  struct Proc {
+    pid_t pid = -1;
+    int to = -1, from = -1;
+    std::string pending;
+    bool answered = false;  ///< Has replied at least once (it runs).
+  };
+
+  bool spawn(Proc& p) {
+    int to[2], from[2];
+    if (pipe2(to, O_CLOEXEC) != 0) return false;
+    if (pipe2(from, O_CLOEXEC) != 0) {
+      close(to[0]), close(to[1]);
+      return false;
+    }
+    const pid_t pid = fork();
+    if (pid < 0) {
+      close(to[0]), close(to[1]), close(from[0]), close(from[1]);
+      return false;
+    }
+    if (pid == 0) {
+      dup2(to[0], STDIN_FILENO);
+      dup2(from[1], STDOUT_FILENO);
+      signal(SIGINT, SIG_IGN);  // Ctrl-C is for the parent, which ends the batch; workers exit at end of input
+      signal(SIGTERM, SIG_IGN);
+      execl(binary_.c_str(), binary_.c_str(), "compile-worker", static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    close(to[0]);
+    close(from[1]);
+    signal(SIGPIPE, SIG_IGN);
+    p.pid = pid;
+    p.to = to[1];
+    p.from = from[0];
+    return true;
+  }
+
+  static void stop(Proc& p, bool kill_now) {
+    if (p.pid < 0) return;
+    close(p.to);
+    if (kill_now) kill(p.pid, SIGKILL);
+    int status = 0;
+    waitpid(p.pid, &status, 0);
+    close(p.from);
+    p = Proc{};
+  }
+
+  /// The job goes back to the caller (compiled in-process); `broken` turns the pool off.
+  std::optional<CompileResult> give_up(Proc& p, bool broken) {
+    stop(p, true);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      --started_;
+      broken_ = broken_ || broken;
+    }
+    cv_.notify_all();
+    return std::nullopt;
+  }
+
+  static bool write_all(int fd, const std::string& data) {
+    std::size_t done = 0;
+    while (done < data.size()) {
+      const ssize_t n = write(fd, data.data() + done, data.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return false;
+      done += static_cast<std::size_t>(n);
+    }
+    return true;
+  }
+
+  /// Reads the next blob from `p`, waiting until `deadline`.
+  static bool read_blob(Proc& p, std::string& out, std::chrono::steady_clock::time_point deadline) {
+    for (;;) {
+      if (const std::size_t nl = p.pending.find('\n'); nl != std::string::npos) {
+        if (nl == 0 || p.pending.find_first_not_of("0123456789") != nl) return false;
+        const std::size_t n = std::stoull(p.pending.substr(0, nl));
+        if (p.pending.size() - nl - 1 >= n) {
+          out = p.pending.substr(nl + 1, n);
+          p.pending.erase(0, nl + 1 + n);
+          return true;
+        }
+      }
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
+      if (left <= 0) return false;
+      pollfd fd{p.from, POLLIN, 0};
+      if (poll(&fd, 1, static_cast<int>(std::min<long long>(left, 1000))) <= 0) continue;
+      char buf[65536];
+      const ssize_t n = read(p.from, buf, sizeof buf);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return false;
+      p.pending.append(buf, static_cast<std::size_t>(n));
+    }
+  }
+
+  static bool read_reply(Proc& p, CompileResult& r) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(static_cast<long>(kCompileTimeoutS));
+    std::string status, seconds, cubin;
+    if (!read_blob(p, status, deadline) || !read_blob(p, seconds, deadline) || !read_blob(p, r.log, deadline) ||
+        !read_blob(p, cubin, deadline))
+      return false;
+    r.ok = status == "ok";
+    r.seconds = std::strtod(seconds.c_str(), nullptr);
+    r.cubin.assign(cubin.begin(), cubin.end());
+    return status == "ok" || status == "fail";
+  }
+
+  std::string binary_;
+  unsigned count_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::vector<Proc> idle_;
+  unsigned started_ = 0;
+  bool broken_ = false;
+};
+
+std::mutex g_pool_mutex;
+std::shared_ptr<CompilePool> g_pool;
+
+std::shared_ptr<CompilePool> current_pool() {
+  std::lock_guard<std::mutex> lock(g_pool_mutex);
+  return g_pool;
+}
+
+CompileResult compile_in_pool(const std::string& source, const std::string& name, const std::vector<std::string>& options) {
+  if (std::shared_ptr<CompilePool> pool = current_pool())
+    if (std::optional<CompileResult> r = pool->compile(source, name, options)) return *r;
+  return compile_here(source, name, options);
+}
+
+}  // namespace
+
+unsigned use_compile_workers(const std::string& binary, unsigned count) {
+  if (const char* env = std::getenv("TMAP_COMPILE_WORKERS"); env && *env) count = static_cast<unsigned>(std::atoi(env));
+  else if (count == 0) count = std::max(1u, std::thread::hardware_concurrency());
+  std::lock_guard<std::mutex> lock(g_pool_mutex);
+  g_pool = binary.empty() || count == 0 ? nullptr : std::make_shared<CompilePool>(binary, count);
+  return g_pool ? g_pool->count() : 0;
+}
+
+int run_compile_worker(std::FILE* in, std::FILE* out) {
+  std::string name, options, source;
+  while (get_blob(in, name) && get_blob(in, options) && get_blob(in, source)) {
+    const CompileResult r = compile_here(source, name, split_lines(options));
+    std::string reply;
+    put_blob(reply, r.ok ? "ok" : "fail");
+    put_blob(reply, std::to_string(r.seconds));
+    put_blob(reply, r.log);
+    put_blob(reply, std::string(r.cubin.begin(), r.cubin.end()));
+    if (std::fwrite(reply.data(), 1, reply.size(), out) != reply.size() || std::fflush(out) != 0) return 1;
+  }
+  return 0;
+}
 
 int parse_arch(const std::string& arch) {
   // sm_90a names sm_90 with its architecture-specific instructions (wgmma, setmaxnreg), which
@@ -75,35 +352,7 @@ CompileResult NvrtcCompiler::compile(const std::string& source, const std::strin
       }
     }
   }
-  auto start = std::chrono::steady_clock::now();
-  CompileResult r;
-  nvrtcProgram prog = nullptr;
-  nvrtcResult rc = nvrtcCreateProgram(&prog, source.c_str(), (name + ".cu").c_str(), 0, nullptr, nullptr);
-  if (rc != NVRTC_SUCCESS) {
-    r.log = std::string("nvrtcCreateProgram failed: ") + nvrtcGetErrorString(rc);
-    return r;
-  }
-  std::vector<const char*> opts;
-  for (const auto& o : options_) opts.push_back(o.c_str());
-  rc = nvrtcCompileProgram(prog, static_cast<int>(opts.size()), opts.data());
-  std::size_t log_size = 0;
-  nvrtcGetProgramLogSize(prog, &log_size);
-  if (log_size > 1) {
-    r.log.resize(log_size);
-    nvrtcGetProgramLog(prog, r.log.data());
-    r.log.resize(log_size - 1);
-  }
-  if (rc == NVRTC_SUCCESS) {
-    std::size_t size = 0;
-    nvrtcGetCUBINSize(prog, &size);
-    r.cubin.resize(size);
-    nvrtcGetCUBIN(prog, r.cubin.data());
-    r.ok = true;
-  } else if (r.log.empty()) {
-    r.log = nvrtcGetErrorString(rc);
-  }
-  nvrtcDestroyProgram(&prog);
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  CompileResult r = compile_in_pool(source, name, options_);
   if (r.ok && !cached_file.empty()) {
     // Written to a temporary name and renamed, so a concurrent reader never sees half a file.
     std::error_code ec;

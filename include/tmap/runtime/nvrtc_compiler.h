@@ -6,6 +6,7 @@
 #include <memory>
 #include <mutex>
 #include <atomic>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,18 @@ class NvrtcCompiler {
   std::mutex mutex_;
   std::map<std::string, std::shared_ptr<const CompileResult>> cache_;
 };
+
+/// NVRTC compiles of one process do not overlap on every machine (on the H100 machine 16
+/// threads compiled no faster than one, 16 processes about 4x faster), so NvrtcCompiler can hand
+/// its compiles to `count` persistent `binary compile-worker` processes (0: one per core; the
+/// environment's TMAP_COMPILE_WORKERS overrides the count, 0 turning them off). An empty
+/// `binary` turns them off. A worker that dies or hangs costs nothing but time: its job is
+/// compiled in-process. Returns the number of workers.
+unsigned use_compile_workers(const std::string& binary, unsigned count = 0);
+
+/// The compile worker's loop (`tmap compile-worker`): requests from `in`, replies to `out`,
+/// until end of input.
+int run_compile_worker(std::FILE* in, std::FILE* out);
 
 /// A source to compile and the name NVRTC reports it under.
 struct CompileJob {
