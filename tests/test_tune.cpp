@@ -267,12 +267,12 @@ TEST(CostModel, RanksRealH100Measurements) {
 /// Measures nothing: times candidates with the synthetic cost, and fails a few on purpose.
 class SyntheticMeasurer : public Measurer {
  public:
-  MeasureResult measure(const Compute&, const ImplicitGemm& g, const ScheduleParams& p, const KernelSource& k,
+  MeasureResult measure(const Compute& c, const ImplicitGemm& g, const ScheduleParams& p, const KernelSource& k,
                         const CompileResult& bin) override {
     EXPECT_TRUE(bin.ok) << bin.log;
     EXPECT_FALSE(bin.cubin.empty());
     ++calls;
-    keys.insert(k.name + ":" + to_json(p).dump());
+    keys.insert(make_workload(c).key + " " + k.name + ":" + to_json(p).dump());  // kernel names omit the shape
     MeasureResult r;
     if (p.raster == 8) {  // a "faulting" family
       r.status = MeasureStatus::kRuntimeError;
@@ -391,6 +391,44 @@ TEST(Tuner, OtherWorkloadsInTheLogWarmStartTheModel) {
   std::filesystem::remove(log);
 }
 
+TEST(Tuner, OtherWorkloadsBestSchedulesAreTriedAsSeeds) {
+  const std::string log = temp_path("seeds.jsonl");
+  std::filesystem::remove(log);
+  Compute a = build_compute(builtin_op("gemm"), parse_param_overrides({"M=512", "N=256", "K=512"}));
+  Compute b = build_compute(builtin_op("gemm"), parse_param_overrides({"M=512", "N=256", "K=1024"}));
+  SyntheticMeasurer first;
+  TuneSummary sa = tune(a, shipped(), synthetic_options(log, 24), first);
+  ASSERT_TRUE(sa.best.has_value());
+  EXPECT_EQ(sa.offered, 0) << "nothing else in the log";
+
+  // b's first batch tries a's fastest schedules (the same mappings by iterator name, valid here).
+  SyntheticMeasurer second;
+  TuneSummary sb = tune(b, shipped(), synthetic_options(log, 8), second);
+  EXPECT_GE(sb.offered, 1);
+  EXPECT_GE(sb.seeded, 1);
+  EXPECT_LE(sb.seeded, 2) << "seeds take at most a quarter of a batch of 8";
+  bool tried = false;
+  for (const auto& r : read_log(log).records)
+    tried = tried || (r.workload.key == make_workload(b).key &&
+                      candidate_label(r.candidate) == candidate_label(sa.best->candidate) &&
+                      r.candidate.params == sa.best->candidate.params);
+  EXPECT_TRUE(tried) << "a's best schedule was not measured on b";
+
+  // offer() takes only what fits: the same mapping and a valid schedule, once, untried.
+  CostModel model;
+  TuneTask task(b, shipped(), synthetic_options("", 8), model, {}, nullptr);
+  EXPECT_TRUE(task.offer(sa.best->candidate));
+  EXPECT_FALSE(task.offer(sa.best->candidate)) << "offered twice";
+  CandidateRef foreign = sa.best->candidate;
+  foreign.axes[0] = {"p", "q"};  // iterators a GEMM lacks
+  EXPECT_FALSE(task.offer(foreign));
+  CandidateRef invalid = sa.best->candidate;
+  invalid.params.block_m = 7;
+  EXPECT_FALSE(task.offer(invalid));
+  EXPECT_EQ(task.summary().offered, 1);
+  std::filesystem::remove(log);
+}
+
 TEST(Tuner, BudgetsAndTheStopFlagEndTheSearch) {
   Compute c = build_compute(builtin_op("gemm"), parse_param_overrides({"M=256", "N=256", "K=256"}));
   {
@@ -490,6 +528,7 @@ TEST(ModelTuner, OneBudgetGoesWhereTheModelTimeIsAndResumes) {
   EXPECT_DOUBLE_EQ(s.weighted_us(), 50 * h.summary.best->result.median_us + l.summary.best->result.median_us);
   EXPECT_GT(progress_calls, 0);
   EXPECT_EQ(read_log(log).records.size(), 64u);
+  EXPECT_GT(l.summary.seeded, 0) << "the heavy workload's bests were offered to the light one";
 
   // Resume: both workloads start from their records, nothing is measured twice.
   SyntheticMeasurer second;

@@ -126,6 +126,9 @@ void print_tune_summary(const TuneSummary& s, const Compute& c, const Workload& 
               model_only ? "ranked and compiled" : "measured", duration_text(s.wall_s).c_str(), s.failed,
               s.resumed ? (", " + std::to_string(s.resumed) + " resumed").c_str() : "", log_path.c_str());
   if (s.transferred) std::printf("cost model warm-started from %d measurements of other workloads\n", s.transferred);
+  if (s.offered)
+    std::printf("seeds: %d schedules of other workloads fit this space, %d tried, %d improved the best\n", s.offered,
+                s.seeded, s.seed_wins);
   std::printf("stopped: %s\n", s.stop_reason.c_str());
   if (!model_only && s.measured > 0)
     std::printf("time: measuring %.1f s, waiting for compilation %.1f s, proposing %.1f s, fitting the model %.1f s\n",
@@ -295,6 +298,8 @@ void tune_model_command(const TuneArgs& a) {
       const auto& b = t.summary.best;
       j["workloads"].push_back({{"name", t.name}, {"workload", t.key}, {"count", t.count}, {"gflop", t.flops / 1e9},
                                 {"trials", t.summary.measured}, {"resumed", t.summary.resumed}, {"failed", t.summary.failed},
+                                {"seeds", {{"offered", t.summary.offered}, {"tried", t.summary.seeded},
+                                           {"improved", t.summary.seed_wins}}},
                                 {"best_us", b && b->result.ok() ? nlohmann::json(b->result.median_us) : nlohmann::json()},
                                 {"best", b ? to_json(*b) : nlohmann::json()}});
     }
@@ -309,6 +314,9 @@ void tune_model_command(const TuneArgs& a) {
       double m = 0, w = 0, p = 0, f = 0;
       for (const auto& t : s.tasks) m += t.summary.measure_s, w += t.summary.compile_wait_s, p += t.summary.propose_s, f += t.summary.fit_s;
       std::printf("time: measuring %.1f s, waiting for compilation %.1f s, proposing %.1f s, fitting the model %.1f s\n", m, w, p, f);
+      int tried = 0, improved = 0;
+      for (const auto& t : s.tasks) tried += t.summary.seeded, improved += t.summary.seed_wins;
+      std::printf("seeds (other workloads' best schedules): %d tried, %d improved a workload's best\n", tried, improved);
     }
     std::printf("%-28s %-16s %5s %7s %8s %10s %9s %12s %7s  %s\n", "workload", "key", "count", "trials", "resumed",
                 "best us", "TFLOP/s", "x count us", "time %", "kernel");
@@ -452,6 +460,7 @@ void register_tune(CLI::App& app) {
       j["failed"] = s.failed;
       j["resumed"] = s.resumed;
       j["transferred"] = s.transferred;
+      j["seeds"] = {{"offered", s.offered}, {"tried", s.seeded}, {"improved", s.seed_wins}};
       j["wall_s"] = s.wall_s;
       j["stop_reason"] = s.stop_reason;
       j["seconds"] = {{"measure", s.measure_s}, {"compile_wait", s.compile_wait_s}, {"propose", s.propose_s}, {"fit", s.fit_s}};

@@ -112,7 +112,17 @@ ModelTuneSummary tune_model(const std::vector<ModelTask>& tasks, const std::vect
     to.compile_ahead = 1;  // the scheduler compiles the next workload's batch ahead instead
     to.on_note = [&note, name = s.result.name](const std::string& line) { note(name + ": " + line); };
     s.task = std::make_unique<TuneTask>(*s.compute, hws, to, model, history.own[s.result.key], log.get());
+    for (const CandidateRef& seed : history.seeds) s.task->offer(seed);
   }
+  // A workload's new best is offered to the others as a seed (its mapping and tiles often suit
+  // a layer of similar shape), as are the resumed bests at the start.
+  auto share_best = [&](const Slot& from) {
+    const auto& best = from.task->summary().best;
+    if (!best) return;
+    for (Slot& to : slots)
+      if (&to != &from && !to.retired) to.task->offer(best->candidate);
+  };
+  for (const Slot& s : slots) share_best(s);
 
   auto out_of_time = [&] { return o.time_budget_s > 0 && seconds_since(t0) > o.time_budget_s; };
   auto stop_requested = [&] { return base.stop && base.stop->load(); };
@@ -154,11 +164,13 @@ ModelTuneSummary tune_model(const std::vector<ModelTask>& tasks, const std::vect
     if (next && next != &s && !next->retired && trials_left() > n) next->task->prefetch();
     ++s.result.rounds;
     const int before = s.task->summary().measured;
+    const double best_before = best_of(s.task->summary());
     s.task->run(n, measurer, [&] {
       progress(s);
       return out_of_time();
     });
     const TuneSummary& x = s.task->summary();
+    if (best_of(x) < best_before) share_best(s);
     if (s.task->exhausted()) s.retired = true;
     if (base.early_stop > 0 && x.stop_reason.rfind("no improvement", 0) == 0) s.retired = true;
     if (best_of(x) == kInf && s.result.rounds >= kRoundsWithoutKernel) {

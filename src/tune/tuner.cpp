@@ -65,6 +65,8 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kBestArmShare = 0.25;
 /// The most that the arms not yet measured share of a batch's picks (arm_shares).
 constexpr double kExploreShare = 0.2;
+/// Seeds kept per other workload of the logs: its fastest distinct schedules.
+constexpr int kSeedsPerWorkload = 3;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
@@ -199,6 +201,21 @@ LogHistory read_history(CostModel& model, const std::set<std::string>& own_keys,
       if (r.target.arch != o.target.arch || !r.result.measured()) continue;
       if (!own_keys.count(r.workload.key)) others.push_back(std::move(r));
       else if (source == o.log_path) h.own[r.workload.key].push_back(std::move(r));
+    }
+    // Seeds: each other workload's fastest correct schedules.
+    std::map<std::string, std::vector<const TuneRecord*>> fastest;
+    for (const auto& r : others)
+      if (r.result.ok()) fastest[r.workload.key].push_back(&r);
+    for (auto& [key, group] : fastest) {
+      std::stable_sort(group.begin(), group.end(), [](const TuneRecord* a, const TuneRecord* b) {
+        return a->result.median_us < b->result.median_us;
+      });
+      std::set<std::string> distinct;
+      for (const TuneRecord* r : group) {
+        if (static_cast<int>(distinct.size()) >= kSeedsPerWorkload) break;
+        const std::string k = candidate_label(r->candidate) + to_json(r->candidate.params).dump();
+        if (distinct.insert(k).second) h.seeds.push_back(r->candidate);
+      }
     }
     for (const auto& [key, set] : measured_sets(others, hws, o.target.arch, o.limits, o.device))
       for (std::size_t i = 0; i < set.features.size(); ++i) {
@@ -367,6 +384,16 @@ class TuneTask::Impl {
     s_.wall_s += seconds_since(t0);
   }
 
+  bool offer(const CandidateRef& r) {
+    const SearchSpace& space = search_.space();
+    const int e = space.find(r);
+    if (e < 0 || !space.valid(e, r.params) || search_.seen(e, r.params)) return false;
+    if (!offered_.insert(SearchSpace::key(e, r.params)).second) return false;
+    seeds_.push_back(search_.candidate(e, r.params));
+    ++s_.offered;
+    return true;
+  }
+
   /// Starts compiling one batch for the next run, unless one is compiling or compiled already.
   void prefetch() {
     if (ahead_.empty() && !exhausted_ && !(o_.stop && o_.stop->load())) ahead_.push_back(start_compile(o_.batch));
@@ -410,8 +437,30 @@ class TuneTask::Impl {
     for (std::size_t e = 0; e < arms.size(); ++e) arms[e].share = 0.5 * arms[e].share + 0.5 * share[e];
   }
 
+  /// Up to `n` seeds not yet tried, the model's best first, into `out`; once this workload has a
+  /// kernel, only seeds the model rates within 2x of it (the rest wait: the model may change).
+  void take_seeds(std::vector<Candidate>& out, int n) {
+    std::erase_if(seeds_, [&](const Candidate& c) { return search_.seen(c.entry, c.params); });
+    if (seeds_.empty() || n <= 0) return;
+    const std::vector<double> pred = search_.predict(model_, seeds_);
+    std::vector<std::size_t> order(seeds_.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return pred[a] < pred[b]; });
+    const double limit = s_.best && model_.trained() ? std::log2(s_.best->result.median_us) + 1 : kInf;
+    for (std::size_t i = 0; i < order.size() && static_cast<int>(out.size()) < n && pred[order[i]] <= limit; ++i) {
+      const Candidate& c = seeds_[order[i]];
+      search_.mark_seen(c.entry, c.params);
+      seed_keys_.insert(SearchSpace::key(c.entry, c.params));
+      out.push_back(c);
+      ++s_.seeded;
+    }
+    std::erase_if(seeds_, [&](const Candidate& c) { return search_.seen(c.entry, c.params); });
+  }
+
   std::vector<Candidate> propose(int size) {
     std::vector<Candidate> out;
+    // Seeds (other workloads' winners that fit) first, at most a quarter of the batch.
+    take_seeds(out, std::max(1, size / 4));
     // The first batch is all first looks; later ones keep half their slots for the arms that
     // have proven good, so that exploitation starts before every arm has been looked at.
     const int looks = next_look_ == 0 ? size : std::max(1, size / 2);
@@ -501,6 +550,7 @@ class TuneTask::Impl {
         meas_ok.push_back(std::log2(res.median_us));
       }
       if (consider_best(rec)) {
+        if (seed_keys_.count(SearchSpace::key(cand.entry, cand.params))) ++s_.seed_wins;
         since_improvement_ = 0;
         s_.history.emplace_back(s_.resumed + s_.measured, rec.result.median_us);
       } else {
@@ -540,6 +590,8 @@ class TuneTask::Impl {
   NvrtcCompiler compiler_;
   std::vector<Candidate> first_looks_;
   std::size_t next_look_ = 0;
+  std::vector<Candidate> seeds_;             // offered, not yet tried
+  std::set<std::string> offered_, seed_keys_;  // SearchSpace::key of every offer / of those tried
   int planned_ = 0, since_improvement_ = 0;
   std::deque<std::future<CompiledBatch>> ahead_;
   Clock::time_point run_start_ = Clock::now();
@@ -553,6 +605,7 @@ void TuneTask::run(int trials, Measurer& measurer, const std::function<bool()>& 
   impl_->run(trials, measurer, out_of_time);
 }
 void TuneTask::prefetch() { impl_->prefetch(); }
+bool TuneTask::offer(const CandidateRef& seed) { return impl_->offer(seed); }
 const TuneSummary& TuneTask::summary() const { return impl_->s_; }
 bool TuneTask::exhausted() const { return impl_->exhausted_; }
 const Workload& TuneTask::workload() const { return impl_->workload(); }
@@ -565,6 +618,7 @@ TuneSummary tune(const Compute& c, const std::vector<HwAbstraction>& hws, const 
   std::unique_ptr<LogWriter> log;
   if (!o.log_path.empty()) log = std::make_unique<LogWriter>(o.log_path);
   TuneTask task(c, hws, o, model, history.own[key], log.get());
+  for (const CandidateRef& seed : history.seeds) task.offer(seed);
   task.run(o.trials, measurer, [&] { return o.time_budget_s > 0 && seconds_since(t0) > o.time_budget_s; });
   TuneSummary s = task.summary();
   s.transferred = history.transferred;

@@ -10,8 +10,11 @@
 // measurements of other workloads in the log (and prior logs) when there are any. Within an arm, candidates come from
 // evolution: a pool of mutations and crossovers of the arm's best measured schedules plus fresh
 // samples, ranked by the cost model; each batch mixes the model's top picks with a fraction of
-// random picks from the pool. The next batch is compiled on all cores while the current one is
-// measured, one candidate at a time, in the isolated worker.
+// random picks from the pool. Other workloads' fastest schedules (in the logs, and in
+// model-level tuning each workload's new bests) are seeds: where one fits this space (the same
+// mapping by iterator names, a valid schedule) it is tried early, at most a quarter of a batch.
+// The next batch is compiled on all cores (in compile-worker processes, see use_compile_workers)
+// while the current one is measured, one candidate at a time, in the isolated worker.
 #pragma once
 
 #include <atomic>
@@ -106,6 +109,9 @@ struct TuneSummary {
   int resumed = 0;                  ///< Records of this workload read back from the log.
   int transferred = 0;              ///< Measurements of other workloads the model started from.
   int arms = 0, first_looks = 0;
+  /// Other workloads' best schedules that fit this space (offered), and how many of them were
+  /// measured (seeded); seed_wins: improvements of the best that were seeds.
+  int offered = 0, seeded = 0, seed_wins = 0;
   double wall_s = 0;
   bool stopped = false;             ///< By the stop flag.
   std::string stop_reason;
@@ -139,11 +145,14 @@ class CostModel;
 
 /// What the logs of a tuning run hold for it: the records of its own workloads (in the log, this
 /// architecture, measured), by key, to resume from; the other workloads' correct measurements
-/// (log and prior logs) have trained `model`, and are counted.
+/// (log and prior logs) have trained `model`, and are counted; the fastest few of each other
+/// workload are seeds (TuneTask::offer).
 struct LogHistory {
   std::map<std::string, std::vector<TuneRecord>> own;
   int transferred = 0;
+  std::vector<CandidateRef> seeds;
 };
+
 LogHistory read_history(CostModel& model, const std::set<std::string>& own_keys, const std::vector<HwAbstraction>& hws,
                         const TuneOptions& o);
 
@@ -165,6 +174,12 @@ class TuneTask {
   /// Starts compiling one batch (o.batch) in the background for the next run, unless one is
   /// already compiling: model-level tuning compiles the next workload's batch while measuring.
   void prefetch();
+  /// Another workload's schedule (its mapping named by iterators, as in a log record), tried in
+  /// a later batch when this space has that mapping, the schedule is valid here and untried:
+  /// similar layers often share their winning tiles, and the evolution then starts from them.
+  /// Each batch gives at most a quarter of its slots to seeds, the model's best first. Returns
+  /// whether it was taken.
+  bool offer(const CandidateRef& seed);
   /// Counts over every run so far (wall_s: their time; transferred is not filled in).
   const TuneSummary& summary() const;
   bool exhausted() const;
