@@ -367,18 +367,17 @@ CompileResult NvrtcCompiler::compile(const std::string& source, const std::strin
 }
 
 std::vector<CompileResult> compile_parallel(NvrtcCompiler& compiler, const std::vector<CompileJob>& jobs,
-                                            unsigned threads, const std::atomic<bool>* cancel) {
+                                            unsigned threads, const std::atomic<bool>* cancel,
+                                            const std::function<void(std::size_t, const CompileResult&)>& done) {
   std::vector<CompileResult> results(jobs.size());
   std::atomic<std::size_t> next{0};
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
   threads = std::min<unsigned>(threads, static_cast<unsigned>(std::max<std::size_t>(1, jobs.size())));
   auto worker = [&] {
     for (std::size_t i; (i = next++) < jobs.size();) {
-      if (cancel && cancel->load()) {
-        results[i].log = "cancelled before it was compiled";
-        continue;
-      }
-      results[i] = compiler.compile(jobs[i].source, jobs[i].name);
+      if (cancel && cancel->load()) results[i].log = "cancelled before it was compiled";
+      else results[i] = compiler.compile(jobs[i].source, jobs[i].name);
+      if (done) done(i, results[i]);
     }
   };
   std::vector<std::thread> pool;

@@ -64,6 +64,7 @@ bool CostModel::trained() const { return booster_ != nullptr; }
 
 void CostModel::fit() {
   if (samples() < min_samples_) return;
+  fitted_ = samples();
   Matrix train(rows_.data(), labels_.size());
   xgb_check(XGDMatrixSetFloatInfo(train.h, "label", labels_.data(), labels_.size()), "set labels");
   auto b = std::make_unique<Booster>();

@@ -109,7 +109,9 @@ ModelTuneSummary tune_model(const std::vector<ModelTask>& tasks, const std::vect
     const double share = total_flops > 0 ? s.result.count * s.result.flops / total_flops : 1.0 / slots.size();
     const int expected = o.trials > 0 ? static_cast<int>(o.trials * share) : 64;
     to.trials = std::max(2 * batch, expected);
-    to.compile_ahead = 1;  // the scheduler compiles the next workload's batch ahead instead
+    // One batch beyond the one measured (the scheduler also compiles the next workload's): a
+    // run's slowest kernels then wait for its next run instead of holding this one up.
+    to.compile_ahead = 2;
     to.on_note = [&note, name = s.result.name](const std::string& line) { note(name + ": " + line); };
     s.task = std::make_unique<TuneTask>(*s.compute, hws, to, model, history.own[s.result.key], log.get());
     for (const CandidateRef& seed : history.seeds) s.task->offer(seed);

@@ -328,42 +328,44 @@ class TuneTask::Impl {
   }
 
   ~Impl() {
-    for (auto& f : ahead_) f.wait();  // compiled but never measured: nothing to record
+    for (auto& f : compiling_) f.wait();  // compiled but never measured: nothing to record
   }
 
   void run(int trials, Measurer& measurer, const std::function<bool()>& out_of_time) {
     const auto t0 = Clock::now();
     run_start_ = t0;
     const int target = s_.measured + trials;
-    auto remaining = [&] { return target - planned_; };
     auto stop_requested = [&] { return o_.stop && o_.stop->load(); };
     s_.stop_reason.clear();
-    // Batches are compiled up to compile_ahead ahead of the one being measured: NVRTC, not the
-    // GPU, bounds the trial rate, and one batch at a time leaves most cores idle on stragglers.
+    // Candidates stream from compilation to measurement: up to compile_ahead batches are in
+    // flight, and whichever kernel has compiled is measured next, so that a batch's slowest
+    // kernel (1-9 s against 0.3 s on average on the H100) no longer holds up the others. A run
+    // plans up to one batch beyond its own trials; what it leaves compiling waits for the next.
     auto fill = [&](bool first) {
-      while (static_cast<int>(ahead_.size()) < std::max(1, o_.compile_ahead) && remaining() > 0 && !exhausted_ &&
-             (first || (!stop_requested() && !out_of_time())))
-        ahead_.push_back(start_compile(std::min(o_.batch, remaining())));
+      while (!exhausted_ && static_cast<int>(flight_.size()) < std::max(1, o_.compile_ahead) * o_.batch &&
+             planned_ < target + o_.batch && (first || (!stop_requested() && !out_of_time())))
+        start_compile(std::min(o_.batch, target + o_.batch - planned_));
     };
     fill(true);
-    while (!ahead_.empty()) {
-      auto waited = Clock::now();
-      CompiledBatch cur = ahead_.front().get();
-      ahead_.pop_front();
-      s_.compile_wait_s += seconds_since(waited);
-      if (cur.candidates.empty()) {
-        exhausted_ = true;
-        s_.stop_reason = "the search space is exhausted";
+    while (s_.measured < target) {
+      if (flight_.empty()) {
+        if (exhausted_) s_.stop_reason = "the search space is exhausted";
         break;
       }
-      if (stop_requested()) {  // its compilation may have been cancelled: measure and record none of it
+      const auto waited = Clock::now();
+      const std::size_t at = next_compiled();
+      s_.compile_wait_s += seconds_since(waited);
+      if (stop_requested()) {  // compilations may have been cancelled: measure and record none of them
         s_.stopped = true;
         s_.stop_reason = "stopped by the user";
         break;
       }
-      // Compile the next batch while this one is measured.
+      InFlight f = std::move(flight_[at]);
+      flight_.erase(flight_.begin() + static_cast<std::ptrdiff_t>(at));
+      if (!f.compiled.get().binary.ok && stop_requested()) continue;  // cancelled, not a failure: not recorded
       fill(false);
-      measure_batch(cur, measurer, out_of_time);
+      measure_one(f, measurer);
+      if (fit_due()) fit();
       std::string reason;
       if (stop_requested()) {
         s_.stopped = true;
@@ -372,14 +374,13 @@ class TuneTask::Impl {
         reason = "time budget reached";
       } else if (o_.early_stop > 0 && since_improvement_ >= o_.early_stop) {
         reason = "no improvement in " + std::to_string(since_improvement_) + " trials";
-      } else if (s_.measured >= target || (ahead_.empty() && remaining() <= 0)) {
-        reason = "trial budget reached";
       }
       if (!reason.empty()) {
         s_.stop_reason = reason;
-        break;  // a batch compiled ahead stays for the next run
+        break;
       }
     }
+    if (fit_due()) fit();
     if (s_.stop_reason.empty()) s_.stop_reason = "trial budget reached";
     s_.wall_s += seconds_since(t0);
   }
@@ -394,9 +395,9 @@ class TuneTask::Impl {
     return true;
   }
 
-  /// Starts compiling one batch for the next run, unless one is compiling or compiled already.
+  /// Starts compiling one batch for the next run, unless candidates are compiling or compiled already.
   void prefetch() {
-    if (ahead_.empty() && !exhausted_ && !(o_.stop && o_.stop->load())) ahead_.push_back(start_compile(o_.batch));
+    if (flight_.empty() && !exhausted_ && !(o_.stop && o_.stop->load())) start_compile(o_.batch);
   }
 
   TuneSummary s_;
@@ -452,7 +453,6 @@ class TuneTask::Impl {
       search_.mark_seen(c.entry, c.params);
       seed_keys_.insert(SearchSpace::key(c.entry, c.params));
       out.push_back(c);
-      ++s_.seeded;
     }
     std::erase_if(seeds_, [&](const Candidate& c) { return search_.seen(c.entry, c.params); });
   }
@@ -507,75 +507,123 @@ class TuneTask::Impl {
     return out;
   }
 
-  std::future<CompiledBatch> start_compile(int size) {
+  /// A proposed candidate, compiling or compiled, not yet measured.
+  struct Compiled {
+    KernelSource kernel;
+    CompileResult binary;
+  };
+  struct InFlight {
+    Candidate candidate;
+    std::shared_future<Compiled> compiled;
+    double predicted = 0;        ///< log2 us, by the model when it was proposed
+    bool model_trained = false;  ///< whether that model had been trained
+  };
+
+  /// Proposes a batch and starts compiling it on all cores; each candidate is ready on its own.
+  void start_compile(int size) {
     const auto t0 = Clock::now();
     std::vector<Candidate> batch = propose(size);
     s_.propose_s += seconds_since(t0);
+    if (batch.empty()) {
+      exhausted_ = true;
+      return;
+    }
     planned_ += static_cast<int>(batch.size());
-    return std::async(std::launch::async, compile_batch, std::cref(search_.space()), std::ref(compiler_),
-                      std::move(batch), o_.compile_threads, o_.stop);
+    const std::vector<double> predicted = search_.predict(model_, batch);
+    auto promises = std::make_shared<std::vector<std::promise<Compiled>>>(batch.size());
+    for (std::size_t i = 0; i < batch.size(); ++i)
+      flight_.push_back({batch[i], (*promises)[i].get_future().share(), predicted[i], model_.trained()});
+    std::erase_if(compiling_, [](const std::future<void>& f) {
+      return f.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+    });
+    compiling_.push_back(std::async(std::launch::async, [this, batch = std::move(batch), promises] {
+      std::vector<KernelSource> kernels;
+      std::vector<CompileJob> jobs;
+      for (const Candidate& c : batch) {
+        kernels.push_back(emit_kernel(search_.space().entries()[c.entry].gemm, c.params));
+        jobs.push_back({kernels.back().name, kernels.back().code});
+      }
+      compile_parallel(compiler_, jobs, o_.compile_threads, o_.stop, [&](std::size_t i, const CompileResult& r) {
+        (*promises)[i].set_value({std::move(kernels[i]), r});
+      });
+    }));
   }
 
-  void measure_batch(const CompiledBatch& cur, Measurer& measurer, const std::function<bool()>& out_of_time) {
-    const SearchSpace& space = search_.space();
-    const bool model_trained = model_.trained();
-    const std::vector<double> predicted = search_.predict(model_, cur.candidates);  // before seeing the results
-    std::vector<double> pred_ok, meas_ok;
-    for (std::size_t i = 0; i < cur.candidates.size(); ++i) {
-      const Candidate& cand = cur.candidates[i];
-      const ImplicitGemm& g = space.entries()[cand.entry].gemm;
-      TuneResult res;
-      res.estimated_us = std::exp2(predicted[i]);
-      res.compile_seconds = cur.binaries[i].seconds;
-      if (!cur.binaries[i].ok) {
-        res.status = "compile_error";
-        res.error = "generated kernel does not compile (a bug in tmap): " + cur.binaries[i].log.substr(0, 2000);
-      } else {
-        const auto t0 = Clock::now();
-        MeasureResult m = measurer.measure(c_, g, cand.params, cur.kernels[i], cur.binaries[i]);
-        s_.measure_s += seconds_since(t0);
-        res.status = status_name(m.status);
-        res.median_us = m.median_us;
-        res.times_us = m.times_us;
-        res.rel_l2 = m.rel_l2;
-        if (m.status != MeasureStatus::kOk) res.error = m.message;
-      }
-      TuneRecord rec = search_.record(cand.entry, cand.params, res);
-      if (log_) log_->append(rec);
-      ++s_.measured;
-      learn(cand.entry, cand.params, res);
-      if (!res.ok()) ++s_.failed;
-      else {
-        pred_ok.push_back(predicted[i]);
-        meas_ok.push_back(std::log2(res.median_us));
-      }
-      if (consider_best(rec)) {
-        if (seed_keys_.count(SearchSpace::key(cand.entry, cand.params))) ++s_.seed_wins;
-        since_improvement_ = 0;
-        s_.history.emplace_back(s_.resumed + s_.measured, rec.result.median_us);
-      } else {
-        ++since_improvement_;
-      }
-      if (o_.on_progress) {
-        TuneProgress p;
-        p.trials = s_.measured;
-        p.total = o_.trials;
-        if (s_.best) {
-          p.best_us = s_.best->result.median_us;
-          p.best_tflops = flops_ / (p.best_us * 1e-6) / 1e12;
-        }
-        p.arm = space.entries()[cand.entry].label;
-        p.elapsed_s = s_.wall_s + seconds_since(run_start_);
-        p.eta_s = p.elapsed_s / s_.measured * std::max(0, o_.trials - s_.measured);
-        p.rank_correlation = s_.rank_correlations.empty() ? 0 : s_.rank_correlations.back();
-        p.model_trained = model_trained;
-        o_.on_progress(p);
-      }
-      // A signal stops after the measurement in flight, which is recorded; the rest of the batch
-      // is dropped unmeasured.
-      if (out_of_time() || (o_.stop && o_.stop->load())) break;
+  /// The first candidate in flight whose compilation has finished, waiting for one.
+  std::size_t next_compiled() {
+    for (;;) {
+      for (std::size_t i = 0; i < flight_.size(); ++i)
+        if (flight_[i].compiled.wait_for(std::chrono::seconds(0)) == std::future_status::ready) return i;
+      flight_.front().compiled.wait_for(std::chrono::milliseconds(2));
     }
-    if (model_trained && pred_ok.size() >= 4) s_.rank_correlations.push_back(spearman(pred_ok, meas_ok));
+  }
+
+  void measure_one(const InFlight& f, Measurer& measurer) {
+    const Candidate& cand = f.candidate;
+    const Compiled& compiled = f.compiled.get();
+    const ImplicitGemm& g = search_.space().entries()[cand.entry].gemm;
+    TuneResult res;
+    res.estimated_us = std::exp2(f.predicted);
+    res.compile_seconds = compiled.binary.seconds;
+    if (!compiled.binary.ok) {
+      res.status = "compile_error";
+      res.error = "generated kernel does not compile (a bug in tmap): " + compiled.binary.log.substr(0, 2000);
+    } else {
+      const auto t0 = Clock::now();
+      MeasureResult m = measurer.measure(c_, g, cand.params, compiled.kernel, compiled.binary);
+      s_.measure_s += seconds_since(t0);
+      res.status = status_name(m.status);
+      res.median_us = m.median_us;
+      res.times_us = m.times_us;
+      res.rel_l2 = m.rel_l2;
+      if (m.status != MeasureStatus::kOk) res.error = m.message;
+    }
+    TuneRecord rec = search_.record(cand.entry, cand.params, res);
+    if (log_) log_->append(rec);
+    ++s_.measured;
+    const bool seed = seed_keys_.count(SearchSpace::key(cand.entry, cand.params)) > 0;
+    s_.seeded += seed;
+    learn(cand.entry, cand.params, res);
+    if (!res.ok()) ++s_.failed;
+    else if (f.model_trained) {
+      pred_ok_.push_back(f.predicted);
+      meas_ok_.push_back(std::log2(res.median_us));
+    }
+    if (consider_best(rec)) {
+      s_.seed_wins += seed;
+      since_improvement_ = 0;
+      s_.history.emplace_back(s_.resumed + s_.measured, rec.result.median_us);
+    } else {
+      ++since_improvement_;
+    }
+    if (o_.on_progress) {
+      TuneProgress p;
+      p.trials = s_.measured;
+      p.total = o_.trials;
+      if (s_.best) {
+        p.best_us = s_.best->result.median_us;
+        p.best_tflops = flops_ / (p.best_us * 1e-6) / 1e12;
+      }
+      p.arm = search_.space().entries()[cand.entry].label;
+      p.elapsed_s = s_.wall_s + seconds_since(run_start_);
+      p.eta_s = p.elapsed_s / s_.measured * std::max(0, o_.trials - s_.measured);
+      p.rank_correlation = s_.rank_correlations.empty() ? 0 : s_.rank_correlations.back();
+      p.model_trained = f.model_trained;
+      o_.on_progress(p);
+    }
+  }
+
+  /// Whether the (possibly shared) model has enough new samples to refit: a batch's worth, and
+  /// later a thirty-second of what it has, since a fit's cost grows with its samples (on the H100,
+  /// refitting after every batch took 77 of ResNet-50's 180 s once compiling kept up).
+  bool fit_due() const { return model_.unfitted() >= std::max(o_.batch, model_.samples() / 32); }
+
+  /// Refits the model on everything measured; the rank correlation of this task's measurements
+  /// since its last fit against the model's predictions when they were proposed (held out).
+  void fit() {
+    if (pred_ok_.size() >= 4) s_.rank_correlations.push_back(spearman(pred_ok_, meas_ok_));
+    pred_ok_.clear();
+    meas_ok_.clear();
     const auto t0 = Clock::now();
     model_.fit();
     s_.fit_s += seconds_since(t0);
@@ -593,7 +641,9 @@ class TuneTask::Impl {
   std::vector<Candidate> seeds_;             // offered, not yet tried
   std::set<std::string> offered_, seed_keys_;  // SearchSpace::key of every offer / of those tried
   int planned_ = 0, since_improvement_ = 0;
-  std::deque<std::future<CompiledBatch>> ahead_;
+  std::deque<InFlight> flight_;
+  std::vector<std::future<void>> compiling_;  // batches being emitted and compiled
+  std::vector<double> pred_ok_, meas_ok_;     // of correct ones since then (log2 us)
   Clock::time_point run_start_ = Clock::now();
 };
 

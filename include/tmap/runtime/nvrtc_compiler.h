@@ -7,6 +7,7 @@
 #include <mutex>
 #include <atomic>
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -65,8 +66,10 @@ struct CompileJob {
 
 /// Compiles every job on `threads` threads (0: all cores); results in job order, each with its
 /// own compile time. Once `cancel` is set, the jobs not yet started fail with "cancelled".
+/// `done`, when given, is called with each job's index and result as soon as it is compiled
+/// (on the compiling thread), so that a caller can use the first results before the last.
 std::vector<CompileResult> compile_parallel(NvrtcCompiler& compiler, const std::vector<CompileJob>& jobs,
-                                            unsigned threads = 0,
-                                            const std::atomic<bool>* cancel = nullptr);
+                                            unsigned threads = 0, const std::atomic<bool>* cancel = nullptr,
+                                            const std::function<void(std::size_t, const CompileResult&)>& done = nullptr);
 
 }  // namespace tmap

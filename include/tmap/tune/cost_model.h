@@ -24,6 +24,8 @@ class CostModel {
   void fit();
   bool trained() const;
   int samples() const { return static_cast<int>(labels_.size()); }
+  /// Samples added since the last fit() (or since construction).
+  int unfitted() const { return samples() - fitted_; }
   /// Estimated log2(time in us) per candidate: lower is faster. Analytic until trained.
   std::vector<double> predict(const std::vector<Features>& f) const;
 
@@ -32,6 +34,7 @@ class CostModel {
   int min_samples_, rounds_;
   std::vector<float> rows_;  ///< Row-major samples x kNumFeatures.
   std::vector<float> labels_;
+  int fitted_ = 0;
   std::unique_ptr<Booster> booster_;
 };
 

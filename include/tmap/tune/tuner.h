@@ -109,8 +109,8 @@ struct TuneSummary {
   int resumed = 0;                  ///< Records of this workload read back from the log.
   int transferred = 0;              ///< Measurements of other workloads the model started from.
   int arms = 0, first_looks = 0;
-  /// Other workloads' best schedules that fit this space (offered), and how many of them were
-  /// measured (seeded); seed_wins: improvements of the best that were seeds.
+  /// Other workloads' best schedules that fit this space (offered), how many of them were
+  /// measured (seeded), and how many of those improved the best (seed_wins).
   int offered = 0, seeded = 0, seed_wins = 0;
   double wall_s = 0;
   bool stopped = false;             ///< By the stop flag.
