@@ -47,7 +47,10 @@ Tuned tune_and_replay(const Compute& c, int trials, const std::string& name) {
   }
   LogContents log = read_log(o.log_path);
   EXPECT_TRUE(log.warnings.empty());
-  EXPECT_EQ(static_cast<int>(log.records.size()), t.summary.measured);
+  // Every trial, and the confirmations of the fastest (measured again at the end, see TuneOptions).
+  EXPECT_EQ(static_cast<int>(log.records.size()), t.summary.measured + t.summary.confirmed);
+  EXPECT_EQ(t.summary.confirmed, std::min(o.confirm_top, t.summary.measured - t.summary.failed));
+  EXPECT_GT(t.summary.best->result.confirm_rounds, 0) << "the best is a confirmed record";
   std::vector<const TuneRecord*> best = best_records(log.records);
   EXPECT_EQ(best.size(), 1u);
   if (best.empty()) return t;

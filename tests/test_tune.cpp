@@ -47,6 +47,38 @@ TuneRecord sample_record(const Compute& c, const std::string& status, double us)
   return r;
 }
 
+TEST(TuneLog, TheBestIsTheFastestConfirmedCandidateByItsLatestRecord) {
+  Compute c = build_compute(builtin_op("gemm"), parse_param_overrides({"M=256", "N=256", "K=256"}));
+  auto record = [&](int block_m, const std::string& status, double us, int rounds) {
+    TuneRecord r = sample_record(c, status, us);
+    r.candidate.params.block_m = block_m;
+    r.result.confirm_rounds = rounds;
+    return r;
+  };
+  // Measured once each: the fastest median wins.
+  std::vector<TuneRecord> log = {record(32, "ok", 1.5, 0), record(64, "ok", 1.0, 0), record(128, "ok", 1.2, 0)};
+  ASSERT_EQ(best_records(log).size(), 1u);
+  EXPECT_EQ(best_records(log)[0]->candidate.params.block_m, 64);
+  // Confirmed: 64 ran 1.7 us (its 1.0 was luck), 128 failed its confirmation, 32 ran 1.6 us.
+  log.push_back(record(64, "ok", 1.7, 3));
+  log.push_back(record(128, "wrong_result", 0, 3));
+  log.push_back(record(32, "ok", 1.6, 3));
+  const auto best = best_records(log);
+  ASSERT_EQ(best.size(), 1u);
+  EXPECT_EQ(best[0]->candidate.params.block_m, 32);
+  EXPECT_DOUBLE_EQ(best[0]->result.median_us, 1.6);
+  EXPECT_EQ(best[0]->result.confirm_rounds, 3);
+  // A faster single measurement of another candidate does not displace a confirmed one...
+  log.push_back(record(16, "ok", 0.9, 0));
+  EXPECT_EQ(best_records(log)[0]->candidate.params.block_m, 32);
+  // ...until it is confirmed itself; and the field survives the log.
+  log.push_back(record(16, "ok", 0.95, 3));
+  EXPECT_EQ(best_records(log)[0]->candidate.params.block_m, 16);
+  EXPECT_EQ(record_from_json(to_json(log.back())).result.confirm_rounds, 3);
+  EXPECT_EQ(record_from_json(to_json(log[0])).result.confirm_rounds, 0);
+  EXPECT_FALSE(to_json(log[0])["result"].contains("confirm_rounds"));
+}
+
 TEST(TuneLog, RecordRoundTripsAndRegeneratesItsKernel) {
   Compute c = build_compute(builtin_op("conv2d"));
   TuneRecord r = sample_record(c, "ok", 21.5);
@@ -299,6 +331,7 @@ TuneOptions synthetic_options(const std::string& log, int trials) {
   o.limits = DeviceLimits::for_arch(90);
   o.limits.sm_count = 132;
   o.device = DeviceModel::for_arch(90);
+  o.confirm_top = 0;  // these tests count measurements; Tuner.TheFastestAreMeasuredAgainAtTheEnd turns it on
   return o;
 }
 
@@ -427,6 +460,101 @@ TEST(Tuner, OtherWorkloadsBestSchedulesAreTriedAsSeeds) {
   invalid.params.block_m = 7;
   EXPECT_FALSE(task.offer(invalid));
   EXPECT_EQ(task.summary().offered, 1);
+  std::filesystem::remove(log);
+}
+
+/// The synthetic cost, except that every candidate's first measurement is lucky (0.5-0.995x, by
+/// its name) and the first candidate measured a second time gives wrong results from then on.
+class LuckyMeasurer : public Measurer {
+ public:
+  MeasureResult measure(const Compute& c, const ImplicitGemm& g, const ScheduleParams& p, const KernelSource& k,
+                        const CompileResult&) override {
+    const std::string key = make_workload(c).key + " " + k.name + ":" + to_json(p).dump();
+    const int n = ++calls[key];
+    const std::size_t h = std::hash<std::string>{}(key);
+    MeasureResult r;
+    r.status = MeasureStatus::kOk;
+    r.median_us = synthetic_us(g, p) * (n == 1 ? 0.5 + static_cast<double>(h % 100) / 200 : 1.0);
+    r.times_us = {r.median_us};
+    if (n > 1 && flaky.empty()) flaky = key;
+    if (key == flaky) r.status = MeasureStatus::kWrongResult;
+    return r;
+  }
+  std::map<std::string, int> calls;
+  std::string flaky;
+};
+
+TEST(Tuner, TheFastestAreMeasuredAgainAtTheEnd) {
+  Compute c = build_compute(builtin_op("gemm"), parse_param_overrides({"M=512", "N=256", "K=512"}));
+  const std::string log = temp_path("confirm.jsonl");
+  std::filesystem::remove(log);
+  TuneOptions o = synthetic_options(log, 32);
+  o.confirm_top = 4;
+  o.confirm_rounds = 3;
+  LuckyMeasurer m;
+  const TuneSummary s = tune(c, shipped(), o, m);
+  EXPECT_EQ(s.measured, 32);
+  EXPECT_EQ(s.confirmed, 4);
+  ASSERT_TRUE(s.best);
+  LogContents l = read_log(log);
+  ASSERT_EQ(l.records.size(), 32u + 4u);
+  // The four confirmations: the four fastest single measurements, each measured up to 3 more
+  // times in turn (a flaky one stops at its first failure), at their true time.
+  std::vector<const TuneRecord*> confirms;
+  std::vector<double> once;
+  for (const auto& r : l.records) {
+    if (r.result.confirm_rounds) confirms.push_back(&r);
+    else if (r.result.ok()) once.push_back(r.result.median_us);
+  }
+  ASSERT_EQ(confirms.size(), 4u);
+  std::sort(once.begin(), once.end());
+  EXPECT_DOUBLE_EQ(s.unconfirmed_best_us, once[0]);
+  int flaky = 0, lucky = 0;
+  const TuneRecord* fastest = nullptr;
+  for (const TuneRecord* r : confirms) {
+    EXPECT_EQ(r->result.confirm_rounds, 3);
+    const std::string key = r->workload.key + " ";
+    int calls = 0;
+    for (const auto& [k, n] : m.calls)
+      if (k.rfind(key, 0) == 0 && k.find(":" + to_json(r->candidate.params).dump()) != std::string::npos) calls = n;
+    if (!r->result.ok()) {
+      ++flaky;
+      EXPECT_EQ(r->result.status, "wrong_result");
+      EXPECT_EQ(calls, 2) << "a failed confirmation is not measured again";
+      continue;
+    }
+    EXPECT_EQ(calls, 4);
+    EXPECT_EQ(r->result.times_us.size(), 3u);
+    for (const TuneRecord& first : l.records)
+      if (!first.result.confirm_rounds && candidate_signature(first.candidate) == candidate_signature(r->candidate)) {
+        EXPECT_LE(first.result.median_us, once[3]) << "one of the four fastest";
+        lucky += first.result.median_us < r->result.median_us;
+      }
+    if (!fastest || r->result.median_us < fastest->result.median_us) fastest = r;
+  }
+  EXPECT_GT(lucky, 0) << "the test means to catch lucky measurements";
+  EXPECT_EQ(flaky, 1) << "the fastest single measurement, confirmed first, is the flaky kernel";
+  ASSERT_TRUE(fastest);
+  EXPECT_EQ(candidate_signature(s.best->candidate), candidate_signature(fastest->candidate));
+  EXPECT_EQ(s.best->result.confirm_rounds, 3);
+  EXPECT_GT(s.best->result.median_us, s.unconfirmed_best_us) << "the luckiest single measurement was not the best";
+  // The log agrees with the tuner, and so does a resumed run before it confirms again.
+  ASSERT_EQ(best_records(l.records).size(), 1u);
+  EXPECT_EQ(to_json(*best_records(l.records)[0]), to_json(*s.best));
+  TuneOptions again = o;
+  again.trials = 8;
+  again.confirm_top = 0;
+  LuckyMeasurer m2;
+  const TuneSummary r = tune(c, shipped(), again, m2);
+  ASSERT_TRUE(r.best);
+  EXPECT_EQ(r.best->result.confirm_rounds, 3) << "the confirmed best outranks later single measurements";
+  // No confirmation after a stop.
+  std::atomic<bool> stop{true};
+  TuneOptions stopped = o;
+  stopped.log_path.clear();
+  stopped.stop = &stop;
+  LuckyMeasurer m3;
+  EXPECT_EQ(tune(c, shipped(), stopped, m3).confirmed, 0);
   std::filesystem::remove(log);
 }
 

@@ -114,7 +114,7 @@ struct TuneArgs {
   std::int64_t model_batch = 0;
   bool no_baselines = false;
   CLI::Option* trials_option = nullptr;
-  int trials = 200, early_stop = 0, batch = 16, compile_ahead = 3;
+  int trials = 200, early_stop = 0, batch = 16, compile_ahead = 3, confirm = 4;
   double time_budget = 0, timeout = 10;
   std::uint64_t seed = 0;
 };
@@ -147,6 +147,10 @@ void print_tune_summary(const TuneSummary& s, const Compute& c, const Workload& 
   std::printf("best: %s\n  params %s\n", candidate_label(b.candidate).c_str(), to_json(b.candidate.params).dump().c_str());
   if (b.result.ok())
     std::printf("  %.2f us, %.2f TFLOP/s (rel L2 %.1e)\n", b.result.median_us, tflops(b), b.result.rel_l2);
+  if (s.confirmed)
+    std::printf("  confirmed: the %d fastest measured again in %d rounds in turn (%.1f s); the best measured once "
+                "was %.2f us\n",
+                s.confirmed, b.result.confirm_rounds, s.confirm_s, s.unconfirmed_best_us);
   else
     std::printf("  estimated %.2f us by the analytic model (unmeasured)\n", b.result.estimated_us);
   if (!s.history.empty()) {  // the best time as the trials went
@@ -169,6 +173,7 @@ TuneOptions tune_options(const TuneArgs& a, const Machine& m, const std::string&
   o.time_budget_s = a.time_budget;
   o.early_stop = a.early_stop;
   o.batch = a.batch;
+  o.confirm_top = a.confirm;
   o.seed = a.seed ? a.seed : std::random_device{}();
   o.enumeration = a.enumerate == "all" ? Enumeration::kAll : Enumeration::kAmos;
   o.log_path = log_path;
@@ -317,6 +322,17 @@ void tune_model_command(const TuneArgs& a) {
       int tried = 0, improved = 0;
       for (const auto& t : s.tasks) tried += t.summary.seeded, improved += t.summary.seed_wins;
       std::printf("seeds (other workloads' best schedules): %d tried, %d improved a workload's best\n", tried, improved);
+      int confirmed = 0;
+      double confirm_s = 0, once_us = 0, now_us = 0;
+      for (const auto& t : s.tasks) {
+        if (!t.summary.confirmed || !t.summary.best || !t.summary.best->result.ok()) continue;
+        confirmed += t.summary.confirmed, confirm_s += t.summary.confirm_s;
+        once_us += t.count * t.summary.unconfirmed_best_us, now_us += t.count * t.summary.best->result.median_us;
+      }
+      if (confirmed)
+        std::printf("confirmed: each workload's fastest candidates measured again in rounds (%d in all, %.1f s); model "
+                    "total %.2f us, %.2f us by single measurements\n",
+                    confirmed, confirm_s, now_us, once_us);
     }
     std::printf("%-28s %-16s %5s %7s %8s %10s %9s %12s %7s  %s\n", "workload", "key", "count", "trials", "resumed",
                 "best us", "TFLOP/s", "x count us", "time %", "kernel");
@@ -367,6 +383,10 @@ void register_tune(CLI::App& app) {
   cmd->add_option("--time-budget", args->time_budget, "Stop after this many seconds")->check(CLI::NonNegativeNumber);
   cmd->add_option("--early-stop", args->early_stop, "Stop after this many trials without improvement (0: never)")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--confirm", args->confirm,
+                  "At the end, measure this many of the fastest candidates again, 3 rounds in turn, and keep the "
+                  "fastest of those (default 4; 0: off)")
+      ->check(CLI::Range(0, 64));
   cmd->add_option("--batch", args->batch, "Candidates compiled and measured per batch (default 16)")
       ->check(CLI::Range(1, 1024));
   cmd->add_option("--compile-ahead", args->compile_ahead,
@@ -461,6 +481,8 @@ void register_tune(CLI::App& app) {
       j["resumed"] = s.resumed;
       j["transferred"] = s.transferred;
       j["seeds"] = {{"offered", s.offered}, {"tried", s.seeded}, {"improved", s.seed_wins}};
+      j["confirm"] = {{"candidates", s.confirmed}, {"best_measured_once_us", s.unconfirmed_best_us},
+                      {"seconds", s.confirm_s}};
       j["wall_s"] = s.wall_s;
       j["stop_reason"] = s.stop_reason;
       j["seconds"] = {{"measure", s.measure_s}, {"compile_wait", s.compile_wait_s}, {"propose", s.propose_s}, {"fit", s.fit_s}};

@@ -126,7 +126,13 @@ ModelTuneSummary tune_model(const std::vector<ModelTask>& tasks, const std::vect
   };
   for (const Slot& s : slots) share_best(s);
 
-  auto out_of_time = [&] { return o.time_budget_s > 0 && seconds_since(t0) > o.time_budget_s; };
+  // The confirmation of each workload's fastest candidates at the end is kept within the budget.
+  auto confirm_seconds = [&] {
+    double t = 0;
+    for (const Slot& s : slots) t += s.task->confirm_seconds();
+    return t;
+  };
+  auto out_of_time = [&] { return o.time_budget_s > 0 && seconds_since(t0) + confirm_seconds() > o.time_budget_s; };
   auto stop_requested = [&] { return base.stop && base.stop->load(); };
   auto measured = [&] {
     int n = 0;
@@ -238,6 +244,7 @@ ModelTuneSummary tune_model(const std::vector<ModelTask>& tasks, const std::vect
     reason = "trial budget reached";
   }
   out.stop_reason = reason;
+  for (Slot& s : slots) s.task->confirm(measurer);  // none after a stop
   for (Slot& s : slots) {
     s.result.summary = s.task->summary();
     out.measured += s.result.summary.measured;

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <stdexcept>
 
 #include "tmap/support/diagnostic.h"
@@ -74,6 +75,11 @@ std::string candidate_label(const CandidateRef& c) {
          (c.params.relayout ? " relayout" : "");
 }
 
+std::string candidate_signature(const CandidateRef& c) {
+  return c.hw_abs + " " + c.layout + " " + std::to_string(c.shape[0]) + "x" + std::to_string(c.shape[1]) + "x" +
+         std::to_string(c.shape[2]) + " " + std::to_string(c.mapping_id) + " " + to_json(c.params).dump();
+}
+
 nlohmann::json to_json(const TuneRecord& r) {
   nlohmann::json workload = r.workload.description;
   workload["key"] = r.workload.key;
@@ -87,6 +93,7 @@ nlohmann::json to_json(const TuneRecord& r) {
   if (r.result.estimated_us > 0) result["estimated_us"] = r.result.estimated_us;
   result["compile_seconds"] = r.result.compile_seconds;
   if (!r.result.error.empty()) result["error"] = r.result.error;
+  if (r.result.confirm_rounds > 0) result["confirm_rounds"] = r.result.confirm_rounds;
   const CandidateRef& c = r.candidate;
   return {{"schema", kLogSchemaVersion},
           {"recorded_at", r.recorded_at},
@@ -142,6 +149,7 @@ TuneRecord record_from_json(const nlohmann::json& j) {
   r.result.estimated_us = res.value("estimated_us", 0.0);
   r.result.compile_seconds = res.value("compile_seconds", 0.0);
   r.result.error = res.value("error", std::string());
+  r.result.confirm_rounds = res.value("confirm_rounds", 0);
   if (r.result.ok() && !(r.result.median_us > 0)) throw std::runtime_error("an \"ok\" result without a median time");
   return r;
 }
@@ -233,15 +241,31 @@ LogContents parse_log_text(const std::string& text, const std::string& path) {
   return out;
 }
 
+bool ranks_before(const TuneRecord& a, const TuneRecord& b) {
+  const bool ca = a.result.confirm_rounds > 0, cb = b.result.confirm_rounds > 0;
+  return ca != cb ? ca : a.result.median_us < b.result.median_us;
+}
+
 std::vector<const TuneRecord*> best_records(const std::vector<TuneRecord>& records) {
-  std::vector<const TuneRecord*> best;
-  std::map<std::string, std::size_t> index;
+  // The latest measured record of each candidate of each workload.
+  std::map<std::string, const TuneRecord*> latest;
+  std::vector<std::string> order;  // workload keys, first seen first
+  std::set<std::string> seen;
   for (const auto& r : records) {
-    if (!r.result.ok()) continue;
-    auto [it, inserted] = index.emplace(r.workload.key, best.size());
-    if (inserted) best.push_back(&r);
-    else if (r.result.median_us < best[it->second]->result.median_us) best[it->second] = &r;
+    if (!r.result.measured()) continue;
+    latest[r.workload.key + " " + candidate_signature(r.candidate)] = &r;
+    if (seen.insert(r.workload.key).second) order.push_back(r.workload.key);
   }
+  auto better = [](const TuneRecord* a, const TuneRecord* b) { return ranks_before(*a, *b); };
+  std::map<std::string, const TuneRecord*> best_of;
+  for (const auto& [key, r] : latest) {
+    if (!r->result.ok()) continue;
+    const TuneRecord*& b = best_of[r->workload.key];
+    if (!b || better(r, b) || (!better(b, r) && r < b)) b = r;  // ties: the earlier record
+  }
+  std::vector<const TuneRecord*> best;
+  for (const auto& key : order)
+    if (auto it = best_of.find(key); it != best_of.end()) best.push_back(it->second);
   return best;
 }
 

@@ -284,6 +284,17 @@ std::vector<double> arm_shares(const std::vector<ArmStanding>& arms) {
 /// The state of one workload's search between steps: what tune() kept in locals.
 class TuneTask::Impl {
  public:
+  struct Compiled {
+    KernelSource kernel;
+    CompileResult binary;
+  };
+  struct InFlight {
+    Candidate candidate;
+    std::shared_future<Compiled> compiled;
+    double predicted = 0;        ///< log2 us, by the model when it was proposed
+    bool model_trained = false;  ///< whether that model had been trained
+  };
+
   Impl(const Compute& c, const std::vector<HwAbstraction>& hws, const TuneOptions& o, CostModel& model,
        const std::vector<TuneRecord>& own, LogWriter* log)
       : c_(c), o_(o), search_(c, hws, o_), model_(model), log_(log),
@@ -299,7 +310,12 @@ class TuneTask::Impl {
       search_.mark_seen(entry, r.candidate.params);
       learn(entry, r.candidate.params, r.result);
       consider_best(r);
+      contend(r, entry, r.candidate.params, {});
       ++s_.resumed;
+    }
+    if (const auto best = best_records(own); !best.empty() && search_.space().find(best[0]->candidate) >= 0) {
+      s_.best = *best[0];  // a confirmed record, when there is one, before faster single measurements
+      if (best[0]->result.confirm_rounds) confirmed_best_ = *best[0];
     }
     if (s_.resumed) {
       model_.fit();
@@ -385,6 +401,99 @@ class TuneTask::Impl {
     s_.wall_s += seconds_since(t0);
   }
 
+  void confirm(Measurer& measurer) {
+    const int top = std::min(o_.confirm_top, static_cast<int>(podium_.size()));
+    if (top < 1 || o_.confirm_rounds < 1 || (o_.stop && o_.stop->load())) {
+      // Nothing confirmed in this run: a confirmed record resumed from the log outranks the
+      // single measurements of this run, as in best_records.
+      if (confirmed_best_ && s_.best && !s_.best->result.confirm_rounds) s_.best = confirmed_best_;
+      return;
+    }
+    const auto t0 = Clock::now();
+    // Binaries: those measured in this run are at hand; resumed ones are compiled again.
+    std::vector<Compiled> bins(top);
+    std::vector<KernelSource> kernels;
+    std::vector<CompileJob> jobs;
+    std::vector<int> missing;
+    for (int i = 0; i < top; ++i) {
+      if (podium_[i].compiled.valid()) {
+        bins[i] = podium_[i].compiled.get();
+        continue;
+      }
+      kernels.push_back(emit_kernel(search_.space().entries()[podium_[i].entry].gemm, podium_[i].params));
+      jobs.push_back({kernels.back().name, kernels.back().code});
+      missing.push_back(i);
+    }
+    if (!jobs.empty())
+      compile_parallel(compiler_, jobs, o_.compile_threads, o_.stop, [&](std::size_t j, const CompileResult& r) {
+        bins[missing[j]] = {kernels[j], r};
+      });
+    // Rounds in turn, so that a drift of the GPU falls on every candidate alike.
+    std::vector<std::vector<double>> medians(top), times(top);
+    std::vector<MeasureResult> last(top);
+    std::vector<bool> failed(top, false);
+    std::vector<std::string> status(top);
+    for (int round = 0; round < o_.confirm_rounds; ++round)
+      for (int i = 0; i < top; ++i) {
+        if (failed[i]) continue;
+        if (!bins[i].binary.ok) {
+          failed[i] = true;
+          status[i] = "compile_error";
+          last[i].message = "generated kernel does not compile (a bug in tmap): " + bins[i].binary.log.substr(0, 2000);
+          continue;
+        }
+        const auto tm = Clock::now();
+        last[i] = measurer.measure(c_, search_.space().entries()[podium_[i].entry].gemm, podium_[i].params,
+                                   bins[i].kernel, bins[i].binary);
+        s_.measure_s += seconds_since(tm);
+        if (last[i].status != MeasureStatus::kOk) {
+          failed[i] = true;
+          continue;
+        }
+        medians[i].push_back(last[i].median_us);
+        times[i].insert(times[i].end(), last[i].times_us.begin(), last[i].times_us.end());
+      }
+    s_.unconfirmed_best_us = s_.best ? s_.best->result.median_us : 0;
+    for (int i = 0; i < top; ++i) {
+      Contender& c = podium_[i];
+      TuneResult res;
+      res.confirm_rounds = o_.confirm_rounds;
+      res.estimated_us = c.rec.result.estimated_us;
+      res.status = status[i].empty() ? status_name(last[i].status) : status[i];
+      if (!failed[i]) {
+        std::sort(medians[i].begin(), medians[i].end());
+        const std::size_t n = medians[i].size();
+        res.median_us = n % 2 ? medians[i][n / 2] : 0.5 * (medians[i][n / 2 - 1] + medians[i][n / 2]);
+        res.times_us = std::move(times[i]);
+        res.rel_l2 = last[i].rel_l2;
+      } else {
+        res.error = "confirmation: " + last[i].message;
+      }
+      c.rec = search_.record(c.entry, c.params, res);
+      if (log_) log_->append(c.rec);
+    }
+    s_.confirmed = top;
+    // The best by the log's own rule (best_records), over the candidates held.
+    std::optional<TuneRecord> best;
+    for (const Contender& c : podium_)
+      if (c.rec.result.ok() && (!best || ranks_before(c.rec, *best))) best = c.rec;
+    s_.best = best;
+    std::stable_sort(podium_.begin(), podium_.end(), [](const Contender& a, const Contender& b) {
+      return a.rec.result.ok() && (!b.rec.result.ok() || a.rec.result.median_us < b.rec.result.median_us);
+    });
+    const double took = seconds_since(t0);
+    s_.confirm_s += took;
+    s_.wall_s += took;
+  }
+
+  /// What confirm() will take: its measurements at this task's mean time per measurement.
+  double confirm_seconds() const {
+    const int top = std::min(o_.confirm_top, static_cast<int>(podium_.size()));
+    if (top < 1 || o_.confirm_rounds < 1) return 0;
+    const double per = s_.measured ? s_.measure_s / s_.measured : 0.05;
+    return top * o_.confirm_rounds * per;
+  }
+
   bool offer(const CandidateRef& r) {
     const SearchSpace& space = search_.space();
     const int e = space.find(r);
@@ -411,6 +520,29 @@ class TuneTask::Impl {
       return true;
     }
     return false;
+  }
+
+  /// One of the fastest correct candidates, held for confirm(): its latest record, and its
+  /// binary when it was compiled in this run.
+  struct Contender {
+    TuneRecord rec;
+    int entry;
+    ScheduleParams params;
+    std::shared_future<Compiled> compiled;
+  };
+
+  /// Keeps the 2 x confirm_top fastest correct candidates (by their latest record).
+  void contend(const TuneRecord& rec, int entry, const ScheduleParams& p, std::shared_future<Compiled> compiled) {
+    const std::size_t keep = 2 * static_cast<std::size_t>(std::max(0, o_.confirm_top));
+    if (keep == 0) return;
+    const std::string key = SearchSpace::key(entry, p);
+    std::erase_if(podium_, [&](const Contender& c) { return SearchSpace::key(c.entry, c.params) == key; });
+    if (!rec.result.ok()) return;
+    auto at = std::find_if(podium_.begin(), podium_.end(),
+                           [&](const Contender& c) { return rec.result.median_us < c.rec.result.median_us; });
+    if (at == podium_.end() && podium_.size() >= keep) return;
+    podium_.insert(at, {rec, entry, p, std::move(compiled)});
+    if (podium_.size() > keep) podium_.pop_back();
   }
 
   void learn(int entry, const ScheduleParams& p, const TuneResult& res) {
@@ -508,16 +640,6 @@ class TuneTask::Impl {
   }
 
   /// A proposed candidate, compiling or compiled, not yet measured.
-  struct Compiled {
-    KernelSource kernel;
-    CompileResult binary;
-  };
-  struct InFlight {
-    Candidate candidate;
-    std::shared_future<Compiled> compiled;
-    double predicted = 0;        ///< log2 us, by the model when it was proposed
-    bool model_trained = false;  ///< whether that model had been trained
-  };
 
   /// Proposes a batch and starts compiling it on all cores; each candidate is ready on its own.
   void start_compile(int size) {
@@ -589,6 +711,7 @@ class TuneTask::Impl {
       pred_ok_.push_back(f.predicted);
       meas_ok_.push_back(std::log2(res.median_us));
     }
+    if (res.ok()) contend(rec, cand.entry, cand.params, f.compiled);
     if (consider_best(rec)) {
       s_.seed_wins += seed;
       since_improvement_ = 0;
@@ -642,6 +765,8 @@ class TuneTask::Impl {
   std::set<std::string> offered_, seed_keys_;  // SearchSpace::key of every offer / of those tried
   int planned_ = 0, since_improvement_ = 0;
   std::deque<InFlight> flight_;
+  std::vector<Contender> podium_;  // fastest first
+  std::optional<TuneRecord> confirmed_best_;  // resumed
   std::vector<std::future<void>> compiling_;  // batches being emitted and compiled
   std::vector<double> pred_ok_, meas_ok_;     // of correct ones since then (log2 us)
   Clock::time_point run_start_ = Clock::now();
@@ -656,6 +781,8 @@ void TuneTask::run(int trials, Measurer& measurer, const std::function<bool()>& 
 }
 void TuneTask::prefetch() { impl_->prefetch(); }
 bool TuneTask::offer(const CandidateRef& seed) { return impl_->offer(seed); }
+void TuneTask::confirm(Measurer& measurer) { impl_->confirm(measurer); }
+double TuneTask::confirm_seconds() const { return impl_->confirm_seconds(); }
 const TuneSummary& TuneTask::summary() const { return impl_->s_; }
 bool TuneTask::exhausted() const { return impl_->exhausted_; }
 const Workload& TuneTask::workload() const { return impl_->workload(); }
@@ -669,7 +796,11 @@ TuneSummary tune(const Compute& c, const std::vector<HwAbstraction>& hws, const 
   if (!o.log_path.empty()) log = std::make_unique<LogWriter>(o.log_path);
   TuneTask task(c, hws, o, model, history.own[key], log.get());
   for (const CandidateRef& seed : history.seeds) task.offer(seed);
-  task.run(o.trials, measurer, [&] { return o.time_budget_s > 0 && seconds_since(t0) > o.time_budget_s; });
+  // The confirmation's time is kept out of the time budget's search.
+  task.run(o.trials, measurer, [&] {
+    return o.time_budget_s > 0 && seconds_since(t0) + task.confirm_seconds() > o.time_budget_s;
+  });
+  task.confirm(measurer);
   TuneSummary s = task.summary();
   s.transferred = history.transferred;
   s.wall_s = seconds_since(t0);

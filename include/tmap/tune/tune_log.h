@@ -64,6 +64,8 @@ struct CandidateRef {
 
 /// "wmma_fp16_fp32 nnn 16x16x16 map 7 {n, p, q}x{k}x{c, r, s}" (the schedule left out).
 std::string candidate_label(const CandidateRef& c);
+/// What identifies a candidate within a workload: the mapping and the whole schedule.
+std::string candidate_signature(const CandidateRef& c);
 
 struct TuneResult {
   std::string status = "unmeasured";  ///< status_name(MeasureStatus), or "unmeasured".
@@ -73,6 +75,10 @@ struct TuneResult {
   double estimated_us = 0;  ///< The cost model's estimate when the candidate was chosen.
   double compile_seconds = 0;
   std::string error;
+  /// > 0: a confirmation, the candidate measured again at the end of tuning in this many rounds
+  /// taken in turn with the other fastest candidates; median_us is the median of the rounds'
+  /// medians. See best_records.
+  int confirm_rounds = 0;
   bool ok() const { return status == "ok"; }
   bool measured() const { return status != "unmeasured"; }
 };
@@ -124,7 +130,14 @@ LogContents read_log(const std::string& path);
 /// The same for a log's text; `path` names it in the warnings.
 LogContents parse_log_text(const std::string& text, const std::string& path);
 
-/// The best measured, correct record of each workload (fastest median), in first-seen order.
+/// The best record of each workload, in first-seen order. A candidate measured more than once
+/// counts by its latest record (a confirmation that failed rules it out), and confirmed
+/// candidates come first: the best is the fastest correct confirmed one when there is one, and
+/// the fastest correct measured one otherwise. The fastest of ~1000 single measurements is the
+/// luckiest as much as the fastest: on the H100 the best of a run replayed 2-3% slower than
+/// logged, up to 8%.
 std::vector<const TuneRecord*> best_records(const std::vector<TuneRecord>& records);
+/// The order best_records ranks two correct records of a workload by: whether `a` beats `b`.
+bool ranks_before(const TuneRecord& a, const TuneRecord& b);
 
 }  // namespace tmap

@@ -95,6 +95,10 @@ struct TuneOptions {
   /// Batches compiled ahead of the one being measured (1: only the next one).
   int compile_ahead = 3;
   std::string compile_cache_dir;
+  /// At the end (not after a stop), the confirm_top fastest correct candidates are measured again,
+  /// confirm_rounds rounds taken in turn, and the best is the fastest median of round medians;
+  /// these confirmations are logged (see best_records). 0 turns it off.
+  int confirm_top = 4, confirm_rounds = 3;
   std::function<void(const TuneProgress&)> on_progress;
   std::function<void(const std::string&)> on_note;  ///< Informational lines (resume, first looks, ...).
   /// Set (e.g. by SIGINT): stop after the measurement in flight, which is recorded; compilations
@@ -121,6 +125,10 @@ struct TuneSummary {
   /// compilation beyond what overlapped with measuring, proposing batches (pools ranked by the
   /// model) and refitting the cost model.
   double measure_s = 0, compile_wait_s = 0, propose_s = 0, fit_s = 0;
+  /// The confirmation: candidates measured again, the best time before it (single measurements)
+  /// and its wall time (within wall_s).
+  int confirmed = 0;
+  double unconfirmed_best_us = 0, confirm_s = 0;
 };
 
 /// What the search's bandit knows of one arm (mapping) when it splits a batch's picks.
@@ -180,6 +188,11 @@ class TuneTask {
   /// Each batch gives at most a quarter of its slots to seeds, the model's best first. Returns
   /// whether it was taken.
   bool offer(const CandidateRef& seed);
+  /// Measures the o.confirm_top fastest correct candidates again (see TuneOptions), logs the
+  /// confirmations and makes the best the fastest confirmed one. Estimated seconds it takes:
+  /// confirm_seconds().
+  void confirm(Measurer& measurer);
+  double confirm_seconds() const;
   /// Counts over every run so far (wall_s: their time; transferred is not filled in).
   const TuneSummary& summary() const;
   bool exhausted() const;
