@@ -105,7 +105,7 @@ void read_expression(const JsonReader& r, const std::string& ptr, const std::str
   std::array<int, 3> found{0, 0, 0};
   for (const auto& n : all) {
     bool a = in(an, n), b = in(bn, n), d = in(dn, n);
-    Axis axis;
+    Axis axis = Axis::kI;  // fail() throws; the initial value only quiets -Wsometimes-uninitialized
     if (a && d && !b) axis = Axis::kI;
     else if (b && d && !a) axis = Axis::kJ;
     else if (a && b && !d) axis = Axis::kK;
