@@ -548,6 +548,29 @@ TEST(Tuner, TheFastestAreMeasuredAgainAtTheEnd) {
   const TuneSummary r = tune(c, shipped(), again, m2);
   ASSERT_TRUE(r.best);
   EXPECT_EQ(r.best->result.confirm_rounds, 3) << "the confirmed best outranks later single measurements";
+  // Resumed again with confirmation and no new trials: the fastest are all resumed records,
+  // compiled again to be measured.
+  TuneOptions third = o;
+  third.trials = 0;
+  LuckyMeasurer m4;
+  const TuneSummary t = tune(c, shipped(), third, m4);
+  EXPECT_EQ(t.confirmed, 4);
+  const LogContents l3 = read_log(log);
+  int compiled_again = 0;
+  for (std::size_t i = l3.records.size() - 4; i < l3.records.size(); ++i) {
+    const TuneResult& res = l3.records[i].result;
+    EXPECT_EQ(res.confirm_rounds, 3);
+    EXPECT_NE(res.status, "compile_error") << res.error;
+    for (std::size_t j = 0; j + 4 < l3.records.size(); ++j)
+      if (candidate_signature(l3.records[j].candidate) == candidate_signature(l3.records[i].candidate)) {
+        ++compiled_again;
+        break;
+      }
+  }
+  EXPECT_EQ(compiled_again, 4) << "each of them is a resumed record";
+  EXPECT_EQ(t.measured, 0);
+  ASSERT_TRUE(t.best);
+  EXPECT_EQ(to_json(*best_records(l3.records)[0]), to_json(*t.best));
   // No confirmation after a stop.
   std::atomic<bool> stop{true};
   TuneOptions stopped = o;

@@ -288,6 +288,7 @@ class TuneTask::Impl {
     KernelSource kernel;
     CompileResult binary;
   };
+  /// A proposed candidate, compiling or compiled, not yet measured.
   struct InFlight {
     Candidate candidate;
     std::shared_future<Compiled> compiled;
@@ -412,22 +413,20 @@ class TuneTask::Impl {
     const auto t0 = Clock::now();
     // Binaries: those measured in this run are at hand; resumed ones are compiled again.
     std::vector<Compiled> bins(top);
-    std::vector<KernelSource> kernels;
-    std::vector<CompileJob> jobs;
+    std::vector<Candidate> resumed;
     std::vector<int> missing;
     for (int i = 0; i < top; ++i) {
       if (podium_[i].compiled.valid()) {
         bins[i] = podium_[i].compiled.get();
         continue;
       }
-      kernels.push_back(emit_kernel(search_.space().entries()[podium_[i].entry].gemm, podium_[i].params));
-      jobs.push_back({kernels.back().name, kernels.back().code});
+      resumed.push_back(search_.candidate(podium_[i].entry, podium_[i].params));
       missing.push_back(i);
     }
-    if (!jobs.empty())
-      compile_parallel(compiler_, jobs, o_.compile_threads, o_.stop, [&](std::size_t j, const CompileResult& r) {
-        bins[missing[j]] = {kernels[j], r};
-      });
+    if (!resumed.empty()) {
+      CompiledBatch b = compile_batch(search_.space(), compiler_, std::move(resumed), o_.compile_threads, o_.stop);
+      for (std::size_t j = 0; j < missing.size(); ++j) bins[missing[j]] = {std::move(b.kernels[j]), b.binaries[j]};
+    }
     // Rounds in turn, so that a drift of the GPU falls on every candidate alike.
     std::vector<std::vector<double>> medians(top), times(top);
     std::vector<MeasureResult> last(top);
@@ -638,8 +637,6 @@ class TuneTask::Impl {
     }
     return out;
   }
-
-  /// A proposed candidate, compiling or compiled, not yet measured.
 
   /// Proposes a batch and starts compiling it on all cores; each candidate is ready on its own.
   void start_compile(int size) {
