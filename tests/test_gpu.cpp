@@ -3,14 +3,19 @@
 // below 1e-2 for 16-bit floating inputs, 1e-3 for tf32, 1e-9 for float64. Skipped without a GPU.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <functional>
 
 #include <nlohmann/json.hpp>
 #include <memory>
+#include <thread>
 #include <tuple>
 #include <utility>
+
+#include <cuda_runtime_api.h>
 
 #include "gpu_cases.h"
 #include "test_util.h"
@@ -88,6 +93,91 @@ TEST(Gpu, ReferenceKernelMatchesCpuReference) {
     Workspace ws(c, 11);
     std::vector<double> cpu = cpu_reference(c, ws.host_values());
     EXPECT_EQ(relative_l2(gpu_reference(ws, compiler), cpu), 0.0);
+  }
+}
+
+// The output check the tuner uses (elements compared as they are in the output's dtype) gives
+// relative_l2 of the converted output, for every output dtype, and infinity on a poisoned one.
+TEST(Gpu, OutputErrorMatchesRelativeL2OfTheConvertedOutput) {
+  if (!have_gpu()) GTEST_SKIP() << "no GPU: " << query_runtime().status;
+  NvrtcCompiler compiler(device_cc());
+  const std::pair<const char*, const char*> types[] = {
+      {"float16", "float16"}, {"bfloat16", "bfloat16"}, {"float16", "float32"}, {"float64", "float64"}, {"int8", "int32"}};
+  for (const auto& [in_t, out_t] : types) {
+    SCOPED_TRACE(out_t);
+    Compute c = typed_op("gemm", in_t, out_t, {"M=33", "N=17", "K=40"});
+    Workspace ws(c, 5);
+    const std::vector<double> out = gpu_reference(ws, compiler);  // the output now holds it
+    std::vector<double> other(out.size());
+    for (std::size_t i = 0; i < out.size(); ++i) other[i] = out[i] * (1 + 0.01 * std::sin(double(i))) + 0.25;
+    const double expected = relative_l2(out, other);
+    EXPECT_GT(expected, 0);
+    EXPECT_NEAR(ws.output_error(other), expected, 1e-12 * expected);
+    EXPECT_EQ(ws.output_error(out), 0.0);
+    EXPECT_THROW(ws.output_error(std::vector<double>(out.size() + 1)), std::exception);
+    ws.poison_output();  // NaN for floats, -1 for integers
+    if (std::string(out_t) == "int32")
+      EXPECT_NEAR(ws.output_error(other), relative_l2(std::vector<double>(out.size(), -1.0), other), 1e-12);
+    else
+      EXPECT_EQ(ws.output_error(other), INFINITY);
+  }
+}
+
+// time_launches' graph replays time the runs themselves: a kernel that spins for 20 us by the
+// GPU's global timer (and writes how long it spun) is timed at its own duration, whether or
+// not the host is slow to submit the graph.
+TEST(Gpu, GraphTimingIsTheKernelsOwnDuration) {
+  if (!have_gpu()) GTEST_SKIP() << "no GPU: " << query_runtime().status;
+  NvrtcCompiler compiler(device_cc());
+  const std::string code = R"(
+extern "C" __global__ void spin(unsigned long long ns, unsigned long long* took) {
+  unsigned long long t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); while (t - t0 < ns);
+  *took = t - t0;
+})";
+  CompileResult bin = compiler.compile(code, "spin");
+  ASSERT_TRUE(bin.ok) << bin.log;
+  cudaLibrary_t lib = nullptr;
+  cudaKernel_t kernel = nullptr;
+  ASSERT_EQ(cudaLibraryLoadData(&lib, bin.cubin.data(), nullptr, nullptr, 0, nullptr, nullptr, 0), cudaSuccess);
+  ASSERT_EQ(cudaLibraryGetKernel(&kernel, lib, "spin"), cudaSuccess);
+  void* took = nullptr;
+  ASSERT_EQ(cudaMalloc(&took, sizeof(unsigned long long)), cudaSuccess);
+  unsigned long long ns = 20000;
+  auto launch = [&](void* stream) {
+    void* args[] = {&ns, &took};
+    const cudaError_t e = cudaLaunchKernel(reinterpret_cast<const void*>(kernel), dim3(1), dim3(32), args, 0,
+                                           static_cast<cudaStream_t>(stream));
+    return static_cast<int>(e);
+  };
+  TimingOptions t;
+  t.warmup = 1;
+  t.min_repeats = 7;
+  t.min_total_ms = 0;
+  t.graph_runs = 10;
+  const double quiet = median_of(time_launches(launch, t));
+  // The same with the host busy on every core while it submits.
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> hogs;
+  for (unsigned i = 0; i < std::max(2u, std::thread::hardware_concurrency()); ++i)
+    hogs.emplace_back([&] {
+      volatile double x = 1;
+      while (!stop) x = x * 1.0000001 + 1e-9;
+    });
+  const double busy = median_of(time_launches(launch, t));
+  stop = true;
+  for (auto& h : hogs) h.join();
+  unsigned long long spun = 0;
+  ASSERT_EQ(cudaMemcpy(&spun, took, sizeof(spun), cudaMemcpyDeviceToHost), cudaSuccess);
+  cudaFree(took);
+  cudaLibraryUnload(lib);
+  std::printf("20 us spin: %.2f us per run (quiet host), %.2f us (busy host); the kernel spun %.2f us\n", quiet, busy,
+              spun / 1e3);
+  EXPECT_GE(spun, ns);
+  for (double us : {quiet, busy}) {
+    EXPECT_GE(us, ns / 1e3 * 0.99);
+    EXPECT_LT(us, ns / 1e3 + 3) << "more than the kernel's own time and a launch gap per run";
   }
 }
 
