@@ -7,12 +7,14 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <limits>
 #include <map>
 #include <set>
+#include <thread>
 
 #include "test_util.h"
 #include "tmap/frontend/op_library.h"
@@ -273,6 +275,46 @@ TEST(CostModel, LearnsASyntheticCostFunction) {
   EXPECT_NEAR(spearman({1, 2, 3, 4}, {4, 3, 2, 1}), -1.0, 1e-12);
 }
 
+// A background refit ends in the model a synchronous fit on the same samples gives, the old
+// model predicting meanwhile; the first fit is synchronous.
+TEST(CostModel, RefitsInTheBackground) {
+  Compute c = build_compute(builtin_op("conv2d_nhwc"), parse_param_overrides({"N=8"}));
+  SearchSpace space(c, shipped(), Enumeration::kAmos, DeviceLimits::for_arch(90), 90);
+  DeviceModel d = DeviceModel::for_arch(90);
+  std::mt19937_64 rng(3);
+  CostModel background, foreground;
+  std::vector<Features> probe;
+  auto add = [&](int n) {
+    for (int i = 0; i < n; ++i) {
+      const int e = static_cast<int>(rng() % space.entries().size());
+      const ScheduleParams p = space.sample(e, rng);
+      const Features f = candidate_features(space.entries()[e].gemm, p, d);
+      background.add(f, synthetic_us(space.entries()[e].gemm, p));
+      foreground.add(f, synthetic_us(space.entries()[e].gemm, p));
+      if (probe.size() < 50) probe.push_back(f);
+    }
+  };
+  add(10);
+  EXPECT_TRUE(background.fit_in_background());  // below min_samples: nothing to fit
+  EXPECT_FALSE(background.trained());
+  add(30);
+  EXPECT_TRUE(background.fit_in_background());
+  EXPECT_TRUE(background.trained());  // the first fit is there at once
+  EXPECT_EQ(background.unfitted(), 0);
+  const std::vector<double> first = background.predict(probe);
+  add(300);
+  ASSERT_TRUE(background.fit_in_background());
+  EXPECT_EQ(background.unfitted(), 0);
+  while (background.fitting()) {
+    EXPECT_FALSE(background.fit_in_background());  // one at a time
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  foreground.fit();
+  const std::vector<double> refit = background.predict(probe), expected = foreground.predict(probe);
+  EXPECT_EQ(refit, expected);
+  EXPECT_NE(refit, first);
+}
+
 // 120 real measurements from the H100 (40 each of ResNet-18 layer 5 in NHWC and NCHW at batch 1
 // and of GEMM 1024^3, tuned on 2026-11-22): the analytic model and a model
 // trained on the other workloads must rank each workload's candidates.
@@ -363,6 +405,23 @@ TEST(Tuner, ArmSharesExploitMeasuredArmsAndCapExploration) {
   EXPECT_GT(first[0], first[1]);
   EXPECT_GT(first[1], first[2]);
   EXPECT_TRUE(arm_shares({}).empty());
+}
+
+TEST(Tuner, FirstLooksTakeAQuarterOfTheTrialsTheBudgetAllows) {
+  // A trial budget: every arm when as many trials remain, else a quarter (at least a batch).
+  EXPECT_EQ(first_look_limit(32, 8, 64, 0, 0, 0), 32u);
+  EXPECT_EQ(first_look_limit(1000, 16, 1000, 0, 0, 0), 250u);
+  EXPECT_EQ(first_look_limit(1000, 16, 40, 0, 0, 0), 16u);
+  EXPECT_EQ(first_look_limit(1000, 16, 8, 0, 0, 0), 8u);
+  // A time budget with a cap of 100000 trials: two batches' worth until a batch is measured,
+  // then by the rate so far (700 trials in 20 s: 175 looks), never more than the cap allows.
+  EXPECT_EQ(first_look_limit(1000, 16, 100000, 20, 1, 10), 16u);
+  EXPECT_EQ(first_look_limit(1000, 16, 100000, 20, 10, 350), 175u);
+  EXPECT_EQ(first_look_limit(1000, 16, 100000, 20, 0, 350), 16u);
+  EXPECT_EQ(first_look_limit(100, 16, 100000, 20, 10, 350), 100u);  // 700 trials: every arm
+  EXPECT_EQ(first_look_limit(1000, 16, 400, 20, 10, 350), 100u);     // the cap: 400 trials
+  // A time budget that leaves as many trials for every arm as --trials: the trial rule.
+  EXPECT_EQ(first_look_limit(32, 8, 64, 20, 10, 8), 32u);
 }
 
 TEST(Tuner, SearchesRecordsAndResumesWithoutMeasuringAgain) {

@@ -115,7 +115,7 @@ struct TuneArgs {
   bool no_baselines = false;
   CLI::Option* trials_option = nullptr;
   int trials = 200, early_stop = 0, batch = 16, compile_ahead = 3, confirm = 4;
-  double time_budget = 0, timeout = 10;
+  double time_budget = 0, timeout = 10, measure_ms = kTuneMeasureMs;
   std::uint64_t seed = 0;
 };
 
@@ -280,7 +280,7 @@ void tune_model_command(const TuneArgs& a) {
       s.stopped = g_interrupted;
       s.stop_reason = s.stopped ? "stopped by the user" : "ranked by the analytic model";
     } else {
-      WorkerMeasurer measurer("/proc/self/exe", a.timeout, tuning_timing(), true, o.tune.seed);
+      WorkerMeasurer measurer("/proc/self/exe", a.timeout, tuning_timing(a.measure_ms), true, o.tune.seed);
       s = tune_model(tasks, hws, o, measurer);
     }
   }
@@ -405,6 +405,9 @@ void register_tune(CLI::App& app) {
       ->check(CLI::IsMember({"amos", "all"}));
   cmd->add_option("--seed", args->seed, "Random seed (default: random)");
   cmd->add_option("--timeout", args->timeout, "Seconds before a hanging kernel is stopped (default 10)");
+  cmd->add_option("--measure-ms", args->measure_ms,
+                  "Time each candidate for at least this many milliseconds of runs (default 3)")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--emit-cuda", args->emit_cuda, "Write the best kernel's CUDA source to this file");
   cmd->add_option("--cache-dir", args->cache_dir, "Keep compiled binaries in this directory across runs");
   cmd->add_option("--format", args->format, "The summary as text or json (one document on stdout)")
@@ -456,7 +459,7 @@ void register_tune(CLI::App& app) {
         spdlog::info("ranking with the analytic model for {} (no measurement)", m.target.arch);
         s = rank_with_model(c, hws, o);
       } else {
-        WorkerMeasurer measurer("/proc/self/exe", args->timeout, tuning_timing(), true, o.seed);
+        WorkerMeasurer measurer("/proc/self/exe", args->timeout, tuning_timing(args->measure_ms), true, o.seed);
         s = tune(c, hws, o, measurer);
       }
     }
@@ -476,6 +479,7 @@ void register_tune(CLI::App& app) {
       j["log"] = o.log_path;
       j["measure"] = args->measure;
       j["mappings"] = s.arms;
+      j["first_looks"] = s.first_looks;
       j["trials"] = s.measured;
       j["failed"] = s.failed;
       j["resumed"] = s.resumed;

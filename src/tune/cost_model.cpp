@@ -1,6 +1,7 @@
 #include "tmap/tune/cost_model.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <numeric>
 #include <stdexcept>
@@ -53,20 +54,38 @@ struct CostModel::Booster {
 };
 
 CostModel::CostModel(int min_samples, int rounds) : min_samples_(min_samples), rounds_(rounds) {}
-CostModel::~CostModel() = default;
+CostModel::~CostModel() {
+  if (pending_.valid()) pending_.wait();
+}
 
 void CostModel::add(const Features& f, double time_us) {
   rows_.insert(rows_.end(), f.begin(), f.end());
   labels_.push_back(static_cast<float>(std::log2(std::max(time_us, 1e-3))));
 }
 
-bool CostModel::trained() const { return booster_ != nullptr; }
+bool CostModel::trained() const {
+  adopt();
+  return booster_ != nullptr;
+}
 
-void CostModel::fit() {
-  if (samples() < min_samples_) return;
-  fitted_ = samples();
-  Matrix train(rows_.data(), labels_.size());
-  xgb_check(XGDMatrixSetFloatInfo(train.h, "label", labels_.data(), labels_.size()), "set labels");
+bool CostModel::fitting() const {
+  return pending_.valid() && pending_.wait_for(std::chrono::seconds(0)) != std::future_status::ready;
+}
+
+void CostModel::adopt() const {
+  if (!pending_.valid() || pending_.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return;
+  // A background fit that threw (XGBoost failing) leaves the current model in place and
+  // reports on the next synchronous fit instead, which trains on the same samples.
+  try {
+    booster_ = pending_.get();
+  } catch (const std::exception&) {
+  }
+}
+
+std::unique_ptr<CostModel::Booster> CostModel::train(const std::vector<float>& rows,
+                                                      const std::vector<float>& labels) const {
+  Matrix train(rows.data(), labels.size());
+  xgb_check(XGDMatrixSetFloatInfo(train.h, "label", labels.data(), labels.size()), "set labels");
   auto b = std::make_unique<Booster>();
   xgb_check(XGBoosterCreate(&train.h, 1, &b->h), "XGBoosterCreate");
   const std::pair<const char*, const char*> params[] = {
@@ -74,10 +93,31 @@ void CostModel::fit() {
       {"min_child_weight", "1"},         {"nthread", "2"},   {"verbosity", "0"}, {"seed", "7"}};
   for (const auto& [k, v] : params) xgb_check(XGBoosterSetParam(b->h, k, v), "XGBoosterSetParam");
   for (int i = 0; i < rounds_; ++i) xgb_check(XGBoosterUpdateOneIter(b->h, i, train.h), "XGBoosterUpdateOneIter");
-  booster_ = std::move(b);
+  return b;
+}
+
+void CostModel::fit() {
+  if (pending_.valid()) pending_.wait();
+  adopt();
+  if (samples() < min_samples_) return;
+  fitted_ = samples();
+  booster_ = train(rows_, labels_);
+}
+
+bool CostModel::fit_in_background() {
+  adopt();
+  if (pending_.valid()) return false;
+  if (!booster_) {
+    fit();
+    return true;
+  }
+  fitted_ = samples();
+  pending_ = std::async(std::launch::async, [this, rows = rows_, labels = labels_] { return train(rows, labels); });
+  return true;
 }
 
 std::vector<double> CostModel::predict(const std::vector<Features>& f) const {
+  adopt();
   std::vector<double> out(f.size());
   if (f.empty()) return out;
   if (!booster_) {

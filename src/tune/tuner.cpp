@@ -19,11 +19,11 @@
 
 namespace tmap {
 
-TimingOptions tuning_timing() {
+TimingOptions tuning_timing(double min_total_ms) {
   TimingOptions t;
   t.warmup = 2;
   t.min_repeats = 5;
-  t.min_total_ms = 10;
+  t.min_total_ms = min_total_ms;
   t.graph_runs = 10;  // graph replay hides launch gaps; times are per run
   t.long_run_ms = 2;  // slow candidates: a few event-timed runs, within the timeout
   return t;
@@ -230,6 +230,14 @@ LogHistory read_history(CostModel& model, const std::set<std::string>& own_keys,
   return h;
 }
 
+std::size_t first_look_limit(int arms, int batch, int trials, double budget_s, double elapsed_s, int measured) {
+  double expected = trials;
+  if (budget_s > 0 && 2 * arms < trials)
+    expected = measured < batch || !(elapsed_s > 0) ? 2.0 * batch : std::min<double>(trials, measured * budget_s / elapsed_s);
+  const auto n = static_cast<std::size_t>(std::max(0, arms));
+  return 2 * n <= expected ? n : std::max<std::size_t>(std::min<double>(batch, expected), static_cast<std::size_t>(expected / 4));
+}
+
 std::vector<double> arm_shares(const std::vector<ArmStanding>& arms) {
   const std::size_t n = arms.size();
   std::vector<double> score(n, 0.0);
@@ -335,13 +343,21 @@ class TuneTask::Impl {
       best_per_arm.emplace_back(pred[i], pool[i]);
     }
     std::sort(best_per_arm.begin(), best_per_arm.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-    const std::size_t looks = 2 * best_per_arm.size() <= static_cast<std::size_t>(o_.trials)
-                                  ? best_per_arm.size()
-                                  : std::max<std::size_t>(std::min(o_.batch, o_.trials), o_.trials / 4);
-    for (std::size_t i = 0; i < best_per_arm.size() && i < looks; ++i) first_looks_.push_back(best_per_arm[i].second);
-    s_.first_looks = static_cast<int>(first_looks_.size());
-    note(o_, std::to_string(n) + " mappings to search; a first look for " + std::to_string(first_looks_.size()) +
-                 (first_looks_.size() < best_per_arm.size() ? " (the model's best)" : ""));
+    for (const auto& look : best_per_arm) first_looks_.push_back(look.second);
+    if (o_.time_budget_s > 0 && o_.trials > 2 * n) {
+      note(o_, std::to_string(n) + " mappings to search; a first look for the model's best, as many as a quarter of "
+                                   "the trials the time budget allows");
+    } else {
+      first_looks_.resize(std::min(first_looks_.size(), first_look_limit(n, o_.batch, o_.trials, 0, 0, 0)));
+      note(o_, std::to_string(n) + " mappings to search; a first look for " + std::to_string(first_looks_.size()) +
+                   (first_looks_.size() < best_per_arm.size() ? " (the model's best)" : ""));
+    }
+  }
+
+  /// The first looks this run may take so far.
+  std::size_t look_limit() const {
+    return std::min(first_looks_.size(), first_look_limit(s_.arms, o_.batch, o_.trials, o_.time_budget_s,
+                                                          seconds_since(created_), s_.measured));
   }
 
   ~Impl() {
@@ -595,11 +611,13 @@ class TuneTask::Impl {
     // The first batch is all first looks; later ones keep half their slots for the arms that
     // have proven good, so that exploitation starts before every arm has been looked at.
     const int looks = next_look_ == 0 ? size : std::max(1, size / 2);
-    while (static_cast<int>(out.size()) < looks && next_look_ < first_looks_.size()) {
+    const std::size_t limit = look_limit();
+    while (static_cast<int>(out.size()) < looks && next_look_ < limit) {
       const Candidate& c = first_looks_[next_look_++];
       if (!search_.seen(c.entry, c.params)) {
         search_.mark_seen(c.entry, c.params);
         out.push_back(c);
+        ++s_.first_looks;
       }
     }
     if (static_cast<int>(out.size()) >= size) return out;
@@ -740,12 +758,16 @@ class TuneTask::Impl {
 
   /// Refits the model on everything measured; the rank correlation of this task's measurements
   /// since its last fit against the model's predictions when they were proposed (held out).
+  /// Once the model exists, refits run in the background while candidates are measured (they
+  /// took 3-4 s of a 20 s run on the H100 when the search waited for them); while one runs,
+  /// the next waits for it to end.
   void fit() {
+    if (model_.fitting()) return;
     if (pred_ok_.size() >= 4) s_.rank_correlations.push_back(spearman(pred_ok_, meas_ok_));
     pred_ok_.clear();
     meas_ok_.clear();
     const auto t0 = Clock::now();
-    model_.fit();
+    model_.fit_in_background();
     s_.fit_s += seconds_since(t0);
   }
 
@@ -767,6 +789,7 @@ class TuneTask::Impl {
   std::vector<std::future<void>> compiling_;  // batches being emitted and compiled
   std::vector<double> pred_ok_, meas_ok_;     // of correct ones since then (log2 us)
   Clock::time_point run_start_ = Clock::now();
+  const Clock::time_point created_ = Clock::now();  ///< The time budget counts from here.
 };
 
 TuneTask::TuneTask(const Compute& c, const std::vector<HwAbstraction>& hws, const TuneOptions& o, CostModel& model,

@@ -44,9 +44,13 @@ class Measurer {
 };
 
 /// How the tuner and `tmap replay` time candidates: two warm-up runs, then CUDA-graph replays of
-/// 10 runs until 5 repeats and 10 ms; a candidate whose verifying run exceeds 2 ms gets 3
-/// event-timed runs instead.
-TimingOptions tuning_timing();
+/// 10 runs until 5 repeats and `min_total_ms`; a candidate whose verifying run exceeds 2 ms gets
+/// 3 event-timed runs instead. Tuning takes kTuneMeasureMs: the repeats of one candidate in one
+/// run spread by about 1%, while 10 ms made measuring, not compiling, bound the trials of a
+/// 20 s run on the H100 (ResNet-18 layer 10: 629 trials at 10 ms, 1040 at 3 ms); `tmap replay`
+/// and the benchmarks take 10 ms.
+TimingOptions tuning_timing(double min_total_ms = 10);
+constexpr double kTuneMeasureMs = 3;
 
 /// Runs candidates in `tmap worker` processes (see MeasureWorker), verifying each against the
 /// reference on the same random inputs (one seed per tuning run).
@@ -112,7 +116,8 @@ struct TuneSummary {
   int failed = 0;                   ///< Of which errors or wrong results.
   int resumed = 0;                  ///< Records of this workload read back from the log.
   int transferred = 0;              ///< Measurements of other workloads the model started from.
-  int arms = 0, first_looks = 0;
+  int arms = 0;
+  int first_looks = 0;  ///< Arms given a first look (their model-best candidate) in this run.
   /// Other workloads' best schedules that fit this space (offered), how many of them were
   /// measured (seeded), and how many of those improved the best (seed_wins).
   int offered = 0, seeded = 0, seed_wins = 0;
@@ -144,6 +149,15 @@ struct ArmStanding {
 /// at most a fifth of the picks once anything is measured, so that thousands of unmeasured
 /// mappings (a conv3d has about 5000) never outweigh the few that have proven fast.
 std::vector<double> arm_shares(const std::vector<ArmStanding>& arms);
+
+/// How many arms get a first look (the model's best candidate of each, best arms first): every
+/// arm when the trials leave as many for the arms that prove good, else a quarter of the trials
+/// (at least a batch). Under a time budget (budget_s > 0) the trials are those the rate so far
+/// allows, `measured` in `elapsed_s` (two batches until a batch is measured), `trials` being only
+/// a cap: with every arm's look planned because of a cap of 100000, #15's 20 s runs spent half
+/// of every batch on first looks to the end (about 350 of 700 trials, against 250 of the 1000 of
+/// a trial-budget run).
+std::size_t first_look_limit(int arms, int batch, int trials, double budget_s, double elapsed_s, int measured);
 
 /// Tunes on the GPU through `measurer`. Throws UserError when nothing matches.
 /// (One TuneTask run to its end, with its own cost model warm-started by read_history.)
