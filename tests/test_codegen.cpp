@@ -667,6 +667,72 @@ TEST(Codegen, ShiftedVectorsCompileForEveryFamilyAndLoop) {
 
 // float16 / bfloat16 outputs of float32 sums: both families convert in the epilogue (16-byte
 // vectors of 8 outputs for mma_sync), also after a split-K reduction.
+// Split-K summed in a thread block cluster (sm_90): no reduce kernel and no workspace, the grid's
+// z in clusters of split_k, and the epilogue's cluster barriers and remote reads; for each family
+// that can (mma_sync, wgmma with and without its TMA producer, SIMT), a float16 and a float32
+// output; and the reasons a cluster is refused.
+TEST(Codegen, ClusterSplitKCompilesForSm90) {
+  std::vector<Job> jobs;
+  std::vector<std::unique_ptr<Compute>> keep;
+  const DeviceLimits hopper = DeviceLimits::for_arch(90);
+  for (const std::string out : {"float16", "float32"})
+    for (const std::string hw_name : {"mma_sync_fp16_fp32", "wgmma_fp16_fp32", "simt_fp16_fp32"}) {
+      keep.push_back(std::make_unique<Compute>(testing::narrowed_op("gemm", out, {"M=40", "N=200", "K=1000"})));
+      const Compute& c = *keep.back();
+      const HwAbstraction& hw = find_hw(shipped(), hw_name);
+      MatchReport r = match_compute(c, {hw}, Enumeration::kAll);
+      ASSERT_FALSE(r.matches.empty()) << hw_name;
+      ImplicitGemm g = make_implicit_gemm(c, hw, r.matches[0], r.matches[0].mappings[0]);
+      for (int producer : {0, 1}) {
+        ScheduleParams p = default_schedule(g, hopper);
+        p.producer = producer;
+        if (producer && !validate(g, p, hopper).empty()) continue;  // TMA where the family has it
+        for (int split : {2, 3, 8}) {
+          p.split_k = split;
+          p.cluster = 1;
+          const auto issues = validate(g, p, hopper);
+          ASSERT_TRUE(issues.empty()) << hw_name << " split " << split << ": " << issues.front().detail;
+          KernelSource k = emit_kernel(g, p);
+          const std::string label = hw_name + " " + out + (producer ? " tma" : "") + " split " + std::to_string(split);
+          EXPECT_TRUE(k.reduce_name.empty()) << label;
+          EXPECT_EQ(k.workspace_bytes, 0) << label;
+          EXPECT_EQ(k.grid[2] % split, 0) << label;
+          EXPECT_NE(k.code.find("__cluster_dims__(1, 1, SPLIT_K)"), std::string::npos) << label;
+          EXPECT_NE(k.code.find("mapa.shared::cluster"), std::string::npos) << label;
+          EXPECT_EQ(k.code.find("griddepcontrol"), std::string::npos) << label << ": no dependent to launch";
+          jobs.push_back({label, k});
+        }
+      }
+    }
+  EXPECT_GE(jobs.size(), 18u);
+  std::vector<std::string> failures = compile_all(jobs, {90});
+  EXPECT_TRUE(failures.empty()) << failures.size() << " of " << jobs.size() << " failed; first:\n"
+                                << (failures.empty() ? "" : failures.front());
+
+  // Refused: before sm_90, more splits than a portable cluster, no split, a family without it.
+  const Compute& c = typed_compute(keep, "gemm", "float16", "float32", {"M=40", "N=200", "K=1000"});
+  auto issue_of = [&](const std::string& hw_name, int cc, int split) {
+    const HwAbstraction& hw = find_hw(shipped(), hw_name);
+    MatchReport r = match_compute(c, {hw}, Enumeration::kAll);
+    ImplicitGemm g = make_implicit_gemm(c, hw, r.matches[0], r.matches[0].mappings[0]);
+    ScheduleParams p = default_schedule(g, DeviceLimits::for_arch(cc));
+    p.split_k = split;
+    p.cluster = 1;
+    const auto issues = validate(g, p, DeviceLimits::for_arch(cc));
+    return issues.empty() ? std::string() : issues.front().detail;
+  };
+  EXPECT_NE(issue_of("mma_sync_fp16_fp32", 80, 2).find("sm_90"), std::string::npos);
+  EXPECT_NE(issue_of("mma_sync_fp16_fp32", 90, 16).find("2 to 8 splits"), std::string::npos);
+  EXPECT_NE(issue_of("mma_sync_fp16_fp32", 90, 1).find("2 to 8 splits"), std::string::npos);
+  EXPECT_NE(issue_of("wmma_fp16_fp32", 90, 2).find("only mma_sync, wgmma and simt"), std::string::npos);
+  EXPECT_EQ(issue_of("mma_sync_fp16_fp32", 90, 4), "");
+  // The JSON of a schedule carries it, and records without it read as 0.
+  ScheduleParams p;
+  p.cluster = 1;
+  EXPECT_EQ(schedule_from_json(to_json(p)).cluster, 1);
+  EXPECT_EQ(schedule_from_json(nlohmann::json::parse(R"({"split_k": 4})")).cluster, 0);
+}
+
 TEST(Codegen, NarrowOutputsCompileForEveryFamily) {
   std::vector<Job> jobs;
   const DeviceLimits limits = DeviceLimits::for_arch(90);

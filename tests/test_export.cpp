@@ -60,6 +60,10 @@ std::vector<TuneRecord> every_family() {
   nchw.name = "conv2d_relayout";
   r.push_back(record_of(nchw, "mma_sync", [](ScheduleParams& p) { p.relayout = 1; }));
   EXPECT_EQ(r.back().candidate.params.relayout, 1);
+  Compute gemm3 = narrowed_op("gemm", "float16", {"M=96", "N=128", "K=1024"});
+  gemm3.name = "gemm_cluster";  // split-K summed in a thread block cluster: no reduce kernel to launch
+  r.push_back(record_of(gemm3, "mma_sync", [](ScheduleParams& p) { p.split_k = 4; p.cluster = 1; }));
+  EXPECT_EQ(r.back().candidate.params.cluster, 1);
   return r;
 }
 
@@ -76,7 +80,7 @@ std::string export_and_build(const ScratchDir& dir) {
   std::vector<const TuneRecord*> ptrs;
   for (const auto& r : records) ptrs.push_back(&r);
   const auto kernels = export_kernels(ptrs, shipped(), 90, dir / "out", "test records");
-  EXPECT_EQ(kernels.size(), 5u);
+  EXPECT_EQ(kernels.size(), 6u);
   const std::string header = read(dir / "out/tmap_kernels.h");
   for (const auto& k : kernels) {
     EXPECT_TRUE(std::filesystem::exists(dir / ("out/" + k.file))) << k.file;
@@ -92,6 +96,9 @@ std::string export_and_build(const ScratchDir& dir) {
   const std::string relayout = read(dir / ("out/" + kernels[4].file));
   EXPECT_NE(relayout.find("the relayout prologue"), std::string::npos) << "the operands are copied channels-last first";
   EXPECT_NE(relayout.find("_prologue), dim3("), std::string::npos);
+  const std::string cluster = read(dir / ("out/" + kernels[5].file));
+  EXPECT_NE(cluster.find("__cluster_dims__(1, 1, SPLIT_K)"), std::string::npos) << "the cluster is the kernel's own";
+  EXPECT_EQ(cluster.find("cudaMallocAsync(&workspace"), std::string::npos) << "its splits need no workspace";
   const auto r = testing::shell("cmake -S out -B build -G Ninja -DCMAKE_CUDA_COMPILER=" TMAP_NVCC
                                 " -DCMAKE_BUILD_TYPE=Release >/dev/null && cmake --build build 2>&1",
                                 dir.str());
@@ -114,7 +121,7 @@ TEST(Export, CheckProgramPassesOnTheGpu) {
   ASSERT_EQ(export_and_build(dir), "");
   const auto r = testing::shell("./build/tmap_kernels_check", dir.str());
   EXPECT_EQ(r.code, 0) << r.out << r.err;
-  EXPECT_NE(r.out.find("5 passed, 0 failed"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("6 passed, 0 failed"), std::string::npos) << r.out;
 }
 
 TEST(Cli, ExportRefusesLogsWithoutCorrectRecords) {

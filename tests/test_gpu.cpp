@@ -294,6 +294,83 @@ std::vector<GpuCase> variants(const GpuCase& base,
   return out;
 }
 
+// Split-K summed in a thread block cluster (sm_90): every family that can, 2 to 8 splits, tails in
+// M, N and K, float16 (vector epilogue) and float32 outputs, a batch (clusters along the grid's
+// z), serial filter taps split across the cluster, and int8 (exact). Then a decode-shaped GEMV
+// with its splits summed by the reduce kernel and by a cluster, for a first look at the time
+// (printed, not asserted).
+TEST(Gpu, SplitKSummedInAClusterIsCorrect) {
+  if (!have_gpu()) GTEST_SKIP() << "no GPU: " << query_runtime().status;
+  if (device_cc() < 90) GTEST_SKIP() << "thread block clusters need sm_90, the GPU is sm_" << device_cc();
+  using Edit = std::pair<std::string, std::function<void(ScheduleParams&)>>;
+  auto clustered = [](std::initializer_list<int> splits) {
+    std::vector<Edit> edits;
+    for (int split : splits)
+      edits.push_back({"cluster of " + std::to_string(split), [split](ScheduleParams& p) {
+                         p.split_k = split;
+                         p.cluster = 1;
+                       }});
+    return edits;
+  };
+  std::uint64_t seed = 2300;
+  for (const std::string out : {"float32", "float16"}) {
+    Compute c = testing::narrowed_op("gemm", out, {"M=200", "N=136", "K=520"});
+    for (const std::string hw : {"mma_sync_fp16_fp32", "wgmma_fp16_fp32", "simt_fp16_fp32"}) {
+      GpuCase base = full_mapping(c, hw, hw + " gemm 200x136x520 " + out, 1e-2);
+      std::vector<GpuCase> cases = variants(base, clustered({2, 3, 8}));
+      cases.erase(cases.begin());  // the base itself has no split
+      if (hw == "wgmma_fp16_fp32") {
+        GpuCase tma = base;
+        tma.p.producer = 1;
+        tma.p.split_k = 4;
+        tma.p.cluster = 1;
+        tma.label += " tma cluster of 4";
+        if (validate(tma.g, tma.p, DeviceLimits::for_arch(90)).empty()) cases.push_back(tma);
+        else ADD_FAILURE() << tma.label << " is not valid";
+      }
+      run_cases(c, cases, seed++);
+    }
+  }
+  {
+    Compute b = build_compute(builtin_op("batched_gemm"), parse_param_overrides({"BATCH=3", "M=72", "N=64", "K=200"}));
+    std::vector<GpuCase> cases = variants(full_mapping(b, "mma_sync_fp16_fp32", "batched_gemm 3x72x64x200", 1e-2),
+                                          clustered({4}));
+    run_cases(b, {cases.begin() + 1, cases.end()}, seed++);
+  }
+  {
+    Compute c = build_compute(builtin_op("conv2d_nhwc"), parse_param_overrides({"N=2", "C=32", "H=9", "W=9", "K=48", "pad=1"}));
+    const HwAbstraction& hw = find_hw(shipped(), "mma_sync_fp16_fp32");
+    static MatchReport r = match_compute(c, {hw}, Enumeration::kAll);
+    ImplicitGemm serial = make_implicit_gemm(c, hw, r.matches[0], r.matches[0].mappings[0]);  // r, s serial
+    GpuCase base{"conv2d_nhwc mapping 0 (serial r, s)", serial, default_schedule(serial, DeviceLimits::for_arch(90)), 1e-2};
+    std::vector<GpuCase> cases = variants(base, clustered({5, 7}));
+    run_cases(c, {cases.begin() + 1, cases.end()}, seed++);
+  }
+  {
+    Compute c = typed_op("gemm_nt", "int8", "int32", {"M=300", "N=200", "K=192"});
+    std::vector<GpuCase> cases = variants(full_mapping(c, "mma_sync_int8_int32", "int8 gemm_nt", 0.0), clustered({2, 3}));
+    run_cases(c, {cases.begin() + 1, cases.end()}, seed++);
+  }
+  {
+    Compute c = testing::narrowed_op("gemm", "float16", {"M=1", "N=4096", "K=4096"});
+    GpuCase base = full_mapping(c, "mma_sync_fp16_fp32", "decode M=1", 1e-2);
+    base.p.block_m = base.p.warp_m = 16;
+    base.p.block_n = 64;
+    base.p.warp_n = 32;
+    base.p.block_k = 128;
+    base.p.stages = 4;
+    std::vector<GpuCase> cases;
+    for (int cluster : {0, 1}) {
+      GpuCase gc = base;
+      gc.p.split_k = 8;
+      gc.p.cluster = cluster;
+      gc.label += cluster ? " split 8 cluster" : " split 8 reduce kernel";
+      cases.push_back(gc);
+    }
+    run_cases(c, cases, seed++);
+  }
+}
+
 // The mma.sync family: ldmatrix (and .trans) fragments, swizzled or padded tiles, cp.async rings of
 // 1-5 stages, register-blocked warp tiles from 16x16 to 64x64, split-K, vector epilogues along n
 // or m; on GEMMs with tails in every dimension, NCHW and NHWC convolutions with padding and

@@ -210,8 +210,9 @@ TEST(Relayout, SearchSpaceHasTwinArms) {
   for (int i = 0; i < static_cast<int>(space.entries().size()); ++i) {
     const SpaceEntry& e = space.entries()[i];
     EXPECT_EQ(e.defaults.relayout, e.gemm.relayouted() ? 1 : 0);
-    ASSERT_EQ(e.choices.size(), 19u);
-    EXPECT_EQ(e.choices.back(), std::vector<int>{e.defaults.relayout});
+    ASSERT_EQ(e.choices.size(), 20u);
+    EXPECT_EQ(e.choices[18], std::vector<int>{e.defaults.relayout});
+    EXPECT_EQ(e.choices[19], (std::vector<int>{0, 1})) << "mma_sync on sm_90 sums splits by the reduce kernel or a cluster";
     if (!e.gemm.relayouted()) continue;
     ++twins;
     EXPECT_NE(e.label.find(" relayout"), std::string::npos) << e.label;
@@ -338,6 +339,8 @@ TEST(Gpu, RelayoutPrologue) {
         ScheduleParams split = p;
         split.split_k = 2;
         if (validate(g, split, limits).empty()) cases.push_back({label + " split 2", g, split, 1e-2});
+        split.cluster = 1;  // summed in a cluster after a prologue (sm_90)
+        if (validate(g, split, limits).empty()) cases.push_back({label + " split 2 cluster", g, split, 1e-2});
         ScheduleParams tma = p;
         tma.producer = 1;
         if (validate(g, tma, limits).empty()) cases.push_back({label + " tma", g, tma, 1e-2});

@@ -374,6 +374,7 @@ class MmaSyncFamily final : public EmitterFamily {
   }
 
   int max_fragments_per_warp(const ImplicitGemm&) const override { return 32; }
+  bool sums_splits_in_clusters() const override { return true; }
   double peak_fraction() const override { return 0.75; }
 };
 

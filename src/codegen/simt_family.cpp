@@ -169,6 +169,7 @@ class SimtFamily final : public EmitterFamily {
   }
   int threads_per_warp_tile(const ScheduleParams& p) const override { return std::max(1, p.k_lanes); }
   bool splits_reductions_across_lanes() const override { return true; }
+  bool sums_splits_in_clusters() const override { return true; }
   bool stages_windows() const override { return true; }
   std::vector<int> block_tiles(const ImplicitGemm& g, const ScheduleParams& p, char axis) const override {
     return p.window ? window_block_tiles(g, p, axis) : EmitterFamily::block_tiles(g, p, axis);

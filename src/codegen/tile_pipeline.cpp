@@ -129,7 +129,7 @@ KernelSource kernel_shell(const ImplicitGemm& g, const ScheduleParams& p, int th
   k.threads = threads;
   k.shared_bytes = shared_bytes(g, p);
   k.grid = {(g.N + p.block_n - 1) / p.block_n, (g.M + p.block_m - 1) / p.block_m, g.batch * p.split_k};
-  if (p.split_k > 1) {
+  if (p.split_k > 1 && !p.cluster) {
     k.workspace_bytes = p.split_k * g.batch * g.M * g.N * (partial_type(g) == "double" ? 8 : 4);
     k.reduce_name = k.name + "_reduce";
     k.reduce_blocks = (g.batch * g.M * g.N + k.reduce_threads - 1) / k.reduce_threads;
@@ -447,7 +447,7 @@ void emit_tile_index(std::ostringstream& os, const char* op, const StoredTile& s
 
 void emit_kernel_entry(std::ostringstream& os, const ImplicitGemm& g, const KernelSource& k, const ScheduleParams& p, const std::string& ta,
                        const std::string& tb, const std::string& tout, const std::string& tpart) {
-  os << "extern \"C\" __global__ void __launch_bounds__(THREADS)\n"
+  os << "extern \"C\" __global__ void " << cluster_attribute(p) << "__launch_bounds__(THREADS)\n"
      << k.name << "(const " << ta << "* __restrict__ a_src, const " << tb << "* __restrict__ b_src, " << tout
      << "* __restrict__ out, " << tpart << "* __restrict__ partial) {\n"
      << "  extern __shared__ __align__(128) unsigned char smem[];\n"
@@ -686,7 +686,7 @@ void emit_main_loop(std::ostringstream& os, const ScheduleParams& p, bool staged
 }
 
 OutVector out_vector(const ImplicitGemm& g, const ScheduleParams& p) {
-  if (p.split_k > 1) return {1, 'n'};  // partial sums are written in [m][n] order
+  if (p.split_k > 1 && !p.cluster) return {1, 'n'};  // partial sums are written in [m][n] order
   const int bits = dtype_bits(g.compute->tensor_of(g.compute->output).dtype);
   int vn = output_vector_width(g, 'n', bits), vm = output_vector_width(g, 'm', bits);
   // A vector never spans two blocks: blocks narrower than it (SIMT's can be 1 to 4 wide) take
@@ -717,6 +717,7 @@ void emit_ring_helpers(std::ostringstream& os, const ImplicitGemm& g, const Sche
      << "constexpr int B_BYTES = " << stage_bytes(g, p, 1) << ";\n"
      << "constexpr int C_LD = " << (c_row ? "BN + 8" : "BM + 4") << ";\n\n";
   if (p.async_copy) emit_cp_async_helpers(os);
+  emit_cluster_helpers(os, p);
   emit_shift_helpers(os, g, p);
 }
 
@@ -737,16 +738,48 @@ void emit_epilogue_stores(std::ostringstream& os, const ImplicitGemm& g, const S
   const int v = ov.width;
   const std::string V = std::to_string(v);
   emit_dependents_trigger(os, p);
-  os << "  __syncthreads();\n";
+  // In a cluster, block `split` sums its share of the tile's vectors (a contiguous run, so that
+  // neighbouring threads read neighbouring words) over the cluster's blocks, in split order so
+  // that the sums do not depend on timing.
+  std::string first = "threadIdx.x", end = "BM * BN / " + V;
+  if (p.cluster) {
+    if (acc_type != "float" && acc_type != "int")
+      throw InternalError("cluster split-K sums 4-byte accumulators, not " + acc_type);
+    os << "  // Every split's partial tile is in its block's Cs: the cluster's blocks read each other's.\n"
+       << "  cluster_sync();\n"
+       << "  const unsigned cs_local = static_cast<unsigned>(__cvta_generic_to_shared(Cs));\n"
+       << "  constexpr int VECTORS = BM * BN / " << V << ", SHARE = (VECTORS + SPLIT_K - 1) / SPLIT_K;\n"
+       << "  const int share_end = min(VECTORS, (split + 1) * SHARE);\n";
+    first = "split * SHARE + threadIdx.x";
+    end = "share_end";
+  } else {
+    os << "  __syncthreads();\n";
+  }
+  const std::string at = ov.along == 'n' ? "mm * C_LD + nn" : "nn * C_LD + mm";
   if (ov.along == 'n')
-    os << "  for (int e = threadIdx.x; e < BM * BN / " << V << "; e += THREADS) {\n"
-       << "    const int mm = e / (BN / " << V << "), nn = e % (BN / " << V << ") * " << V << ";\n"
-       << "    const " << acc_type << "* values = &Cs[mm * C_LD + nn];\n";
+    os << "  for (int e = " << first << "; e < " << end << "; e += THREADS) {\n"
+       << "    const int mm = e / (BN / " << V << "), nn = e % (BN / " << V << ") * " << V << ";\n";
   else
-    os << "  for (int e = threadIdx.x; e < BM * BN / " << V << "; e += THREADS) {\n"
-       << "    const int nn = e / (BM / " << V << "), mm = e % (BM / " << V << ") * " << V << ";\n"
-       << "    const " << acc_type << "* values = &Cs[nn * C_LD + mm];\n";
-  if (p.split_k > 1)
+    os << "  for (int e = " << first << "; e < " << end << "; e += THREADS) {\n"
+       << "    const int nn = e / (BM / " << V << "), mm = e % (BM / " << V << ") * " << V << ";\n";
+  if (p.cluster) {
+    // Every block's words are loaded before any is added, so that the remote loads overlap.
+    os << "    unsigned bits[SPLIT_K][" << V << "];\n"
+       << "    #pragma unroll\n    for (int rank = 0; rank < SPLIT_K; ++rank) {\n"
+       << "      const unsigned at = cluster_address(cs_local + (" << at << ") * 4u, rank);\n";
+    if (v >= 4)
+      os << "      #pragma unroll\n      for (int t = 0; t < " << V << "; t += 4) cluster_load4(at + 4u * t, &bits[rank][t]);\n";
+    else
+      os << "      #pragma unroll\n      for (int t = 0; t < " << V << "; ++t) bits[rank][t] = cluster_load(at + 4u * t);\n";
+    os << "    }\n"
+       << "    " << acc_type << " values[" << V << "] = {};\n"
+       << "    #pragma unroll\n    for (int rank = 0; rank < SPLIT_K; ++rank)\n"
+       << "      #pragma unroll\n      for (int t = 0; t < " << V << "; ++t) values[t] += "
+       << (acc_type == "float" ? "__uint_as_float(bits[rank][t])" : "static_cast<int>(bits[rank][t])") << ";\n";
+  } else {
+    os << "    const " << acc_type << "* values = &Cs[" << at << "];\n";
+  }
+  if (p.split_k > 1 && !p.cluster)
     os << "    // Partial sum of this split: partial[split][z][m][n], summed by the reduce kernel.\n"
        << "    const int m = m0 + mm, n = n0 + nn;\n"
        << "    if (m < M && n < N) partial[((long long)(split * BATCH + z) * M + m) * N + n] = (" << partial_type(g)
@@ -759,11 +792,46 @@ void emit_epilogue_stores(std::ostringstream& os, const ImplicitGemm& g, const S
        << "    store_d_vec(out, m0 + mm, n0 + nn, z, converted);\n";
   else
     os << "    store_d(out, m0 + mm, n0 + nn, z, (" << out_type << ")values[0]);\n";
-  os << "  }\n}\n";
+  os << "  }\n";
+  if (p.cluster) os << "  cluster_sync();  // no block leaves while another may still read its Cs\n";
+  os << "}\n";
+}
+
+std::string cluster_attribute(const ScheduleParams& p) {
+  return p.cluster ? "__cluster_dims__(1, 1, SPLIT_K) " : "";
+}
+
+void emit_cluster_helpers(std::ostringstream& os, const ScheduleParams& p) {
+  if (!p.cluster) return;
+  os << "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900\n"
+     << "#error \"this kernel sums its splits in a thread block cluster, which needs sm_90 or newer\"\n"
+     << "#endif\n"
+     << "// The SPLIT_K blocks of a cluster (one output tile's splits) wait for each other; what each\n"
+     << "// wrote to shared memory before is visible to the others after (release / acquire).\n"
+     << "__device__ __forceinline__ void cluster_sync() {\n"
+     << "  asm volatile(\"barrier.cluster.arrive.release;\\n\"\n"
+     << "               \"barrier.cluster.wait.acquire;\" ::: \"memory\");\n"
+     << "}\n"
+     << "// The address in block `rank`'s shared memory of what lies at `local` in this block's.\n"
+     << "__device__ __forceinline__ unsigned cluster_address(unsigned local, int rank) {\n"
+     << "  unsigned remote;\n"
+     << "  asm volatile(\"mapa.shared::cluster.u32 %0, %1, %2;\" : \"=r\"(remote) : \"r\"(local), \"r\"(rank));\n"
+     << "  return remote;\n"
+     << "}\n"
+     << "// One 4-byte word, or four (16-byte aligned), at a shared::cluster address.\n"
+     << "__device__ __forceinline__ unsigned cluster_load(unsigned at) {\n"
+     << "  unsigned bits;\n"
+     << "  asm volatile(\"ld.shared::cluster.b32 %0, [%1];\" : \"=r\"(bits) : \"r\"(at) : \"memory\");\n"
+     << "  return bits;\n"
+     << "}\n"
+     << "__device__ __forceinline__ void cluster_load4(unsigned at, unsigned* bits) {\n"
+     << "  asm volatile(\"ld.shared::cluster.v4.b32 {%0, %1, %2, %3}, [%4];\"\n"
+     << "               : \"=r\"(bits[0]), \"=r\"(bits[1]), \"=r\"(bits[2]), \"=r\"(bits[3]) : \"r\"(at) : \"memory\");\n"
+     << "}\n\n";
 }
 
 void emit_dependents_trigger(std::ostringstream& os, const ScheduleParams& p) {
-  if (p.split_k <= 1) return;
+  if (p.split_k <= 1 || p.cluster) return;
   os << "#if __CUDA_ARCH__ >= 900\n"
      << "  // The reduce kernel may launch once every block got here (it still waits for this grid to\n"
      << "  // finish and flush before reading the partial sums); blocks not yet started hold it back.\n"

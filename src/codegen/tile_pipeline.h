@@ -6,7 +6,8 @@
 // stored tile lives through the functions a_at / b_at it emits), a main loop that pipelines those
 // copies against the family's math (`load_tiles(step, buf)` and `compute(buf)` lambdas), and an
 // epilogue that scatters the block's results to the output through its indices, or to split-K
-// partial sums reduced by a second kernel. The families emit only the math and the shared-memory
+// partial sums reduced by a second kernel (or, on sm_90, summed by the splits' blocks as a
+// thread block cluster). The families emit only the math and the shared-memory
 // layouts.
 #pragma once
 
@@ -156,9 +157,19 @@ void emit_ring_helpers(std::ostringstream& os, const ImplicitGemm& g, const Sche
 void emit_accumulator_quad(std::ostringstream& os, bool c_row, const std::string& value);
 /// The end of a kernel whose accumulators are in the epilogue tile `Cs` (of `acc_type`, rows of
 /// C_LD, laid out as epilogue_bytes() says): a barrier, then the block's outputs written in
-/// out_vector() vectors rounded to `out_type`, or its split-K partial sums.
+/// out_vector() vectors rounded to `out_type`, or its split-K partial sums; with p.cluster the
+/// barrier is the cluster's, and each block sums its share of the tile over every block's Cs.
 void emit_epilogue_stores(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p,
                           const std::string& acc_type, const std::string& out_type);
+
+/// `__cluster_dims__(1, 1, SPLIT_K) ` for a kernel whose splits meet in a cluster (p.cluster), to
+/// put before its name: the grid's z (batch x SPLIT_K, split fastest) in clusters of SPLIT_K.
+std::string cluster_attribute(const ScheduleParams& p);
+/// With p.cluster: cluster_sync(), cluster_address(local, rank), cluster_load(address) and
+/// cluster_load4(address, words), the cluster barrier and the reads of another block's shared
+/// memory (one word, or four 16-byte aligned) that the epilogue uses; an
+/// #error when compiled for less than sm_90.
+void emit_cluster_helpers(std::ostringstream& os, const ScheduleParams& p);
 
 /// With split-K, where the main loop ends: lets the reduce kernel, a programmatic dependent launch
 /// on sm_90, start launching (griddepcontrol.launch_dependents). Nothing otherwise.

@@ -311,6 +311,7 @@ KernelSource emit_wgmma(const ImplicitGemm& g, const ScheduleParams& p) {
   } else {
     emit_cp_async_helpers(os);
   }
+  emit_cluster_helpers(os, p);
   os << "// A shared-memory matrix descriptor: start address, leading and stride byte offsets (each in\n"
      << "// 16-byte units), 128-byte swizzle.\n"
      << "__device__ __forceinline__ unsigned long long smem_desc(const void* p, unsigned lbo, unsigned sbo) {\n"
@@ -347,7 +348,7 @@ KernelSource emit_wgmma(const ImplicitGemm& g, const ScheduleParams& p) {
   os << "}  // namespace\n\n";
 
   const bool ws = p.producer != 0;
-  os << "extern \"C\" __global__ void __launch_bounds__(THREADS, 1)\n"
+  os << "extern \"C\" __global__ void " << cluster_attribute(p) << "__launch_bounds__(THREADS, 1)\n"
      << k.name << "(const " << ta << "* __restrict__ a_src, const " << tb << "* __restrict__ b_src, " << tout
      << "* __restrict__ out, " << tpart << "* __restrict__ partial"
      << (ws ? ",\n    const __grid_constant__ TmaMap tma_a, const __grid_constant__ TmaMap tma_b" : "") << ") {\n"
@@ -486,6 +487,7 @@ class WgmmaFamily final : public EmitterFamily {
   int ordinal() const override { return 2; }
   int threads_per_warp_tile(const ScheduleParams&) const override { return 128; }
   bool has_tma_producer() const override { return true; }
+  bool sums_splits_in_clusters() const override { return true; }
   int extra_threads(const ScheduleParams& p) const override { return p.producer ? 128 : 0; }
   KernelSource emit(const ImplicitGemm& g, const ScheduleParams& p) const override { return emit_wgmma(g, p); }
 

@@ -108,7 +108,7 @@ nlohmann::json to_json(const ScheduleParams& p) {
           {"panels", p.panels},   {"vec_a", p.vec_a},     {"vec_b", p.vec_b},       {"unroll", p.unroll},
           {"raster", p.raster},   {"async_copy", p.async_copy}, {"swizzle", p.swizzle},
           {"producer", p.producer}, {"k_lanes", p.k_lanes}, {"window", p.window},
-          {"relayout", p.relayout}};
+          {"relayout", p.relayout}, {"cluster", p.cluster}};
 }
 
 ScheduleParams schedule_from_json(const nlohmann::json& j, const ScheduleParams& defaults) {
@@ -125,7 +125,7 @@ ScheduleParams schedule_from_json(const nlohmann::json& j, const ScheduleParams&
                                                  {"raster", &p.raster},   {"async_copy", &p.async_copy},
                                                  {"swizzle", &p.swizzle}, {"producer", &p.producer},
                                                  {"k_lanes", &p.k_lanes}, {"window", &p.window},
-                                                 {"relayout", &p.relayout}};
+                                                 {"relayout", &p.relayout}, {"cluster", &p.cluster}};
   for (const auto& item : j.items()) {
     const std::string key = item.key();  // not a structured binding: Clang 14 cannot capture one
     const auto& value = item.value();
@@ -162,7 +162,8 @@ std::string_view message(ScheduleError e) {
     case ScheduleError::kBadOption:
       return "panels, unroll, swizzle, producer and relayout must be 0 or 1 (panels wmma only, swizzle mma_sync "
              "and wgmma, producer wgmma only, relayout where the mapping offers it), raster between 1 and 32, k_lanes "
-             "a power of two up to 32 and window 0 or 1 (simt only)";
+             "a power of two up to 32, window 0 or 1 (simt only) and cluster 0 or 1 (sm_90, split_k 2 to 8, mma_sync, wgmma "
+             "and simt)";
     case ScheduleError::kBadAsyncCopy:
       return "async_copy (0 or 1) needs sm_80 or newer and an operand loaded in 4-, 8- or 16-byte vectors";
     case ScheduleError::kBadVector:
@@ -275,6 +276,18 @@ std::vector<ScheduleIssue> validate(const ImplicitGemm& in, const ScheduleParams
   else if (p.window != 0 && p.relayout != 0)
     fail(ScheduleError::kBadOption, "window = 1 with relayout = 1: a window is staged from the input in place; use "
                                     "relayout = 0");
+  if (p.cluster != 0) {
+    if (p.cluster != 1 || !family_of(*g.hw).sums_splits_in_clusters())
+      fail(ScheduleError::kBadOption, "cluster = " + std::to_string(p.cluster) + ": only mma_sync, wgmma and simt "
+                                      "kernels sum their splits in a cluster; use 0");
+    else if (limits.compute_capability < 90)
+      fail(ScheduleError::kBadOption, "cluster = 1 needs thread block clusters (sm_90 or newer), the target is sm_" +
+                                          std::to_string(limits.compute_capability) + "; use 0");
+    else if (p.split_k < 2 || p.split_k > kMaxClusterSplits)
+      fail(ScheduleError::kBadOption, "cluster = 1 with split_k = " + std::to_string(p.split_k) +
+                                          ": a cluster sums 2 to " + std::to_string(kMaxClusterSplits) +
+                                          " splits; use cluster = 0");
+  }
   if (!out.empty()) return out;  // the checks below need a well-formed tiling
   const std::int64_t steps = g.serial * ((g.K + p.block_k - 1) / p.block_k);
   if (p.split_k < 1 || p.split_k > steps)

@@ -174,7 +174,14 @@ double analytic_time_us(const ImplicitGemm& g, const ScheduleParams& p, const De
       static_cast<double>(g.M) * g.N * g.batch * dtype_bits(g.compute->tensor_of(g.compute->output).dtype) / 8;
   double epilogue_s = out_bytes / d.dram_bytes_per_s;
   double launches_us = d.launch_us;
-  if (p.split_k > 1) {
+  if (p.split_k > 1 && p.cluster) {
+    // The splits' blocks read each other's tiles over the SM-to-SM network (about twice DRAM's
+    // rate) and need no second launch; but a cluster's blocks are scheduled and retired together,
+    // which on the H100 cost as much as that launch from 4 splits up (decode GEMVs: 8.1 -> 12.9
+    // us), so it is charged one all the same.
+    epilogue_s += 1.0 * p.split_k * g.M * g.N * g.batch * 4 / (2.0 * d.dram_bytes_per_s);
+    launches_us += d.launch_us;
+  } else if (p.split_k > 1) {
     epilogue_s += 2.0 * p.split_k * g.M * g.N * g.batch * 4 / d.dram_bytes_per_s;
     launches_us += d.launch_us;
   }
@@ -239,6 +246,7 @@ Features candidate_features(const ImplicitGemm& g, const ScheduleParams& p, cons
   f[i++] = lg(p.k_lanes);                                // lanes sharing one output's reduction (SIMT)
   f[i++] = static_cast<float>(p.window);                 // a sliding window's image staged once per block (SIMT)
   f[i++] = static_cast<float>(std::log2(1.0 + relayout_bytes(g)));  // operands copied channels-last first
+  f[i++] = static_cast<float>(p.cluster);                // split-K summed in a thread block cluster
   return f;
 }
 

@@ -10,13 +10,13 @@
 namespace tmap {
 namespace {
 
-constexpr int kFields = 19;
+constexpr int kFields = 20;
 
 /// The schedule's parameters by position, in declaration order.
 int* field(ScheduleParams& p, int i) {
   int* fields[kFields] = {&p.block_m, &p.block_n, &p.block_k, &p.warp_m, &p.warp_n, &p.stages, &p.smem_pad,
                           &p.split_k, &p.panels,  &p.vec_a,   &p.vec_b,  &p.unroll, &p.raster, &p.async_copy, &p.swizzle,
-                          &p.producer, &p.k_lanes, &p.window, &p.relayout};
+                          &p.producer, &p.k_lanes, &p.window, &p.relayout, &p.cluster};
   return fields[i];
 }
 
@@ -80,7 +80,11 @@ SearchSpace::SearchSpace(const Compute& c, const std::vector<HwAbstraction>& hws
         scheduled.insert(m.hw_abs);
         entry.choices = family_of(*hw).choices(entry.gemm, entry.defaults);
         entry.choices.resize(kFields);
-        entry.choices[kFields - 1] = {relayout};
+        entry.choices[kFields - 2] = {relayout};
+        // Split-K summed by a cluster or by the reduce kernel: on sm_90, where the family can.
+        entry.choices[kFields - 1] = {0};
+        if (limits_.compute_capability >= 90 && family_of(*hw).sums_splits_in_clusters())
+          entry.choices[kFields - 1] = {0, 1};
         entries_.push_back(std::move(entry));
         entries_.back().label = candidate_label(ref(static_cast<int>(entries_.size()) - 1, entries_.back().defaults));
       };
@@ -109,6 +113,7 @@ ScheduleParams SearchSpace::sample(int entry, std::mt19937_64& rng) const {
   for (int attempt = 0; attempt < 400; ++attempt) {
     ScheduleParams p;
     for (int i = 0; i < kFields; ++i) *field(p, i) = ch[i][rng() % ch[i].size()];
+    if (p.split_k == 1) p.cluster = 0;  // nothing to sum: a cluster would only be refused
     // Blocks are whole multiples of warps: drawn from the family's block tiles for the warp tile.
     const EmitterFamily& family = family_of(*entries_[entry].hw);
     const std::vector<int> tiles_m = family.block_tiles(entries_[entry].gemm, p, 'm'),

@@ -83,6 +83,9 @@ class EmitterFamily {
   virtual bool has_tma_producer() const { return false; }
   /// Whether the family's kernels split one output's reduction across lanes (ScheduleParams::k_lanes).
   virtual bool splits_reductions_across_lanes() const { return false; }
+  /// Whether the family's split-K kernels can sum their splits in a thread block cluster
+  /// (ScheduleParams::cluster): those that end in emit_epilogue_stores().
+  virtual bool sums_splits_in_clusters() const { return false; }
   /// Whether the family can stage a sliding window's image once per block (ScheduleParams::window).
   virtual bool stages_windows() const { return false; }
   /// The block tiles the tuner draws along m (`axis` 'm') or n for a warp tile of `warp`

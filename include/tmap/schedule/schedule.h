@@ -20,7 +20,7 @@ struct ScheduleParams {
   /// of up to 4 stages for wmma, 5 for mma_sync).
   int stages = 2;
   int smem_pad = 8;                              ///< Elements added to each shared-memory row.
-  int split_k = 1;  ///< Splits of the reduction, summed by a second kernel when > 1.
+  int split_k = 1;  ///< Splits of the reduction, summed by a second kernel (or a cluster) when > 1.
   /// Shared operand tiles as panels one fragment wide (1) instead of padded rows (0): every
   /// fragment then starts 32-byte aligned, which int8 and 8-wide fragments need.
   int panels = 0;
@@ -55,6 +55,11 @@ struct ScheduleParams {
   /// (relayout_view(): an NCHW convolution's input as NHWC, its KCRS filters as KRSC), so that
   /// their reduction axis is contiguous; 0: read them in place. Only where relayout_view() offers it.
   int relayout = 0;
+  /// 1 (sm_90, split_k of 2 to 8, families with EmitterFamily::sums_splits_in_clusters()): the
+  /// split_k blocks of one output tile run as a thread block cluster and sum their partial results
+  /// through distributed shared memory, each block a share of the tile, so that no partial sums
+  /// go through global memory and no reduce kernel follows; 0: the reduce kernel sums them.
+  int cluster = 0;
   bool operator==(const ScheduleParams&) const = default;
 };
 
@@ -62,6 +67,10 @@ nlohmann::json to_json(const ScheduleParams& p);
 /// Reads parameters from JSON; keys not given keep their defaults; unknown keys and non-integer
 /// values are user errors.
 ScheduleParams schedule_from_json(const nlohmann::json& j, const ScheduleParams& defaults = {});
+
+/// The most splits one thread block cluster sums (ScheduleParams::cluster): the portable
+/// cluster size, which every sm_90 GPC can hold whatever the blocks' shared memory.
+constexpr int kMaxClusterSplits = 8;
 
 /// What the schedule may use on the target device.
 struct DeviceLimits {
