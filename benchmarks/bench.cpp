@@ -985,7 +985,8 @@ int main(int argc, char** argv) {
        << tmap::cuda_version_text(rt.runtime_version) << ", cuDNN " << cudnn_version / 10000 << "."
        << cudnn_version % 10000 / 100 << "." << cudnn_version % 100 << ", cuBLAS " << cublas_version
        << ". Times in us: median of CUDA-graph replays of " << graph_runs
-       << " runs (warm L2); cold: the same with an L2 flush before each run, the flushes' own time subtracted. "
+       << " runs (warm L2); cold: the same with an L2 flush (a read of twice the L2's size) before each run, the "
+          "flushes' own time subtracted. "
           "Speedup = baseline / tmap.\n\n"
        << (any_conv ? "cuDNN runs in tmap's layout (baseline, speedup) and in the other layout, on the same values "
                   "transposed (other layout us; vs fastest: against the faster of the two).\n\n"

@@ -63,8 +63,8 @@ struct TimingOptions {
   /// > 0: capture this many back-to-back runs in a CUDA graph and time its replays (each
   /// repeat is one replay, divided by the count), which hides launch gaps of short kernels.
   int graph_runs = 0;
-  /// Overwrite a buffer twice the L2 size before each run, so inputs come from device memory,
-  /// as in a network where other layers ran in between. In event mode the flush precedes each
+  /// Read a buffer twice the L2 size before each run (leaving the L2 full of clean lines of it),
+  /// so inputs come from device memory, as in a network where other layers ran in between. In event mode the flush precedes each
   /// timed run; with graph_runs, the graph holds (flush, run) pairs and a second graph the
   /// flushes alone, whose time is subtracted (so host launch overhead never counts).
   bool flush_l2 = false;
