@@ -756,12 +756,11 @@ void emit_epilogue_stores(std::ostringstream& os, const ImplicitGemm& g, const S
     os << "  __syncthreads();\n";
   }
   const std::string at = ov.along == 'n' ? "mm * C_LD + nn" : "nn * C_LD + mm";
+  os << "  for (int e = " << first << "; e < " << end << "; e += THREADS) {\n";
   if (ov.along == 'n')
-    os << "  for (int e = " << first << "; e < " << end << "; e += THREADS) {\n"
-       << "    const int mm = e / (BN / " << V << "), nn = e % (BN / " << V << ") * " << V << ";\n";
+    os << "    const int mm = e / (BN / " << V << "), nn = e % (BN / " << V << ") * " << V << ";\n";
   else
-    os << "  for (int e = " << first << "; e < " << end << "; e += THREADS) {\n"
-       << "    const int nn = e / (BM / " << V << "), mm = e % (BM / " << V << ") * " << V << ";\n";
+    os << "    const int nn = e / (BM / " << V << "), mm = e % (BM / " << V << ") * " << V << ";\n";
   if (p.cluster) {
     // Every block's words are loaded before any is added, so that the remote loads overlap.
     os << "    unsigned bits[SPLIT_K][" << V << "];\n"
