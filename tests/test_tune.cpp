@@ -630,6 +630,51 @@ TEST(Tuner, TheFastestAreMeasuredAgainAtTheEnd) {
   EXPECT_EQ(t.measured, 0);
   ASSERT_TRUE(t.best);
   EXPECT_EQ(to_json(*best_records(l3.records)[0]), to_json(*t.best));
+  // A confirmed record that 8 faster single measurements push out of the candidates held for
+  // confirmation, and those 8 confirm slower than it: the tuner's best is that earlier record,
+  // as in the log.
+  {
+    const std::string log4 = temp_path("confirm_earlier.jsonl");
+    std::filesystem::remove(log4);
+    const TuneRecord held = *best_records(l3.records)[0];
+    {
+      LogWriter w(log4);
+      w.append(held);
+      int singles = 0;
+      for (const TuneRecord& r : l.records) {
+        if (r.result.confirm_rounds || !r.result.ok() || singles == 8 ||
+            candidate_signature(r.candidate) == candidate_signature(held.candidate))
+          continue;
+        TuneRecord fast = r;
+        fast.result.median_us = held.result.median_us * (0.5 + 0.01 * singles++);
+        fast.result.times_us = {fast.result.median_us};
+        w.append(fast);
+      }
+      ASSERT_EQ(singles, 8);
+    }
+    struct SlowMeasurer : LuckyMeasurer {
+      double floor_us = 0;
+      MeasureResult measure(const Compute& c, const ImplicitGemm& g, const ScheduleParams& p, const KernelSource& k,
+                            const CompileResult& b) override {
+        MeasureResult r = LuckyMeasurer::measure(c, g, p, k, b);
+        r.median_us += floor_us;
+        r.times_us = {r.median_us};
+        return r;
+      }
+    } slow;
+    slow.flaky = "none";
+    slow.floor_us = held.result.median_us;
+    TuneOptions fourth = third;
+    fourth.log_path = log4;
+    const TuneSummary u = tune(c, shipped(), fourth, slow);
+    EXPECT_EQ(u.confirmed, 4);
+    const LogContents l4 = read_log(log4);
+    ASSERT_EQ(l4.records.size(), 9u + 4u);
+    ASSERT_TRUE(u.best);
+    EXPECT_EQ(to_json(*u.best), to_json(held)) << "the best is the record confirmed in an earlier run";
+    EXPECT_EQ(to_json(*best_records(l4.records)[0]), to_json(*u.best));
+    std::filesystem::remove(log4);
+  }
   // No confirmation after a stop.
   std::atomic<bool> stop{true};
   TuneOptions stopped = o;

@@ -326,6 +326,18 @@ class TuneTask::Impl {
       s_.best = *best[0];  // a confirmed record, when there is one, before faster single measurements
       if (best[0]->result.confirm_rounds) confirmed_best_ = *best[0];
     }
+    // The latest record of each resumed candidate that was confirmed and correct, in log order:
+    // confirm() ranks them with its own records as best_records will rank the whole log.
+    {
+      std::map<std::string, const TuneRecord*> latest;
+      for (const auto& r : own)
+        if (r.result.measured() && space.find(r.candidate) >= 0) latest[candidate_signature(r.candidate)] = &r;
+      std::vector<const TuneRecord*> kept;
+      for (const auto& [sig, r] : latest)
+        if (r->result.confirm_rounds && r->result.ok()) kept.push_back(r);
+      std::sort(kept.begin(), kept.end());  // `own` is in log order
+      for (const TuneRecord* r : kept) resumed_confirmed_.push_back(*r);
+    }
     if (s_.resumed) {
       model_.fit();
       note(o_, "resuming from " + std::to_string(s_.resumed) + " records in " + o_.log_path +
@@ -488,8 +500,14 @@ class TuneTask::Impl {
       if (log_) log_->append(c.rec);
     }
     s_.confirmed = top;
-    // The best by the log's own rule (best_records), over the candidates held.
+    // The best by the log's own rule (best_records): the latest record of each candidate, ties to
+    // the earlier record. Confirmed records resumed from the log come first, except for the
+    // candidates confirmed again just now, whose new records (last in the log) replace them.
+    std::set<std::string> again;
+    for (int i = 0; i < top; ++i) again.insert(candidate_signature(podium_[i].rec.candidate));
     std::optional<TuneRecord> best;
+    for (const TuneRecord& r : resumed_confirmed_)
+      if (!again.count(candidate_signature(r.candidate)) && (!best || ranks_before(r, *best))) best = r;
     for (const Contender& c : podium_)
       if (c.rec.result.ok() && (!best || ranks_before(c.rec, *best))) best = c.rec;
     s_.best = best;
@@ -786,6 +804,7 @@ class TuneTask::Impl {
   std::deque<InFlight> flight_;
   std::vector<Contender> podium_;  // fastest first
   std::optional<TuneRecord> confirmed_best_;  // resumed
+  std::vector<TuneRecord> resumed_confirmed_;  // the latest record of each, in log order
   std::vector<std::future<void>> compiling_;  // batches being emitted and compiled
   std::vector<double> pred_ok_, meas_ok_;     // of correct ones since then (log2 us)
   Clock::time_point run_start_ = Clock::now();
