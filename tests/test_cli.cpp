@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -230,6 +231,22 @@ TEST(Cli, TuneReplayAndLogsWithoutMeasuring) {
   CliRun allowed = tmap("replay " + log + " --allow-unmeasured --arch sm_80 --emit-cuda " + dir + "/cuda");
   EXPECT_EQ(allowed.code, 0) << allowed.err;
   EXPECT_FALSE(std::filesystem::is_empty(dir + "/cuda"));
+  // Two GEMM shapes: their kernels may share a name, and one source must not overwrite the other.
+  const std::string two = dir + "/two.jsonl";
+  for (const char* m : {"64", "128"})
+    ASSERT_EQ(tmap(std::string("tune --op gemm --set M=") + m +
+                   " --set N=64 --set K=64 --measure model --trials 2 --arch sm_80 --log " + two)
+                  .code,
+              0);
+  ASSERT_EQ(tmap("replay " + two + " --allow-unmeasured --arch sm_80 --emit-cuda " + dir + "/two").code, 0);
+  std::set<std::string> keys;
+  for (const auto& f : std::filesystem::directory_iterator(dir + "/two")) {
+    const std::string name = f.path().filename().string();  // KERNEL.WORKLOAD.cu
+    const auto dot = name.find('.');
+    ASSERT_NE(dot, std::string::npos) << name;
+    keys.insert(name.substr(dot + 1, name.size() - dot - 4));
+  }
+  EXPECT_EQ(keys.size(), 2u) << "one source per workload";
 
   // A measured record (as a GPU run writes it) and a broken line: list, best and prune.
   nlohmann::json measured = nlohmann::json::parse(lines[1]);

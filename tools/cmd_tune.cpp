@@ -520,7 +520,8 @@ void register_replay(CLI::App& app) {
   args->compute.add_to(*cmd);
   cmd->add_option("--workload", args->workload, "Only this workload key (see 'tmap logs list')");
   cmd->add_flag("--verify", args->verify, "Check each kernel against the reference");
-  cmd->add_option("--emit-cuda", args->emit_dir, "Write each kernel's CUDA source into this directory");
+  cmd->add_option("--emit-cuda", args->emit_dir,
+                  "Write each kernel's CUDA source into this directory, as KERNEL.WORKLOAD.cu");
   cmd->add_flag("--allow-unmeasured", args->allow_unmeasured, "Also replay records ranked by the model only");
   cmd->add_option("--format", args->format, "The results as a text table or json (one document on stdout)")
       ->check(CLI::IsMember({"text", "json"}));
@@ -579,8 +580,11 @@ void register_replay(CLI::App& app) {
                      m.target.device.empty() ? "no GPU" : m.target.device);
       Regenerated g = regenerate(*r, hws, m.cc);
       if (!args->emit_dir.empty()) {
+        // Named by workload too: workloads of one op share kernel names (the shape is baked into the code).
         std::filesystem::create_directories(args->emit_dir);
-        std::ofstream(args->emit_dir + "/" + g.kernel.name + ".cu") << g.kernel.code;
+        const std::string file = args->emit_dir + "/" + g.kernel.name + "." + r->workload.key + ".cu";
+        std::ofstream out(file);
+        if (!(out << g.kernel.code)) bad("--emit-cuda", "cannot write '" + file + "'", "check the directory");
       }
       CompileResult bin = compiler.compile(g.kernel.code, g.kernel.name);
       if (!bin.ok) throw InternalError("regenerated kernel " + g.kernel.name + " does not compile:\n" + bin.log);
