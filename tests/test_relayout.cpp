@@ -7,6 +7,7 @@
 // inputs, 1e-3 for tf32, exact for int8).
 #include <gtest/gtest.h>
 
+#include <array>
 #include <memory>
 #include <string>
 #include <vector>
@@ -128,6 +129,45 @@ TEST(Relayout, NchwConvolutionReadsNhwcCopies) {
   ASSERT_FALSE(v3s.empty());
   for (const OperandRelayout& r : v3s[0].relayout)
     if (r.active && r.outer == 1) EXPECT_EQ(r.inner, 5 * 6 * 7);  // the input: [1][16][D*H*W]
+}
+
+TEST(Relayout, PrologueTransposesInRegistersWhereVectorsDivideTheExtents) {
+  // A lane of the prologue moves a V x V block (V vectors in, transposed in registers, V out),
+  // V the widest vector of at most 16 bytes dividing both the channels (moved) and the pixels
+  // (inner), where that makes at least 128 blocks; else 32 x 32 tiles through shared memory, and
+  // rows shorter than 32 (a 3x3 filter's taps) are gathered.
+  struct Case {
+    std::vector<std::string> sets;
+    std::string input_copy;   // the call copying the input
+    std::int64_t input_blocks;
+  };
+  const std::vector<Case> cases = {
+      // ResNet-18 l1 at batch 16: [16][64][3136] in blocks of 64 channels x 256 pixels.
+      {{"N=16", "C=64", "H=56", "W=56", "K=64", "pad=1"}, "relayout_transpose_v<unsigned short, uint4, 8>", 16 * 1 * 13},
+      // 14 x 14 = 196 pixels: 4-element (8-byte) vectors, blocks of 32 x 128.
+      {{"N=16", "C=256", "H=14", "W=14", "K=256", "pad=1"}, "relayout_transpose_v<unsigned short, uint2, 4>", 16 * 8 * 2},
+      // 7 x 7 = 49 pixels: no vector divides them.
+      {{"N=2", "C=64", "H=7", "W=7", "K=64", "pad=1"}, "relayout_transpose(", 2 * 2 * 2},
+      // Batch 1 of the first: 13 register-transpose blocks would leave most SMs idle; 196 tiles.
+      {{"N=1", "C=64", "H=56", "W=56", "K=64", "pad=1"}, "relayout_transpose(", 1 * 2 * 98},
+  };
+  for (const Case& t : cases) {
+    const Compute c = op("conv2d", t.sets);
+    const std::vector<ImplicitGemm> views = views_of(c, "mma_sync_fp16_fp32", 1);
+    ASSERT_FALSE(views.empty()) << t.sets[2];
+    const ImplicitGemm& g = views[0];
+    const KernelSource k = emit_kernel(g, view_schedule(g));
+    const int image = g.compute->tensor_of(g.compute->inputs[g.a_input]).name == "I" ? 0 : 1;
+    ASSERT_TRUE(g.relayout[image].active);
+    ASSERT_TRUE(g.relayout[1 - image].active) << "3x3 KCRS filters are copied too";
+    const std::int64_t filter_blocks = (g.relayout[1 - image].elements() + 2047) / 2048;
+    EXPECT_EQ(k.relayout_blocks, t.input_blocks + filter_blocks) << t.sets[2];
+    EXPECT_NE(k.code.find(t.input_copy), std::string::npos) << t.sets[2];
+    EXPECT_NE(k.code.find("relayout_gather(reinterpret_cast"), std::string::npos) << "the filters' 9 taps";
+    EXPECT_EQ(k.code.find("relayout_transpose_v") != std::string::npos,
+              t.input_copy.find("relayout_transpose_v") != std::string::npos)
+        << t.sets[2] << ": the register transpose is emitted only where it is used";
+  }
 }
 
 TEST(Relayout, NotOfferedWhereOperandsAreReadInAlignedVectorsInPlace) {
@@ -324,7 +364,11 @@ TEST(Gpu, RelayoutPrologue) {
       {"conv2d", {"N=2", "C=16", "H=15", "W=15", "K=32", "stride=2", "pad=1"}},
       {"conv2d", {"N=3", "C=64", "H=7", "W=7", "K=72", "pad=1"}},
       {"conv1d", {"N=3", "C=40", "W=37", "K=48", "S=3", "stride=2", "pad=1"}},
-      {"conv3d", {"N=2", "C=16", "D=5", "H=6", "W=7", "K=32", "pad=1"}}};
+      {"conv3d", {"N=2", "C=16", "D=5", "H=6", "W=7", "K=32", "pad=1"}},
+      // The prologue's register transposes (at least 128 blocks): 8-element vectors, 2 x 2 blocks
+      // per image, the last ones partial (72 channels, 320 pixels); 4-element vectors (60 pixels).
+      {"conv2d", {"N=32", "C=72", "H=16", "W=20", "K=40", "pad=1"}},
+      {"conv2d", {"N=128", "C=20", "H=6", "W=10", "K=24", "stride=2", "pad=1"}}};
   std::vector<std::string> hws = {"wmma_fp16_fp32", "mma_sync_fp16_fp32", "simt_fp16_fp32"};
   if (cc == 90) hws.push_back("wgmma_fp16_fp32");
   int runs = 0;
@@ -351,11 +395,16 @@ TEST(Gpu, RelayoutPrologue) {
   }
   for (const auto& [hw, in_t, out_t, tol] : std::vector<std::tuple<std::string, std::string, std::string, double>>{
            {"mma_sync_tf32_fp32", "float32", "float32", 1e-3}, {"mma_sync_int8_int32", "int8", "int32", 0.0}}) {
-    const Compute c = typed_op("conv2d", in_t, out_t, {"N=2", "C=32", "H=9", "W=11", "K=64", "pad=1"});
-    std::vector<testing::GpuCase> cases;
-    for (const auto& [g, p] : schedulable_views(c, hw, 1, cc)) cases.push_back({hw + " conv2d relayout", g, p, tol});
-    runs += static_cast<int>(cases.size());
-    testing::run_cases(c, cases, seed++);
+    // 99 pixels (32 x 32 tiles in shared memory), then 128 pixels of 128 images (a register
+    // transpose of 16 int8 or 4 tf32 elements, one block per image).
+    for (const auto& [n, h, w] : std::vector<std::array<std::string, 3>>{{"N=2", "H=9", "W=11"}, {"N=128", "H=8", "W=16"}}) {
+      const Compute c = typed_op("conv2d", in_t, out_t, {n, "C=32", h, w, "K=64", "pad=1"});
+      std::vector<testing::GpuCase> cases;
+      for (const auto& [g, p] : schedulable_views(c, hw, 1, cc))
+        cases.push_back({hw + " conv2d " + w + " relayout", g, p, tol});
+      runs += static_cast<int>(cases.size());
+      testing::run_cases(c, cases, seed++);
+    }
   }
   EXPECT_GE(runs, 20);
 }

@@ -869,13 +869,37 @@ void emit_prologue_wait(std::ostringstream& os, const ImplicitGemm& g) {
 
 namespace {
 
-/// Copies of fewer than this many elements per [moved] row gather element by element; longer
-/// ones are transposed in 32 x 32 tiles through shared memory.
+/// Copies that no register transpose fits (relayout_vector) and that have fewer than this many
+/// elements per [moved] row gather element by element; longer ones are transposed in 32 x 32
+/// tiles through shared memory.
 constexpr std::int64_t kTransposeMinInner = 32;
 constexpr std::int64_t kGatherPerBlock = 2048;  // elements per block of an element-wise gather
 
+/// The fewest blocks a register transpose is used with: it makes 4 to 64 times fewer blocks than
+/// the 32 x 32 tiles, and was measured faster on copies of 128 to 256 of its blocks (ResNet-18
+/// batch 16); below about one block per SM (batch 1) the tiles keep more SMs busy, and their
+/// times are the ones measured.
+constexpr std::int64_t kMinRegisterTransposeBlocks = 128;
+
+std::int64_t register_transpose_blocks(const OperandRelayout& r, int v) {
+  return r.outer * ((r.moved + 8 * v - 1) / (8 * v)) * ((r.inner + 32 * v - 1) / (32 * v));
+}
+
+/// The elements per vector of a register transpose of `r` (a lane moves a V x V block: V vectors
+/// of V elements read along inner, V written along moved, blocks of 8 V x 32 V): the widest of at
+/// most 16 bytes that divides both inner and moved, or 0 when none of 2 elements or more does or
+/// the copy is too small (then the 32 x 32 transpose through shared memory, or the gather).
+int relayout_vector(const OperandRelayout& r) {
+  if (!r.active) return 0;
+  for (int v = 16 / r.bytes; v >= 2; v /= 2)
+    if (r.inner % v == 0 && r.moved % v == 0)
+      return register_transpose_blocks(r, v) >= kMinRegisterTransposeBlocks ? v : 0;
+  return 0;
+}
+
 std::int64_t relayout_blocks(const OperandRelayout& r) {
   if (!r.active) return 0;
+  if (const int v = relayout_vector(r)) return register_transpose_blocks(r, v);
   if (r.inner < kTransposeMinInner) return (r.elements() + kGatherPerBlock - 1) / kGatherPerBlock;
   return r.outer * ((r.moved + 31) / 32) * ((r.inner + 31) / 32);
 }
@@ -910,8 +934,28 @@ void emit_relayout(KernelSource& k, const ImplicitGemm& g) {
      << "  for (long long e = block * " << kGatherPerBlock << " + threadIdx.x; e < (block + 1) * " << kGatherPerBlock
      << " && e < elements; e += blockDim.x) {\n"
      << "    const long long m = e % moved, i = e / moved % inner, o = e / (moved * inner);\n"
-     << "    dst[e] = src[(o * moved + m) * inner + i];\n  }\n}\n"
-     << "extern \"C\" __global__ void __launch_bounds__(" << k.relayout_threads << ")\n"
+     << "    dst[e] = src[(o * moved + m) * inner + i];\n  }\n}\n";
+  if (relayout_vector(g.relayout[0]) || relayout_vector(g.relayout[1]))
+    os << "// A lane per V x V block: V vectors of V elements read along inner (the 4 x 8 lanes of a warp\n"
+       << "// cover 4 V inner x 8 V moved: 64-byte runs of 8 rows), transposed in registers, written as V\n"
+       << "// vectors along moved (8 lanes write 8 V contiguous elements of one row). 8 warps a block, along inner.\n"
+       << "template <typename T, typename VT, int V>\n"
+       << "__device__ __forceinline__ void relayout_transpose_v(const T* __restrict__ src, T* __restrict__ dst, long long tile,\n"
+       << "                                                    long long moved, long long inner) {\n"
+       << "  constexpr int TM = 8 * V, TI = 32 * V;\n"
+       << "  const long long tiles_inner = (inner + TI - 1) / TI, tiles_moved = (moved + TM - 1) / TM;\n"
+       << "  const long long ti = tile % tiles_inner, tm = tile / tiles_inner % tiles_moved, o = tile / (tiles_inner * tiles_moved);\n"
+       << "  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;\n"
+       << "  const long long m0 = tm * TM + (lane % 8) * V, i0 = ti * TI + (warp * 4 + lane / 8) * V;\n"
+       << "  if (m0 >= moved || i0 >= inner) return;  // V divides both: a block is whole or absent\n"
+       << "  src += o * moved * inner;\n  dst += o * moved * inner;\n"
+       << "  union Vec { VT v; T e[V]; };\n"
+       << "  Vec in[V], out[V];\n"
+       << "  #pragma unroll\n  for (int j = 0; j < V; ++j) in[j].v = *reinterpret_cast<const VT*>(src + (m0 + j) * inner + i0);\n"
+       << "  #pragma unroll\n  for (int j = 0; j < V; ++j)\n"
+       << "    #pragma unroll\n    for (int l = 0; l < V; ++l) out[j].e[l] = in[l].e[j];\n"
+       << "  #pragma unroll\n  for (int j = 0; j < V; ++j) *reinterpret_cast<VT*>(dst + (i0 + j) * moved + m0) = out[j].v;\n}\n";
+  os << "extern \"C\" __global__ void __launch_bounds__(" << k.relayout_threads << ")\n"
      << k.relayout_name << "(const void* __restrict__ a_src, const void* __restrict__ b_src, unsigned char* __restrict__ workspace) {\n"
      << "#if __CUDA_ARCH__ >= 900\n"
      << "  // The main kernel may launch once every block of this one is running; it waits for the copies.\n"
@@ -929,7 +973,9 @@ void emit_relayout(KernelSource& k, const ImplicitGemm& g) {
                              std::to_string(r.inner) + "LL";
     os << "  if (block < " << n << ") {  // operand " << (which == 0 ? 'A' : 'B') << ": [" << r.outer << "][" << r.moved
        << "][" << r.inner << "] -> [" << r.outer << "][" << r.inner << "][" << r.moved << "]\n";
-    if (r.inner < kTransposeMinInner)
+    if (const int v = relayout_vector(r))
+      os << "    relayout_transpose_v<" << t << ", " << vector_type(v * r.bytes) << ", " << v << ">(" << args << ");\n";
+    else if (r.inner < kTransposeMinInner)
       os << "    relayout_gather(" << args << ", " << r.elements() << "LL);\n";
     else
       os << "    relayout_transpose(" << args << ");\n";

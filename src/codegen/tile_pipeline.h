@@ -183,9 +183,12 @@ void emit_split_reduce(std::ostringstream& os, const KernelSource& k, const std:
 /// In a relayout view's kernel (ImplicitGemm::relayouted()), at the top of the main kernel: on
 /// sm_90, wait (griddepcontrol.wait) for the prologue that copies the operands. Nothing otherwise.
 void emit_prologue_wait(std::ostringstream& os, const ImplicitGemm& g);
-/// Appends the prologue kernel of a relayout view to `k`: one block per 32 x 32 tile of
-/// [moved][inner] of each copied operand (A's tiles first), transposed through shared memory into
-/// the workspace after the split-K partial sums; sets relayout_* and grows workspace_bytes.
+/// Appends the prologue kernel of a relayout view to `k`: blocks over [moved][inner] of each
+/// copied operand (A's first) writing [inner][moved] into the workspace after the split-K partial
+/// sums: each lane transposes a V x V block in registers where vectors of V >= 2 elements divide
+/// both extents and the copy makes at least 128 such blocks of 8 V x 32 V, else 32 x 32 tiles go
+/// through shared memory, and rows shorter than 32 are gathered; sets relayout_* and grows
+/// workspace_bytes.
 void emit_relayout(KernelSource& k, const ImplicitGemm& g);
 
 /// The type partial sums are kept in: at least float.
