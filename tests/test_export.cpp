@@ -1,6 +1,7 @@
 // tmap export: kernels of every family (WMMA, mma.sync with a split-K reduction, wgmma with its
 // TMA producer, SIMT, mma.sync reading channels-last copies of an NCHW convolution) written as a standalone CMake project; nvcc builds it here (no GPU
-// needed), and on a GPU its checking program runs each kernel against the reference kernel.
+// needed) and its launch functions refuse null and misaligned pointers, and on a GPU its checking
+// program runs each kernel against the reference kernel.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -113,6 +114,11 @@ TEST(Export, EveryFamilyBuildsAsAStandaloneLibraryWithNvcc) {
   EXPECT_TRUE(std::filesystem::exists(dir / "build/tmap_kernels_check"));
   const std::string ext = read(dir / "out/torch/tmap_ext.cpp");
   EXPECT_NE(ext.find("at::cuda::getCurrentCUDAStream()"), std::string::npos);
+  EXPECT_NE(ext.find("16-byte aligned address"), std::string::npos) << "the extension says why it refuses a view";
+  // The launch functions check their pointers before touching the GPU, so this part runs here.
+  const auto r = testing::shell("./build/tmap_kernels_check --arguments-only", dir.str());
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("6 of 6 launch functions refuse null and misaligned pointers"), std::string::npos) << r.out;
 }
 
 TEST(Export, CheckProgramPassesOnTheGpu) {

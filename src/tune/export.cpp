@@ -75,6 +75,9 @@ std::string shape_text(const Tensor& t) {
   return s + "] " + std::string(dtype_name(t.dtype));
 }
 
+/// The alignment the launch functions require of every tensor pointer (checked before launching).
+constexpr int kPointerAlignment = 16;
+
 struct Piece {
   std::string fn, kernel, reduce, prologue, reference;
   Regenerated g;
@@ -93,6 +96,12 @@ std::string launcher(const Piece& x, int cc) {
   const ImplicitGemm& gm = x.g.gemm();
   std::ostringstream os;
   os << "extern \"C\" " << signature(c, x.fn) << " {\n";
+  os << "  // Device pointers aligned to " << kPointerAlignment
+     << " bytes: the kernels move 16-byte vectors (and TMA needs them).\n  const void* const pointers[] = {";
+  for (std::size_t t = 0; t < c.tensors.size(); ++t) os << (t ? ", " : "") << identifier(c.tensors[t].name);
+  os << "};\n  for (const void* p : pointers)\n"
+     << "    if (p == nullptr || reinterpret_cast<unsigned long long>(p) % " << kPointerAlignment
+     << " != 0) return cudaErrorInvalidValue;\n";
   os << "  const void* a = " << identifier(c.tensors[c.inputs[gm.a_input].tensor].name) << ";  // operand A\n";
   os << "  const void* b = " << identifier(c.tensors[c.inputs[gm.b_input].tensor].name) << ";  // operand B\n";
   os << "  void* out = " << identifier(c.tensors[c.output.tensor].name) << ";\n";
@@ -178,6 +187,27 @@ std::string host_store(DType t, const std::string& v) {
     case DType::kInt32: return "static_cast<int>(std::lround(" + v + " * 4))";
     default: return v;
   }
+}
+
+/// The check program's argument phase for one launch function: every pointer null, then every
+/// pointer 2 bytes past an aligned address, must be refused (cudaErrorInvalidValue) before
+/// anything reaches the GPU, so this runs on machines without one.
+std::string arguments_function(const Piece& x, int index) {
+  const Compute& c = *x.g.compute;
+  std::ostringstream os;
+  os << "static bool arguments_" << index << "() {\n  bool ok = true;\n"
+     << "  for (const unsigned long long address : {0ull, 0x10000ull + 2}) {\n"
+     << "    const cudaError_t e = " << x.fn << "(";
+  for (std::size_t t = 0; t < c.tensors.size(); ++t) {
+    const bool out = static_cast<int>(t) == c.output.tensor;
+    os << (t ? ", " : "") << "reinterpret_cast<" << (out ? "" : "const ") << storage_type(c.tensors[t].dtype)
+       << "*>(address)";
+  }
+  os << ", nullptr);\n"
+     << "    if (e != cudaErrorInvalidValue) {\n"
+     << "      std::printf(\"%-40s pointer %#llx: not refused (error %d)\\n\", \"" << x.fn << "\", address, static_cast<int>(e));\n"
+     << "      ok = false;\n    }\n  }\n  return ok;\n}\n\n";
+  return os.str();
 }
 
 std::string check_function(const Piece& x, int index) {
@@ -299,9 +329,11 @@ std::vector<ExportedKernel> export_kernels(const std::vector<const TuneRecord*>&
   std::ostringstream header;
   header << "// Kernels tuned by tmap, exported from " << source << " for sm_" << arch << ".\n"
          << "// Each launch function takes the compute's tensors as device pointers (dense, row-major, in the\n"
-         << "// shapes below) and a stream; it returns the first CUDA error of its launches. Kernels with a\n"
-         << "// split-K reduction or a relayout prologue (operands copied channels-last before the kernel)\n"
-         << "// allocate their workspace with cudaMallocAsync on that stream.\n"
+         << "// shapes below) and a stream; it returns the first CUDA error of its launches. Every pointer\n"
+         << "// must be aligned to " << kPointerAlignment << " bytes (cudaMalloc's and PyTorch's allocations are; a view at an\n"
+         << "// offset may not be): a null or misaligned one returns cudaErrorInvalidValue, launching nothing.\n"
+         << "// Kernels with a split-K reduction or a relayout prologue (operands copied channels-last\n"
+         << "// before the kernel) allocate their workspace with cudaMallocAsync on that stream.\n"
          << "#pragma once\n\n#include <cuda_bf16.h>\n#include <cuda_fp16.h>\n#include <cuda_runtime.h>\n\n"
          << "#ifdef __cplusplus\nextern \"C\" {\n#endif\n\n"
          << "/// Encodes a CUtensorMap (128-byte swizzle) through the driver entry point; see tmap_runtime.cu.\n"
@@ -333,8 +365,9 @@ std::vector<ExportedKernel> export_kernels(const std::vector<const TuneRecord*>&
   std::ostringstream check;
   check << "// Runs every exported kernel on random inputs against the reference kernel generated from\n"
         << "// the IR alone (relative L2 error within the tolerance tmap verifies with), then times it.\n"
-        << "// Exits 1 when one is wrong, 2 on a CUDA error.\n"
-        << "#include <algorithm>\n#include <cmath>\n#include <cstdio>\n#include <cstdlib>\n#include <vector>\n\n"
+        << "// Exits 1 when one is wrong, 2 on a CUDA error. First, and alone with --arguments-only (no GPU\n"
+        << "// needed), checks that every launch function refuses null and misaligned pointers.\n"
+        << "#include <algorithm>\n#include <cmath>\n#include <cstdio>\n#include <cstdlib>\n#include <cstring>\n#include <vector>\n\n"
         << "#include \"tmap_kernels.h\"\n\n"
         << "#define CHECK(x) do { const cudaError_t e_ = (x); if (e_ != cudaSuccess) { std::fprintf(stderr, \"%s:%d: %s: %s\\n\", "
            "__FILE__, __LINE__, #x, cudaGetErrorString(e_)); std::exit(2); } } while (0)\n\n"
@@ -352,8 +385,16 @@ std::vector<ExportedKernel> export_kernels(const std::vector<const TuneRecord*>&
     check << "extern \"C\" cudaError_t " << x.reference << "_launch(void** args);\n";
   }
   check << "\n";
-  for (std::size_t i = 0; i < pieces.size(); ++i) check << check_function(pieces[i], static_cast<int>(i));
-  check << "int main() {\n  int wrong = 0;\n  unsigned seed = 12345u;\n";
+  for (std::size_t i = 0; i < pieces.size(); ++i)
+    check << arguments_function(pieces[i], static_cast<int>(i)) << check_function(pieces[i], static_cast<int>(i));
+  check << "int main(int argc, char** argv) {\n"
+        << "  // Null and misaligned pointers are refused before anything is launched (no GPU needed).\n"
+        << "  int refused = 0;\n";
+  for (std::size_t i = 0; i < pieces.size(); ++i) check << "  refused += arguments_" << i << "();\n";
+  check << "  std::printf(\"%d of " << pieces.size() << " launch functions refuse null and misaligned pointers\\n\", refused);\n"
+        << "  if (refused != " << pieces.size() << ") return 1;\n"
+        << "  if (argc > 1 && std::strcmp(argv[1], \"--arguments-only\") == 0) return 0;\n"
+        << "  int wrong = 0;\n  unsigned seed = 12345u;\n";
   for (std::size_t i = 0; i < pieces.size(); ++i) check << "  wrong += !check_" << i << "(seed += 7919u);\n";
   check << "  std::printf(\"%d passed, %d failed\\n\", " << pieces.size() << " - wrong, wrong);\n  return wrong ? 1 : 0;\n}\n";
   write(fs::path(dir) / "check.cu", check.str());
@@ -399,6 +440,9 @@ std::vector<ExportedKernel> export_kernels(const std::vector<const TuneRecord*>&
     ext << "  TORCH_CHECK(" << n << ".is_cuda() && " << n << ".is_contiguous(), \"" << n << " must be a contiguous CUDA tensor\");\n";
     ext << "  TORCH_CHECK(" << n << ".numel() == " << c.tensors[t].num_elements() << ", \"" << n << " must have shape "
         << shape_text(c.tensors[t]) << "\");\n";
+    ext << "  TORCH_CHECK(reinterpret_cast<uintptr_t>(" << n << ".data_ptr()) % " << kPointerAlignment << " == 0, \"" << n
+        << " must start at a " << kPointerAlignment << "-byte aligned address (a view at an offset may not: pass "
+        << n << ".clone())\");\n";
   }
   ext << "  auto out = torch::empty({";
   for (std::size_t i = 0; i < ot.shape.size(); ++i) ext << (i ? ", " : "") << ot.shape[i];
