@@ -84,6 +84,12 @@ TEST(Compute, InfersExtentsThroughCompoundIndicesAndDeclarations) {
   EXPECT_EQ(got, (std::vector<std::pair<std::string, std::int64_t>>{
                      {"n", 2}, {"k", 4}, {"p", 6}, {"c", 3}, {"r", 3}}));
   EXPECT_EQ(c.statement_text(), "O[n, k, p] += I[n, c, 2*p + r - 1] * W[k, c, r]");
+  // The input's last index, 2p + r - 1 over p < 6 and r < 3, reaches [-1, 11]: past both ends
+  // of L = 11 (the padding); the filter's stays inside.
+  EXPECT_EQ(c.index_range(c.inputs[0].indices[2]), (std::pair<std::int64_t, std::int64_t>{-1, 11}));
+  EXPECT_EQ(c.index_range(c.inputs[1].indices[2]), (std::pair<std::int64_t, std::int64_t>{0, 2}));
+  const Tensor& in = c.tensor_of(c.inputs[0]);
+  EXPECT_EQ(std::vector<std::int64_t>({in.stride(0), in.stride(1), in.stride(2)}), (std::vector<std::int64_t>{33, 11, 1}));
 }
 
 struct ErrorCase {

@@ -87,19 +87,8 @@ void zero_iterators(std::ostringstream& os, const ImplicitGemm& g, const Access&
 
 /// Whether index `e` can leave [0, size) as its iterators range over their extents.
 bool may_leave(const Compute& c, const AffineExpr& e, std::int64_t size) {
-  std::int64_t lo = e.constant, hi = e.constant;
-  for (const auto& [it, coef] : e.terms) {
-    const std::int64_t reach = coef * (c.iters[it].extent - 1);
-    lo += std::min<std::int64_t>(0, reach);
-    hi += std::max<std::int64_t>(0, reach);
-  }
+  const auto [lo, hi] = c.index_range(e);
   return lo < 0 || hi >= size;
-}
-
-std::int64_t stride_of(const Tensor& t, std::size_t d) {
-  std::int64_t s = 1;
-  for (std::size_t i = d + 1; i < t.shape.size(); ++i) s *= t.shape[i];
-  return s;
 }
 
 /// The bounds check (empty when the indices cannot leave the tensor) and the offset (empty when
@@ -113,7 +102,7 @@ std::pair<std::string, std::string> bounds_and_offset(const Compute& c, const Ac
     if (may_leave(c, a.indices[d], t.shape[d]))
       ok += (ok.empty() ? "" : " && ") + std::string("(unsigned)(") + idx + ") < " + std::to_string(t.shape[d]) + "u";
     if (a.indices[d].terms.empty() && a.indices[d].constant == 0) continue;
-    offset += (offset.empty() ? "" : " + ") + std::string("(") + idx + ") * " + std::to_string(stride_of(t, d));
+    offset += (offset.empty() ? "" : " + ") + std::string("(") + idx + ") * " + std::to_string(t.stride(d));
   }
   return {ok, offset};
 }
@@ -176,7 +165,7 @@ WindowPlan window_plan(const ImplicitGemm& g) {
     return fail("the image's last (contiguous) dimension is not a window dimension");
   if (dims.size() == 2) {
     w.row = dims.front();
-    w.row_stride = stride_of(t, static_cast<std::size_t>(w.row.dim));
+    w.row_stride = t.stride(static_cast<std::size_t>(w.row.dim));
   }
   std::vector<int> outs, taps;
   for (const WindowDim& d : dims) {

@@ -214,26 +214,18 @@ OperandSplit split_operand(const ImplicitGemm& g, const ScheduleParams& p, int w
   sp.moving_iters = g.k_iters;
   sp.moving_iters.insert(sp.moving_iters.end(), g.serial_iters.begin(), g.serial_iters.end());
   const Tensor& t = c.tensor_of(*sp.access);
-  std::int64_t stride = 1;
-  sp.strides.assign(t.shape.size(), 0);
-  for (int d = static_cast<int>(t.shape.size()) - 1; d >= 0; --d) {
-    sp.strides[d] = stride;
-    stride *= t.shape[d];
-  }
+  for (std::size_t d = 0; d < t.shape.size(); ++d) sp.strides.push_back(t.stride(d));
   for (std::size_t d = 0; d < sp.access->indices.size(); ++d) {
     const AffineExpr& e = sp.access->indices[d];
     AffineExpr f, m;
     f.constant = e.constant;
-    std::int64_t lo = e.constant, hi = e.constant;
     for (const auto& [it, coef] : e.terms) {
       const bool moving = std::find(sp.moving_iters.begin(), sp.moving_iters.end(), it) != sp.moving_iters.end();
       (moving ? m : f).terms.push_back({it, coef});
-      const std::int64_t reach = coef * (c.iters[it].extent - 1);
-      lo += std::min<std::int64_t>(0, reach);
-      hi += std::max<std::int64_t>(0, reach);
     }
     sp.fixed.push_back(f);
     sp.moving.push_back(m);
+    const auto [lo, hi] = c.index_range(e);
     sp.check.push_back(lo < 0 || hi >= t.shape[d]);
   }
   return sp;

@@ -371,16 +371,14 @@ Compute build_compute(const ComputeDef& def, const std::vector<ParamOverride>& o
   for (std::size_t d = 0; d < c.output.indices.size(); ++d) {
     const AffineExpr& idx = c.output.indices[d];
     const SourceLoc& loc = out_decl.indices[d]->loc;
-    std::int64_t lo = idx.constant, hi = idx.constant;
     std::vector<std::pair<std::int64_t, std::int64_t>> radix;  // (|coef|, extent)
     for (const auto& [id, coef] : idx.terms) {
       if (!seen_spatial.insert(id).second)
         throw_user_error(loc, "iterator '" + c.iters[id].name + "' indexes two dimensions of output '" + out.name + "'",
                          "each output element must be written once; use a separate iterator per dimension");
-      std::int64_t span = coef * (c.iters[id].extent - 1);
-      (span < 0 ? lo : hi) += span;
       radix.emplace_back(coef < 0 ? -coef : coef, c.iters[id].extent);
     }
+    const auto [lo, hi] = c.index_range(idx);
     if (lo < 0 || hi > out.shape[d] - 1)
       throw_user_error(loc, "index " + std::to_string(d) + " of output '" + out.name + "' ranges over [" +
                                 std::to_string(lo) + ", " + std::to_string(hi) + "], outside its dimension [0, " +

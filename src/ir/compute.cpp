@@ -12,6 +12,12 @@ std::int64_t Tensor::num_elements() const {
   return n;
 }
 
+std::int64_t Tensor::stride(std::size_t d) const {
+  std::int64_t s = 1;
+  for (std::size_t i = d + 1; i < shape.size(); ++i) s *= shape[i];
+  return s;
+}
+
 bool Access::uses(int iter) const {
   for (const auto& idx : indices)
     if (idx.uses(iter)) return true;
@@ -22,6 +28,15 @@ std::vector<std::string> Compute::iterator_names() const {
   std::vector<std::string> names;
   for (const auto& it : iters) names.push_back(it.name);
   return names;
+}
+
+std::pair<std::int64_t, std::int64_t> Compute::index_range(const AffineExpr& e) const {
+  std::int64_t lo = e.constant, hi = e.constant;
+  for (const auto& [it, coef] : e.terms) {
+    const std::int64_t reach = coef * (iters[it].extent - 1);
+    (reach < 0 ? lo : hi) += reach;
+  }
+  return {lo, hi};
 }
 
 int Compute::find_iterator(const std::string& name) const {

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
@@ -36,6 +37,8 @@ struct Tensor {
   std::vector<std::int64_t> shape;
   DType dtype = DType::kFloat32;
   std::int64_t num_elements() const;
+  /// Elements between neighbours along dimension `d` (dense, row-major).
+  std::int64_t stride(std::size_t d) const;
   bool operator==(const Tensor&) const = default;
 };
 
@@ -62,6 +65,8 @@ struct Compute {
   const Tensor& tensor_of(const Access& a) const { return tensors.at(a.tensor); }
   std::vector<std::string> iterator_names() const;
   int find_iterator(const std::string& name) const;  ///< -1 when absent.
+  /// The smallest and largest value of index `e` as its iterators range over their extents.
+  std::pair<std::int64_t, std::int64_t> index_range(const AffineExpr& e) const;
   /// Multiply-adds in the iteration space (product of all extents).
   std::int64_t iteration_points() const;
   /// The statement with concrete indices, e.g. "Out[n, k, p, q] += I[n, c, p + r - 1, q + s - 1] * W[k, c, r, s]".
