@@ -58,14 +58,16 @@ std::string array_text(const std::array<T, N>& a, int n) {
   return s + "}";
 }
 
+/// The type a launch function takes tensor `t` as: a device pointer, const for inputs.
+std::string pointer_type(const Compute& c, std::size_t t) {
+  return std::string(static_cast<int>(t) == c.output.tensor ? "" : "const ") + storage_type(c.tensors[t].dtype) + "*";
+}
+
 /// The parameter list of a launch function: the compute's tensors, inputs const.
 std::string signature(const Compute& c, const std::string& fn) {
   std::string s = "cudaError_t " + fn + "(";
-  for (std::size_t t = 0; t < c.tensors.size(); ++t) {
-    const bool out = static_cast<int>(t) == c.output.tensor;
-    s += (t ? ", " : "") + std::string(out ? "" : "const ") + storage_type(c.tensors[t].dtype) + "* " +
-         identifier(c.tensors[t].name);
-  }
+  for (std::size_t t = 0; t < c.tensors.size(); ++t)
+    s += (t ? ", " : "") + pointer_type(c, t) + " " + identifier(c.tensors[t].name);
   return s + ", cudaStream_t stream)";
 }
 
@@ -198,11 +200,8 @@ std::string arguments_function(const Piece& x, int index) {
   os << "static bool arguments_" << index << "() {\n  bool ok = true;\n"
      << "  for (const unsigned long long address : {0ull, 0x10000ull + 2}) {\n"
      << "    const cudaError_t e = " << x.fn << "(";
-  for (std::size_t t = 0; t < c.tensors.size(); ++t) {
-    const bool out = static_cast<int>(t) == c.output.tensor;
-    os << (t ? ", " : "") << "reinterpret_cast<" << (out ? "" : "const ") << storage_type(c.tensors[t].dtype)
-       << "*>(address)";
-  }
+  for (std::size_t t = 0; t < c.tensors.size(); ++t)
+    os << (t ? ", " : "") << "reinterpret_cast<" << pointer_type(c, t) << ">(address)";
   os << ", nullptr);\n"
      << "    if (e != cudaErrorInvalidValue) {\n"
      << "      std::printf(\"%-40s pointer %#llx: not refused (error %d)\\n\", \"" << x.fn << "\", address, static_cast<int>(e));\n"
@@ -448,11 +447,9 @@ std::vector<ExportedKernel> export_kernels(const std::vector<const TuneRecord*>&
   for (std::size_t i = 0; i < ot.shape.size(); ++i) ext << (i ? ", " : "") << ot.shape[i];
   ext << "}, " << identifier(c.tensors[ins[0]].name) << ".options().dtype(" << torch_dtype << "));\n";
   ext << "  const cudaError_t e = " << first.fn << "(";
-  for (std::size_t t = 0; t < c.tensors.size(); ++t) {
-    const bool o = static_cast<int>(t) == c.output.tensor;
-    ext << (t ? ", " : "") << "reinterpret_cast<" << (o ? "" : "const ") << storage_type(c.tensors[t].dtype) << "*>("
-        << (o ? std::string("out") : identifier(c.tensors[t].name)) << ".data_ptr())";
-  }
+  for (std::size_t t = 0; t < c.tensors.size(); ++t)
+    ext << (t ? ", " : "") << "reinterpret_cast<" << pointer_type(c, t) << ">("
+        << (static_cast<int>(t) == c.output.tensor ? std::string("out") : identifier(c.tensors[t].name)) << ".data_ptr())";
   ext << ", at::cuda::getCurrentCUDAStream());\n  TORCH_CHECK(e == cudaSuccess, \"" << first.fn
       << ": \", cudaGetErrorString(e));\n  return out;\n}\n\n"
       << "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def(\"run\", &run, \"" << c.statement_text() << "\"); }\n";
