@@ -134,22 +134,33 @@ TEST(Relayout, NchwConvolutionReadsNhwcCopies) {
 TEST(Relayout, PrologueTransposesInRegistersWhereVectorsDivideTheExtents) {
   // A lane of the prologue moves a V x V block (V vectors in, transposed in registers, V out),
   // V the widest vector of at most 16 bytes dividing both the channels (moved) and the pixels
-  // (inner), where that makes at least 128 blocks; else 32 x 32 tiles through shared memory, and
-  // rows shorter than 32 (a 3x3 filter's taps) are gathered.
+  // (inner), where that makes at least 128 blocks; else 32 x 32 tiles through shared memory. Rows
+  // shorter than 32 (a 3x3 filter's taps) of more than 64 channels are copied whole, as many
+  // channels' as the block needs (up to 256); those of 64 or fewer are gathered, 2048 a block.
   struct Case {
     std::vector<std::string> sets;
     std::string input_copy;   // the call copying the input
     std::int64_t input_blocks;
+    std::string filter_copy;  // the call copying the [K][C][9] filters
+    std::int64_t filter_blocks;
   };
   const std::vector<Case> cases = {
-      // ResNet-18 l1 at batch 16: [16][64][3136] in blocks of 64 channels x 256 pixels.
-      {{"N=16", "C=64", "H=56", "W=56", "K=64", "pad=1"}, "relayout_transpose_v<unsigned short, uint4, 8>", 16 * 1 * 13},
+      // ResNet-18 l1 at batch 16: [16][64][3136] in blocks of 64 channels x 256 pixels; filters of
+      // 64 channels gathered.
+      {{"N=16", "C=64", "H=56", "W=56", "K=64", "pad=1"}, "relayout_transpose_v<unsigned short, uint4, 8>", 16 * 1 * 13,
+       "relayout_gather(", (64 * 64 * 9 + 2047) / 2048},
+      // 28 x 28 = 784 pixels, 128 channels: exactly 128 blocks of 64 x 256; a block per filter.
+      {{"N=16", "C=128", "H=28", "W=28", "K=128", "pad=1"}, "relayout_transpose_v<unsigned short, uint4, 8>",
+       16 * 2 * 4, "relayout_rows<unsigned short, 9, 128>(", 128},
       // 14 x 14 = 196 pixels: 4-element (8-byte) vectors, blocks of 32 x 128.
-      {{"N=16", "C=256", "H=14", "W=14", "K=256", "pad=1"}, "relayout_transpose_v<unsigned short, uint2, 4>", 16 * 8 * 2},
+      {{"N=16", "C=256", "H=14", "W=14", "K=256", "pad=1"}, "relayout_transpose_v<unsigned short, uint2, 4>", 16 * 8 * 2,
+       "relayout_rows<unsigned short, 9, 256>(", 256},
       // 7 x 7 = 49 pixels: no vector divides them.
-      {{"N=2", "C=64", "H=7", "W=7", "K=64", "pad=1"}, "relayout_transpose(", 2 * 2 * 2},
+      {{"N=2", "C=64", "H=7", "W=7", "K=64", "pad=1"}, "relayout_transpose(", 2 * 2 * 2, "relayout_gather(",
+       (64 * 64 * 9 + 2047) / 2048},
       // Batch 1 of the first: 13 register-transpose blocks would leave most SMs idle; 196 tiles.
-      {{"N=1", "C=64", "H=56", "W=56", "K=64", "pad=1"}, "relayout_transpose(", 1 * 2 * 98},
+      {{"N=1", "C=64", "H=56", "W=56", "K=64", "pad=1"}, "relayout_transpose(", 1 * 2 * 98, "relayout_gather(",
+       (64 * 64 * 9 + 2047) / 2048},
   };
   for (const Case& t : cases) {
     const Compute c = op("conv2d", t.sets);
@@ -160,10 +171,9 @@ TEST(Relayout, PrologueTransposesInRegistersWhereVectorsDivideTheExtents) {
     const int image = g.compute->tensor_of(g.compute->inputs[g.a_input]).name == "I" ? 0 : 1;
     ASSERT_TRUE(g.relayout[image].active);
     ASSERT_TRUE(g.relayout[1 - image].active) << "3x3 KCRS filters are copied too";
-    const std::int64_t filter_blocks = (g.relayout[1 - image].elements() + 2047) / 2048;
-    EXPECT_EQ(k.relayout_blocks, t.input_blocks + filter_blocks) << t.sets[2];
+    EXPECT_EQ(k.relayout_blocks, t.input_blocks + t.filter_blocks) << t.sets[2];
     EXPECT_NE(k.code.find(t.input_copy), std::string::npos) << t.sets[2];
-    EXPECT_NE(k.code.find("relayout_gather(reinterpret_cast"), std::string::npos) << "the filters' 9 taps";
+    EXPECT_NE(k.code.find("    " + t.filter_copy + "reinterpret_cast"), std::string::npos) << t.sets[2] << ": the filters' 9 taps";
     EXPECT_EQ(k.code.find("relayout_transpose_v") != std::string::npos,
               t.input_copy.find("relayout_transpose_v") != std::string::npos)
         << t.sets[2] << ": the register transpose is emitted only where it is used";
@@ -368,7 +378,10 @@ TEST(Gpu, RelayoutPrologue) {
       // The prologue's register transposes (at least 128 blocks): 8-element vectors, 2 x 2 blocks
       // per image, the last ones partial (72 channels, 320 pixels); 4-element vectors (60 pixels).
       {"conv2d", {"N=32", "C=72", "H=16", "W=20", "K=40", "pad=1"}},
-      {"conv2d", {"N=128", "C=20", "H=6", "W=10", "K=24", "stride=2", "pad=1"}}};
+      {"conv2d", {"N=128", "C=20", "H=6", "W=10", "K=24", "stride=2", "pad=1"}},
+      // Rows shorter than 32 of more than 256 channels: blocks of 256 rows and a partial one (64),
+      // for the 5 x 5 input and for the filters.
+      {"conv2d", {"N=4", "C=320", "H=5", "W=5", "K=32", "pad=1"}}};
   std::vector<std::string> hws = {"wmma_fp16_fp32", "mma_sync_fp16_fp32", "simt_fp16_fp32"};
   if (cc == 90) hws.push_back("wgmma_fp16_fp32");
   int runs = 0;

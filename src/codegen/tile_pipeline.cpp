@@ -862,10 +862,31 @@ void emit_prologue_wait(std::ostringstream& os, const ImplicitGemm& g) {
 namespace {
 
 /// Copies that no register transpose fits (relayout_vector) and that have fewer than this many
-/// elements per [moved] row gather element by element; longer ones are transposed in 32 x 32
-/// tiles through shared memory.
+/// elements per [moved] row (a filter's taps) are copied a run of whole rows per block
+/// (relayout_rows) or gathered element by element (relayout_gather); longer ones are transposed
+/// in 32 x 32 tiles through shared memory.
 constexpr std::int64_t kTransposeMinInner = 32;
-constexpr std::int64_t kGatherPerBlock = 2048;  // elements per block of an element-wise gather
+constexpr std::int64_t kRowsBytes = 16 * 1024;  // the most shared memory a block of relayout_rows stages
+constexpr std::int64_t kGatherPerBlock = 2048;  // elements per block of relayout_gather
+
+/// Short rows are copied whole (relayout_rows) only above this many [moved] elements (channels);
+/// at or below it they are gathered. Measured on the H100 (replays of the shipped NCHW, NCW and
+/// NCDHW logs, both copies alternating in one call, two rounds, then again in a second call): the
+/// row copy took 1-21% off the prologue-and-kernel time with 80 to 512 channels (ResNet-18 l11
+/// 25.5 -> 21.1 us, l9 17.7 -> 15.3, a conv1d layer 7.0 -> 5.5) but added 1-11% with 64 (l3 10.6
+/// -> 11.8, l1 17.5 -> 17.7, a conv3d layer 48.3 -> 49.0). Why is not known: the gather of 64
+/// channels reads each filter's 1152 bytes within one block, and writing the rows with every
+/// thread instead of one per row did not move l3.
+constexpr std::int64_t kRowsMinMoved = 65;
+
+/// The [moved] rows a block of relayout_rows copies: a power of two, at most one per thread (256),
+/// no more than [moved] needs (down to 32) and at most kRowsBytes of them.
+int rows_per_block(const OperandRelayout& r) {
+  int mc = 256;
+  while (mc > 32 && mc / 2 >= r.moved) mc /= 2;
+  while (mc > 1 && mc * r.inner * r.bytes > kRowsBytes) mc /= 2;
+  return mc;
+}
 
 /// The fewest blocks a register transpose is used with: it makes 4 to 64 times fewer blocks than
 /// the 32 x 32 tiles, and was measured faster on copies of 128 to 256 of its blocks (ResNet-18
@@ -880,7 +901,8 @@ std::int64_t register_transpose_blocks(const OperandRelayout& r, int v) {
 /// The elements per vector of a register transpose of `r` (a lane moves a V x V block: V vectors
 /// of V elements read along inner, V written along moved, blocks of 8 V x 32 V): the widest of at
 /// most 16 bytes that divides both inner and moved, or 0 when none of 2 elements or more does or
-/// the copy is too small (then the 32 x 32 transpose through shared memory, or the gather).
+/// the copy is too small (then the 32 x 32 transpose through shared memory, the row copy or the
+/// gather).
 int relayout_vector(const OperandRelayout& r) {
   if (!r.active) return 0;
   for (int v = 16 / r.bytes; v >= 2; v /= 2)
@@ -889,10 +911,19 @@ int relayout_vector(const OperandRelayout& r) {
   return 0;
 }
 
+bool copies_rows(const OperandRelayout& r) {
+  return r.active && !relayout_vector(r) && r.inner < kTransposeMinInner && r.moved >= kRowsMinMoved;
+}
+
+bool gathers(const OperandRelayout& r) {
+  return r.active && !relayout_vector(r) && r.inner < kTransposeMinInner && r.moved < kRowsMinMoved;
+}
+
 std::int64_t relayout_blocks(const OperandRelayout& r) {
   if (!r.active) return 0;
   if (const int v = relayout_vector(r)) return register_transpose_blocks(r, v);
-  if (r.inner < kTransposeMinInner) return (r.elements() + kGatherPerBlock - 1) / kGatherPerBlock;
+  if (copies_rows(r)) return r.outer * ((r.moved + rows_per_block(r) - 1) / rows_per_block(r));
+  if (gathers(r)) return (r.elements() + kGatherPerBlock - 1) / kGatherPerBlock;
   return r.outer * ((r.moved + 31) / 32) * ((r.inner + 31) / 32);
 }
 
@@ -918,15 +949,33 @@ void emit_relayout(KernelSource& k, const ImplicitGemm& g) {
      << "  __syncthreads();\n"
      << "  #pragma unroll\n  for (int j = 0; j < 32; j += 8) {  // rows of [inner], written along moved\n"
      << "    const long long i = ti * 32 + ty + j, m = tm * 32 + tx;\n"
-     << "    if (m < moved && i < inner) dst[i * moved + m] = buf[tx][ty + j];\n  }\n}\n"
-     << "template <typename T>\n"
-     << "__device__ __forceinline__ void relayout_gather(const T* __restrict__ src, T* __restrict__ dst, long long block,\n"
-     << "                                               long long moved, long long inner, long long elements) {\n"
-     << "  #pragma unroll 4\n"
-     << "  for (long long e = block * " << kGatherPerBlock << " + threadIdx.x; e < (block + 1) * " << kGatherPerBlock
-     << " && e < elements; e += blockDim.x) {\n"
-     << "    const long long m = e % moved, i = e / moved % inner, o = e / (moved * inner);\n"
-     << "    dst[e] = src[(o * moved + m) * inner + i];\n  }\n}\n";
+     << "    if (m < moved && i < inner) dst[i * moved + m] = buf[tx][ty + j];\n  }\n}\n";
+  if (copies_rows(g.relayout[0]) || copies_rows(g.relayout[1]))
+    os << "// Rows shorter than 32 (a filter's taps): a block reads MC whole rows of [moved], one contiguous\n"
+       << "// run, into shared memory and writes them as INNER runs of MC elements along moved.\n"
+       << "template <typename T, int INNER, int MC>\n"
+       << "__device__ __forceinline__ void relayout_rows(const T* __restrict__ src, T* __restrict__ dst, long long block,\n"
+       << "                                              long long moved) {\n"
+       << "  __shared__ T rows[MC * INNER];\n"
+       << "  const long long chunks = (moved + MC - 1) / MC, o = block / chunks, m0 = block % chunks * MC;\n"
+       << "  const int mc = static_cast<int>(moved - m0 < MC ? moved - m0 : MC);\n"
+       << "  src += (o * moved + m0) * INNER;\n"
+       << "  for (int e = threadIdx.x; e < mc * INNER; e += blockDim.x) rows[e] = src[e];\n"
+       << "  __syncthreads();\n"
+       << "  dst += o * moved * INNER + m0;\n"
+       << "  for (int m = threadIdx.x; m < mc; m += blockDim.x)\n"
+       << "    #pragma unroll\n    for (int i = 0; i < INNER; ++i) dst[i * moved + m] = rows[m * INNER + i];\n}\n";
+  if (gathers(g.relayout[0]) || gathers(g.relayout[1]))
+    os << "// Rows shorter than 32 of at most " << kRowsMinMoved - 1 << " elements along moved: gathered, " << kGatherPerBlock
+       << " destination elements a block.\n"
+       << "template <typename T>\n"
+       << "__device__ __forceinline__ void relayout_gather(const T* __restrict__ src, T* __restrict__ dst, long long block,\n"
+       << "                                               long long moved, long long inner, long long elements) {\n"
+       << "  #pragma unroll 4\n"
+       << "  for (long long e = block * " << kGatherPerBlock << " + threadIdx.x; e < (block + 1) * " << kGatherPerBlock
+       << " && e < elements; e += blockDim.x) {\n"
+       << "    const long long m = e % moved, i = e / moved % inner, o = e / (moved * inner);\n"
+       << "    dst[e] = src[(o * moved + m) * inner + i];\n  }\n}\n";
   if (relayout_vector(g.relayout[0]) || relayout_vector(g.relayout[1]))
     os << "// A lane per V x V block: V vectors of V elements read along inner (the 4 x 8 lanes of a warp\n"
        << "// cover 4 V inner x 8 V moved: 64-byte runs of 8 rows), transposed in registers, written as V\n"
@@ -967,8 +1016,12 @@ void emit_relayout(KernelSource& k, const ImplicitGemm& g) {
        << "][" << r.inner << "] -> [" << r.outer << "][" << r.inner << "][" << r.moved << "]\n";
     if (const int v = relayout_vector(r))
       os << "    relayout_transpose_v<" << t << ", " << vector_type(v * r.bytes) << ", " << v << ">(" << args << ");\n";
-    else if (r.inner < kTransposeMinInner)
+    else if (gathers(r))
       os << "    relayout_gather(" << args << ", " << r.elements() << "LL);\n";
+    else if (copies_rows(r))
+      os << "    relayout_rows<" << t << ", " << r.inner << ", " << rows_per_block(r) << ">(reinterpret_cast<const " << t
+         << "*>(" << src << "), reinterpret_cast<" << t << "*>(workspace + " << offset << "LL), block, " << r.moved
+         << "LL);\n";
     else
       os << "    relayout_transpose(" << args << ");\n";
     os << "    return;\n  }\n";

@@ -187,7 +187,9 @@ void emit_prologue_wait(std::ostringstream& os, const ImplicitGemm& g);
 /// copied operand (A's first) writing [inner][moved] into the workspace after the split-K partial
 /// sums: each lane transposes a V x V block in registers where vectors of V >= 2 elements divide
 /// both extents and the copy makes at least 128 such blocks of 8 V x 32 V, else 32 x 32 tiles go
-/// through shared memory, and rows shorter than 32 are gathered; sets relayout_* and grows
+/// through shared memory, and rows shorter than 32 (a filter's taps) are copied up to 256 whole
+/// rows per block, read as one run and written along moved, where moved exceeds 64 (else
+/// gathered element by element); sets relayout_* and grows
 /// workspace_bytes.
 void emit_relayout(KernelSource& k, const ImplicitGemm& g);
 
