@@ -180,6 +180,65 @@ TEST(Relayout, PrologueTransposesInRegistersWhereVectorsDivideTheExtents) {
   }
 }
 
+TEST(Relayout, FewChannelsArePaddedToWholeVectors) {
+  // A first layer (C = 3, 7 x 7, stride 2): three channels are 6 bytes, no aligned vector in either
+  // layout, so both operands are copied with the channels padded to 8 (zeros), NHWC and KRSC too.
+  for (const std::string name : {"conv2d", "conv2d_nhwc"}) {
+    SCOPED_TRACE(name);
+    const Compute c = op(name, {"N=2", "C=3", "H=32", "W=30", "K=64", "R=7", "S=7", "stride=2", "pad=3"});
+    const std::vector<ImplicitGemm> views = views_of(c, "mma_sync_fp16_fp32", 8);
+    ASSERT_FALSE(views.empty());
+    for (const ImplicitGemm& g : views) {
+      const int ci = g.k_iters.back();
+      EXPECT_EQ(g.compute->iters[ci].name, "c");
+      EXPECT_EQ(g.compute->iters[ci].extent, 8);
+      std::int64_t k = 1;
+      for (int it : g.k_iters) k *= g.compute->iters[it].extent;
+      EXPECT_EQ(g.K, k);
+      EXPECT_EQ(k % 8, 0) << "the padded channels are the innermost of k";
+      const int image = g.compute->tensor_of(g.compute->inputs[g.a_input]).name == "I" ? 0 : 1;
+      const OperandRelayout& in = g.relayout[image];
+      const OperandRelayout& wt = g.relayout[1 - image];
+      ASSERT_TRUE(in.active && wt.active);
+      EXPECT_EQ(in.moved, 3);
+      EXPECT_EQ(in.copy_moved(), 8);
+      EXPECT_EQ(wt.copy_moved(), 8);
+      EXPECT_EQ(in.copy_elements(), in.elements() / 3 * 8);
+      // NCHW: [N][C][H W] -> [N][H W][8]; NHWC: [N H W][C][1] -> [N H W][1][8]. KCRS and KRSC alike.
+      EXPECT_EQ(in.inner, name == "conv2d" ? 32 * 30 : 1);
+      EXPECT_EQ(wt.inner, name == "conv2d" ? 49 : 1);
+      int widest = 0;
+      for (int which = 0; which < 2; ++which) {
+        EXPECT_EQ(g.compute->tensor_of(g.compute->inputs[which == 0 ? g.a_input : g.b_input]).shape.back(), 8);
+        widest = std::max(widest, operand_contiguity(g, which).aligned);
+      }
+      EXPECT_EQ(widest, 8) << "an operand is read in aligned 16-byte vectors";
+      const KernelSource kernel = emit_kernel(g, view_schedule(g));
+      EXPECT_NE(kernel.code.find(name == "conv2d" ? "relayout_transpose_pad(reinterpret_cast" : "relayout_gather_pad(reinterpret_cast"),
+                std::string::npos);
+      EXPECT_NE(kernel.code.find("(zeros after 3)"), std::string::npos);
+      const std::int64_t in_blocks = name == "conv2d" ? 2 * 1 * 30 : (in.copy_elements() + 2047) / 2048;
+      const std::int64_t wt_blocks = name == "conv2d" ? 64 * 1 * 2 : (wt.copy_elements() + 2047) / 2048;
+      EXPECT_EQ(kernel.relayout_blocks, in_blocks + wt_blocks);
+      EXPECT_GE(kernel.workspace_bytes, 2 * (in.copy_elements() + wt.copy_elements()));
+    }
+  }
+  // The padding is whole 16-byte vectors of the operands' type: 4 tf32 channels, 16 int8 ones.
+  for (const auto& [hw, in_t, out_t, padded] : std::vector<std::tuple<std::string, std::string, std::string, int>>{
+           {"mma_sync_tf32_fp32", "float32", "float32", 4}, {"mma_sync_int8_int32", "int8", "int32", 16}}) {
+    const Compute c = typed_op("conv2d", in_t, out_t, {"N=2", "C=3", "H=12", "W=12", "K=32", "pad=1"});
+    const std::vector<ImplicitGemm> views = views_of(c, hw, 1);
+    ASSERT_FALSE(views.empty()) << hw;
+    EXPECT_EQ(views[0].relayout[0].copy_moved(), padded) << hw;
+    EXPECT_EQ(views[0].relayout[1].copy_moved(), padded) << hw;
+  }
+  // Channels that fill whole vectors are not padded, and their prologue has no padding code.
+  const std::vector<ImplicitGemm> whole = views_of(op("conv2d", {"N=2", "C=16", "H=9", "W=9", "K=32", "pad=1"}), "mma_sync_fp16_fp32", 1);
+  ASSERT_FALSE(whole.empty());
+  EXPECT_FALSE(whole[0].relayout[0].pads() || whole[0].relayout[1].pads());
+  EXPECT_EQ(emit_kernel(whole[0], view_schedule(whole[0])).code.find("_pad("), std::string::npos);
+}
+
 TEST(Relayout, NotOfferedWhereOperandsAreReadInAlignedVectorsInPlace) {
   struct Case {
     std::string name;
@@ -189,7 +248,6 @@ TEST(Relayout, NotOfferedWhereOperandsAreReadInAlignedVectorsInPlace) {
       {"gemm", op("gemm", {"M=128", "N=128", "K=128"})},
       {"gemm_nt", op("gemm_nt", {"M=128", "N=128", "K=128"})},
       {"conv2d_nhwc", op("conv2d_nhwc", {"N=2", "C=64", "H=15", "W=15", "K=96", "pad=1"})},
-      {"conv2d C=3", op("conv2d", {"N=2", "C=3", "H=32", "W=32", "K=64", "R=7", "S=7", "stride=2", "pad=3"})},
   };
   for (const Case& k : cases) {
     std::vector<std::string> why;
@@ -311,7 +369,10 @@ TEST(Relayout, EveryFamilysViewKernelsCompile) {
       {"conv2d", {"N=2", "C=24", "H=11", "W=13", "K=40", "pad=1"}},
       {"conv2d", {"N=2", "C=16", "H=15", "W=15", "K=32", "stride=2", "pad=1"}},
       {"conv1d", {"N=3", "C=40", "W=37", "K=48", "S=3", "stride=2", "pad=1"}},
-      {"conv3d", {"N=2", "C=16", "D=5", "H=6", "W=7", "K=32", "pad=1"}}};
+      {"conv3d", {"N=2", "C=16", "D=5", "H=6", "W=7", "K=32", "pad=1"}},
+      // Three channels padded to a whole vector, in both layouts (the sets' [1] and [4] label them).
+      {"conv2d", {"N=2", "C=3", "H=20", "W=18", "K=32", "R=7", "S=7", "stride=2", "pad=3"}},
+      {"conv2d_nhwc", {"N=2", "C=3", "H=20", "W=18", "K=32", "R=7", "S=7", "stride=2", "pad=3"}}};
   auto add = [&](const Compute& c, const std::string& hw, const std::string& label, std::size_t max) {
     const auto views = schedulable_views(c, hw, max);
     ASSERT_FALSE(views.empty()) << label << " " << hw << ": no view offered with a valid schedule";
@@ -327,7 +388,7 @@ TEST(Relayout, EveryFamilysViewKernelsCompile) {
         }
         EXPECT_EQ(k.relayout_offset[which] % 256, 0);
         EXPECT_GE(k.relayout_offset[which], end);
-        end = k.relayout_offset[which] + g.relayout[which].elements() * g.relayout[which].bytes;
+        end = k.relayout_offset[which] + g.relayout[which].copy_elements() * g.relayout[which].bytes;
       }
       EXPECT_GE(k.workspace_bytes, end);
       EXPECT_NE(k.code.find("griddepcontrol.wait"), std::string::npos) << "the main kernel waits for the copies";
@@ -381,7 +442,10 @@ TEST(Gpu, RelayoutPrologue) {
       {"conv2d", {"N=128", "C=20", "H=6", "W=10", "K=24", "stride=2", "pad=1"}},
       // Rows shorter than 32 of more than 256 channels: blocks of 256 rows and a partial one (64),
       // for the 5 x 5 input and for the filters.
-      {"conv2d", {"N=4", "C=320", "H=5", "W=5", "K=32", "pad=1"}}};
+      {"conv2d", {"N=4", "C=320", "H=5", "W=5", "K=32", "pad=1"}},
+      // Three channels padded with zeros to 8 in both copies (a first layer), in both layouts.
+      {"conv2d", {"N=2", "C=3", "H=20", "W=18", "K=32", "R=7", "S=7", "stride=2", "pad=3"}},
+      {"conv2d_nhwc", {"N=2", "C=3", "H=20", "W=18", "K=32", "R=7", "S=7", "stride=2", "pad=3"}}};
   std::vector<std::string> hws = {"wmma_fp16_fp32", "mma_sync_fp16_fp32", "simt_fp16_fp32"};
   if (cc == 90) hws.push_back("wgmma_fp16_fp32");
   int runs = 0;
@@ -409,12 +473,14 @@ TEST(Gpu, RelayoutPrologue) {
   for (const auto& [hw, in_t, out_t, tol] : std::vector<std::tuple<std::string, std::string, std::string, double>>{
            {"mma_sync_tf32_fp32", "float32", "float32", 1e-3}, {"mma_sync_int8_int32", "int8", "int32", 0.0}}) {
     // 99 pixels (32 x 32 tiles in shared memory), then 128 pixels of 128 images (a register
-    // transpose of 16 int8 or 4 tf32 elements, one block per image).
-    for (const auto& [n, h, w] : std::vector<std::array<std::string, 3>>{{"N=2", "H=9", "W=11"}, {"N=128", "H=8", "W=16"}}) {
-      const Compute c = typed_op("conv2d", in_t, out_t, {n, "C=32", h, w, "K=64", "pad=1"});
+    // transpose of 16 int8 or 4 tf32 elements, one block per image), then 3 channels padded to
+    // 16 int8 or 4 tf32 ones.
+    for (const auto& [n, ch, h, w] : std::vector<std::array<std::string, 4>>{
+             {"N=2", "C=32", "H=9", "W=11"}, {"N=128", "C=32", "H=8", "W=16"}, {"N=2", "C=3", "H=12", "W=12"}}) {
+      const Compute c = typed_op("conv2d", in_t, out_t, {n, ch, h, w, "K=64", "pad=1"});
       std::vector<testing::GpuCase> cases;
       for (const auto& [g, p] : schedulable_views(c, hw, 1, cc))
-        cases.push_back({hw + " conv2d " + w + " relayout", g, p, tol});
+        cases.push_back({hw + " conv2d " + ch + " " + w + " relayout", g, p, tol});
       runs += static_cast<int>(cases.size());
       testing::run_cases(c, cases, seed++);
     }

@@ -90,22 +90,38 @@ RelayoutView relayout_view(const ImplicitGemm& g) {
   ImplicitGemm view = g;
   view.k_iters.erase(std::find(view.k_iters.begin(), view.k_iters.end(), iter));
   view.k_iters.push_back(iter);
+  // Channels that are not a whole number of 16-byte vectors of both operands are padded with
+  // zeros to the next one in both copies, whose rows are then read in aligned vectors.
+  const int unit = 128 / std::min(dtype_bits(g.hw->a_dtype), dtype_bits(g.hw->b_dtype));
+  const std::int64_t extent = c.iters[iter].extent;
+  const std::int64_t padded = (extent + unit - 1) / unit * unit;
   for (int which = 0; which < 2; ++which) {
     Access& acc = owned->inputs[inputs[which]];
     const int last = static_cast<int>(acc.indices.size()) - 1;
-    if (dims[which] == last) continue;
+    if (dims[which] == last && padded == extent) continue;
     for (std::size_t i = 0; i < owned->inputs.size(); ++i)
       if (static_cast<int>(i) != inputs[which] && owned->inputs[i].tensor == acc.tensor)
         return {"the operand's tensor is read twice", {}};
     Tensor& t = owned->tensors[acc.tensor];
+    if (padded != extent && t.shape[dims[which]] != extent)
+      return {"the channels' dimension is longer than the iterator's extent; it is not padded", {}};
     OperandRelayout& r = view.relayout[which];
     r.bytes = dtype_bits(t.dtype) / 8;
     for (int d = 0; d <= last; ++d) (d < dims[which] ? r.outer : d == dims[which] ? r.moved : r.inner) *= t.shape[d];
-    // Dimensions after it all of extent 1 (1x1 filters): the same bytes, read in place as they are.
-    r.active = r.inner > 1 && r.moved > 1;
-    // The moved dimension goes last, in the tensor and in the access.
+    r.padded = padded;
+    // Dimensions after it all of extent 1 (1x1 filters): the same bytes, read in place as they
+    // are, unless padded.
+    r.active = (r.inner > 1 && r.moved > 1) || r.pads();
+    // The moved dimension goes last, in the tensor and in the access, with its padded extent.
     std::rotate(t.shape.begin() + dims[which], t.shape.begin() + dims[which] + 1, t.shape.end());
     std::rotate(acc.indices.begin() + dims[which], acc.indices.begin() + dims[which] + 1, acc.indices.end());
+    t.shape.back() = padded;
+  }
+  if (padded != extent) {
+    if (!view.relayout[0].active || !view.relayout[1].active)
+      return {"the channels would be padded in one operand only", {}};
+    owned->iters[iter].extent = padded;
+    view.K = view.K / extent * padded;
   }
   if (!view.relayout[0].active && !view.relayout[1].active)
     return {"both operands already have the reduction's dimension innermost in memory", {}};

@@ -904,7 +904,7 @@ std::int64_t register_transpose_blocks(const OperandRelayout& r, int v) {
 /// the copy is too small (then the 32 x 32 transpose through shared memory, the row copy or the
 /// gather).
 int relayout_vector(const OperandRelayout& r) {
-  if (!r.active) return 0;
+  if (!r.active || r.pads()) return 0;
   for (int v = 16 / r.bytes; v >= 2; v /= 2)
     if (r.inner % v == 0 && r.moved % v == 0)
       return register_transpose_blocks(r, v) >= kMinRegisterTransposeBlocks ? v : 0;
@@ -912,19 +912,20 @@ int relayout_vector(const OperandRelayout& r) {
 }
 
 bool copies_rows(const OperandRelayout& r) {
-  return r.active && !relayout_vector(r) && r.inner < kTransposeMinInner && r.moved >= kRowsMinMoved;
+  return r.active && !r.pads() && !relayout_vector(r) && r.inner < kTransposeMinInner && r.moved >= kRowsMinMoved;
 }
 
 bool gathers(const OperandRelayout& r) {
-  return r.active && !relayout_vector(r) && r.inner < kTransposeMinInner && r.moved < kRowsMinMoved;
+  return r.active && !r.pads() && !relayout_vector(r) && r.inner < kTransposeMinInner && r.moved < kRowsMinMoved;
 }
 
 std::int64_t relayout_blocks(const OperandRelayout& r) {
   if (!r.active) return 0;
   if (const int v = relayout_vector(r)) return register_transpose_blocks(r, v);
+  if (r.pads() && r.inner < kTransposeMinInner) return (r.copy_elements() + kGatherPerBlock - 1) / kGatherPerBlock;
   if (copies_rows(r)) return r.outer * ((r.moved + rows_per_block(r) - 1) / rows_per_block(r));
   if (gathers(r)) return (r.elements() + kGatherPerBlock - 1) / kGatherPerBlock;
-  return r.outer * ((r.moved + 31) / 32) * ((r.inner + 31) / 32);
+  return r.outer * ((r.copy_moved() + 31) / 32) * ((r.inner + 31) / 32);
 }
 
 }  // namespace
@@ -976,6 +977,32 @@ void emit_relayout(KernelSource& k, const ImplicitGemm& g) {
        << " && e < elements; e += blockDim.x) {\n"
        << "    const long long m = e % moved, i = e / moved % inner, o = e / (moved * inner);\n"
        << "    dst[e] = src[(o * moved + m) * inner + i];\n  }\n}\n";
+  if (g.relayout[0].pads() || g.relayout[1].pads())
+    os << "// Copies with [moved] padded with zeros to `padded` elements (channels to whole 16-byte vectors).\n"
+       << "template <typename T>\n"
+       << "__device__ __forceinline__ void relayout_transpose_pad(const T* __restrict__ src, T* __restrict__ dst, long long tile,\n"
+       << "                                                      long long moved, long long padded, long long inner) {\n"
+       << "  __shared__ T buf[32][33];\n"
+       << "  const long long tiles_inner = (inner + 31) / 32, tiles_moved = (padded + 31) / 32;\n"
+       << "  const long long ti = tile % tiles_inner, tm = tile / tiles_inner % tiles_moved, o = tile / (tiles_inner * tiles_moved);\n"
+       << "  src += o * moved * inner;\n  dst += o * padded * inner;\n"
+       << "  const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;\n"
+       << "  #pragma unroll\n  for (int j = 0; j < 32; j += 8) {  // rows of [moved], read along inner; zeros past moved\n"
+       << "    const long long m = tm * 32 + ty + j, i = ti * 32 + tx;\n"
+       << "    if (i < inner) buf[ty + j][tx] = m < moved ? src[m * inner + i] : T();\n  }\n"
+       << "  __syncthreads();\n"
+       << "  #pragma unroll\n  for (int j = 0; j < 32; j += 8) {  // rows of [inner], written along [padded]\n"
+       << "    const long long i = ti * 32 + ty + j, m = tm * 32 + tx;\n"
+       << "    if (m < padded && i < inner) dst[i * padded + m] = buf[tx][ty + j];\n  }\n}\n"
+       << "template <typename T>\n"
+       << "__device__ __forceinline__ void relayout_gather_pad(const T* __restrict__ src, T* __restrict__ dst, long long block,\n"
+       << "                                                   long long moved, long long padded, long long inner,\n"
+       << "                                                   long long elements) {\n"
+       << "  #pragma unroll 4\n"
+       << "  for (long long e = block * " << kGatherPerBlock << " + threadIdx.x; e < (block + 1) * " << kGatherPerBlock
+       << " && e < elements; e += blockDim.x) {\n"
+       << "    const long long m = e % padded, i = e / padded % inner, o = e / (padded * inner);\n"
+       << "    dst[e] = m < moved ? src[(o * moved + m) * inner + i] : T();\n  }\n}\n";
   if (relayout_vector(g.relayout[0]) || relayout_vector(g.relayout[1]))
     os << "// A lane per V x V block: V vectors of V elements read along inner (the 4 x 8 lanes of a warp\n"
        << "// cover 4 V inner x 8 V moved: 64-byte runs of 8 rows), transposed in registers, written as V\n"
@@ -1013,8 +1040,16 @@ void emit_relayout(KernelSource& k, const ImplicitGemm& g) {
                              std::to_string(offset) + "LL), block, " + std::to_string(r.moved) + "LL, " +
                              std::to_string(r.inner) + "LL";
     os << "  if (block < " << n << ") {  // operand " << (which == 0 ? 'A' : 'B') << ": [" << r.outer << "][" << r.moved
-       << "][" << r.inner << "] -> [" << r.outer << "][" << r.inner << "][" << r.moved << "]\n";
-    if (const int v = relayout_vector(r))
+       << "][" << r.inner << "] -> [" << r.outer << "][" << r.inner << "][" << r.copy_moved() << "]"
+       << (r.pads() ? " (zeros after " + std::to_string(r.moved) + ")" : std::string()) << "\n";
+    const std::string padded_args = "reinterpret_cast<const " + t + "*>(" + src + "), reinterpret_cast<" + t +
+                                    "*>(workspace + " + std::to_string(offset) + "LL), block, " + std::to_string(r.moved) +
+                                    "LL, " + std::to_string(r.copy_moved()) + "LL, " + std::to_string(r.inner) + "LL";
+    if (r.pads() && r.inner < kTransposeMinInner)
+      os << "    relayout_gather_pad(" << padded_args << ", " << r.copy_elements() << "LL);\n";
+    else if (r.pads())
+      os << "    relayout_transpose_pad(" << padded_args << ");\n";
+    else if (const int v = relayout_vector(r))
       os << "    relayout_transpose_v<" << t << ", " << vector_type(v * r.bytes) << ", " << v << ">(" << args << ");\n";
     else if (gathers(r))
       os << "    relayout_gather(" << args << ", " << r.elements() << "LL);\n";
@@ -1026,7 +1061,7 @@ void emit_relayout(KernelSource& k, const ImplicitGemm& g) {
       os << "    relayout_transpose(" << args << ");\n";
     os << "    return;\n  }\n";
     if (which == 0 && g.relayout[1].active) os << "  block -= " << n << ";\n";
-    offset = round_up(offset + r.elements() * r.bytes, 256);
+    offset = round_up(offset + r.copy_elements() * r.bytes, 256);
     blocks += n;
   }
   os << "}\n";

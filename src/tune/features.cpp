@@ -54,11 +54,12 @@ Shape shape_of(const ImplicitGemm& g, const ScheduleParams& p, const DeviceModel
   return s;
 }
 
-/// Bytes a relayout view's prologue copies (read once and written once), 0 without one.
+/// Bytes a relayout view's prologue copies: the mean of what it reads and writes (they differ
+/// where channels are padded), 0 without one.
 double relayout_bytes(const ImplicitGemm& g) {
   double bytes = 0;
   for (const OperandRelayout& r : g.relayout)
-    if (r.active) bytes += static_cast<double>(r.elements()) * r.bytes;
+    if (r.active) bytes += 0.5 * static_cast<double>(r.elements() + r.copy_elements()) * r.bytes;
   return bytes;
 }
 

@@ -26,8 +26,14 @@ namespace tmap {
 struct OperandRelayout {
   bool active = false;
   std::int64_t outer = 1, moved = 1, inner = 1;
+  /// [moved] in the copy: `moved`, or more, the rest zeros (channels padded to whole 16-byte
+  /// vectors, C = 3 -> 8 for 2-byte elements); 0 reads as `moved`.
+  std::int64_t padded = 0;
   int bytes = 2;  ///< Bytes per element.
-  std::int64_t elements() const { return outer * moved * inner; }
+  std::int64_t elements() const { return outer * moved * inner; }  ///< Read from the operand.
+  std::int64_t copy_moved() const { return padded > moved ? padded : moved; }
+  std::int64_t copy_elements() const { return outer * copy_moved() * inner; }  ///< Written to the copy.
+  bool pads() const { return copy_moved() > moved; }
 };
 
 struct ImplicitGemm {
@@ -60,7 +66,10 @@ ImplicitGemm make_implicit_gemm(const Compute& c, const HwAbstraction& hw, const
 /// The relayout view of `g` (ScheduleParams::relayout): a reduction iterator `c` that indexes one
 /// dimension of both operands alone (a convolution's input channels) is made the innermost of k,
 /// and each operand whose dimension of `c` is not its last is read from a copy with that
-/// dimension moved last (NCHW -> NHWC, KCRS -> KRSC, NCW -> NWC, NCDHW -> NDHWC). Offered where an
+/// dimension moved last (NCHW -> NHWC, KCRS -> KRSC, NCW -> NWC, NCDHW -> NDHWC). Where `c`'s
+/// extent is not a whole number of 16-byte vectors (a first layer's C = 3), both operands are
+/// copied with `c` padded with zeros to the next one (NHWC and KRSC too), and `c` in the view
+/// has the padded extent. Offered where an
 /// operand cannot be read in aligned 16-byte vectors in place along k nor along m / n (a 3x3 or
 /// strided convolution's NCHW input) but can in the view, along the axis this mapping's layout
 /// stores it, and no operand loses. `why_not` says why not, else `gemm` is the view.
