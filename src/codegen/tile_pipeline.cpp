@@ -911,20 +911,37 @@ int relayout_vector(const OperandRelayout& r) {
   return 0;
 }
 
-bool copies_rows(const OperandRelayout& r) {
-  return r.active && !r.pads() && !relayout_vector(r) && r.inner < kTransposeMinInner && r.moved >= kRowsMinMoved;
-}
+/// How the prologue copies one operand: the one choice its block count, the device helpers
+/// emitted and the call all follow.
+enum class RelayoutCopy {
+  kNone,               ///< not copied
+  kGatherPad,          ///< padded, rows shorter than kTransposeMinInner: relayout_gather_pad
+  kTransposePad,       ///< padded, longer rows: relayout_transpose_pad (32 x 32 tiles)
+  kRegisterTranspose,  ///< relayout_transpose_v
+  kRows,               ///< short rows of at least kRowsMinMoved: relayout_rows
+  kGather,             ///< short rows of fewer: relayout_gather
+  kTiles,              ///< relayout_transpose (32 x 32 tiles through shared memory)
+};
 
-bool gathers(const OperandRelayout& r) {
-  return r.active && !r.pads() && !relayout_vector(r) && r.inner < kTransposeMinInner && r.moved < kRowsMinMoved;
+RelayoutCopy relayout_copy(const OperandRelayout& r) {
+  if (!r.active) return RelayoutCopy::kNone;
+  const bool short_rows = r.inner < kTransposeMinInner;
+  if (r.pads()) return short_rows ? RelayoutCopy::kGatherPad : RelayoutCopy::kTransposePad;
+  if (relayout_vector(r)) return RelayoutCopy::kRegisterTranspose;
+  if (!short_rows) return RelayoutCopy::kTiles;
+  return r.moved >= kRowsMinMoved ? RelayoutCopy::kRows : RelayoutCopy::kGather;
 }
 
 std::int64_t relayout_blocks(const OperandRelayout& r) {
-  if (!r.active) return 0;
-  if (const int v = relayout_vector(r)) return register_transpose_blocks(r, v);
-  if (r.pads() && r.inner < kTransposeMinInner) return (r.copy_elements() + kGatherPerBlock - 1) / kGatherPerBlock;
-  if (copies_rows(r)) return r.outer * ((r.moved + rows_per_block(r) - 1) / rows_per_block(r));
-  if (gathers(r)) return (r.elements() + kGatherPerBlock - 1) / kGatherPerBlock;
+  switch (relayout_copy(r)) {
+    case RelayoutCopy::kNone: return 0;
+    case RelayoutCopy::kRegisterTranspose: return register_transpose_blocks(r, relayout_vector(r));
+    case RelayoutCopy::kRows: return r.outer * ((r.moved + rows_per_block(r) - 1) / rows_per_block(r));
+    case RelayoutCopy::kGather:
+    case RelayoutCopy::kGatherPad: return (r.copy_elements() + kGatherPerBlock - 1) / kGatherPerBlock;
+    case RelayoutCopy::kTransposePad:
+    case RelayoutCopy::kTiles: break;
+  }
   return r.outer * ((r.copy_moved() + 31) / 32) * ((r.inner + 31) / 32);
 }
 
@@ -951,7 +968,8 @@ void emit_relayout(KernelSource& k, const ImplicitGemm& g) {
      << "  #pragma unroll\n  for (int j = 0; j < 32; j += 8) {  // rows of [inner], written along moved\n"
      << "    const long long i = ti * 32 + ty + j, m = tm * 32 + tx;\n"
      << "    if (m < moved && i < inner) dst[i * moved + m] = buf[tx][ty + j];\n  }\n}\n";
-  if (copies_rows(g.relayout[0]) || copies_rows(g.relayout[1]))
+  const auto uses = [&](RelayoutCopy c) { return relayout_copy(g.relayout[0]) == c || relayout_copy(g.relayout[1]) == c; };
+  if (uses(RelayoutCopy::kRows))
     os << "// Rows shorter than 32 (a filter's taps): a block reads MC whole rows of [moved], one contiguous\n"
        << "// run, into shared memory and writes them as INNER runs of MC elements along moved.\n"
        << "template <typename T, int INNER, int MC>\n"
@@ -966,7 +984,7 @@ void emit_relayout(KernelSource& k, const ImplicitGemm& g) {
        << "  dst += o * moved * INNER + m0;\n"
        << "  for (int m = threadIdx.x; m < mc; m += blockDim.x)\n"
        << "    #pragma unroll\n    for (int i = 0; i < INNER; ++i) dst[i * moved + m] = rows[m * INNER + i];\n}\n";
-  if (gathers(g.relayout[0]) || gathers(g.relayout[1]))
+  if (uses(RelayoutCopy::kGather))
     os << "// Rows shorter than 32 of at most " << kRowsMinMoved - 1 << " elements along moved: gathered, " << kGatherPerBlock
        << " destination elements a block.\n"
        << "template <typename T>\n"
@@ -977,7 +995,7 @@ void emit_relayout(KernelSource& k, const ImplicitGemm& g) {
        << " && e < elements; e += blockDim.x) {\n"
        << "    const long long m = e % moved, i = e / moved % inner, o = e / (moved * inner);\n"
        << "    dst[e] = src[(o * moved + m) * inner + i];\n  }\n}\n";
-  if (g.relayout[0].pads() || g.relayout[1].pads())
+  if (uses(RelayoutCopy::kGatherPad) || uses(RelayoutCopy::kTransposePad))
     os << "// Copies with [moved] padded with zeros to `padded` elements (channels to whole 16-byte vectors).\n"
        << "template <typename T>\n"
        << "__device__ __forceinline__ void relayout_transpose_pad(const T* __restrict__ src, T* __restrict__ dst, long long tile,\n"
@@ -1003,7 +1021,7 @@ void emit_relayout(KernelSource& k, const ImplicitGemm& g) {
        << " && e < elements; e += blockDim.x) {\n"
        << "    const long long m = e % padded, i = e / padded % inner, o = e / (padded * inner);\n"
        << "    dst[e] = m < moved ? src[(o * moved + m) * inner + i] : T();\n  }\n}\n";
-  if (relayout_vector(g.relayout[0]) || relayout_vector(g.relayout[1]))
+  if (uses(RelayoutCopy::kRegisterTranspose))
     os << "// A lane per V x V block: V vectors of V elements read along inner (the 4 x 8 lanes of a warp\n"
        << "// cover 4 V inner x 8 V moved: 64-byte runs of 8 rows), transposed in registers, written as V\n"
        << "// vectors along moved (8 lanes write 8 V contiguous elements of one row). 8 warps a block, along inner.\n"
@@ -1036,29 +1054,31 @@ void emit_relayout(KernelSource& k, const ImplicitGemm& g) {
     k.relayout_offset[which] = offset;
     const std::int64_t n = relayout_blocks(r);
     const std::string t = vector_type(r.bytes), src = which == 0 ? "a_src" : "b_src";
-    const std::string args = "reinterpret_cast<const " + t + "*>(" + src + "), reinterpret_cast<" + t + "*>(workspace + " +
-                             std::to_string(offset) + "LL), block, " + std::to_string(r.moved) + "LL, " +
-                             std::to_string(r.inner) + "LL";
+    // The source, the copy in the workspace, the block and [moved]: what every copy takes first.
+    const std::string head = "reinterpret_cast<const " + t + "*>(" + src + "), reinterpret_cast<" + t + "*>(workspace + " +
+                             std::to_string(offset) + "LL), block, " + std::to_string(r.moved) + "LL";
+    const std::string args = head + ", " + std::to_string(r.inner) + "LL";
+    const std::string padded_args = head + ", " + std::to_string(r.copy_moved()) + "LL, " + std::to_string(r.inner) + "LL";
     os << "  if (block < " << n << ") {  // operand " << (which == 0 ? 'A' : 'B') << ": [" << r.outer << "][" << r.moved
        << "][" << r.inner << "] -> [" << r.outer << "][" << r.inner << "][" << r.copy_moved() << "]"
        << (r.pads() ? " (zeros after " + std::to_string(r.moved) + ")" : std::string()) << "\n";
-    const std::string padded_args = "reinterpret_cast<const " + t + "*>(" + src + "), reinterpret_cast<" + t +
-                                    "*>(workspace + " + std::to_string(offset) + "LL), block, " + std::to_string(r.moved) +
-                                    "LL, " + std::to_string(r.copy_moved()) + "LL, " + std::to_string(r.inner) + "LL";
-    if (r.pads() && r.inner < kTransposeMinInner)
-      os << "    relayout_gather_pad(" << padded_args << ", " << r.copy_elements() << "LL);\n";
-    else if (r.pads())
-      os << "    relayout_transpose_pad(" << padded_args << ");\n";
-    else if (const int v = relayout_vector(r))
-      os << "    relayout_transpose_v<" << t << ", " << vector_type(v * r.bytes) << ", " << v << ">(" << args << ");\n";
-    else if (gathers(r))
-      os << "    relayout_gather(" << args << ", " << r.elements() << "LL);\n";
-    else if (copies_rows(r))
-      os << "    relayout_rows<" << t << ", " << r.inner << ", " << rows_per_block(r) << ">(reinterpret_cast<const " << t
-         << "*>(" << src << "), reinterpret_cast<" << t << "*>(workspace + " << offset << "LL), block, " << r.moved
-         << "LL);\n";
-    else
-      os << "    relayout_transpose(" << args << ");\n";
+    switch (relayout_copy(r)) {
+      case RelayoutCopy::kGatherPad:
+        os << "    relayout_gather_pad(" << padded_args << ", " << r.copy_elements() << "LL);\n";
+        break;
+      case RelayoutCopy::kTransposePad: os << "    relayout_transpose_pad(" << padded_args << ");\n"; break;
+      case RelayoutCopy::kRegisterTranspose: {
+        const int v = relayout_vector(r);
+        os << "    relayout_transpose_v<" << t << ", " << vector_type(v * r.bytes) << ", " << v << ">(" << args << ");\n";
+        break;
+      }
+      case RelayoutCopy::kGather: os << "    relayout_gather(" << args << ", " << r.elements() << "LL);\n"; break;
+      case RelayoutCopy::kRows:
+        os << "    relayout_rows<" << t << ", " << r.inner << ", " << rows_per_block(r) << ">(" << head << ");\n";
+        break;
+      case RelayoutCopy::kTiles: os << "    relayout_transpose(" << args << ");\n"; break;
+      case RelayoutCopy::kNone: break;  // not reached: operands not copied are skipped above
+    }
     os << "    return;\n  }\n";
     if (which == 0 && g.relayout[1].active) os << "  block -= " << n << ";\n";
     offset = round_up(offset + r.copy_elements() * r.bytes, 256);
