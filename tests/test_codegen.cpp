@@ -525,8 +525,10 @@ TEST(Codegen, WgmmaTmaProducer) {
     auto issues = validate(g, p, limits);
     return issues.empty() ? std::string() : issues[0].detail;
   };
-  EXPECT_NE(refusal(typed("conv2d_nhwc", "float16", "float32", {"N=2"}), "wgmma_fp16_fp32").find("operand A (I)"),
-            std::string::npos);
+  // 24 channels: 48-byte rows, no whole 128-byte line of channels for an im2col box either.
+  const std::string no_box = refusal(typed("conv2d_nhwc", "float16", "float32", {"N=2", "C=24"}), "wgmma_fp16_fp32");
+  EXPECT_NE(no_box.find("operand A (I)"), std::string::npos) << no_box;
+  EXPECT_NE(no_box.find("nor is it an im2col view"), std::string::npos) << no_box;
   EXPECT_NE(refusal(typed("gemm", "float16", "float32", {"M=67", "N=33", "K=65"}), "wgmma_fp16_fp32")
                 .find("multiples of 16 bytes"),
             std::string::npos);
@@ -538,6 +540,118 @@ TEST(Codegen, WgmmaTmaProducer) {
                                 << (failures.empty() ? "" : failures.front());
   EXPECT_GT(jobs.size(), 25u);
   std::cout << "compiled " << jobs.size() << " warp-specialized wgmma kernels for sm_90a\n";
+}
+
+// Convolution inputs read by TMA in im2col mode (producer = 1): channels-last inputs in place
+// (3x3 with padding, stride 2, dilation 2, 1x1 stride 2, the image in m or in the grid) and the
+// channels-last copies of NCW, NCHW and NCDHW convolutions (rank 3, 4 and 5 maps) get an im2col
+// map for A and a tiled one for B; the kernels compile for sm_90a; the map's corners, strides and
+// traversal steps are those of the convolution; a block_k not dividing K is refused.
+TEST(Codegen, WgmmaIm2colProducer) {
+  std::vector<Job> jobs;
+  std::vector<std::unique_ptr<Compute>> keep;
+  const DeviceLimits limits = DeviceLimits::for_arch(90);
+  auto typed = [&](const std::string& op, const std::vector<std::string>& sets) -> const Compute& {
+    return typed_compute(keep, op, "float16", "float32", sets);
+  };
+  int im2col = 0;
+  auto add = [&](const ImplicitGemm& g, const std::string& label) {
+    ScheduleParams d = default_schedule(g, limits);
+    d.producer = 1;
+    if (g.relayouted()) d.relayout = 1;
+    const auto issues = validate(g, d, limits);
+    if (!issues.empty()) return issues[0].detail;
+    std::vector<std::pair<std::string, ScheduleParams>> schedules = {{"default", d}};
+    auto edit = [&](const std::string& name, auto f) {
+      ScheduleParams p = d;
+      f(p);
+      if (validate(g, p, limits).empty()) schedules.emplace_back(name, p);
+    };
+    edit("2 consumers 256x128", [](ScheduleParams& p) { p.block_m = 256; p.warp_m = 128; p.block_n = p.warp_n = 128; });
+    edit("bm 64 stages 6 raster 4", [](ScheduleParams& p) { p.block_m = 64; p.stages = 6; p.raster = 4; });
+    edit("split 3", [](ScheduleParams& p) { p.split_k = 3; });
+    for (const auto& [name, p] : schedules) {
+      KernelSource k = emit_kernel(g, p);
+      EXPECT_EQ(k.tensor_maps.size(), 2u) << label;
+      if (k.tensor_maps.size() != 2u) continue;
+      EXPECT_TRUE(k.tensor_maps[0].im2col) << label;
+      EXPECT_FALSE(k.tensor_maps[1].im2col) << label;
+      EXPECT_NE(k.code.find(".im2col.mbarrier"), std::string::npos) << label;
+      EXPECT_EQ(k.tensor_maps[0].box[1], static_cast<std::uint32_t>(p.block_m)) << label << ": one pixel per row of A";
+      im2col += k.tensor_maps[0].im2col;
+      jobs.push_back({label + " " + g.layout + " " + name, k});
+    }
+    return std::string();
+  };
+  // Channels-last inputs in place.
+  for (const auto& sets : testing::im2col_conv_shapes()) {
+    const Compute& c = typed("conv2d_nhwc", sets);
+    std::string why;
+    for (const ImplicitGemm& g : gemm_per_match(c, "wgmma_fp16_fp32")) {
+      why = add(g, "conv2d_nhwc " + sets[1] + " " + sets[4] + " " + sets[5]);
+      if (why.empty()) break;
+    }
+    EXPECT_EQ(why, "") << sets[1] << " " << sets[5] << ": no layout takes an im2col producer";
+  }
+  // Channels-last copies (relayout views) of channels-first convolutions: rank 3, 4 and 5 maps.
+  for (const auto& [op, sets] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+           {"conv1d", {"N=4", "C=128", "W=100", "K=96", "S=5", "pad=2"}},
+           {"conv2d", {"N=2", "C=64", "H=15", "W=13", "K=96", "stride=2", "pad=1"}},
+           {"conv3d", {"N=2", "C=64", "D=6", "H=7", "W=9", "K=64", "pad=1"}}}) {
+    const Compute& c = typed(op, sets);
+    const HwAbstraction& hw = find_hw(shipped(), "wgmma_fp16_fp32");
+    const MatchReport r = match_compute(c, {hw}, Enumeration::kAll);
+    std::string why = "no relayout view";
+    for (const Match& m : r.matches) {
+      for (const Mapping& map : m.mappings) {
+        RelayoutView v = relayout_view(make_implicit_gemm(c, hw, m, map));
+        if (!v.why_not.empty()) continue;
+        keep.push_back(std::make_unique<Compute>(*v.gemm.compute));  // unused; views own their compute
+        why = add(v.gemm, op + " view");
+        if (why.empty()) break;
+      }
+      if (why.empty()) break;
+    }
+    EXPECT_EQ(why, "") << op << ": no view takes an im2col producer";
+  }
+  EXPECT_GE(im2col, 12);
+
+  // The map of a 3x3 stride-2 convolution of a [2][9][11][64] input: P = 5, Q = 6.
+  {
+    const Compute& c = typed("conv2d_nhwc", {"N=2", "C=64", "H=9", "W=11", "K=40", "stride=2", "pad=1"});
+    ImplicitGemm g;
+    ScheduleParams p;
+    for (const ImplicitGemm& each : gemm_per_match(c, "wgmma_fp16_fp32")) {  // the layout B boxes read
+      g = each;
+      p = default_schedule(g, limits);
+      p.producer = 1;
+      p.block_m = 128;
+      p.warp_m = 64;
+      if (validate(g, p, limits).empty()) break;
+    }
+    ASSERT_EQ(validate(g, p, limits).size(), 0u) << validate(g, p, limits)[0].detail;
+    const TensorMapSpec a = emit_kernel(g, p).tensor_maps.at(0);
+    EXPECT_TRUE(a.im2col);
+    EXPECT_EQ(a.rank, 4);
+    EXPECT_EQ(a.dims, (std::array<std::uint64_t, 5>{64, 11, 9, 2, 0}));  // C, W, H, N
+    EXPECT_EQ(a.strides, (std::array<std::uint64_t, 4>{128, 1408, 12672, 0}));
+    EXPECT_EQ(a.lower, (std::array<int, 3>{-1, -1, 0}));   // -pad
+    EXPECT_EQ(a.upper, (std::array<int, 3>{-1, -1, 0}));   // W: -1 + 5 * 2 + 1 - 11; H: -1 + 4 * 2 + 1 - 9
+    EXPECT_EQ(a.traversal, (std::array<std::uint32_t, 5>{1, 2, 2, 1, 1}));
+    EXPECT_EQ(a.box[0], 64u);   // one 128-byte line of channels
+    EXPECT_EQ(a.box[1], 128u);  // the block's pixels
+    // K = 9 x 64: a block_k of 128 leaves a tail im2col boxes cannot zero.
+    p.block_k = 128;
+    const auto issues = validate(g, p, limits);
+    ASSERT_FALSE(issues.empty());
+    EXPECT_NE(issues[0].detail.find("dividing K = 576"), std::string::npos) << issues[0].detail;
+  }
+
+  std::vector<std::string> failures = compile_all(jobs, {90});
+  EXPECT_TRUE(failures.empty()) << failures.size() << " of " << jobs.size() << " failed; first:\n"
+                                << (failures.empty() ? "" : failures.front());
+  std::cout << "compiled " << jobs.size() << " im2col wgmma kernels for sm_90a\n";
+
 }
 
 TEST(Schedule, WgmmaValidationReasons) {

@@ -1,5 +1,6 @@
 // tmap export: kernels of every family (WMMA, mma.sync with a split-K reduction, wgmma with its
-// TMA producer, SIMT, mma.sync reading channels-last copies of an NCHW convolution) written as a standalone CMake project; nvcc builds it here (no GPU
+// TMA producer, on a GEMM and on a convolution read in im2col boxes, SIMT, mma.sync reading
+// channels-last copies of an NCHW convolution) written as a standalone CMake project; nvcc builds it here (no GPU
 // needed) and its launch functions refuse null and misaligned pointers, and on a GPU its checking
 // program runs each kernel against the reference kernel.
 #include <gtest/gtest.h>
@@ -65,6 +66,10 @@ std::vector<TuneRecord> every_family() {
   gemm3.name = "gemm_cluster";  // split-K summed in a thread block cluster: no reduce kernel to launch
   r.push_back(record_of(gemm3, "mma_sync", [](ScheduleParams& p) { p.split_k = 4; p.cluster = 1; }));
   EXPECT_EQ(r.back().candidate.params.cluster, 1);
+  Compute im2col = narrowed_op("conv2d_nhwc", "float16", {"N=2", "C=64", "H=10", "W=12", "K=64", "stride=2", "pad=1"});
+  im2col.name = "conv2d_im2col";  // the input read by TMA in im2col mode: an im2col tensor map to encode
+  r.push_back(record_of(im2col, "wgmma", [](ScheduleParams& p) { p.producer = 1; }));
+  EXPECT_EQ(r.back().candidate.params.producer, 1);
   return r;
 }
 
@@ -81,7 +86,7 @@ std::string export_and_build(const ScratchDir& dir) {
   std::vector<const TuneRecord*> ptrs;
   for (const auto& r : records) ptrs.push_back(&r);
   const auto kernels = export_kernels(ptrs, shipped(), 90, dir / "out", "test records");
-  EXPECT_EQ(kernels.size(), 6u);
+  EXPECT_EQ(kernels.size(), 7u);
   const std::string header = read(dir / "out/tmap_kernels.h");
   for (const auto& k : kernels) {
     EXPECT_TRUE(std::filesystem::exists(dir / ("out/" + k.file))) << k.file;
@@ -118,7 +123,7 @@ TEST(Export, EveryFamilyBuildsAsAStandaloneLibraryWithNvcc) {
   // The launch functions check their pointers before touching the GPU, so this part runs here.
   const auto r = testing::shell("./build/tmap_kernels_check --arguments-only", dir.str());
   EXPECT_EQ(r.code, 0) << r.out << r.err;
-  EXPECT_NE(r.out.find("6 of 6 launch functions refuse null and misaligned pointers"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("7 of 7 launch functions refuse null and misaligned pointers"), std::string::npos) << r.out;
 }
 
 TEST(Export, CheckProgramPassesOnTheGpu) {
@@ -127,7 +132,7 @@ TEST(Export, CheckProgramPassesOnTheGpu) {
   ASSERT_EQ(export_and_build(dir), "");
   const auto r = testing::shell("./build/tmap_kernels_check", dir.str());
   EXPECT_EQ(r.code, 0) << r.out << r.err;
-  EXPECT_NE(r.out.find("6 passed, 0 failed"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("7 passed, 0 failed"), std::string::npos) << r.out;
 }
 
 TEST(Cli, ExportRefusesLogsWithoutCorrectRecords) {

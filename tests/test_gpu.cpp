@@ -562,6 +562,17 @@ TEST(Gpu, WgmmaTmaProducer) {
                               parse_param_overrides({"N=3", "C=24", "H=9", "W=11", "K=40", "R=1", "S=1", "pad=0"}));
     run_cases(v, {tma(v, "wgmma_fp16_fp32", "conv2d_nhwc 1x1", 1e-2)}, seed++);
   }
+  // Channels-last convolution inputs in TMA's im2col mode: padding (zero-filled by TMA), stride,
+  // dilation, 1x1 stride 2, 5x5, M tails that wrap into the next image, split-K, 2 consumers.
+  for (const auto& sets : testing::im2col_conv_shapes()) {
+    Compute c = build_compute(builtin_op("conv2d_nhwc"), parse_param_overrides(sets));
+    GpuCase base = tma(c, "wgmma_fp16_fp32", "conv2d_nhwc " + sets[1] + " " + sets[5] + " im2col", 1e-2);
+    if (!base.p.producer) continue;  // tma() reported the failure
+    run_cases(c, variants(base, {{"split 3", [](ScheduleParams& p) { p.split_k = 3; }},
+                                 {"2 consumers 256x128", [](ScheduleParams& p) { p.block_m = 256; p.warp_m = 128; p.block_n = p.warp_n = 128; }},
+                                 {"bm 64 stages 6 raster 4", [](ScheduleParams& p) { p.block_m = 64; p.stages = 6; p.raster = 4; }}}),
+              seed++);
+  }
   for (const auto& [hw, in_t, out_t, tol] : std::vector<std::tuple<std::string, std::string, std::string, double>>{
            {"wgmma_bf16_fp32", "bfloat16", "float32", 1e-2},
            {"wgmma_tf32_fp32", "float32", "float32", 1e-2},

@@ -370,6 +370,10 @@ TEST(Relayout, EveryFamilysViewKernelsCompile) {
       {"conv2d", {"N=2", "C=16", "H=15", "W=15", "K=32", "stride=2", "pad=1"}},
       {"conv1d", {"N=3", "C=40", "W=37", "K=48", "S=3", "stride=2", "pad=1"}},
       {"conv3d", {"N=2", "C=16", "D=5", "H=6", "W=7", "K=32", "pad=1"}},
+      // Whole 128-byte lines of channels: the views' inputs are also read in TMA im2col boxes
+      // (rank-3 and rank-5 maps) where the schedule takes a producer.
+      {"conv1d", {"N=3", "C=64", "W=45", "K=48", "S=5", "stride=2", "pad=2"}},
+      {"conv3d", {"N=2", "C=64", "D=4", "H=6", "W=7", "K=32", "pad=1"}},
       // Three channels padded to a whole vector, in both layouts (the sets' [1] and [4] label them).
       {"conv2d", {"N=2", "C=3", "H=20", "W=18", "K=32", "R=7", "S=7", "stride=2", "pad=3"}},
       {"conv2d_nhwc", {"N=2", "C=3", "H=20", "W=18", "K=32", "R=7", "S=7", "stride=2", "pad=3"}}};
@@ -436,6 +440,10 @@ TEST(Gpu, RelayoutPrologue) {
       {"conv2d", {"N=3", "C=64", "H=7", "W=7", "K=72", "pad=1"}},
       {"conv1d", {"N=3", "C=40", "W=37", "K=48", "S=3", "stride=2", "pad=1"}},
       {"conv3d", {"N=2", "C=16", "D=5", "H=6", "W=7", "K=32", "pad=1"}},
+      // Whole 128-byte lines of channels: the views' inputs are also read in TMA im2col boxes
+      // (rank-3 and rank-5 maps) where the schedule takes a producer.
+      {"conv1d", {"N=3", "C=64", "W=45", "K=48", "S=5", "stride=2", "pad=2"}},
+      {"conv3d", {"N=2", "C=64", "D=4", "H=6", "W=7", "K=32", "pad=1"}},
       // The prologue's register transposes (at least 128 blocks): 8-element vectors, 2 x 2 blocks
       // per image, the last ones partial (72 channels, 320 pixels); 4-element vectors (60 pixels).
       {"conv2d", {"N=32", "C=72", "H=16", "W=20", "K=40", "pad=1"}},

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "tmap/frontend/compute_loader.h"
 #include "tmap/frontend/op_library.h"
@@ -58,5 +59,15 @@ inline const std::vector<HwAbstraction>& shipped() {
 
 /// Whether a GPU is usable here (GPU tests skip without one).
 inline bool have_gpu() { return !query_runtime().devices.empty(); }
+
+/// conv2d_nhwc parameters whose inputs wgmma reads in TMA im2col boxes (whole 128-byte lines of
+/// channels): padding, stride 2, dilation 2, 1x1 stride 2, 5x5; M tails that wrap into the next image.
+inline std::vector<std::vector<std::string>> im2col_conv_shapes() {
+  return {{"N=3", "C=64", "H=9", "W=11", "K=40", "pad=1"},
+          {"N=3", "C=128", "H=9", "W=11", "K=64", "stride=2", "pad=1"},
+          {"N=2", "C=64", "H=12", "W=10", "K=72", "dil=2", "pad=2"},
+          {"N=2", "C=64", "H=14", "W=14", "K=128", "R=1", "S=1", "stride=2", "pad=0"},
+          {"N=2", "C=192", "H=7", "W=7", "K=64", "R=5", "S=5", "pad=2"}};
+}
 
 }  // namespace tmap::testing

@@ -97,6 +97,11 @@ TEST(Worker, RequestsAndResultsRoundTrip) {
   map.box = {64, 128, 1, 0, 0};
   r.kernel.tensor_maps = {map, map};
   r.kernel.tensor_maps[0].operand = 0;
+  // And an im2col map's corners and traversal steps.
+  r.kernel.tensor_maps[0].im2col = true;
+  r.kernel.tensor_maps[0].lower = {-1, -2, 0};
+  r.kernel.tensor_maps[0].upper = {-3, 1, 0};
+  r.kernel.tensor_maps[0].traversal = {1, 2, 2, 1, 1};
   MeasureRequest back = request_from_json(nlohmann::json::parse(to_json(r).dump()));
   EXPECT_EQ(to_json(back), to_json(r));
   ASSERT_EQ(back.kernel.tensor_maps.size(), 2u);
@@ -104,6 +109,11 @@ TEST(Worker, RequestsAndResultsRoundTrip) {
   EXPECT_EQ(back.kernel.tensor_maps[1].dtype, DType::kBFloat16);
   EXPECT_EQ(back.kernel.tensor_maps[1].strides[1], 208000u);
   EXPECT_EQ(back.kernel.tensor_maps[1].box, map.box);
+  EXPECT_TRUE(back.kernel.tensor_maps[0].im2col);
+  EXPECT_FALSE(back.kernel.tensor_maps[1].im2col);
+  EXPECT_EQ(back.kernel.tensor_maps[0].lower, (std::array<int, 3>{-1, -2, 0}));
+  EXPECT_EQ(back.kernel.tensor_maps[0].upper, (std::array<int, 3>{-3, 1, 0}));
+  EXPECT_EQ(back.kernel.tensor_maps[0].traversal, (std::array<std::uint32_t, 5>{1, 2, 2, 1, 1}));
   MeasureResult res{MeasureStatus::kTimeout, "slow", 0.5, 12.5, {12.0, 13.0}};
   MeasureResult res_back = result_from_json(to_json(res));
   EXPECT_EQ(res_back.status, MeasureStatus::kTimeout);

@@ -17,6 +17,12 @@
 // holds rows 16 w .. 16 w + 15; for each n8 column group j, d[4 j + 0, 1] are row lane / 4,
 // columns 8 j + 2 (lane % 4) + {0, 1}, and d[4 j + 2, 3] the same columns 8 rows down.
 //
+// With a producer (ScheduleParams::producer), a warpgroup of its own loads every stage with TMA:
+// tiled boxes of operands that are strided views of their tensors (tma_view()), and im2col boxes
+// of a channels-last convolution input (im2col_view(): BM consecutive output pixels of one
+// 128-byte line of channels at one filter tap, zero-filled in the padding), so that the consumer
+// warpgroups only wait on mbarriers and issue wgmma.
+//
 // Pipeline: every thread gathers operand tiles (cp.async where the operand allows, the shared
 // gather of tile_pipeline.h) into a ring of STAGES buffers, STAGES - 2 steps ahead; each step's
 // wgmmas are committed as one group and the warpgroup waits only for the previous step's, so
@@ -179,10 +185,138 @@ std::string tma_view(const ImplicitGemm& g, int which, std::vector<TmaDim>& dims
   return "";
 }
 
-/// Whether both operands are TMA views (tma_view() finds no reason against either).
+/// How TMA im2col boxes fetch a channels-last convolution input as operand A: the tensor
+/// [N][spatial...][C] (rank 3 to 5), each box BM consecutive output pixels of one 128-byte line of
+/// channels at one filter tap. An output pixel's spatial index d is lower[d] + p_d * stride[d]
+/// plus the tap's offset dil[d] * t_d; the bounding box of each spatial dimension holds exactly
+/// the output extent P_d of such positions, so that TMA walks the block's M rows pixel by pixel,
+/// wrapping into the next row and the next image as the M index does.
+struct Im2colView {
+  int rank = 0;                      ///< Of the tensor, 3 to 5.
+  std::vector<std::int64_t> shape;   ///< The tensor's, outermost first.
+  std::int64_t channels = 0;         ///< C, the innermost reduction iterator's extent.
+  int batch_iter = -1;               ///< The iterator indexing dimension 0 (m or batch), -1 for none.
+  struct Spatial {
+    int out = -1, tap = -1;          ///< The m iterator (output position) and the tap iterator, -1: none.
+    std::int64_t stride = 1, dil = 1, lower = 0, extent = 1;
+  };
+  std::vector<Spatial> spatial;      ///< Dimensions 1 .. rank - 2, outermost first.
+};
+
+/// The im2col view of operand A (see Im2colView), or the reason it has none.
+std::string im2col_view(const ImplicitGemm& g, Im2colView& v) {
+  const Compute& c = *g.compute;
+  const Access& acc = c.inputs[g.a_input];
+  const Tensor& t = c.tensor_of(acc);
+  const std::string name = "operand A (" + t.name + ")";
+  const int rank = static_cast<int>(acc.indices.size());
+  auto extent = [&](int it) { return c.iters[it].extent; };
+  auto member = [](const std::vector<int>& xs, int x) { return std::find(xs.begin(), xs.end(), x) != xs.end(); };
+  if (stored_along_mn(g, 0)) return name + ": stored along m; an im2col box holds k (channels) along its lines";
+  if (rank < 3 || rank > 5) return name + ": im2col views tensors of 3 to 5 dimensions, this one has " + std::to_string(rank);
+  std::vector<int> k_iters;
+  for (int it : g.k_iters)
+    if (extent(it) != 1) k_iters.push_back(it);
+  if (k_iters.empty()) return name + ": no reduction axis";
+  const int ci = k_iters.back();
+  const AffineExpr& last = acc.indices[rank - 1];
+  auto live_terms = [&](const AffineExpr& e) {
+    std::vector<std::pair<int, std::int64_t>> out;
+    for (const auto& [x, coef] : e.terms)
+      if (extent(x) != 1) out.push_back({x, coef});
+    return out;
+  };
+  {
+    const auto terms = live_terms(last);
+    if (last.constant != 0 || terms.size() != 1 || terms[0].first != ci || terms[0].second != 1 ||
+        extent(ci) != t.shape[rank - 1])
+      return name + ": its last dimension is not the innermost reduction iterator over all its channels";
+  }
+  const int bytes = elem_bytes(g.hw->a_dtype);
+  if ((extent(ci) * bytes) % 128)
+    return name + ": " + std::to_string(extent(ci)) + " channels are not a whole number of 128-byte lines";
+  v = Im2colView{};
+  v.rank = rank;
+  v.shape.assign(t.shape.begin(), t.shape.end());
+  v.channels = extent(ci);
+  {
+    const auto terms = live_terms(acc.indices[0]);
+    if (terms.empty()) {
+      if (acc.indices[0].constant != 0) return name + ": dimension 0 has a constant index";
+    } else if (terms.size() != 1 || terms[0].second != 1 || acc.indices[0].constant != 0 ||
+               !(member(g.batch_iters, terms[0].first) || (!g.m_iters.empty() && member(g.m_iters, terms[0].first)))) {
+      return name + ": dimension 0 is not indexed by one batch or m iterator alone";
+    } else {
+      v.batch_iter = terms[0].first;
+    }
+  }
+  std::vector<int> expected_m;  // the m iterators im2col walks, slowest first
+  if (v.batch_iter >= 0 && member(g.m_iters, v.batch_iter)) expected_m.push_back(v.batch_iter);
+  std::vector<int> taps_seen;
+  for (int d = 1; d < rank - 1; ++d) {
+    Im2colView::Spatial sp;
+    const AffineExpr& e = acc.indices[d];
+    sp.lower = e.constant;
+    for (const auto& [x, coef] : live_terms(e)) {
+      if (member(g.m_iters, x) && sp.out < 0) {
+        sp.out = x;
+        sp.stride = coef;
+      } else if ((member(k_iters, x) || member(g.serial_iters, x)) && x != ci && sp.tap < 0 && !member(taps_seen, x)) {
+        sp.tap = x;
+        sp.dil = coef;
+        taps_seen.push_back(x);
+      } else {
+        return name + ": dimension " + std::to_string(d) + " is not an output position times a stride plus a filter tap";
+      }
+    }
+    if (sp.stride < 1 || sp.stride > 8) return name + ": a stride of " + std::to_string(sp.stride) + " (TMA walks 1 to 8)";
+    if (sp.dil < 1 || sp.dil * (sp.tap >= 0 ? extent(sp.tap) - 1 : 0) > 65535)
+      return name + ": a dilation of " + std::to_string(sp.dil) + " (im2col offsets are 0 to 65535)";
+    sp.extent = sp.out >= 0 ? extent(sp.out) : 1;
+    if (sp.out >= 0) expected_m.push_back(sp.out);
+    // The bounding box [lower, shape + upper) holds exactly `extent` positions stride apart.
+    const std::int64_t upper = sp.lower + (sp.extent - 1) * sp.stride + 1 - t.shape[d];
+    const std::int64_t range = rank == 3 ? 32768 : rank == 4 ? 128 : 16;
+    if (sp.lower < -range || sp.lower >= range || upper < -range || upper >= range)
+      return name + ": its bounding box corners " + std::to_string(sp.lower) + ", " + std::to_string(upper) +
+             " exceed what a rank-" + std::to_string(rank) + " im2col map holds (" + std::to_string(-range) + " to " +
+             std::to_string(range - 1) + ")";
+    v.spatial.push_back(sp);
+  }
+  std::vector<int> m_live;
+  for (int it : g.m_iters)
+    if (extent(it) != 1) m_live.push_back(it);
+  std::vector<int> expected_live;
+  for (int it : expected_m)
+    if (extent(it) != 1) expected_live.push_back(it);
+  if (m_live != expected_live)
+    return name + ": its m iterators are not the image and output positions in the tensor's order";
+  for (int it : k_iters)
+    if (it != ci && !member(taps_seen, it)) return name + ": a reduction iterator that is not a filter tap";
+  for (int d = 0; d < rank; ++d)
+    for (const auto& [x, coef] : live_terms(acc.indices[d]))
+      if (member(taps_seen, x) && (d == 0 || d == rank - 1)) return name + ": a filter tap indexes its batch or channels";
+  return "";
+}
+
+/// Where a warp-specialized kernel's TMA boxes come from for operand `which`: a tiled view
+/// (tma_view()) or, for A, an im2col view. Returns the reasons when neither exists.
+std::string tma_source(const ImplicitGemm& g, int which, std::vector<TmaDim>& dims, Im2colView* im2col = nullptr) {
+  const std::string tiled = tma_view(g, which, dims);
+  if (tiled.empty() || which != 0) return tiled;
+  Im2colView v;
+  const std::string why = im2col_view(g, v);
+  if (why.empty()) {
+    if (im2col) *im2col = v;
+    return "";
+  }
+  return tiled + "; nor is it an im2col view: " + why.substr(why.find(": ") + 2);
+}
+
+/// Whether both operands have TMA sources (tma_source() finds no reason against either).
 bool tma_operands(const ImplicitGemm& g) {
   std::vector<TmaDim> dims;
-  return tma_view(g, 0, dims).empty() && tma_view(g, 1, dims).empty();
+  return tma_source(g, 0, dims).empty() && tma_source(g, 1, dims).empty();
 }
 
 /// The tensor map of operand `which` seen as `dims` (its tma_view()): boxes of one 128-byte line
@@ -225,8 +359,93 @@ std::string tma_coordinate(const ImplicitGemm& g, int which, const TmaDim& d, co
   return "0";
 }
 
+/// Iterator `it`'s value in the mixed-radix number `flat` over `iters` (slowest first).
+std::string digit_of(const Compute& c, const std::vector<int>& iters, int it, const std::string& flat) {
+  std::int64_t below = 1;
+  std::size_t i = iters.size();
+  while (iters[--i] != it) below *= c.iters[iters[i]].extent;
+  const std::string v = below == 1 ? flat : "(" + flat + " / " + std::to_string(below) + ")";
+  return i > 0 ? "(" + v + " % " + std::to_string(c.iters[it].extent) + ")" : v;
+}
+
+/// The im2col tensor map of operand A seen as `v`: boxes of one 128-byte line of channels by the
+/// block's BM pixels.
+TensorMapSpec im2col_map(const ImplicitGemm& g, const ScheduleParams& p, const Im2colView& v) {
+  const StoredTile t = stored_tile(g, p, 0);
+  TensorMapSpec m;
+  m.operand = 0;
+  m.dtype = g.hw->a_dtype;
+  m.rank = v.rank;
+  m.im2col = true;
+  std::uint64_t stride = static_cast<std::uint64_t>(t.bytes);
+  for (int d = 0; d < v.rank; ++d) {
+    const int dim = v.rank - 1 - d;  // innermost first
+    m.dims[d] = static_cast<std::uint64_t>(v.shape[dim]);
+    if (d > 0) m.strides[d - 1] = stride;
+    stride *= static_cast<std::uint64_t>(v.shape[dim]);
+  }
+  for (int j = 0; j < v.rank - 2; ++j) {
+    const Im2colView::Spatial& sp = v.spatial[v.rank - 3 - j];  // innermost spatial dimension first
+    m.lower[j] = static_cast<int>(sp.lower);
+    m.upper[j] = static_cast<int>(sp.lower + (sp.extent - 1) * sp.stride + 1 - v.shape[v.rank - 2 - j]);
+    m.traversal[1 + j] = static_cast<std::uint32_t>(sp.stride);
+  }
+  m.box[0] = static_cast<std::uint32_t>(line(t));
+  m.box[1] = static_cast<std::uint32_t>(t.rows);
+  return m;
+}
+
+/// The producer's loads of operand A from an im2col view: the block's first pixel once, then one
+/// box per 128-byte column block of a stage at its channel offset and filter tap.
+std::string im2col_origin(const ImplicitGemm& g, const Im2colView& v) {
+  const Compute& c = *g.compute;
+  auto member = [](const std::vector<int>& xs, int x) { return std::find(xs.begin(), xs.end(), x) != xs.end(); };
+  std::ostringstream os;
+  os << "      // A's im2col origin: the input coordinates of the block's first output pixel at tap 0.\n";
+  for (int j = 0; j < v.rank - 2; ++j) {
+    const Im2colView::Spatial& sp = v.spatial[v.rank - 3 - j];
+    os << "      const int a_x" << j + 1 << " = " << sp.lower;
+    if (sp.out >= 0) os << " + " << sp.stride << " * " << digit_of(c, g.m_iters, sp.out, "m0");
+    os << ";\n";
+  }
+  os << "      const int a_x" << v.rank - 1 << " = ";
+  if (v.batch_iter < 0)
+    os << "0";
+  else if (member(g.m_iters, v.batch_iter))
+    os << digit_of(c, g.m_iters, v.batch_iter, "m0");
+  else
+    os << digit_of(c, g.batch_iters, v.batch_iter, "z");
+  os << ";\n";
+  return os.str();
+}
+
+std::string im2col_loads(const ImplicitGemm& g, const Im2colView& v, int blocks) {
+  const Compute& c = *g.compute;
+  auto member = [](const std::vector<int>& xs, int x) { return std::find(xs.begin(), xs.end(), x) != xs.end(); };
+  std::ostringstream l;
+  l << "        #pragma unroll\n        for (int blk = 0; blk < " << blocks << "; ++blk) {\n"
+    << "          const int kk = k0 + blk * A_W;  // whole lines of one tap (C = " << v.channels << ")\n";
+  for (int j = 0; j < v.rank - 2; ++j) {
+    const Im2colView::Spatial& sp = v.spatial[v.rank - 3 - j];
+    l << "          const unsigned short off" << j + 1 << " = ";
+    if (sp.tap < 0)
+      l << "0";
+    else
+      l << "(unsigned short)(" << sp.dil << " * "
+        << (member(g.serial_iters, sp.tap) ? digit_of(c, g.serial_iters, sp.tap, "s") : digit_of(c, g.k_iters, sp.tap, "kk"))
+        << ")";
+    l << ";\n";
+  }
+  l << "          tma_im2col_" << v.rank << "d(As + buf * (A_BYTES / (int)sizeof(*As)) + blk * A_ROWS * A_W, tma_a, &full[buf], kk % "
+    << v.channels;
+  for (int j = 1; j < v.rank; ++j) l << ", a_x" << j;
+  for (int j = 1; j < v.rank - 1; ++j) l << ", off" << j;
+  l << ");\n        }\n";
+  return l.str();
+}
+
 /// The helpers of a warp-specialized kernel: mbarriers and TMA tile loads of each rank used.
-void emit_producer_helpers(std::ostringstream& os, const std::vector<int>& ranks) {
+void emit_producer_helpers(std::ostringstream& os, const std::vector<int>& ranks, int im2col_rank) {
   os << "// A CUtensorMap, passed by value as a __grid_constant__ parameter.\n"
      << "struct __align__(64) TmaMap { unsigned long long bits[16]; };\n"
      << "__device__ __forceinline__ unsigned smem_u32(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }\n"
@@ -254,6 +473,23 @@ void emit_producer_helpers(std::ostringstream& os, const std::vector<int>& ranks
     for (int i = 0; i < r; ++i) os << (i ? ", " : "") << "%" << i + 3;
     os << "}], [%2];\\n\"\n               :: \"r\"(smem_u32(dst)), \"l\"(&map), \"r\"(smem_u32(bar))";
     for (int i = 0; i < r; ++i) os << ", \"r\"(c" << i << ")";
+    os << " : \"memory\");\n}\n";
+  }
+  if (im2col_rank) {
+    const int r = im2col_rank;
+    os << "// An im2col box of a " << r << "-D tensor map: the pixels from coordinates c0.. (channel first,\n"
+       << "// innermost first) moved by the filter tap's offsets o1.., into `dst`, completing on `bar`.\n"
+       << "__device__ __forceinline__ void tma_im2col_" << r << "d(void* dst, const TmaMap& map, unsigned long long* bar";
+    for (int i = 0; i < r; ++i) os << ", int c" << i;
+    for (int i = 1; i < r - 1; ++i) os << ", unsigned short o" << i;
+    os << ") {\n  asm volatile(\"cp.async.bulk.tensor." << r
+       << "d.shared::cluster.global.im2col.mbarrier::complete_tx::bytes [%0], [%1, {";
+    for (int i = 0; i < r; ++i) os << (i ? ", " : "") << "%" << i + 3;
+    os << "}], [%2], {";
+    for (int i = 1; i < r - 1; ++i) os << (i > 1 ? ", " : "") << "%" << r + 2 + i;
+    os << "};\\n\"\n               :: \"r\"(smem_u32(dst)), \"l\"(&map), \"r\"(smem_u32(bar))";
+    for (int i = 0; i < r; ++i) os << ", \"r\"(c" << i << ")";
+    for (int i = 1; i < r - 1; ++i) os << ", \"h\"(o" << i << ")";
     os << " : \"memory\");\n}\n";
   }
 }
@@ -298,15 +534,18 @@ KernelSource emit_wgmma(const ImplicitGemm& g, const ScheduleParams& p) {
      << "constexpr int B_BYTES = " << tile_bytes(g, p, 1) << ";\n"
      << "constexpr int C_LD = " << (c_row ? "BN + 8" : "BM + 4") << ";\n\n";
   std::vector<TmaDim> views[2];  // with a producer, each operand's TMA view
+  Im2colView im2col;             // or operand A's im2col view (im2col.rank > 0)
   if (p.producer) {
     for (int which = 0; which < 2; ++which) {
-      const std::string why = tma_view(g, which, views[which]);
+      const std::string why = tma_source(g, which, views[which], which == 0 ? &im2col : nullptr);
       TMAP_CHECK(why.empty(), why);
-      k.tensor_maps.push_back(tensor_map(g, p, which, views[which]));
+      k.tensor_maps.push_back(im2col.rank && which == 0 ? im2col_map(g, p, im2col)
+                                                        : tensor_map(g, p, which, views[which]));
     }
-    std::vector<int> ranks{k.tensor_maps[0].rank};
-    if (k.tensor_maps[1].rank != ranks[0]) ranks.push_back(k.tensor_maps[1].rank);
-    emit_producer_helpers(os, ranks);
+    std::vector<int> ranks;
+    for (const TensorMapSpec& m : k.tensor_maps)
+      if (!m.im2col && std::find(ranks.begin(), ranks.end(), m.rank) == ranks.end()) ranks.push_back(m.rank);
+    emit_producer_helpers(os, ranks, im2col.rank);
     os << "constexpr int BAR_OFFSET = " << barrier_offset(g, p) << ";  // the ring's mbarriers, past tiles and epilogue\n";
   } else {
     emit_cp_async_helpers(os);
@@ -397,6 +636,7 @@ KernelSource emit_wgmma(const ImplicitGemm& g, const ScheduleParams& p) {
     auto loads = [&](int which) {
       const TensorMapSpec& m = k.tensor_maps[which];
       const StoredTile& t = which == 0 ? sa : sb;
+      if (m.im2col) return im2col_loads(g, im2col, static_cast<int>(t.cols / line(t)));
       const std::string up = which == 0 ? "A" : "B", base = which == 0 ? "As" : "Bs";
       std::ostringstream l;
       l << "        #pragma unroll\n        for (int blk = 0; blk < " << t.cols / line(t) << "; ++blk)\n"
@@ -423,6 +663,7 @@ KernelSource emit_wgmma(const ImplicitGemm& g, const ScheduleParams& p) {
        << "  __syncthreads();\n"
        << "  if (wg == CONSUMERS) {\n"
        << "    if (threadIdx.x % 128 == 0) {  // one thread issues every copy\n"
+       << (im2col.rank ? im2col_origin(g, im2col) : "")
        << "      for (int step = first; step < last; ++step) {\n"
        << "        const int t = step - first, buf = t % STAGES;\n"
        << "        if (t >= STAGES) mbar_wait(&empty[buf], (t / STAGES - 1) & 1);\n"
@@ -545,8 +786,12 @@ class WgmmaFamily final : public EmitterFamily {
     if (p.producer == 1) {
       for (int which = 0; which < 2; ++which) {
         std::vector<TmaDim> dims;
-        const std::string why = tma_view(g, which, dims);
+        Im2colView im2col;
+        const std::string why = tma_source(g, which, dims, &im2col);
         if (!why.empty()) fail(ScheduleError::kBadOption, "producer = 1 loads operands with TMA, but " + why);
+        if (why.empty() && im2col.rank && g.K % p.block_k)
+          fail(ScheduleError::kBadOption, "block_k = " + std::to_string(p.block_k) + ": operand A is read in im2col boxes, "
+                                          "which cannot zero a K tail; use a block_k dividing K = " + std::to_string(g.K));
         const StoredTile t = stored_tile(g, p, which);
         if (t.rows > 256)
           fail(ScheduleError::kBadOption, std::string("producer = 1: a TMA box has at most 256 rows, ") +
@@ -591,7 +836,9 @@ class WgmmaFamily final : public EmitterFamily {
     p.stages = 4;
     // A TMA producer warpgroup wherever both operands are strided views of their tensors: on the
     // H100 it takes GEMM 4096^3 from 587 to 674 TFLOP/s with these tiles.
-    p.producer = tma_operands(g) ? 1 : 0;
+    // Im2col sources (convolution inputs) are searched (choices()) but not yet the default.
+    std::vector<TmaDim> dims;
+    p.producer = tma_view(g, 0, dims).empty() && tma_view(g, 1, dims).empty() ? 1 : 0;
     while (p.stages > 3 && shared_bytes(g, p) > limits.max_shared_bytes) --p.stages;
     return p;
   }

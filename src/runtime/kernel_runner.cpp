@@ -203,11 +203,28 @@ EncodeTiled encode_tiled() {
   return fn;
 }
 
+/// cuTensorMapEncodeIm2col, looked up the same way.
+using EncodeIm2col = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                  const cuuint64_t*, const int*, const int*, cuuint32_t, cuuint32_t, const cuuint32_t*,
+                                  CUtensorMapInterleave, CUtensorMapSwizzle, CUtensorMapL2promotion,
+                                  CUtensorMapFloatOOBfill);
+EncodeIm2col encode_im2col() {
+  static const EncodeIm2col fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    const cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeIm2col", &p, 12000, cudaEnableDefault, &found);
+    return e == cudaSuccess && found == cudaDriverEntryPointSuccess ? reinterpret_cast<EncodeIm2col>(p) : nullptr;
+  }();
+  return fn;
+}
+
 /// The tensor map `spec` describes over the tensor at `base`, 128-byte swizzled, zero outside.
 CUtensorMap encode_tensor_map(const TensorMapSpec& spec, void* base) {
+  const char* what = spec.im2col ? "cuTensorMapEncodeIm2col" : "cuTensorMapEncodeTiled";
   const EncodeTiled encode = encode_tiled();
-  if (!encode)
-    throw CudaFailure("cuTensorMapEncodeTiled: not found in the CUDA driver (TMA kernels need a CUDA 12 or newer driver)",
+  const EncodeIm2col encode_i = encode_im2col();
+  if (spec.im2col ? !encode_i : !encode)
+    throw CudaFailure(std::string(what) + ": not found in the CUDA driver (TMA kernels need a CUDA 12 or newer driver)",
                       FailureKind::kLoad);
   CUtensorMapDataType type = CU_TENSOR_MAP_DATA_TYPE_UINT8;
   switch (spec.dtype) {
@@ -222,11 +239,17 @@ CUtensorMap encode_tensor_map(const TensorMapSpec& spec, void* base) {
   }
   const cuuint32_t element_strides[5] = {1, 1, 1, 1, 1};
   CUtensorMap map;
-  const CUresult r = encode(&map, type, static_cast<cuuint32_t>(spec.rank), base, spec.dims.data(), spec.strides.data(),
-                            spec.box.data(), element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const CUresult r =
+      spec.im2col
+          ? encode_i(&map, type, static_cast<cuuint32_t>(spec.rank), base, spec.dims.data(), spec.strides.data(),
+                     spec.lower.data(), spec.upper.data(), spec.box[0], spec.box[1], spec.traversal.data(),
+                     CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
+          : encode(&map, type, static_cast<cuuint32_t>(spec.rank), base, spec.dims.data(), spec.strides.data(),
+                   spec.box.data(), element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                   CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS)
-    throw CudaFailure("cuTensorMapEncodeTiled: error " + std::to_string(static_cast<int>(r)) + " for operand " +
+    throw CudaFailure(std::string(what) + ": error " + std::to_string(static_cast<int>(r)) + " for operand " +
                           (spec.operand == 0 ? "A" : "B") + " (rank " + std::to_string(spec.rank) + ")",
                       FailureKind::kLoad);
   return map;

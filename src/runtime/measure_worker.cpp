@@ -49,7 +49,8 @@ nlohmann::json tensor_maps_json(const std::vector<TensorMapSpec>& maps) {
   nlohmann::json out = nlohmann::json::array();
   for (const TensorMapSpec& m : maps)
     out.push_back({{"operand", m.operand}, {"dtype", std::string(dtype_name(m.dtype))}, {"rank", m.rank},
-                   {"dims", m.dims}, {"strides", m.strides}, {"box", m.box}});
+                   {"dims", m.dims}, {"strides", m.strides}, {"box", m.box}, {"im2col", m.im2col},
+                   {"lower", m.lower}, {"upper", m.upper}, {"traversal", m.traversal}});
   return out;
 }
 
@@ -65,6 +66,12 @@ std::vector<TensorMapSpec> tensor_maps_from_json(const nlohmann::json& j) {
     m.dims = e.at("dims");
     m.strides = e.at("strides");
     m.box = e.at("box");
+    m.im2col = e.value("im2col", false);
+    if (m.im2col) {
+      m.lower = e.at("lower");
+      m.upper = e.at("upper");
+      m.traversal = e.at("traversal");
+    }
     out.push_back(m);
   }
   return out;

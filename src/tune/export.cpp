@@ -131,9 +131,22 @@ std::string launcher(const Piece& x, int cc) {
     os << "  alignas(64) CUtensorMap map" << i << ";\n  {\n"
        << "    const unsigned long long dims[] = " << array_text(m.dims, m.rank) << ";\n"
        << "    const unsigned long long strides[] = " << (m.rank > 1 ? array_text(m.strides, m.rank - 1) : "{0ull}") << ";\n"
-       << "    const unsigned box[] = " << array_text(m.box, m.rank) << ";\n"
-       << "    e = tmap_encode_tensor_map(&map" << i << ", " << tensor_map_type(m.dtype) << ", " << m.rank << ", "
-       << (m.operand == 0 ? "a" : "b") << ", dims, strides, box);\n"
+       << "    const unsigned box[] = " << array_text(m.box, m.rank) << ";\n";
+    if (m.im2col) {
+      auto ints = [&](const std::array<int, 3>& v) {
+        std::string t = "{";
+        for (int d = 0; d < m.rank - 2; ++d) t += (d ? ", " : "") + std::to_string(v[d]);
+        return t + "}";
+      };
+      os << "    const int lower[] = " << ints(m.lower) << ", upper[] = " << ints(m.upper) << ";\n"
+         << "    const unsigned traversal[] = " << array_text(m.traversal, m.rank) << ";\n"
+         << "    e = tmap_encode_im2col_map(&map" << i << ", " << tensor_map_type(m.dtype) << ", " << m.rank << ", "
+         << (m.operand == 0 ? "a" : "b") << ", dims, strides, lower, upper, box[0], box[1], traversal);\n";
+    } else {
+      os << "    e = tmap_encode_tensor_map(&map" << i << ", " << tensor_map_type(m.dtype) << ", " << m.rank << ", "
+         << (m.operand == 0 ? "a" : "b") << ", dims, strides, box);\n";
+    }
+    os
        << "    if (e != cudaSuccess) {\n" << (k.workspace_bytes > 0 ? "      cudaFreeAsync(workspace, stream);\n" : "")
        << "      return e;\n    }\n  }\n";
   }
@@ -290,6 +303,26 @@ extern "C" cudaError_t tmap_encode_tensor_map(void* map, int dtype, int rank, co
                             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
+
+extern "C" cudaError_t tmap_encode_im2col_map(void* map, int dtype, int rank, const void* base,
+                                              const unsigned long long* dims, const unsigned long long* strides,
+                                              const int* lower, const int* upper, unsigned channels, unsigned pixels,
+                                              const unsigned* traversal) {
+  static const PFN_cuTensorMapEncodeIm2col_v12000 encode = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    const cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeIm2col", &p, 12000, cudaEnableDefault, &found);
+    return e == cudaSuccess && found == cudaDriverEntryPointSuccess ? reinterpret_cast<PFN_cuTensorMapEncodeIm2col_v12000>(p)
+                                                                    : nullptr;
+  }();
+  if (!encode) return cudaErrorNotSupported;  // a driver older than CUDA 12
+  const CUresult r = encode(static_cast<CUtensorMap*>(map), static_cast<CUtensorMapDataType>(dtype),
+                            static_cast<cuuint32_t>(rank), const_cast<void*>(base), reinterpret_cast<const cuuint64_t*>(dims),
+                            reinterpret_cast<const cuuint64_t*>(strides), lower, upper, channels, pixels, traversal,
+                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+}
 )";
 
 }  // namespace
@@ -337,7 +370,11 @@ std::vector<ExportedKernel> export_kernels(const std::vector<const TuneRecord*>&
          << "#ifdef __cplusplus\nextern \"C\" {\n#endif\n\n"
          << "/// Encodes a CUtensorMap (128-byte swizzle) through the driver entry point; see tmap_runtime.cu.\n"
          << "cudaError_t tmap_encode_tensor_map(void* map, int dtype, int rank, const void* base, const unsigned long long* dims,\n"
-         << "                                   const unsigned long long* strides, const unsigned* box);\n\n";
+         << "                                   const unsigned long long* strides, const unsigned* box);\n"
+         << "/// Encodes an im2col CUtensorMap (128-byte swizzle) of a channels-last convolution input.\n"
+         << "cudaError_t tmap_encode_im2col_map(void* map, int dtype, int rank, const void* base, const unsigned long long* dims,\n"
+         << "                                   const unsigned long long* strides, const int* lower, const int* upper,\n"
+         << "                                   unsigned channels, unsigned pixels, const unsigned* traversal);\n\n";
   for (const Piece& x : pieces) {
     const Compute& c = *x.g.compute;
     const TuneRecord& r = *x.record;

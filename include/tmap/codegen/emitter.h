@@ -32,6 +32,14 @@ struct TensorMapSpec {
   std::array<std::uint64_t, 5> dims{};     ///< Elements per dimension.
   std::array<std::uint64_t, 4> strides{};  ///< Bytes between consecutive indices of dimensions 1...
   std::array<std::uint32_t, 5> box{};      ///< Elements per box along each dimension.
+  /// An im2col map (cuTensorMapEncodeIm2col) of a channels-last convolution input [N][spatial][C]:
+  /// each box is box[1] consecutive output pixels (pixelsPerColumn) of box[0] channels
+  /// (channelsPerPixel), the pixels walked through the bounding box [lower, dims + upper) of each
+  /// spatial dimension (innermost first, rank - 2 of them) in steps of `traversal`, the filter tap
+  /// added by the load's offsets; zero outside the tensor.
+  bool im2col = false;
+  std::array<int, 3> lower{}, upper{};
+  std::array<std::uint32_t, 5> traversal{1, 1, 1, 1, 1};
 };
 
 /// A generated kernel and how to launch it. Its parameters are, in order: the tensor playing
