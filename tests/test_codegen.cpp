@@ -596,6 +596,7 @@ TEST(Codegen, WgmmaIm2colProducer) {
   // Channels-last copies (relayout views) of channels-first convolutions: rank 3, 4 and 5 maps.
   for (const auto& [op, sets] : std::vector<std::pair<std::string, std::vector<std::string>>>{
            {"conv1d", {"N=4", "C=128", "W=100", "K=96", "S=5", "pad=2"}},
+           {"conv1d", {"N=2", "C=128", "W=40", "K=64", "S=3", "dil=3", "pad=3"}},
            {"conv2d", {"N=2", "C=64", "H=15", "W=13", "K=96", "stride=2", "pad=1"}},
            {"conv3d", {"N=2", "C=64", "D=6", "H=7", "W=9", "K=64", "pad=1"}}}) {
     const Compute& c = typed(op, sets);

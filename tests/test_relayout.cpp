@@ -496,5 +496,47 @@ TEST(Gpu, RelayoutPrologue) {
   EXPECT_GE(runs, 20);
 }
 
+// The channels-last copies of NCW, NCHW and NCDHW inputs read by wgmma's TMA producer in im2col
+// boxes (rank-3, 4 and 5 maps; stride, dilation, padding), on the first mapping of each view that
+// takes the producer, against the reference.
+TEST(Gpu, WgmmaIm2colViews) {
+  if (!have_gpu()) GTEST_SKIP() << "no GPU: " << query_runtime().status;
+  if (testing::device_cc() != 90) GTEST_SKIP() << "wgmma needs sm_90";
+  const DeviceLimits limits = DeviceLimits::for_arch(90);
+  const HwAbstraction& hw = find_hw(shipped(), "wgmma_fp16_fp32");
+  std::uint64_t seed = 4700;
+  int runs = 0;
+  for (const auto& [name, sets] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+           {"conv1d", {"N=3", "C=64", "W=45", "K=48", "S=5", "stride=2", "pad=2"}},
+           {"conv1d", {"N=2", "C=128", "W=40", "K=64", "S=3", "dil=3", "pad=3"}},
+           {"conv2d", {"N=2", "C=64", "H=15", "W=13", "K=96", "stride=2", "pad=1"}},
+           {"conv3d", {"N=2", "C=64", "D=4", "H=6", "W=7", "K=32", "pad=1"}}}) {
+    const Compute c = op(name, sets);
+    std::vector<testing::GpuCase> cases;
+    const MatchReport r = match_compute(c, {hw}, Enumeration::kAll);
+    for (const Match& m : r.matches) {
+      for (const Mapping& map : m.mappings) {
+        RelayoutView v = relayout_view(make_implicit_gemm(c, hw, m, map));
+        if (!v.why_not.empty()) continue;
+        ScheduleParams p = default_schedule(v.gemm, limits);
+        p.relayout = 1;
+        p.producer = 1;
+        if (!validate(v.gemm, p, limits).empty()) continue;
+        const std::string label = name + " " + sets[1] + " " + sets.back() + " " + m.layout + " im2col";
+        cases.push_back({label, v.gemm, p, 1e-2});
+        ScheduleParams split = p;
+        split.split_k = 2;
+        if (validate(v.gemm, split, limits).empty()) cases.push_back({label + " split 2", v.gemm, split, 1e-2});
+        break;
+      }
+      if (!cases.empty()) break;
+    }
+    EXPECT_FALSE(cases.empty()) << name << ": no view takes an im2col producer";
+    runs += static_cast<int>(cases.size());
+    testing::run_cases(c, cases, seed++);
+  }
+  EXPECT_GE(runs, 4);
+}
+
 }  // namespace
 }  // namespace tmap
