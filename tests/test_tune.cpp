@@ -543,6 +543,45 @@ class LuckyMeasurer : public Measurer {
   std::string flaky;
 };
 
+/// The synthetic measurer whose first measurement takes `first_s` (as a worker's start does).
+class SlowFirstMeasurer : public SyntheticMeasurer {
+ public:
+  explicit SlowFirstMeasurer(double first_s) : first_s_(first_s) {}
+  MeasureResult measure(const Compute& c, const ImplicitGemm& g, const ScheduleParams& p, const KernelSource& k,
+                        const CompileResult& bin) override {
+    if (calls == 0) std::this_thread::sleep_for(std::chrono::duration<double>(first_s_));
+    return SyntheticMeasurer::measure(c, g, p, k, bin);
+  }
+
+ private:
+  double first_s_;
+};
+
+// A slow first measurement (the worker's start, its CUDA context, the reference) does not count
+// as the typical one when the time budget reserves room for the confirmations. Resuming a log
+// puts four candidates on the podium from the start: 4 x 3 confirmations of 0.5 s would have
+// left none of a 3 s budget after the first trial.
+TEST(Tuner, ASlowFirstMeasurementDoesNotEndATimeBudget) {
+  Compute c = build_compute(builtin_op("gemm"), parse_param_overrides({"M=512", "N=256", "K=512"}));
+  const std::string log = temp_path("slow_first.jsonl");
+  std::filesystem::remove(log);
+  {
+    SyntheticMeasurer earlier;
+    ASSERT_EQ(tune(c, shipped(), synthetic_options(log, 4), earlier).measured, 4);
+  }
+  TuneOptions o = synthetic_options(log, 100000);
+  o.time_budget_s = 3;
+  o.confirm_top = 4;
+  o.confirm_rounds = 3;
+  SlowFirstMeasurer m(0.5);
+  const TuneSummary s = tune(c, shipped(), o, m);
+  EXPECT_EQ(s.resumed, 4);
+  EXPECT_EQ(s.stop_reason, "time budget reached");
+  EXPECT_GE(s.measured, 4) << "the budget ended after the first trial";
+  EXPECT_EQ(s.confirmed, 4);
+  std::filesystem::remove(log);
+}
+
 TEST(Tuner, TheFastestAreMeasuredAgainAtTheEnd) {
   Compute c = build_compute(builtin_op("gemm"), parse_param_overrides({"M=512", "N=256", "K=512"}));
   const std::string log = temp_path("confirm.jsonl");

@@ -519,11 +519,20 @@ class TuneTask::Impl {
     s_.wall_s += took;
   }
 
-  /// What confirm() will take: its measurements at this task's mean time per measurement.
+  /// What confirm() will take: its measurements at this task's typical time per measurement,
+  /// the median of those after the first. The first also starts the measuring worker, its CUDA
+  /// context and the workload's inputs and reference (on the H100, about 4 s before a ResNet-18
+  /// batch-256 layer's 0.5 s measurements): taken as typical, it reserved about 50 s for
+  /// confirmations and ended 25 s budgets after one to four trials. Until a second one, 0.05 s.
   double confirm_seconds() const {
     const int top = std::min(o_.confirm_top, static_cast<int>(podium_.size()));
     if (top < 1 || o_.confirm_rounds < 1) return 0;
-    const double per = s_.measured ? s_.measure_s / s_.measured : 0.05;
+    double per = 0.05;
+    if (measure_durations_.size() >= 2) {
+      std::vector<double> later(measure_durations_.begin() + 1, measure_durations_.end());
+      std::nth_element(later.begin(), later.begin() + later.size() / 2, later.end());
+      per = later[later.size() / 2];
+    }
     return top * o_.confirm_rounds * per;
   }
 
@@ -543,6 +552,7 @@ class TuneTask::Impl {
   }
 
   TuneSummary s_;
+  std::vector<double> measure_durations_;  ///< Seconds of each measurement of a candidate, in order.
   bool exhausted_ = false;
   const Workload& workload() const { return search_.workload(); }
 
@@ -726,7 +736,8 @@ class TuneTask::Impl {
     } else {
       const auto t0 = Clock::now();
       MeasureResult m = measurer.measure(c_, g, cand.params, compiled.kernel, compiled.binary);
-      s_.measure_s += seconds_since(t0);
+      measure_durations_.push_back(seconds_since(t0));
+      s_.measure_s += measure_durations_.back();
       res.status = status_name(m.status);
       res.median_us = m.median_us;
       res.times_us = m.times_us;
