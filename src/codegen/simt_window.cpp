@@ -28,8 +28,6 @@ namespace {
 /// The most filter taps held in registers, and the most inputs of one thread's row segment.
 constexpr std::int64_t kMaxTaps = 64, kMaxSegment = 64;
 
-bool contains(const std::vector<int>& v, int x) { return std::find(v.begin(), v.end(), x) != v.end(); }
-
 /// The staged window of one batch entry for a schedule.
 struct WindowTile {
   bool one_row = false;         ///< The block's outputs lie in one row (block_m divides the row).

@@ -47,26 +47,20 @@ void access_code(std::ostringstream& os, const Compute& c, const Access& a, cons
 
 /// Emits `const int v = ...;` lines recovering iterator values from a flat coordinate
 /// (mixed radix over `iters`, the last fastest), only for iterators in `used`.
+std::string digit_code(const Compute& c, const std::vector<int>& iters, int it, const std::string& flat) {
+  std::int64_t below = 1;
+  std::size_t i = iters.size();
+  while (iters[--i] != it) below *= c.iters[iters[i]].extent;
+  const std::string v = below == 1 ? flat : "(" + flat + " / " + std::to_string(below) + ")";
+  return i > 0 ? v + " % " + std::to_string(c.iters[it].extent) : v;
+}
+
 void decompose(std::ostringstream& os, const Compute& c, const std::vector<int>& iters, const std::string& coord,
                const std::vector<bool>& used, const std::string& indent) {
-  bool any = false;
-  for (int it : iters) any = any || used[it];
-  if (!any) return;
-  std::int64_t stride = 1;
-  std::vector<std::int64_t> strides(iters.size());
-  for (int i = static_cast<int>(iters.size()) - 1; i >= 0; --i) {
-    strides[i] = stride;
-    stride *= c.iters[iters[i]].extent;
-  }
-  for (std::size_t i = 0; i < iters.size(); ++i) {
-    int it = iters[i];
-    if (!used[it]) continue;
-    std::string v = coord;
-    if (strides[i] != 1) v = "(" + v + " / " + std::to_string(strides[i]) + ")";
-    if (i > 0) v = v + " % " + std::to_string(c.iters[it].extent);
-    os << indent << "const int it_" << c.iters[it].name << " = " << v << ";  // iterator " << c.iters[it].name
-       << ", extent " << c.iters[it].extent << "\n";
-  }
+  for (int it : iters)
+    if (used[it])
+      os << indent << "const int it_" << c.iters[it].name << " = " << digit_code(c, iters, it, coord) << ";  // iterator "
+         << c.iters[it].name << ", extent " << c.iters[it].extent << "\n";
 }
 
 /// Iterator variables are prefixed so that they never clash with the kernel's own names.

@@ -25,6 +25,15 @@ inline std::int64_t round_up(std::int64_t x, std::int64_t to) { return (x + to -
 /// The pragma for the kernel's loops: unrolled with p.unroll, else kept rolled.
 inline const char* unroll_pragma(const ScheduleParams& p) { return p.unroll ? "#pragma unroll\n" : "#pragma unroll 1\n"; }
 
+/// Whether `x` is one of `v` (iterator ids).
+inline bool contains(const std::vector<int>& v, int x) {
+  for (int y : v)
+    if (y == x) return true;
+  return false;
+}
+/// Iterator `it`'s value in generated code, from a flat coordinate `flat` (mixed radix over
+/// `iters`, the last fastest, `it` among them): "(flat / below) % extent", the % unparenthesized.
+std::string digit_code(const Compute& c, const std::vector<int>& iters, int it, const std::string& flat);
 /// Emits `const int it_<name> = ...;` lines recovering iterator values from a flat coordinate
 /// `coord` (mixed radix over `iters`, the last fastest), only for iterators in `used`.
 void decompose(std::ostringstream& os, const Compute& c, const std::vector<int>& iters, const std::string& coord,

@@ -156,7 +156,6 @@ std::string tma_view(const ImplicitGemm& g, int which, std::vector<TmaDim>& dims
   if (why.empty()) why = collapse(mn ? g.k_iters : mn_iters, TmaDim::kRows, mn ? "k" : (which == 0 ? "m" : "n"));
   if (!why.empty()) return why;
   if (dims[0].stride_bytes != static_cast<std::uint64_t>(bytes)) return name + ": its stored rows are not contiguous";
-  auto member = [](const std::vector<int>& v, int x) { return std::find(v.begin(), v.end(), x) != v.end(); };
   for (int d = 0; d < rank; ++d) {
     if (used[d]) continue;
     const AffineExpr& e = acc.indices[d];
@@ -169,8 +168,8 @@ std::string tma_view(const ImplicitGemm& g, int which, std::vector<TmaDim>& dims
       if (e.constant < 0 || e.constant >= t.shape[d]) return name + ": dimension " + std::to_string(d) + " is out of bounds";
       dims.push_back({TmaDim::kFixed, ext, st, -1, e.constant});
     } else if (live.size() == 1 && alone(e, live[0]) && dim_of(live[0]) == d &&
-               (member(g.batch_iters, live[0]) || member(g.serial_iters, live[0]))) {
-      dims.push_back({member(g.batch_iters, live[0]) ? TmaDim::kBatch : TmaDim::kSerial, ext, st, live[0]});
+               (contains(g.batch_iters, live[0]) || contains(g.serial_iters, live[0]))) {
+      dims.push_back({contains(g.batch_iters, live[0]) ? TmaDim::kBatch : TmaDim::kSerial, ext, st, live[0]});
     } else {
       return name + ": dimension " + std::to_string(d) + " is not indexed by one batch or serial iterator alone";
     }
@@ -198,7 +197,9 @@ struct Im2colView {
   int batch_iter = -1;               ///< The iterator indexing dimension 0 (m or batch), -1 for none.
   struct Spatial {
     int out = -1, tap = -1;          ///< The m iterator (output position) and the tap iterator, -1: none.
-    std::int64_t stride = 1, dil = 1, lower = 0, extent = 1;
+    std::int64_t stride = 1, dil = 1, extent = 1;
+    /// The bounding box [lower, shape + upper) at tap 0: exactly `extent` positions stride apart.
+    std::int64_t lower = 0, upper = 0;
   };
   std::vector<Spatial> spatial;      ///< Dimensions 1 .. rank - 2, outermost first.
 };
@@ -211,7 +212,6 @@ std::string im2col_view(const ImplicitGemm& g, Im2colView& v) {
   const std::string name = "operand A (" + t.name + ")";
   const int rank = static_cast<int>(acc.indices.size());
   auto extent = [&](int it) { return c.iters[it].extent; };
-  auto member = [](const std::vector<int>& xs, int x) { return std::find(xs.begin(), xs.end(), x) != xs.end(); };
   if (stored_along_mn(g, 0)) return name + ": stored along m; an im2col box holds k (channels) along its lines";
   if (rank < 3 || rank > 5) return name + ": im2col views tensors of 3 to 5 dimensions, this one has " + std::to_string(rank);
   std::vector<int> k_iters;
@@ -244,24 +244,24 @@ std::string im2col_view(const ImplicitGemm& g, Im2colView& v) {
     if (terms.empty()) {
       if (acc.indices[0].constant != 0) return name + ": dimension 0 has a constant index";
     } else if (terms.size() != 1 || terms[0].second != 1 || acc.indices[0].constant != 0 ||
-               !(member(g.batch_iters, terms[0].first) || (!g.m_iters.empty() && member(g.m_iters, terms[0].first)))) {
+               !(contains(g.batch_iters, terms[0].first) || (!g.m_iters.empty() && contains(g.m_iters, terms[0].first)))) {
       return name + ": dimension 0 is not indexed by one batch or m iterator alone";
     } else {
       v.batch_iter = terms[0].first;
     }
   }
   std::vector<int> expected_m;  // the m iterators im2col walks, slowest first
-  if (v.batch_iter >= 0 && member(g.m_iters, v.batch_iter)) expected_m.push_back(v.batch_iter);
+  if (v.batch_iter >= 0 && contains(g.m_iters, v.batch_iter)) expected_m.push_back(v.batch_iter);
   std::vector<int> taps_seen;
   for (int d = 1; d < rank - 1; ++d) {
     Im2colView::Spatial sp;
     const AffineExpr& e = acc.indices[d];
     sp.lower = e.constant;
     for (const auto& [x, coef] : live_terms(e)) {
-      if (member(g.m_iters, x) && sp.out < 0) {
+      if (contains(g.m_iters, x) && sp.out < 0) {
         sp.out = x;
         sp.stride = coef;
-      } else if ((member(k_iters, x) || member(g.serial_iters, x)) && x != ci && sp.tap < 0 && !member(taps_seen, x)) {
+      } else if ((contains(k_iters, x) || contains(g.serial_iters, x)) && x != ci && sp.tap < 0 && !contains(taps_seen, x)) {
         sp.tap = x;
         sp.dil = coef;
         taps_seen.push_back(x);
@@ -274,11 +274,10 @@ std::string im2col_view(const ImplicitGemm& g, Im2colView& v) {
       return name + ": a dilation of " + std::to_string(sp.dil) + " (im2col offsets are 0 to 65535)";
     sp.extent = sp.out >= 0 ? extent(sp.out) : 1;
     if (sp.out >= 0) expected_m.push_back(sp.out);
-    // The bounding box [lower, shape + upper) holds exactly `extent` positions stride apart.
-    const std::int64_t upper = sp.lower + (sp.extent - 1) * sp.stride + 1 - t.shape[d];
+    sp.upper = sp.lower + (sp.extent - 1) * sp.stride + 1 - t.shape[d];
     const std::int64_t range = rank == 3 ? 32768 : rank == 4 ? 128 : 16;
-    if (sp.lower < -range || sp.lower >= range || upper < -range || upper >= range)
-      return name + ": its bounding box corners " + std::to_string(sp.lower) + ", " + std::to_string(upper) +
+    if (sp.lower < -range || sp.lower >= range || sp.upper < -range || sp.upper >= range)
+      return name + ": its bounding box corners " + std::to_string(sp.lower) + ", " + std::to_string(sp.upper) +
              " exceed what a rank-" + std::to_string(rank) + " im2col map holds (" + std::to_string(-range) + " to " +
              std::to_string(range - 1) + ")";
     v.spatial.push_back(sp);
@@ -286,16 +285,13 @@ std::string im2col_view(const ImplicitGemm& g, Im2colView& v) {
   std::vector<int> m_live;
   for (int it : g.m_iters)
     if (extent(it) != 1) m_live.push_back(it);
-  std::vector<int> expected_live;
-  for (int it : expected_m)
-    if (extent(it) != 1) expected_live.push_back(it);
-  if (m_live != expected_live)
+  if (m_live != expected_m)  // both hold iterators of extent > 1 only
     return name + ": its m iterators are not the image and output positions in the tensor's order";
   for (int it : k_iters)
-    if (it != ci && !member(taps_seen, it)) return name + ": a reduction iterator that is not a filter tap";
+    if (it != ci && !contains(taps_seen, it)) return name + ": a reduction iterator that is not a filter tap";
   for (int d = 0; d < rank; ++d)
     for (const auto& [x, coef] : live_terms(acc.indices[d]))
-      if (member(taps_seen, x) && (d == 0 || d == rank - 1)) return name + ": a filter tap indexes its batch or channels";
+      if (contains(taps_seen, x) && (d == 0 || d == rank - 1)) return name + ": a filter tap indexes its batch or channels";
   return "";
 }
 
@@ -342,30 +338,19 @@ std::string tma_coordinate(const ImplicitGemm& g, int which, const TmaDim& d, co
   const bool mn = stored_along_mn(g, which);
   const std::string origin = which == 0 ? "m0" : "n0";
   const std::string up = which == 0 ? "A" : "B";
-  auto digit = [&](const std::vector<int>& iters, const std::string& flat) {
-    std::int64_t below = 1;
-    std::size_t i = iters.size();
-    while (iters[--i] != d.iter) below *= c.iters[iters[i]].extent;
-    std::string v = below == 1 ? flat : "(" + flat + " / " + std::to_string(below) + ")";
-    return i > 0 ? v + " % " + std::to_string(c.iters[d.iter].extent) : v;
-  };
   switch (d.role) {
     case TmaDim::kCols: return (mn ? origin : "k0") + " + " + block + " * " + up + "_W";
     case TmaDim::kRows: return mn ? "k0" : origin;
-    case TmaDim::kBatch: return digit(g.batch_iters, "z");
-    case TmaDim::kSerial: return digit(g.serial_iters, "s");
+    case TmaDim::kBatch: return digit_code(c, g.batch_iters, d.iter, "z");
+    case TmaDim::kSerial: return digit_code(c, g.serial_iters, d.iter, "s");
     case TmaDim::kFixed: return std::to_string(d.value);
   }
   return "0";
 }
 
-/// Iterator `it`'s value in the mixed-radix number `flat` over `iters` (slowest first).
-std::string digit_of(const Compute& c, const std::vector<int>& iters, int it, const std::string& flat) {
-  std::int64_t below = 1;
-  std::size_t i = iters.size();
-  while (iters[--i] != it) below *= c.iters[iters[i]].extent;
-  const std::string v = below == 1 ? flat : "(" + flat + " / " + std::to_string(below) + ")";
-  return i > 0 ? "(" + v + " % " + std::to_string(c.iters[it].extent) + ")" : v;
+/// `digit` (a digit_code()) as a factor of a product: its % parenthesized.
+std::string factor(const std::string& digit) {
+  return digit.find(" % ") == std::string::npos ? digit : "(" + digit + ")";
 }
 
 /// The im2col tensor map of operand A seen as `v`: boxes of one 128-byte line of channels by the
@@ -387,7 +372,7 @@ TensorMapSpec im2col_map(const ImplicitGemm& g, const ScheduleParams& p, const I
   for (int j = 0; j < v.rank - 2; ++j) {
     const Im2colView::Spatial& sp = v.spatial[v.rank - 3 - j];  // innermost spatial dimension first
     m.lower[j] = static_cast<int>(sp.lower);
-    m.upper[j] = static_cast<int>(sp.lower + (sp.extent - 1) * sp.stride + 1 - v.shape[v.rank - 2 - j]);
+    m.upper[j] = static_cast<int>(sp.upper);
     m.traversal[1 + j] = static_cast<std::uint32_t>(sp.stride);
   }
   m.box[0] = static_cast<std::uint32_t>(line(t));
@@ -399,29 +384,27 @@ TensorMapSpec im2col_map(const ImplicitGemm& g, const ScheduleParams& p, const I
 /// box per 128-byte column block of a stage at its channel offset and filter tap.
 std::string im2col_origin(const ImplicitGemm& g, const Im2colView& v) {
   const Compute& c = *g.compute;
-  auto member = [](const std::vector<int>& xs, int x) { return std::find(xs.begin(), xs.end(), x) != xs.end(); };
   std::ostringstream os;
   os << "      // A's im2col origin: the input coordinates of the block's first output pixel at tap 0.\n";
   for (int j = 0; j < v.rank - 2; ++j) {
     const Im2colView::Spatial& sp = v.spatial[v.rank - 3 - j];
     os << "      const int a_x" << j + 1 << " = " << sp.lower;
-    if (sp.out >= 0) os << " + " << sp.stride << " * " << digit_of(c, g.m_iters, sp.out, "m0");
+    if (sp.out >= 0) os << " + " << sp.stride << " * " << factor(digit_code(c, g.m_iters, sp.out, "m0"));
     os << ";\n";
   }
   os << "      const int a_x" << v.rank - 1 << " = ";
   if (v.batch_iter < 0)
     os << "0";
-  else if (member(g.m_iters, v.batch_iter))
-    os << digit_of(c, g.m_iters, v.batch_iter, "m0");
+  else if (contains(g.m_iters, v.batch_iter))
+    os << digit_code(c, g.m_iters, v.batch_iter, "m0");
   else
-    os << digit_of(c, g.batch_iters, v.batch_iter, "z");
+    os << digit_code(c, g.batch_iters, v.batch_iter, "z");
   os << ";\n";
   return os.str();
 }
 
 std::string im2col_loads(const ImplicitGemm& g, const Im2colView& v, int blocks) {
   const Compute& c = *g.compute;
-  auto member = [](const std::vector<int>& xs, int x) { return std::find(xs.begin(), xs.end(), x) != xs.end(); };
   std::ostringstream l;
   l << "        #pragma unroll\n        for (int blk = 0; blk < " << blocks << "; ++blk) {\n"
     << "          const int kk = k0 + blk * A_W;  // whole lines of one tap (C = " << v.channels << ")\n";
@@ -432,7 +415,8 @@ std::string im2col_loads(const ImplicitGemm& g, const Im2colView& v, int blocks)
       l << "0";
     else
       l << "(unsigned short)(" << sp.dil << " * "
-        << (member(g.serial_iters, sp.tap) ? digit_of(c, g.serial_iters, sp.tap, "s") : digit_of(c, g.k_iters, sp.tap, "kk"))
+        << factor(contains(g.serial_iters, sp.tap) ? digit_code(c, g.serial_iters, sp.tap, "s")
+                                                   : digit_code(c, g.k_iters, sp.tap, "kk"))
         << ")";
     l << ";\n";
   }
@@ -544,7 +528,7 @@ KernelSource emit_wgmma(const ImplicitGemm& g, const ScheduleParams& p) {
     }
     std::vector<int> ranks;
     for (const TensorMapSpec& m : k.tensor_maps)
-      if (!m.im2col && std::find(ranks.begin(), ranks.end(), m.rank) == ranks.end()) ranks.push_back(m.rank);
+      if (!m.im2col && !contains(ranks, m.rank)) ranks.push_back(m.rank);
     emit_producer_helpers(os, ranks, im2col.rank);
     os << "constexpr int BAR_OFFSET = " << barrier_offset(g, p) << ";  // the ring's mbarriers, past tiles and epilogue\n";
   } else {

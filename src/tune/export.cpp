@@ -284,16 +284,19 @@ constexpr const char* kRuntime = R"(// TMA descriptors for the kernels that read
 
 #include "tmap_kernels.h"
 
+// A driver function looked up through the runtime; nullptr with a driver older than CUDA 12.
+static void* tmap_driver_entry(const char* name) {
+  void* p = nullptr;
+  cudaDriverEntryPointQueryResult found{};
+  const cudaError_t e = cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &found);
+  return e == cudaSuccess && found == cudaDriverEntryPointSuccess ? p : nullptr;
+}
+
 extern "C" cudaError_t tmap_encode_tensor_map(void* map, int dtype, int rank, const void* base,
                                               const unsigned long long* dims, const unsigned long long* strides,
                                               const unsigned* box) {
-  static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    const cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &found);
-    return e == cudaSuccess && found == cudaDriverEntryPointSuccess ? reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p)
-                                                                    : nullptr;
-  }();
+  static const auto encode =
+      reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(tmap_driver_entry("cuTensorMapEncodeTiled"));
   if (!encode) return cudaErrorNotSupported;  // a driver older than CUDA 12
   const cuuint32_t element_strides[5] = {1, 1, 1, 1, 1};
   const CUresult r = encode(static_cast<CUtensorMap*>(map), static_cast<CUtensorMapDataType>(dtype),
@@ -308,13 +311,8 @@ extern "C" cudaError_t tmap_encode_im2col_map(void* map, int dtype, int rank, co
                                               const unsigned long long* dims, const unsigned long long* strides,
                                               const int* lower, const int* upper, unsigned channels, unsigned pixels,
                                               const unsigned* traversal) {
-  static const PFN_cuTensorMapEncodeIm2col_v12000 encode = [] {
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    const cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeIm2col", &p, 12000, cudaEnableDefault, &found);
-    return e == cudaSuccess && found == cudaDriverEntryPointSuccess ? reinterpret_cast<PFN_cuTensorMapEncodeIm2col_v12000>(p)
-                                                                    : nullptr;
-  }();
+  static const auto encode =
+      reinterpret_cast<PFN_cuTensorMapEncodeIm2col_v12000>(tmap_driver_entry("cuTensorMapEncodeIm2col"));
   if (!encode) return cudaErrorNotSupported;  // a driver older than CUDA 12
   const CUresult r = encode(static_cast<CUtensorMap*>(map), static_cast<CUtensorMapDataType>(dtype),
                             static_cast<cuuint32_t>(rank), const_cast<void*>(base), reinterpret_cast<const cuuint64_t*>(dims),
