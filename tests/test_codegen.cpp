@@ -71,6 +71,13 @@ const Compute& typed_compute(std::vector<std::unique_ptr<Compute>>& keep, const 
   return *keep.back();
 }
 
+/// testing::stored_as_op(), kept alive in `keep`.
+const Compute& stored_as(std::vector<std::unique_ptr<Compute>>& keep, const std::string& op, const std::string& in_t,
+                         const std::string& out_t, const std::vector<std::string>& sets) {
+  keep.push_back(std::make_unique<Compute>(testing::stored_as_op(op, in_t, out_t, sets)));
+  return *keep.back();
+}
+
 /// Two schedules per candidate: the default and a different valid one, when there is one.
 std::vector<ScheduleParams> schedules_for(const ImplicitGemm& g) {
   DeviceLimits limits = DeviceLimits::for_arch(80);
@@ -428,6 +435,7 @@ TEST(Codegen, WgmmaTmaProducer) {
                    const std::vector<std::string>& sets) -> const Compute& {
     return typed_compute(keep, op, in_t, out_t, sets);
   };
+  int persistent = 0;
   // The first layout of each compute whose default schedule takes a producer, with variants.
   auto add = [&](const Compute& c, const std::string& hw_name, const std::string& label) {
     const std::vector<ImplicitGemm> gemms = gemm_per_match(c, hw_name);
@@ -452,8 +460,23 @@ TEST(Codegen, WgmmaTmaProducer) {
       edit("2 consumers 128x256", [](ScheduleParams& p) { p.block_m = 128; p.warp_m = 64; p.block_n = p.warp_n = 256; });
       edit("wm 128 wn 64 stages 6", [](ScheduleParams& p) { p.warp_m = p.block_m = 128; p.warp_n = 64; p.block_n = 128; p.stages = 6; });
       edit("bk x2 split 3 raster 4", [](ScheduleParams& p) { p.block_k *= 2; p.stages = 3; p.split_k = 3; p.raster = 4; });
+      edit("persistent", [](ScheduleParams& p) { p.producer = 2; });
+      edit("persistent 2 consumers 128x256 raster 4",
+           [](ScheduleParams& p) { p.producer = 2; p.block_m = 128; p.warp_m = 64; p.block_n = p.warp_n = 256; p.stages = 3; p.raster = 4; });
       for (const auto& [name, p] : schedules) {
         KernelSource k = emit_kernel(g, p);
+        if (p.producer == 2) {
+          // One launch dimension of every output tile, taken with a grid stride; the consumers
+          // alone meet at named barrier 1 around the epilogue tile, which follows the ring.
+          ++persistent;
+          EXPECT_TRUE(k.persistent) << label << " " << name;
+          EXPECT_EQ(k.grid[0], (g.M + p.block_m - 1) / p.block_m * ((g.N + p.block_n - 1) / p.block_n) * g.batch);
+          EXPECT_EQ(k.grid[1] * k.grid[2], 1);
+          EXPECT_NE(k.code.find("bar.sync 1, " + std::to_string(k.threads - 128)), std::string::npos) << label;
+          EXPECT_NE(k.code.find("tile += gridDim.x"), std::string::npos) << label;
+        } else {
+          EXPECT_FALSE(k.persistent) << label << " " << name;
+        }
         EXPECT_EQ(k.tensor_maps.size(), 2u) << label << " " << name;
         EXPECT_NE(k.code.find("cp.async.bulk.tensor"), std::string::npos) << label << " " << name;
         EXPECT_EQ(k.threads, p.block_m / p.warp_m * (p.block_n / p.warp_n) * 128 + 128) << label << " " << name;
@@ -472,6 +495,9 @@ TEST(Codegen, WgmmaTmaProducer) {
   add(typed("gemm_nt", "bfloat16", "float32", {"M=300", "N=200", "K=256"}), "wgmma_bf16_fp32", "bf16");
   add(typed("gemm_nt", "float32", "float32", {"M=300", "N=200", "K=256"}), "wgmma_tf32_fp32", "tf32");
   add(typed("gemm_nt", "int8", "int32", {"M=300", "N=200", "K=256"}), "wgmma_int8_int32", "int8");
+  // 16-bit outputs: a persistent kernel's epilogue tile holds them rounded (half the bytes).
+  add(stored_as(keep, "gemm", "float16", "float16", {"M=200", "N=136", "K=520"}), "wgmma_fp16_fp32", "gemm float16 out");
+  add(stored_as(keep, "gemm_nt", "bfloat16", "bfloat16", {"M=300", "N=200", "K=256"}), "wgmma_bf16_fp32", "bf16 out");
 
   // The tensor maps of gemm (A [M][K] K-major, B [K][N] read along n) with 128 x 128 x 64 tiles.
   {
@@ -518,10 +544,10 @@ TEST(Codegen, WgmmaTmaProducer) {
     }
   }
   // Refusals: an input whose rows move with the filter taps, a row of 130 bytes, another family.
-  auto refusal = [&](const Compute& c, const std::string& hw_name) {
+  auto refusal = [&](const Compute& c, const std::string& hw_name, int producer = 1) {
     const ImplicitGemm g = gemm_per_match(c, hw_name).at(0);
     ScheduleParams p = default_schedule(g, limits);
-    p.producer = 1;
+    p.producer = producer;
     auto issues = validate(g, p, limits);
     return issues.empty() ? std::string() : issues[0].detail;
   };
@@ -532,6 +558,9 @@ TEST(Codegen, WgmmaTmaProducer) {
   EXPECT_NE(refusal(typed("gemm", "float16", "float32", {"M=67", "N=33", "K=65"}), "wgmma_fp16_fp32")
                 .find("multiples of 16 bytes"),
             std::string::npos);
+  const std::string persistent_refused =
+      refusal(typed("gemm", "float16", "float32", {"M=67", "N=33", "K=65"}), "wgmma_fp16_fp32", 2);
+  EXPECT_NE(persistent_refused.find("producer = 2 loads operands with TMA"), std::string::npos) << persistent_refused;
   EXPECT_NE(refusal(typed("gemm", "float16", "float32", {}), "mma_sync_fp16_fp32").find("only wgmma"),
             std::string::npos);
 
@@ -539,14 +568,18 @@ TEST(Codegen, WgmmaTmaProducer) {
   EXPECT_TRUE(failures.empty()) << failures.size() << " of " << jobs.size() << " failed; first:\n"
                                 << (failures.empty() ? "" : failures.front());
   EXPECT_GT(jobs.size(), 25u);
-  std::cout << "compiled " << jobs.size() << " warp-specialized wgmma kernels for sm_90a\n";
+  EXPECT_GE(persistent, 10);
+  std::cout << "compiled " << jobs.size() << " warp-specialized wgmma kernels for sm_90a (" << persistent
+            << " persistent)\n";
 }
 
 // Convolution inputs read by TMA in im2col mode (producer = 1): channels-last inputs in place
 // (3x3 with padding, stride 2, dilation 2, 1x1 stride 2, the image in m or in the grid) and the
 // channels-last copies of NCW, NCHW and NCDHW convolutions (rank 3, 4 and 5 maps) get an im2col
-// map for A and a tiled one for B; the kernels compile for sm_90a; the map's corners, strides and
-// traversal steps are those of the convolution; a block_k not dividing K is refused.
+// map for A and a tiled one for B; in the transposed product (filters as A, pixels on n) the
+// input is B's im2col map and the filters A's tiled one; the kernels compile for sm_90a; the
+// map's corners, strides and traversal steps are those of the convolution; a block_k not
+// dividing K is refused.
 TEST(Codegen, WgmmaIm2colProducer) {
   std::vector<Job> jobs;
   std::vector<std::unique_ptr<Compute>> keep;
@@ -554,8 +587,9 @@ TEST(Codegen, WgmmaIm2colProducer) {
   auto typed = [&](const std::string& op, const std::vector<std::string>& sets) -> const Compute& {
     return typed_compute(keep, op, "float16", "float32", sets);
   };
-  int im2col = 0;
+  int im2col = 0, transposed = 0;
   auto add = [&](const ImplicitGemm& g, const std::string& label) {
+    const int which = g.a_input == 0 ? 0 : 1;  // the input tensor I (or X) is the compute's first
     ScheduleParams d = default_schedule(g, limits);
     d.producer = 1;
     if (g.relayouted()) d.relayout = 1;
@@ -568,17 +602,22 @@ TEST(Codegen, WgmmaIm2colProducer) {
       if (validate(g, p, limits).empty()) schedules.emplace_back(name, p);
     };
     edit("2 consumers 256x128", [](ScheduleParams& p) { p.block_m = 256; p.warp_m = 128; p.block_n = p.warp_n = 128; });
+    edit("2 consumers 64x256", [](ScheduleParams& p) { p.block_m = p.warp_m = 64; p.block_n = 256; p.warp_n = 128; });
+    edit("persistent raster 2", [](ScheduleParams& p) { p.producer = 2; p.raster = 2; });
     edit("bm 64 stages 6 raster 4", [](ScheduleParams& p) { p.block_m = 64; p.stages = 6; p.raster = 4; });
     edit("split 3", [](ScheduleParams& p) { p.split_k = 3; });
     for (const auto& [name, p] : schedules) {
       KernelSource k = emit_kernel(g, p);
       EXPECT_EQ(k.tensor_maps.size(), 2u) << label;
       if (k.tensor_maps.size() != 2u) continue;
-      EXPECT_TRUE(k.tensor_maps[0].im2col) << label;
-      EXPECT_FALSE(k.tensor_maps[1].im2col) << label;
+      EXPECT_TRUE(k.tensor_maps[which].im2col) << label;
+      EXPECT_FALSE(k.tensor_maps[1 - which].im2col) << label;
+      EXPECT_EQ(k.tensor_maps[which].operand, which) << label;
       EXPECT_NE(k.code.find(".im2col.mbarrier"), std::string::npos) << label;
-      EXPECT_EQ(k.tensor_maps[0].box[1], static_cast<std::uint32_t>(p.block_m)) << label << ": one pixel per row of A";
-      im2col += k.tensor_maps[0].im2col;
+      EXPECT_EQ(k.tensor_maps[which].box[1], static_cast<std::uint32_t>(which == 0 ? p.block_m : p.block_n))
+          << label << ": one pixel per row of the tile";
+      im2col += k.tensor_maps[which].im2col;
+      transposed += which == 1;
       jobs.push_back({label + " " + g.layout + " " + name, k});
     }
     return std::string();
@@ -592,6 +631,16 @@ TEST(Codegen, WgmmaIm2colProducer) {
       if (why.empty()) break;
     }
     EXPECT_EQ(why, "") << sets[1] << " " << sets[5] << ": no layout takes an im2col producer";
+    // The transposed product: the pixels on n, read as B.
+    const HwAbstraction& hw = find_hw(shipped(), "wgmma_fp16_fp32");
+    const MatchReport r = match_compute(c, {hw}, Enumeration::kAll);
+    why = "no transposed match";
+    for (const Match& m : r.matches) {
+      if (m.roles.a_input == 0) continue;
+      why = add(make_implicit_gemm(c, hw, m, m.mappings.back()), "conv2d_nhwc transposed " + sets[1] + " " + sets[5]);
+      if (why.empty()) break;
+    }
+    EXPECT_EQ(why, "") << sets[1] << " " << sets[5] << ": no transposed layout takes an im2col producer";
   }
   // Channels-last copies (relayout views) of channels-first convolutions: rank 3, 4 and 5 maps.
   for (const auto& [op, sets] : std::vector<std::pair<std::string, std::vector<std::string>>>{
@@ -616,6 +665,7 @@ TEST(Codegen, WgmmaIm2colProducer) {
     EXPECT_EQ(why, "") << op << ": no view takes an im2col producer";
   }
   EXPECT_GE(im2col, 12);
+  EXPECT_GE(transposed, 5);
 
   // The map of a 3x3 stride-2 convolution of a [2][9][11][64] input: P = 5, Q = 6.
   {
@@ -641,6 +691,57 @@ TEST(Codegen, WgmmaIm2colProducer) {
     EXPECT_EQ(a.traversal, (std::array<std::uint32_t, 5>{1, 2, 2, 1, 1}));
     EXPECT_EQ(a.box[0], 64u);   // one 128-byte line of channels
     EXPECT_EQ(a.box[1], 128u);  // the block's pixels
+    // The transposed product reads the same input through the same map, as B, BN pixels a box.
+    {
+      const HwAbstraction& hw = find_hw(shipped(), "wgmma_fp16_fp32");
+      const MatchReport r = match_compute(c, {hw}, Enumeration::kAll);
+      bool found = false;
+      for (const Match& m : r.matches) {
+        if (m.roles.a_input == 0 || found) continue;
+        const ImplicitGemm t = make_implicit_gemm(c, hw, m, m.mappings.back());
+        ScheduleParams tp = default_schedule(t, limits);
+        tp.producer = 1;
+        tp.block_n = 128;
+        tp.warp_n = 128;
+        if (!validate(t, tp, limits).empty()) continue;
+        found = true;
+        const KernelSource tk = emit_kernel(t, tp);
+        const TensorMapSpec b = tk.tensor_maps.at(1);
+        EXPECT_FALSE(tk.tensor_maps.at(0).im2col);
+        EXPECT_TRUE(b.im2col);
+        EXPECT_EQ(b.operand, 1);
+        EXPECT_EQ(b.dims, a.dims);
+        EXPECT_EQ(b.strides, a.strides);
+        EXPECT_EQ(b.lower, a.lower);
+        EXPECT_EQ(b.upper, a.upper);
+        EXPECT_EQ(b.traversal, a.traversal);
+        EXPECT_EQ(b.box[1], 128u);
+        EXPECT_NE(tk.code.find("const int b_x1 = -1 + 2 * (n0 % 6);"), std::string::npos) << tk.code;
+      }
+      EXPECT_TRUE(found) << "no transposed layout takes an im2col producer";
+    }
+    // Persistent, float16 output, the transposed product: the epilogue tile [BN][BM + 8] of half
+    // (16-byte aligned rows for the output's vectors along m).
+    {
+      const Compute& h = stored_as(keep, "conv2d_nhwc", "float16", "float16",
+                                   {"N=2", "C=64", "H=9", "W=11", "K=64", "stride=2", "pad=1"});
+      const HwAbstraction& hw = find_hw(shipped(), "wgmma_fp16_fp32");
+      const MatchReport r = match_compute(h, {hw}, Enumeration::kAll);
+      int persistent = 0;
+      for (const Match& m : r.matches) {
+        const ImplicitGemm t = make_implicit_gemm(h, hw, m, m.mappings.back());
+        ScheduleParams tp = default_schedule(t, limits);
+        tp.producer = 2;
+        if (!validate(t, tp, limits).empty()) continue;
+        const KernelSource tk = emit_kernel(t, tp);
+        const bool along_m = m.roles.a_input != 0;
+        EXPECT_NE(tk.code.find(along_m ? "C_LD = BM + 8" : "C_LD = BN + 8"), std::string::npos) << m.layout;
+        EXPECT_NE(tk.code.find("half* Cs"), std::string::npos) << m.layout;
+        jobs.push_back({"conv2d_nhwc float16 out persistent " + m.layout + (along_m ? " transposed" : ""), tk});
+        ++persistent;
+      }
+      EXPECT_GE(persistent, 2);
+    }
     // K = 9 x 64: a block_k of 128 leaves a tail im2col boxes cannot zero.
     p.block_k = 128;
     const auto issues = validate(g, p, limits);
@@ -699,6 +800,9 @@ TEST(Schedule, WgmmaValidationReasons) {
        ScheduleError::kTooManyThreads, "640 threads leave 96 registers"},
       {"shared memory", with([](ScheduleParams& p) { p.block_m = 128; p.warp_m = 64; p.stages = 6; }),
        ScheduleError::kSharedMemoryExceeded, "limit"},
+      {"producer 3", with([](ScheduleParams& p) { p.producer = 3; }), ScheduleError::kBadOption, "0, 1 or 2"},
+      {"persistent split", with([](ScheduleParams& p) { p.producer = 2; p.split_k = 2; }), ScheduleError::kBadSplitK,
+       "whole output tiles"},
   };
   for (const auto& ic : cases) {
     SCOPED_TRACE(ic.name);

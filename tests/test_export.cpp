@@ -70,6 +70,10 @@ std::vector<TuneRecord> every_family() {
   im2col.name = "conv2d_im2col";  // the input read by TMA in im2col mode: an im2col tensor map to encode
   r.push_back(record_of(im2col, "wgmma", [](ScheduleParams& p) { p.producer = 1; }));
   EXPECT_EQ(r.back().candidate.params.producer, 1);
+  Compute persistent = narrowed_op("gemm", "float16", {"M=520", "N=384", "K=256"});
+  persistent.name = "gemm_persistent";  // grid sized at launch: as many blocks as stay resident
+  r.push_back(record_of(persistent, "wgmma", [](ScheduleParams& p) { p.producer = 2; p.block_m = 64; p.warp_m = 64; p.stages = 3; }));
+  EXPECT_EQ(r.back().candidate.params.producer, 2);
   return r;
 }
 
@@ -86,7 +90,7 @@ std::string export_and_build(const ScratchDir& dir) {
   std::vector<const TuneRecord*> ptrs;
   for (const auto& r : records) ptrs.push_back(&r);
   const auto kernels = export_kernels(ptrs, shipped(), 90, dir / "out", "test records");
-  EXPECT_EQ(kernels.size(), 7u);
+  EXPECT_EQ(kernels.size(), 8u);
   const std::string header = read(dir / "out/tmap_kernels.h");
   for (const auto& k : kernels) {
     EXPECT_TRUE(std::filesystem::exists(dir / ("out/" + k.file))) << k.file;
@@ -105,6 +109,10 @@ std::string export_and_build(const ScratchDir& dir) {
   const std::string cluster = read(dir / ("out/" + kernels[5].file));
   EXPECT_NE(cluster.find("__cluster_dims__(1, 1, SPLIT_K)"), std::string::npos) << "the cluster is the kernel's own";
   EXPECT_EQ(cluster.find("cudaMallocAsync(&workspace"), std::string::npos) << "its splits need no workspace";
+  const std::string persistent = read(dir / ("out/" + kernels[7].file));
+  EXPECT_NE(persistent.find("cudaOccupancyMaxActiveBlocksPerMultiprocessor"), std::string::npos)
+      << "a persistent kernel's grid is sized at launch";
+  EXPECT_NE(persistent.find("dim3(blocks)"), std::string::npos);
   const auto r = testing::shell("cmake -S out -B build -G Ninja -DCMAKE_CUDA_COMPILER=" TMAP_NVCC
                                 " -DCMAKE_BUILD_TYPE=Release >/dev/null && cmake --build build 2>&1",
                                 dir.str());
@@ -123,7 +131,7 @@ TEST(Export, EveryFamilyBuildsAsAStandaloneLibraryWithNvcc) {
   // The launch functions check their pointers before touching the GPU, so this part runs here.
   const auto r = testing::shell("./build/tmap_kernels_check --arguments-only", dir.str());
   EXPECT_EQ(r.code, 0) << r.out << r.err;
-  EXPECT_NE(r.out.find("7 of 7 launch functions refuse null and misaligned pointers"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("8 of 8 launch functions refuse null and misaligned pointers"), std::string::npos) << r.out;
 }
 
 TEST(Export, CheckProgramPassesOnTheGpu) {
@@ -132,7 +140,7 @@ TEST(Export, CheckProgramPassesOnTheGpu) {
   ASSERT_EQ(export_and_build(dir), "");
   const auto r = testing::shell("./build/tmap_kernels_check", dir.str());
   EXPECT_EQ(r.code, 0) << r.out << r.err;
-  EXPECT_NE(r.out.find("7 passed, 0 failed"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("8 passed, 0 failed"), std::string::npos) << r.out;
 }
 
 TEST(Cli, ExportRefusesLogsWithoutCorrectRecords) {

@@ -543,6 +543,8 @@ TEST(Gpu, WgmmaTmaProducer) {
       {"wm 128 wn 64", [](ScheduleParams& p) { p.warp_m = 128; p.block_m = 128; p.warp_n = 64; p.block_n = 128; }},
       {"bk 128 raster 3", [](ScheduleParams& p) { p.block_k = 128; p.stages = 3; p.raster = 3; }},
       {"split 3", [](ScheduleParams& p) { p.split_k = 3; }},
+      {"persistent", [](ScheduleParams& p) { p.producer = 2; }},
+      {"persistent bm 64 raster 3", [](ScheduleParams& p) { p.producer = 2; p.block_m = 64; p.stages = 6; p.raster = 3; }},
   };
   for (const char* op : {"gemm", "gemm_nt", "gemm_tn", "gemm_tt"}) {
     Compute c = build_compute(builtin_op(op), parse_param_overrides({"M=200", "N=136", "K=520"}));
@@ -556,7 +558,8 @@ TEST(Gpu, WgmmaTmaProducer) {
     run_cases(c, {tma(c, "wgmma_fp16_fp32", "gemm 67x40x72", 1e-2)}, seed++);
     Compute b = build_compute(builtin_op("batched_gemm"), parse_param_overrides({"BATCH=3", "M=72", "N=64", "K=200"}));
     run_cases(b, variants(tma(b, "wgmma_fp16_fp32", "batched_gemm 3x72x64x200", 1e-2),
-                          {{"split 2", [](ScheduleParams& p) { p.split_k = 2; }}}),
+                          {{"split 2", [](ScheduleParams& p) { p.split_k = 2; }},
+                           {"persistent", [](ScheduleParams& p) { p.producer = 2; }}}),
               seed++);
     Compute v = build_compute(builtin_op("conv2d_nhwc"),
                               parse_param_overrides({"N=3", "C=24", "H=9", "W=11", "K=40", "R=1", "S=1", "pad=0"}));
@@ -570,16 +573,69 @@ TEST(Gpu, WgmmaTmaProducer) {
     if (!base.p.producer) continue;  // tma() reported the failure
     run_cases(c, variants(base, {{"split 3", [](ScheduleParams& p) { p.split_k = 3; }},
                                  {"2 consumers 256x128", [](ScheduleParams& p) { p.block_m = 256; p.warp_m = 128; p.block_n = p.warp_n = 128; }},
-                                 {"bm 64 stages 6 raster 4", [](ScheduleParams& p) { p.block_m = 64; p.stages = 6; p.raster = 4; }}}),
+                                 {"bm 64 stages 6 raster 4", [](ScheduleParams& p) { p.block_m = 64; p.stages = 6; p.raster = 4; }},
+                                 {"persistent", [](ScheduleParams& p) { p.producer = 2; }},
+                                 {"persistent bm 64 raster 2", [](ScheduleParams& p) { p.producer = 2; p.block_m = 64; p.raster = 2; }}}),
               seed++);
+  }
+  // Persistent blocks that walk many tiles each (196 tiles of 128 pixels, about one block per SM),
+  // the input read in im2col boxes, in both operand orders, float32 and float16 outputs (an
+  // epilogue tile of half along n, and along m in the transposed product).
+  for (const std::string out : {"float32", "float16"}) {
+    Compute c = testing::narrowed_op("conv2d_nhwc", out, {"N=8", "C=64", "H=56", "W=56", "K=64", "pad=1"});
+    MatchReport r = match_compute(c, {find_hw(shipped(), "wgmma_fp16_fp32")}, Enumeration::kAll);
+    std::vector<GpuCase> cases;
+    for (int swapped = 0; swapped < 2; ++swapped)
+      for (std::size_t i = 0; i < r.matches.size(); ++i) {
+        if ((r.matches[i].roles.a_input != 0) != (swapped == 1)) continue;
+        GpuCase gc = full_mapping(c, "wgmma_fp16_fp32", "conv2d_nhwc 8x56x56x64 " + out + " persistent", 1e-2, i);
+        gc.p.producer = 2;
+        gc.p.block_m = gc.p.warp_m = swapped ? 64 : 128;
+        gc.p.warp_m = 64;
+        gc.p.block_n = gc.p.warp_n = swapped ? 128 : 64;
+        gc.p.split_k = 1;
+        if (!validate(gc.g, gc.p, DeviceLimits::for_arch(90)).empty()) continue;
+        gc.label += swapped ? " transposed" : "";
+        cases.push_back(gc);
+        break;
+      }
+    EXPECT_EQ(cases.size(), 2u) << "persistent im2col kernels in both operand orders";
+    run_cases(c, cases, seed++);
+  }
+  // The transposed product (filters as A on m, pixels on n): the input is B, read in im2col boxes of
+  // BN pixels; one consumer 64 x 256, two side by side along n, split-K, a deeper ring.
+  for (const auto& sets : testing::im2col_conv_shapes()) {
+    Compute c = build_compute(builtin_op("conv2d_nhwc"), parse_param_overrides(sets));
+    const std::string label = "conv2d_nhwc " + sets[1] + " " + sets[5] + " transposed im2col";
+    MatchReport r = match_compute(c, {find_hw(shipped(), "wgmma_fp16_fp32")}, Enumeration::kAll);
+    std::vector<GpuCase> cases;
+    for (std::size_t i = 0; i < r.matches.size() && cases.empty(); ++i) {
+      if (r.matches[i].roles.a_input == 0) continue;
+      GpuCase gc = full_mapping(c, "wgmma_fp16_fp32", label, 1e-2, i);
+      gc.p.producer = 1;
+      gc.p.block_m = gc.p.warp_m = 64;
+      gc.p.block_n = gc.p.warp_n = 256;
+      if (!validate(gc.g, gc.p, DeviceLimits::for_arch(90)).empty()) continue;
+      cases = variants(gc, {{"2 consumers 64x256", [](ScheduleParams& p) { p.block_n = 256; p.warp_n = 128; }},
+                            {"bn 128 stages 6", [](ScheduleParams& p) { p.block_n = p.warp_n = 128; p.stages = 6; }},
+                            {"split 3", [](ScheduleParams& p) { p.split_k = 3; }},
+                            {"persistent", [](ScheduleParams& p) { p.producer = 2; }}});
+    }
+    if (cases.empty()) ADD_FAILURE() << label << ": no transposed layout takes an im2col producer";
+    else run_cases(c, cases, seed++);
   }
   for (const auto& [hw, in_t, out_t, tol] : std::vector<std::tuple<std::string, std::string, std::string, double>>{
            {"wgmma_bf16_fp32", "bfloat16", "float32", 1e-2},
+           {"wgmma_bf16_fp32", "bfloat16", "bfloat16", 1e-2},
+           {"wgmma_fp16_fp32", "float16", "float16", 1e-2},
            {"wgmma_tf32_fp32", "float32", "float32", 1e-2},
            {"wgmma_int8_int32", "int8", "int32", 0.0}}) {
-    Compute c = typed_op("gemm_nt", in_t, out_t, {"M=300", "N=200", "K=192"});
-    run_cases(c, variants(tma(c, hw, hw + " gemm_nt", tol),
+    // 16-bit outputs are stored from float32 sums; float32 and int32 ones are the sums.
+    Compute c = out_t == "float16" || out_t == "bfloat16" ? testing::stored_as_op("gemm_nt", in_t, out_t, {"M=300", "N=200", "K=192"})
+                                                          : typed_op("gemm_nt", in_t, out_t, {"M=300", "N=200", "K=192"});
+    run_cases(c, variants(tma(c, hw, hw + " gemm_nt " + out_t + " out", tol),
                           {{"split 2", [](ScheduleParams& p) { p.split_k = 2; }},
+                           {"persistent bm 64", [](ScheduleParams& p) { p.producer = 2; p.block_m = 64; }},
                            {"wn 64", [](ScheduleParams& p) { p.warp_n = 64; p.block_n = 128; }}}),
               seed++);
   }
@@ -590,7 +646,10 @@ TEST(Gpu, WgmmaTmaProducer) {
     run_cases(c, variants(base, {{"2 consumers 128x256", [](ScheduleParams& p) { p.block_m = 128; p.warp_m = 64; p.block_n = p.warp_n = 256; p.stages = 4; }},
                                  {"2 consumers 128x256 raster 8", [](ScheduleParams& p) { p.block_m = 128; p.warp_m = 64; p.block_n = p.warp_n = 256; p.stages = 4; p.raster = 8; }},
                                  {"2 consumers 256x128", [](ScheduleParams& p) { p.block_m = 256; p.warp_m = 128; p.block_n = p.warp_n = 128; p.stages = 4; }},
-                                 {"128x128 stages 6", [](ScheduleParams& p) { p.block_n = p.warp_n = 128; p.stages = 6; }}}),
+                                 {"128x128 stages 6", [](ScheduleParams& p) { p.block_n = p.warp_n = 128; p.stages = 6; }},
+                                 {"persistent 2 consumers 128x256", [](ScheduleParams& p) { p.producer = 2; p.block_m = 128; p.warp_m = 64; p.block_n = p.warp_n = 256; p.stages = 3; }},
+                                 {"persistent 2 consumers 128x256 raster 8", [](ScheduleParams& p) { p.producer = 2; p.block_m = 128; p.warp_m = 64; p.block_n = p.warp_n = 256; p.stages = 3; p.raster = 8; }},
+                                 {"persistent 2 consumers 256x128", [](ScheduleParams& p) { p.producer = 2; p.block_m = 256; p.warp_m = 128; p.block_n = p.warp_n = 128; p.stages = 3; }}}),
               seed++);
   }
 }

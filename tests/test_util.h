@@ -41,6 +41,18 @@ inline Compute narrowed_op(const std::string& op, const std::string& out_dtype, 
   return build_compute(def, parse_param_overrides(sets));
 }
 
+/// A compute of a built-in op with the inputs' dtype replaced and its output stored as `out_t`,
+/// summed in the op's own accumulation dtype (as --out-dtype does).
+inline Compute stored_as_op(const std::string& op, const std::string& in_t, const std::string& out_t,
+                            const std::vector<std::string>& sets) {
+  SourceText src("<" + op + ">", builtin_op_source(op));
+  ComputeDef def = parse_compute_json(src, op);
+  for (auto& t : def.tensors)
+    if (t.name != "C" && t.name != "Out") t.dtype = *parse_dtype(in_t);
+  set_output_dtype(def, *parse_dtype(out_t), SourceLoc::whole("--out-dtype"));
+  return build_compute(def, parse_param_overrides(sets));
+}
+
 /// A compute of a built-in op with the inputs' and output's dtypes replaced (the output is "C" or
 /// "Out").
 inline Compute typed_op(const std::string& op, const std::string& in_t, const std::string& out_t,

@@ -390,16 +390,25 @@ void emit_output_scatter(std::ostringstream& os, const ImplicitGemm& g, const st
 }
 
 void emit_block_origin(std::ostringstream& os, const ScheduleParams& p) {
-  if (p.raster > 1)
+  if (p.raster > 1) {
     os << "  // Rasterization: blocks in launch order walk RASTER rows of M tiles column by column, so\n"
        << "  // that the blocks resident together read the same A and B tiles from L2.\n"
-       << "  constexpr int GRID_M = (M + BM - 1) / BM, GRID_N = (N + BN - 1) / BN;\n"
-       << "  const int linear = blockIdx.y * GRID_N + blockIdx.x;\n"
-       << "  const int first_row = linear / (RASTER * GRID_N) * RASTER, in_group = linear % (RASTER * GRID_N);\n"
-       << "  const int group_rows = min(GRID_M - first_row, RASTER);\n"
-       << "  const int m0 = (first_row + in_group % group_rows) * BM, n0 = in_group / group_rows * BN;\n";
-  else
+       << "  constexpr int GRID_M = (M + BM - 1) / BM, GRID_N = (N + BN - 1) / BN;\n";
+    emit_tile_origin(os, p, "blockIdx.y * GRID_N + blockIdx.x", "  ");
+  } else {
     os << "  const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;\n";
+  }
+}
+
+void emit_tile_origin(std::ostringstream& os, const ScheduleParams& p, const std::string& linear,
+                      const std::string& indent) {
+  if (p.raster > 1)
+    os << indent << "const int linear = " << linear << ";\n"
+       << indent << "const int first_row = linear / (RASTER * GRID_N) * RASTER, in_group = linear % (RASTER * GRID_N);\n"
+       << indent << "const int group_rows = min(GRID_M - first_row, RASTER);\n"
+       << indent << "const int m0 = (first_row + in_group % group_rows) * BM, n0 = in_group / group_rows * BN;\n";
+  else
+    os << indent << "const int m0 = (" << linear << ") / GRID_N * BM, n0 = (" << linear << ") % GRID_N * BN;\n";
 }
 
 std::int64_t stage_bytes(const ImplicitGemm& g, const ScheduleParams& p, int which) {
@@ -719,7 +728,7 @@ void emit_accumulator_quad(std::ostringstream& os, bool c_row, const std::string
 }
 
 void emit_epilogue_stores(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p,
-                          const std::string& acc_type, const std::string& out_type) {
+                          const std::string& acc_type, const std::string& out_type, const EpilogueScope& scope) {
   const OutVector ov = out_vector(g, p);
   const int v = ov.width;
   const std::string V = std::to_string(v);
@@ -739,10 +748,10 @@ void emit_epilogue_stores(std::ostringstream& os, const ImplicitGemm& g, const S
     first = "split * SHARE + threadIdx.x";
     end = "share_end";
   } else {
-    os << "  __syncthreads();\n";
+    os << scope.barrier;
   }
   const std::string at = ov.along == 'n' ? "mm * C_LD + nn" : "nn * C_LD + mm";
-  os << "  for (int e = " << first << "; e < " << end << "; e += THREADS) {\n";
+  os << "  for (int e = " << first << "; e < " << end << "; e += " << scope.threads << ") {\n";
   if (ov.along == 'n')
     os << "    const int mm = e / (BN / " << V << "), nn = e % (BN / " << V << ") * " << V << ";\n";
   else
@@ -779,7 +788,7 @@ void emit_epilogue_stores(std::ostringstream& os, const ImplicitGemm& g, const S
     os << "    store_d(out, m0 + mm, n0 + nn, z, (" << out_type << ")values[0]);\n";
   os << "  }\n";
   if (p.cluster) os << "  cluster_sync();  // no block leaves while another may still read its Cs\n";
-  os << "}\n";
+  if (scope.close) os << "}\n";
 }
 
 std::string cluster_attribute(const ScheduleParams& p) {

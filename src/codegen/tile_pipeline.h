@@ -112,6 +112,10 @@ void emit_step_range(std::ostringstream& os);
 
 /// `const int m0, n0` of this block, walking `p.raster` rows of tiles column by column.
 void emit_block_origin(std::ostringstream& os, const ScheduleParams& p);
+/// `const int m0, n0` of output tile number `linear` (row-major over GRID_M x GRID_N tiles, which
+/// must be in scope), walking `p.raster` rows of tiles column by column as emit_block_origin does.
+void emit_tile_origin(std::ostringstream& os, const ScheduleParams& p, const std::string& linear,
+                      const std::string& indent);
 
 /// How an operand tile is gathered: `op` ('a' or 'b') stored as rows x cols (constant names such
 /// as "BM", "BK"), the tile coordinates named `row_var`/`col_var` ("mm", "kk", "nn"), copied
@@ -168,8 +172,17 @@ void emit_accumulator_quad(std::ostringstream& os, bool c_row, const std::string
 /// C_LD, laid out as epilogue_bytes() says): a barrier, then the block's outputs written in
 /// out_vector() vectors rounded to `out_type`, or its split-K partial sums; with p.cluster the
 /// barrier is the cluster's, and each block sums its share of the tile over every block's Cs.
+/// Who runs the epilogue's stores: by default every thread of the block after a __syncthreads,
+/// ending the kernel; a persistent kernel's consumers alone (`threads` of them from thread 0,
+/// after `barrier`) inside its tile loop (`close` false).
+struct EpilogueScope {
+  std::string barrier = "  __syncthreads();\n";
+  std::string threads = "THREADS";
+  bool close = true;
+};
 void emit_epilogue_stores(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p,
-                          const std::string& acc_type, const std::string& out_type);
+                          const std::string& acc_type, const std::string& out_type,
+                          const EpilogueScope& scope = EpilogueScope());
 
 /// `__cluster_dims__(1, 1, SPLIT_K) ` for a kernel whose splits meet in a cluster (p.cluster), to
 /// put before its name: the grid's z (batch x SPLIT_K, split fastest) in clusters of SPLIT_K.

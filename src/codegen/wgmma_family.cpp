@@ -20,8 +20,14 @@
 // With a producer (ScheduleParams::producer), a warpgroup of its own loads every stage with TMA:
 // tiled boxes of operands that are strided views of their tensors (tma_view()), and im2col boxes
 // of a channels-last convolution input (im2col_view(): BM consecutive output pixels of one
-// 128-byte line of channels at one filter tap, zero-filled in the padding), so that the consumer
-// warpgroups only wait on mbarriers and issue wgmma.
+// 128-byte line of channels at one filter tap, zero-filled in the padding; or BN of them when the
+// input is B, in the transposed product whose m is the filters), so that the consumer
+// warpgroups only wait on mbarriers and issue wgmma. With producer 2 the kernel is persistent:
+// each block walks output tiles with a grid stride (emit_persistent_loops()), the producer
+// filling the ring with the next tile's operands while the consumers finish the last one and
+// store it through an epilogue tile of their own, synchronized by a named barrier among
+// themselves, so that neither the ring's refill nor the epilogue leaves the tensor cores idle
+// between tiles.
 //
 // Pipeline: every thread gathers operand tiles (cp.async where the operand allows, the shared
 // gather of tile_pipeline.h) into a ring of STAGES buffers, STAGES - 2 steps ahead; each step's
@@ -51,10 +57,34 @@ std::int64_t tile_bytes(const ImplicitGemm& g, const ScheduleParams& p, int whic
   return round_up(t.rows * t.cols * t.bytes, 1024);
 }
 
+/// Bytes of the operand ring: STAGES stages of A and B, whole 1024-byte atoms each.
+std::int64_t ring_bytes(const ImplicitGemm& g, const ScheduleParams& p) {
+  return p.stages * (tile_bytes(g, p, 0) + tile_bytes(g, p, 1));
+}
+
+/// A persistent kernel's epilogue tile holds the sums already rounded to the output's dtype (half
+/// the bytes of float accumulators for 16-bit outputs, which lets larger tiles keep a deep ring
+/// beside it); rows along n or m padded by 8 elements (4 for 4-byte elements along m), keeping
+/// each row's 16-byte vectors aligned.
+int persistent_epilogue_bytes_per_element(const ImplicitGemm& g) {
+  return dtype_bits(g.compute->tensor_of(g.compute->output).dtype) <= 16 ? 2 : 4;
+}
+std::string persistent_c_ld(const ImplicitGemm& g, bool c_row) {
+  return c_row ? "BN + 8" : persistent_epilogue_bytes_per_element(g) == 2 ? "BM + 8" : "BM + 4";
+}
+std::int64_t persistent_epilogue_bytes(const ImplicitGemm& g, const ScheduleParams& p) {
+  const bool c_row = out_vector(g, p).along == 'n';
+  const int e = persistent_epilogue_bytes_per_element(g);
+  return c_row ? std::int64_t{p.block_m} * (p.block_n + 8) * e
+               : std::int64_t{p.block_n} * (p.block_m + (e == 2 ? 8 : 4)) * e;
+}
+
 /// Where a warp-specialized kernel keeps its 2 x STAGES mbarriers: past the operand ring and the
-/// epilogue tile that reuses it.
+/// epilogue tile, which reuses the ring, or in a persistent kernel (producer 2) follows it, since
+/// the producer is already filling the ring with the next tile's operands.
 std::int64_t barrier_offset(const ImplicitGemm& g, const ScheduleParams& p) {
-  return std::max(p.stages * (tile_bytes(g, p, 0) + tile_bytes(g, p, 1)), round_up(epilogue_bytes(g, p), 128));
+  if (p.producer == 2) return ring_bytes(g, p) + round_up(persistent_epilogue_bytes(g, p), 128);
+  return std::max(ring_bytes(g, p), round_up(epilogue_bytes(g, p), 128));
 }
 
 /// The wgmma instruction for N = n: the abstraction's intrinsic with its "nN" made concrete.
@@ -184,19 +214,20 @@ std::string tma_view(const ImplicitGemm& g, int which, std::vector<TmaDim>& dims
   return "";
 }
 
-/// How TMA im2col boxes fetch a channels-last convolution input as operand A: the tensor
-/// [N][spatial...][C] (rank 3 to 5), each box BM consecutive output pixels of one 128-byte line of
-/// channels at one filter tap. An output pixel's spatial index d is lower[d] + p_d * stride[d]
+/// How TMA im2col boxes fetch a channels-last convolution input as an operand: the tensor
+/// [N][spatial...][C] (rank 3 to 5), each box BM (as B, in the transposed product: BN)
+/// consecutive output pixels of one 128-byte line of channels at one filter tap. An output pixel's spatial index d is lower[d] + p_d * stride[d]
 /// plus the tap's offset dil[d] * t_d; the bounding box of each spatial dimension holds exactly
 /// the output extent P_d of such positions, so that TMA walks the block's M rows pixel by pixel,
 /// wrapping into the next row and the next image as the M index does.
 struct Im2colView {
+  int which = 0;                     ///< The operand: 0 (A, pixels on m) or 1 (B, pixels on n).
   int rank = 0;                      ///< Of the tensor, 3 to 5.
   std::vector<std::int64_t> shape;   ///< The tensor's, outermost first.
   std::int64_t channels = 0;         ///< C, the innermost reduction iterator's extent.
-  int batch_iter = -1;               ///< The iterator indexing dimension 0 (m or batch), -1 for none.
+  int batch_iter = -1;               ///< The iterator indexing dimension 0 (m / n, or batch), -1 for none.
   struct Spatial {
-    int out = -1, tap = -1;          ///< The m iterator (output position) and the tap iterator, -1: none.
+    int out = -1, tap = -1;          ///< The m (n) iterator (output position) and the tap iterator, -1: none.
     std::int64_t stride = 1, dil = 1, extent = 1;
     /// The bounding box [lower, shape + upper) at tap 0: exactly `extent` positions stride apart.
     std::int64_t lower = 0, upper = 0;
@@ -204,15 +235,19 @@ struct Im2colView {
   std::vector<Spatial> spatial;      ///< Dimensions 1 .. rank - 2, outermost first.
 };
 
-/// The im2col view of operand A (see Im2colView), or the reason it has none.
-std::string im2col_view(const ImplicitGemm& g, Im2colView& v) {
+/// The im2col view of operand `which` (see Im2colView), or the reason it has none. The output
+/// positions are on m for A; for B (the transposed product, whose m is the filters) on n.
+std::string im2col_view(const ImplicitGemm& g, int which, Im2colView& v) {
   const Compute& c = *g.compute;
-  const Access& acc = c.inputs[g.a_input];
+  const Access& acc = c.inputs[which == 0 ? g.a_input : g.b_input];
   const Tensor& t = c.tensor_of(acc);
-  const std::string name = "operand A (" + t.name + ")";
+  const std::string name = "operand " + std::string(which == 0 ? "A" : "B") + " (" + t.name + ")";
+  const char* axis = which == 0 ? "m" : "n";
+  const std::vector<int>& pixels = which == 0 ? g.m_iters : g.n_iters;
   const int rank = static_cast<int>(acc.indices.size());
   auto extent = [&](int it) { return c.iters[it].extent; };
-  if (stored_along_mn(g, 0)) return name + ": stored along m; an im2col box holds k (channels) along its lines";
+  if (stored_along_mn(g, which))
+    return name + ": stored along " + axis + "; an im2col box holds k (channels) along its lines";
   if (rank < 3 || rank > 5) return name + ": im2col views tensors of 3 to 5 dimensions, this one has " + std::to_string(rank);
   std::vector<int> k_iters;
   for (int it : g.k_iters)
@@ -232,10 +267,11 @@ std::string im2col_view(const ImplicitGemm& g, Im2colView& v) {
         extent(ci) != t.shape[rank - 1])
       return name + ": its last dimension is not the innermost reduction iterator over all its channels";
   }
-  const int bytes = elem_bytes(g.hw->a_dtype);
+  const int bytes = elem_bytes(which == 0 ? g.hw->a_dtype : g.hw->b_dtype);
   if ((extent(ci) * bytes) % 128)
     return name + ": " + std::to_string(extent(ci)) + " channels are not a whole number of 128-byte lines";
   v = Im2colView{};
+  v.which = which;
   v.rank = rank;
   v.shape.assign(t.shape.begin(), t.shape.end());
   v.channels = extent(ci);
@@ -244,21 +280,21 @@ std::string im2col_view(const ImplicitGemm& g, Im2colView& v) {
     if (terms.empty()) {
       if (acc.indices[0].constant != 0) return name + ": dimension 0 has a constant index";
     } else if (terms.size() != 1 || terms[0].second != 1 || acc.indices[0].constant != 0 ||
-               !(contains(g.batch_iters, terms[0].first) || (!g.m_iters.empty() && contains(g.m_iters, terms[0].first)))) {
-      return name + ": dimension 0 is not indexed by one batch or m iterator alone";
+               !(contains(g.batch_iters, terms[0].first) || contains(pixels, terms[0].first))) {
+      return name + ": dimension 0 is not indexed by one batch or " + axis + " iterator alone";
     } else {
       v.batch_iter = terms[0].first;
     }
   }
-  std::vector<int> expected_m;  // the m iterators im2col walks, slowest first
-  if (v.batch_iter >= 0 && contains(g.m_iters, v.batch_iter)) expected_m.push_back(v.batch_iter);
+  std::vector<int> expected;  // the m (n) iterators im2col walks, slowest first
+  if (v.batch_iter >= 0 && contains(pixels, v.batch_iter)) expected.push_back(v.batch_iter);
   std::vector<int> taps_seen;
   for (int d = 1; d < rank - 1; ++d) {
     Im2colView::Spatial sp;
     const AffineExpr& e = acc.indices[d];
     sp.lower = e.constant;
     for (const auto& [x, coef] : live_terms(e)) {
-      if (contains(g.m_iters, x) && sp.out < 0) {
+      if (contains(pixels, x) && sp.out < 0) {
         sp.out = x;
         sp.stride = coef;
       } else if ((contains(k_iters, x) || contains(g.serial_iters, x)) && x != ci && sp.tap < 0 && !contains(taps_seen, x)) {
@@ -273,7 +309,7 @@ std::string im2col_view(const ImplicitGemm& g, Im2colView& v) {
     if (sp.dil < 1 || sp.dil * (sp.tap >= 0 ? extent(sp.tap) - 1 : 0) > 65535)
       return name + ": a dilation of " + std::to_string(sp.dil) + " (im2col offsets are 0 to 65535)";
     sp.extent = sp.out >= 0 ? extent(sp.out) : 1;
-    if (sp.out >= 0) expected_m.push_back(sp.out);
+    if (sp.out >= 0) expected.push_back(sp.out);
     sp.upper = sp.lower + (sp.extent - 1) * sp.stride + 1 - t.shape[d];
     const std::int64_t range = rank == 3 ? 32768 : rank == 4 ? 128 : 16;
     if (sp.lower < -range || sp.lower >= range || sp.upper < -range || sp.upper >= range)
@@ -282,11 +318,11 @@ std::string im2col_view(const ImplicitGemm& g, Im2colView& v) {
              std::to_string(range - 1) + ")";
     v.spatial.push_back(sp);
   }
-  std::vector<int> m_live;
-  for (int it : g.m_iters)
-    if (extent(it) != 1) m_live.push_back(it);
-  if (m_live != expected_m)  // both hold iterators of extent > 1 only
-    return name + ": its m iterators are not the image and output positions in the tensor's order";
+  std::vector<int> live;
+  for (int it : pixels)
+    if (extent(it) != 1) live.push_back(it);
+  if (live != expected)  // both hold iterators of extent > 1 only
+    return name + ": its " + axis + " iterators are not the image and output positions in the tensor's order";
   for (int it : k_iters)
     if (it != ci && !contains(taps_seen, it)) return name + ": a reduction iterator that is not a filter tap";
   for (int d = 0; d < rank; ++d)
@@ -296,12 +332,12 @@ std::string im2col_view(const ImplicitGemm& g, Im2colView& v) {
 }
 
 /// Where a warp-specialized kernel's TMA boxes come from for operand `which`: a tiled view
-/// (tma_view()) or, for A, an im2col view. Returns the reasons when neither exists.
+/// (tma_view()) or an im2col view. Returns the reasons when neither exists.
 std::string tma_source(const ImplicitGemm& g, int which, std::vector<TmaDim>& dims, Im2colView* im2col = nullptr) {
   const std::string tiled = tma_view(g, which, dims);
-  if (tiled.empty() || which != 0) return tiled;
+  if (tiled.empty()) return tiled;
   Im2colView v;
-  const std::string why = im2col_view(g, v);
+  const std::string why = im2col_view(g, which, v);
   if (why.empty()) {
     if (im2col) *im2col = v;
     return "";
@@ -353,13 +389,13 @@ std::string factor(const std::string& digit) {
   return digit.find(" % ") == std::string::npos ? digit : "(" + digit + ")";
 }
 
-/// The im2col tensor map of operand A seen as `v`: boxes of one 128-byte line of channels by the
-/// block's BM pixels.
+/// The im2col tensor map of operand v.which seen as `v`: boxes of one 128-byte line of channels
+/// by the block's BM (BN) pixels.
 TensorMapSpec im2col_map(const ImplicitGemm& g, const ScheduleParams& p, const Im2colView& v) {
-  const StoredTile t = stored_tile(g, p, 0);
+  const StoredTile t = stored_tile(g, p, v.which);
   TensorMapSpec m;
-  m.operand = 0;
-  m.dtype = g.hw->a_dtype;
+  m.operand = v.which;
+  m.dtype = v.which == 0 ? g.hw->a_dtype : g.hw->b_dtype;
   m.rank = v.rank;
   m.im2col = true;
   std::uint64_t stride = static_cast<std::uint64_t>(t.bytes);
@@ -380,23 +416,26 @@ TensorMapSpec im2col_map(const ImplicitGemm& g, const ScheduleParams& p, const I
   return m;
 }
 
-/// The producer's loads of operand A from an im2col view: the block's first pixel once, then one
-/// box per 128-byte column block of a stage at its channel offset and filter tap.
+/// The producer's loads of operand v.which from an im2col view: the block's first pixel once, then
+/// one box per 128-byte column block of a stage at its channel offset and filter tap.
 std::string im2col_origin(const ImplicitGemm& g, const Im2colView& v) {
   const Compute& c = *g.compute;
+  const std::vector<int>& pixels = v.which == 0 ? g.m_iters : g.n_iters;
+  const std::string op = v.which == 0 ? "a" : "b", origin = v.which == 0 ? "m0" : "n0";
   std::ostringstream os;
-  os << "      // A's im2col origin: the input coordinates of the block's first output pixel at tap 0.\n";
+  os << "      // " << (v.which == 0 ? "A" : "B")
+     << "'s im2col origin: the input coordinates of the block's first output pixel at tap 0.\n";
   for (int j = 0; j < v.rank - 2; ++j) {
     const Im2colView::Spatial& sp = v.spatial[v.rank - 3 - j];
-    os << "      const int a_x" << j + 1 << " = " << sp.lower;
-    if (sp.out >= 0) os << " + " << sp.stride << " * " << factor(digit_code(c, g.m_iters, sp.out, "m0"));
+    os << "      const int " << op << "_x" << j + 1 << " = " << sp.lower;
+    if (sp.out >= 0) os << " + " << sp.stride << " * " << factor(digit_code(c, pixels, sp.out, origin));
     os << ";\n";
   }
-  os << "      const int a_x" << v.rank - 1 << " = ";
+  os << "      const int " << op << "_x" << v.rank - 1 << " = ";
   if (v.batch_iter < 0)
     os << "0";
-  else if (contains(g.m_iters, v.batch_iter))
-    os << digit_code(c, g.m_iters, v.batch_iter, "m0");
+  else if (contains(pixels, v.batch_iter))
+    os << digit_code(c, pixels, v.batch_iter, origin);
   else
     os << digit_code(c, g.batch_iters, v.batch_iter, "z");
   os << ";\n";
@@ -405,9 +444,10 @@ std::string im2col_origin(const ImplicitGemm& g, const Im2colView& v) {
 
 std::string im2col_loads(const ImplicitGemm& g, const Im2colView& v, int blocks) {
   const Compute& c = *g.compute;
+  const std::string op = v.which == 0 ? "a" : "b", up = v.which == 0 ? "A" : "B", base = v.which == 0 ? "As" : "Bs";
   std::ostringstream l;
   l << "        #pragma unroll\n        for (int blk = 0; blk < " << blocks << "; ++blk) {\n"
-    << "          const int kk = k0 + blk * A_W;  // whole lines of one tap (C = " << v.channels << ")\n";
+    << "          const int kk = k0 + blk * " << up << "_W;  // whole lines of one tap (C = " << v.channels << ")\n";
   for (int j = 0; j < v.rank - 2; ++j) {
     const Im2colView::Spatial& sp = v.spatial[v.rank - 3 - j];
     l << "          const unsigned short off" << j + 1 << " = ";
@@ -420,16 +460,16 @@ std::string im2col_loads(const ImplicitGemm& g, const Im2colView& v, int blocks)
         << ")";
     l << ";\n";
   }
-  l << "          tma_im2col_" << v.rank << "d(As + buf * (A_BYTES / (int)sizeof(*As)) + blk * A_ROWS * A_W, tma_a, &full[buf], kk % "
-    << v.channels;
-  for (int j = 1; j < v.rank; ++j) l << ", a_x" << j;
+  l << "          tma_im2col_" << v.rank << "d(" << base << " + buf * (" << up << "_BYTES / (int)sizeof(*" << base
+    << ")) + blk * " << up << "_ROWS * " << up << "_W, tma_" << op << ", &full[buf], kk % " << v.channels;
+  for (int j = 1; j < v.rank; ++j) l << ", " << op << "_x" << j;
   for (int j = 1; j < v.rank - 1; ++j) l << ", off" << j;
   l << ");\n        }\n";
   return l.str();
 }
 
 /// The helpers of a warp-specialized kernel: mbarriers and TMA tile loads of each rank used.
-void emit_producer_helpers(std::ostringstream& os, const std::vector<int>& ranks, int im2col_rank) {
+void emit_producer_helpers(std::ostringstream& os, const std::vector<int>& ranks, const std::vector<int>& im2col_ranks) {
   os << "// A CUtensorMap, passed by value as a __grid_constant__ parameter.\n"
      << "struct __align__(64) TmaMap { unsigned long long bits[16]; };\n"
      << "__device__ __forceinline__ unsigned smem_u32(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }\n"
@@ -459,8 +499,7 @@ void emit_producer_helpers(std::ostringstream& os, const std::vector<int>& ranks
     for (int i = 0; i < r; ++i) os << ", \"r\"(c" << i << ")";
     os << " : \"memory\");\n}\n";
   }
-  if (im2col_rank) {
-    const int r = im2col_rank;
+  for (int r : im2col_ranks) {
     os << "// An im2col box of a " << r << "-D tensor map: the pixels from coordinates c0.. (channel first,\n"
        << "// innermost first) moved by the filter tap's offsets o1.., into `dst`, completing on `bar`.\n"
        << "__device__ __forceinline__ void tma_im2col_" << r << "d(void* dst, const TmaMap& map, unsigned long long* bar";
@@ -478,6 +517,91 @@ void emit_producer_helpers(std::ostringstream& os, const std::vector<int>& ranks
   }
 }
 
+/// A warp-specialized kernel's ring barriers: CONSUMERS, STAGE_TX, full[] and empty[] at
+/// BAR_OFFSET, initialized by thread 0 (full: the producer's arrival and the stage's TMA bytes;
+/// empty: one arrival per consumer warp once its wgmmas on the buffer retired).
+std::string ring_barriers(const StoredTile& sa, const StoredTile& sb) {
+  std::ostringstream os;
+  os << "  constexpr int CONSUMERS = THREADS / 128 - 1;\n"
+     << "  constexpr unsigned STAGE_TX = " << (sa.cols / line(sa)) * sa.rows * 128 + (sb.cols / line(sb)) * sb.rows * 128
+     << ";  // bytes of A and B boxes per stage\n"
+     << "  unsigned long long* full = reinterpret_cast<unsigned long long*>(smem + BAR_OFFSET);\n"
+     << "  unsigned long long* empty = full + STAGES;\n"
+     << "  if (threadIdx.x == 0) {\n"
+     << "    for (int b = 0; b < STAGES; ++b) {\n"
+     << "      mbar_init(&full[b], 1);\n      mbar_init(&empty[b], 4 * CONSUMERS);\n    }\n"
+     << "    asm volatile(\"fence.mbarrier_init.release.cluster;\\n\" ::: \"memory\");\n"
+     << "  }\n";
+  return os.str();
+}
+
+/// The body of a persistent warp-specialized kernel (producer 2), from the mbarriers on: the
+/// producer thread walks this block's tiles and their steps, filling the ring ahead (`origin`
+/// gives an im2col operand's first pixel of the tile, `loads` one stage's TMA boxes); the
+/// consumers walk the same tiles, multiply, release each buffer as its wgmmas retire, and store
+/// each tile through an epilogue tile of their own (CS_OFFSET), synchronized among themselves
+/// only, so that the producer runs into the next tile meanwhile. The n-th use of a buffer waits
+/// for phase parity n % 2 over the whole walk.
+void emit_persistent_loops(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p,
+                           const StoredTile& sa, const StoredTile& sb, const std::string& tacc,
+                           const std::string& tout, bool c_row, const std::string& origin, const std::string& loads) {
+  // The epilogue tile holds the output's dtype where it is 16-bit (persistent_epilogue_bytes()).
+  const std::string cs = persistent_epilogue_bytes_per_element(g) == 2 ? tout : tacc;
+  os << ring_barriers(sa, sb)
+     << "  " << cs << "* Cs = reinterpret_cast<" << cs << "*>(smem + CS_OFFSET);\n"
+     << "  __syncthreads();  // the last barrier of the whole block: the roles part here\n"
+     << "  if (wg == CONSUMERS) {\n"
+     << "    if (threadIdx.x % 128 == 0) {  // one thread issues every copy\n"
+     << "      int t = 0;  // stages filled so far, over all this block's tiles\n"
+     << "      for (int tile = blockIdx.x; tile < TILES; tile += gridDim.x) {\n"
+     << "        const int z = tile / (GRID_M * GRID_N);\n";
+  emit_tile_origin(os, p, "tile % (GRID_M * GRID_N)", "        ");
+  os << "        (void)z;\n" << origin
+     << "        for (int step = 0; step < STEPS; ++step, ++t) {\n"
+     << "          const int buf = t % STAGES;\n"
+     << "          if (t >= STAGES) mbar_wait(&empty[buf], (t / STAGES - 1) & 1);\n"
+     << "          mbar_expect_tx(&full[buf], STAGE_TX);\n"
+     << "          const int s = step / K_TILES, k0 = (step % K_TILES) * BK;\n"
+     << "          (void)s;\n"
+     << loads
+     << "        }\n"
+     << "      }\n"
+     << "    }\n"
+     << "    return;\n"
+     << "  }\n"
+     << "  const int row = (threadIdx.x % 128) / 32 * 16 + lane / 4, col = (lane % 4) * 2;\n"
+     << "  int t = 0;  // stages consumed so far\n"
+     << "  for (int tile = blockIdx.x; tile < TILES; tile += gridDim.x) {\n"
+     << "    const int z = tile / (GRID_M * GRID_N);\n";
+  emit_tile_origin(os, p, "tile % (GRID_M * GRID_N)", "    ");
+  os << "    #pragma unroll\n    for (int i = 0; i < MI; ++i)\n"
+     << "      #pragma unroll\n      for (int r = 0; r < ACC; ++r) acc[i][r] = 0;\n"
+     << "    for (int step = 0; step < STEPS; ++step, ++t) {\n"
+     << "      const int buf = t % STAGES;\n"
+     << "      mbar_wait(&full[buf], (t / STAGES) & 1);\n"
+     << "      compute(buf);\n"
+     << "      wgmma_wait<1>();  // the previous step's wgmmas are done: release its buffer\n"
+     << "      if (step > 0 && lane == 0) mbar_arrive(&empty[(t + STAGES - 1) % STAGES]);\n"
+     << "    }\n"
+     << "    wgmma_wait<0>();\n"
+     << "    if (lane == 0) mbar_arrive(&empty[(t + STAGES - 1) % STAGES]);  // the tile's last buffer\n"
+     << "    #pragma unroll\n    for (int i = 0; i < MI; ++i)\n"
+     << "      #pragma unroll\n      for (int r = 0; r < ACC; ++r) fence_operand(acc[i][r]);\n"
+     << "    // Epilogue: accumulators to the epilogue tile, once the last tile's stores have read it.\n"
+     << "    consumer_sync();\n"
+     << "    #pragma unroll\n    for (int i = 0; i < MI; ++i)\n"
+     << "      #pragma unroll\n      for (int j = 0; j < WN / 8; ++j) {\n"
+     << "        const int r = wm0 + i * 64 + row, c = wn0 + j * 8 + col;\n";
+  emit_accumulator_quad(os, c_row, cs == tacc ? "acc[i][4 * j + #]" : "(" + cs + ")acc[i][4 * j + #]");
+  os << "      }\n";
+  EpilogueScope scope;
+  scope.barrier = "  consumer_sync();\n";
+  scope.threads = "CONSUMERS * 128";
+  scope.close = false;
+  emit_epilogue_stores(os, g, p, cs, tout, scope);
+  os << "  }\n}\n";
+}
+
 KernelSource emit_wgmma(const ImplicitGemm& g, const ScheduleParams& p) {
   TMAP_CHECK(g.hw->family == "wgmma", "the wgmma emitter needs a wgmma abstraction");
   const std::string ta = storage_type(g.hw->a_dtype), tb = storage_type(g.hw->b_dtype),
@@ -493,6 +617,11 @@ KernelSource emit_wgmma(const ImplicitGemm& g, const ScheduleParams& p) {
 
   KernelSource k = kernel_shell(g, p, block_threads(g, p));
   const std::string tpart = partial_type(g);
+  const bool ws = p.producer != 0, persistent = p.producer == 2;
+  if (persistent) {  // one launch dimension of tiles, taken with a grid stride (split_k is 1)
+    k.grid = {k.grid[0] * k.grid[1] * k.grid[2], 1, 1};
+    k.persistent = true;
+  }
 
   std::ostringstream os;
   emit_header(os, g);
@@ -516,21 +645,28 @@ KernelSource emit_wgmma(const ImplicitGemm& g, const ScheduleParams& p) {
   }
   os << "constexpr int A_BYTES = " << tile_bytes(g, p, 0) << ";  // one stage of A, whole 1024-byte atoms\n"
      << "constexpr int B_BYTES = " << tile_bytes(g, p, 1) << ";\n"
-     << "constexpr int C_LD = " << (c_row ? "BN + 8" : "BM + 4") << ";\n\n";
+     << "constexpr int C_LD = " << (persistent ? persistent_c_ld(g, c_row) : c_row ? "BN + 8" : "BM + 4") << ";\n\n";
   std::vector<TmaDim> views[2];  // with a producer, each operand's TMA view
-  Im2colView im2col;             // or operand A's im2col view (im2col.rank > 0)
+  Im2colView im2col[2];          // or its im2col view (im2col[which].rank > 0)
   if (p.producer) {
     for (int which = 0; which < 2; ++which) {
-      const std::string why = tma_source(g, which, views[which], which == 0 ? &im2col : nullptr);
+      const std::string why = tma_source(g, which, views[which], &im2col[which]);
       TMAP_CHECK(why.empty(), why);
-      k.tensor_maps.push_back(im2col.rank && which == 0 ? im2col_map(g, p, im2col)
-                                                        : tensor_map(g, p, which, views[which]));
+      k.tensor_maps.push_back(im2col[which].rank ? im2col_map(g, p, im2col[which])
+                                                 : tensor_map(g, p, which, views[which]));
     }
-    std::vector<int> ranks;
-    for (const TensorMapSpec& m : k.tensor_maps)
-      if (!m.im2col && !contains(ranks, m.rank)) ranks.push_back(m.rank);
-    emit_producer_helpers(os, ranks, im2col.rank);
+    std::vector<int> ranks, im2col_ranks;
+    for (const TensorMapSpec& m : k.tensor_maps) {
+      std::vector<int>& r = m.im2col ? im2col_ranks : ranks;
+      if (!contains(r, m.rank)) r.push_back(m.rank);
+    }
+    emit_producer_helpers(os, ranks, im2col_ranks);
     os << "constexpr int BAR_OFFSET = " << barrier_offset(g, p) << ";  // the ring's mbarriers, past tiles and epilogue\n";
+    if (persistent)
+      os << "constexpr int CS_OFFSET = " << ring_bytes(g, p) << ";  // the epilogue tile, past the ring\n"
+         << "// Synchronizes the consumer warpgroups alone (named barrier 1), not the producer.\n"
+         << "__device__ __forceinline__ void consumer_sync() { asm volatile(\"bar.sync 1, " << k.threads - 128
+         << ";\\n\" ::: \"memory\"); }\n";
   } else {
     emit_cp_async_helpers(os);
   }
@@ -570,7 +706,6 @@ KernelSource emit_wgmma(const ImplicitGemm& g, const ScheduleParams& p) {
     os << "  return ((kk / B_W) * B_ROWS * 128 + (kk % B_W) * " << sb.bytes << ") >> 4;\n}\n";
   os << "}  // namespace\n\n";
 
-  const bool ws = p.producer != 0;
   os << "extern \"C\" __global__ void " << cluster_attribute(p) << "__launch_bounds__(THREADS, 1)\n"
      << k.name << "(const " << ta << "* __restrict__ a_src, const " << tb << "* __restrict__ b_src, " << tout
      << "* __restrict__ out, " << tpart << "* __restrict__ partial"
@@ -581,17 +716,24 @@ KernelSource emit_wgmma(const ImplicitGemm& g, const ScheduleParams& p) {
      << "  " << ta << "* As = reinterpret_cast<" << ta << "*>(smem);                    // [STAGES][A_BYTES]\n"
      << "  " << tb << "* Bs = reinterpret_cast<" << tb << "*>(smem + STAGES * A_BYTES);  // [STAGES][B_BYTES]\n";
   emit_prologue_wait(os, g);
-  emit_block_origin(os, p);
-  os << "  const int z = blockIdx.z / SPLIT_K, split = blockIdx.z % SPLIT_K;\n"
-     << "  const int wg = threadIdx.x / 128, lane = threadIdx.x % 32;\n"
+  if (persistent) {
+    os << "  // Persistent: block b takes the output tiles b, b + gridDim.x, ... of TILES (batch entries\n"
+       << "  // slowest, then the M x N tiles in raster order).\n"
+       << "  constexpr int GRID_M = (M + BM - 1) / BM, GRID_N = (N + BN - 1) / BN, TILES = GRID_M * GRID_N * BATCH;\n";
+  } else {
+    emit_block_origin(os, p);
+    os << "  const int z = blockIdx.z / SPLIT_K, split = blockIdx.z % SPLIT_K;\n";
+  }
+  os << "  const int wg = threadIdx.x / 128, lane = threadIdx.x % 32;\n"
      << "  const int wm0 = (wg / WARPS_N) * WM, wn0 = (wg % WARPS_N) * WN;  // warpgroup tile origin in the block\n\n"
      << "  " << tacc << " acc[MI][ACC];\n"
      << "  #pragma unroll\n  for (int i = 0; i < MI; ++i)\n"
      << "    #pragma unroll\n    for (int r = 0; r < ACC; ++r) acc[i][r] = 0;\n\n"
      << "  constexpr int K_TILES = (K + BK - 1) / BK;\n"
-     << "  constexpr int STEPS = SERIAL * K_TILES;  // serial reduction points x K tiles\n"
-     << "  // This block's share of the steps: [first, last).\n"
-     << "  const int first = (int)((long long)STEPS * split / SPLIT_K), last = (int)((long long)STEPS * (split + 1) / SPLIT_K);\n";
+     << "  constexpr int STEPS = SERIAL * K_TILES;  // serial reduction points x K tiles\n";
+  if (!persistent)
+    os << "  // This block's share of the steps: [first, last).\n"
+       << "  const int first = (int)((long long)STEPS * split / SPLIT_K), last = (int)((long long)STEPS * (split + 1) / SPLIT_K);\n";
   if (!ws) {
     const GatherTile gather_a = gather_tile('a', a_mn, p.vec_a, 1, false),
                      gather_b = gather_tile('b', b_mn, p.vec_b, 1, false);
@@ -620,7 +762,7 @@ KernelSource emit_wgmma(const ImplicitGemm& g, const ScheduleParams& p) {
     auto loads = [&](int which) {
       const TensorMapSpec& m = k.tensor_maps[which];
       const StoredTile& t = which == 0 ? sa : sb;
-      if (m.im2col) return im2col_loads(g, im2col, static_cast<int>(t.cols / line(t)));
+      if (m.im2col) return im2col_loads(g, im2col[which], static_cast<int>(t.cols / line(t)));
       const std::string up = which == 0 ? "A" : "B", base = which == 0 ? "As" : "Bs";
       std::ostringstream l;
       l << "        #pragma unroll\n        for (int blk = 0; blk < " << t.cols / line(t) << "; ++blk)\n"
@@ -630,24 +772,22 @@ KernelSource emit_wgmma(const ImplicitGemm& g, const ScheduleParams& p) {
       l << ");\n";
       return l.str();
     };
+    if (persistent) {
+      emit_persistent_loops(os, g, p, sa, sb, tacc, tout, c_row,
+                            (im2col[0].rank ? im2col_origin(g, im2col[0]) : "") + (im2col[1].rank ? im2col_origin(g, im2col[1]) : ""),
+                            loads(0) + loads(1));
+      k.code = os.str();
+      return k;
+    }
     os << "  // Warp specialization: the last warpgroup produces, the others consume. Stage buffer b is\n"
        << "  // full when full[b]'s phase completes (the producer's arrival and the bytes of its TMA boxes)\n"
        << "  // and empty again when empty[b]'s does (one arrival per consumer warp after its wgmmas on b\n"
        << "  // retired); the n-th use of a buffer waits for phase parity n % 2.\n"
-       << "  constexpr int CONSUMERS = THREADS / 128 - 1;\n"
-       << "  constexpr unsigned STAGE_TX = " << (sa.cols / line(sa)) * sa.rows * 128 + (sb.cols / line(sb)) * sb.rows * 128
-       << ";  // bytes of A and B boxes per stage\n"
-       << "  unsigned long long* full = reinterpret_cast<unsigned long long*>(smem + BAR_OFFSET);\n"
-       << "  unsigned long long* empty = full + STAGES;\n"
-       << "  if (threadIdx.x == 0) {\n"
-       << "    for (int b = 0; b < STAGES; ++b) {\n"
-       << "      mbar_init(&full[b], 1);\n      mbar_init(&empty[b], 4 * CONSUMERS);\n    }\n"
-       << "    asm volatile(\"fence.mbarrier_init.release.cluster;\\n\" ::: \"memory\");\n"
-       << "  }\n"
+       << ring_barriers(sa, sb)
        << "  __syncthreads();\n"
        << "  if (wg == CONSUMERS) {\n"
        << "    if (threadIdx.x % 128 == 0) {  // one thread issues every copy\n"
-       << (im2col.rank ? im2col_origin(g, im2col) : "")
+       << (im2col[0].rank ? im2col_origin(g, im2col[0]) : "") << (im2col[1].rank ? im2col_origin(g, im2col[1]) : "")
        << "      for (int step = first; step < last; ++step) {\n"
        << "        const int t = step - first, buf = t % STAGES;\n"
        << "        if (t >= STAGES) mbar_wait(&empty[buf], (t / STAGES - 1) & 1);\n"
@@ -765,20 +905,25 @@ class WgmmaFamily final : public EmitterFamily {
                  " stored along " + (which == 0 ? "m" : "n") + " is read in blocks of " + std::to_string(line(t)) +
                  " (one 128-byte line); use a multiple");
     }
-    if (p.producer != 0 && p.producer != 1)
-      fail(ScheduleError::kBadOption, "producer = " + std::to_string(p.producer) + ": 0 or 1");
-    if (p.producer == 1) {
+    if (p.producer < 0 || p.producer > 2)
+      fail(ScheduleError::kBadOption, "producer = " + std::to_string(p.producer) + ": 0, 1 or 2 (persistent)");
+    if (p.producer == 2 && p.split_k != 1)
+      fail(ScheduleError::kBadSplitK, "split_k = " + std::to_string(p.split_k) +
+                                          ": a persistent kernel (producer = 2) takes whole output tiles; use split_k 1");
+    if (p.producer == 1 || p.producer == 2) {
       for (int which = 0; which < 2; ++which) {
         std::vector<TmaDim> dims;
         Im2colView im2col;
         const std::string why = tma_source(g, which, dims, &im2col);
-        if (!why.empty()) fail(ScheduleError::kBadOption, "producer = 1 loads operands with TMA, but " + why);
+        if (!why.empty())
+          fail(ScheduleError::kBadOption, "producer = " + std::to_string(p.producer) + " loads operands with TMA, but " + why);
         if (why.empty() && im2col.rank && g.K % p.block_k)
-          fail(ScheduleError::kBadOption, "block_k = " + std::to_string(p.block_k) + ": operand A is read in im2col boxes, "
-                                          "which cannot zero a K tail; use a block_k dividing K = " + std::to_string(g.K));
+          fail(ScheduleError::kBadOption, "block_k = " + std::to_string(p.block_k) + ": operand " +
+                                              (which == 0 ? "A" : "B") + " is read in im2col boxes, "
+                                              "which cannot zero a K tail; use a block_k dividing K = " + std::to_string(g.K));
         const StoredTile t = stored_tile(g, p, which);
         if (t.rows > 256)
-          fail(ScheduleError::kBadOption, std::string("producer = 1: a TMA box has at most 256 rows, ") +
+          fail(ScheduleError::kBadOption, "producer = " + std::to_string(p.producer) + ": a TMA box has at most 256 rows, " +
                                               (which == 0 ? "A" : "B") + "'s tile " + std::to_string(t.rows));
       }
       return;  // the gather's vectors are unused
@@ -830,7 +975,7 @@ class WgmmaFamily final : public EmitterFamily {
   std::vector<std::vector<int>> choices(const ImplicitGemm& g, const ScheduleParams& defaults) const override {
     const int w = 128 / elem_bytes(g.hw->a_dtype);  // elements per 128-byte line
     (void)defaults;
-    const std::vector<int> producers = tma_operands(g) ? std::vector<int>{0, 1, 1} : std::vector<int>{0};
+    const std::vector<int> producers = tma_operands(g) ? std::vector<int>{0, 1, 1, 2, 2} : std::vector<int>{0};
     return {
         {64, 128, 128, 192, 256},                  // block_m
         {16, 32, 64, 128, 128, 192, 256, 256},     // block_n
@@ -847,7 +992,7 @@ class WgmmaFamily final : public EmitterFamily {
         {1, 2, 4, 8},                              // raster
         {0, 1, 1},                                 // async_copy
         {1},                                       // swizzle: always
-        producers,                                 // producer: TMA warp specialization where operands allow
+        producers,                                 // producer: TMA warp specialization (2: persistent) where operands allow
         {1},                                       // k_lanes: SIMT only
         {0},                                       // window: SIMT only
     };

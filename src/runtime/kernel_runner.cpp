@@ -154,9 +154,23 @@ class LoadedKernel {
   }
   LoadedKernel(const LoadedKernel&) = delete;
   LoadedKernel& operator=(const LoadedKernel&) = delete;
-  /// The main kernel's launch; `dependent` as in launch_1d (after a relayout prologue).
+  /// The main kernel's launch; `dependent` as in launch_1d (after a relayout prologue). A
+  /// persistent kernel gets as many blocks as stay resident at once, at most one per tile.
   cudaError_t launch(const KernelSource& k, void** args, cudaStream_t stream, bool dependent = false) const {
     dim3 grid(static_cast<unsigned>(k.grid[0]), static_cast<unsigned>(k.grid[1]), static_cast<unsigned>(k.grid[2]));
+    if (k.persistent) {
+      if (resident_ == 0) {
+        int device = 0, sms = 0, per_sm = 0;
+        cudaError_t e = cudaGetDevice(&device);
+        if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+        if (e == cudaSuccess)
+          e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, reinterpret_cast<const void*>(kernel_), k.threads,
+                                                           static_cast<std::size_t>(k.shared_bytes));
+        if (e != cudaSuccess) return e;
+        resident_ = static_cast<std::int64_t>(sms) * std::max(per_sm, 1);
+      }
+      grid.x = static_cast<unsigned>(std::min(k.grid[0], resident_));
+    }
     return launch_config(grid, dim3(static_cast<unsigned>(k.threads)), k.shared_bytes, args, stream, dependent);
   }
   /// A 1-D launch; `dependent`: as a programmatic dependent of the stream's previous kernel
@@ -186,6 +200,7 @@ class LoadedKernel {
 
   cudaLibrary_t lib_ = nullptr;
   cudaKernel_t kernel_ = nullptr;
+  mutable std::int64_t resident_ = 0;  ///< Blocks resident at once on the device (persistent kernels).
 };
 
 /// A driver function looked up through the runtime (tmap never links libcuda, so that it starts

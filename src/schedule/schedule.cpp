@@ -160,7 +160,7 @@ std::string_view message(ScheduleError e) {
     case ScheduleError::kBadStages:
       return "stages must be 1 or 2, or up to the family's pipeline depth (wmma 4, mma_sync 5) with async_copy = 1";
     case ScheduleError::kBadOption:
-      return "panels, unroll, swizzle, producer and relayout must be 0 or 1 (panels wmma only, swizzle mma_sync "
+      return "panels, unroll, swizzle and relayout must be 0 or 1, producer 0 to 2 (panels wmma only, swizzle mma_sync "
              "and wgmma, producer wgmma only, relayout where the mapping offers it), raster between 1 and 32, k_lanes "
              "a power of two up to 32, window 0 or 1 (simt only) and cluster 0 or 1 (sm_90, split_k 2 to 8, mma_sync, wgmma "
              "and simt)";

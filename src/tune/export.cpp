@@ -111,6 +111,22 @@ std::string launcher(const Piece& x, int cc) {
   if (k.shared_bytes > 48 * 1024)
     os << "  e = cudaFuncSetAttribute(reinterpret_cast<const void*>(" << x.kernel
        << "), cudaFuncAttributeMaxDynamicSharedMemorySize, " << k.shared_bytes << ");\n  if (e != cudaSuccess) return e;\n";
+  // The main kernel's grid; a persistent one takes its tiles with a grid stride, in as many
+  // blocks as stay resident at once.
+  const std::string grid = k.persistent ? "dim3(blocks)"
+                                        : "dim3(" + std::to_string(k.grid[0]) + ", " + std::to_string(k.grid[1]) + ", " +
+                                              std::to_string(k.grid[2]) + ")";
+  if (k.persistent)
+    os << "  unsigned blocks = " << k.grid[0] << ";  // tiles of the persistent kernel\n  {\n"
+       << "    int device = 0, sms = 0, per_sm = 0;\n"
+       << "    e = cudaGetDevice(&device);\n"
+       << "    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);\n"
+       << "    if (e == cudaSuccess)\n"
+       << "      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, reinterpret_cast<const void*>(" << x.kernel
+       << "), " << k.threads << ", " << k.shared_bytes << ");\n"
+       << "    if (e != cudaSuccess) return e;\n"
+       << "    const unsigned long long resident = (unsigned long long)sms * (per_sm > 0 ? per_sm : 1);\n"
+       << "    if (resident < blocks) blocks = (unsigned)resident;\n  }\n";
   if (k.workspace_bytes > 0)
     os << "  e = cudaMallocAsync(&workspace, " << k.workspace_bytes
        << ", stream);  // split-K partial sums, channels-last copies of operands\n"
@@ -156,7 +172,7 @@ std::string launcher(const Piece& x, int cc) {
   if (!k.relayout_name.empty() && cc >= 90)
     os << "  {  // a programmatic dependent of the prologue: it waits (griddepcontrol.wait) for the copies\n"
        << "    cudaLaunchConfig_t config = {};\n"
-       << "    config.gridDim = dim3(" << k.grid[0] << ", " << k.grid[1] << ", " << k.grid[2] << ");\n"
+       << "    config.gridDim = " << grid << ";\n"
        << "    config.blockDim = dim3(" << k.threads << ");\n    config.dynamicSmemBytes = " << k.shared_bytes << ";\n"
        << "    config.stream = stream;\n"
        << "    cudaLaunchAttribute attribute = {};\n"
@@ -165,8 +181,8 @@ std::string launcher(const Piece& x, int cc) {
        << "    config.attrs = &attribute;\n    config.numAttrs = 1;\n"
        << "    e = cudaLaunchKernelExC(&config, reinterpret_cast<const void*>(" << x.kernel << "), args);\n  }\n";
   else
-    os << "  e = cudaLaunchKernel(reinterpret_cast<const void*>(" << x.kernel << "), dim3(" << k.grid[0] << ", " << k.grid[1]
-       << ", " << k.grid[2] << "), dim3(" << k.threads << "), args, " << k.shared_bytes << ", stream);\n";
+    os << "  e = cudaLaunchKernel(reinterpret_cast<const void*>(" << x.kernel << "), " << grid << ", dim3(" << k.threads
+       << "), args, " << k.shared_bytes << ", stream);\n";
   if (!k.reduce_name.empty()) {
     os << "  if (e == cudaSuccess) {  // the split-K sums into the output\n    void* reduce_args[] = {&workspace, &out};\n"
        << "    cudaLaunchConfig_t config = {};\n"

@@ -58,6 +58,9 @@ struct KernelSource {
   int threads = 0;
   std::int64_t shared_bytes = 0;
   std::array<std::int64_t, 3> grid{1, 1, 1};
+  /// A persistent kernel: it takes grid[0] tiles (grid[1] = grid[2] = 1) with a grid stride, so
+  /// any block count is correct; launchers start min(grid[0], SMs x resident blocks per SM).
+  bool persistent = false;
   std::int64_t workspace_bytes = 0;  ///< 0: no workspace and no reduce kernel.
   std::string reduce_name;
   std::int64_t reduce_blocks = 0;

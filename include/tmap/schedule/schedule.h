@@ -39,7 +39,10 @@ struct ScheduleParams {
   int swizzle = 0;
   /// 1: warp-specialized (wgmma): one producer warpgroup loads the operand tiles with TMA into a
   /// ring of `stages` buffers guarded by mbarriers while the other warpgroups multiply; 0: every
-  /// thread gathers operand tiles between the math.
+  /// thread gathers operand tiles between the math. 2: the same, persistent: each block loops
+  /// over output tiles (about one block per SM), its producer filling the ring with the next
+  /// tile's operands while the consumers finish the last one and store it from an epilogue tile
+  /// of its own (split_k 1).
   int producer = 0;
   /// Threads that share one output's reduction (SIMT): each sums every k_lanes-th slice of k, and
   /// the partial sums meet by warp shuffles. A power of two up to 32; 1 for the other families.
