@@ -129,7 +129,21 @@ TEST(Cli, RunCompilesWithoutAGpu) {
   EXPECT_NE(ss.str().find("wmma::mma_sync"), std::string::npos);
   std::filesystem::remove(cu);
 
+  // --match reaches the transposed product (filters as A, the image as B), which --layout alone
+  // cannot tell from the written order of the same layout.
+  CliRun swapped = tmap("run --op conv2d_nhwc --set N=2 --set C=64 --hw wgmma_fp16_fp32 --arch sm_90 --compile-only "
+                        "--match 5 --params '{\"producer\": 1}' --format json");
+  ASSERT_EQ(swapped.code, 0) << swapped.err;
+  nlohmann::json s = nlohmann::json::parse(swapped.out);
+  EXPECT_EQ(s["layout"], "ntn");
+  EXPECT_EQ(s["operands"]["A"], "Wt");
+  EXPECT_EQ(s["operands"]["B"], "I");
+  EXPECT_EQ(s["params"]["producer"], 1);
+
   const BadCase cases[] = {
+      {"run --op gemm --arch sm_90 --compile-only --match 99", "no match 99 of 'gemm'"},
+      {"run --op gemm --arch sm_90 --compile-only --match 0 --layout nnn", "--match picks the layout and shape itself"},
+      {"run --op gemm --arch sm_90 --compile-only --log x.jsonl", "a compile-only run measures nothing to log"},
       {"run --op gemm --arch sm_90 --compile-only --params '{\"block_m\": 48}'", "the block tile is not a multiple of the warp tile"},
       {"run --op gemm --arch sm_90 --compile-only --params '{\"tile\": 4}'", "unknown schedule parameter \"tile\""},
       {"run --op gemm --arch sm_90 --compile-only --params '{oops'", "invalid JSON"},

@@ -19,6 +19,8 @@
 #include "tmap/runtime/kernel_runner.h"
 #include "tmap/runtime/measure_worker.h"
 #include "tmap/runtime/nvrtc_compiler.h"
+#include "tmap/tune/tune_log.h"
+#include "tmap/tune/tuner.h"
 
 namespace tmap::cli {
 namespace {
@@ -26,8 +28,8 @@ namespace {
 struct RunArgs {
   ComputeArgs compute;
   HwSelection hw_dirs;  ///< --hw-dir only: --hw names one abstraction here
-  std::string hw, layout, shape, params, arch, emit_cuda, format = "text";
-  int mapping = -1;
+  std::string hw, layout, shape, params, arch, emit_cuda, log, format = "text";
+  int mapping = -1, match = -1;
   double timeout = 60;
   int graph_runs = 0;
   bool flush_l2 = false;
@@ -44,12 +46,18 @@ void register_run(CLI::App& app) {
   args->hw_dirs.add_to(*cmd);
   cmd->add_option("--layout", args->layout, "Layout key, e.g. nnn (default: the abstraction's first)");
   cmd->add_option("--shape", args->shape, "Intrinsic shape MxNxK, e.g. 16x16x16 (default: the first)");
+  cmd->add_option("--match", args->match,
+                  "Match number (#) from 'tmap map' with the same --hw, e.g. a transposed product (default: the first "
+                  "of --layout and --shape)");
   cmd->add_option("--mapping", args->mapping, "Mapping id from 'tmap map' (default: every candidate fused)");
   cmd->add_option("--params", args->params, "Schedule parameters as JSON (default: a sensible schedule)");
   cmd->add_flag("--verify", args->verify, "Check the output against the reference kernel");
   cmd->add_option("--arch", args->arch, "Compile for sm_XX instead of the detected GPU");
   cmd->add_flag("--compile-only", args->compile_only, "Stop after compiling (no GPU needed)");
   cmd->add_option("--emit-cuda", args->emit_cuda, "Write the generated CUDA source to this file");
+  cmd->add_option("--log", args->log,
+                  "Append the measurement to this tuning log as the tuner records it (verified, timed as the tuner "
+                  "times), so that replay, export and a later 'tmap tune --confirm' see the candidate");
   cmd->add_option("--format", args->format, "text or json")->check(CLI::IsMember({"text", "json"}));
   cmd->add_option("--timeout", args->timeout, "Seconds before a hanging kernel is stopped (default 60)");
   cmd->add_option("--graph", args->graph_runs, "Time replays of a CUDA graph of this many runs (for short kernels)");
@@ -68,12 +76,23 @@ void register_run(CLI::App& app) {
     // Without --hw, the first abstraction with a match of the asked layout and shape.
     std::string hw_name = report.matches.front().hw_abs;
     const Match* match = nullptr;
-    for (const auto& m : report.matches)
-      if ((args->layout.empty() || m.layout == args->layout) && (args->shape.empty() || m.shape.str() == args->shape)) {
+    if (args->match >= 0) {
+      if (args->match >= static_cast<int>(report.matches.size()))
+        bad("--match", "no match " + std::to_string(args->match) + " of '" + c.name + "'",
+            "numbers run from 0 to " + std::to_string(report.matches.size() - 1) + " (see 'tmap map' with the same --hw)");
+      if (!args->layout.empty() || !args->shape.empty())
+        bad("--match", "--match picks the layout and shape itself", "drop --layout and --shape");
+    }
+    for (std::size_t i = 0; i < report.matches.size(); ++i) {
+      const Match& m = report.matches[i];
+      if (args->match >= 0 ? static_cast<int>(i) == args->match
+                           : (args->layout.empty() || m.layout == args->layout) &&
+                                 (args->shape.empty() || m.shape.str() == args->shape)) {
         match = &m;
         hw_name = m.hw_abs;
         break;
       }
+    }
     const HwAbstraction& hw = find_hw(all, hw_name);
     if (!match)
       bad("--layout/--shape", "'" + hw_name + "' has no layout '" + args->layout + "' with shape '" + args->shape + "'",
@@ -96,6 +115,12 @@ void register_run(CLI::App& app) {
     else bad("--arch", "no GPU to compile for (" + rt.status + ")", "give --arch sm_90 with --compile-only");
     if (!args->compile_only && rt.devices.empty())
       bad("tmap run", "cannot run without a GPU: " + rt.status, "add --compile-only to stop after compiling");
+    if (!args->log.empty() && args->compile_only)
+      bad("--log", "a compile-only run measures nothing to log", "drop --compile-only, or --log");
+    if (!args->log.empty() && (args->graph_runs > 0 || args->flush_l2))
+      bad("--log", "log records are timed as the tuner times them (warm, graphs of 10 runs)",
+          "drop --graph and --flush-l2, or --log");
+    if (!args->log.empty()) args->verify = true;  // a log holds verified measurements only
     if (!args->compile_only && !rt.devices.empty() && cc != rt.devices.front().compute_capability)
       bad("--arch", "sm_" + std::to_string(cc) + " is not the GPU's architecture (sm_" +
                         std::to_string(rt.devices.front().compute_capability) + ")",
@@ -131,6 +156,8 @@ void register_run(CLI::App& app) {
                              {"layout", match->layout},
                              {"shape", match->shape.extent},
                              {"mapping", mapping->id},
+                             {"operands", {{"A", c.tensor_of(c.inputs[g.a_input]).name},
+                                           {"B", c.tensor_of(c.inputs[g.b_input]).name}}},
                              {"params", to_json(params)},
                              {"arch", "sm_" + std::to_string(cc)},
                              {"grid", kernel.grid},
@@ -146,13 +173,37 @@ void register_run(CLI::App& app) {
       MeasureRequest req = MeasureRequest::for_kernel(c, kernel, cubin.string(), c.inputs[g.a_input].tensor,
                                                       c.inputs[g.b_input].tensor);
       req.verify = args->verify;
-      req.timing.graph_runs = args->graph_runs;
+      if (!args->log.empty()) req.timing = tuning_timing();
+      req.timing.graph_runs = args->log.empty() ? args->graph_runs : req.timing.graph_runs;
       req.timing.flush_l2 = args->flush_l2;
       req.tolerance = verification_tolerance(hw);
       req.seed = std::random_device{}();
       MeasureWorker worker("/proc/self/exe", args->timeout);
       MeasureResult m = worker.measure(req);
       std::filesystem::remove(cubin);
+      if (!args->log.empty()) {
+        TuneRecord record;
+        record.workload = make_workload(c);
+        record.target = {"sm_" + std::to_string(cc), rt.devices.front().name, cuda_version_text(rt.driver_version),
+                         cuda_version_text(rt.runtime_version), TMAP_VERSION};
+        record.candidate.hw_abs = hw.name;
+        record.candidate.layout = match->layout;
+        record.candidate.shape = match->shape.extent;
+        record.candidate.mapping_id = mapping->id;
+        for (int a = 0; a < 3; ++a)
+          for (int it : mapping->axes[a]) record.candidate.axes[a].push_back(c.iters[it].name);
+        record.candidate.params = params;
+        record.result.status = status_name(m.status);
+        record.result.median_us = m.median_us;
+        record.result.times_us = m.times_us;
+        record.result.rel_l2 = m.rel_l2;
+        record.result.compile_seconds = compiled.seconds;
+        record.result.error = m.message;
+        record.recorded_at = utc_now();
+        record.flops = record.workload.description["flops"].get<double>();
+        LogWriter(args->log).append(record);
+        result["log"] = args->log;
+      }
       result["status"] = status_name(m.status);
       if (m.status != MeasureStatus::kOk && m.status != MeasureStatus::kWrongResult) {
         result["error"] = m.message;
