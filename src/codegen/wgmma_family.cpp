@@ -69,14 +69,17 @@ std::int64_t ring_bytes(const ImplicitGemm& g, const ScheduleParams& p) {
 int persistent_epilogue_bytes_per_element(const ImplicitGemm& g) {
   return dtype_bits(g.compute->tensor_of(g.compute->output).dtype) <= 16 ? 2 : 4;
 }
+/// Elements added to each row of that tile (rows along n when `c_row`, else along m).
+int persistent_epilogue_pad(const ImplicitGemm& g, bool c_row) {
+  return c_row || persistent_epilogue_bytes_per_element(g) == 2 ? 8 : 4;
+}
 std::string persistent_c_ld(const ImplicitGemm& g, bool c_row) {
-  return c_row ? "BN + 8" : persistent_epilogue_bytes_per_element(g) == 2 ? "BM + 8" : "BM + 4";
+  return std::string(c_row ? "BN" : "BM") + " + " + std::to_string(persistent_epilogue_pad(g, c_row));
 }
 std::int64_t persistent_epilogue_bytes(const ImplicitGemm& g, const ScheduleParams& p) {
   const bool c_row = out_vector(g, p).along == 'n';
-  const int e = persistent_epilogue_bytes_per_element(g);
-  return c_row ? std::int64_t{p.block_m} * (p.block_n + 8) * e
-               : std::int64_t{p.block_n} * (p.block_m + (e == 2 ? 8 : 4)) * e;
+  const std::int64_t rows = c_row ? p.block_m : p.block_n, cols = c_row ? p.block_n : p.block_m;
+  return rows * (cols + persistent_epilogue_pad(g, c_row)) * persistent_epilogue_bytes_per_element(g);
 }
 
 /// Where a warp-specialized kernel keeps its 2 x STAGES mbarriers: past the operand ring and the
