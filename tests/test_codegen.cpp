@@ -573,6 +573,144 @@ TEST(Codegen, WgmmaTmaProducer) {
             << " persistent)\n";
 }
 
+// Pairs of blocks sharing an operand tile by TMA multicast (cluster 2: along m sharing B, 3: along
+// n sharing A): the kernel is a cluster of 2 along x, the grid's x a whole number of pairs, the
+// shared operand's boxes half its rows, its loads multicast and the ring's empty barriers counting
+// both blocks' consumers; persistent kernels walk the pairs' tiles. Persistent kernels whose
+// consumers need more registers than an even split rebalance them with setmaxnreg. Every variant
+// compiles for sm_90a, and the refusals name their reason.
+TEST(Codegen, WgmmaClusterPairsAndRegisterRebalance) {
+  std::vector<Job> jobs;
+  std::vector<std::unique_ptr<Compute>> keep;
+  const DeviceLimits limits = DeviceLimits::for_arch(90);
+  auto producer_gemm = [&](const Compute& c) {
+    for (const ImplicitGemm& g : gemm_per_match(c, "wgmma_fp16_fp32")) {
+      ScheduleParams d = default_schedule(g, limits);
+      d.producer = 1;
+      d.split_k = 1;
+      if (validate(g, d, limits).empty()) return std::make_pair(g, d);
+    }
+    ADD_FAILURE() << c.name << ": no layout takes a TMA producer";
+    return std::make_pair(gemm_per_match(c, "wgmma_fp16_fp32").at(0), ScheduleParams{});
+  };
+  int pairs = 0;
+  auto add = [&](const Compute& c, const std::string& label, const std::vector<int>& clusters) {
+    const auto [g, d] = producer_gemm(c);
+    for (int cluster : clusters)
+      for (int producer : {1, 2})
+        for (int raster : {1, 4}) {
+          ScheduleParams p = d;
+          p.cluster = cluster;
+          p.producer = producer;
+          p.raster = raster;
+          const std::string name = label + " " + g.layout + " cluster " + std::to_string(cluster) + " producer " +
+                                   std::to_string(producer) + " raster " + std::to_string(raster);
+          const auto issues = validate(g, p, limits);
+          ASSERT_TRUE(issues.empty()) << name << ": " << issues[0].detail;
+          KernelSource k = emit_kernel(g, p);
+          ++pairs;
+          EXPECT_EQ(k.cluster_x, 2) << name;
+          EXPECT_EQ(k.grid[0] % 2, 0) << name;
+          const std::int64_t pair_m = cluster == 2 ? 2 * p.block_m : p.block_m, pair_n = cluster == 3 ? 2 * p.block_n : p.block_n;
+          const std::int64_t tiles = (g.M + pair_m - 1) / pair_m * ((g.N + pair_n - 1) / pair_n);
+          EXPECT_EQ(k.grid[0], 2 * tiles * (producer == 2 ? g.batch : 1)) << name;
+          EXPECT_EQ(k.grid[2], producer == 2 ? 1 : g.batch) << name;
+          EXPECT_NE(k.code.find("__cluster_dims__(2, 1, 1)"), std::string::npos) << name;
+          EXPECT_NE(k.code.find(".multicast::cluster"), std::string::npos) << name;
+          EXPECT_NE(k.code.find("4 * CONSUMERS * 2"), std::string::npos) << name;
+          EXPECT_NE(k.code.find("release_pair(&empty"), std::string::npos) << name;
+          EXPECT_EQ(k.code.find("mbar_arrive(&empty"), std::string::npos) << name << ": every release reaches both blocks";
+          // A tile's rows: k where it is stored along m (n), else m (n).
+          auto rows = [&](int which) {
+            return static_cast<std::uint32_t>(stored_along_mn(g, which) ? p.block_k : which == 0 ? p.block_m : p.block_n);
+          };
+          const int shared = cluster == 2 ? 1 : 0;
+          EXPECT_EQ(k.tensor_maps.at(shared).box[1], rows(shared) / 2) << name;
+          EXPECT_EQ(k.tensor_maps.at(1 - shared).box[1], rows(1 - shared)) << name;
+          EXPECT_EQ(k.persistent, producer == 2) << name;
+          if (producer == 2) EXPECT_NE(k.code.find("tile += gridDim.x / 2"), std::string::npos) << name;
+          jobs.push_back({name, k});
+        }
+  };
+  for (const char* op : {"gemm", "gemm_nt", "gemm_tn", "gemm_tt"})
+    add(typed_compute(keep, op, "float16", "float32", {"M=200", "N=136", "K=520"}), op, {2, 3});
+  add(typed_compute(keep, "batched_gemm", "float16", "float32", {"BATCH=3", "M=72", "N=64", "K=64"}), "batched", {2, 3});
+  add(stored_as(keep, "gemm", "float16", "float16", {"M=200", "N=136", "K=520"}), "gemm float16 out", {2, 3});
+  // A convolution's input is read in im2col boxes: only the filters (B) are shared, along m.
+  const Compute& conv = typed_compute(keep, "conv2d_nhwc", "float16", "float32", {"N=2", "C=64", "H=9", "W=11", "K=40", "pad=1"});
+  add(conv, "conv2d_nhwc im2col", {2});
+
+  // The reason against `edit` of the first layout with a valid TMA producer (mma_sync: the first).
+  auto refusal = [&](const Compute& c, const std::string& hw, const std::function<void(ScheduleParams&)>& edit) {
+    auto [g, p] = hw == "wgmma_fp16_fp32" ? producer_gemm(c)
+                                          : std::make_pair(gemm_per_match(c, hw).at(0), ScheduleParams{});
+    if (hw != "wgmma_fp16_fp32") p = default_schedule(g, limits);
+    edit(p);
+    auto issues = validate(g, p, limits);
+    return issues.empty() ? std::string() : issues[0].detail;
+  };
+  const Compute& gemm = typed_compute(keep, "gemm", "float16", "float32", {"M=200", "N=136", "K=520"});
+  const std::string im2col = refusal(conv, "wgmma_fp16_fp32", [](ScheduleParams& p) { p.cluster = 3; });
+  EXPECT_NE(im2col.find("im2col boxes"), std::string::npos) << im2col;
+  EXPECT_NE(im2col.find("use cluster 2"), std::string::npos) << im2col;
+  EXPECT_NE(refusal(gemm, "wgmma_fp16_fp32", [](ScheduleParams& p) { p.cluster = 2; p.split_k = 2; }).find("split_k 1"),
+            std::string::npos);
+  EXPECT_NE(refusal(gemm, "wgmma_fp16_fp32", [](ScheduleParams& p) { p.cluster = 2; p.producer = 0; }).find("TMA producer"),
+            std::string::npos);
+  EXPECT_NE(refusal(gemm, "wgmma_fp16_fp32", [](ScheduleParams& p) { p.cluster = 4; }).find("2 or 3"), std::string::npos);
+  // A K-major B of 40 rows (gemm_nt, n = 40) cannot be halved into whole 8-row atoms.
+  const Compute& nt = typed_compute(keep, "gemm_nt", "float16", "float32", {"M=200", "N=40", "K=512"});
+  const std::string rows = refusal(nt, "wgmma_fp16_fp32", [](ScheduleParams& p) { p.block_n = p.warp_n = 40; p.cluster = 2; });
+  EXPECT_NE(rows.find("multiple of 16"), std::string::npos) << rows;
+  EXPECT_NE(refusal(gemm, "mma_sync_fp16_fp32", [](ScheduleParams& p) { p.producer = 0; p.cluster = 2; }).find("only wgmma"),
+            std::string::npos);
+  EXPECT_EQ(refusal(gemm, "wgmma_fp16_fp32", [](ScheduleParams& p) { p.cluster = 2; }), "");
+
+  // setmaxnreg: a persistent kernel of 4 consumers of 64 x 128 (640 threads, 96 registers each at
+  // launch) gives the producer 40 and its consumers 104; 2 consumers (168 each) need no rebalance;
+  // without the persistent loop the same tile is refused for its registers.
+  const Compute& half_out = stored_as(keep, "gemm", "float16", "float16", {"M=1024", "N=1024", "K=512"});
+  const ImplicitGemm g = gemm_per_match(half_out, "wgmma_fp16_fp32").at(0);
+  ScheduleParams four = default_schedule(g, limits);
+  four.producer = 2;
+  four.split_k = 1;
+  four.block_m = 256;
+  four.warp_m = 64;
+  four.block_n = four.warp_n = 128;
+  four.stages = 3;
+  ASSERT_TRUE(validate(g, four, limits).empty()) << validate(g, four, limits)[0].detail;
+  KernelSource k = emit_kernel(g, four);
+  EXPECT_EQ(k.threads, 640);
+  EXPECT_NE(k.code.find("setmaxnreg.dec.sync.aligned.u32 40;"), std::string::npos);
+  EXPECT_NE(k.code.find("setmaxnreg.inc.sync.aligned.u32 104;"), std::string::npos);
+  jobs.push_back({"persistent 4 consumers 256x128", k});
+  ScheduleParams three = four;
+  three.block_m = 192;
+  three.block_n = three.warp_n = 192;
+  ASSERT_TRUE(validate(g, three, limits).empty()) << validate(g, three, limits)[0].detail;
+  k = emit_kernel(g, three);
+  EXPECT_NE(k.code.find("setmaxnreg.inc.sync.aligned.u32 152;"), std::string::npos);
+  jobs.push_back({"persistent 3 consumers 192x192", k});
+  three.cluster = 2;
+  ASSERT_TRUE(validate(g, three, limits).empty()) << validate(g, three, limits)[0].detail;
+  jobs.push_back({"persistent 3 consumers 192x192 pair m", emit_kernel(g, three)});
+  ScheduleParams two = four;
+  two.block_m = 128;
+  two.block_n = two.warp_n = 256;
+  EXPECT_EQ(emit_kernel(g, two).code.find("setmaxnreg"), std::string::npos);
+  ScheduleParams joined = four;
+  joined.producer = 1;
+  const auto issues = validate(g, joined, limits);
+  ASSERT_FALSE(issues.empty());
+  EXPECT_NE(issues[0].detail.find("96 registers a thread"), std::string::npos) << issues[0].detail;
+
+  std::vector<std::string> failures = compile_all(jobs, {90});
+  EXPECT_TRUE(failures.empty()) << failures.size() << " of " << jobs.size() << " failed; first:\n"
+                                << (failures.empty() ? "" : failures.front());
+  EXPECT_GE(pairs, 40);
+  std::cout << "compiled " << jobs.size() << " paired or rebalanced wgmma kernels for sm_90a\n";
+}
+
 // Convolution inputs read by TMA in im2col mode (producer = 1): channels-last inputs in place
 // (3x3 with padding, stride 2, dilation 2, 1x1 stride 2, the image in m or in the grid) and the
 // channels-last copies of NCW, NCHW and NCDHW convolutions (rank 3, 4 and 5 maps) get an im2col

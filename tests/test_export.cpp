@@ -74,6 +74,10 @@ std::vector<TuneRecord> every_family() {
   persistent.name = "gemm_persistent";  // grid sized at launch: as many blocks as stay resident
   r.push_back(record_of(persistent, "wgmma", [](ScheduleParams& p) { p.producer = 2; p.block_m = 64; p.warp_m = 64; p.stages = 3; }));
   EXPECT_EQ(r.back().candidate.params.producer, 2);
+  Compute pair = narrowed_op("gemm", "float16", {"M=520", "N=384", "K=256"});
+  pair.name = "gemm_pair";  // persistent pairs of blocks sharing B: whole clusters resident at once
+  r.push_back(record_of(pair, "wgmma", [](ScheduleParams& p) { p.producer = 2; p.cluster = 2; p.block_m = 64; p.warp_m = 64; p.stages = 3; }));
+  EXPECT_EQ(r.back().candidate.params.cluster, 2);
   return r;
 }
 
@@ -90,7 +94,7 @@ std::string export_and_build(const ScratchDir& dir) {
   std::vector<const TuneRecord*> ptrs;
   for (const auto& r : records) ptrs.push_back(&r);
   const auto kernels = export_kernels(ptrs, shipped(), 90, dir / "out", "test records");
-  EXPECT_EQ(kernels.size(), 8u);
+  EXPECT_EQ(kernels.size(), 9u);
   const std::string header = read(dir / "out/tmap_kernels.h");
   for (const auto& k : kernels) {
     EXPECT_TRUE(std::filesystem::exists(dir / ("out/" + k.file))) << k.file;
@@ -113,6 +117,9 @@ std::string export_and_build(const ScratchDir& dir) {
   EXPECT_NE(persistent.find("cudaOccupancyMaxActiveBlocksPerMultiprocessor"), std::string::npos)
       << "a persistent kernel's grid is sized at launch";
   EXPECT_NE(persistent.find("dim3(blocks)"), std::string::npos);
+  const std::string pair = read(dir / ("out/" + kernels[8].file));
+  EXPECT_NE(pair.find("cudaOccupancyMaxActiveClusters"), std::string::npos) << "pairs are resident as whole clusters";
+  EXPECT_NE(pair.find("__cluster_dims__(2, 1, 1)"), std::string::npos);
   const auto r = testing::shell("cmake -S out -B build -G Ninja -DCMAKE_CUDA_COMPILER=" TMAP_NVCC
                                 " -DCMAKE_BUILD_TYPE=Release >/dev/null && cmake --build build 2>&1",
                                 dir.str());
@@ -131,7 +138,7 @@ TEST(Export, EveryFamilyBuildsAsAStandaloneLibraryWithNvcc) {
   // The launch functions check their pointers before touching the GPU, so this part runs here.
   const auto r = testing::shell("./build/tmap_kernels_check --arguments-only", dir.str());
   EXPECT_EQ(r.code, 0) << r.out << r.err;
-  EXPECT_NE(r.out.find("8 of 8 launch functions refuse null and misaligned pointers"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("9 of 9 launch functions refuse null and misaligned pointers"), std::string::npos) << r.out;
 }
 
 TEST(Export, CheckProgramPassesOnTheGpu) {
@@ -140,7 +147,7 @@ TEST(Export, CheckProgramPassesOnTheGpu) {
   ASSERT_EQ(export_and_build(dir), "");
   const auto r = testing::shell("./build/tmap_kernels_check", dir.str());
   EXPECT_EQ(r.code, 0) << r.out << r.err;
-  EXPECT_NE(r.out.find("8 passed, 0 failed"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("9 passed, 0 failed"), std::string::npos) << r.out;
 }
 
 TEST(Cli, ExportRefusesLogsWithoutCorrectRecords) {

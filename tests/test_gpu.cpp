@@ -654,6 +654,94 @@ TEST(Gpu, WgmmaTmaProducer) {
   }
 }
 
+// Pairs of blocks sharing an operand tile by TMA multicast (cluster 2: along m, sharing B; 3:
+// along n, sharing A), with and without the persistent loop, rasterized: GEMMs in all four
+// layouts with M and N tails that leave the second block of the last pair partly or wholly past
+// the output, a batched GEMM, the im2col convolutions (sharing the filters); persistent kernels
+// whose consumers take registers from the producer (setmaxnreg), alone and paired. Then 4096^3
+// GEMMs with float16 outputs, for a first look at the time (printed, not asserted).
+TEST(Gpu, WgmmaClusterPairs) {
+  if (!have_gpu()) GTEST_SKIP() << "no GPU: " << query_runtime().status;
+  if (device_cc() != 90) GTEST_SKIP() << "wgmma needs sm_90, the GPU is sm_" << device_cc();
+  std::uint64_t seed = 2600;
+  using Edit = std::pair<std::string, std::function<void(ScheduleParams&)>>;
+  auto tma = [](const Compute& c, const std::string& label) {
+    MatchReport r = match_compute(c, {find_hw(shipped(), "wgmma_fp16_fp32")}, Enumeration::kAll);
+    for (std::size_t i = 0; i < r.matches.size(); ++i) {
+      GpuCase gc = full_mapping(c, "wgmma_fp16_fp32", label, 1e-2, i);
+      gc.p.producer = 1;
+      gc.p.split_k = 1;
+      if (validate(gc.g, gc.p, DeviceLimits::for_arch(90)).empty()) return gc;
+    }
+    ADD_FAILURE() << label << ": no layout takes a TMA producer";
+    return full_mapping(c, "wgmma_fp16_fp32", label, 1e-2);
+  };
+  auto pair = [](int cluster, int producer, int raster) {
+    return [=](ScheduleParams& p) { p.cluster = cluster; p.producer = producer; p.raster = raster; };
+  };
+  const std::vector<Edit> gemm_edits = {
+      {"pair m", pair(2, 1, 1)},
+      {"pair n", pair(3, 1, 1)},
+      {"pair m raster 3", pair(2, 1, 3)},
+      {"pair m persistent", pair(2, 2, 1)},
+      {"pair n persistent raster 2", pair(3, 2, 2)},
+      {"pair m bm 64 stages 6", [](ScheduleParams& p) { p.cluster = 2; p.block_m = 64; p.stages = 6; }},
+  };
+  for (const char* op : {"gemm", "gemm_nt", "gemm_tn", "gemm_tt"}) {
+    Compute c = build_compute(builtin_op(op), parse_param_overrides({"M=200", "N=136", "K=520"}));
+    run_cases(c, variants(tma(c, std::string(op) + " 200x136x520"), gemm_edits), seed++);
+  }
+  {
+    // M = 40: the second block of the pair lies wholly past the output rows (zero-filled boxes).
+    Compute c = build_compute(builtin_op("gemm"), parse_param_overrides({"M=40", "N=200", "K=136"}));
+    GpuCase base = tma(c, "gemm 40x200x136");
+    base.p.block_m = 64;
+    run_cases(c, variants(base, {{"pair m", pair(2, 1, 1)}, {"pair m persistent", pair(2, 2, 1)}}), seed++);
+    Compute b = build_compute(builtin_op("batched_gemm"), parse_param_overrides({"BATCH=3", "M=72", "N=64", "K=200"}));
+    run_cases(b, variants(tma(b, "batched_gemm 3x72x64x200"),
+                          {{"pair m", pair(2, 1, 1)}, {"pair n persistent", pair(3, 2, 1)}}),
+              seed++);
+  }
+  // Convolutions: the input read in im2col boxes, the filters (B) shared along m.
+  for (const auto& sets : testing::im2col_conv_shapes()) {
+    Compute c = build_compute(builtin_op("conv2d_nhwc"), parse_param_overrides(sets));
+    GpuCase base = tma(c, "conv2d_nhwc " + sets[1] + " " + sets[5] + " im2col");
+    run_cases(c, variants(base, {{"pair m", pair(2, 1, 1)},
+                                 {"pair m persistent raster 2", pair(2, 2, 2)},
+                                 {"pair m bm 64", [](ScheduleParams& p) { p.cluster = 2; p.block_m = 64; }}}),
+              seed++);
+  }
+  // Consumers that take registers from the producer (3 of 64 x 192, 4 of 64 x 128), float16 out.
+  const std::vector<Edit> rebalanced = {
+      {"persistent 3 consumers 192x192", [](ScheduleParams& p) { p.producer = 2; p.block_m = 192; p.warp_m = 64; p.block_n = p.warp_n = 192; p.stages = 3; }},
+      {"persistent 4 consumers 256x128", [](ScheduleParams& p) { p.producer = 2; p.block_m = 256; p.warp_m = 64; p.block_n = p.warp_n = 128; p.stages = 3; }},
+      {"persistent 4 consumers 256x128 pair n", [](ScheduleParams& p) { p.producer = 2; p.block_m = 256; p.warp_m = 64; p.block_n = p.warp_n = 128; p.stages = 3; p.cluster = 3; }},
+  };
+  {
+    Compute c = testing::stored_as_op("gemm", "float16", "float16", {"M=520", "N=400", "K=320"});
+    run_cases(c, variants(tma(c, "gemm 520x400x320 float16 out"), rebalanced), seed++);
+  }
+  for (const char* op : {"gemm", "gemm_nt"}) {
+    Compute c = testing::stored_as_op(op, "float16", "float16", {"M=4096", "N=4096", "K=4096"});
+    GpuCase base = tma(c, std::string(op) + " 4096^3 float16 out");
+    auto tile = [](ScheduleParams& p, int producer, int stages, int cluster, int raster) {
+      p.block_m = 128; p.warp_m = 64; p.block_n = p.warp_n = 256;
+      p.producer = producer; p.stages = stages; p.cluster = cluster; p.raster = raster;
+    };
+    std::vector<Edit> edits = {
+        {"128x256", [&](ScheduleParams& p) { tile(p, 1, 4, 0, 1); }},
+        {"128x256 pair m", [&](ScheduleParams& p) { tile(p, 1, 4, 2, 1); }},
+        {"128x256 pair n", [&](ScheduleParams& p) { tile(p, 1, 4, 3, 1); }},
+        {"128x256 persistent raster 8", [&](ScheduleParams& p) { tile(p, 2, 3, 0, 8); }},
+        {"128x256 persistent raster 8 pair m", [&](ScheduleParams& p) { tile(p, 2, 3, 2, 8); }},
+        {"128x256 persistent raster 8 pair n", [&](ScheduleParams& p) { tile(p, 2, 3, 3, 8); }},
+        {"128x256 persistent pair m", [&](ScheduleParams& p) { tile(p, 2, 3, 2, 1); }},
+    };
+    edits.insert(edits.end(), rebalanced.begin(), rebalanced.end());
+    run_cases(c, variants(base, edits), seed++);
+  }
+}
+
 // Shifted vectors (an NCHW / NCW / NCDHW input copied along the output's width, padding and
 // taps moving the start of each group, reads at both edges of the padding) and fused vectors
 // (weights along (c, r, s); a 1x1 NCHW input along (p, q)), in both families and every main

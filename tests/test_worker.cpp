@@ -102,6 +102,9 @@ TEST(Worker, RequestsAndResultsRoundTrip) {
   r.kernel.tensor_maps[0].lower = {-1, -2, 0};
   r.kernel.tensor_maps[0].upper = {-3, 1, 0};
   r.kernel.tensor_maps[0].traversal = {1, 2, 2, 1, 1};
+  // A persistent kernel of block pairs: the worker launches whole clusters.
+  r.kernel.persistent = true;
+  r.kernel.cluster_x = 2;
   MeasureRequest back = request_from_json(nlohmann::json::parse(to_json(r).dump()));
   EXPECT_EQ(to_json(back), to_json(r));
   ASSERT_EQ(back.kernel.tensor_maps.size(), 2u);
@@ -114,6 +117,8 @@ TEST(Worker, RequestsAndResultsRoundTrip) {
   EXPECT_EQ(back.kernel.tensor_maps[0].lower, (std::array<int, 3>{-1, -2, 0}));
   EXPECT_EQ(back.kernel.tensor_maps[0].upper, (std::array<int, 3>{-3, 1, 0}));
   EXPECT_EQ(back.kernel.tensor_maps[0].traversal, (std::array<std::uint32_t, 5>{1, 2, 2, 1, 1}));
+  EXPECT_TRUE(back.kernel.persistent);
+  EXPECT_EQ(back.kernel.cluster_x, 2);
   MeasureResult res{MeasureStatus::kTimeout, "slow", 0.5, 12.5, {12.0, 13.0}};
   MeasureResult res_back = result_from_json(to_json(res));
   EXPECT_EQ(res_back.status, MeasureStatus::kTimeout);

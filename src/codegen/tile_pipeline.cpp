@@ -123,7 +123,7 @@ KernelSource kernel_shell(const ImplicitGemm& g, const ScheduleParams& p, int th
   k.threads = threads;
   k.shared_bytes = shared_bytes(g, p);
   k.grid = {(g.N + p.block_n - 1) / p.block_n, (g.M + p.block_m - 1) / p.block_m, g.batch * p.split_k};
-  if (p.split_k > 1 && !p.cluster) {
+  if (p.split_k > 1 && p.cluster != 1) {
     k.workspace_bytes = p.split_k * g.batch * g.M * g.N * (partial_type(g) == "double" ? 8 : 4);
     k.reduce_name = k.name + "_reduce";
     k.reduce_blocks = (g.batch * g.M * g.N + k.reduce_threads - 1) / k.reduce_threads;
@@ -402,13 +402,19 @@ void emit_block_origin(std::ostringstream& os, const ScheduleParams& p) {
 
 void emit_tile_origin(std::ostringstream& os, const ScheduleParams& p, const std::string& linear,
                       const std::string& indent) {
+  // A pair of blocks sharing an operand (cluster 2: along m, 3: along n) takes a tile of twice
+  // the block's rows (columns), each block its half by cta_rank.
+  const std::string tm = p.cluster == 2 ? "(2 * BM)" : "BM", tn = p.cluster == 3 ? "(2 * BN)" : "BN";
+  const std::string dm = p.cluster == 2 ? " + cta_rank * BM" : "", dn = p.cluster == 3 ? " + cta_rank * BN" : "";
   if (p.raster > 1)
     os << indent << "const int linear = " << linear << ";\n"
        << indent << "const int first_row = linear / (RASTER * GRID_N) * RASTER, in_group = linear % (RASTER * GRID_N);\n"
        << indent << "const int group_rows = min(GRID_M - first_row, RASTER);\n"
-       << indent << "const int m0 = (first_row + in_group % group_rows) * BM, n0 = in_group / group_rows * BN;\n";
+       << indent << "const int m0 = (first_row + in_group % group_rows) * " << tm << dm << ", n0 = in_group / group_rows * "
+       << tn << dn << ";\n";
   else
-    os << indent << "const int m0 = (" << linear << ") / GRID_N * BM, n0 = (" << linear << ") % GRID_N * BN;\n";
+    os << indent << "const int m0 = (" << linear << ") / GRID_N * " << tm << dm << ", n0 = (" << linear << ") % GRID_N * "
+       << tn << dn << ";\n";
 }
 
 std::int64_t stage_bytes(const ImplicitGemm& g, const ScheduleParams& p, int which) {
@@ -681,7 +687,7 @@ void emit_main_loop(std::ostringstream& os, const ScheduleParams& p, bool staged
 }
 
 OutVector out_vector(const ImplicitGemm& g, const ScheduleParams& p) {
-  if (p.split_k > 1 && !p.cluster) return {1, 'n'};  // partial sums are written in [m][n] order
+  if (p.split_k > 1 && p.cluster != 1) return {1, 'n'};  // partial sums are written in [m][n] order
   const int bits = dtype_bits(g.compute->tensor_of(g.compute->output).dtype);
   int vn = output_vector_width(g, 'n', bits), vm = output_vector_width(g, 'm', bits);
   // A vector never spans two blocks: blocks narrower than it (SIMT's can be 1 to 4 wide) take
@@ -737,7 +743,7 @@ void emit_epilogue_stores(std::ostringstream& os, const ImplicitGemm& g, const S
   // neighbouring threads read neighbouring words) over the cluster's blocks, in split order so
   // that the sums do not depend on timing.
   std::string first = "threadIdx.x", end = "BM * BN / " + V;
-  if (p.cluster) {
+  if (p.cluster == 1) {
     if (acc_type != "float" && acc_type != "int")
       throw InternalError("cluster split-K sums 4-byte accumulators, not " + acc_type);
     os << "  // Every split's partial tile is in its block's Cs: the cluster's blocks read each other's.\n"
@@ -756,7 +762,7 @@ void emit_epilogue_stores(std::ostringstream& os, const ImplicitGemm& g, const S
     os << "    const int mm = e / (BN / " << V << "), nn = e % (BN / " << V << ") * " << V << ";\n";
   else
     os << "    const int nn = e / (BM / " << V << "), mm = e % (BM / " << V << ") * " << V << ";\n";
-  if (p.cluster) {
+  if (p.cluster == 1) {
     // Every block's words are loaded before any is added, so that the remote loads overlap.
     os << "    unsigned bits[SPLIT_K][" << V << "];\n"
        << "    #pragma unroll\n    for (int rank = 0; rank < SPLIT_K; ++rank) {\n"
@@ -773,7 +779,7 @@ void emit_epilogue_stores(std::ostringstream& os, const ImplicitGemm& g, const S
   } else {
     os << "    const " << acc_type << "* values = &Cs[" << at << "];\n";
   }
-  if (p.split_k > 1 && !p.cluster)
+  if (p.split_k > 1 && p.cluster != 1)
     os << "    // Partial sum of this split: partial[split][z][m][n], summed by the reduce kernel.\n"
        << "    const int m = m0 + mm, n = n0 + nn;\n"
        << "    if (m < M && n < N) partial[((long long)(split * BATCH + z) * M + m) * N + n] = (" << partial_type(g)
@@ -787,12 +793,13 @@ void emit_epilogue_stores(std::ostringstream& os, const ImplicitGemm& g, const S
   else
     os << "    store_d(out, m0 + mm, n0 + nn, z, (" << out_type << ")values[0]);\n";
   os << "  }\n";
-  if (p.cluster) os << "  cluster_sync();  // no block leaves while another may still read its Cs\n";
+  if (p.cluster == 1) os << "  cluster_sync();  // no block leaves while another may still read its Cs\n";
   if (scope.close) os << "}\n";
 }
 
 std::string cluster_attribute(const ScheduleParams& p) {
-  return p.cluster ? "__cluster_dims__(1, 1, SPLIT_K) " : "";
+  if (p.cluster == 1) return "__cluster_dims__(1, 1, SPLIT_K) ";
+  return p.cluster >= 2 ? "__cluster_dims__(2, 1, 1) " : "";  // a pair of blocks sharing an operand
 }
 
 void emit_cluster_helpers(std::ostringstream& os, const ScheduleParams& p) {

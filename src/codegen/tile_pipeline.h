@@ -114,6 +114,8 @@ void emit_step_range(std::ostringstream& os);
 void emit_block_origin(std::ostringstream& os, const ScheduleParams& p);
 /// `const int m0, n0` of output tile number `linear` (row-major over GRID_M x GRID_N tiles, which
 /// must be in scope), walking `p.raster` rows of tiles column by column as emit_block_origin does.
+/// With a pair of blocks sharing an operand (p.cluster 2 or 3) the tiles are the pair's, twice as
+/// tall (wide), and `cta_rank` (in scope) picks this block's half.
 void emit_tile_origin(std::ostringstream& os, const ScheduleParams& p, const std::string& linear,
                       const std::string& indent);
 

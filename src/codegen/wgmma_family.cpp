@@ -90,6 +90,50 @@ std::int64_t barrier_offset(const ImplicitGemm& g, const ScheduleParams& p) {
   return std::max(ring_bytes(g, p), round_up(epilogue_bytes(g, p), 128));
 }
 
+/// Whether the kernel runs as pairs of blocks sharing an operand tile (ScheduleParams::cluster 2:
+/// along m, sharing B; 3: along n, sharing A), and which operand they share (-1: none).
+bool paired(const ScheduleParams& p) { return p.cluster == 2 || p.cluster == 3; }
+int shared_operand(const ScheduleParams& p) { return p.cluster == 2 ? 1 : p.cluster == 3 ? 0 : -1; }
+
+/// How a warp-specialized kernel splits the register file: at launch every thread gets `even`
+/// registers (ptxas's limit for THREADS threads a block, __launch_bounds__(THREADS, 1)). In a
+/// persistent kernel (producer 2), where that leaves the consumer warpgroups too few for their
+/// accumulators (about 40 more for addresses and loop state), the producer warpgroup, which only
+/// issues TMA copies, gives all but kProducerRegs back with `setmaxnreg.dec` and the consumers
+/// take them with `setmaxnreg.inc` (`consumer` registers each, a multiple of 8 that the pool the
+/// producer freed covers, or the inc would wait forever). Only there: with producer 1 the
+/// producer warpgroup joins the consumers' epilogue, and ptxas compiled such a kernel (3 consumers
+/// of 64 x 192) with its wgmmas serialized (C7512) even with setmaxnreg in both roles.
+constexpr int kProducerRegs = 40;
+struct RegisterSplit {
+  int even = 255, consumer = 255;
+  bool rebalanced = false;
+};
+RegisterSplit register_split(const ImplicitGemm& g, const ScheduleParams& p) {
+  RegisterSplit r;
+  const int threads = block_threads(g, p);
+  if (threads <= 0) return r;
+  r.even = r.consumer = std::min(255, 65536 / threads / 8 * 8);
+  const int consumers = threads / 128 - 1, acc_regs = (p.warp_m / 64) * p.warp_n / 2;
+  if (p.producer != 2 || consumers < 2 || acc_regs + 40 <= r.even || r.even <= kProducerRegs) return r;
+  // The producer frees (even - kProducerRegs) x 128 registers; each consumer thread may take an
+  // equal share of them on top of its own.
+  const int consumer = r.even + (r.even - kProducerRegs) * 128 / (consumers * 128) / 8 * 8;
+  r.consumer = std::min(240, consumer);
+  r.rebalanced = r.consumer > r.even;
+  return r;
+}
+
+/// The setmaxnreg line of the producer (`producer`) or of a consumer warpgroup, where
+/// register_split() rebalances the registers; empty otherwise. Every warp of the warpgroup runs it.
+std::string set_registers(const ImplicitGemm& g, const ScheduleParams& p, bool producer, const std::string& indent) {
+  const RegisterSplit r = register_split(g, p);
+  if (!r.rebalanced) return "";
+  return indent + "asm volatile(\"setmaxnreg." + (producer ? "dec" : "inc") + ".sync.aligned.u32 " +
+         std::to_string(producer ? kProducerRegs : r.consumer) + ";\\n\");  // " +
+         (producer ? "the producer gives registers back" : "the consumers take them") + "\n";
+}
+
 /// The wgmma instruction for N = n: the abstraction's intrinsic with its "nN" made concrete.
 std::string instruction(const ImplicitGemm& g, int n) {
   std::string s = g.hw->compute_intrinsic;
@@ -472,7 +516,15 @@ std::string im2col_loads(const ImplicitGemm& g, const Im2colView& v, int blocks)
 }
 
 /// The helpers of a warp-specialized kernel: mbarriers and TMA tile loads of each rank used.
-void emit_producer_helpers(std::ostringstream& os, const std::vector<int>& ranks, const std::vector<int>& im2col_ranks) {
+/// With `pair` (a pair of blocks sharing an operand, ScheduleParams::cluster 2 or 3),
+/// cluster_ctarank(), release_pair() and the multicast TMA loads of each tiled rank follow. The
+/// arrivals on the other block's barriers keep the default .release.cta semantics: what they
+/// order is the consumers' reads of a buffer by wgmma, retired before the arrival, against the
+/// other block's TMA writes into it. With .release.cluster (a cluster-wide fence before each
+/// arrival) the consumer warps spent half their cycles stalled on that fence (Nsight Compute,
+/// GEMM 4096^3: 430 us against 223 without a pair).
+void emit_producer_helpers(std::ostringstream& os, const std::vector<int>& ranks, const std::vector<int>& im2col_ranks,
+                           bool pair) {
   os << "// A CUtensorMap, passed by value as a __grid_constant__ parameter.\n"
      << "struct __align__(64) TmaMap { unsigned long long bits[16]; };\n"
      << "__device__ __forceinline__ unsigned smem_u32(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }\n"
@@ -490,17 +542,41 @@ void emit_producer_helpers(std::ostringstream& os, const std::vector<int>& ranks
      << "    asm volatile(\"{\\n.reg .pred p;\\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\\nselp.u32 %0, 1, 0, p;\\n}\\n\"\n"
      << "                 : \"=r\"(done) : \"r\"(smem_u32(bar)), \"r\"(parity) : \"memory\");\n"
      << "  } while (!done);\n}\n";
-  for (int r : ranks) {
-    os << "// A TMA box of a " << r << "-D tensor map at the given coordinates (innermost first) into `dst`,\n"
-       << "// completing a transaction of its bytes on `bar`.\n"
-       << "__device__ __forceinline__ void tma_load_" << r << "d(void* dst, const TmaMap& map, unsigned long long* bar";
+  // tma_load_<r>d, and with `multicast` tma_multicast_<r>d: the same box written into both blocks
+  // of the pair (CTA mask 0b11), completing on the barrier at the same offset in each.
+  auto tiled_load = [&](int r, bool multicast) {
+    if (multicast)
+      os << "// A TMA box of a " << r << "-D tensor map written into `dst` of both blocks of the pair,\n"
+         << "// completing a transaction of its bytes on `bar` of each.\n";
+    else
+      os << "// A TMA box of a " << r << "-D tensor map at the given coordinates (innermost first) into `dst`,\n"
+         << "// completing a transaction of its bytes on `bar`.\n";
+    os << "__device__ __forceinline__ void tma_" << (multicast ? "multicast_" : "load_") << r
+       << "d(void* dst, const TmaMap& map, unsigned long long* bar";
     for (int i = 0; i < r; ++i) os << ", int c" << i;
     os << ") {\n  asm volatile(\"cp.async.bulk.tensor." << r
-       << "d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {";
+       << "d.shared::cluster.global.tile.mbarrier::complete_tx::bytes" << (multicast ? ".multicast::cluster" : "")
+       << " [%0], [%1, {";
     for (int i = 0; i < r; ++i) os << (i ? ", " : "") << "%" << i + 3;
-    os << "}], [%2];\\n\"\n               :: \"r\"(smem_u32(dst)), \"l\"(&map), \"r\"(smem_u32(bar))";
+    os << "}], [%2]";
+    if (multicast) os << ", %" << r + 3;
+    os << ";\\n\"\n               :: \"r\"(smem_u32(dst)), \"l\"(&map), \"r\"(smem_u32(bar))";
     for (int i = 0; i < r; ++i) os << ", \"r\"(c" << i << ")";
-    os << " : \"memory\");\n}\n";
+    os << (multicast ? ", \"h\"((unsigned short)3)" : "") << " : \"memory\");\n}\n";
+  };
+  for (int r : ranks) tiled_load(r, false);
+  if (pair) {
+    os << "// This block's rank in its pair (0 or 1).\n"
+       << "__device__ __forceinline__ int cluster_ctarank() {\n"
+       << "  unsigned r;\n  asm volatile(\"mov.u32 %0, %%cluster_ctarank;\" : \"=r\"(r));\n  return static_cast<int>(r);\n}\n"
+       << "// Arrives on `bar` in both blocks of the pair: a stage buffer, filled by both blocks'\n"
+       << "// multicasts, is refilled once the consumers of both released it.\n"
+       << "__device__ __forceinline__ void release_pair(unsigned long long* bar) {\n"
+       << "  #pragma unroll\n  for (unsigned cta = 0; cta < 2; ++cta)\n"
+       << "    asm volatile(\"{\\n.reg .b32 remote;\\nmapa.shared::cluster.u32 remote, %0, %1;\\n\"\n"
+       << "                 \"mbarrier.arrive.shared::cluster.b64 _, [remote];\\n}\\n\"\n"
+       << "                 :: \"r\"(smem_u32(bar)), \"r\"(cta) : \"memory\");\n}\n";
+    for (int r : ranks) tiled_load(r, true);
   }
   for (int r : im2col_ranks) {
     os << "// An im2col box of a " << r << "-D tensor map: the pixels from coordinates c0.. (channel first,\n"
@@ -523,7 +599,8 @@ void emit_producer_helpers(std::ostringstream& os, const std::vector<int>& ranks
 /// A warp-specialized kernel's ring barriers: CONSUMERS, STAGE_TX, full[] and empty[] at
 /// BAR_OFFSET, initialized by thread 0 (full: the producer's arrival and the stage's TMA bytes;
 /// empty: one arrival per consumer warp once its wgmmas on the buffer retired).
-std::string ring_barriers(const StoredTile& sa, const StoredTile& sb) {
+/// In a pair of blocks sharing an operand (`pair`), empty[] counts the consumer warps of both.
+std::string ring_barriers(const StoredTile& sa, const StoredTile& sb, bool pair) {
   std::ostringstream os;
   os << "  constexpr int CONSUMERS = THREADS / 128 - 1;\n"
      << "  constexpr unsigned STAGE_TX = " << (sa.cols / line(sa)) * sa.rows * 128 + (sb.cols / line(sb)) * sb.rows * 128
@@ -532,7 +609,8 @@ std::string ring_barriers(const StoredTile& sa, const StoredTile& sb) {
      << "  unsigned long long* empty = full + STAGES;\n"
      << "  if (threadIdx.x == 0) {\n"
      << "    for (int b = 0; b < STAGES; ++b) {\n"
-     << "      mbar_init(&full[b], 1);\n      mbar_init(&empty[b], 4 * CONSUMERS);\n    }\n"
+     << "      mbar_init(&full[b], 1);\n      mbar_init(&empty[b], 4 * CONSUMERS" << (pair ? " * 2);  // both blocks' consumers" : ");")
+     << "\n    }\n"
      << "    asm volatile(\"fence.mbarrier_init.release.cluster;\\n\" ::: \"memory\");\n"
      << "  }\n";
   return os.str();
@@ -550,13 +628,20 @@ void emit_persistent_loops(std::ostringstream& os, const ImplicitGemm& g, const 
                            const std::string& tout, bool c_row, const std::string& origin, const std::string& loads) {
   // The epilogue tile holds the output's dtype where it is 16-bit (persistent_epilogue_bytes()).
   const std::string cs = persistent_epilogue_bytes_per_element(g) == 2 ? tout : tacc;
-  os << ring_barriers(sa, sb)
+  const bool pair = paired(p);
+  // A pair's blocks walk the same tiles (the pair's), each its half.
+  const std::string release = pair ? "release_pair" : "mbar_arrive";
+  const std::string walk = pair ? "for (int tile = blockIdx.x / 2; tile < TILES; tile += gridDim.x / 2)"
+                                : "for (int tile = blockIdx.x; tile < TILES; tile += gridDim.x)";
+  os << ring_barriers(sa, sb, pair)
      << "  " << cs << "* Cs = reinterpret_cast<" << cs << "*>(smem + CS_OFFSET);\n"
-     << "  __syncthreads();  // the last barrier of the whole block: the roles part here\n"
+     << (pair ? "  cluster_sync();  // the last barrier of both blocks: the roles part here, every mbarrier initialized\n"
+              : "  __syncthreads();  // the last barrier of the whole block: the roles part here\n")
      << "  if (wg == CONSUMERS) {\n"
+     << set_registers(g, p, true, "    ")
      << "    if (threadIdx.x % 128 == 0) {  // one thread issues every copy\n"
      << "      int t = 0;  // stages filled so far, over all this block's tiles\n"
-     << "      for (int tile = blockIdx.x; tile < TILES; tile += gridDim.x) {\n"
+     << "      " << walk << " {\n"
      << "        const int z = tile / (GRID_M * GRID_N);\n";
   emit_tile_origin(os, p, "tile % (GRID_M * GRID_N)", "        ");
   os << "        (void)z;\n" << origin
@@ -570,11 +655,13 @@ void emit_persistent_loops(std::ostringstream& os, const ImplicitGemm& g, const 
      << "        }\n"
      << "      }\n"
      << "    }\n"
+     << (pair ? "    cluster_sync();  // the other block's consumers may still arrive on this block's barriers\n" : "")
      << "    return;\n"
      << "  }\n"
+     << set_registers(g, p, false, "  ")
      << "  const int row = (threadIdx.x % 128) / 32 * 16 + lane / 4, col = (lane % 4) * 2;\n"
      << "  int t = 0;  // stages consumed so far\n"
-     << "  for (int tile = blockIdx.x; tile < TILES; tile += gridDim.x) {\n"
+     << "  " << walk << " {\n"
      << "    const int z = tile / (GRID_M * GRID_N);\n";
   emit_tile_origin(os, p, "tile % (GRID_M * GRID_N)", "    ");
   os << "    #pragma unroll\n    for (int i = 0; i < MI; ++i)\n"
@@ -584,10 +671,10 @@ void emit_persistent_loops(std::ostringstream& os, const ImplicitGemm& g, const 
      << "      mbar_wait(&full[buf], (t / STAGES) & 1);\n"
      << "      compute(buf);\n"
      << "      wgmma_wait<1>();  // the previous step's wgmmas are done: release its buffer\n"
-     << "      if (step > 0 && lane == 0) mbar_arrive(&empty[(t + STAGES - 1) % STAGES]);\n"
+     << "      if (step > 0 && lane == 0) " << release << "(&empty[(t + STAGES - 1) % STAGES]);\n"
      << "    }\n"
      << "    wgmma_wait<0>();\n"
-     << "    if (lane == 0) mbar_arrive(&empty[(t + STAGES - 1) % STAGES]);  // the tile's last buffer\n"
+     << "    if (lane == 0) " << release << "(&empty[(t + STAGES - 1) % STAGES]);  // the tile's last buffer\n"
      << "    #pragma unroll\n    for (int i = 0; i < MI; ++i)\n"
      << "      #pragma unroll\n      for (int r = 0; r < ACC; ++r) fence_operand(acc[i][r]);\n"
      << "    // Epilogue: accumulators to the epilogue tile, once the last tile's stores have read it.\n"
@@ -602,7 +689,8 @@ void emit_persistent_loops(std::ostringstream& os, const ImplicitGemm& g, const 
   scope.threads = "CONSUMERS * 128";
   scope.close = false;
   emit_epilogue_stores(os, g, p, cs, tout, scope);
-  os << "  }\n}\n";
+  os << "  }\n"
+     << (pair ? "  cluster_sync();  // no block leaves while the other may still arrive on its barriers\n" : "") << "}\n";
 }
 
 KernelSource emit_wgmma(const ImplicitGemm& g, const ScheduleParams& p) {
@@ -620,7 +708,12 @@ KernelSource emit_wgmma(const ImplicitGemm& g, const ScheduleParams& p) {
 
   KernelSource k = kernel_shell(g, p, block_threads(g, p));
   const std::string tpart = partial_type(g);
-  const bool ws = p.producer != 0, persistent = p.producer == 2;
+  const bool ws = p.producer != 0, persistent = p.producer == 2, pair = paired(p);
+  if (pair) {  // pairs of blocks along x, each pair one tile twice as tall (cluster 2) or wide (3)
+    const std::int64_t pair_m = p.cluster == 2 ? 2 * p.block_m : p.block_m, pair_n = p.cluster == 3 ? 2 * p.block_n : p.block_n;
+    k.grid = {2 * ((g.M + pair_m - 1) / pair_m) * ((g.N + pair_n - 1) / pair_n), 1, g.batch};
+    k.cluster_x = 2;
+  }
   if (persistent) {  // one launch dimension of tiles, taken with a grid stride (split_k is 1)
     k.grid = {k.grid[0] * k.grid[1] * k.grid[2], 1, 1};
     k.persistent = true;
@@ -657,13 +750,17 @@ KernelSource emit_wgmma(const ImplicitGemm& g, const ScheduleParams& p) {
       TMAP_CHECK(why.empty(), why);
       k.tensor_maps.push_back(im2col[which].rank ? im2col_map(g, p, im2col[which])
                                                  : tensor_map(g, p, which, views[which]));
+      if (which == shared_operand(p)) {  // each block of the pair loads half of its rows
+        TMAP_CHECK(!im2col[which].rank, "a pair shares tiled boxes only (validate rejects im2col)");
+        k.tensor_maps.back().box[1] /= 2;
+      }
     }
     std::vector<int> ranks, im2col_ranks;
     for (const TensorMapSpec& m : k.tensor_maps) {
       std::vector<int>& r = m.im2col ? im2col_ranks : ranks;
       if (!contains(r, m.rank)) r.push_back(m.rank);
     }
-    emit_producer_helpers(os, ranks, im2col_ranks);
+    emit_producer_helpers(os, ranks, im2col_ranks, pair);
     os << "constexpr int BAR_OFFSET = " << barrier_offset(g, p) << ";  // the ring's mbarriers, past tiles and epilogue\n";
     if (persistent)
       os << "constexpr int CS_OFFSET = " << ring_bytes(g, p) << ";  // the epilogue tile, past the ring\n"
@@ -719,10 +816,22 @@ KernelSource emit_wgmma(const ImplicitGemm& g, const ScheduleParams& p) {
      << "  " << ta << "* As = reinterpret_cast<" << ta << "*>(smem);                    // [STAGES][A_BYTES]\n"
      << "  " << tb << "* Bs = reinterpret_cast<" << tb << "*>(smem + STAGES * A_BYTES);  // [STAGES][B_BYTES]\n";
   emit_prologue_wait(os, g);
+  if (pair)
+    os << "  // A pair of blocks (a cluster along x) takes one tile of " << (p.cluster == 2 ? "2 BM x BN" : "BM x 2 BN")
+       << ", this block the half cta_rank; both\n"
+       << "  // read the same " << (p.cluster == 2 ? "B" : "A") << " tile, half of each stage loaded by each and multicast into both.\n"
+       << "  const int cta_rank = cluster_ctarank();\n"
+       << "  constexpr int GRID_M = (M + " << (p.cluster == 2 ? "2 * BM - 1) / (2 * BM)" : "BM - 1) / BM")
+       << ", GRID_N = (N + " << (p.cluster == 3 ? "2 * BN - 1) / (2 * BN)" : "BN - 1) / BN")
+       << ";  // the pairs' tiles\n";
   if (persistent) {
     os << "  // Persistent: block b takes the output tiles b, b + gridDim.x, ... of TILES (batch entries\n"
-       << "  // slowest, then the M x N tiles in raster order).\n"
-       << "  constexpr int GRID_M = (M + BM - 1) / BM, GRID_N = (N + BN - 1) / BN, TILES = GRID_M * GRID_N * BATCH;\n";
+       << "  // slowest, then the M x N tiles in raster order)" << (pair ? "; a pair, tiles b / 2, b / 2 + gridDim.x / 2, ...\n" : ".\n")
+       << (pair ? "  constexpr int TILES = GRID_M * GRID_N * BATCH;\n"
+                : "  constexpr int GRID_M = (M + BM - 1) / BM, GRID_N = (N + BN - 1) / BN, TILES = GRID_M * GRID_N * BATCH;\n");
+  } else if (pair) {
+    emit_tile_origin(os, p, "blockIdx.x / 2", "  ");
+    os << "  const int z = blockIdx.z / SPLIT_K, split = blockIdx.z % SPLIT_K;\n";
   } else {
     emit_block_origin(os, p);
     os << "  const int z = blockIdx.z / SPLIT_K, split = blockIdx.z % SPLIT_K;\n";
@@ -767,11 +876,18 @@ KernelSource emit_wgmma(const ImplicitGemm& g, const ScheduleParams& p) {
       const StoredTile& t = which == 0 ? sa : sb;
       if (m.im2col) return im2col_loads(g, im2col[which], static_cast<int>(t.cols / line(t)));
       const std::string up = which == 0 ? "A" : "B", base = which == 0 ? "As" : "Bs";
+      // A pair's shared operand: this block loads rows [cta_rank, cta_rank + 1) x ROWS / 2 of each
+      // column block into both blocks.
+      const bool half = which == shared_operand(p);
+      const std::string offset = half ? " + cta_rank * (" + up + "_ROWS / 2)" : "";
       std::ostringstream l;
       l << "        #pragma unroll\n        for (int blk = 0; blk < " << t.cols / line(t) << "; ++blk)\n"
-        << "          tma_load_" << m.rank << "d(" << base << " + buf * (" << up << "_BYTES / (int)sizeof(*" << base
-        << ")) + blk * " << up << "_ROWS * " << up << "_W, tma_" << (which == 0 ? "a" : "b") << ", &full[buf]";
-      for (const TmaDim& d : views[which]) l << ",\n              " << tma_coordinate(g, which, d, "blk");
+        << "          tma_" << (half ? "multicast_" : "load_") << m.rank << "d(" << base << " + buf * (" << up
+        << "_BYTES / (int)sizeof(*" << base << ")) + blk * " << up << "_ROWS * " << up << "_W"
+        << (half ? " + cta_rank * (" + up + "_ROWS / 2) * " + up + "_W" : "") << ", tma_" << (which == 0 ? "a" : "b")
+        << ", &full[buf]";
+      for (const TmaDim& d : views[which])
+        l << ",\n              " << tma_coordinate(g, which, d, "blk") << (d.role == TmaDim::kRows ? offset : "");
       l << ");\n";
       return l.str();
     };
@@ -786,9 +902,11 @@ KernelSource emit_wgmma(const ImplicitGemm& g, const ScheduleParams& p) {
        << "  // full when full[b]'s phase completes (the producer's arrival and the bytes of its TMA boxes)\n"
        << "  // and empty again when empty[b]'s does (one arrival per consumer warp after its wgmmas on b\n"
        << "  // retired); the n-th use of a buffer waits for phase parity n % 2.\n"
-       << ring_barriers(sa, sb)
-       << "  __syncthreads();\n"
+       << ring_barriers(sa, sb, pair)
+       << (pair ? "  cluster_sync();  // both blocks' mbarriers are initialized before either's copies reach them\n"
+                : "  __syncthreads();\n")
        << "  if (wg == CONSUMERS) {\n"
+       << set_registers(g, p, true, "    ")
        << "    if (threadIdx.x % 128 == 0) {  // one thread issues every copy\n"
        << (im2col[0].rank ? im2col_origin(g, im2col[0]) : "") << (im2col[1].rank ? im2col_origin(g, im2col[1]) : "")
        << "      for (int step = first; step < last; ++step) {\n"
@@ -801,12 +919,14 @@ KernelSource emit_wgmma(const ImplicitGemm& g, const ScheduleParams& p) {
        << "      }\n"
        << "    }\n"
        << "  } else {\n"
+       << set_registers(g, p, false, "    ")
        << "    for (int step = first; step < last; ++step) {\n"
        << "      const int t = step - first, buf = t % STAGES;\n"
        << "      mbar_wait(&full[buf], (t / STAGES) & 1);\n"
        << "      compute(buf);\n"
        << "      wgmma_wait<1>();  // the previous step's wgmmas are done: release its buffer\n"
-       << "      if (t > 0 && lane == 0) mbar_arrive(&empty[(t + STAGES - 1) % STAGES]);\n"
+       << "      if (t > 0 && lane == 0) " << (pair ? "release_pair" : "mbar_arrive")
+       << "(&empty[(t + STAGES - 1) % STAGES]);\n"
        << "    }\n"
        << "    wgmma_wait<0>();\n"
        << "  }\n"
@@ -843,7 +963,10 @@ KernelSource emit_wgmma(const ImplicitGemm& g, const ScheduleParams& p) {
      << "      const int r = wm0 + i * 64 + row, c = wn0 + j * 8 + col;\n";
   emit_accumulator_quad(os, c_row, "acc[i][4 * j + #]");
   os << "    }\n";
-  emit_epilogue_stores(os, g, p, tacc, tout);
+  EpilogueScope scope;
+  scope.close = !pair;
+  emit_epilogue_stores(os, g, p, tacc, tout, scope);
+  if (pair) os << "  cluster_sync();  // no block leaves while the other may still arrive on its barriers\n}\n";
   emit_split_reduce(os, k, tpart, tout);
   k.code = os.str();
   return k;
@@ -856,6 +979,7 @@ class WgmmaFamily final : public EmitterFamily {
   int threads_per_warp_tile(const ScheduleParams&) const override { return 128; }
   bool has_tma_producer() const override { return true; }
   bool sums_splits_in_clusters() const override { return true; }
+  bool shares_operands_in_clusters(const ImplicitGemm& g) const override { return tma_operands(g); }
   int extra_threads(const ScheduleParams& p) const override { return p.producer ? 128 : 0; }
   KernelSource emit(const ImplicitGemm& g, const ScheduleParams& p) const override { return emit_wgmma(g, p); }
 
@@ -882,14 +1006,17 @@ class WgmmaFamily final : public EmitterFamily {
       fail(ScheduleError::kBadOption, "a " + std::to_string(p.warp_m) + " x " + std::to_string(p.warp_n) +
                                           " warpgroup tile holds " + std::to_string(acc_regs) +
                                           " accumulator registers per thread (at most 128)");
-    // The accumulators and about 40 registers of addresses and loop state must fit in a thread's
-    // share of the 64K-register file (ptxas refuses wgmma otherwise).
+    // The accumulators and about 40 registers of addresses and loop state must fit in a consumer
+    // thread's share of the 64K-register file (ptxas refuses wgmma otherwise), after the
+    // producer's setmaxnreg where register_split() rebalances.
     const int threads = block_threads(g, p);
-    const int budget = threads > 0 ? std::min(255, 65536 / threads / 8 * 8) : 255;
-    if (acc_regs <= 128 && acc_regs + 40 > budget)
-      fail(ScheduleError::kTooManyThreads, std::to_string(threads) + " threads leave " + std::to_string(budget) +
-                                               " registers a thread, too few for " + std::to_string(acc_regs) +
-                                               " accumulators; use fewer or smaller warpgroup tiles");
+    const RegisterSplit regs = register_split(g, p);
+    if (acc_regs <= 128 && acc_regs + 40 > regs.consumer)
+      fail(ScheduleError::kTooManyThreads,
+           std::to_string(threads) + " threads leave " + std::to_string(regs.consumer) + " registers a " +
+               (regs.rebalanced ? "consumer thread (the producer warpgroup keeping " + std::to_string(kProducerRegs) + ")"
+                                : std::string("thread")) +
+               ", too few for " + std::to_string(acc_regs) + " accumulators; use fewer or smaller warpgroup tiles");
     for (int which = 0; which < 2; ++which) {
       const StoredTile t = stored_tile(g, p, which);
       const char* name = which == 0 ? "A" : "B";
@@ -928,6 +1055,22 @@ class WgmmaFamily final : public EmitterFamily {
         if (t.rows > 256)
           fail(ScheduleError::kBadOption, "producer = " + std::to_string(p.producer) + ": a TMA box has at most 256 rows, " +
                                               (which == 0 ? "A" : "B") + "'s tile " + std::to_string(t.rows));
+      }
+      if (paired(p)) {
+        const int which = shared_operand(p);
+        const char* name = which == 0 ? "A" : "B";
+        const std::string pair = "cluster = " + std::to_string(p.cluster) + " (a pair of blocks along " +
+                                 (which == 0 ? "n" : "m") + " sharing " + name + ")";
+        std::vector<TmaDim> dims;
+        const StoredTile t = stored_tile(g, p, which);
+        if (!tma_view(g, which, dims).empty())
+          fail(ScheduleError::kBadOption, pair + ": " + name + " is read in im2col boxes, and a pair multicasts tiled "
+                                          "boxes only; use cluster " + (which == 0 ? "2 (sharing B)" : "3 (sharing A)") +
+                                          " or 0");
+        else if (t.rows % 16)
+          fail(ScheduleError::kBadOption, pair + ": each block loads half of " + name + "'s " + std::to_string(t.rows) +
+                                          " tile rows, whole 8-row swizzle atoms each; use a tile whose rows are a "
+                                          "multiple of 16");
       }
       return;  // the gather's vectors are unused
     }

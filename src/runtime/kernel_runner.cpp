@@ -163,13 +163,26 @@ class LoadedKernel {
         int device = 0, sms = 0, per_sm = 0;
         cudaError_t e = cudaGetDevice(&device);
         if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-        if (e == cudaSuccess)
-          e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, reinterpret_cast<const void*>(kernel_), k.threads,
-                                                           static_cast<std::size_t>(k.shared_bytes));
-        if (e != cudaSuccess) return e;
-        resident_ = static_cast<std::int64_t>(sms) * std::max(per_sm, 1);
+        if (e == cudaSuccess && k.cluster_x > 1) {
+          // Clusters are placed whole, within one GPC: ask how many fit at once.
+          cudaLaunchConfig_t config{};
+          config.gridDim = grid;
+          config.blockDim = dim3(static_cast<unsigned>(k.threads));
+          config.dynamicSmemBytes = static_cast<std::size_t>(k.shared_bytes);
+          int clusters = 0;
+          e = cudaOccupancyMaxActiveClusters(&clusters, reinterpret_cast<const void*>(kernel_), &config);
+          if (e != cudaSuccess) return e;
+          resident_ = static_cast<std::int64_t>(std::max(clusters, 1)) * k.cluster_x;
+        } else {
+          if (e == cudaSuccess)
+            e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, reinterpret_cast<const void*>(kernel_), k.threads,
+                                                             static_cast<std::size_t>(k.shared_bytes));
+          if (e != cudaSuccess) return e;
+          resident_ = static_cast<std::int64_t>(sms) * std::max(per_sm, 1);
+        }
       }
-      grid.x = static_cast<unsigned>(std::min(k.grid[0], resident_));
+      // Whole clusters (grid[0] is a multiple of cluster_x).
+      grid.x = static_cast<unsigned>(std::min(k.grid[0], resident_ / k.cluster_x * k.cluster_x));
     }
     return launch_config(grid, dim3(static_cast<unsigned>(k.threads)), k.shared_bytes, args, stream, dependent);
   }

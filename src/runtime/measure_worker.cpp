@@ -82,7 +82,7 @@ std::vector<TensorMapSpec> tensor_maps_from_json(const nlohmann::json& j) {
 nlohmann::json to_json(const MeasureRequest& r) {
   const KernelSource& k = r.kernel;
   return {{"tensor_maps", tensor_maps_json(k.tensor_maps)},{"compute", r.compute},       {"kernel", k.name},          {"cubin", r.cubin_path},
-          {"grid", k.grid},             {"persistent", k.persistent}, {"threads", k.threads},
+          {"grid", k.grid},             {"persistent", k.persistent}, {"cluster_x", k.cluster_x}, {"threads", k.threads},
           {"shared_bytes", k.shared_bytes},
           {"workspace_bytes", k.workspace_bytes}, {"reduce_kernel", k.reduce_name},
           {"reduce_blocks", k.reduce_blocks}, {"reduce_threads", k.reduce_threads},
@@ -101,6 +101,7 @@ MeasureRequest request_from_json(const nlohmann::json& j) {
   r.cubin_path = j.at("cubin");
   r.kernel.grid = j.at("grid");
   r.kernel.persistent = j.value("persistent", false);
+  r.kernel.cluster_x = j.value("cluster_x", 1);
   r.kernel.threads = j.at("threads");
   r.kernel.shared_bytes = j.at("shared_bytes");
   r.kernel.workspace_bytes = j.at("workspace_bytes");

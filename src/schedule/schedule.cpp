@@ -162,8 +162,8 @@ std::string_view message(ScheduleError e) {
     case ScheduleError::kBadOption:
       return "panels, unroll, swizzle and relayout must be 0 or 1, producer 0 to 2 (panels wmma only, swizzle mma_sync "
              "and wgmma, producer wgmma only, relayout where the mapping offers it), raster between 1 and 32, k_lanes "
-             "a power of two up to 32, window 0 or 1 (simt only) and cluster 0 or 1 (sm_90, split_k 2 to 8, mma_sync, wgmma "
-             "and simt)";
+             "a power of two up to 32, window 0 or 1 (simt only) and cluster 0 to 3 (sm_90; 1: split_k 2 to 8, mma_sync, "
+             "wgmma and simt; 2, 3: wgmma with a TMA producer, split_k 1)";
     case ScheduleError::kBadAsyncCopy:
       return "async_copy (0 or 1) needs sm_80 or newer and an operand loaded in 4-, 8- or 16-byte vectors";
     case ScheduleError::kBadVector:
@@ -276,8 +276,25 @@ std::vector<ScheduleIssue> validate(const ImplicitGemm& in, const ScheduleParams
   else if (p.window != 0 && p.relayout != 0)
     fail(ScheduleError::kBadOption, "window = 1 with relayout = 1: a window is staged from the input in place; use "
                                     "relayout = 0");
-  if (p.cluster != 0) {
-    if (p.cluster != 1 || !family_of(*g.hw).sums_splits_in_clusters())
+  if (p.cluster == 2 || p.cluster == 3) {
+    const char* pair = p.cluster == 2 ? "cluster = 2 (a pair of blocks along m sharing B by TMA multicast)"
+                                      : "cluster = 3 (a pair of blocks along n sharing A by TMA multicast)";
+    if (!family_of(*g.hw).shares_operands_in_clusters(g))
+      fail(ScheduleError::kBadOption, std::string(pair) + ": only wgmma kernels whose operands both have TMA sources "
+                                      "share tiles in a cluster; use 0");
+    else if (limits.compute_capability != 0 && limits.compute_capability < 90)
+      fail(ScheduleError::kBadOption, std::string(pair) + " needs thread block clusters (sm_90 or newer), the target is sm_" +
+                                          std::to_string(limits.compute_capability) + "; use 0");
+    else if (p.split_k != 1)
+      fail(ScheduleError::kBadSplitK, std::string(pair) + " with split_k = " + std::to_string(p.split_k) +
+                                          ": the pair takes whole output tiles; use split_k 1");
+    else if (p.producer == 0)
+      fail(ScheduleError::kBadOption, std::string(pair) + " needs the TMA producer (producer 1 or 2); use cluster 0");
+  } else if (p.cluster != 0) {
+    if (p.cluster != 1)
+      fail(ScheduleError::kBadOption, "cluster = " + std::to_string(p.cluster) + ": 0 (none), 1 (split-K summed in a "
+                                      "cluster), 2 or 3 (a pair of blocks along m or n sharing an operand)");
+    else if (!family_of(*g.hw).sums_splits_in_clusters())
       fail(ScheduleError::kBadOption, "cluster = " + std::to_string(p.cluster) + ": only mma_sync, wgmma and simt "
                                       "kernels sum their splits in a cluster; use 0");
     else if (limits.compute_capability < 90)

@@ -116,17 +116,31 @@ std::string launcher(const Piece& x, int cc) {
   const std::string grid = k.persistent ? "dim3(blocks)"
                                         : "dim3(" + std::to_string(k.grid[0]) + ", " + std::to_string(k.grid[1]) + ", " +
                                               std::to_string(k.grid[2]) + ")";
-  if (k.persistent)
+  if (k.persistent) {
     os << "  unsigned blocks = " << k.grid[0] << ";  // tiles of the persistent kernel\n  {\n"
        << "    int device = 0, sms = 0, per_sm = 0;\n"
        << "    e = cudaGetDevice(&device);\n"
-       << "    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);\n"
-       << "    if (e == cudaSuccess)\n"
-       << "      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, reinterpret_cast<const void*>(" << x.kernel
-       << "), " << k.threads << ", " << k.shared_bytes << ");\n"
-       << "    if (e != cudaSuccess) return e;\n"
-       << "    const unsigned long long resident = (unsigned long long)sms * (per_sm > 0 ? per_sm : 1);\n"
-       << "    if (resident < blocks) blocks = (unsigned)resident;\n  }\n";
+       << "    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);\n";
+    if (k.cluster_x > 1)  // clusters are placed whole, within one GPC: as many as fit at once
+      os << "    (void)per_sm;\n"
+         << "    cudaLaunchConfig_t config = {};\n"
+         << "    config.gridDim = dim3(blocks);\n    config.blockDim = dim3(" << k.threads << ");\n"
+         << "    config.dynamicSmemBytes = " << k.shared_bytes << ";\n"
+         << "    int clusters = 0;\n"
+         << "    if (e == cudaSuccess)\n"
+         << "      e = cudaOccupancyMaxActiveClusters(&clusters, reinterpret_cast<const void*>(" << x.kernel
+         << "), &config);\n"
+         << "    if (e != cudaSuccess) return e;\n"
+         << "    const unsigned long long resident = (unsigned long long)(clusters > 0 ? clusters : 1) * " << k.cluster_x
+         << ";\n";
+    else
+      os << "    if (e == cudaSuccess)\n"
+         << "      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, reinterpret_cast<const void*>(" << x.kernel
+         << "), " << k.threads << ", " << k.shared_bytes << ");\n"
+         << "    if (e != cudaSuccess) return e;\n"
+         << "    const unsigned long long resident = (unsigned long long)sms * (per_sm > 0 ? per_sm : 1);\n";
+    os << "    if (resident < blocks) blocks = (unsigned)resident;\n  }\n";
+  }
   if (k.workspace_bytes > 0)
     os << "  e = cudaMallocAsync(&workspace, " << k.workspace_bytes
        << ", stream);  // split-K partial sums, channels-last copies of operands\n"

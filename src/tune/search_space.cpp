@@ -81,10 +81,13 @@ SearchSpace::SearchSpace(const Compute& c, const std::vector<HwAbstraction>& hws
         entry.choices = family_of(*hw).choices(entry.gemm, entry.defaults);
         entry.choices.resize(kFields);
         entry.choices[kFields - 2] = {relayout};
-        // Split-K summed by a cluster or by the reduce kernel: on sm_90, where the family can.
+        // Split-K summed by a cluster or by the reduce kernel, and pairs of blocks sharing an
+        // operand tile: on sm_90, where the family can.
         entry.choices[kFields - 1] = {0};
         if (limits_.compute_capability >= 90 && family_of(*hw).sums_splits_in_clusters())
           entry.choices[kFields - 1] = {0, 1};
+        if (limits_.compute_capability >= 90 && family_of(*hw).shares_operands_in_clusters(entry.gemm))
+          entry.choices[kFields - 1].insert(entry.choices[kFields - 1].end(), {2, 3});
         entries_.push_back(std::move(entry));
         entries_.back().label = candidate_label(ref(static_cast<int>(entries_.size()) - 1, entries_.back().defaults));
       };
@@ -113,7 +116,9 @@ ScheduleParams SearchSpace::sample(int entry, std::mt19937_64& rng) const {
   for (int attempt = 0; attempt < 400; ++attempt) {
     ScheduleParams p;
     for (int i = 0; i < kFields; ++i) *field(p, i) = ch[i][rng() % ch[i].size()];
-    if (p.split_k == 1) p.cluster = 0;  // nothing to sum: a cluster would only be refused
+    // Nothing to sum without splits, and pairs take whole tiles: a cluster would only be refused.
+    if (p.split_k == 1 && p.cluster == 1) p.cluster = 0;
+    if (p.split_k > 1 && p.cluster >= 2) p.cluster -= 2;
     // Blocks are whole multiples of warps: drawn from the family's block tiles for the warp tile.
     const EmitterFamily& family = family_of(*entries_[entry].hw);
     const std::vector<int> tiles_m = family.block_tiles(entries_[entry].gemm, p, 'm'),

@@ -61,6 +61,10 @@ struct KernelSource {
   /// A persistent kernel: it takes grid[0] tiles (grid[1] = grid[2] = 1) with a grid stride, so
   /// any block count is correct; launchers start min(grid[0], SMs x resident blocks per SM).
   bool persistent = false;
+  /// Blocks per thread block cluster along x, fixed by the kernel's __cluster_dims__ (2: a pair
+  /// sharing an operand tile, ScheduleParams::cluster 2 or 3; the grid's x is a multiple of it).
+  /// A persistent launch starts a multiple of it: as many whole clusters as stay resident.
+  int cluster_x = 1;
   std::int64_t workspace_bytes = 0;  ///< 0: no workspace and no reduce kernel.
   std::string reduce_name;
   std::int64_t reduce_blocks = 0;
@@ -97,6 +101,9 @@ class EmitterFamily {
   /// Whether the family's split-K kernels can sum their splits in a thread block cluster
   /// (ScheduleParams::cluster): those that end in emit_epilogue_stores().
   virtual bool sums_splits_in_clusters() const { return false; }
+  /// Whether the family's kernels can run as pairs of blocks sharing an operand tile by TMA
+  /// multicast (ScheduleParams::cluster 2 and 3) for this GEMM.
+  virtual bool shares_operands_in_clusters(const ImplicitGemm&) const { return false; }
   /// Whether the family can stage a sliding window's image once per block (ScheduleParams::window).
   virtual bool stages_windows() const { return false; }
   /// The block tiles the tuner draws along m (`axis` 'm') or n for a warp tile of `warp`

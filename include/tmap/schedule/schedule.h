@@ -58,10 +58,15 @@ struct ScheduleParams {
   /// (relayout_view(): an NCHW convolution's input as NHWC, its KCRS filters as KRSC), so that
   /// their reduction axis is contiguous; 0: read them in place. Only where relayout_view() offers it.
   int relayout = 0;
-  /// 1 (sm_90, split_k of 2 to 8, families with EmitterFamily::sums_splits_in_clusters()): the
-  /// split_k blocks of one output tile run as a thread block cluster and sum their partial results
-  /// through distributed shared memory, each block a share of the tile, so that no partial sums
-  /// go through global memory and no reduce kernel follows; 0: the reduce kernel sums them.
+  /// Thread block clusters (sm_90). 1 (split_k of 2 to 8, families with
+  /// EmitterFamily::sums_splits_in_clusters()): the split_k blocks of one output tile run as a
+  /// cluster and sum their partial results through distributed shared memory, each block a share
+  /// of the tile, so that no partial sums go through global memory and no reduce kernel follows
+  /// (0: the reduce kernel sums them). 2 and 3 (split_k 1, a TMA producer, families with
+  /// EmitterFamily::shares_operands_in_clusters()): two blocks of neighbouring output tiles run as
+  /// a cluster, along m (2) sharing their B tile or along n (3) sharing A; each block's producer
+  /// loads half of every shared stage and multicasts it into both blocks' shared memory, halving
+  /// that operand's reads from L2. 0: none.
   int cluster = 0;
   bool operator==(const ScheduleParams&) const = default;
 };
