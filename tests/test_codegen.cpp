@@ -595,7 +595,9 @@ TEST(Codegen, WgmmaClusterPairsAndRegisterRebalance) {
   };
   int pairs = 0;
   auto add = [&](const Compute& c, const std::string& label, const std::vector<int>& clusters) {
-    const auto [g, d] = producer_gemm(c);
+    const auto chosen = producer_gemm(c);  // not a structured binding: Clang 14 cannot capture one
+    const ImplicitGemm& g = chosen.first;
+    const ScheduleParams& d = chosen.second;
     for (int cluster : clusters)
       for (int producer : {1, 2})
         for (int raster : {1, 4}) {
@@ -642,8 +644,10 @@ TEST(Codegen, WgmmaClusterPairsAndRegisterRebalance) {
 
   // The reason against `edit` of the first layout with a valid TMA producer (mma_sync: the first).
   auto refusal = [&](const Compute& c, const std::string& hw, const std::function<void(ScheduleParams&)>& edit) {
-    auto [g, p] = hw == "wgmma_fp16_fp32" ? producer_gemm(c)
+    auto chosen = hw == "wgmma_fp16_fp32" ? producer_gemm(c)
                                           : std::make_pair(gemm_per_match(c, hw).at(0), ScheduleParams{});
+    const ImplicitGemm& g = chosen.first;
+    ScheduleParams& p = chosen.second;
     if (hw != "wgmma_fp16_fp32") p = default_schedule(g, limits);
     edit(p);
     auto issues = validate(g, p, limits);
