@@ -216,6 +216,38 @@ TEST(Cli, EveryShapeTunesAndNothingToTuneSaysWhyPerAbstraction) {
   std::filesystem::remove_all(dir);
 }
 
+// `tmap run --log` (GPU): the verified run is appended as a tuner trial of the mapping asked for,
+// which `tmap logs best` and `tmap replay` read back as the workload's best.
+TEST(Cli, RunLogAppendsATrialThatReplayReads) {
+  if (!tmap::testing::have_gpu()) GTEST_SKIP() << "tmap run --log measures on a GPU";
+  const std::string dir = std::filesystem::temp_directory_path() / ("tmap_cli_runlog_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string log = dir + "/run.jsonl", op = "--op gemm --set M=192 --set N=128 --set K=256";
+  CliRun run = tmap("run " + op + " --hw mma_sync_fp16_fp32 --mapping 0 --params '{\"block_m\": 64}' --log " + log +
+                    " --format json");
+  ASSERT_EQ(run.code, 0) << run.err;
+  const nlohmann::json result = nlohmann::json::parse(run.out);
+  EXPECT_EQ(result["status"], "ok");
+  EXPECT_EQ(result["log"], log);
+  std::ifstream in(log);
+  std::string line;
+  ASSERT_TRUE(std::getline(in, line));
+  const nlohmann::json rec = nlohmann::json::parse(line);
+  EXPECT_FALSE(std::getline(in, line)) << "one record";
+  EXPECT_EQ(rec["result"]["status"], "ok");
+  EXPECT_NEAR(rec["result"]["median_us"].get<double>(), result["median_us"].get<double>(), 1e-9);
+  EXPECT_LT(rec["result"]["rel_l2"].get<double>(), 1e-2);
+  EXPECT_EQ(rec["candidate"]["hw_abs"], "mma_sync_fp16_fp32");
+  EXPECT_EQ(rec["candidate"]["mapping"]["id"], 0);
+  EXPECT_EQ(rec["candidate"]["params"]["block_m"], 64);
+  EXPECT_DOUBLE_EQ(rec["workload"]["flops"].get<double>(), 2.0 * 192 * 128 * 256);
+  CliRun replay = tmap("replay " + log + " --verify");
+  EXPECT_EQ(replay.code, 0) << replay.err;
+  EXPECT_NE(replay.out.find("mma_sync_fp16_fp32"), std::string::npos) << replay.out;
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Cli, TuneReplayAndLogsWithoutMeasuring) {
   const std::string dir = std::filesystem::temp_directory_path() / ("tmap_cli_tune_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);

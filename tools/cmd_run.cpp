@@ -182,26 +182,17 @@ void register_run(CLI::App& app) {
       MeasureResult m = worker.measure(req);
       std::filesystem::remove(cubin);
       if (!args->log.empty()) {
-        TuneRecord record;
-        record.workload = make_workload(c);
-        record.target = {"sm_" + std::to_string(cc), rt.devices.front().name, cuda_version_text(rt.driver_version),
-                         cuda_version_text(rt.runtime_version), TMAP_VERSION};
-        record.candidate.hw_abs = hw.name;
-        record.candidate.layout = match->layout;
-        record.candidate.shape = match->shape.extent;
-        record.candidate.mapping_id = mapping->id;
-        for (int a = 0; a < 3; ++a)
-          for (int it : mapping->axes[a]) record.candidate.axes[a].push_back(c.iters[it].name);
-        record.candidate.params = params;
-        record.result.status = status_name(m.status);
-        record.result.median_us = m.median_us;
-        record.result.times_us = m.times_us;
-        record.result.rel_l2 = m.rel_l2;
-        record.result.compile_seconds = compiled.seconds;
-        record.result.error = m.message;
-        record.recorded_at = utc_now();
-        record.flops = record.workload.description["flops"].get<double>();
-        LogWriter(args->log).append(record);
+        TuneResult measured;
+        measured.status = status_name(m.status);
+        measured.median_us = m.median_us;
+        measured.times_us = m.times_us;
+        measured.rel_l2 = m.rel_l2;
+        measured.compile_seconds = compiled.seconds;
+        measured.error = m.message;
+        const Target target{"sm_" + std::to_string(cc), rt.devices.front().name, cuda_version_text(rt.driver_version),
+                            cuda_version_text(rt.runtime_version), TMAP_VERSION};
+        LogWriter(args->log).append(
+            make_record(make_workload(c), target, candidate_ref(c, hw.name, *match, *mapping, params), std::move(measured)));
         result["log"] = args->log;
       }
       result["status"] = status_name(m.status);

@@ -158,17 +158,22 @@ ScheduleParams SearchSpace::crossover(int entry, const ScheduleParams& a, const 
   return a;
 }
 
-CandidateRef SearchSpace::ref(int entry, const ScheduleParams& p) const {
-  const SpaceEntry& e = entries_[entry];
+CandidateRef candidate_ref(const Compute& c, const std::string& hw_abs, const Match& m, const Mapping& map,
+                           const ScheduleParams& p) {
   CandidateRef r;
-  r.hw_abs = e.hw->name;
-  r.layout = e.match->layout;
-  r.shape = e.match->shape.extent;
-  r.mapping_id = e.mapping->id;
+  r.hw_abs = hw_abs;
+  r.layout = m.layout;
+  r.shape = m.shape.extent;
+  r.mapping_id = map.id;
   for (int a = 0; a < 3; ++a)
-    for (int it : e.mapping->axes[a]) r.axes[a].push_back(compute_.iters[it].name);
+    for (int it : map.axes[a]) r.axes[a].push_back(c.iters[it].name);
   r.params = p;
   return r;
+}
+
+CandidateRef SearchSpace::ref(int entry, const ScheduleParams& p) const {
+  const SpaceEntry& e = entries_[entry];
+  return candidate_ref(compute_, e.hw->name, *e.match, *e.mapping, p);
 }
 
 int SearchSpace::find(const CandidateRef& r) const {

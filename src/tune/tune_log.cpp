@@ -154,6 +154,17 @@ TuneRecord record_from_json(const nlohmann::json& j) {
   return r;
 }
 
+TuneRecord make_record(const Workload& w, const Target& t, CandidateRef candidate, TuneResult result) {
+  TuneRecord r;
+  r.workload = w;
+  r.target = t;
+  r.candidate = std::move(candidate);
+  r.result = std::move(result);
+  r.recorded_at = utc_now();
+  r.flops = w.description["flops"].get<double>();
+  return r;
+}
+
 std::string utc_now() {
   std::time_t now = std::time(nullptr);
   std::tm tm{};

@@ -140,14 +140,7 @@ class Search {
   bool seen(int entry, const ScheduleParams& p) const { return seen_.count(SearchSpace::key(entry, p)) > 0; }
 
   TuneRecord record(int entry, const ScheduleParams& p, TuneResult result) const {
-    TuneRecord r;
-    r.workload = workload_;
-    r.target = o_.target;
-    r.candidate = space_.ref(entry, p);
-    r.result = std::move(result);
-    r.recorded_at = utc_now();
-    r.flops = workload_.description["flops"].get<double>();
-    return r;
+    return make_record(workload_, o_.target, space_.ref(entry, p), std::move(result));
   }
 
  private:

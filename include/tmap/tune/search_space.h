@@ -27,6 +27,11 @@ struct SpaceEntry {
   std::vector<std::vector<int>> choices;
 };
 
+/// How a log names a candidate of compute `c`: abstraction `hw_abs`, match `m`'s layout and
+/// shape, mapping `map` (its fused axes by iterator name) and the schedule `p`.
+CandidateRef candidate_ref(const Compute& c, const std::string& hw_abs, const Match& m, const Mapping& map,
+                           const ScheduleParams& p);
+
 /// The most mappings (over all matches) that tuning considers; more is refused with a UserError.
 inline constexpr std::size_t kMaxSearchMappings = 50000;
 
@@ -56,7 +61,7 @@ class SearchSpace {
 
   /// The record form of a candidate, and back (-1 when the log names no arm of this space; a
   /// padded mapping that differs from an arm's only by iterators of extent 1 finds that arm).
-  CandidateRef ref(int entry, const ScheduleParams& p) const;
+  CandidateRef ref(int entry, const ScheduleParams& p) const;  // candidate_ref() of the entry
   int find(const CandidateRef& r) const;
   /// A key naming a candidate uniquely within the space.
   static std::string key(int entry, const ScheduleParams& p);

@@ -100,6 +100,10 @@ TuneRecord record_from_json(const nlohmann::json& j);
 /// The current time as "2026-11-22T10:00:00Z".
 std::string utc_now();
 
+/// The record of one trial as the tuner and `tmap run --log` append it: recorded now, with the
+/// workload's FLOPs.
+TuneRecord make_record(const Workload& w, const Target& t, CandidateRef candidate, TuneResult result);
+
 /// Appends records to a log file, one line each. Every line is written with one write() under
 /// an exclusive flock on an O_APPEND descriptor, so two tuners appending to one log never
 /// interleave lines, and what was appended survives the process.
