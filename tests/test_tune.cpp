@@ -118,6 +118,14 @@ TEST(TuneLog, MalformedLinesAreSkippedWithTheirLineNumber) {
   no_time["result"].erase("median_us");
   nlohmann::json bad_params = nlohmann::json::parse(good);
   bad_params["candidate"]["params"]["tile"] = 3;
+  // Numbers that do not fit the fields' integers (a float converted to int was undefined
+  // behaviour, found by fuzz_log): a mapping id of 8e23, a shape of 2.5, a block_m of 2^40.
+  nlohmann::json huge_id = nlohmann::json::parse(good);
+  huge_id["candidate"]["mapping"]["id"] = 8e23;
+  nlohmann::json float_shape = nlohmann::json::parse(good);
+  float_shape["candidate"]["shape"][0] = 2.5;
+  nlohmann::json wide_param = nlohmann::json::parse(good);
+  wide_param["candidate"]["params"]["block_m"] = std::int64_t{1} << 40;
   const std::string path = temp_path("malformed.jsonl");
   {
     std::ofstream out(path);
@@ -130,14 +138,18 @@ TEST(TuneLog, MalformedLinesAreSkippedWithTheirLineNumber) {
         << no_time.dump() << "\n"               // 7
         << bad_params.dump() << "\n"            // 8
         << good << "\n"                         // 9 fine
-        << good.substr(0, good.size() / 2);     // 10 truncated by a crash
+        << huge_id.dump() << "\n"              // 10
+        << float_shape.dump() << "\n"          // 11
+        << wide_param.dump() << "\n"           // 12
+        << good.substr(0, good.size() / 2);     // 13 truncated by a crash
   }
   LogContents log = read_log(path);
   EXPECT_EQ(log.records.size(), 2u);
   const std::vector<std::pair<int, std::string>> expected = {
       {2, "not valid JSON"},         {4, "not a JSON object"}, {5, "schema version 99"},
       {6, "missing field \"candidate\""}, {7, "without a median time"}, {8, "unknown schedule parameter"},
-      {10, "truncated last line"}};
+      {10, "field \"id\" is not an integer"}, {11, "field \"shape\" is not an integer"},
+      {12, "\"block_m\" is out of range"},  {13, "truncated last line"}};
   ASSERT_EQ(log.warnings.size(), expected.size());
   for (std::size_t i = 0; i < expected.size(); ++i) {
     EXPECT_NE(log.warnings[i].find(path + ":" + std::to_string(expected[i].first) + ":"), std::string::npos)

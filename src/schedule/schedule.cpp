@@ -139,6 +139,13 @@ ScheduleParams schedule_from_json(const nlohmann::json& j, const ScheduleParams&
     if (!value.is_number_integer())
       throw UserError(format_diagnostic(SourceLoc::whole("--params"),
                                         "schedule parameter \"" + key + "\" must be an integer"));
+    const bool fits = value.is_number_unsigned()
+                          ? value.get<std::uint64_t>() <= static_cast<std::uint64_t>(std::numeric_limits<int>::max())
+                          : value.get<std::int64_t>() >= std::numeric_limits<int>::min() &&
+                                value.get<std::int64_t>() <= std::numeric_limits<int>::max();
+    if (!fits)
+      throw UserError(format_diagnostic(SourceLoc::whole("--params"),
+                                        "schedule parameter \"" + key + "\" is out of range: " + value.dump()));
     *it->second = value.get<int>();
   }
   return p;

@@ -9,9 +9,11 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <set>
 #include <stdexcept>
+#include <type_traits>
 
 #include "tmap/support/diagnostic.h"
 
@@ -27,13 +29,31 @@ std::uint64_t fnv1a(const std::string& s) {
   return h;
 }
 
+/// `v` as an integer of type T: a JSON integer within T's range. (nlohmann's get<int>() of a
+/// float such as 8e23, or of a larger integer, converts it without a check: undefined behaviour
+/// for floats out of range, found by fuzz_log.)
+template <typename T>
+T integer(const nlohmann::json& v, const std::string& what) {
+  if (!v.is_number_integer()) throw std::runtime_error(what + " is not an integer");
+  const bool fits = v.is_number_unsigned()
+                        ? v.get<std::uint64_t>() <= static_cast<std::uint64_t>(std::numeric_limits<T>::max())
+                        : v.get<std::int64_t>() >= static_cast<std::int64_t>(std::numeric_limits<T>::min()) &&
+                              v.get<std::int64_t>() <= static_cast<std::int64_t>(std::numeric_limits<T>::max());
+  if (!fits) throw std::runtime_error(what + " is out of range");
+  return static_cast<T>(v.get<std::int64_t>());
+}
+
 template <typename T>
 T field(const nlohmann::json& j, const char* name) {
   if (!j.contains(name)) throw std::runtime_error(std::string("missing field \"") + name + "\"");
-  try {
-    return j.at(name).get<T>();
-  } catch (const nlohmann::json::exception&) {
-    throw std::runtime_error(std::string("field \"") + name + "\" has the wrong type");
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    return integer<T>(j.at(name), std::string("field \"") + name + "\"");
+  } else {
+    try {
+      return j.at(name).get<T>();
+    } catch (const nlohmann::json::exception&) {
+      throw std::runtime_error(std::string("field \"") + name + "\" has the wrong type");
+    }
   }
 }
 
@@ -131,7 +151,11 @@ TuneRecord record_from_json(const nlohmann::json& j) {
   const auto& c = field<nlohmann::json>(j, "candidate");
   r.candidate.hw_abs = field<std::string>(c, "hw_abs");
   r.candidate.layout = field<std::string>(c, "layout");
-  r.candidate.shape = field<std::array<std::int64_t, 3>>(c, "shape");
+  {
+    const auto shape = field<nlohmann::json>(c, "shape");
+    if (!shape.is_array() || shape.size() != 3) throw std::runtime_error("field \"shape\" is not 3 integers");
+    for (std::size_t a = 0; a < 3; ++a) r.candidate.shape[a] = integer<std::int64_t>(shape[a], "field \"shape\"");
+  }
   const auto& m = field<nlohmann::json>(c, "mapping");
   r.candidate.mapping_id = field<int>(m, "id");
   r.candidate.axes = {field<std::vector<std::string>>(m, "i"), field<std::vector<std::string>>(m, "j"),
@@ -149,7 +173,7 @@ TuneRecord record_from_json(const nlohmann::json& j) {
   r.result.estimated_us = res.value("estimated_us", 0.0);
   r.result.compile_seconds = res.value("compile_seconds", 0.0);
   r.result.error = res.value("error", std::string());
-  r.result.confirm_rounds = res.value("confirm_rounds", 0);
+  if (res.contains("confirm_rounds")) r.result.confirm_rounds = integer<int>(res["confirm_rounds"], "field \"confirm_rounds\"");
   if (r.result.ok() && !(r.result.median_us > 0)) throw std::runtime_error("an \"ok\" result without a median time");
   return r;
 }
