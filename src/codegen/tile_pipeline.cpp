@@ -404,8 +404,9 @@ void emit_tile_origin(std::ostringstream& os, const ScheduleParams& p, const std
                       const std::string& indent) {
   // A pair of blocks sharing an operand (cluster 2: along m, 3: along n) takes a tile of twice
   // the block's rows (columns), each block its half by cta_rank.
-  const std::string tm = p.cluster == 2 ? "(2 * BM)" : "BM", tn = p.cluster == 3 ? "(2 * BN)" : "BN";
-  const std::string dm = p.cluster == 2 ? " + cta_rank * BM" : "", dn = p.cluster == 3 ? " + cta_rank * BN" : "";
+  const int shared = pair_shared_operand(p);  // 1: the pair is along m, 0: along n
+  const std::string tm = shared == 1 ? "(2 * BM)" : "BM", tn = shared == 0 ? "(2 * BN)" : "BN";
+  const std::string dm = shared == 1 ? " + cta_rank * BM" : "", dn = shared == 0 ? " + cta_rank * BN" : "";
   if (p.raster > 1)
     os << indent << "const int linear = " << linear << ";\n"
        << indent << "const int first_row = linear / (RASTER * GRID_N) * RASTER, in_group = linear % (RASTER * GRID_N);\n"
@@ -799,7 +800,7 @@ void emit_epilogue_stores(std::ostringstream& os, const ImplicitGemm& g, const S
 
 std::string cluster_attribute(const ScheduleParams& p) {
   if (p.cluster == 1) return "__cluster_dims__(1, 1, SPLIT_K) ";
-  return p.cluster >= 2 ? "__cluster_dims__(2, 1, 1) " : "";  // a pair of blocks sharing an operand
+  return pairs_blocks(p) ? "__cluster_dims__(2, 1, 1) " : "";
 }
 
 void emit_cluster_helpers(std::ostringstream& os, const ScheduleParams& p) {

@@ -90,11 +90,6 @@ std::int64_t barrier_offset(const ImplicitGemm& g, const ScheduleParams& p) {
   return std::max(ring_bytes(g, p), round_up(epilogue_bytes(g, p), 128));
 }
 
-/// Whether the kernel runs as pairs of blocks sharing an operand tile (ScheduleParams::cluster 2:
-/// along m, sharing B; 3: along n, sharing A), and which operand they share (-1: none).
-bool paired(const ScheduleParams& p) { return p.cluster == 2 || p.cluster == 3; }
-int shared_operand(const ScheduleParams& p) { return p.cluster == 2 ? 1 : p.cluster == 3 ? 0 : -1; }
-
 /// How a warp-specialized kernel splits the register file: at launch every thread gets `even`
 /// registers (ptxas's limit for THREADS threads a block, __launch_bounds__(THREADS, 1)). In a
 /// persistent kernel (producer 2), where that leaves the consumer warpgroups too few for their
@@ -628,7 +623,7 @@ void emit_persistent_loops(std::ostringstream& os, const ImplicitGemm& g, const 
                            const std::string& tout, bool c_row, const std::string& origin, const std::string& loads) {
   // The epilogue tile holds the output's dtype where it is 16-bit (persistent_epilogue_bytes()).
   const std::string cs = persistent_epilogue_bytes_per_element(g) == 2 ? tout : tacc;
-  const bool pair = paired(p);
+  const bool pair = pairs_blocks(p);
   // A pair's blocks walk the same tiles (the pair's), each its half.
   const std::string release = pair ? "release_pair" : "mbar_arrive";
   const std::string walk = pair ? "for (int tile = blockIdx.x / 2; tile < TILES; tile += gridDim.x / 2)"
@@ -708,7 +703,7 @@ KernelSource emit_wgmma(const ImplicitGemm& g, const ScheduleParams& p) {
 
   KernelSource k = kernel_shell(g, p, block_threads(g, p));
   const std::string tpart = partial_type(g);
-  const bool ws = p.producer != 0, persistent = p.producer == 2, pair = paired(p);
+  const bool ws = p.producer != 0, persistent = p.producer == 2, pair = pairs_blocks(p);
   if (pair) {  // pairs of blocks along x, each pair one tile twice as tall (cluster 2) or wide (3)
     const std::int64_t pair_m = p.cluster == 2 ? 2 * p.block_m : p.block_m, pair_n = p.cluster == 3 ? 2 * p.block_n : p.block_n;
     k.grid = {2 * ((g.M + pair_m - 1) / pair_m) * ((g.N + pair_n - 1) / pair_n), 1, g.batch};
@@ -750,7 +745,7 @@ KernelSource emit_wgmma(const ImplicitGemm& g, const ScheduleParams& p) {
       TMAP_CHECK(why.empty(), why);
       k.tensor_maps.push_back(im2col[which].rank ? im2col_map(g, p, im2col[which])
                                                  : tensor_map(g, p, which, views[which]));
-      if (which == shared_operand(p)) {  // each block of the pair loads half of its rows
+      if (which == pair_shared_operand(p)) {  // each block of the pair loads half of its rows
         TMAP_CHECK(!im2col[which].rank, "a pair shares tiled boxes only (validate rejects im2col)");
         k.tensor_maps.back().box[1] /= 2;
       }
@@ -829,11 +824,11 @@ KernelSource emit_wgmma(const ImplicitGemm& g, const ScheduleParams& p) {
        << "  // slowest, then the M x N tiles in raster order)" << (pair ? "; a pair, tiles b / 2, b / 2 + gridDim.x / 2, ...\n" : ".\n")
        << (pair ? "  constexpr int TILES = GRID_M * GRID_N * BATCH;\n"
                 : "  constexpr int GRID_M = (M + BM - 1) / BM, GRID_N = (N + BN - 1) / BN, TILES = GRID_M * GRID_N * BATCH;\n");
-  } else if (pair) {
-    emit_tile_origin(os, p, "blockIdx.x / 2", "  ");
-    os << "  const int z = blockIdx.z / SPLIT_K, split = blockIdx.z % SPLIT_K;\n";
   } else {
-    emit_block_origin(os, p);
+    if (pair)
+      emit_tile_origin(os, p, "blockIdx.x / 2", "  ");
+    else
+      emit_block_origin(os, p);
     os << "  const int z = blockIdx.z / SPLIT_K, split = blockIdx.z % SPLIT_K;\n";
   }
   os << "  const int wg = threadIdx.x / 128, lane = threadIdx.x % 32;\n"
@@ -878,7 +873,7 @@ KernelSource emit_wgmma(const ImplicitGemm& g, const ScheduleParams& p) {
       const std::string up = which == 0 ? "A" : "B", base = which == 0 ? "As" : "Bs";
       // A pair's shared operand: this block loads rows [cta_rank, cta_rank + 1) x ROWS / 2 of each
       // column block into both blocks.
-      const bool half = which == shared_operand(p);
+      const bool half = which == pair_shared_operand(p);
       const std::string offset = half ? " + cta_rank * (" + up + "_ROWS / 2)" : "";
       std::ostringstream l;
       l << "        #pragma unroll\n        for (int blk = 0; blk < " << t.cols / line(t) << "; ++blk)\n"
@@ -1056,8 +1051,8 @@ class WgmmaFamily final : public EmitterFamily {
           fail(ScheduleError::kBadOption, "producer = " + std::to_string(p.producer) + ": a TMA box has at most 256 rows, " +
                                               (which == 0 ? "A" : "B") + "'s tile " + std::to_string(t.rows));
       }
-      if (paired(p)) {
-        const int which = shared_operand(p);
+      if (pairs_blocks(p)) {
+        const int which = pair_shared_operand(p);
         const char* name = which == 0 ? "A" : "B";
         const std::string pair = "cluster = " + std::to_string(p.cluster) + " (a pair of blocks along " +
                                  (which == 0 ? "n" : "m") + " sharing " + name + ")";

@@ -160,20 +160,20 @@ class LoadedKernel {
     dim3 grid(static_cast<unsigned>(k.grid[0]), static_cast<unsigned>(k.grid[1]), static_cast<unsigned>(k.grid[2]));
     if (k.persistent) {
       if (resident_ == 0) {
-        int device = 0, sms = 0, per_sm = 0;
-        cudaError_t e = cudaGetDevice(&device);
-        if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-        if (e == cudaSuccess && k.cluster_x > 1) {
+        if (k.cluster_x > 1) {
           // Clusters are placed whole, within one GPC: ask how many fit at once.
           cudaLaunchConfig_t config{};
           config.gridDim = grid;
           config.blockDim = dim3(static_cast<unsigned>(k.threads));
           config.dynamicSmemBytes = static_cast<std::size_t>(k.shared_bytes);
           int clusters = 0;
-          e = cudaOccupancyMaxActiveClusters(&clusters, reinterpret_cast<const void*>(kernel_), &config);
+          const cudaError_t e = cudaOccupancyMaxActiveClusters(&clusters, reinterpret_cast<const void*>(kernel_), &config);
           if (e != cudaSuccess) return e;
           resident_ = static_cast<std::int64_t>(std::max(clusters, 1)) * k.cluster_x;
         } else {
+          int device = 0, sms = 0, per_sm = 0;
+          cudaError_t e = cudaGetDevice(&device);
+          if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
           if (e == cudaSuccess)
             e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, reinterpret_cast<const void*>(kernel_), k.threads,
                                                              static_cast<std::size_t>(k.shared_bytes));

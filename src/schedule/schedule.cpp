@@ -8,6 +8,7 @@
 
 #include "tmap/codegen/emitter.h"
 #include "tmap/support/diagnostic.h"
+#include "tmap/support/json_integer.h"
 
 namespace tmap {
 namespace {
@@ -139,11 +140,7 @@ ScheduleParams schedule_from_json(const nlohmann::json& j, const ScheduleParams&
     if (!value.is_number_integer())
       throw UserError(format_diagnostic(SourceLoc::whole("--params"),
                                         "schedule parameter \"" + key + "\" must be an integer"));
-    const bool fits = value.is_number_unsigned()
-                          ? value.get<std::uint64_t>() <= static_cast<std::uint64_t>(std::numeric_limits<int>::max())
-                          : value.get<std::int64_t>() >= std::numeric_limits<int>::min() &&
-                                value.get<std::int64_t>() <= std::numeric_limits<int>::max();
-    if (!fits)
+    if (!is_integer_of<int>(value))
       throw UserError(format_diagnostic(SourceLoc::whole("--params"),
                                         "schedule parameter \"" + key + "\" is out of range: " + value.dump()));
     *it->second = value.get<int>();
@@ -283,7 +280,7 @@ std::vector<ScheduleIssue> validate(const ImplicitGemm& in, const ScheduleParams
   else if (p.window != 0 && p.relayout != 0)
     fail(ScheduleError::kBadOption, "window = 1 with relayout = 1: a window is staged from the input in place; use "
                                     "relayout = 0");
-  if (p.cluster == 2 || p.cluster == 3) {
+  if (pairs_blocks(p)) {
     const char* pair = p.cluster == 2 ? "cluster = 2 (a pair of blocks along m sharing B by TMA multicast)"
                                       : "cluster = 3 (a pair of blocks along n sharing A by TMA multicast)";
     if (!family_of(*g.hw).shares_operands_in_clusters(g))

@@ -9,13 +9,13 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
-#include <limits>
 #include <map>
 #include <set>
 #include <stdexcept>
 #include <type_traits>
 
 #include "tmap/support/diagnostic.h"
+#include "tmap/support/json_integer.h"
 
 namespace tmap {
 namespace {
@@ -29,17 +29,12 @@ std::uint64_t fnv1a(const std::string& s) {
   return h;
 }
 
-/// `v` as an integer of type T: a JSON integer within T's range. (nlohmann's get<int>() of a
-/// float such as 8e23, or of a larger integer, converts it without a check: undefined behaviour
-/// for floats out of range, found by fuzz_log.)
+/// `v` as an integer of type T: a JSON integer within T's range (a float such as 8e23 converted
+/// unchecked was undefined behaviour, found by fuzz_log).
 template <typename T>
 T integer(const nlohmann::json& v, const std::string& what) {
   if (!v.is_number_integer()) throw std::runtime_error(what + " is not an integer");
-  const bool fits = v.is_number_unsigned()
-                        ? v.get<std::uint64_t>() <= static_cast<std::uint64_t>(std::numeric_limits<T>::max())
-                        : v.get<std::int64_t>() >= static_cast<std::int64_t>(std::numeric_limits<T>::min()) &&
-                              v.get<std::int64_t>() <= static_cast<std::int64_t>(std::numeric_limits<T>::max());
-  if (!fits) throw std::runtime_error(what + " is out of range");
+  if (!is_integer_of<T>(v)) throw std::runtime_error(what + " is out of range");
   return static_cast<T>(v.get<std::int64_t>());
 }
 

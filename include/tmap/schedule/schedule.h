@@ -71,6 +71,11 @@ struct ScheduleParams {
   bool operator==(const ScheduleParams&) const = default;
 };
 
+/// Whether the kernel runs as pairs of blocks sharing an operand tile (ScheduleParams::cluster 2:
+/// along m, sharing B; 3: along n, sharing A), and which operand they share (-1: none).
+inline bool pairs_blocks(const ScheduleParams& p) { return p.cluster == 2 || p.cluster == 3; }
+inline int pair_shared_operand(const ScheduleParams& p) { return p.cluster == 2 ? 1 : p.cluster == 3 ? 0 : -1; }
+
 nlohmann::json to_json(const ScheduleParams& p);
 /// Reads parameters from JSON; keys not given keep their defaults; unknown keys and non-integer
 /// values are user errors.
