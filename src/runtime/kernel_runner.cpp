@@ -242,7 +242,7 @@ EncodeIm2col encode_im2col() {
   return fn;
 }
 
-/// The tensor map `spec` describes over the tensor at `base`, 128-byte swizzled, zero outside.
+/// The tensor map `spec` describes over the tensor at `base`, swizzled as it says, zero outside.
 CUtensorMap encode_tensor_map(const TensorMapSpec& spec, void* base) {
   const char* what = spec.im2col ? "cuTensorMapEncodeIm2col" : "cuTensorMapEncodeTiled";
   const EncodeTiled encode = encode_tiled();
@@ -261,16 +261,19 @@ CUtensorMap encode_tensor_map(const TensorMapSpec& spec, void* base) {
     case DType::kInt8: type = CU_TENSOR_MAP_DATA_TYPE_UINT8; break;  // bytes copied as they are
     case DType::kInt4: throw CudaFailure("tensor maps of packed int4 are not supported", FailureKind::kLoad);
   }
+  const CUtensorMapSwizzle swizzle = spec.swizzle_bytes == 32   ? CU_TENSOR_MAP_SWIZZLE_32B
+                                     : spec.swizzle_bytes == 64 ? CU_TENSOR_MAP_SWIZZLE_64B
+                                                                : CU_TENSOR_MAP_SWIZZLE_128B;
   const cuuint32_t element_strides[5] = {1, 1, 1, 1, 1};
   CUtensorMap map;
   const CUresult r =
       spec.im2col
           ? encode_i(&map, type, static_cast<cuuint32_t>(spec.rank), base, spec.dims.data(), spec.strides.data(),
                      spec.lower.data(), spec.upper.data(), spec.box[0], spec.box[1], spec.traversal.data(),
-                     CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                     CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
           : encode(&map, type, static_cast<cuuint32_t>(spec.rank), base, spec.dims.data(), spec.strides.data(),
-                   spec.box.data(), element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                   spec.box.data(), element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS)
     throw CudaFailure(std::string(what) + ": error " + std::to_string(static_cast<int>(r)) + " for operand " +

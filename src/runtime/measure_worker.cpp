@@ -49,7 +49,7 @@ nlohmann::json tensor_maps_json(const std::vector<TensorMapSpec>& maps) {
   nlohmann::json out = nlohmann::json::array();
   for (const TensorMapSpec& m : maps)
     out.push_back({{"operand", m.operand}, {"dtype", std::string(dtype_name(m.dtype))}, {"rank", m.rank},
-                   {"dims", m.dims}, {"strides", m.strides}, {"box", m.box}, {"im2col", m.im2col},
+                   {"dims", m.dims}, {"strides", m.strides}, {"box", m.box}, {"swizzle_bytes", m.swizzle_bytes}, {"im2col", m.im2col},
                    {"lower", m.lower}, {"upper", m.upper}, {"traversal", m.traversal}});
   return out;
 }
@@ -66,6 +66,7 @@ std::vector<TensorMapSpec> tensor_maps_from_json(const nlohmann::json& j) {
     m.dims = e.at("dims");
     m.strides = e.at("strides");
     m.box = e.at("box");
+    m.swizzle_bytes = e.value("swizzle_bytes", 128);
     m.im2col = e.value("im2col", false);
     if (m.im2col) {
       m.lower = e.at("lower");

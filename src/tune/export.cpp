@@ -171,10 +171,11 @@ std::string launcher(const Piece& x, int cc) {
       os << "    const int lower[] = " << ints(m.lower) << ", upper[] = " << ints(m.upper) << ";\n"
          << "    const unsigned traversal[] = " << array_text(m.traversal, m.rank) << ";\n"
          << "    e = tmap_encode_im2col_map(&map" << i << ", " << tensor_map_type(m.dtype) << ", " << m.rank << ", "
-         << (m.operand == 0 ? "a" : "b") << ", dims, strides, lower, upper, box[0], box[1], traversal);\n";
+         << (m.operand == 0 ? "a" : "b") << ", dims, strides, lower, upper, box[0], box[1], traversal, "
+         << m.swizzle_bytes << ");\n";
     } else {
       os << "    e = tmap_encode_tensor_map(&map" << i << ", " << tensor_map_type(m.dtype) << ", " << m.rank << ", "
-         << (m.operand == 0 ? "a" : "b") << ", dims, strides, box);\n";
+         << (m.operand == 0 ? "a" : "b") << ", dims, strides, box, " << m.swizzle_bytes << ");\n";
     }
     os
        << "    if (e != cudaSuccess) {\n" << (k.workspace_bytes > 0 ? "      cudaFreeAsync(workspace, stream);\n" : "")
@@ -314,6 +315,11 @@ constexpr const char* kRuntime = R"(// TMA descriptors for the kernels that read
 
 #include "tmap_kernels.h"
 
+// The CUtensorMapSwizzle of lines of `bytes` (128, 64 or 32).
+static CUtensorMapSwizzle tmap_swizzle(int bytes) {
+  return bytes == 32 ? CU_TENSOR_MAP_SWIZZLE_32B : bytes == 64 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_128B;
+}
+
 // A driver function looked up through the runtime; nullptr with a driver older than CUDA 12.
 static void* tmap_driver_entry(const char* name) {
   void* p = nullptr;
@@ -324,7 +330,7 @@ static void* tmap_driver_entry(const char* name) {
 
 extern "C" cudaError_t tmap_encode_tensor_map(void* map, int dtype, int rank, const void* base,
                                               const unsigned long long* dims, const unsigned long long* strides,
-                                              const unsigned* box) {
+                                              const unsigned* box, int swizzle_bytes) {
   static const auto encode =
       reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(tmap_driver_entry("cuTensorMapEncodeTiled"));
   if (!encode) return cudaErrorNotSupported;  // a driver older than CUDA 12
@@ -332,7 +338,7 @@ extern "C" cudaError_t tmap_encode_tensor_map(void* map, int dtype, int rank, co
   const CUresult r = encode(static_cast<CUtensorMap*>(map), static_cast<CUtensorMapDataType>(dtype),
                             static_cast<cuuint32_t>(rank), const_cast<void*>(base), reinterpret_cast<const cuuint64_t*>(dims),
                             reinterpret_cast<const cuuint64_t*>(strides), box, element_strides,
-                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_INTERLEAVE_NONE, tmap_swizzle(swizzle_bytes),
                             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
@@ -340,14 +346,14 @@ extern "C" cudaError_t tmap_encode_tensor_map(void* map, int dtype, int rank, co
 extern "C" cudaError_t tmap_encode_im2col_map(void* map, int dtype, int rank, const void* base,
                                               const unsigned long long* dims, const unsigned long long* strides,
                                               const int* lower, const int* upper, unsigned channels, unsigned pixels,
-                                              const unsigned* traversal) {
+                                              const unsigned* traversal, int swizzle_bytes) {
   static const auto encode =
       reinterpret_cast<PFN_cuTensorMapEncodeIm2col_v12000>(tmap_driver_entry("cuTensorMapEncodeIm2col"));
   if (!encode) return cudaErrorNotSupported;  // a driver older than CUDA 12
   const CUresult r = encode(static_cast<CUtensorMap*>(map), static_cast<CUtensorMapDataType>(dtype),
                             static_cast<cuuint32_t>(rank), const_cast<void*>(base), reinterpret_cast<const cuuint64_t*>(dims),
                             reinterpret_cast<const cuuint64_t*>(strides), lower, upper, channels, pixels, traversal,
-                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_INTERLEAVE_NONE, tmap_swizzle(swizzle_bytes),
                             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
@@ -396,13 +402,15 @@ std::vector<ExportedKernel> export_kernels(const std::vector<const TuneRecord*>&
          << "// before the kernel) allocate their workspace with cudaMallocAsync on that stream.\n"
          << "#pragma once\n\n#include <cuda_bf16.h>\n#include <cuda_fp16.h>\n#include <cuda_runtime.h>\n\n"
          << "#ifdef __cplusplus\nextern \"C\" {\n#endif\n\n"
-         << "/// Encodes a CUtensorMap (128-byte swizzle) through the driver entry point; see tmap_runtime.cu.\n"
+         << "/// Encodes a CUtensorMap (swizzled in lines of swizzle_bytes: 128, 64 or 32) through the driver\n"
+         << "/// entry point; see tmap_runtime.cu.\n"
          << "cudaError_t tmap_encode_tensor_map(void* map, int dtype, int rank, const void* base, const unsigned long long* dims,\n"
-         << "                                   const unsigned long long* strides, const unsigned* box);\n"
-         << "/// Encodes an im2col CUtensorMap (128-byte swizzle) of a channels-last convolution input.\n"
+         << "                                   const unsigned long long* strides, const unsigned* box, int swizzle_bytes);\n"
+         << "/// Encodes an im2col CUtensorMap of a channels-last convolution input, swizzled the same way.\n"
          << "cudaError_t tmap_encode_im2col_map(void* map, int dtype, int rank, const void* base, const unsigned long long* dims,\n"
          << "                                   const unsigned long long* strides, const int* lower, const int* upper,\n"
-         << "                                   unsigned channels, unsigned pixels, const unsigned* traversal);\n\n";
+         << "                                   unsigned channels, unsigned pixels, const unsigned* traversal,\n"
+         << "                                   int swizzle_bytes);\n\n";
   for (const Piece& x : pieces) {
     const Compute& c = *x.g.compute;
     const TuneRecord& r = *x.record;

@@ -24,7 +24,7 @@ namespace tmap {
 
 /// A TMA tensor map (CUtensorMap) the launcher encodes for one operand: a view of the operand's
 /// tensor as up to 5 dimensions, innermost first (dimension 0 is contiguous), read in boxes of
-/// `box` elements into 128-byte-swizzled shared memory, zero outside `dims`.
+/// `box` elements into shared memory swizzled in lines of `swizzle_bytes`, zero outside `dims`.
 struct TensorMapSpec {
   int operand = 0;  ///< 0: the tensor passed as the kernel's first argument (A), 1: its second (B).
   DType dtype = DType::kFloat16;
@@ -32,6 +32,9 @@ struct TensorMapSpec {
   std::array<std::uint64_t, 5> dims{};     ///< Elements per dimension.
   std::array<std::uint64_t, 4> strides{};  ///< Bytes between consecutive indices of dimensions 1...
   std::array<std::uint32_t, 5> box{};      ///< Elements per box along each dimension.
+  /// The swizzle of the box in shared memory (CU_TENSOR_MAP_SWIZZLE_<n>B): 128, 64 or 32 bytes,
+  /// box[0] elements making one such line.
+  int swizzle_bytes = 128;
   /// An im2col map (cuTensorMapEncodeIm2col) of a channels-last convolution input [N][spatial][C]:
   /// each box is box[1] consecutive output pixels (pixelsPerColumn) of box[0] channels
   /// (channelsPerPixel), the pixels walked through the bounding box [lower, dims + upper) of each
@@ -104,6 +107,8 @@ class EmitterFamily {
   /// Whether the family's kernels can run as pairs of blocks sharing an operand tile by TMA
   /// multicast (ScheduleParams::cluster 2 and 3) for this GEMM.
   virtual bool shares_operands_in_clusters(const ImplicitGemm&) const { return false; }
+  /// Whether the family can multiply operand A from registers (ScheduleParams::a_regs).
+  virtual bool reads_a_from_registers() const { return false; }
   /// Whether the family can stage a sliding window's image once per block (ScheduleParams::window).
   virtual bool stages_windows() const { return false; }
   /// The block tiles the tuner draws along m (`axis` 'm') or n for a warp tile of `warp`
