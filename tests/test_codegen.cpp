@@ -573,6 +573,230 @@ TEST(Codegen, WgmmaTmaProducer) {
             << " persistent)\n";
 }
 
+// The narrower swizzles (swizzle 2, 3: 64- and 32-byte lines): the descriptors name layout type
+// 2 or 3 with SBO of 8 lines, the shared index function XORs the line's 128-byte row masked to a
+// line's chunks, tensor maps swizzle as the tile is laid out with one line per box; every layout,
+// dtype, producer (none, TMA, persistent) and an im2col input of 32 or 16 channels (a whole line
+// of the narrower modes only) compile for sm_90a. A short reduction takes the narrowest line that
+// holds it by default; the refusals name the swizzle that would do.
+TEST(Codegen, WgmmaNarrowSwizzles) {
+  std::vector<Job> jobs;
+  std::vector<std::unique_ptr<Compute>> keep;
+  const DeviceLimits limits = DeviceLimits::for_arch(90);
+  auto typed = [&](const std::string& op, const std::string& in_t, const std::string& out_t,
+                   const std::vector<std::string>& sets) -> const Compute& {
+    return typed_compute(keep, op, in_t, out_t, sets);
+  };
+  int checked_maps = 0;
+  auto add = [&](const Compute& c, const std::string& hw_name, const std::string& label) {
+    int layouts = 0;
+    for (const ImplicitGemm& g : gemm_per_match(c, hw_name)) {
+      const int bytes = dtype_bits(g.hw->a_dtype) / 8;
+      for (int swizzle : {2, 3})
+        for (int producer : {0, 1, 2}) {
+          ScheduleParams p = default_schedule(g, limits);
+          p.swizzle = swizzle;
+          p.block_k = (128 >> (swizzle - 1)) / bytes * (producer == 0 ? 2 : 1);  // one or two lines
+          p.producer = producer;
+          p.split_k = 1;
+          if (!validate(g, p, limits).empty()) continue;
+          ++layouts;
+          const int line = 128 >> (swizzle - 1);
+          KernelSource k = emit_kernel(g, p);
+          const std::string name = label + " " + g.layout + " swizzle " + std::to_string(swizzle) + " producer " +
+                                   std::to_string(producer);
+          EXPECT_NE(k.code.find("(" + std::to_string(swizzle) + "ull << 62)"), std::string::npos) << name;
+          EXPECT_NE(k.code.find(", " + std::to_string(8 * line) + ");"), std::string::npos) << name << ": SBO of 8 lines";
+          EXPECT_NE(k.code.find(swizzle == 2 ? "^ ((r >> 1) & 3)" : "^ ((r >> 2) & 1)"), std::string::npos) << name;
+          for (const TensorMapSpec& m : k.tensor_maps) {
+            EXPECT_EQ(m.swizzle_bytes, line) << name;
+            EXPECT_EQ(m.box[0] * static_cast<std::uint32_t>(dtype_bits(m.dtype) / 8), static_cast<std::uint32_t>(line))
+                << name << ": one line per box";
+            ++checked_maps;
+          }
+          jobs.push_back({name, k});
+        }
+    }
+    EXPECT_GT(layouts, 0) << label << ": no layout takes a narrower swizzle";
+  };
+  for (const char* op : {"gemm", "gemm_nt", "gemm_tn", "gemm_tt"})
+    add(typed(op, "float16", "float32", {"M=200", "N=136", "K=520"}), "wgmma_fp16_fp32", op);
+  add(typed("gemm_nt", "bfloat16", "float32", {"M=300", "N=200", "K=256"}), "wgmma_bf16_fp32", "bf16");
+  add(typed("gemm_nt", "float32", "float32", {"M=300", "N=200", "K=256"}), "wgmma_tf32_fp32", "tf32");
+  add(typed("gemm_nt", "int8", "int32", {"M=300", "N=200", "K=256"}), "wgmma_int8_int32", "int8");
+  add(typed("conv2d_nhwc", "float16", "float32", {"N=2", "C=32", "H=9", "W=11", "K=40", "pad=1"}), "wgmma_fp16_fp32",
+      "conv2d_nhwc C=32");
+  add(typed("conv2d_nhwc", "float16", "float32", {"N=2", "C=16", "H=9", "W=11", "K=40", "pad=1"}), "wgmma_fp16_fp32",
+      "conv2d_nhwc C=16");
+  add(typed("conv2d", "float16", "float32", {"N=2", "C=32", "H=9", "W=11", "K=40", "pad=1"}), "wgmma_fp16_fp32",
+      "conv2d C=32");
+  EXPECT_GT(checked_maps, 20);
+
+  // The im2col boxes of 32 channels (64 bytes) need the 64- or 32-byte swizzle; the refusal of the
+  // 128-byte one says so.
+  {
+    const Compute& c = typed("conv2d_nhwc", "float16", "float32", {"N=2", "C=32", "H=9", "W=11", "K=40", "pad=1"});
+    bool refused = false;
+    for (const ImplicitGemm& g : gemm_per_match(c, "wgmma_fp16_fp32")) {
+      ScheduleParams p = default_schedule(g, limits);
+      p.producer = 1;
+      p.swizzle = 2;
+      p.block_k = 32;
+      if (!validate(g, p, limits).empty()) continue;  // the layout's other operand has no TMA box
+      p.swizzle = 1;
+      p.block_k = 64;
+      std::string said;
+      for (const ScheduleIssue& i : validate(g, p, limits)) said += i.detail + "\n";
+      EXPECT_NE(said.find("32 channels are not whole lines; use swizzle 2"), std::string::npos) << said;
+      refused = true;
+    }
+    EXPECT_TRUE(refused) << "no layout of a 32-channel convolution reads its input in im2col boxes";
+  }
+  // Short reductions default to the narrowest line that holds them.
+  for (const auto& [k, swizzle] : std::vector<std::pair<std::string, int>>{{"K=16", 3}, {"K=32", 2}, {"K=40", 1}, {"K=64", 1}}) {
+    const ImplicitGemm g = gemm_per_match(typed("gemm_nt", "float16", "float32", {"M=256", "N=256", k}), "wgmma_fp16_fp32").at(0);
+    const ScheduleParams d = default_schedule(g, limits);
+    EXPECT_EQ(d.swizzle, swizzle) << k;
+    EXPECT_EQ(d.block_k, (128 >> (swizzle - 1)) / 2) << k;
+    EXPECT_TRUE(validate(g, d, limits).empty()) << k;
+    jobs.push_back({"gemm_nt " + k + " default", emit_kernel(g, d)});
+  }
+  // Refusals: a swizzle wgmma has no mode for, and the narrower lines on mma_sync.
+  {
+    const ImplicitGemm g = gemm_per_match(typed("gemm", "float16", "float32", {}), "wgmma_fp16_fp32").at(0);
+    ScheduleParams p = default_schedule(g, limits);
+    p.swizzle = 4;
+    auto issues = validate(g, p, limits);
+    ASSERT_FALSE(issues.empty());
+    EXPECT_EQ(issues[0].error, ScheduleError::kBadOption);
+    EXPECT_NE(issues[0].detail.find("swizzle = 4"), std::string::npos) << issues[0].detail;
+    EXPECT_NE(std::string(message(issues[0].error)).find("1 to 3 (wgmma"), std::string::npos);
+    const ImplicitGemm m = gemm_per_match(typed("gemm", "float16", "float32", {}), "mma_sync_fp16_fp32").at(0);
+    ScheduleParams q = default_schedule(m, limits);
+    q.swizzle = 2;
+    issues = validate(m, q, limits);
+    ASSERT_FALSE(issues.empty());
+    EXPECT_NE(issues.back().detail.find("2 and 3 (narrower lines) are wgmma's"), std::string::npos) << issues.back().detail;
+  }
+
+  std::vector<std::string> failures = compile_all(jobs, {90});
+  EXPECT_TRUE(failures.empty()) << failures.size() << " of " << jobs.size() << " failed; first:\n"
+                                << (failures.empty() ? "" : failures.front());
+  EXPECT_GT(jobs.size(), 40u);
+  std::cout << "compiled " << jobs.size() << " wgmma kernels with 64- and 32-byte swizzles for sm_90a\n";
+}
+
+// Operand A from registers (a_regs 1, wgmma's register form): every dtype, A K-major (ldmatrix)
+// and MN-major (ldmatrix.trans), every producer and swizzle, one or two m64 accumulators; the
+// kernels load A's fragments into two register sets by step parity and compile for sm_90a without
+// ptxas serializing the wgmmas. The register budget counts the fragments, and other families
+// refuse the option.
+TEST(Codegen, WgmmaRegisterA) {
+  std::vector<Job> jobs;
+  std::vector<std::unique_ptr<Compute>> keep;
+  const DeviceLimits limits = DeviceLimits::for_arch(90);
+  auto typed = [&](const std::string& op, const std::string& in_t, const std::string& out_t,
+                   const std::vector<std::string>& sets) -> const Compute& {
+    return typed_compute(keep, op, in_t, out_t, sets);
+  };
+  int transposed = 0;
+  auto add = [&](const Compute& c, const std::string& hw_name, const std::string& label) {
+    int layouts = 0;
+    for (const ImplicitGemm& g : gemm_per_match(c, hw_name)) {
+      const ScheduleParams d = default_schedule(g, limits);
+      const int line = 128 / (dtype_bits(g.hw->a_dtype) / 8);
+      std::vector<std::pair<std::string, ScheduleParams>> schedules;
+      auto edit = [&](const std::string& name, auto f) {
+        ScheduleParams p = d;
+        p.a_regs = 1;
+        f(p);
+        if (validate(g, p, limits).empty()) schedules.emplace_back(name, p);
+      };
+      edit("default", [](ScheduleParams&) {});
+      edit("gather", [](ScheduleParams& p) { p.producer = 0; });
+      edit("tma wm 128 bk x2", [&](ScheduleParams& p) { p.producer = 1; p.warp_m = p.block_m = 128; p.warp_n = p.block_n = 64; p.block_k = 2 * line; p.stages = 3; });
+      edit("persistent 2 consumers", [](ScheduleParams& p) { p.producer = 2; p.block_m = 128; p.warp_m = 64; p.split_k = 1; });
+      edit("swizzle 2 split 2", [&](ScheduleParams& p) { p.swizzle = 2; p.block_k = line / 2; p.split_k = 2; p.producer = 1; });
+      edit("swizzle 3 persistent", [&](ScheduleParams& p) { p.swizzle = 3; p.block_k = line / 4; p.producer = 2; p.split_k = 1; });
+      if (schedules.empty()) continue;
+      ++layouts;
+      for (const auto& [name, p] : schedules) {
+        const KernelSource k = emit_kernel(g, p);
+        const std::string what = label + " " + g.layout + " " + name;
+        const bool mn = g.layout[0] == 't';
+        transposed += mn;
+        EXPECT_NE(k.code.find(mn ? "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16" : "ldmatrix.sync.aligned.m8n8.x4.shared.b16"),
+                  std::string::npos) << what;
+        EXPECT_NE(k.code.find("const unsigned (&a)[4], unsigned long long desc_b"), std::string::npos) << what;
+        EXPECT_EQ(k.code.find("a_desc"), std::string::npos) << what << ": A has no descriptor";
+        EXPECT_NE(k.code.find("if (t & 1) compute_with(buf, a_odd);"), std::string::npos) << what;
+        jobs.push_back({what, k});
+      }
+    }
+    EXPECT_GT(layouts, 0) << label << ": no layout takes A from registers";
+  };
+  for (const char* op : {"gemm", "gemm_nt", "gemm_tn", "gemm_tt"})
+    add(typed(op, "float16", "float32", {"M=200", "N=136", "K=520"}), "wgmma_fp16_fp32", op);
+  add(typed("gemm_nt", "bfloat16", "float32", {"M=300", "N=200", "K=256"}), "wgmma_bf16_fp32", "bf16");
+  add(typed("gemm_nt", "float32", "float32", {"M=300", "N=200", "K=256"}), "wgmma_tf32_fp32", "tf32");
+  add(typed("gemm_nt", "int8", "int32", {"M=300", "N=200", "K=256"}), "wgmma_int8_int32", "int8");
+  add(typed("conv2d_nhwc", "float16", "float32", {"N=2", "C=64", "H=9", "W=11", "K=40", "pad=1"}), "wgmma_fp16_fp32",
+      "conv2d_nhwc");
+  EXPECT_GT(transposed, 0) << "an A stored along m (ldmatrix.trans)";
+
+  // The fragments count against the register budget: two consumers of 64 x 256 (128 accumulators,
+  // 170 registers a thread) have room for no 2 x 4 x 4 more; and two sets hold at most 64.
+  {
+    std::vector<ImplicitGemm> gemms =
+        gemm_per_match(typed("gemm_nt", "float16", "float32", {"M=512", "N=512", "K=512"}), "wgmma_fp16_fp32");
+    const auto tma = std::find_if(gemms.begin(), gemms.end(),
+                                  [&](const ImplicitGemm& each) { return default_schedule(each, limits).producer == 1; });
+    ASSERT_NE(tma, gemms.end()) << "a layout that takes a TMA producer";
+    const ImplicitGemm& g = *tma;
+    ScheduleParams p = default_schedule(g, limits);
+    p.block_m = 128;
+    p.warp_m = 64;
+    p.block_n = p.warp_n = 256;
+    p.block_k = 64;
+    p.stages = 3;
+    p.a_regs = 1;
+    std::string said;
+    for (const ScheduleIssue& i : validate(g, p, limits)) said += i.detail + "\n";
+    EXPECT_NE(said.find("leave 168 registers a thread, too few for 128 accumulators and 32 registers of A fragments"),
+              std::string::npos) << said;
+    p.a_regs = 0;
+    const auto without = validate(g, p, limits);
+    EXPECT_TRUE(without.empty()) << without[0].detail;
+    p.a_regs = 1;
+    p.block_n = p.warp_n = 64;
+    p.block_k = 256;
+    said.clear();
+    for (const ScheduleIssue& i : validate(g, p, limits)) said += i.detail + "\n";
+    EXPECT_NE(said.find("128 registers of A fragments (two sets of 1 m64 accumulators x 16 k steps x 4), at most 64"),
+              std::string::npos) << said;
+    const ImplicitGemm m = gemm_per_match(typed("gemm", "float16", "float32", {}), "mma_sync_fp16_fp32").at(0);
+    ScheduleParams q = default_schedule(m, limits);
+    q.a_regs = 1;
+    said.clear();
+    for (const ScheduleIssue& i : validate(m, q, limits)) said += i.detail + "\n";
+    EXPECT_NE(said.find("only wgmma kernels read operand A from registers"), std::string::npos) << said;
+  }
+
+  std::vector<CompileJob> sources;
+  for (const Job& j : jobs) sources.push_back({j.kernel.name, j.kernel.code});
+  NvrtcCompiler compiler(90);
+  const std::vector<CompileResult> results = compile_parallel(compiler, sources);
+  int failed = 0;
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    EXPECT_TRUE(results[i].ok) << jobs[i].label << ":\n" << results[i].log;
+    failed += !results[i].ok;
+    // ptxas says so (C7510-C7520) when it must serialize wgmmas around register accesses.
+    EXPECT_EQ(results[i].log.find("wgmma.mma_async"), std::string::npos) << jobs[i].label << ":\n" << results[i].log;
+  }
+  EXPECT_GT(jobs.size(), 40u);
+  std::cout << "compiled " << jobs.size() - failed << " of " << jobs.size() << " wgmma kernels with A from registers\n";
+}
+
 // Pairs of blocks sharing an operand tile by TMA multicast (cluster 2: along m sharing B, 3: along
 // n sharing A): the kernel is a cluster of 2 along x, the grid's x a whole number of pairs, the
 // shared operand's boxes half its rows, its loads multicast and the ring's empty barriers counting
@@ -934,7 +1158,7 @@ TEST(Schedule, WgmmaValidationReasons) {
        ScheduleError::kTileNotMultipleOfIntrinsic, "blocks of 64"},
       {"two stages", with([](ScheduleParams& p) { p.stages = 2; }), ScheduleError::kBadStages, "3 to 6"},
       {"not swizzled", with([](ScheduleParams& p) { p.swizzle = 0; p.smem_pad = 8; }), ScheduleError::kBadOption,
-       "128-byte-swizzled"},
+       "swizzled tiles only"},
       {"k off the line", with([](ScheduleParams& p) { p.block_k = 32; }), ScheduleError::kMisalignedRows, "128-byte lines"},
       {"too many accumulators", with([](ScheduleParams& p) { p.warp_m = p.block_m = 128; }), ScheduleError::kBadOption,
        "256 accumulator registers"},

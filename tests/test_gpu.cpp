@@ -654,6 +654,173 @@ TEST(Gpu, WgmmaTmaProducer) {
   }
 }
 
+/// Each edit of `edits` on every layout of `c` in its written operand order (the matches storing A
+/// and B K-major or along m, n), where it is valid (a TMA producer needs both operands boxed);
+/// every edit must apply to at least one layout.
+std::vector<GpuCase> on_every_layout(const Compute& c, const std::string& hw, const std::string& label, double tol,
+                                     const std::vector<std::pair<std::string, std::function<void(ScheduleParams&)>>>& edits) {
+  const MatchReport r = match_compute(c, {find_hw(shipped(), hw)}, Enumeration::kAll);
+  std::vector<GpuCase> out;
+  std::vector<int> applied(edits.size(), 0);
+  for (std::size_t i = 0; i < r.matches.size(); ++i) {
+    if (r.matches[i].roles.a_input != r.matches.front().roles.a_input) continue;
+    const GpuCase base = full_mapping(c, hw, label, tol, i);
+    for (std::size_t e = 0; e < edits.size(); ++e) {
+      GpuCase gc = base;
+      edits[e].second(gc.p);
+      gc.label += " " + edits[e].first;
+      if (!validate(gc.g, gc.p, DeviceLimits::for_arch(device_cc())).empty()) continue;
+      ++applied[e];
+      out.push_back(gc);
+    }
+  }
+  for (std::size_t e = 0; e < edits.size(); ++e)
+    EXPECT_GT(applied[e], 0) << label << ": " << edits[e].first << " applies to no layout";
+  return out;
+}
+
+// Operand A from registers (a_regs 1): fragments loaded by ldmatrix (.trans for an A stored along
+// m) into two register sets by step parity, B by descriptor; GEMMs of all four layouts with tails,
+// every producer (threads' gathers, TMA, persistent), two consumers, split-K, the narrower
+// swizzles, bf16, tf32 and int8 fragments, and an im2col convolution input as A.
+TEST(Gpu, WgmmaRegisterA) {
+  if (!have_gpu()) GTEST_SKIP() << "no GPU: " << query_runtime().status;
+  if (device_cc() != 90) GTEST_SKIP() << "wgmma needs sm_90, the GPU is sm_" << device_cc();
+  std::uint64_t seed = 3900;
+  using Edit = std::pair<std::string, std::function<void(ScheduleParams&)>>;
+  auto rs = [](GpuCase gc) {
+    gc.p.a_regs = 1;
+    gc.label += " a_regs";
+    return gc;
+  };
+  auto regs = [](std::function<void(ScheduleParams&)> f) {
+    return [f](ScheduleParams& p) {
+      p.a_regs = 1;
+      f(p);
+    };
+  };
+  const std::vector<Edit> edits = {
+      {"a_regs gather", regs([](ScheduleParams& p) { p.producer = 0; })},
+      {"a_regs tma stages 3", regs([](ScheduleParams& p) { p.producer = 1; p.stages = 3; })},
+      {"a_regs persistent 2 consumers", regs([](ScheduleParams& p) { p.producer = 2; p.block_m = 128; p.warp_m = 64; p.split_k = 1; })},
+      {"a_regs wm 128 wn 64", regs([](ScheduleParams& p) { p.warp_m = p.block_m = 128; p.warp_n = 64; p.block_n = 128; })},
+      {"a_regs split 3", regs([](ScheduleParams& p) { p.split_k = 3; })},
+      {"a_regs swizzle 2 persistent", regs([](ScheduleParams& p) { p.swizzle = 2; p.block_k = 32; p.producer = 2; p.split_k = 1; })},
+  };
+  int transposed = 0;
+  for (const char* op : {"gemm", "gemm_tn"}) {
+    Compute c = build_compute(builtin_op(op), parse_param_overrides({"M=200", "N=136", "K=520"}));
+    const std::vector<GpuCase> cases = on_every_layout(c, "wgmma_fp16_fp32", std::string(op) + " 200x136x520", 1e-2, edits);
+    for (const GpuCase& gc : cases) transposed += stored_along_mn(gc.g, 0);
+    run_cases(c, cases, seed++);
+    Compute odd = build_compute(builtin_op(op), parse_param_overrides({"M=67", "N=33", "K=65"}));
+    run_cases(odd, on_every_layout(odd, "wgmma_fp16_fp32", std::string(op) + " 67x33x65", 1e-2, {edits[0]}), seed++);
+  }
+  EXPECT_GT(transposed, 0) << "an A stored along m, read by ldmatrix.trans";
+  for (const auto& [hw, in_t, out_t, tol] : std::vector<std::tuple<std::string, std::string, std::string, double>>{
+           {"wgmma_bf16_fp32", "bfloat16", "float32", 1e-2},
+           {"wgmma_tf32_fp32", "float32", "float32", 1e-2},
+           {"wgmma_int8_int32", "int8", "int32", 0.0}}) {
+    Compute c = typed_op("gemm_nt", in_t, out_t, {"M=300", "N=200", "K=192"});
+    run_cases(c, on_every_layout(c, hw, hw + " gemm_nt", tol,
+                                 {{"a_regs", regs([](ScheduleParams&) {})},
+                                  {"a_regs persistent", regs([](ScheduleParams& p) { p.producer = 2; p.split_k = 1; })},
+                                  {"a_regs gather wm 128", regs([](ScheduleParams& p) { p.producer = 0; p.warp_m = p.block_m = 128; p.warp_n = 64; p.block_n = 64; })}}),
+              seed++);
+  }
+  // The input of a channels-last convolution as A, read in im2col boxes, then by ldmatrix.
+  {
+    Compute c = build_compute(builtin_op("conv2d_nhwc"),
+                              parse_param_overrides({"N=2", "C=64", "H=15", "W=15", "K=96", "stride=2", "pad=1"}));
+    MatchReport r = match_compute(c, {find_hw(shipped(), "wgmma_fp16_fp32")}, Enumeration::kAll);
+    std::vector<GpuCase> cases;
+    for (std::size_t i = 0; i < r.matches.size() && cases.empty(); ++i) {
+      if (r.matches[i].roles.a_input != 0) continue;
+      GpuCase gc = rs(full_mapping(c, "wgmma_fp16_fp32", "conv2d_nhwc im2col", 1e-2, i));
+      gc.p.producer = 1;
+      if (!validate(gc.g, gc.p, DeviceLimits::for_arch(90)).empty()) continue;
+      cases = variants(gc, {{"persistent", [](ScheduleParams& p) { p.producer = 2; p.split_k = 1; }}});
+    }
+    EXPECT_FALSE(cases.empty()) << "an im2col input as A from registers";
+    run_cases(c, cases, seed++);
+  }
+}
+
+// The 64- and 32-byte swizzles (swizzle 2, 3): tiles gathered by every thread or boxed by TMA in
+// those modes, the descriptors' layout types and SBO of 8 lines, MN-major operands with LBO from
+// one block of 32 or 16 m (n) values to the next (a warp tile of 32 n is whole lines here), tails
+// in M, N and K, persistent kernels, tf32 and int8, and im2col boxes of 32 and 16 channels (one
+// line of the narrower modes, no 128-byte line for the widest).
+TEST(Gpu, WgmmaNarrowSwizzles) {
+  if (!have_gpu()) GTEST_SKIP() << "no GPU: " << query_runtime().status;
+  if (device_cc() != 90) GTEST_SKIP() << "wgmma needs sm_90, the GPU is sm_" << device_cc();
+  std::uint64_t seed = 2900;
+  using Edit = std::pair<std::string, std::function<void(ScheduleParams&)>>;
+  auto swizzled = [](int swizzle, int producer, int lines) {
+    return [=](ScheduleParams& p) {
+      p.swizzle = swizzle;
+      p.block_k = (128 >> (swizzle - 1)) / 2 * lines;  // 16-bit operands
+      p.producer = producer;
+      p.split_k = 1;
+    };
+  };
+  const std::vector<Edit> edits = {
+      {"swizzle 2 gather", swizzled(2, 0, 1)},
+      {"swizzle 3 gather bk x2", swizzled(3, 0, 2)},
+      {"swizzle 2 tma bk x2", swizzled(2, 1, 2)},
+      {"swizzle 3 tma", swizzled(3, 1, 1)},
+      {"swizzle 2 persistent wn 32", [=](ScheduleParams& p) { swizzled(2, 2, 1)(p); p.warp_n = 32; p.block_n = 64; }},
+      {"swizzle 3 persistent wn 16 wm 128",
+       [=](ScheduleParams& p) { swizzled(3, 2, 1)(p); p.warp_n = 16; p.block_n = 32; p.warp_m = p.block_m = 128; }},
+  };
+  for (const char* op : {"gemm", "gemm_tn"}) {  // A and B each K-major or along m, n on some layout
+    Compute c = build_compute(builtin_op(op), parse_param_overrides({"M=200", "N=136", "K=520"}));
+    run_cases(c, on_every_layout(c, "wgmma_fp16_fp32", std::string(op) + " 200x136x520", 1e-2, edits), seed++);
+  }
+  // Short reductions: the default takes the narrowest line that holds K.
+  for (const std::string k : {"K=16", "K=32"}) {
+    Compute c = build_compute(builtin_op("gemm_nt"), parse_param_overrides({"M=300", "N=200", k}));
+    const std::vector<GpuCase> cases = on_every_layout(c, "wgmma_fp16_fp32", "gemm_nt 300x200 " + k, 1e-2,
+                                                       {{"default", [](ScheduleParams&) {}},
+                                                        {"persistent", [](ScheduleParams& p) { p.producer = 2; }}});
+    for (const GpuCase& gc : cases) EXPECT_EQ(gc.p.swizzle, k == "K=16" ? 3 : 2) << gc.label;
+    run_cases(c, cases, seed++);
+  }
+  for (const auto& [hw, in_t, tol] : std::vector<std::tuple<std::string, std::string, double>>{
+           {"wgmma_tf32_fp32", "float32", 1e-2}, {"wgmma_int8_int32", "int8", 0.0}}) {
+    Compute c = typed_op("gemm_nt", in_t, in_t == "int8" ? "int32" : "float32", {"M=300", "N=200", "K=192"});
+    const int bytes = in_t == "int8" ? 1 : 4;
+    auto with = [=](int swizzle, int producer) {
+      return [=](ScheduleParams& p) {
+        p.swizzle = swizzle;
+        p.block_k = (128 >> (swizzle - 1)) / bytes;
+        p.producer = producer;
+        p.split_k = 1;
+      };
+    };
+    run_cases(c, on_every_layout(c, hw, hw + " gemm_nt", tol,
+                                 {{"swizzle 2 tma", with(2, 1)}, {"swizzle 3 persistent", with(3, 2)},
+                                  {"swizzle 3 gather", with(3, 0)}}),
+              seed++);
+  }
+  // Im2col boxes of one narrower line of channels: 32 channels (64 bytes), 16 (32 bytes), in both
+  // operand orders where a layout reads the input in im2col boxes.
+  for (const auto& [channels, swizzle] : std::vector<std::pair<std::string, int>>{{"C=32", 2}, {"C=16", 3}}) {
+    Compute c = build_compute(builtin_op("conv2d_nhwc"),
+                              parse_param_overrides({"N=2", channels, "H=13", "W=11", "K=40", "stride=2", "pad=1"}));
+    MatchReport r = match_compute(c, {find_hw(shipped(), "wgmma_fp16_fp32")}, Enumeration::kAll);
+    std::vector<GpuCase> cases;
+    for (std::size_t i = 0; i < r.matches.size(); ++i) {
+      GpuCase gc = full_mapping(c, "wgmma_fp16_fp32", "conv2d_nhwc " + channels + " im2col", 1e-2, i);
+      swizzled(swizzle, 1, 1)(gc.p);
+      if (!validate(gc.g, gc.p, DeviceLimits::for_arch(90)).empty()) continue;
+      for (GpuCase& v : variants(gc, {{"persistent", [](ScheduleParams& p) { p.producer = 2; }}})) cases.push_back(v);
+    }
+    EXPECT_GE(cases.size(), 2u) << channels << ": im2col boxes of one " << (128 >> (swizzle - 1)) << "-byte line";
+    run_cases(c, cases, seed++);
+  }
+}
+
 // Pairs of blocks sharing an operand tile by TMA multicast (cluster 2: along m, sharing B; 3:
 // along n, sharing A), with and without the persistent loop, rasterized: GEMMs in all four
 // layouts with M and N tails that leave the second block of the last pair partly or wholly past

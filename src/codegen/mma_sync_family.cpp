@@ -302,6 +302,9 @@ class MmaSyncFamily final : public EmitterFamily {
     if (p.panels != 0)
       fail(ScheduleError::kBadOption, "panels = " + std::to_string(p.panels) + ": mma_sync tiles are swizzled or "
                                                                              "padded rows, never panels");
+    if (p.swizzle > 1)
+      fail(ScheduleError::kBadOption, "swizzle = " + std::to_string(p.swizzle) + ": mma_sync tiles are swizzled "
+                                          "in whole rows (1) or padded (0); 2 and 3 (narrower lines) are wgmma's");
     for (int which = 0; which < 2; ++which) {
       const StoredTile s = stored_tile(g, p, which);
       const char* name = which == 0 ? "A" : "B";
@@ -370,6 +373,7 @@ class MmaSyncFamily final : public EmitterFamily {
         {0},                                       // producer: wgmma only
         {1},                                       // k_lanes: SIMT only
         {0},                                       // window: SIMT only
+        {0},                                       // a_regs: wgmma only
     };
   }
 

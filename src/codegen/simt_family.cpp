@@ -282,6 +282,7 @@ class SimtFamily final : public EmitterFamily {
         {0},                                          // producer: wgmma only
         {1, 2, 4, 8, 16, 32},                         // k_lanes
         {0},                                          // window: see window_choices
+        {0},                                          // a_regs: wgmma only
     };
   }
 

@@ -322,6 +322,7 @@ std::vector<std::vector<int>> window_choices(const ImplicitGemm& g) {
       {0},                                          // producer
       {1},                                          // k_lanes
       {1},                                          // window
+      {0},                                          // a_regs: wgmma only
   };
 }
 

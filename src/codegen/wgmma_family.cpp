@@ -3,15 +3,19 @@
 // multiplies operand tiles that wgmma reads straight from shared memory through matrix
 // descriptors; the tuner picks the instruction's N as warp_n (8 to 256).
 //
-// Shared tiles are stored in the 128-byte-swizzle layout the descriptors name (swizzle mode 1):
-// a tile of rows x cols elements, cols contiguous (k for a K-major operand, m or n for an
-// MN-major one), is cut into column blocks of W = 128 bytes; block b holds rows 0.. of its
-// 128-byte lines one after another, and the 16-byte chunk c of line r sits at chunk c ^ (r % 8).
-// Every 8 lines form a 1024-byte atom. A K-major descriptor steps 1024 bytes from one 8-row group
-// of m (n) to the next (SBO), and moves along k inside a line by its start address (the hardware
-// applies the XOR to the address it computes, so tiles start 1024-byte aligned). An MN-major one
-// (16-bit operands only: wgmma's transpose bits) steps 1024 bytes per 8 rows of k (SBO) and
-// rows x 128 bytes from one block of W m (n) values to the next (LBO).
+// Shared tiles are stored in the swizzled layout the descriptors name, in lines of L = 128, 64
+// or 32 bytes (ScheduleParams::swizzle 1, 2, 3; descriptor layout types of the same numbers): a
+// tile of rows x cols elements, cols contiguous (k for a K-major operand, m or n for an MN-major
+// one), is cut into column blocks of W = L bytes; block b holds rows 0.. of its lines one after
+// another, and the 16-byte chunk c of line r sits at chunk c ^ x(r), x the line's 128-byte row
+// within its 1024 bytes masked to a line's chunks: r % 8 (L = 128), (r / 2) % 4 (64), (r / 4) % 2
+// (32), the pattern the hardware applies to bits 4.. of the addresses it computes from bits 7...
+// Every 8 lines form an atom of 8 L bytes. A K-major descriptor steps 8 L bytes from one 8-row
+// group of m (n) to the next (SBO), and moves along k inside a line by its start address (tiles
+// start 1024-byte aligned, so that the address bits are the tile's). An MN-major one (16-bit
+// operands only: wgmma's transpose bits) steps 8 L bytes per 8 rows of k (SBO) and rows x L bytes
+// from one block of W m (n) values to the next (LBO). Narrower lines leave more rows per atom
+// conflict-free for nothing; they exist for tiles whose k (or m, n) extent is below 128 bytes.
 //
 // Accumulator layout (PTX ISA, "Register fragments for wgmma ... D"): warp w of the warpgroup
 // holds rows 16 w .. 16 w + 15; for each n8 column group j, d[4 j + 0, 1] are row lane / 4,
@@ -48,8 +52,21 @@ using namespace pipeline;
 
 int elem_bytes(DType t) { return dtype_bits(t) / 8; }
 
-/// W: elements of operand tile `t` per 128-byte line, the swizzle's row (see the file comment).
-std::int64_t line(const StoredTile& t) { return 128 / t.bytes; }
+/// Bytes of one swizzled line: 128, 64 or 32 (ScheduleParams::swizzle 1, 2 or 3).
+int line_bytes(const ScheduleParams& p) { return 128 >> (std::clamp(p.swizzle, 1, 3) - 1); }
+
+/// W: elements of operand tile `t` per swizzled line, the swizzle's row (see the file comment).
+std::int64_t line(const StoredTile& t, const ScheduleParams& p) { return line_bytes(p) / t.bytes; }
+
+/// The C++ expression of the 16-byte chunk XOR of line `r` (an int expression): the line's
+/// 128-byte row in its 1024-byte atom, masked to the chunks of a line.
+std::string swizzle_xor(const ScheduleParams& p, const std::string& r) {
+  switch (line_bytes(p)) {
+    case 128: return "(" + r + " & 7)";
+    case 64: return "((" + r + " >> 1) & 3)";
+    default: return "((" + r + " >> 2) & 1)";
+  }
+}
 
 /// One stage of an operand, rounded to whole 1024-byte atoms so that the next starts aligned.
 std::int64_t tile_bytes(const ImplicitGemm& g, const ScheduleParams& p, int which) {
@@ -100,6 +117,13 @@ std::int64_t barrier_offset(const ImplicitGemm& g, const ScheduleParams& p) {
 /// producer warpgroup joins the consumers' epilogue, and ptxas compiled such a kernel (3 consumers
 /// of 64 x 192) with its wgmmas serialized (C7512) even with setmaxnreg in both roles.
 constexpr int kProducerRegs = 40;
+/// Registers a consumer thread holds for its operands: the accumulators, and with p.a_regs two
+/// sets of A fragments (4 registers per m64 accumulator and k step).
+int operand_registers(const ImplicitGemm& g, const ScheduleParams& p) {
+  const int acc = (p.warp_m / 64) * p.warp_n / 2;
+  const std::int64_t k_steps = p.block_k / std::max<std::int64_t>(1, g.shape[Axis::kK]);
+  return acc + (p.a_regs == 1 ? static_cast<int>(2 * (p.warp_m / 64) * k_steps * 4) : 0);
+}
 struct RegisterSplit {
   int even = 255, consumer = 255;
   bool rebalanced = false;
@@ -109,7 +133,7 @@ RegisterSplit register_split(const ImplicitGemm& g, const ScheduleParams& p) {
   const int threads = block_threads(g, p);
   if (threads <= 0) return r;
   r.even = r.consumer = std::min(255, 65536 / threads / 8 * 8);
-  const int consumers = threads / 128 - 1, acc_regs = (p.warp_m / 64) * p.warp_n / 2;
+  const int consumers = threads / 128 - 1, acc_regs = operand_registers(g, p);
   if (p.producer != 2 || consumers < 2 || acc_regs + 40 <= r.even || r.even <= kProducerRegs) return r;
   // The producer frees (even - kProducerRegs) x 128 registers; each consumer thread may take an
   // equal share of them on top of its own.
@@ -138,23 +162,60 @@ std::string instruction(const ImplicitGemm& g, int n) {
 }
 
 /// `wgmma(d, desc_a, desc_b)`: d += A * B for one m64 x nWN accumulator (ACC registers a thread).
+/// With p.a_regs, `wgmma(d, a, desc_b)`: A from the four registers `a` of this thread's fragment
+/// (wgmma's register form, which has no transpose of A: ldmatrix.trans makes the fragment).
 void emit_wgmma_call(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p) {
   const bool int_acc = g.hw->d_dtype == DType::kInt32, sixteen = elem_bytes(g.hw->a_dtype) == 2;
-  const int regs = p.warp_n / 2;
-  os << "// " << instruction(g, p.warp_n) << ": d += a * b, a and b read from shared memory by descriptor.\n"
-     << "__device__ __forceinline__ void wgmma(" << (int_acc ? "int" : "float")
-     << " (&d)[ACC], unsigned long long desc_a, unsigned long long desc_b) {\n"
-     << "  asm volatile(\n      \"{\\n.reg .pred p;\\nsetp.ne.b32 p, %" << regs + 2 << ", 0;\\n\"\n      \""
+  const bool rs = p.a_regs == 1;
+  const int regs = p.warp_n / 2, a_regs = rs ? 4 : 1;  // operands after d: A (registers or descriptor), B
+  os << "// " << instruction(g, p.warp_n) << ": d += a * b, "
+     << (rs ? "a from registers, b read from shared memory by descriptor.\n"
+            : "a and b read from shared memory by descriptor.\n")
+     << "__device__ __forceinline__ void wgmma(" << (int_acc ? "int" : "float") << " (&d)[ACC], "
+     << (rs ? "const unsigned (&a)[4]" : "unsigned long long desc_a") << ", unsigned long long desc_b) {\n"
+     << "  asm volatile(\n      \"{\\n.reg .pred p;\\nsetp.ne.b32 p, %" << regs + a_regs + 1 << ", 0;\\n\"\n      \""
      << instruction(g, p.warp_n) << " {";
   for (int r = 0; r < regs; ++r) os << (r ? ", " : "") << (r && r % 16 == 0 ? "\"\n      \"" : "") << "%" << r;
-  os << "}, %" << regs << ", %" << regs + 1 << ", p";
-  // Operand scales (+1) and, for 16-bit operands, transposes: 1 reads the operand MN-major.
+  if (rs)
+    os << "}, {%" << regs << ", %" << regs + 1 << ", %" << regs + 2 << ", %" << regs + 3 << "}, %" << regs + 4 << ", p";
+  else
+    os << "}, %" << regs << ", %" << regs + 1 << ", p";
+  // Operand scales (+1) and, for 16-bit operands, transposes: 1 reads the operand MN-major (B's
+  // alone in the register form).
   if (!int_acc) os << ", 1, 1";
-  if (sixteen) os << ", " << (stored_along_mn(g, 0) ? 1 : 0) << ", " << (stored_along_mn(g, 1) ? 1 : 0);
+  if (sixteen && !rs) os << ", " << (stored_along_mn(g, 0) ? 1 : 0);
+  if (sixteen) os << ", " << (stored_along_mn(g, 1) ? 1 : 0);
   os << ";\\n}\\n\"\n      : ";
   const char* c = int_acc ? "\"+r\"" : "\"+f\"";
   for (int r = 0; r < regs; ++r) os << (r ? ", " : "") << (r && r % 8 == 0 ? "\n        " : "") << c << "(d[" << r << "])";
-  os << "\n      : \"l\"(desc_a), \"l\"(desc_b), \"r\"(1));\n}\n\n";
+  if (rs)
+    os << "\n      : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"l\"(desc_b), \"r\"(1));\n}\n\n";
+  else
+    os << "\n      : \"l\"(desc_a), \"l\"(desc_b), \"r\"(1));\n}\n\n";
+}
+
+/// With p.a_regs: `load_a(a, As_stage, i, kk)` fills one thread's fragment registers of the warp's
+/// 16 rows of accumulator i at k step kk with one ldmatrix.x4 from the swizzled tile. The four
+/// 8 x 8 (16-bit) matrices are rows 0-7 and 8-15 at the step's first 16 bytes of k, then the same
+/// at its second, the register order of wgmma's A fragment (and of mma.sync's m16n8k16): lane l
+/// addresses row l % 16, chunk l / 16. An A stored along m is read with .trans, lane l addressing
+/// k row kk + l % 8 + 8 (l / 16) at m 8 ((l / 8) % 2): each 8 x 8 block transposed into place.
+/// Bytes per row of k are 32 for every dtype (16 halves, 8 tf32, 32 int8), so 32-bit elements
+/// land whole in one lane (k = lane % 4 and + 4) and bytes four to a register, as the fragment
+/// wants.
+void emit_a_fragment_loader(std::ostringstream& os, const ImplicitGemm& g, const std::string& ta) {
+  const bool mn = stored_along_mn(g, 0);
+  os << "// Operand A's fragment of the warp's 16 rows of accumulator i at k step kk, from the stage at `a`.\n"
+     << "__device__ __forceinline__ void load_a(unsigned (&r)[4], const " << ta << "* a, int i, int kk) {\n"
+     << "  const int lane = threadIdx.x % 32, m = (threadIdx.x % 128) / 32 * 16 + 64 * i;  // the warp's rows\n";
+  if (mn)
+    os << "  const " << ta << "* p = a + a_at(kk + lane % 8 + (lane / 16) * 8, m + ((lane / 8) % 2) * 8);\n"
+       << "  asm volatile(\"ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\\n\"\n";
+  else
+    os << "  const " << ta << "* p = a + a_at(m + lane % 16, kk + (lane / 16) * A_T);\n"
+       << "  asm volatile(\"ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\\n\"\n";
+  os << "               : \"=r\"(r[0]), \"=r\"(r[1]), \"=r\"(r[2]), \"=r\"(r[3])\n"
+     << "               : \"r\"(static_cast<unsigned>(__cvta_generic_to_shared(p))) : \"memory\");\n}\n\n";
 }
 
 /// One dimension of an operand's TMA view: what picks its coordinate, and its extent and stride.
@@ -258,7 +319,7 @@ std::string tma_view(const ImplicitGemm& g, int which, std::vector<TmaDim>& dims
 
 /// How TMA im2col boxes fetch a channels-last convolution input as an operand: the tensor
 /// [N][spatial...][C] (rank 3 to 5), each box BM (as B, in the transposed product: BN)
-/// consecutive output pixels of one 128-byte line of channels at one filter tap. An output pixel's spatial index d is lower[d] + p_d * stride[d]
+/// consecutive output pixels of one swizzled line of channels at one filter tap. An output pixel's spatial index d is lower[d] + p_d * stride[d]
 /// plus the tap's offset dil[d] * t_d; the bounding box of each spatial dimension holds exactly
 /// the output extent P_d of such positions, so that TMA walks the block's M rows pixel by pixel,
 /// wrapping into the next row and the next image as the M index does.
@@ -310,8 +371,9 @@ std::string im2col_view(const ImplicitGemm& g, int which, Im2colView& v) {
       return name + ": its last dimension is not the innermost reduction iterator over all its channels";
   }
   const int bytes = elem_bytes(which == 0 ? g.hw->a_dtype : g.hw->b_dtype);
-  if ((extent(ci) * bytes) % 128)
-    return name + ": " + std::to_string(extent(ci)) + " channels are not a whole number of 128-byte lines";
+  // Whole lines of the narrowest swizzle; validate() checks against the schedule's.
+  if ((extent(ci) * bytes) % 32)
+    return name + ": " + std::to_string(extent(ci)) + " channels are not a whole number of 32-byte lines";
   v = Im2colView{};
   v.which = which;
   v.rank = rank;
@@ -393,24 +455,25 @@ bool tma_operands(const ImplicitGemm& g) {
   return tma_source(g, 0, dims).empty() && tma_source(g, 1, dims).empty();
 }
 
-/// The tensor map of operand `which` seen as `dims` (its tma_view()): boxes of one 128-byte line
+/// The tensor map of operand `which` seen as `dims` (its tma_view()): boxes of one swizzled line
 /// of columns by the stored tile's rows.
 TensorMapSpec tensor_map(const ImplicitGemm& g, const ScheduleParams& p, int which, const std::vector<TmaDim>& dims) {
   const StoredTile t = stored_tile(g, p, which);
   TensorMapSpec m;
   m.operand = which;
+  m.swizzle_bytes = line_bytes(p);
   m.dtype = which == 0 ? g.hw->a_dtype : g.hw->b_dtype;
   m.rank = static_cast<int>(dims.size());
   for (std::size_t d = 0; d < dims.size(); ++d) {
     m.dims[d] = dims[d].extent;
     if (d > 0) m.strides[d - 1] = dims[d].stride_bytes;
-    m.box[d] = d == 0 ? static_cast<std::uint32_t>(line(t)) : d == 1 ? static_cast<std::uint32_t>(t.rows) : 1;
+    m.box[d] = d == 0 ? static_cast<std::uint32_t>(line(t, p)) : d == 1 ? static_cast<std::uint32_t>(t.rows) : 1;
   }
   return m;
 }
 
 /// The coordinate of TMA dimension `d` of operand `which` for the stage of reduction step
-/// (s, k0), with `block` the 128-byte column block of the tile.
+/// (s, k0), with `block` the column block (one swizzled line wide) of the tile.
 std::string tma_coordinate(const ImplicitGemm& g, int which, const TmaDim& d, const std::string& block) {
   const Compute& c = *g.compute;
   const bool mn = stored_along_mn(g, which);
@@ -431,12 +494,13 @@ std::string factor(const std::string& digit) {
   return digit.find(" % ") == std::string::npos ? digit : "(" + digit + ")";
 }
 
-/// The im2col tensor map of operand v.which seen as `v`: boxes of one 128-byte line of channels
+/// The im2col tensor map of operand v.which seen as `v`: boxes of one swizzled line of channels
 /// by the block's BM (BN) pixels.
 TensorMapSpec im2col_map(const ImplicitGemm& g, const ScheduleParams& p, const Im2colView& v) {
   const StoredTile t = stored_tile(g, p, v.which);
   TensorMapSpec m;
   m.operand = v.which;
+  m.swizzle_bytes = line_bytes(p);
   m.dtype = v.which == 0 ? g.hw->a_dtype : g.hw->b_dtype;
   m.rank = v.rank;
   m.im2col = true;
@@ -453,13 +517,13 @@ TensorMapSpec im2col_map(const ImplicitGemm& g, const ScheduleParams& p, const I
     m.upper[j] = static_cast<int>(sp.upper);
     m.traversal[1 + j] = static_cast<std::uint32_t>(sp.stride);
   }
-  m.box[0] = static_cast<std::uint32_t>(line(t));
+  m.box[0] = static_cast<std::uint32_t>(line(t, p));
   m.box[1] = static_cast<std::uint32_t>(t.rows);
   return m;
 }
 
 /// The producer's loads of operand v.which from an im2col view: the block's first pixel once, then
-/// one box per 128-byte column block of a stage at its channel offset and filter tap.
+/// one box per column block (one swizzled line) of a stage at its channel offset and filter tap.
 std::string im2col_origin(const ImplicitGemm& g, const Im2colView& v) {
   const Compute& c = *g.compute;
   const std::vector<int>& pixels = v.which == 0 ? g.m_iters : g.n_iters;
@@ -598,7 +662,7 @@ void emit_producer_helpers(std::ostringstream& os, const std::vector<int>& ranks
 std::string ring_barriers(const StoredTile& sa, const StoredTile& sb, bool pair) {
   std::ostringstream os;
   os << "  constexpr int CONSUMERS = THREADS / 128 - 1;\n"
-     << "  constexpr unsigned STAGE_TX = " << (sa.cols / line(sa)) * sa.rows * 128 + (sb.cols / line(sb)) * sb.rows * 128
+     << "  constexpr unsigned STAGE_TX = " << (sa.rows * sa.cols * sa.bytes + sb.rows * sb.cols * sb.bytes)
      << ";  // bytes of A and B boxes per stage\n"
      << "  unsigned long long* full = reinterpret_cast<unsigned long long*>(smem + BAR_OFFSET);\n"
      << "  unsigned long long* empty = full + STAGES;\n"
@@ -664,7 +728,7 @@ void emit_persistent_loops(std::ostringstream& os, const ImplicitGemm& g, const 
      << "    for (int step = 0; step < STEPS; ++step, ++t) {\n"
      << "      const int buf = t % STAGES;\n"
      << "      mbar_wait(&full[buf], (t / STAGES) & 1);\n"
-     << "      compute(buf);\n"
+     << "      compute(buf" << (p.a_regs == 1 ? ", t" : "") << ");\n"
      << "      wgmma_wait<1>();  // the previous step's wgmmas are done: release its buffer\n"
      << "      if (step > 0 && lane == 0) " << release << "(&empty[(t + STAGES - 1) % STAGES]);\n"
      << "    }\n"
@@ -722,17 +786,18 @@ KernelSource emit_wgmma(const ImplicitGemm& g, const ScheduleParams& p) {
   os << "constexpr int IK = " << ik << ";  // k of one wgmma (32 bytes)\n"
      << "constexpr int MI = WM / 64;  // m64 accumulators per warpgroup\n"
      << "constexpr int ACC = WN / 2;  // registers of one m64 x n" << p.warp_n << " accumulator per thread\n"
-     << "// Shared tiles, 128-byte swizzled: A " << (a_mn ? "[BK][BM] (m contiguous)" : "[BM][BK] (k contiguous)")
+     << "// Shared tiles, " << line_bytes(p) << "-byte swizzled: A " << (a_mn ? "[BK][BM] (m contiguous)" : "[BM][BK] (k contiguous)")
      << ", B " << (b_mn ? "[BK][BN] (n contiguous)" : "[BN][BK] (k contiguous)") << "; epilogue "
      << (c_row ? "[BM][BN + 8]" : "[BN][BM + 4]") << "\n";
   for (int which = 0; which < 2; ++which) {
     const StoredTile& t = which == 0 ? sa : sb;
     const std::string up = which == 0 ? "A" : "B", op = which == 0 ? "a" : "b";
-    os << "constexpr int " << up << "_ROWS = " << t.rows << ", " << up << "_W = " << line(t) << ", " << up
-       << "_T = " << 16 / t.bytes << ";  // rows; elements per 128-byte line and per 16-byte chunk\n"
+    os << "constexpr int " << up << "_ROWS = " << t.rows << ", " << up << "_W = " << line(t, p) << ", " << up
+       << "_T = " << 16 / t.bytes << ";  // rows; elements per " << line_bytes(p)
+       << "-byte line and per 16-byte chunk\n"
        << "__device__ __forceinline__ int " << op << "_at(int r, int c) {\n"
        << "  return ((c / " << up << "_W) * " << up << "_ROWS + r) * " << up << "_W + ((((c % " << up << "_W) / " << up
-       << "_T) ^ (r & 7)) * " << up << "_T) + c % " << up << "_T;\n}\n";
+       << "_T) ^ " << swizzle_xor(p, "r") << ") * " << up << "_T) + c % " << up << "_T;\n}\n";
   }
   os << "constexpr int A_BYTES = " << tile_bytes(g, p, 0) << ";  // one stage of A, whole 1024-byte atoms\n"
      << "constexpr int B_BYTES = " << tile_bytes(g, p, 1) << ";\n"
@@ -767,11 +832,11 @@ KernelSource emit_wgmma(const ImplicitGemm& g, const ScheduleParams& p) {
   }
   emit_cluster_helpers(os, p);
   os << "// A shared-memory matrix descriptor: start address, leading and stride byte offsets (each in\n"
-     << "// 16-byte units), 128-byte swizzle.\n"
+     << "// 16-byte units), " << line_bytes(p) << "-byte swizzle (layout type " << p.swizzle << ").\n"
      << "__device__ __forceinline__ unsigned long long smem_desc(const void* p, unsigned lbo, unsigned sbo) {\n"
      << "  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));\n"
      << "  return (unsigned long long)((a & 0x3FFFF) >> 4) | ((unsigned long long)(lbo >> 4) << 16) |\n"
-     << "         ((unsigned long long)(sbo >> 4) << 32) | (1ull << 62);\n}\n"
+     << "         ((unsigned long long)(sbo >> 4) << 32) | (" << p.swizzle << "ull << 62);\n}\n"
      << "__device__ __forceinline__ void wgmma_fence() { asm volatile(\"wgmma.fence.sync.aligned;\\n\" ::: \"memory\"); }\n"
      << "__device__ __forceinline__ void wgmma_commit() { asm volatile(\"wgmma.commit_group.sync.aligned;\\n\" ::: \"memory\"); }\n"
      << "template <int N>\n"
@@ -782,6 +847,7 @@ KernelSource emit_wgmma(const ImplicitGemm& g, const ScheduleParams& p) {
      << "__device__ __forceinline__ void fence_operand(" << tacc << "& r) { asm volatile(\"\" : \"+"
      << (tacc == "int" ? "r" : "f") << "\"(r) :: \"memory\"); }\n\n";
   emit_wgmma_call(os, g, p);
+  if (p.a_regs == 1) emit_a_fragment_loader(os, g, ta);
   if (!p.producer) {
     emit_operand_loader(os, g, p, 0);
     emit_operand_loader(os, g, p, 1);
@@ -791,14 +857,15 @@ KernelSource emit_wgmma(const ImplicitGemm& g, const ScheduleParams& p) {
   // warpgroup's base descriptor.
   os << "__device__ constexpr unsigned long long a_offset(int i, int kk) {\n";
   if (a_mn)
-    os << "  return (((64 * i) / A_W * A_ROWS + kk) * 128) >> 4;\n}\n";
+    os << "  return (((64 * i) / A_W * A_ROWS + kk) * " << line_bytes(p) << ") >> 4;\n}\n";
   else
-    os << "  return (((kk / A_W) * A_ROWS + 64 * i) * 128 + (kk % A_W) * " << sa.bytes << ") >> 4;\n}\n";
+    os << "  return (((kk / A_W) * A_ROWS + 64 * i) * " << line_bytes(p) << " + (kk % A_W) * " << sa.bytes
+       << ") >> 4;\n}\n";
   os << "__device__ constexpr unsigned long long b_offset(int kk) {\n";
   if (b_mn)
-    os << "  return (kk * 128) >> 4;\n}\n";
+    os << "  return (kk * " << line_bytes(p) << ") >> 4;\n}\n";
   else
-    os << "  return ((kk / B_W) * B_ROWS * 128 + (kk % B_W) * " << sb.bytes << ") >> 4;\n}\n";
+    os << "  return ((kk / B_W) * B_ROWS * " << line_bytes(p) << " + (kk % B_W) * " << sb.bytes << ") >> 4;\n}\n";
   os << "}  // namespace\n\n";
 
   os << "extern \"C\" __global__ void " << cluster_attribute(p) << "__launch_bounds__(THREADS, 1)\n"
@@ -849,34 +916,57 @@ KernelSource emit_wgmma(const ImplicitGemm& g, const ScheduleParams& p) {
                                         tb + "* b = Bs + buf * (B_BYTES / (int)sizeof(" + tb + "))");
     TMAP_CHECK(!staged, "wgmma kernels gather no shifted copies (validate rejects them)");
   }
+  const int lb = line_bytes(p);
   const std::string a_base = a_mn ? "(wm0 / A_W) * A_ROWS * A_W" : "wm0 * A_W";
   const std::string b_base = b_mn ? "(wn0 / B_W) * B_ROWS * B_W" : "wn0 * B_W";
-  os << "  // This warpgroup's descriptors of stage 0: A " << (a_mn ? "MN-major (LBO: one block of A_W m)" : "K-major")
-     << ", B " << (b_mn ? "MN-major (LBO: one block of B_W n)" : "K-major") << "; SBO: 8 rows of 128 bytes.\n"
-     << "  const unsigned long long a_desc = smem_desc(As + " << a_base << ", " << (a_mn ? "A_ROWS * 128" : "16")
-     << ", 1024);\n"
-     << "  const unsigned long long b_desc = smem_desc(Bs + " << b_base << ", " << (b_mn ? "B_ROWS * 128" : "16")
-     << ", 1024);\n"
-     << "  // Issues the wgmmas of shared buffer `buf` as one commit group.\n"
-     << "  auto compute = [&](int buf) {\n"
-     << "    const unsigned long long da = a_desc + (unsigned)(buf * A_BYTES >> 4), db = b_desc + (unsigned)(buf * B_BYTES >> 4);\n"
-     << "    wgmma_fence();\n"
-     << "    #pragma unroll\n    for (int kk = 0; kk < BK; kk += IK)\n"
-     << "      #pragma unroll\n      for (int i = 0; i < MI; ++i) wgmma(acc[i], da + a_offset(i, kk), db + b_offset(kk));\n"
-     << "    wgmma_commit();\n  };\n\n";
+  if (p.a_regs == 1)
+    os << "  // This warpgroup's descriptor of B's stage 0: "
+       << (b_mn ? "MN-major (LBO: one block of B_W n)" : "K-major") << "; SBO: 8 lines of " << lb << " bytes.\n";
+  else
+    os << "  // This warpgroup's descriptors of stage 0: A " << (a_mn ? "MN-major (LBO: one block of A_W m)" : "K-major")
+       << ", B " << (b_mn ? "MN-major (LBO: one block of B_W n)" : "K-major") << "; SBO: 8 lines of " << lb
+       << " bytes.\n"
+       << "  const unsigned long long a_desc = smem_desc(As + " << a_base << ", "
+       << (a_mn ? "A_ROWS * " + std::to_string(lb) : "16") << ", " << 8 * lb << ");\n";
+  os << "  const unsigned long long b_desc = smem_desc(Bs + " << b_base << ", "
+     << (b_mn ? "B_ROWS * " + std::to_string(lb) : "16") << ", " << 8 * lb << ");\n"
+     << "  // Issues the wgmmas of shared buffer `buf` as one commit group.\n";
+  if (p.a_regs == 1)
+    os << "  // A from registers: the step's fragments are loaded first (ldmatrix), then fenced for wgmma,\n"
+       << "  // into the set of the step's parity t % 2, which the wgmmas of step t - 2 no longer read\n"
+       << "  // (every step waits for the one before it to retire).\n"
+       << "  unsigned a_even[MI][BK / IK][4], a_odd[MI][BK / IK][4];\n"
+       << "  auto compute_with = [&](int buf, unsigned (&af)[MI][BK / IK][4]) {\n"
+       << "    const " << ta << "* a = As + buf * (A_BYTES / (int)sizeof(" << ta << ")) + " << a_base << ";\n"
+       << "    const unsigned long long db = b_desc + (unsigned)(buf * B_BYTES >> 4);\n"
+       << "    #pragma unroll\n    for (int kk = 0; kk < BK; kk += IK)\n"
+       << "      #pragma unroll\n      for (int i = 0; i < MI; ++i) load_a(af[i][kk / IK], a, i, kk);\n"
+       << "    wgmma_fence();\n"
+       << "    #pragma unroll\n    for (int kk = 0; kk < BK; kk += IK)\n"
+       << "      #pragma unroll\n      for (int i = 0; i < MI; ++i) wgmma(acc[i], af[i][kk / IK], db + b_offset(kk));\n"
+       << "    wgmma_commit();\n  };\n"
+       << "  auto compute = [&](int buf, int t) {\n"
+       << "    if (t & 1) compute_with(buf, a_odd);\n    else compute_with(buf, a_even);\n  };\n\n";
+  else
+    os << "  auto compute = [&](int buf) {\n"
+       << "    const unsigned long long da = a_desc + (unsigned)(buf * A_BYTES >> 4), db = b_desc + (unsigned)(buf * B_BYTES >> 4);\n"
+       << "    wgmma_fence();\n"
+       << "    #pragma unroll\n    for (int kk = 0; kk < BK; kk += IK)\n"
+       << "      #pragma unroll\n      for (int i = 0; i < MI; ++i) wgmma(acc[i], da + a_offset(i, kk), db + b_offset(kk));\n"
+       << "    wgmma_commit();\n  };\n\n";
   if (ws) {
-    // One TMA box per 128-byte column block of each operand's stage.
+    // One TMA box per column block (one swizzled line wide) of each operand's stage.
     auto loads = [&](int which) {
       const TensorMapSpec& m = k.tensor_maps[which];
       const StoredTile& t = which == 0 ? sa : sb;
-      if (m.im2col) return im2col_loads(g, im2col[which], static_cast<int>(t.cols / line(t)));
+      if (m.im2col) return im2col_loads(g, im2col[which], static_cast<int>(t.cols / line(t, p)));
       const std::string up = which == 0 ? "A" : "B", base = which == 0 ? "As" : "Bs";
       // A pair's shared operand: this block loads rows [cta_rank, cta_rank + 1) x ROWS / 2 of each
       // column block into both blocks.
       const bool half = which == pair_shared_operand(p);
       const std::string offset = half ? " + cta_rank * (" + up + "_ROWS / 2)" : "";
       std::ostringstream l;
-      l << "        #pragma unroll\n        for (int blk = 0; blk < " << t.cols / line(t) << "; ++blk)\n"
+      l << "        #pragma unroll\n        for (int blk = 0; blk < " << t.cols / line(t, p) << "; ++blk)\n"
         << "          tma_" << (half ? "multicast_" : "load_") << m.rank << "d(" << base << " + buf * (" << up
         << "_BYTES / (int)sizeof(*" << base << ")) + blk * " << up << "_ROWS * " << up << "_W"
         << (half ? " + cta_rank * (" + up + "_ROWS / 2) * " + up + "_W" : "") << ", tma_" << (which == 0 ? "a" : "b")
@@ -918,7 +1008,7 @@ KernelSource emit_wgmma(const ImplicitGemm& g, const ScheduleParams& p) {
        << "    for (int step = first; step < last; ++step) {\n"
        << "      const int t = step - first, buf = t % STAGES;\n"
        << "      mbar_wait(&full[buf], (t / STAGES) & 1);\n"
-       << "      compute(buf);\n"
+       << "      compute(buf" << (p.a_regs == 1 ? ", t" : "") << ");\n"
        << "      wgmma_wait<1>();  // the previous step's wgmmas are done: release its buffer\n"
        << "      if (t > 0 && lane == 0) " << (pair ? "release_pair" : "mbar_arrive")
        << "(&empty[(t + STAGES - 1) % STAGES]);\n"
@@ -941,7 +1031,7 @@ KernelSource emit_wgmma(const ImplicitGemm& g, const ScheduleParams& p) {
        << "    __syncthreads();  // and every thread's\n"
        << "    if (step + STAGES - 2 < last) load_tiles(step + STAGES - 2, (t + STAGES - 2) % STAGES);\n"
        << "    cp_async_commit();\n"
-       << "    compute(t % STAGES);\n"
+       << "    compute(t % STAGES" << (p.a_regs == 1 ? ", t" : "") << ");\n"
        << "    wgmma_wait<1>();  // the previous step's wgmmas are done\n"
        << "  }\n"
        << "  wgmma_wait<0>();\n"
@@ -975,6 +1065,7 @@ class WgmmaFamily final : public EmitterFamily {
   bool has_tma_producer() const override { return true; }
   bool sums_splits_in_clusters() const override { return true; }
   bool shares_operands_in_clusters(const ImplicitGemm& g) const override { return tma_operands(g); }
+  bool reads_a_from_registers() const override { return true; }
   int extra_threads(const ScheduleParams& p) const override { return p.producer ? 128 : 0; }
   KernelSource emit(const ImplicitGemm& g, const ScheduleParams& p) const override { return emit_wgmma(g, p); }
 
@@ -985,10 +1076,11 @@ class WgmmaFamily final : public EmitterFamily {
       fail(ScheduleError::kBadOption, "wgmma.mma_async exists on sm_90 (H100, H200) only, not on sm_" +
                                           std::to_string(limits.compute_capability) +
                                           "; use the mma_sync or wmma abstractions there");
-    if (p.swizzle != 1 || p.smem_pad != 0 || p.panels != 0)
+    if (p.swizzle < 1 || p.swizzle > 3 || p.smem_pad != 0 || p.panels != 0)
       fail(ScheduleError::kBadOption, "swizzle = " + std::to_string(p.swizzle) + ", smem_pad = " +
                                           std::to_string(p.smem_pad) + ", panels = " + std::to_string(p.panels) +
-                                          ": wgmma reads 128-byte-swizzled tiles only (swizzle 1, smem_pad 0, panels 0)");
+                                          ": wgmma reads swizzled tiles only (swizzle 1, 2 or 3: 128-, 64- or "
+                                          "32-byte lines; smem_pad 0, panels 0)");
     if (p.stages < 3 || p.stages > 6)
       fail(ScheduleError::kBadStages, "stages = " + std::to_string(p.stages) +
                                           ": the wgmma ring needs 3 to 6 buffers (one read by wgmma, one "
@@ -996,7 +1088,7 @@ class WgmmaFamily final : public EmitterFamily {
     if (p.warp_n > 256 || (g.hw->a_dtype == DType::kInt8 && p.warp_n > 32 && p.warp_n % 16))
       fail(ScheduleError::kTileNotMultipleOfIntrinsic,
            "warp_n = " + std::to_string(p.warp_n) + ": wgmma's N runs from 8 to 256 (multiples of 16 above 32 for int8)");
-    const int acc_regs = (p.warp_m / 64) * p.warp_n / 2;
+    const int acc_regs = (p.warp_m / 64) * p.warp_n / 2, operand_regs = operand_registers(g, p);
     if (acc_regs > 128)
       fail(ScheduleError::kBadOption, "a " + std::to_string(p.warp_m) + " x " + std::to_string(p.warp_n) +
                                           " warpgroup tile holds " + std::to_string(acc_regs) +
@@ -1006,29 +1098,40 @@ class WgmmaFamily final : public EmitterFamily {
     // producer's setmaxnreg where register_split() rebalances.
     const int threads = block_threads(g, p);
     const RegisterSplit regs = register_split(g, p);
-    if (acc_regs <= 128 && acc_regs + 40 > regs.consumer)
+    if (acc_regs <= 128 && operand_regs + 40 > regs.consumer)
       fail(ScheduleError::kTooManyThreads,
            std::to_string(threads) + " threads leave " + std::to_string(regs.consumer) + " registers a " +
                (regs.rebalanced ? "consumer thread (the producer warpgroup keeping " + std::to_string(kProducerRegs) + ")"
                                 : std::string("thread")) +
-               ", too few for " + std::to_string(acc_regs) + " accumulators; use fewer or smaller warpgroup tiles");
+               ", too few for " + std::to_string(acc_regs) + " accumulators" +
+               (p.a_regs == 1 ? " and " + std::to_string(operand_regs - acc_regs) + " registers of A fragments (a_regs 1)"
+                              : std::string()) +
+               "; use fewer or smaller warpgroup tiles" + (p.a_regs == 1 ? ", a smaller block_k or a_regs 0" : ""));
+    // Two sets of A fragments beyond 64 registers: ptxas serialized the wgmmas of such a kernel
+    // (int8, 128 x 64 warpgroup tiles, 256-byte k steps: C7520) around its register moves.
+    if (p.a_regs == 1 && operand_regs - acc_regs > 64)
+      fail(ScheduleError::kBadOption, "a_regs = 1: " + std::to_string(operand_regs - acc_regs) +
+                                          " registers of A fragments (two sets of " + std::to_string(p.warp_m / 64) +
+                                          " m64 accumulators x " + std::to_string(p.block_k / g.shape[Axis::kK]) +
+                                          " k steps x 4), at most 64; use a smaller block_k or warp_m");
     for (int which = 0; which < 2; ++which) {
       const StoredTile t = stored_tile(g, p, which);
       const char* name = which == 0 ? "A" : "B";
-      if (p.block_k % line(t))
-        fail(ScheduleError::kMisalignedRows, "block_k = " + std::to_string(p.block_k) + ": " + name +
-                                                 " is swizzled in 128-byte lines of " + std::to_string(line(t)) +
+      if (p.block_k % line(t, p))
+        fail(ScheduleError::kMisalignedRows, "block_k = " + std::to_string(p.block_k) + ": " + name + " is swizzled in " +
+                                                 std::to_string(line_bytes(p)) + "-byte lines of " +
+                                                 std::to_string(line(t, p)) +
                                                  " elements of k; use a multiple");
       if (!stored_along_mn(g, which)) continue;
       if (t.bytes != 2)
         fail(ScheduleError::kBadOption, std::string(name) + " stored along " + (which == 0 ? "m" : "n") + " (layout " +
                                             g.layout + ") needs wgmma's transpose, which 16-bit operands have only");
       const int extent = which == 0 ? p.warp_m : p.warp_n;
-      if (extent % line(t))
+      if (extent % line(t, p))
         fail(ScheduleError::kTileNotMultipleOfIntrinsic,
              std::string(which == 0 ? "warp_m" : "warp_n") + " = " + std::to_string(extent) + ": " + name +
-                 " stored along " + (which == 0 ? "m" : "n") + " is read in blocks of " + std::to_string(line(t)) +
-                 " (one 128-byte line); use a multiple");
+                 " stored along " + (which == 0 ? "m" : "n") + " is read in blocks of " + std::to_string(line(t, p)) +
+                 " (one " + std::to_string(line_bytes(p)) + "-byte line); use a multiple");
     }
     if (p.producer < 0 || p.producer > 2)
       fail(ScheduleError::kBadOption, "producer = " + std::to_string(p.producer) + ": 0, 1 or 2 (persistent)");
@@ -1042,6 +1145,13 @@ class WgmmaFamily final : public EmitterFamily {
         const std::string why = tma_source(g, which, dims, &im2col);
         if (!why.empty())
           fail(ScheduleError::kBadOption, "producer = " + std::to_string(p.producer) + " loads operands with TMA, but " + why);
+        const int lb = line_bytes(p), bytes = elem_bytes(which == 0 ? g.hw->a_dtype : g.hw->b_dtype);
+        if (why.empty() && im2col.rank && (im2col.channels * bytes) % lb)
+          fail(ScheduleError::kBadOption, "swizzle = " + std::to_string(p.swizzle) + ": operand " +
+                                              (which == 0 ? "A" : "B") + " is read in im2col boxes of one " +
+                                              std::to_string(lb) + "-byte line of channels, and its " +
+                                              std::to_string(im2col.channels) + " channels are not whole lines; "
+                                              "use swizzle " + ((im2col.channels * bytes) % 64 ? "3" : "2"));
         if (why.empty() && im2col.rank && g.K % p.block_k)
           fail(ScheduleError::kBadOption, "block_k = " + std::to_string(p.block_k) + ": operand " +
                                               (which == 0 ? "A" : "B") + " is read in im2col boxes, "
@@ -1084,7 +1194,11 @@ class WgmmaFamily final : public EmitterFamily {
 
   ScheduleParams default_schedule(const ImplicitGemm& g, const DeviceLimits& limits) const override {
     ScheduleParams p;
-    const int w = 128 / elem_bytes(g.hw->a_dtype);  // elements per 128-byte line
+    // The narrowest swizzled line that holds the whole reduction where it is short (K of 16 or 32
+    // 16-bit elements), so that no stage carries zeros past it; 128-byte lines otherwise.
+    const std::int64_t k_bytes = g.K * elem_bytes(g.hw->a_dtype);
+    p.swizzle = k_bytes <= 32 ? 3 : k_bytes <= 64 ? 2 : 1;
+    const int w = line_bytes(p) / elem_bytes(g.hw->a_dtype);  // elements per line
     p.warp_m = 64;
     p.block_m = g.M > 64 ? 128 : 64;
     p.warp_n = g.N >= 256 ? 256 : g.N >= 128 ? 128 : g.N > 32 ? 64 : static_cast<int>(round_up(g.N, 16));
@@ -1093,7 +1207,6 @@ class WgmmaFamily final : public EmitterFamily {
     p.block_n = p.warp_n;
     p.block_k = w;
     p.panels = 0;
-    p.swizzle = 1;
     p.smem_pad = 0;
     p.vec_a = max_vector_width(g, 0);
     p.vec_b = max_vector_width(g, 1);
@@ -1120,7 +1233,7 @@ class WgmmaFamily final : public EmitterFamily {
     return {
         {64, 128, 128, 192, 256},                  // block_m
         {16, 32, 64, 128, 128, 192, 256, 256},     // block_n
-        {w, w, 2 * w},                             // block_k: whole 128-byte lines
+        {w / 4, w / 2, w, w, 2 * w},               // block_k: whole lines (w / 4: one wgmma's k)
         {64, 64, 128},                             // warp_m: m64 accumulators per warpgroup
         {16, 32, 64, 96, 128, 128, 192, 256, 256},  // warp_n: the instruction's N
         {3, 4, 4, 5, 6},                           // stages
@@ -1132,10 +1245,11 @@ class WgmmaFamily final : public EmitterFamily {
         {0, 1},                                    // unroll (of the gathers)
         {1, 2, 4, 8},                              // raster
         {0, 1, 1},                                 // async_copy
-        {1},                                       // swizzle: always
+        {1, 1, 1, 2, 3},                           // swizzle: 128-, 64- or 32-byte lines
         producers,                                 // producer: TMA warp specialization (2: persistent) where operands allow
         {1},                                       // k_lanes: SIMT only
         {0},                                       // window: SIMT only
+        {0, 0, 0, 1},                              // a_regs: A by descriptor, or from registers
     };
   }
 

@@ -300,6 +300,7 @@ class WmmaFamily final : public EmitterFamily {
         {0},                                       // producer: wgmma only
         {1},                                       // k_lanes: SIMT only
         {0},                                       // window: SIMT only
+        {0},                                       // a_regs: wgmma only
     };
   }
 

@@ -109,6 +109,7 @@ nlohmann::json to_json(const ScheduleParams& p) {
           {"panels", p.panels},   {"vec_a", p.vec_a},     {"vec_b", p.vec_b},       {"unroll", p.unroll},
           {"raster", p.raster},   {"async_copy", p.async_copy}, {"swizzle", p.swizzle},
           {"producer", p.producer}, {"k_lanes", p.k_lanes}, {"window", p.window},
+          {"a_regs", p.a_regs},
           {"relayout", p.relayout}, {"cluster", p.cluster}};
 }
 
@@ -126,6 +127,7 @@ ScheduleParams schedule_from_json(const nlohmann::json& j, const ScheduleParams&
                                                  {"raster", &p.raster},   {"async_copy", &p.async_copy},
                                                  {"swizzle", &p.swizzle}, {"producer", &p.producer},
                                                  {"k_lanes", &p.k_lanes}, {"window", &p.window},
+                                                 {"a_regs", &p.a_regs},
                                                  {"relayout", &p.relayout}, {"cluster", &p.cluster}};
   for (const auto& item : j.items()) {
     const std::string key = item.key();  // not a structured binding: Clang 14 cannot capture one
@@ -164,8 +166,8 @@ std::string_view message(ScheduleError e) {
     case ScheduleError::kBadStages:
       return "stages must be 1 or 2, or up to the family's pipeline depth (wmma 4, mma_sync 5) with async_copy = 1";
     case ScheduleError::kBadOption:
-      return "panels, unroll, swizzle and relayout must be 0 or 1, producer 0 to 2 (panels wmma only, swizzle mma_sync "
-             "and wgmma, producer wgmma only, relayout where the mapping offers it), raster between 1 and 32, k_lanes "
+      return "panels, unroll and relayout must be 0 or 1, swizzle 0 or 1 (mma_sync) or 1 to 3 (wgmma: 128-, 64- or "
+             "32-byte lines), producer 0 to 2 (panels wmma only, producer wgmma only, relayout where the mapping offers it), raster between 1 and 32, k_lanes "
              "a power of two up to 32, window 0 or 1 (simt only) and cluster 0 to 3 (sm_90; 1: split_k 2 to 8, mma_sync, "
              "wgmma and simt; 2, 3: wgmma with a TMA producer, split_k 1)";
     case ScheduleError::kBadAsyncCopy:
@@ -262,7 +264,7 @@ std::vector<ScheduleIssue> validate(const ImplicitGemm& in, const ScheduleParams
   if (p.stages < 1) fail(ScheduleError::kBadStages, "stages = " + std::to_string(p.stages));
   if (p.panels != 0 && p.panels != 1) fail(ScheduleError::kBadOption, "panels = " + std::to_string(p.panels));
   if (p.unroll != 0 && p.unroll != 1) fail(ScheduleError::kBadOption, "unroll = " + std::to_string(p.unroll));
-  if (p.swizzle != 0 && p.swizzle != 1) fail(ScheduleError::kBadOption, "swizzle = " + std::to_string(p.swizzle));
+  if (p.swizzle < 0 || p.swizzle > 3) fail(ScheduleError::kBadOption, "swizzle = " + std::to_string(p.swizzle));
   if (p.raster < 1 || p.raster > 32) fail(ScheduleError::kBadOption, "raster = " + std::to_string(p.raster));
   if (p.smem_pad < 0) fail(ScheduleError::kMisalignedRows, "smem_pad = " + std::to_string(p.smem_pad));
   if (p.producer != 0 && !family_of(*g.hw).has_tma_producer())
@@ -280,6 +282,9 @@ std::vector<ScheduleIssue> validate(const ImplicitGemm& in, const ScheduleParams
   else if (p.window != 0 && p.relayout != 0)
     fail(ScheduleError::kBadOption, "window = 1 with relayout = 1: a window is staged from the input in place; use "
                                     "relayout = 0");
+  if (p.a_regs != 0 && (p.a_regs != 1 || !family_of(*g.hw).reads_a_from_registers()))
+    fail(ScheduleError::kBadOption, "a_regs = " + std::to_string(p.a_regs) +
+                                        ": only wgmma kernels read operand A from registers (1); use 0");
   if (pairs_blocks(p)) {
     const char* pair = p.cluster == 2 ? "cluster = 2 (a pair of blocks along m sharing B by TMA multicast)"
                                       : "cluster = 3 (a pair of blocks along n sharing A by TMA multicast)";

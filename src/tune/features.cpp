@@ -248,6 +248,7 @@ Features candidate_features(const ImplicitGemm& g, const ScheduleParams& p, cons
   f[i++] = static_cast<float>(p.window);                 // a sliding window's image staged once per block (SIMT)
   f[i++] = static_cast<float>(std::log2(1.0 + relayout_bytes(g)));  // operands copied channels-last first
   f[i++] = static_cast<float>(p.cluster);                // split-K summed in a thread block cluster
+  f[i++] = static_cast<float>(p.a_regs);                 // operand A multiplied from registers (wgmma)
   return f;
 }
 

@@ -10,13 +10,13 @@
 namespace tmap {
 namespace {
 
-constexpr int kFields = 20;
+constexpr int kFields = 21;
 
 /// The schedule's parameters by position, in declaration order.
 int* field(ScheduleParams& p, int i) {
   int* fields[kFields] = {&p.block_m, &p.block_n, &p.block_k, &p.warp_m, &p.warp_n, &p.stages, &p.smem_pad,
                           &p.split_k, &p.panels,  &p.vec_a,   &p.vec_b,  &p.unroll, &p.raster, &p.async_copy, &p.swizzle,
-                          &p.producer, &p.k_lanes, &p.window, &p.relayout, &p.cluster};
+                          &p.producer, &p.k_lanes, &p.window, &p.a_regs, &p.relayout, &p.cluster};
   return fields[i];
 }
 

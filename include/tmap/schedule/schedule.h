@@ -35,7 +35,10 @@ struct ScheduleParams {
   /// copies overlap the current tile's math instead of staging through registers.
   int async_copy = 0;
   /// 1: shared operand tiles XOR-swizzled in 16-byte chunks (chunk ^ (128-byte line % 8)), so
-  /// that ldmatrix and the 16-byte copies meet no bank conflicts without padding (mma_sync).
+  /// that ldmatrix and the 16-byte copies meet no bank conflicts without padding (mma_sync, and
+  /// wgmma, which reads swizzled tiles only). wgmma also takes 2 and 3: tiles swizzled in 64- or
+  /// 32-byte lines (the descriptors' and TMA's narrower modes), for reductions shorter than 128
+  /// bytes a stage.
   int swizzle = 0;
   /// 1: warp-specialized (wgmma): one producer warpgroup loads the operand tiles with TMA into a
   /// ring of `stages` buffers guarded by mbarriers while the other warpgroups multiply; 0: every
@@ -54,6 +57,12 @@ struct ScheduleParams {
   /// EmitterFamily::stages_windows). block_n then counts the batch entries (channels) a block
   /// takes, and the warp tile is one thread's run of warp_m outputs along a row.
   int window = 0;
+  /// 1 (wgmma): operand A is loaded from its shared tile into registers with ldmatrix (.trans
+  /// where it is stored along m) and multiplied in wgmma's register form (A in registers, B by
+  /// descriptor), each step into one of two register sets by the step's parity so that the
+  /// previous step's wgmmas may still read the other; 0: both operands read by descriptor. Where
+  /// A is transformed on its way to the tensor cores (a fused prologue), only this form can do it.
+  int a_regs = 0;
   /// 1: read the operands from channels-last copies that a prologue kernel makes on every run
   /// (relayout_view(): an NCHW convolution's input as NHWC, its KCRS filters as KRSC), so that
   /// their reduction axis is contiguous; 0: read them in place. Only where relayout_view() offers it.

@@ -29,7 +29,7 @@ struct DeviceModel {
 };
 
 /// The features' names, in order. Each is documented where it is computed (features.cpp).
-inline constexpr std::array<std::string_view, 40> kFeatureNames = {
+inline constexpr std::array<std::string_view, 41> kFeatureNames = {
     "log2_M",           "log2_N",          "log2_K",          "log2_batch_serial", "padding_waste",
     "log2_block_m",     "log2_block_n",    "log2_block_k",    "log2_warp_m",       "log2_warp_n",
     "fragments",        "warps",           "stages",          "log2_smem_bytes",   "est_registers",
@@ -38,7 +38,7 @@ inline constexpr std::array<std::string_view, 40> kFeatureNames = {
     "panels",           "unroll",          "log2_raster",     "intrinsic_m",       "intrinsic_k",
     "dtype_rate",       "log2_analytic_us", "async_copy",      "family",            "swizzle",
     "producer",         "log2_k_lanes",    "window",          "log2_relayout_bytes",
-    "cluster"};
+    "cluster",          "a_regs"};
 inline constexpr std::size_t kNumFeatures = kFeatureNames.size();
 /// The position of feature `name` in kFeatureNames (kNumFeatures when there is none).
 constexpr std::size_t feature_index(std::string_view name) {
