@@ -661,6 +661,19 @@ TEST(Codegen, WgmmaNarrowSwizzles) {
     EXPECT_TRUE(validate(g, d, limits).empty()) << k;
     jobs.push_back({"gemm_nt " + k + " default", emit_kernel(g, d)});
   }
+  // The search offers the narrower lines only where 128-byte ones fall short (field 14: swizzle).
+  {
+    auto swizzles = [&](const Compute& c) {
+      const ImplicitGemm g = gemm_per_match(c, "wgmma_fp16_fp32").back();
+      return family_of(*g.hw).choices(g, default_schedule(g, limits)).at(14);
+    };
+    EXPECT_EQ(swizzles(typed("gemm_nt", "float16", "float32", {"M=256", "N=256", "K=512"})), std::vector<int>{1});
+    EXPECT_EQ(swizzles(typed("gemm_nt", "float16", "float32", {"M=256", "N=256", "K=32"})), (std::vector<int>{1, 2, 3}));
+    EXPECT_EQ(swizzles(typed("conv2d_nhwc", "float16", "float32", {"N=2", "C=32", "H=9", "W=11", "K=40", "pad=1"})),
+              (std::vector<int>{1, 2, 3}));
+    EXPECT_EQ(swizzles(typed("conv2d_nhwc", "float16", "float32", {"N=2", "C=64", "H=9", "W=11", "K=40", "pad=1"})),
+              std::vector<int>{1});
+  }
   // Refusals: a swizzle wgmma has no mode for, and the narrower lines on mma_sync.
   {
     const ImplicitGemm g = gemm_per_match(typed("gemm", "float16", "float32", {}), "wgmma_fp16_fp32").at(0);
