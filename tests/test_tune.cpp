@@ -287,6 +287,35 @@ TEST(CostModel, LearnsASyntheticCostFunction) {
   EXPECT_NEAR(spearman({1, 2, 3, 4}, {4, 3, 2, 1}), -1.0, 1e-12);
 }
 
+// How often the search draws the wgmma options measured no faster on the H100: pairs of blocks
+// (cluster 2, 3) in about a third of the draws without splits, A from registers in about an
+// eighth; the narrower swizzles never on a GEMM whose reduction fills 128-byte lines.
+TEST(SearchSpace, DrawsSlowerWgmmaOptionsRarely) {
+  Compute c = build_compute(builtin_op("gemm"), parse_param_overrides({"M=2048", "N=2048", "K=2048"}));
+  const std::vector<HwAbstraction> hws = {find_hw(shipped(), "wgmma_fp16_fp32")};
+  SearchSpace space(c, hws, Enumeration::kAmos, DeviceLimits::for_arch(90), 90);
+  int arm = -1;
+  for (int e = 0; e < static_cast<int>(space.entries().size()); ++e)
+    if (space.entries()[e].defaults.producer == 1) arm = e;
+  ASSERT_GE(arm, 0) << "an arm whose operands both have TMA boxes";
+  std::mt19937_64 rng(5);
+  int unsplit = 0, pairs = 0, regs = 0, narrow = 0;
+  const int draws = 2000;
+  for (int i = 0; i < draws; ++i) {
+    const ScheduleParams p = space.sample(arm, rng);
+    if (p.split_k == 1) {
+      ++unsplit;
+      pairs += p.cluster >= 2;
+    }
+    regs += p.a_regs;
+    narrow += p.swizzle != 1;
+  }
+  ASSERT_GT(unsplit, 200);
+  EXPECT_NEAR(static_cast<double>(pairs) / unsplit, 1.0 / 3, 0.1) << pairs << " of " << unsplit;
+  EXPECT_NEAR(static_cast<double>(regs) / draws, 1.0 / 8, 0.06) << regs << " of " << draws;
+  EXPECT_EQ(narrow, 0);
+}
+
 // A background refit ends in the model a synchronous fit on the same samples gives, the old
 // model predicting meanwhile; the first fit is synchronous.
 TEST(CostModel, RefitsInTheBackground) {
