@@ -731,6 +731,9 @@ TEST(Codegen, WgmmaRegisterA) {
       edit("persistent 2 consumers", [](ScheduleParams& p) { p.producer = 2; p.block_m = 128; p.warp_m = 64; p.split_k = 1; });
       edit("swizzle 2 split 2", [&](ScheduleParams& p) { p.swizzle = 2; p.block_k = line / 2; p.split_k = 2; p.producer = 1; });
       edit("swizzle 3 persistent", [&](ScheduleParams& p) { p.swizzle = 3; p.block_k = line / 4; p.producer = 2; p.split_k = 1; });
+      // A pair sharing A by multicast: each block's ldmatrix reads its own copy.
+      edit("persistent pair n", [](ScheduleParams& p) { p.producer = 2; p.split_k = 1; p.cluster = 3; });
+      edit("pair m", [](ScheduleParams& p) { p.producer = 1; p.split_k = 1; p.cluster = 2; });
       if (schedules.empty()) continue;
       ++layouts;
       for (const auto& [name, p] : schedules) {

@@ -682,7 +682,8 @@ std::vector<GpuCase> on_every_layout(const Compute& c, const std::string& hw, co
 // Operand A from registers (a_regs 1): fragments loaded by ldmatrix (.trans for an A stored along
 // m) into two register sets by step parity, B by descriptor; GEMMs of all four layouts with tails,
 // every producer (threads' gathers, TMA, persistent), two consumers, split-K, the narrower
-// swizzles, bf16, tf32 and int8 fragments, and an im2col convolution input as A.
+// swizzles, pairs of blocks (A multicast into both), bf16, tf32 and int8 fragments, and an
+// im2col convolution input as A.
 TEST(Gpu, WgmmaRegisterA) {
   if (!have_gpu()) GTEST_SKIP() << "no GPU: " << query_runtime().status;
   if (device_cc() != 90) GTEST_SKIP() << "wgmma needs sm_90, the GPU is sm_" << device_cc();
@@ -706,6 +707,8 @@ TEST(Gpu, WgmmaRegisterA) {
       {"a_regs wm 128 wn 64", regs([](ScheduleParams& p) { p.warp_m = p.block_m = 128; p.warp_n = 64; p.block_n = 128; })},
       {"a_regs split 3", regs([](ScheduleParams& p) { p.split_k = 3; })},
       {"a_regs swizzle 2 persistent", regs([](ScheduleParams& p) { p.swizzle = 2; p.block_k = 32; p.producer = 2; p.split_k = 1; })},
+      {"a_regs pair m", regs([](ScheduleParams& p) { p.producer = 1; p.split_k = 1; p.cluster = 2; })},
+      {"a_regs persistent pair n (A multicast)", regs([](ScheduleParams& p) { p.producer = 2; p.split_k = 1; p.cluster = 3; })},
   };
   int transposed = 0;
   for (const char* op : {"gemm", "gemm_tn"}) {
