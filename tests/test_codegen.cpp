@@ -2,6 +2,8 @@
 // every mapping, layout, shape and dtype family for sm_80 and sm_90.
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include <atomic>
 #include <filesystem>
 #include <unistd.h>
@@ -1264,6 +1266,44 @@ TEST(Codegen, ShiftedVectorsCompileForEveryFamilyAndLoop) {
                                 << (failures.empty() ? "" : failures.front());
   std::cout << "compiled " << jobs.size() << " kernels with shifted vectors for sm_80 and sm_90; " << skipped
             << " variants did not apply\n";
+}
+
+// wgmma's ring of thread-gathered stages copies operands that are contiguous but not aligned to
+// their vectors (NCHW / NCW / NCDHW inputs along the output's width) in shifted vectors: fetched
+// into registers with the step's copies, stored once the step's wgmmas are issued. Every such
+// layout of each op, fp16 and bf16, and variants of the ring (3 and 5 stages, split-K, A from
+// registers, two consumers), compiled for sm_90a.
+TEST(Codegen, WgmmaShiftedVectorsCompile) {
+  std::vector<Job> jobs;
+  int ops = 0;
+  for (const auto& [op, sets] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+           {"conv2d", {"N=2", "C=32", "H=12", "W=16", "K=48"}},
+           {"conv2d", {"N=2", "C=16", "H=12", "W=12", "K=32", "R=5", "S=5", "pad=2"}},
+           {"conv1d", {"N=2", "C=40", "W=64", "K=48", "pad=2", "dil=2"}},
+           {"conv1d", {"N=3", "C=64", "W=96", "K=64", "S=3", "pad=1"}},
+           {"conv3d", {"N=2", "C=16", "D=5", "H=6", "W=8", "K=32"}}}) {
+    Compute c = build_compute(builtin_op(op), parse_param_overrides(sets));
+    for (const std::string hw_name : {"wgmma_fp16_fp32", "wgmma_bf16_fp32"}) {
+      const HwAbstraction& hw = find_hw(shipped(), hw_name);
+      Compute typed = c;
+      if (hw.a_dtype == DType::kBFloat16)
+        for (auto& t : typed.tensors)
+          if (t.dtype == DType::kFloat16) t.dtype = DType::kBFloat16;
+      const auto schedules = testing::wgmma_shifted_schedules(typed, hw);
+      ops += !schedules.empty();
+      for (const auto& [label, gp] : schedules) {
+        KernelSource k = emit_kernel(gp.first, gp.second);
+        EXPECT_NE(k.code.find("store_shifted(&"), std::string::npos) << label;
+        EXPECT_NE(k.code.find("store_staged((t + STAGES - 2) % STAGES)"), std::string::npos) << label;
+        jobs.push_back({op + " " + sets[1] + " " + label, k});
+      }
+    }
+  }
+  EXPECT_EQ(ops, 10) << "every op has a layout that stores its input along the width, in both dtypes";
+  EXPECT_GE(jobs.size(), 40u);
+  std::vector<std::string> failures = compile_all(jobs, {90});
+  EXPECT_TRUE(failures.empty()) << failures.size() << " of " << jobs.size() << " failed; first:\n"
+                                << (failures.empty() ? "" : failures.front());
 }
 
 // float16 / bfloat16 outputs of float32 sums: both families convert in the epilogue (16-byte

@@ -963,6 +963,35 @@ TEST(Gpu, ShiftedAndFusedVectors) {
   EXPECT_GE(fused, 2);
 }
 
+// wgmma's thread-gathered ring reading NCHW / NCW / NCDHW inputs in place in shifted vectors
+// (padding and filter taps move each row's start off the vectors' alignment): every such layout,
+// with 3 and 5 stages, split-K, A from registers and two consumers, fp16 and bf16.
+TEST(Gpu, WgmmaShiftedVectors) {
+  if (!have_gpu()) GTEST_SKIP() << "no GPU: " << query_runtime().status;
+  if (device_cc() != 90) GTEST_SKIP() << "wgmma needs sm_90, the GPU is sm_" << device_cc();
+  std::uint64_t seed = 6100;
+  int runs = 0;
+  for (const auto& [op, sets] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+           {"conv2d", {"N=2", "C=24", "H=11", "W=16", "K=40"}},
+           {"conv2d", {"N=1", "C=16", "H=12", "W=12", "K=32", "R=5", "S=5", "pad=2"}},
+           {"conv1d", {"N=3", "C=40", "W=64", "K=48", "pad=2", "dil=2"}},
+           {"conv1d", {"N=3", "C=64", "W=96", "K=72", "S=3", "pad=1"}},
+           {"conv3d", {"N=2", "C=16", "D=5", "H=6", "W=8", "K=32"}}}) {
+    for (const std::string hw_name : {"wgmma_fp16_fp32", "wgmma_bf16_fp32"}) {
+      if (hw_name == "wgmma_bf16_fp32" && op != "conv1d") continue;
+      const Compute c = hw_name == "wgmma_bf16_fp32" ? typed_op(op, "bfloat16", "float32", sets)
+                                                     : build_compute(builtin_op(op), parse_param_overrides(sets));
+      std::vector<GpuCase> cases;
+      for (const auto& [label, gp] : testing::wgmma_shifted_schedules(c, find_hw(shipped(), hw_name)))
+        cases.push_back({op + " " + sets[1] + " " + label, gp.first, gp.second, 1e-2});
+      EXPECT_FALSE(cases.empty()) << op << " " << sets[1] << " " << hw_name << ": no layout copies shifted vectors";
+      runs += static_cast<int>(cases.size());
+      run_cases(c, cases, seed++);
+    }
+  }
+  EXPECT_GE(runs, 30);
+}
+
 // float32 sums stored as float16 or bfloat16 (--out-dtype), by both families, with vector and
 // scalar epilogues and split-K, on GEMMs with tails and NCHW / NHWC convolutions with padding.
 TEST(Gpu, NarrowOutputs) {

@@ -1,13 +1,18 @@
 // Small helpers shared by the table-driven tests.
 #pragma once
 
+#include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "tmap/codegen/implicit_gemm.h"
 #include "tmap/frontend/compute_loader.h"
 #include "tmap/frontend/op_library.h"
 #include "tmap/hw/hw_abstraction.h"
+#include "tmap/match/matcher.h"
 #include "tmap/runtime/device.h"
+#include "tmap/schedule/schedule.h"
 #include "tmap/support/diagnostic.h"
 
 namespace tmap::testing {
@@ -80,6 +85,42 @@ inline std::vector<std::vector<std::string>> im2col_conv_shapes() {
           {"N=2", "C=64", "H=12", "W=10", "K=72", "dil=2", "pad=2"},
           {"N=2", "C=64", "H=14", "W=14", "K=128", "R=1", "S=1", "stride=2", "pad=0"},
           {"N=2", "C=192", "H=7", "W=7", "K=64", "R=5", "S=5", "pad=2"}};
+}
+
+/// Shifted-vector schedules of wgmma's thread-gathered ring (producer 0) for the layouts of `c`
+/// (written operand order) that store an operand along the output's width: each shifted operand
+/// read in the widest vectors its contiguity allows, then variants of the ring where valid (3
+/// and 5 stages, split-K, A from registers, two consumers).
+inline std::vector<std::pair<std::string, std::pair<ImplicitGemm, ScheduleParams>>> wgmma_shifted_schedules(
+    const Compute& c, const HwAbstraction& hw) {
+  const std::vector<std::pair<std::string, std::function<void(ScheduleParams&)>>> edits = {
+      {"stages 3", [](ScheduleParams& p) { p.stages = 3; }},
+      {"stages 5", [](ScheduleParams& p) { p.stages = 5; }},
+      {"split 2", [](ScheduleParams& p) { p.split_k = 2; }},
+      {"a_regs", [](ScheduleParams& p) { p.a_regs = 1; }},
+      {"2 consumers", [](ScheduleParams& p) { p.block_m = 128; p.warp_m = 64; }}};
+
+  const DeviceLimits limits = DeviceLimits::for_arch(90);
+  std::vector<std::pair<std::string, std::pair<ImplicitGemm, ScheduleParams>>> out;
+  const MatchReport r = match_compute(c, {hw}, Enumeration::kAll);
+  for (const Match& m : r.matches) {
+    if (m.roles.a_input != r.matches.front().roles.a_input) continue;
+    ImplicitGemm g = make_implicit_gemm(c, hw, m, m.mappings.back());
+    ScheduleParams d = default_schedule(g, limits);
+    d.producer = 0;
+    d.vec_a = max_vector_width(g, 0);
+    d.vec_b = max_vector_width(g, 1);
+    if (!copies_shifted(g, d, 0) && !copies_shifted(g, d, 1)) continue;
+    if (!validate(g, d, limits).empty()) continue;
+    const std::string label = c.name + " " + hw.name + " " + m.layout;
+    out.push_back({label + " shifted", {g, d}});
+    for (const auto& [name, edit] : edits) {
+      ScheduleParams p = d;
+      edit(p);
+      if (validate(g, p, limits).empty()) out.push_back({label + " shifted " + name, {g, p}});
+    }
+  }
+  return out;
 }
 
 }  // namespace tmap::testing

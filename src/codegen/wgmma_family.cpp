@@ -34,7 +34,10 @@
 // between tiles.
 //
 // Pipeline: every thread gathers operand tiles (cp.async where the operand allows, the shared
-// gather of tile_pipeline.h) into a ring of STAGES buffers, STAGES - 2 steps ahead; each step's
+// gather of tile_pipeline.h; operands contiguous along the tile but not aligned to its vectors,
+// such as an NCW input along its pixels, in shifted vectors: two aligned vectors fetched into
+// registers, shifted into place and stored once the step's wgmmas are issued) into a ring of
+// STAGES buffers, STAGES - 2 steps ahead; each step's
 // wgmmas are committed as one group and the warpgroup waits only for the previous step's, so
 // the tensor cores run while the next step's barrier and copies are issued. A buffer is refilled
 // two steps after it was read, when every warpgroup's wait has retired its readers.
@@ -829,6 +832,7 @@ KernelSource emit_wgmma(const ImplicitGemm& g, const ScheduleParams& p) {
          << ";\\n\" ::: \"memory\"); }\n";
   } else {
     emit_cp_async_helpers(os);
+    emit_shift_helpers(os, g, p);
   }
   emit_cluster_helpers(os, p);
   os << "// A shared-memory matrix descriptor: start address, leading and stride byte offsets (each in\n"
@@ -908,13 +912,13 @@ KernelSource emit_wgmma(const ImplicitGemm& g, const ScheduleParams& p) {
   if (!persistent)
     os << "  // This block's share of the steps: [first, last).\n"
        << "  const int first = (int)((long long)STEPS * split / SPLIT_K), last = (int)((long long)STEPS * (split + 1) / SPLIT_K);\n";
+  bool staged = false;  // operands copied in shifted vectors: fetched into registers, stored later
   if (!ws) {
-    const GatherTile gather_a = gather_tile('a', a_mn, p.vec_a, 1, false),
-                     gather_b = gather_tile('b', b_mn, p.vec_b, 1, false);
-    const bool staged = emit_tile_loads(os, g, p, k.threads, gather_a, gather_b,
-                                        ta + "* a = As + buf * (A_BYTES / (int)sizeof(" + ta + "))",
-                                        tb + "* b = Bs + buf * (B_BYTES / (int)sizeof(" + tb + "))");
-    TMAP_CHECK(!staged, "wgmma kernels gather no shifted copies (validate rejects them)");
+    const GatherTile gather_a = gather_tile('a', a_mn, p.vec_a, 1, copies_shifted(g, p, 0)),
+                     gather_b = gather_tile('b', b_mn, p.vec_b, 1, copies_shifted(g, p, 1));
+    staged = emit_tile_loads(os, g, p, k.threads, gather_a, gather_b,
+                             ta + "* a = As + buf * (A_BYTES / (int)sizeof(" + ta + "))",
+                             tb + "* b = Bs + buf * (B_BYTES / (int)sizeof(" + tb + "))");
   }
   const int lb = line_bytes(p);
   const std::string a_base = a_mn ? "(wm0 / A_W) * A_ROWS * A_W" : "wm0 * A_W";
@@ -1021,8 +1025,13 @@ KernelSource emit_wgmma(const ImplicitGemm& g, const ScheduleParams& p) {
   } else {
     os << "  // The ring: copies run STAGES - 2 steps ahead; the buffer refilled at a step was read two steps\n"
        << "  // before, whose wgmmas every warpgroup retired (wait_group 1) before this step's barrier.\n"
+       << (staged ? "  // Shifted copies are fetched into registers with the step's copies and stored into their\n"
+                    "  // buffer once the step's wgmmas are issued; the next step's fence and barrier make the\n"
+                    "  // stores visible to wgmma. (Stored a step later instead, c1d_a was no faster on the H100.)\n"
+                  : "")
        << "  for (int t = 0; t < STAGES - 2; ++t) {\n"
-       << "    if (first + t < last) load_tiles(first + t, t);\n"
+       << "    if (first + t < last) {\n      load_tiles(first + t, t);\n" << (staged ? "      store_staged(t);\n" : "")
+       << "    }\n"
        << "    cp_async_commit();\n  }\n"
        << "  for (int step = first; step < last; ++step) {\n"
        << "    const int t = step - first;\n"
@@ -1032,6 +1041,7 @@ KernelSource emit_wgmma(const ImplicitGemm& g, const ScheduleParams& p) {
        << "    if (step + STAGES - 2 < last) load_tiles(step + STAGES - 2, (t + STAGES - 2) % STAGES);\n"
        << "    cp_async_commit();\n"
        << "    compute(t % STAGES" << (p.a_regs == 1 ? ", t" : "") << ");\n"
+       << (staged ? "    if (step + STAGES - 2 < last) store_staged((t + STAGES - 2) % STAGES);\n" : "")
        << "    wgmma_wait<1>();  // the previous step's wgmmas are done\n"
        << "  }\n"
        << "  wgmma_wait<0>();\n"
@@ -1191,11 +1201,6 @@ class WgmmaFamily final : public EmitterFamily {
       }
       return;  // the gather's vectors are unused
     }
-    for (int which = 0; which < 2; ++which)
-      if (copies_shifted(g, p, which))
-        fail(ScheduleError::kBadVector, std::string(which == 0 ? "vec_a" : "vec_b") +
-                                            ": shifted vectors are not staged by the wgmma pipeline; use a vector no "
-                                            "wider than " + std::to_string(operand_contiguity(g, which).aligned));
   }
 
   std::int64_t shared_bytes(const ImplicitGemm& g, const ScheduleParams& p) const override {
