@@ -1071,10 +1071,11 @@ KernelSource emit_wgmma(const ImplicitGemm& g, const ScheduleParams& p) {
 /// cannot for `g`: hold its whole reduction in one line (K of at most 64 bytes), or read an im2col
 /// input whose channels are not a whole number of 128-byte lines.
 bool narrow_lines_help(const ImplicitGemm& g) {
-  if (g.K * elem_bytes(g.hw->a_dtype) <= 64) return true;
   for (int which = 0; which < 2; ++which) {
+    const int bytes = elem_bytes(which == 0 ? g.hw->a_dtype : g.hw->b_dtype);
+    if (g.K * bytes <= 64) return true;
     Im2colView v;
-    if (im2col_view(g, which, v).empty() && (v.channels * elem_bytes(g.hw->a_dtype)) % 128) return true;
+    if (im2col_view(g, which, v).empty() && (v.channels * bytes) % 128) return true;
   }
   return false;
 }
