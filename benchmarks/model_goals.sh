@@ -47,18 +47,30 @@ make_table() {
   "$bin/tmap" import "$out/resnet50.onnx" --batch 1 --layout nhwc --out "$table" > "$out/resnet50_b1_nhwc.txt"
   rm -f "$out/resnet50.onnx"
 }
-# Replays a log's best records as JSON (workload key -> us).
-replay_json() { "$bin/tmap" replay "$1" --format json 2>/dev/null || true; }
-# replay_rounds PREFIX LOG...: each log replayed --rounds times, the logs in turn within a round
-# (PREFIX_<i>_<round>.json for the i-th log), so that drift of the GPU between processes falls on
-# all of them alike; replay_median (Python) takes each workload's median over the rounds. Kernels
-# of 2-5 us replayed once moved by up to 10% from one process to the next.
+# Each workload key of a log, one per line.
+log_keys() {
+  "$bin/tmap" logs list "$1" --format json 2>/dev/null |
+    python3 -c 'import json, sys; print("\n".join(w["workload"] for w in json.load(sys.stdin)["workloads"]))' || true
+}
+# replay_rounds PREFIX LOG...: each log's workloads replayed --rounds times, the logs in turn
+# within a round, each workload in a process of its own (PREFIX_<i>_<round>_<key>.json for the
+# i-th log), so that drift of the GPU between processes falls on all of them alike;
+# replay_median (Python) takes each workload's median over the rounds. Kernels of 2-5 us
+# replayed once moved by up to 10% from one process to the next, and replayed after a log's
+# other workloads in one process they moved with their place in it: ResNet-18 layer 10's 20 s
+# best read 2.28 us (3 rounds) after the log's layers 0-9 and 2.13-2.15 alone, the reference's
+# 2.12 and 2.19 (H100, 2026-11-26).
 replay_rounds() {
-  local prefix=$1 round i log
+  local prefix=$1 round i log key
   shift
   for round in $(seq "$rounds"); do
     i=0
-    for log in "$@"; do replay_json "$log" > "${prefix}_${i}_${round}.json"; i=$((i + 1)); done
+    for log in "$@"; do
+      for key in $(log_keys "$log"); do
+        "$bin/tmap" replay "$log" --workload "$key" --format json > "${prefix}_${i}_${round}_${key}.json" 2>/dev/null || true
+      done
+      i=$((i + 1))
+    done
   done
 }
 replay_median_py='
