@@ -58,7 +58,7 @@ log_keys() {
 # replay_median (Python) takes each workload's median over the rounds. Kernels of 2-5 us
 # replayed once moved by up to 10% from one process to the next, and replayed after a log's
 # other workloads in one process they moved with their place in it: ResNet-18 layer 10's 20 s
-# best read 2.28 us (3 rounds) after the log's layers 0-9 and 2.13-2.15 alone, the reference's
+# best read 2.28 us (3 rounds) after the log's layers 0-9 and 2.13-2.17 alone, the reference's
 # 2.12 and 2.19 (H100, 2026-11-26).
 replay_rounds() {
   local prefix=$1 round i log key
