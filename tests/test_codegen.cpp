@@ -2,10 +2,9 @@
 // every mapping, layout, shape and dtype family for sm_80 and sm_90.
 #include <gtest/gtest.h>
 
-#include <functional>
-
 #include <atomic>
 #include <filesystem>
+#include <functional>
 #include <unistd.h>
 #include <iostream>
 #include <memory>
@@ -1282,13 +1281,9 @@ TEST(Codegen, WgmmaShiftedVectorsCompile) {
            {"conv1d", {"N=2", "C=40", "W=64", "K=48", "pad=2", "dil=2"}},
            {"conv1d", {"N=3", "C=64", "W=96", "K=64", "S=3", "pad=1"}},
            {"conv3d", {"N=2", "C=16", "D=5", "H=6", "W=8", "K=32"}}}) {
-    Compute c = build_compute(builtin_op(op), parse_param_overrides(sets));
     for (const std::string hw_name : {"wgmma_fp16_fp32", "wgmma_bf16_fp32"}) {
       const HwAbstraction& hw = find_hw(shipped(), hw_name);
-      Compute typed = c;
-      if (hw.a_dtype == DType::kBFloat16)
-        for (auto& t : typed.tensors)
-          if (t.dtype == DType::kFloat16) t.dtype = DType::kBFloat16;
+      const Compute typed = testing::typed_op(op, hw.a_dtype == DType::kBFloat16 ? "bfloat16" : "float16", "float32", sets);
       const auto schedules = testing::wgmma_shifted_schedules(typed, hw);
       ops += !schedules.empty();
       for (const auto& [label, gp] : schedules) {

@@ -99,7 +99,6 @@ inline std::vector<std::pair<std::string, std::pair<ImplicitGemm, ScheduleParams
       {"split 2", [](ScheduleParams& p) { p.split_k = 2; }},
       {"a_regs", [](ScheduleParams& p) { p.a_regs = 1; }},
       {"2 consumers", [](ScheduleParams& p) { p.block_m = 128; p.warp_m = 64; }}};
-
   const DeviceLimits limits = DeviceLimits::for_arch(90);
   std::vector<std::pair<std::string, std::pair<ImplicitGemm, ScheduleParams>>> out;
   const MatchReport r = match_compute(c, {hw}, Enumeration::kAll);
