@@ -1220,13 +1220,9 @@ TEST(Codegen, ShiftedVectorsCompileForEveryFamilyAndLoop) {
            {"conv2d", {"N=2", "C=16", "H=12", "W=12", "K=32", "R=5", "S=5", "pad=2"}},
            {"conv1d", {"N=2", "C=40", "W=64", "K=48", "pad=2", "dil=2"}},
            {"conv3d", {"N=2", "C=16", "D=5", "H=6", "W=8", "K=32"}}}) {
-    Compute c = build_compute(builtin_op(op), parse_param_overrides(sets));
     for (const std::string hw_name : {"wmma_fp16_fp32", "mma_sync_fp16_fp32", "mma_sync_bf16_fp32"}) {
       const HwAbstraction& hw = find_hw(shipped(), hw_name);
-      Compute typed = c;
-      if (hw.a_dtype == DType::kBFloat16)
-        for (auto& t : typed.tensors)
-          if (t.dtype == DType::kFloat16) t.dtype = DType::kBFloat16;
+      const Compute typed = testing::typed_op(op, hw.a_dtype == DType::kBFloat16 ? "bfloat16" : "float16", "float32", sets);
       MatchReport r = match_compute(typed, {hw}, Enumeration::kAll);
       bool first = true;  // every main loop on the first shifted layout, the default on the others
       for (const Match& m : r.matches) {
