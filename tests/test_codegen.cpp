@@ -8,6 +8,7 @@
 #include <unistd.h>
 #include <iostream>
 #include <memory>
+#include <set>
 #include <thread>
 #include <tuple>
 #include <utility>
@@ -1297,6 +1298,62 @@ TEST(Codegen, WgmmaShiftedVectorsCompile) {
                                 << (failures.empty() ? "" : failures.front());
 }
 
+// Stride-2 inputs along the output's width (every other element, padding and taps moving the
+// start): each group is read as the two aligned vectors that cover it and its elements picked
+// out in registers (store_strided), by every family that gathers tiles through threads, for
+// 1-, 2- and 4-byte elements; wgmma's ring with its variants, for sm_90a.
+TEST(Codegen, StridedVectorsCompileForEveryFamily) {
+  std::vector<Job> jobs, wgmma_jobs;
+  const DeviceLimits limits = DeviceLimits::for_arch(80);
+  std::set<std::string> families, element_bytes;
+  for (const auto& [op, sets] : testing::strided_conv_shapes()) {
+    for (const auto& [hw_name, in_t, out_t] : std::vector<std::tuple<std::string, std::string, std::string>>{
+             {"wmma_fp16_fp32", "float16", "float32"}, {"mma_sync_fp16_fp32", "float16", "float32"},
+             {"mma_sync_bf16_fp32", "bfloat16", "float32"}, {"mma_sync_tf32_fp32", "float32", "float32"},
+             {"simt_fp16_fp32", "float16", "float32"}, {"simt_int8_int32", "int8", "int32"},
+             {"simt_fp32_fp32", "float32", "float32"}, {"wgmma_fp16_fp32", "float16", "float32"},
+             {"wgmma_bf16_fp32", "bfloat16", "float32"}}) {
+      const HwAbstraction& hw = find_hw(shipped(), hw_name);
+      const Compute c = testing::typed_op(op, in_t, out_t, sets);
+      const std::string label = op + " " + sets[3] + " " + hw_name;
+      if (hw.family == "wgmma") {
+        if (in_t == "bfloat16" && op != "conv1d") continue;  // bf16 differs from fp16 in its type names only
+        for (const auto& [name, gp] : testing::wgmma_shifted_schedules(c, hw)) {
+          if (operand_contiguity(gp.first, 0).step != 2 && operand_contiguity(gp.first, 1).step != 2) continue;
+          KernelSource k = emit_kernel(gp.first, gp.second);
+          EXPECT_NE(k.code.find("store_strided<"), std::string::npos) << name;
+          wgmma_jobs.push_back({label + " " + name, k});
+          families.insert(hw.family);
+        }
+        continue;
+      }
+      MatchReport r = match_compute(c, {hw}, Enumeration::kAll);
+      for (const Match& m : r.matches) {
+        ImplicitGemm g = make_implicit_gemm(c, hw, m, m.mappings.back());
+        const ScheduleParams d = default_schedule(g, limits);
+        for (int which = 0; which < 2; ++which) {
+          if (operand_contiguity(g, which).step != 2 || !copies_shifted(g, d, which)) continue;
+          ASSERT_TRUE(validate(g, d, limits).empty()) << label << " " << m.layout;
+          KernelSource k = emit_kernel(g, d);
+          EXPECT_NE(k.code.find("store_strided<"), std::string::npos) << label << " " << m.layout;
+          jobs.push_back({label + " " + m.layout + " " + m.shape.str(), k});
+          families.insert(hw.family);
+          element_bytes.insert(in_t);
+        }
+      }
+    }
+  }
+  EXPECT_EQ(families.size(), 4u) << "wmma, mma_sync, simt and wgmma copy strided vectors";
+  EXPECT_EQ(element_bytes.size(), 4u) << "halves of both kinds, bytes and words";
+  std::vector<std::string> failures = compile_all(jobs);
+  std::vector<std::string> wgmma_failures = compile_all(wgmma_jobs, {90});
+  failures.insert(failures.end(), wgmma_failures.begin(), wgmma_failures.end());
+  EXPECT_TRUE(failures.empty()) << failures.size() << " of " << jobs.size() * 2 + wgmma_jobs.size()
+                                << " failed; first:\n" << (failures.empty() ? "" : failures.front());
+  std::cout << "compiled " << jobs.size() << " kernels with strided vectors for sm_80 and sm_90, "
+            << wgmma_jobs.size() << " wgmma kernels for sm_90a\n";
+}
+
 // float16 / bfloat16 outputs of float32 sums: both families convert in the epilogue (16-byte
 // vectors of 8 outputs for mma_sync), also after a split-K reduction.
 // Split-K summed in a thread block cluster (sm_90): no reduce kernel and no workspace, the grid's
@@ -1481,7 +1538,9 @@ TEST(Schedule, VectorWidthFollowsContiguity) {
   // padding (p, q) run on contiguously (784 elements). The weight W[k, c, r, s] runs on along
   // (c, r, s) (128 * 9) in NCHW as W[k, r, s, c] does in NHWC. NHWC: the input's last index is
   // c alone; C = 12 allows 4 halves (and 12 * 9 for the weights). conv1d with dilation 2 and padding
-  // 2: q + 2 s - 2 leaves pairs aligned.
+  // 2: q + 2 s - 2 leaves pairs aligned. Stride 2 (strided: 2 q + s - pad, every other element):
+  // a group of vectors of 2 q's spans the two aligned vectors of the widest load dividing W (8
+  // halves for W = 56, 4 for W = 28, 2 for W = 14), at most half of it and at least 4 bytes.
   for (const auto& t : std::vector<Case>{{"gemm", {}, "nnn", 8, 8, 8},
                                          {"gemm", {}, "tnn", 1, 8, 1},
                                          {"gemm", {"K=20"}, "nnn", 4, 8, 4},
@@ -1490,7 +1549,10 @@ TEST(Schedule, VectorWidthFollowsContiguity) {
                                          {"conv2d", {}, "ntn", 1, 8, 1},
                                          {"conv2d", {}, "ttn", 4, 8, 1},
                                          {"conv2d", {"R=1", "S=1", "pad=0"}, "ttn", 8, 8, 8},
-                                         {"conv2d", {"R=1", "S=1", "pad=0", "stride=2"}, "ttn", 1, 8, 1},
+                                         {"conv2d", {"R=1", "S=1", "pad=0", "stride=2"}, "ttn", 2, 8, 1},
+                                         {"conv2d", {"H=56", "W=56", "stride=2"}, "ttn", 4, 8, 1},
+                                         {"conv2d", {"H=14", "W=14", "R=1", "S=1", "pad=0", "stride=2"}, "ttn", 1, 8, 1},
+                                         {"conv2d", {"stride=3"}, "ttn", 1, 8, 1},
                                          {"conv1d", {"pad=2", "dil=2"}, "ttn", 8, 8, 2}}) {
     SCOPED_TRACE(t.op + " " + t.layout);
     Compute c = build_compute(builtin_op(t.op), parse_param_overrides(t.sets));

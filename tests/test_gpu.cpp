@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <map>
 
 #include <nlohmann/json.hpp>
 #include <memory>
@@ -989,6 +990,66 @@ TEST(Gpu, WgmmaShiftedVectors) {
       run_cases(c, cases, seed++);
     }
   }
+  EXPECT_GE(runs, 30);
+}
+
+// Stride-2 inputs read along the output's width in strided vectors (two aligned vectors per
+// group, every other element picked out in registers; padding and taps move the start): the
+// families that gather tiles through threads, 1-, 2- and 4-byte elements, the main loops of one
+// layout, and wgmma's ring with split-K and A from registers, against the reference.
+TEST(Gpu, StridedVectors) {
+  if (!have_gpu()) GTEST_SKIP() << "no GPU: " << query_runtime().status;
+  std::uint64_t seed = 7300;
+  const DeviceLimits limits = DeviceLimits::for_arch(device_cc());
+  using Edit = std::pair<std::string, std::function<void(ScheduleParams&)>>;
+  const std::vector<Edit> loops = {
+      {"stages 2", [](ScheduleParams& p) { p.stages = 2; }},
+      {"registers", [](ScheduleParams& p) { p.async_copy = 0; p.stages = 2; }},
+      {"one buffer", [](ScheduleParams& p) { p.async_copy = 0; p.stages = 1; }},
+      {"split 2", [](ScheduleParams& p) { p.split_k = 2; }},
+  };
+  int runs = 0;
+  std::map<std::string, int> per_family;
+  for (const auto& [op, sets] : testing::strided_conv_shapes()) {
+    for (const auto& [hw_name, in_t, tolerance] : std::vector<std::tuple<std::string, std::string, double>>{
+             {"mma_sync_fp16_fp32", "float16", 1e-2}, {"wmma_fp16_fp32", "float16", 1e-2},
+             {"simt_fp32_fp32", "float32", 1e-5}, {"simt_int8_int32", "int8", 0.0},
+             {"wgmma_fp16_fp32", "float16", 1e-2}}) {
+      const HwAbstraction& hw = find_hw(shipped(), hw_name);
+      if (hw.family == "wgmma" && device_cc() != 90) continue;
+      const Compute c = typed_op(op, in_t, in_t == "int8" ? "int32" : "float32", sets);
+      const std::string label = op + " " + sets[3] + " " + hw_name;
+      std::vector<GpuCase> cases;
+      if (hw.family == "wgmma") {
+        for (const auto& [name, gp] : testing::wgmma_shifted_schedules(c, hw))
+          if ((operand_contiguity(gp.first, 0).step == 2 || operand_contiguity(gp.first, 1).step == 2) &&
+              (name.ends_with("shifted") || name.ends_with("split 2") || name.ends_with("a_regs")))
+            cases.push_back({label + " " + name, gp.first, gp.second, tolerance});
+      } else {
+        MatchReport r = match_compute(c, {hw}, Enumeration::kAll);
+        for (const Match& m : r.matches) {
+          ImplicitGemm g = make_implicit_gemm(c, hw, m, m.mappings.back());
+          const ScheduleParams d = default_schedule(g, limits);
+          const bool strided = (operand_contiguity(g, 0).step == 2 && copies_shifted(g, d, 0)) ||
+                               (operand_contiguity(g, 1).step == 2 && copies_shifted(g, d, 1));
+          if (!strided || cases.size() >= 2) continue;
+          GpuCase gc{label + " " + m.layout + " " + m.shape.str(), g, d, tolerance};
+          if (cases.empty() && hw_name == "mma_sync_fp16_fp32") {
+            for (const GpuCase& v : variants(gc, loops)) cases.push_back(v);
+          } else {
+            cases.push_back(gc);
+          }
+        }
+      }
+      // A family's default schedule may gather a shape's input another way (SIMT blocks of one
+      // output row for 2-D windows); each family must copy strided vectors for some shape.
+      if (cases.empty()) continue;
+      per_family[hw_name] += static_cast<int>(cases.size());
+      runs += static_cast<int>(cases.size());
+      run_cases(c, cases, seed++);
+    }
+  }
+  EXPECT_EQ(per_family.size(), device_cc() == 90 ? 5u : 4u) << "every family copies strided vectors for some shape";
   EXPECT_GE(runs, 30);
 }
 

@@ -68,6 +68,16 @@ inline Compute typed_op(const std::string& op, const std::string& in_t, const st
   return build_compute(def, parse_param_overrides(sets));
 }
 
+/// Stride-2 convolutions in NCHW / NCW / NCDHW whose input rows are whole aligned vectors: W = 16
+/// and 8 (8 halves a load, groups of 4), W = 12 (4 a load, groups of 2), a 1x1 layer without
+/// padding and 3x3 / 3-tap layers with it.
+inline std::vector<std::pair<std::string, std::vector<std::string>>> strided_conv_shapes() {
+  return {{"conv2d", {"N=2", "C=32", "H=12", "W=16", "K=48", "stride=2"}},
+          {"conv2d", {"N=2", "C=16", "H=12", "W=12", "K=32", "R=1", "S=1", "pad=0", "stride=2"}},
+          {"conv1d", {"N=2", "C=40", "W=64", "K=48", "S=3", "pad=1", "stride=2"}},
+          {"conv3d", {"N=2", "C=16", "D=5", "H=6", "W=8", "K=32", "stride=2"}}};
+}
+
 /// The abstractions shipped in the source tree's hw_abstractions/, loaded once.
 inline const std::vector<HwAbstraction>& shipped() {
   static const std::vector<HwAbstraction> all = load_hw_directory(std::string(TMAP_SOURCE_DIR) + "/hw_abstractions");

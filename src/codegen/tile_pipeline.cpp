@@ -288,11 +288,18 @@ void emit_operand_loader(std::ostringstream& os, const ImplicitGemm& g, const Sc
   const std::string vtype = vector_type(vec * elem_bytes);
   const int bytes = vec * elem_bytes;
   const std::string fname = std::string(is_a ? "load_a" : "load_b") + (vec > 1 ? "_vec" : "");
+  // A shifted copy reads the two aligned vectors of `load` elements that cover its group.
+  const int load = sp.shifted ? shifted_load_width(g, p, which) : vec;
+  const bool strided = sp.shifted && operand_contiguity(g, which).step == 2;
+  const std::string load_type = vector_type(load * elem_bytes);
   if (sp.shifted) {
     const std::string st = staged_type(op);
-    os << "// " << vec << " elements of " << t.name << " contiguous in memory but not aligned to " << vec
-       << ": the two aligned vectors that cover them, held in registers until store_shifted() puts them in place\n"
-       << "struct " << st << " {\n  " << vtype << " lo, hi;\n  int shift;  // bytes into lo of the first element\n};\n"
+    os << "// " << vec << " elements of " << t.name
+       << (strided ? " every other one in memory (stride 2), spanning the two aligned vectors of " +
+                         std::to_string(load) + " elements that cover them, held in registers until store_strided() picks them out\n"
+                   : " contiguous in memory but not aligned to " + std::to_string(vec) +
+                         ": the two aligned vectors that cover them, held in registers until store_shifted() puts them in place\n")
+       << "struct " << st << " {\n  " << load_type << " lo, hi;\n  int shift;  // bytes into lo of the first element\n};\n"
        << "// " << t.name << " elements at fixed part f and reduction point (k, s) and the next " << vec - 1
        << " along the tile's row; zero outside the GEMM or the tensor\n"
        << "__device__ __forceinline__ void fetch_" << op << "(const " << type << "* __restrict__ src, const " << ftype
@@ -327,15 +334,15 @@ void emit_operand_loader(std::ostringstream& os, const ImplicitGemm& g, const Sc
     // aligned vectors covering it are each wholly inside or outside the dimension.
     const std::size_t last = sp.last();
     const std::string start = "f.d" + std::to_string(last) + (sp.has_moving(last) ? " + " + code(sp.moving[last]) : "");
-    const std::string V = std::to_string(vec), W = std::to_string(t.shape[last]) + "u";
+    const std::string V = std::to_string(load), W = std::to_string(t.shape[last]) + "u";
     os << "  const bool ok = " << valid << ";\n"
        << "  const int i = " << start << ";  // the group's first index in dim " << last << "\n"
-       << "  const int r = i & " << vec - 1 << ", lo = i - r;\n"
+       << "  const int r = i & " << load - 1 << ", lo = i - r;\n"
        << "  const bool ok_lo = ok && (unsigned)lo < " << W << ", ok_hi = ok && (unsigned)(lo + " << V << ") < " << W
        << ";\n"
        << "  const int offset = ok ? f.offset" << moving << " - r : 0;\n"
-       << "  st.lo = ok_lo ? *reinterpret_cast<const " << vtype << "*>(src + offset) : decltype(st.lo){};\n"
-       << "  st.hi = ok_hi ? *reinterpret_cast<const " << vtype << "*>(src + offset + " << V
+       << "  st.lo = ok_lo ? *reinterpret_cast<const " << load_type << "*>(src + offset) : decltype(st.lo){};\n"
+       << "  st.hi = ok_hi ? *reinterpret_cast<const " << load_type << "*>(src + offset + " << V
        << ") : decltype(st.hi){};\n"
        << "  st.shift = r * " << elem_bytes << ";\n}\n\n";
     return;
@@ -580,19 +587,27 @@ void emit_staged_registers(std::ostringstream& os, const ScheduleParams& p, int 
   if (!t.shifted) return;
   const std::string up = t.op == 'a' ? "A" : "B";
   os << "  // This thread's shifted " << up << " copies of one step, between fetch_" << t.op
-     << " (in load_tiles) and store_shifted (in store_staged).\n"
+     << " (in load_tiles) and their store (in store_staged).\n"
      << "  constexpr int " << up << "_STAGED = " << copies_per_thread(p, threads, t) << ";\n"
      << "  " << staged_type(t.op) << " " << t.op << "_st[" << up << "_STAGED];\n";
 }
 
+/// The helper that puts operand `which`'s shifted copies in place (emit_shift_helpers):
+/// store_shifted, or for a strided operand store_strided<element bytes, vector of the group>.
+std::string staged_store_call(const ImplicitGemm& g, const ScheduleParams& p, int which) {
+  if (operand_contiguity(g, which).step != 2) return "store_shifted";
+  const int bytes = std::max(1, dtype_bits(which == 0 ? g.hw->a_dtype : g.hw->b_dtype) / 8);
+  return "store_strided<" + std::to_string(bytes) + ", " + vector_type((which == 0 ? p.vec_a : p.vec_b) * bytes) + ">";
+}
+
 /// In the store_staged(buf) lambda, with the stage buffer `op` in scope: this thread's shifted
-/// copies put in place. Emits nothing for other gathers.
-void emit_staged_store(std::ostringstream& os, const GatherTile& t) {
+/// copies put in place by `store` (staged_store_call). Emits nothing for other gathers.
+void emit_staged_store(std::ostringstream& os, const GatherTile& t, const std::string& store) {
   if (!t.shifted) return;
   const std::string tile(1, t.op), up = t.op == 'a' ? "A" : "B";
   os << "    #pragma unroll\n    for (int it = 0; it < " << up << "_STAGED; ++it) {\n"
      << copy_loop_head(t)
-     << "      store_shifted(&" << tile << "[" << tile << "_at(" << t.row_var << ", " << t.col_var << ")], " << tile
+     << "      " << store << "(&" << tile << "[" << tile << "_at(" << t.row_var << ", " << t.col_var << ")], " << tile
      << "_st[it].lo, " << tile << "_st[it].hi, " << tile << "_st[it].shift);\n    }\n";
 }
 
@@ -600,9 +615,9 @@ void emit_staged_store(std::ostringstream& os, const GatherTile& t) {
 
 void emit_shift_helpers(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p) {
   if (!copies_shifted(g, p, 0) && !copies_shifted(g, p, 1)) return;
-  os << "// Stores the 4 * N bytes that start `shift` bytes into lo:hi, two aligned vectors of N words.\n"
+  os << "// The N words that start `shift` bytes into lo:hi, two aligned vectors of N words each.\n"
      << "template <typename V>\n"
-     << "__device__ __forceinline__ void store_shifted(void* dst, const V& lo, const V& hi, int shift) {\n"
+     << "__device__ __forceinline__ void shifted_words(const V& lo, const V& hi, int shift, unsigned (&y)[sizeof(V) / 4]) {\n"
      << "  constexpr int N = sizeof(V) / 4;\n"
      << "  unsigned w[2 * N];\n"
      << "  #pragma unroll\n  for (int i = 0; i < N; ++i) {\n"
@@ -612,9 +627,26 @@ void emit_shift_helpers(std::ostringstream& os, const ImplicitGemm& g, const Sch
      << "  unsigned x[N + 1];  // x[j] = w[j + q], by selects (no indexing of registers)\n"
      << "  #pragma unroll\n  for (int j = 0; j <= N; ++j) {\n    x[j] = w[j];\n"
      << "    #pragma unroll\n    for (int t = 1; t < N; ++t) x[j] = q == t ? w[j + t] : x[j];\n  }\n"
+     << "  #pragma unroll\n  for (int i = 0; i < N; ++i) y[i] = __funnelshift_r(x[i], x[i + 1], bits);\n}\n"
+     << "// Stores the 4 * N bytes that start `shift` bytes into lo:hi.\n"
+     << "template <typename V>\n"
+     << "__device__ __forceinline__ void store_shifted(void* dst, const V& lo, const V& hi, int shift) {\n"
+     << "  unsigned y[sizeof(V) / 4];\n  shifted_words(lo, hi, shift, y);\n"
      << "  V v;\n"
-     << "  #pragma unroll\n  for (int i = 0; i < N; ++i) reinterpret_cast<unsigned*>(&v)[i] = __funnelshift_r(x[i], x[i + 1], bits);\n"
-     << "  *reinterpret_cast<V*>(dst) = v;\n}\n\n";
+     << "  #pragma unroll\n  for (int i = 0; i < (int)(sizeof(V) / 4); ++i) reinterpret_cast<unsigned*>(&v)[i] = y[i];\n"
+     << "  *reinterpret_cast<V*>(dst) = v;\n}\n";
+  if (operand_contiguity(g, 0).step == 2 || operand_contiguity(g, 1).step == 2)
+    os << "// Stores every other element (of EB bytes) of the 2 * sizeof(O) bytes that start `shift` bytes\n"
+       << "// into lo:hi: a group of a stride-2 operand.\n"
+       << "template <int EB, typename O, typename V>\n"
+       << "__device__ __forceinline__ void store_strided(void* dst, const V& lo, const V& hi, int shift) {\n"
+       << "  static_assert(2 * sizeof(O) <= sizeof(V), \"a group spans at most one loaded vector\");\n"
+       << "  unsigned y[sizeof(V) / 4];\n  shifted_words(lo, hi, shift, y);\n"
+       << "  O v;\n"
+       << "  #pragma unroll\n  for (int k = 0; k < (int)(sizeof(O) / 4); ++k)  // elements 0, 2, ... of words 2k and 2k + 1\n"
+       << "    reinterpret_cast<unsigned*>(&v)[k] = EB == 4 ? y[2 * k] : __byte_perm(y[2 * k], y[2 * k + 1], EB == 2 ? 0x5410 : 0x6420);\n"
+       << "  *reinterpret_cast<O*>(dst) = v;\n}\n";
+  os << "\n";
 }
 
 bool emit_tile_loads(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p, int threads,
@@ -637,9 +669,9 @@ bool emit_tile_loads(std::ostringstream& os, const ImplicitGemm& g, const Schedu
   os << "  // Puts the shifted copies fetched by load_tiles into shared buffer `buf`.\n"
      << "  auto store_staged = [&](int buf) {\n";
   if (a.shifted) os << "    " << a_buffer << ";\n";
-  emit_staged_store(os, a);
+  emit_staged_store(os, a, staged_store_call(g, p, 0));
   if (b.shifted) os << "    " << b_buffer << ";\n";
-  emit_staged_store(os, b);
+  emit_staged_store(os, b, staged_store_call(g, p, 1));
   os << "  };\n";
   return true;
 }

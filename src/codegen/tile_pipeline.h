@@ -139,7 +139,8 @@ bool emit_tile_loads(std::ostringstream& os, const ImplicitGemm& g, const Schedu
                      const GatherTile& a, const GatherTile& b, const std::string& a_buffer,
                      const std::string& b_buffer);
 /// store_shifted(dst, lo, hi, shift), when an operand is copied in shifted vectors
-/// (copies_shifted).
+/// (copies_shifted), and store_strided<EB, O>(dst, lo, hi, shift) when one is strided (every
+/// other element of the two aligned vectors, Contiguity::step 2).
 void emit_shift_helpers(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p);
 /// The main loop over this block's steps [first, last): cp.async ring of p.stages buffers,
 /// register-staged double buffering, or a single buffer. Needs the lambdas load_tiles(step,

@@ -51,8 +51,19 @@ Contiguity contiguity(const Compute& c, const Access& acc, const std::vector<int
   };
   const int inner = axis.back();
   const AffineExpr& e = acc.indices[last];
-  if (e.coef(inner) != 1 || !only_in(inner, last)) return out;
   const int max = 128 / bits;
+  if (e.coef(inner) == 2 && only_in(inner, last)) {
+    // Strided: two aligned vectors of `load` elements cover a group of width <= load / 2.
+    const int load = widest_dividing(max, {t.shape[last]});
+    const int width = widest_dividing(load / 2, {extent(inner)});
+    if (width * bits >= 32) {
+      out.width = width;
+      out.step = 2;
+      out.load = load;
+    }
+    return out;
+  }
+  if (e.coef(inner) != 1 || !only_in(inner, last)) return out;
   if (alone(e, inner)) {
     // Fused: extend the run outwards while each dimension is covered whole by its iterator.
     std::int64_t run = extent(inner), stride = 1;
@@ -95,6 +106,11 @@ int max_vector_width(const ImplicitGemm& g, int which) { return operand_contigui
 bool copies_shifted(const ImplicitGemm& g, const ScheduleParams& p, int which) {
   const int vec = which == 0 ? p.vec_a : p.vec_b;
   return vec > 1 && vec > operand_contiguity(g, which).aligned;
+}
+
+int shifted_load_width(const ImplicitGemm& g, const ScheduleParams& p, int which) {
+  const Contiguity c = operand_contiguity(g, which);
+  return c.step == 2 ? c.load : which == 0 ? p.vec_a : p.vec_b;
 }
 
 bool copies_async(const ImplicitGemm& g, const ScheduleParams& p, int which) {
@@ -347,17 +363,19 @@ std::vector<ScheduleIssue> validate(const ImplicitGemm& in, const ScheduleParams
     else if (copies_shifted(g, p, which)) {
       // Shifted vectors wait in registers (two vectors each) between their load and their store.
       const char* name = which == 0 ? "vec_a" : "vec_b";
-      const int bytes = vec * storage_bits(which == 0 ? g.hw->a_dtype : g.hw->b_dtype) / 8;
+      const int elem_bits = storage_bits(which == 0 ? g.hw->a_dtype : g.hw->b_dtype);
+      const int bytes = vec * elem_bits / 8;
+      const int loaded = shifted_load_width(g, p, which) * elem_bits / 8;  // per aligned vector held
       const std::int64_t copies =
           ((which == 0 ? std::int64_t{p.block_m} : std::int64_t{p.block_n}) * p.block_k / vec + threads - 1) / threads;
       if (bytes < 4)
         fail(ScheduleError::kBadVector, std::string(name) + " = " + std::to_string(vec) + ": vectors shifted into place (the operand is aligned to " +
                                             std::to_string(operand_contiguity(g, which).aligned) +
                                             " elements) are at least 4 bytes wide");
-      else if (copies * 2 * bytes / 4 > kMaxStagedRegisters)
+      else if (copies * 2 * loaded / 4 > kMaxStagedRegisters)
         fail(ScheduleError::kBadVector,
              std::string(name) + " = " + std::to_string(vec) + ": " + std::to_string(copies) +
-                 " shifted copies per thread would hold " + std::to_string(copies * 2 * bytes / 4) +
+                 " shifted copies per thread would hold " + std::to_string(copies * 2 * loaded / 4) +
                  " registers (at most " + std::to_string(kMaxStagedRegisters) +
                  "); use more warps or a smaller tile, or a vector no wider than " +
                  std::to_string(operand_contiguity(g, which).aligned));

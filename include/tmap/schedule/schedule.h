@@ -148,9 +148,18 @@ const ImplicitGemm& gemm_for(const ImplicitGemm& g, const ScheduleParams& p, Imp
 /// shifted into place in registers. Those terms' coefficients and the constant, when all are
 /// multiples of a power of two, leave groups that wide aligned: `aligned` is the widest group
 /// loadable without the shift (and with cp.async).
+///
+/// Strided: the innermost iterator indexes the last dimension with coefficient 2, as 2*q + s - pad
+/// of a stride-2 convolution's input. A group of `width` values spans 2 * width - 1 elements: it
+/// is loaded as the two aligned vectors of `load` elements that cover it (`load` divides the
+/// dimension, so each lies wholly inside or outside it), and every other element is picked out in
+/// registers. Never aligned (`aligned` is 1); `width` is at most half of `load`, and at least
+/// 4 bytes or 1.
 struct Contiguity {
   int width = 1;    ///< Elements per vector, at most 16 bytes.
   int aligned = 1;  ///< The widest vector (<= width) that needs no shift.
+  int step = 1;     ///< Elements between a vector's consecutive values in memory (2: strided).
+  int load = 0;     ///< Strided: elements per aligned vector read (0 otherwise).
 };
 Contiguity contiguity(const Compute& c, const Access& acc, const std::vector<int>& axis, int bits);
 
@@ -163,6 +172,9 @@ int max_vector_width(const ImplicitGemm& g, int which);
 /// Whether operand `which`'s vectors of p.vec_{a,b} elements are shifted into place through
 /// registers (wider than operand_contiguity().aligned).
 bool copies_shifted(const ImplicitGemm& g, const ScheduleParams& p, int which);
+/// Elements per aligned vector that a shifted copy of operand `which` reads from memory: its own
+/// width (p.vec_{a,b}), or for a strided operand operand_contiguity().load.
+int shifted_load_width(const ImplicitGemm& g, const ScheduleParams& p, int which);
 
 /// The widest group (elements, up to 16 bytes of `bits`-bit elements) of consecutive values of
 /// virtual axis `axis` that is contiguous and aligned in `acc`'s tensor without a shift (the
