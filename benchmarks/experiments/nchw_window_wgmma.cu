@@ -1,0 +1,760 @@
+// Experiment, not part of tmap (nothing builds or links it): NCHW 3 x 3 convolutions (stride 1,
+// padding 1, float16 in, float32 sums, float16 out) read in place by wgmma through a window of the
+// input that each block stages channels-last in shared memory and reads once per filter tap, at a
+// row offset, instead of a relayout prologue's channels-last copy. Measured on the H100 on
+// 2026-11-26 (benchmarks/RESULTS.md, "NCHW read by the main kernel: a window per block ...").
+//
+// The window is the block's range of output pixels extended by the taps' reach, on a pitch of
+// W + 2 columns (one zero column each side), row e holding the 8-channel groups of pixel m0 + e:
+// [channel group][row][8 channels], 16 bytes a row, groups R rows apart (R odd). That is wgmma's
+// K-major layout without swizzle (core matrices of 8 rows x 16 bytes, SBO 128 bytes between 8-row
+// groups, LBO R x 16 bytes between channel groups), linear in the row, so tap (r, s) is the same
+// descriptor started r (W + 2) + s rows later. Filters are transposed to [tap][group][n][8].
+//   v1 (winconv): every thread loads and stores the window and the filters, then the block issues
+//      the wgmmas (m64n64k16), one 64-channel chunk at a time.
+//   v2 (winconv2): the next chunk's global loads issued while the wgmmas run.
+//   v3 (winconv3): MI m64 accumulators per warpgroup (one transposed filter chunk serves 128 MI
+//      outputs); the output staged through shared memory and written along pixels.
+//   v4 (winconv4): warp-specialized: a producer warpgroup fills an S-stage ring of 32-channel
+//      chunks (mbarriers), two consumer warpgroups only wait and issue wgmma (n64 or n128);
+//      IDLE = 1 skips the producer's copies (the consumers' own ceiling; outputs then wrong).
+//   v5 (winconv5): v4 with each channel's rows fetched by cp.async.bulk into a staging buffer
+//      and transposed shared -> shared by the producer.
+// Each run checks the output (poisoned with NaN first) against a direct convolution on the GPU
+// (relative L2) and times 20 launches in a CUDA graph, median of 12 replays.
+//
+// Build and run on an sm_90 machine:
+//   nvcc -gencode arch=compute_90a,code=sm_90a -O3 -std=c++17 -o nchw_window_wgmma nchw_window_wgmma.cu
+//   ./nchw_window_wgmma
+#include <cuda_fp16.h>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+#include <random>
+#include <algorithm>
+#include <cmath>
+#define CK(x) do{cudaError_t e_=(x); if(e_!=cudaSuccess){printf("%s:%d %s\n",__FILE__,__LINE__,cudaGetErrorString(e_)); exit(1);}}while(0)
+
+__device__ __forceinline__ unsigned long long desc_none(unsigned addr, unsigned lbo, unsigned sbo) {
+  return (unsigned long long)((addr & 0x3FFFF) >> 4) | ((unsigned long long)(lbo >> 4) << 16) | ((unsigned long long)(sbo >> 4) << 32);
+}
+__device__ __forceinline__ void wgmma64(float (&d)[32], unsigned long long da, unsigned long long db) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+    "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+    : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]) : "l"(da), "l"(db), "r"(1));
+}
+__device__ __forceinline__ void keep(float (&d)[32]) { for (int i = 0; i < 32; ++i) asm volatile("" : "+f"(d[i])::"memory"); }
+
+__device__ __forceinline__ void wgmma128(float (&d)[64], unsigned long long da, unsigned long long db) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+    "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+    : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]) : "l"(da), "l"(db), "r"(1));
+}
+template <int NR> __device__ __forceinline__ void keepn(float (&d)[NR]) { for (int i = 0; i < NR; ++i) asm volatile("" : "+f"(d[i])::"memory"); }
+template <int BNT> __device__ __forceinline__ void wg_mma(float (&d)[BNT / 2], unsigned long long da, unsigned long long db) {
+  if constexpr (BNT == 64) wgmma64(d, da, db); else wgmma128(d, da, db);
+}
+constexpr int BN = 64, CH = 64;
+template <int WG, bool UNROLL>
+__global__ void __launch_bounds__(128 * WG) winconv(const __half* __restrict__ in, const __half* __restrict__ wt,
+    __half* __restrict__ out, int N, int C, int H, int W, int K) {
+  constexpr int BM = 64 * WG, THREADS = 128 * WG;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const int Wp = W + 2;
+  const int ROWS = BM + 2 * Wp + 2;
+  const int R = ((ROWS + 7) / 8) * 8 + 1;          // rows per channel chunk (odd: conflict-free stores)
+  constexpr int LB = BN + 1;
+  unsigned char* As = smem;                         // [8 chunks][R rows][16 B]
+  unsigned char* Bs = smem + ((8 * R * 16 + 127) / 128) * 128;  // [9 taps][8 chunks][LB rows][16 B]
+  const int tiles = (H * Wp + BM - 1) / BM;
+  const int n = blockIdx.x / tiles, m0 = (blockIdx.x % tiles) * BM, n0 = blockIdx.y * BN;
+  const int tid = threadIdx.x, wg = tid / 128;
+  const long long HW = (long long)H * W;
+  float d[32];
+  for (int i = 0; i < 32; ++i) d[i] = 0.f;
+  const unsigned a_addr = (unsigned)__cvta_generic_to_shared(As), b_addr = (unsigned)__cvta_generic_to_shared(Bs);
+  for (int c0 = 0; c0 < C; c0 += CH) {
+    // Window: row e holds input pixel at extended index m0 + e (pitch Wp, one zero column each side).
+    for (int e = tid; e < ROWS; e += THREADS) {
+      const int ext = m0 + e, hp = ext / Wp, wp = ext - hp * Wp, h = hp - 1, w = wp - 1;
+      const bool ok = h >= 0 && h < H && w >= 0 && w < W;
+      const __half* src = in + ((long long)n * C + c0) * HW + (long long)h * W + w;
+      #pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        unsigned short v[8];
+        #pragma unroll
+        for (int c = 0; c < 8; ++c) v[c] = ok ? __ldg(reinterpret_cast<const unsigned short*>(src + (8 * j + c) * HW)) : 0;
+        uint4 q;
+        q.x = v[0] | (unsigned)v[1] << 16; q.y = v[2] | (unsigned)v[3] << 16;
+        q.z = v[4] | (unsigned)v[5] << 16; q.w = v[6] | (unsigned)v[7] << 16;
+        *reinterpret_cast<uint4*>(As + (j * R + e) * 16) = q;
+      }
+    }
+    // Filters: [n][c][3][3] -> per tap, K-major rows of 8 channels.
+    for (int task = tid; task < BN * 8; task += THREADS) {
+      const int j = task % 8, nn = task / 8;
+      const uint4* src = reinterpret_cast<const uint4*>(wt + ((long long)(n0 + nn) * C + c0 + 8 * j) * 9);
+      union { uint4 v[9]; unsigned short h[72]; } u;
+      #pragma unroll
+      for (int i = 0; i < 9; ++i) u.v[i] = __ldg(src + i);
+      #pragma unroll
+      for (int t = 0; t < 9; ++t) {
+        uint4 q;
+        q.x = u.h[0 * 9 + t] | (unsigned)u.h[1 * 9 + t] << 16; q.y = u.h[2 * 9 + t] | (unsigned)u.h[3 * 9 + t] << 16;
+        q.z = u.h[4 * 9 + t] | (unsigned)u.h[5 * 9 + t] << 16; q.w = u.h[6 * 9 + t] | (unsigned)u.h[7 * 9 + t] << 16;
+        *reinterpret_cast<uint4*>(Bs + ((t * 8 + j) * LB + nn) * 16) = q;
+      }
+    }
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    __syncthreads();
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+    if (UNROLL) {
+      const unsigned long long da0 = desc_none(a_addr + (wg * 64) * 16, R * 16, 128);
+      const unsigned long long db0 = desc_none(b_addr, LB * 16, 128);
+      #pragma unroll
+      for (int t = 0; t < 9; ++t) {
+        #pragma unroll
+        for (int kk = 0; kk < 4; ++kk)
+          wgmma64(d, da0 + (unsigned)((2 * kk) * R + (t / 3) * Wp + (t % 3)), db0 + (unsigned)((t * 8 + 2 * kk) * LB));
+      }
+    } else {
+    #pragma unroll 1
+    for (int t = 0; t < 9; ++t) {
+      const int off = (t / 3) * Wp + (t % 3);
+      #pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        const unsigned long long da = desc_none(a_addr + ((2 * kk) * R + wg * 64 + off) * 16, R * 16, 128);
+        const unsigned long long db = desc_none(b_addr + ((t * 8 + 2 * kk) * LB) * 16, LB * 16, 128);
+        wgmma64(d, da, db);
+      }
+    }
+    }
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    keep(d);
+    __syncthreads();
+  }
+  const int w4 = (tid % 128) / 32, lane = tid % 32;
+  #pragma unroll
+  for (int j = 0; j < 8; ++j)
+    #pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      const int row = wg * 64 + w4 * 16 + lane / 4 + 8 * hf;
+      const int ext = m0 + row, hq = ext / Wp, wq = ext - hq * Wp;
+      if (hq >= H || wq >= W) continue;
+      const int col = n0 + 8 * j + 2 * (lane % 4);
+      __half* o = out + ((long long)n * K + col) * HW + (long long)hq * W + wq;
+      o[0] = __float2half(d[4 * j + 2 * hf]);
+      o[HW] = __float2half(d[4 * j + 2 * hf + 1]);
+    }
+}
+
+
+// v2: every global load of a chunk issued before any use (registers), and the next chunk's loads
+// issued while this chunk's wgmmas run.
+template <int WG, int RPT, int MODE = 0>
+__global__ void __launch_bounds__(128 * WG) winconv2(const __half* __restrict__ in, const __half* __restrict__ wt,
+    __half* __restrict__ out, int N, int C, int H, int W, int K) {
+  constexpr int BM = 64 * WG, THREADS = 128 * WG, TPT = BN * 8 / THREADS;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const int Wp = W + 2;
+  const int ROWS = BM + 2 * Wp + 2;
+  const int R = ((ROWS + 7) / 8) * 8 + 1;
+  constexpr int LB = BN + 1;
+  unsigned char* As = smem;
+  unsigned char* Bs = smem + ((8 * R * 16 + 127) / 128) * 128;
+  const int tiles = (H * Wp + BM - 1) / BM;
+  const int n = blockIdx.x / tiles, m0 = (blockIdx.x % tiles) * BM, n0 = blockIdx.y * BN;
+  const int tid = threadIdx.x, wg = tid / 128;
+  const long long HW = (long long)H * W;
+  float d[32];
+  for (int i = 0; i < 32; ++i) d[i] = 0.f;
+  const unsigned a_addr = (unsigned)__cvta_generic_to_shared(As), b_addr = (unsigned)__cvta_generic_to_shared(Bs);
+  // Per row of this thread: its input offset (or -1: zeros).
+  long long a_off[RPT];
+  #pragma unroll
+  for (int i = 0; i < RPT; ++i) {
+    const int e = tid + i * THREADS;
+    const int ext = m0 + e, hp = ext / Wp, wp = ext - hp * Wp, h = hp - 1, w = wp - 1;
+    const bool ok = e < ROWS && h >= 0 && h < H && w >= 0 && w < W;
+    a_off[i] = ok ? (long long)n * C * HW + (long long)h * W + w : -1;
+  }
+  unsigned short av[RPT][64];
+  uint4 bv[TPT][9];
+  auto load = [&](int c0) {
+    #pragma unroll
+    for (int i = 0; i < RPT; ++i)
+      #pragma unroll
+      for (int c = 0; c < 64; ++c)
+        av[i][c] = MODE == 2 ? (unsigned short)c : a_off[i] >= 0 ? __ldg(reinterpret_cast<const unsigned short*>(in + a_off[i] + (c0 + c) * HW)) : 0;
+    #pragma unroll
+    for (int q = 0; q < TPT; ++q) {
+      const int task = tid + q * THREADS, j = task % 8, nn = task / 8;
+      const uint4* src = reinterpret_cast<const uint4*>(wt + ((long long)(n0 + nn) * C + c0 + 8 * j) * 9);
+      #pragma unroll
+      for (int i = 0; i < 9; ++i) bv[q][i] = MODE == 2 ? make_uint4(i, j, nn, c0) : __ldg(src + i);
+    }
+  };
+  load(0);
+  for (int c0 = 0; c0 < C; c0 += CH) {
+    #pragma unroll
+    for (int i = 0; i < RPT; ++i) {
+      const int e = tid + i * THREADS;
+      if (e < ROWS)
+        #pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          uint4 q;
+          q.x = av[i][8 * j] | (unsigned)av[i][8 * j + 1] << 16; q.y = av[i][8 * j + 2] | (unsigned)av[i][8 * j + 3] << 16;
+          q.z = av[i][8 * j + 4] | (unsigned)av[i][8 * j + 5] << 16; q.w = av[i][8 * j + 6] | (unsigned)av[i][8 * j + 7] << 16;
+          *reinterpret_cast<uint4*>(As + (j * R + e) * 16) = q;
+        }
+    }
+    #pragma unroll
+    for (int q = 0; q < TPT; ++q) {
+      const int task = tid + q * THREADS, j = task % 8, nn = task / 8;
+      const unsigned short* h = reinterpret_cast<const unsigned short*>(bv[q]);
+      #pragma unroll
+      for (int t = 0; t < 9; ++t) {
+        uint4 o;
+        o.x = h[0 * 9 + t] | (unsigned)h[1 * 9 + t] << 16; o.y = h[2 * 9 + t] | (unsigned)h[3 * 9 + t] << 16;
+        o.z = h[4 * 9 + t] | (unsigned)h[5 * 9 + t] << 16; o.w = h[6 * 9 + t] | (unsigned)h[7 * 9 + t] << 16;
+        *reinterpret_cast<uint4*>(Bs + ((t * 8 + j) * LB + nn) * 16) = o;
+      }
+    }
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    __syncthreads();
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+    {
+      const unsigned long long da0 = desc_none(a_addr + (wg * 64) * 16, R * 16, 128);
+      const unsigned long long db0 = desc_none(b_addr, LB * 16, 128);
+      #pragma unroll
+      for (int t = 0; t < 9; ++t)
+        #pragma unroll
+        for (int kk = 0; kk < 4; ++kk)
+          if (MODE != 1) wgmma64(d, da0 + (unsigned)((2 * kk) * R + (t / 3) * Wp + (t % 3)), db0 + (unsigned)((t * 8 + 2 * kk) * LB));
+    }
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+    if (c0 + CH < C) load(c0 + CH);
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    keep(d);
+    __syncthreads();
+  }
+  const int w4 = (tid % 128) / 32, lane = tid % 32;
+  #pragma unroll
+  for (int j = 0; j < 8; ++j)
+    #pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      const int row = wg * 64 + w4 * 16 + lane / 4 + 8 * hf;
+      const int ext = m0 + row, hq = ext / Wp, wq = ext - hq * Wp;
+      if (hq >= H || wq >= W) continue;
+      const int col = n0 + 8 * j + 2 * (lane % 4);
+      __half* o = out + ((long long)n * K + col) * HW + (long long)hq * W + wq;
+      o[0] = __float2half(d[4 * j + 2 * hf]);
+      o[HW] = __float2half(d[4 * j + 2 * hf + 1]);
+    }
+}
+
+// v3: MI m64 accumulators per warpgroup (BM = 128 MI), so that one transposed filter chunk serves
+// BM outputs; loads of a row or task all issued before use; the output staged through shared
+// memory and written along pixels (coalesced).
+template <int MI>
+__global__ void __launch_bounds__(256) winconv3(const __half* __restrict__ in, const __half* __restrict__ wt,
+    __half* __restrict__ out, int N, int C, int H, int W, int K) {
+  constexpr int BM = 128 * MI, THREADS = 256, TPT = BN * 8 / THREADS;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const int Wp = W + 2;
+  const int ROWS = BM + 2 * Wp + 2;
+  const int R = ((ROWS + 7) / 8) * 8 + 1;
+  constexpr int LB = BN + 1;
+  unsigned char* As = smem;
+  unsigned char* Bs = smem + ((8 * R * 16 + 127) / 128) * 128;
+  const int tiles = (H * Wp + BM - 1) / BM;
+  const int n = blockIdx.x / tiles, m0 = (blockIdx.x % tiles) * BM, n0 = blockIdx.y * BN;
+  const int tid = threadIdx.x, wg = tid / 128;
+  const long long HW = (long long)H * W;
+  float d[MI][32];
+  #pragma unroll
+  for (int mi = 0; mi < MI; ++mi)
+    #pragma unroll
+    for (int i = 0; i < 32; ++i) d[mi][i] = 0.f;
+  const unsigned a_addr = (unsigned)__cvta_generic_to_shared(As), b_addr = (unsigned)__cvta_generic_to_shared(Bs);
+  for (int c0 = 0; c0 < C; c0 += CH) {
+    for (int e = tid; e < ROWS; e += THREADS) {
+      const int ext = m0 + e, hp = ext / Wp, wp = ext - hp * Wp, h = hp - 1, w = wp - 1;
+      const bool ok = h >= 0 && h < H && w >= 0 && w < W;
+      const unsigned short* src = reinterpret_cast<const unsigned short*>(in + ((long long)n * C + c0) * HW + (long long)h * W + w);
+      unsigned short v[64];
+      #pragma unroll
+      for (int c = 0; c < 64; ++c) v[c] = ok ? __ldg(src + c * HW) : 0;
+      #pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        uint4 q;
+        q.x = v[8 * j] | (unsigned)v[8 * j + 1] << 16; q.y = v[8 * j + 2] | (unsigned)v[8 * j + 3] << 16;
+        q.z = v[8 * j + 4] | (unsigned)v[8 * j + 5] << 16; q.w = v[8 * j + 6] | (unsigned)v[8 * j + 7] << 16;
+        *reinterpret_cast<uint4*>(As + (j * R + e) * 16) = q;
+      }
+    }
+    {
+      uint4 bv[TPT][9];
+      #pragma unroll
+      for (int q = 0; q < TPT; ++q) {
+        const int task = tid + q * THREADS, j = task % 8, nn = task / 8;
+        const uint4* src = reinterpret_cast<const uint4*>(wt + ((long long)(n0 + nn) * C + c0 + 8 * j) * 9);
+        #pragma unroll
+        for (int i = 0; i < 9; ++i) bv[q][i] = __ldg(src + i);
+      }
+      #pragma unroll
+      for (int q = 0; q < TPT; ++q) {
+        const int task = tid + q * THREADS, j = task % 8, nn = task / 8;
+        const unsigned short* h = reinterpret_cast<const unsigned short*>(bv[q]);
+        #pragma unroll
+        for (int t = 0; t < 9; ++t) {
+          uint4 o;
+          o.x = h[0 * 9 + t] | (unsigned)h[1 * 9 + t] << 16; o.y = h[2 * 9 + t] | (unsigned)h[3 * 9 + t] << 16;
+          o.z = h[4 * 9 + t] | (unsigned)h[5 * 9 + t] << 16; o.w = h[6 * 9 + t] | (unsigned)h[7 * 9 + t] << 16;
+          *reinterpret_cast<uint4*>(Bs + ((t * 8 + j) * LB + nn) * 16) = o;
+        }
+      }
+    }
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    __syncthreads();
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+    {
+      const unsigned long long da0 = desc_none(a_addr + (wg * 64 * MI) * 16, R * 16, 128);
+      const unsigned long long db0 = desc_none(b_addr, LB * 16, 128);
+      #pragma unroll
+      for (int t = 0; t < 9; ++t)
+        #pragma unroll
+        for (int kk = 0; kk < 4; ++kk)
+          #pragma unroll
+          for (int mi = 0; mi < MI; ++mi)
+            wgmma64(d[mi], da0 + (unsigned)((2 * kk) * R + mi * 64 + (t / 3) * Wp + (t % 3)), db0 + (unsigned)((t * 8 + 2 * kk) * LB));
+    }
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    #pragma unroll
+    for (int mi = 0; mi < MI; ++mi) keep(d[mi]);
+    __syncthreads();
+  }
+  // Epilogue: D as [col][row] halves in shared memory (rows padded by 8), then rows written along m.
+  constexpr int LD = BM + 8;
+  __half* Cs = reinterpret_cast<__half*>(smem);
+  const int w4 = (tid % 128) / 32, lane = tid % 32;
+  #pragma unroll
+  for (int mi = 0; mi < MI; ++mi)
+    #pragma unroll
+    for (int j = 0; j < 8; ++j)
+      #pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        const int row = wg * 64 * MI + mi * 64 + w4 * 16 + lane / 4 + 8 * hf, col = 8 * j + 2 * (lane % 4);
+        Cs[col * LD + row] = __float2half(d[mi][4 * j + 2 * hf]);
+        Cs[(col + 1) * LD + row] = __float2half(d[mi][4 * j + 2 * hf + 1]);
+      }
+  __syncthreads();
+  for (int idx = tid; idx < BN * BM; idx += THREADS) {
+    const int col = idx / BM, row = idx % BM;
+    const int ext = m0 + row, hq = ext / Wp, wq = ext - hq * Wp;
+    if (hq < H && wq < W) out[((long long)n * K + n0 + col) * HW + (long long)hq * W + wq] = Cs[col * LD + row];
+  }
+}
+
+__global__ void refconv(const __half* in, const __half* wt, float* out, int N, int C, int H, int W, int K) {
+  long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+  long long total = (long long)N * K * H * W;
+  if (i >= total) return;
+  int w = i % W, h = i / W % H, k = i / ((long long)W * H) % K, n = i / ((long long)W * H * K);
+  float s = 0;
+  for (int c = 0; c < C; ++c) for (int r = 0; r < 3; ++r) for (int q = 0; q < 3; ++q) {
+    int hh = h + r - 1, ww = w + q - 1;
+    if (hh < 0 || hh >= H || ww < 0 || ww >= W) continue;
+    s += __half2float(in[(((long long)n * C + c) * H + hh) * W + ww]) * __half2float(wt[((k * C + c) * 3 + r) * 3 + q]);
+  }
+  out[i] = s;
+}
+
+template <int WG, bool UNROLL = false, int V2RPT = 0, int MODE = 0, int MI = 0>
+void run(int N, int C, int H, int W, int K, const char* name) {
+  const int BM = MI ? 128 * MI : 64 * WG, Wp = W + 2, ROWS = BM + 2 * Wp + 2, R = ((ROWS + 7) / 8) * 8 + 1;
+  const size_t smem = ((8 * R * 16 + 127) / 128) * 128 + 9 * 8 * (BN + 1) * 16;
+  size_t ni = (size_t)N * C * H * W, nw = (size_t)K * C * 9, no = (size_t)N * K * H * W;
+  std::vector<__half> hi(ni), hw(nw);
+  std::mt19937 rng(1234); std::uniform_real_distribution<float> u(-1, 1);
+  for (auto& x : hi) x = __float2half(u(rng));
+  for (auto& x : hw) x = __float2half(u(rng));
+  __half *di, *dw, *dout; float* dref;
+  CK(cudaMalloc(&di, ni * 2)); CK(cudaMalloc(&dw, nw * 2)); CK(cudaMalloc(&dout, no * 2)); CK(cudaMalloc(&dref, no * 4));
+  CK(cudaMemcpy(di, hi.data(), ni * 2, cudaMemcpyHostToDevice)); CK(cudaMemcpy(dw, hw.data(), nw * 2, cudaMemcpyHostToDevice));
+  CK(cudaMemset(dout, 0xFF, no * 2));  // poison (NaN)
+  refconv<<<(no + 255) / 256, 256>>>(di, dw, dref, N, C, H, W, K);
+  auto kern = MI ? winconv3<(MI ? MI : 1)> : V2RPT ? winconv2<WG, (V2RPT ? V2RPT : 1), MODE> : winconv<WG, UNROLL>;
+  if (V2RPT && ROWS > V2RPT * 128 * WG) { printf("%s: rows %d > %d\n", name, ROWS, V2RPT * 128 * WG); return; }
+  CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+  const int tiles = (H * Wp + BM - 1) / BM;
+  dim3 grid(N * tiles, K / BN);
+  kern<<<grid, MI ? 256 : 128 * WG, smem>>>(di, dw, dout, N, C, H, W, K);
+  CK(cudaGetLastError()); CK(cudaDeviceSynchronize());
+  std::vector<__half> ho(no); std::vector<float> hr(no);
+  CK(cudaMemcpy(ho.data(), dout, no * 2, cudaMemcpyDeviceToHost)); CK(cudaMemcpy(hr.data(), dref, no * 4, cudaMemcpyDeviceToHost));
+  double num = 0, den = 0;
+  for (size_t i = 0; i < no; ++i) { double a = __half2float(ho[i]), b = hr[i]; num += (a - b) * (a - b); den += b * b; }
+  double rel = std::sqrt(num / den);
+  cudaStream_t s; CK(cudaStreamCreate(&s));
+  cudaGraph_t g; cudaGraphExec_t ge;
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  for (int i = 0; i < 20; ++i) kern<<<grid, MI ? 256 : 128 * WG, smem, s>>>(di, dw, dout, N, C, H, W, K);
+  CK(cudaStreamEndCapture(s, &g)); CK(cudaGraphInstantiate(&ge, g, 0));
+  cudaEvent_t e0, e1; CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
+  std::vector<float> ts;
+  for (int rep = 0; rep < 12; ++rep) {
+    CK(cudaEventRecord(e0, s)); CK(cudaGraphLaunch(ge, s)); CK(cudaEventRecord(e1, s)); CK(cudaEventSynchronize(e1));
+    float ms; CK(cudaEventElapsedTime(&ms, e0, e1)); ts.push_back(ms * 1000 / 20);
+  }
+  std::sort(ts.begin(), ts.end());
+  double flops = 2.0 * N * K * H * W * C * 9;
+  printf("%-8s N=%-3d C=%-3d H=W=%-3d K=%-3d WG=%d U=%d V2=%d M=%d MI=%d grid=%d smem=%zu  rel_l2=%.2e  %.2f us  %.1f TFLOP/s\n", name, N, C, H, K, WG, (int)UNROLL, V2RPT, MODE, MI, grid.x * grid.y, smem, rel, ts[6], flops / ts[6] / 1e6);
+  cudaFree(di); cudaFree(dw); cudaFree(dout); cudaFree(dref); cudaGraphExecDestroy(ge); cudaGraphDestroy(g);
+}
+
+
+// v4: warp-specialized. Warpgroup 0 (producer) stages each 32-channel chunk's window and filter
+// taps into a ring of S stages (mbarriers full/empty); warpgroups 1-2 (consumers, MI m64
+// accumulators each, BM = 128 MI) only wait and issue wgmma; output staged through shared memory.
+__device__ __forceinline__ void mbar_init(unsigned a, unsigned count) { asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(a), "r"(count) : "memory"); }
+__device__ __forceinline__ void mbar_arrive(unsigned a) { asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}" :: "r"(a) : "memory"); }
+__device__ __forceinline__ void mbar_wait(unsigned a, unsigned parity) {
+  asm volatile("{\n.reg .pred p;\nW: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n@!p bra W;\n}" :: "r"(a), "r"(parity) : "memory");
+}
+constexpr int CH4 = 32;
+template <int MI, int S, int IDLE = 0, int BNT = 64>
+__global__ void __launch_bounds__(384, 1) winconv4(const __half* __restrict__ in, const __half* __restrict__ wt,
+    __half* __restrict__ out, int N, int C, int H, int W, int K) {
+  constexpr int BM = 128 * MI, BN = BNT, LB = BN + 1, TPT = BN * 4 / 128;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const int Wp = W + 2, ROWS = BM + 2 * Wp + 2, R = ((ROWS + 7) / 8) * 8 + 1;
+  const int a_bytes = ((4 * R * 16 + 127) / 128) * 128, stage_bytes = a_bytes + 9 * 4 * LB * 16;
+  const unsigned sbase = (unsigned)__cvta_generic_to_shared(smem);
+  const unsigned bars = sbase + S * stage_bytes;  // full[S], empty[S]
+  const int tiles = (H * Wp + BM - 1) / BM;
+  const int n = blockIdx.x / tiles, m0 = (blockIdx.x % tiles) * BM, n0 = blockIdx.y * BN;
+  const int tid = threadIdx.x, wg = tid / 128;
+  const long long HW = (long long)H * W;
+  const int chunks = C / CH4;
+  if (tid == 0) for (int i = 0; i < S; ++i) { mbar_init(bars + 8 * i, 128); mbar_init(bars + 8 * (S + i), 256); }
+  __syncthreads();
+  if (wg == 0) {
+    for (int i = 0; i < chunks; ++i) {
+      const int st = i % S, c0 = i * CH4;
+      mbar_wait(bars + 8 * (S + st), ((i / S) & 1) ^ 1);
+      unsigned char* As = smem + st * stage_bytes;
+      unsigned char* Bs = As + a_bytes;
+      if (IDLE) { mbar_arrive(bars + 8 * st); continue; }
+      {  // filters first: their loads are independent of the rows below
+        uint4 bv[TPT][9];
+        #pragma unroll
+        for (int q = 0; q < TPT; ++q) {
+          const int task = tid + q * 128, j = task % 4, nn = task / 4;
+          const uint4* src = reinterpret_cast<const uint4*>(wt + ((long long)(n0 + nn) * C + c0 + 8 * j) * 9);
+          #pragma unroll
+          for (int x = 0; x < 9; ++x) bv[q][x] = __ldg(src + x);
+        }
+        #pragma unroll
+        for (int q = 0; q < TPT; ++q) {
+          const int task = tid + q * 128, j = task % 4, nn = task / 4;
+          const unsigned short* h = reinterpret_cast<const unsigned short*>(bv[q]);
+          #pragma unroll
+          for (int t = 0; t < 9; ++t) {
+            uint4 o;
+            o.x = h[0 * 9 + t] | (unsigned)h[1 * 9 + t] << 16; o.y = h[2 * 9 + t] | (unsigned)h[3 * 9 + t] << 16;
+            o.z = h[4 * 9 + t] | (unsigned)h[5 * 9 + t] << 16; o.w = h[6 * 9 + t] | (unsigned)h[7 * 9 + t] << 16;
+            *reinterpret_cast<uint4*>(Bs + ((t * 4 + j) * LB + nn) * 16) = o;
+          }
+        }
+      }
+      for (int e = tid; e < ROWS; e += 128) {
+        const int ext = m0 + e, hp = ext / Wp, wp = ext - hp * Wp, h = hp - 1, w = wp - 1;
+        const bool ok = h >= 0 && h < H && w >= 0 && w < W;
+        const unsigned short* src = reinterpret_cast<const unsigned short*>(in + ((long long)n * C + c0) * HW + (long long)h * W + w);
+        unsigned short v[32];
+        #pragma unroll
+        for (int c = 0; c < 32; ++c) v[c] = ok ? __ldg(src + c * HW) : 0;
+        #pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          uint4 q;
+          q.x = v[8 * j] | (unsigned)v[8 * j + 1] << 16; q.y = v[8 * j + 2] | (unsigned)v[8 * j + 3] << 16;
+          q.z = v[8 * j + 4] | (unsigned)v[8 * j + 5] << 16; q.w = v[8 * j + 6] | (unsigned)v[8 * j + 7] << 16;
+          *reinterpret_cast<uint4*>(As + (j * R + e) * 16) = q;
+        }
+      }
+      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+      mbar_arrive(bars + 8 * st);
+    }
+    return;
+  }
+  const int cw = wg - 1;  // consumer warpgroup
+  float d[MI][BN / 2];
+  #pragma unroll
+  for (int mi = 0; mi < MI; ++mi)
+    #pragma unroll
+    for (int x = 0; x < BN / 2; ++x) d[mi][x] = 0.f;
+  for (int i = 0; i < chunks; ++i) {
+    const int st = i % S;
+    mbar_wait(bars + 8 * st, (i / S) & 1);
+    const unsigned a_addr = sbase + st * stage_bytes, b_addr = a_addr + a_bytes;
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+    const unsigned long long da0 = desc_none(a_addr + (cw * 64 * MI) * 16, R * 16, 128);
+    const unsigned long long db0 = desc_none(b_addr, LB * 16, 128);
+    #pragma unroll
+    for (int t = 0; t < 9; ++t)
+      #pragma unroll
+      for (int kk = 0; kk < 2; ++kk)
+        #pragma unroll
+        for (int mi = 0; mi < MI; ++mi)
+          wg_mma<BNT>(d[mi], da0 + (unsigned)((2 * kk) * R + mi * 64 + (t / 3) * Wp + (t % 3)), db0 + (unsigned)((t * 4 + 2 * kk) * LB));
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    mbar_arrive(bars + 8 * (S + i % S));
+  }
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+  #pragma unroll
+  for (int mi = 0; mi < MI; ++mi) keepn<BN / 2>(d[mi]);
+  asm volatile("bar.sync 1, 256;\n" ::: "memory");  // every consumer's wgmmas retired: the ring is free
+  constexpr int LD = BM + 8;
+  __half* Cs = reinterpret_cast<__half*>(smem);
+  const int ctid = tid - 128, w4 = (ctid % 128) / 32, lane = tid % 32;
+  #pragma unroll
+  for (int mi = 0; mi < MI; ++mi)
+    #pragma unroll
+    for (int j = 0; j < BN / 8; ++j)
+      #pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        const int row = cw * 64 * MI + mi * 64 + w4 * 16 + lane / 4 + 8 * hf, col = 8 * j + 2 * (lane % 4);
+        Cs[col * LD + row] = __float2half(d[mi][4 * j + 2 * hf]);
+        Cs[(col + 1) * LD + row] = __float2half(d[mi][4 * j + 2 * hf + 1]);
+      }
+  asm volatile("bar.sync 1, 256;\n" ::: "memory");
+  for (int idx = ctid; idx < BN * BM; idx += 256) {
+    const int col = idx / BM, row = idx % BM;
+    const int ext = m0 + row, hq = ext / Wp, wq = ext - hq * Wp;
+    if (hq < H && wq < W) out[((long long)n * K + n0 + col) * HW + (long long)hq * W + wq] = Cs[col * LD + row];
+  }
+}
+
+
+// v5: v4 with the window's input rows fetched by cp.async.bulk (one 1-D copy per channel of the
+// aligned span of rows the window reads, double-buffered staging) and transposed shared -> shared
+// by the producer warpgroup.
+__device__ __forceinline__ void mbar_expect(unsigned a, unsigned bytes) {
+  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}" :: "r"(a), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void bulk_copy(unsigned dst, const void* src, unsigned bytes, unsigned bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+               :: "r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
+}
+template <int MI, int S>
+__global__ void __launch_bounds__(384, 1) winconv5(const __half* __restrict__ in, const __half* __restrict__ wt,
+    __half* __restrict__ out, int N, int C, int H, int W, int K) {
+  constexpr int BM = 128 * MI, LB = BN + 1;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const int Wp = W + 2, ROWS = BM + 2 * Wp + 2, R = ((ROWS + 7) / 8) * 8 + 1;
+  const int a_bytes = ((4 * R * 16 + 127) / 128) * 128, stage_bytes = a_bytes + 9 * 4 * LB * 16;
+  const int hrows = (ROWS + Wp - 1) / Wp + 1;
+  const int SLOT = ((hrows * W * 2 + 32) + 15) / 16 * 16;
+  const unsigned sbase = (unsigned)__cvta_generic_to_shared(smem);
+  const unsigned stg = sbase + S * stage_bytes;           // 2 staging buffers of 32 SLOTs
+  const unsigned bars = stg + 2 * 32 * SLOT;              // full[S], empty[S], staged[2]
+  const int tiles = (H * Wp + BM - 1) / BM;
+  const int n = blockIdx.x / tiles, m0 = (blockIdx.x % tiles) * BM, n0 = blockIdx.y * BN;
+  const int tid = threadIdx.x, wg = tid / 128;
+  const long long HW = (long long)H * W;
+  const int chunks = C / CH4;
+  // Input rows the window reads, clamped to the image.
+  const int h_lo = max(m0 / Wp - 1, 0), h_hi = min((m0 + ROWS - 1) / Wp - 1, H - 1);
+  const int span = h_hi >= h_lo ? (h_hi - h_lo + 1) * W : 0;
+  if (tid == 0) {
+    for (int i = 0; i < S; ++i) { mbar_init(bars + 8 * i, 128); mbar_init(bars + 8 * (S + i), 256); }
+    mbar_init(bars + 8 * (2 * S), 1); mbar_init(bars + 8 * (2 * S + 1), 1);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  if (wg == 0) {
+    auto issue = [&](int i) {
+      if (tid != 0 || span == 0) return;
+      const int b = i % 2;
+      unsigned total = 0;
+      for (int c = 0; c < 32; ++c) {
+        const long long g0 = ((long long)n * C + i * CH4 + c) * HW + (long long)h_lo * W;
+        const long long b0 = g0 * 2, a0 = b0 & ~15LL, end = (b0 + span * 2 + 15) & ~15LL;
+        total += (unsigned)(end - a0);
+      }
+      mbar_expect(bars + 8 * (2 * S + b), total);
+      for (int c = 0; c < 32; ++c) {
+        const long long g0 = ((long long)n * C + i * CH4 + c) * HW + (long long)h_lo * W;
+        const long long b0 = g0 * 2, a0 = b0 & ~15LL, end = (b0 + span * 2 + 15) & ~15LL;
+        bulk_copy(stg + (b * 32 + c) * SLOT, reinterpret_cast<const unsigned char*>(in) + a0, (unsigned)(end - a0), bars + 8 * (2 * S + b));
+      }
+    };
+    issue(0);
+    const unsigned k16 = (unsigned)((HW * 2) & 15);
+    for (int i = 0; i < chunks; ++i) {
+      const int st = i % S, c0 = i * CH4, b = i % 2;
+      if (i + 1 < chunks) issue(i + 1);
+      uint4 bv[2][9];
+      #pragma unroll
+      for (int q = 0; q < 2; ++q) {
+        const int task = tid + q * 128, j = task % 4, nn = task / 4;
+        const uint4* src = reinterpret_cast<const uint4*>(wt + ((long long)(n0 + nn) * C + c0 + 8 * j) * 9);
+        #pragma unroll
+        for (int x = 0; x < 9; ++x) bv[q][x] = __ldg(src + x);
+      }
+      mbar_wait(bars + 8 * (S + st), ((i / S) & 1) ^ 1);
+      unsigned char* As = smem + st * stage_bytes;
+      unsigned char* Bs = As + a_bytes;
+      if (span) mbar_wait(bars + 8 * (2 * S + b), (i / 2) & 1);
+      const unsigned s0 = (unsigned)(((((long long)n * C + c0) * HW + (long long)h_lo * W) * 2) & 15);
+      const unsigned char* sb = smem + (stg - sbase) + b * 32 * SLOT;
+      for (int e = tid; e < ROWS; e += 128) {
+        const int ext = m0 + e, hp = ext / Wp, wp = ext - hp * Wp, h = hp - 1, w = wp - 1;
+        const bool ok = h >= 0 && h < H && w >= 0 && w < W;
+        const int pix = ((h - h_lo) * W + w) * 2;
+        unsigned short v[32];
+        #pragma unroll
+        for (int c = 0; c < 32; ++c)
+          v[c] = ok ? *reinterpret_cast<const unsigned short*>(sb + c * SLOT + ((s0 + c * k16) & 15) + pix) : 0;
+        #pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          uint4 q;
+          q.x = v[8 * j] | (unsigned)v[8 * j + 1] << 16; q.y = v[8 * j + 2] | (unsigned)v[8 * j + 3] << 16;
+          q.z = v[8 * j + 4] | (unsigned)v[8 * j + 5] << 16; q.w = v[8 * j + 6] | (unsigned)v[8 * j + 7] << 16;
+          *reinterpret_cast<uint4*>(As + (j * R + e) * 16) = q;
+        }
+      }
+      #pragma unroll
+      for (int q = 0; q < 2; ++q) {
+        const int task = tid + q * 128, j = task % 4, nn = task / 4;
+        const unsigned short* h = reinterpret_cast<const unsigned short*>(bv[q]);
+        #pragma unroll
+        for (int t = 0; t < 9; ++t) {
+          uint4 o;
+          o.x = h[0 * 9 + t] | (unsigned)h[1 * 9 + t] << 16; o.y = h[2 * 9 + t] | (unsigned)h[3 * 9 + t] << 16;
+          o.z = h[4 * 9 + t] | (unsigned)h[5 * 9 + t] << 16; o.w = h[6 * 9 + t] | (unsigned)h[7 * 9 + t] << 16;
+          *reinterpret_cast<uint4*>(Bs + ((t * 4 + j) * LB + nn) * 16) = o;
+        }
+      }
+      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+      mbar_arrive(bars + 8 * st);
+      asm volatile("bar.sync 2, 128;\n" ::: "memory");  // staging buffer b read by every producer
+    }
+    return;
+  }
+  const int cw = wg - 1;
+  float d[MI][32];
+  #pragma unroll
+  for (int mi = 0; mi < MI; ++mi)
+    #pragma unroll
+    for (int x = 0; x < 32; ++x) d[mi][x] = 0.f;
+  for (int i = 0; i < chunks; ++i) {
+    const int st = i % S;
+    mbar_wait(bars + 8 * st, (i / S) & 1);
+    const unsigned a_addr = sbase + st * stage_bytes, b_addr = a_addr + a_bytes;
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+    const unsigned long long da0 = desc_none(a_addr + (cw * 64 * MI) * 16, R * 16, 128);
+    const unsigned long long db0 = desc_none(b_addr, LB * 16, 128);
+    #pragma unroll
+    for (int t = 0; t < 9; ++t)
+      #pragma unroll
+      for (int kk = 0; kk < 2; ++kk)
+        #pragma unroll
+        for (int mi = 0; mi < MI; ++mi)
+          wgmma64(d[mi], da0 + (unsigned)((2 * kk) * R + mi * 64 + (t / 3) * Wp + (t % 3)), db0 + (unsigned)((t * 4 + 2 * kk) * LB));
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+    if (i > 0) mbar_arrive(bars + 8 * (S + (i - 1) % S));
+  }
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+  #pragma unroll
+  for (int mi = 0; mi < MI; ++mi) keep(d[mi]);
+  asm volatile("bar.sync 1, 256;\n" ::: "memory");
+  constexpr int LD = BM + 8;
+  __half* Cs = reinterpret_cast<__half*>(smem);
+  const int ctid = tid - 128, w4 = (ctid % 128) / 32, lane = tid % 32;
+  #pragma unroll
+  for (int mi = 0; mi < MI; ++mi)
+    #pragma unroll
+    for (int j = 0; j < 8; ++j)
+      #pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        const int row = cw * 64 * MI + mi * 64 + w4 * 16 + lane / 4 + 8 * hf, col = 8 * j + 2 * (lane % 4);
+        Cs[col * LD + row] = __float2half(d[mi][4 * j + 2 * hf]);
+        Cs[(col + 1) * LD + row] = __float2half(d[mi][4 * j + 2 * hf + 1]);
+      }
+  asm volatile("bar.sync 1, 256;\n" ::: "memory");
+  for (int idx = ctid; idx < BN * BM; idx += 256) {
+    const int col = idx / BM, row = idx % BM;
+    const int ext = m0 + row, hq = ext / Wp, wq = ext - hq * Wp;
+    if (hq < H && wq < W) out[((long long)n * K + n0 + col) * HW + (long long)hq * W + wq] = Cs[col * LD + row];
+  }
+}
+
+template <int MI, int S, int V = 4, int IDLE = 0, int BNT = 64>
+void run4(int N, int C, int H, int W, int K, const char* name) {
+  const int BM = 128 * MI, Wp = W + 2, ROWS = BM + 2 * Wp + 2, R = ((ROWS + 7) / 8) * 8 + 1;
+  const int BN = BNT;
+  const size_t stage = ((4 * R * 16 + 127) / 128) * 128 + 9 * 4 * (BN + 1) * 16;
+  const int hrows = (ROWS + Wp - 1) / Wp + 1, SLOT = ((hrows * W * 2 + 32) + 15) / 16 * 16;
+  const size_t smem = V == 5 ? std::max<size_t>(S * stage + 2 * 32 * SLOT, (size_t)BN * (BM + 8) * 2) + 16 * S + 32
+                             : std::max<size_t>(S * stage, (size_t)BN * (BM + 8) * 2) + 16 * S + 16;
+  if (smem > 227 * 1024) { printf("%s MI=%d S=%d: smem %zu too big\n", name, MI, S, smem); return; }
+  size_t ni = (size_t)N * C * H * W, nw = (size_t)K * C * 9, no = (size_t)N * K * H * W;
+  std::vector<__half> hi(ni), hw(nw);
+  std::mt19937 rng(1234); std::uniform_real_distribution<float> u(-1, 1);
+  for (auto& x : hi) x = __float2half(u(rng));
+  for (auto& x : hw) x = __float2half(u(rng));
+  __half *di, *dw, *dout; float* dref;
+  CK(cudaMalloc(&di, ni * 2)); CK(cudaMalloc(&dw, nw * 2)); CK(cudaMalloc(&dout, no * 2)); CK(cudaMalloc(&dref, no * 4));
+  CK(cudaMemcpy(di, hi.data(), ni * 2, cudaMemcpyHostToDevice)); CK(cudaMemcpy(dw, hw.data(), nw * 2, cudaMemcpyHostToDevice));
+  CK(cudaMemset(dout, 0xFF, no * 2));
+  refconv<<<(no + 255) / 256, 256>>>(di, dw, dref, N, C, H, W, K);
+  auto kern = V == 5 ? winconv5<MI, S> : winconv4<MI, S, IDLE, BNT>;
+  CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+  const int tiles = (H * Wp + BM - 1) / BM;
+  dim3 grid(N * tiles, K / BN);
+  kern<<<grid, 384, smem>>>(di, dw, dout, N, C, H, W, K);
+  CK(cudaGetLastError()); CK(cudaDeviceSynchronize());
+  std::vector<__half> ho(no); std::vector<float> hr(no);
+  CK(cudaMemcpy(ho.data(), dout, no * 2, cudaMemcpyDeviceToHost)); CK(cudaMemcpy(hr.data(), dref, no * 4, cudaMemcpyDeviceToHost));
+  double num = 0, den = 0;
+  for (size_t i = 0; i < no; ++i) { double a = __half2float(ho[i]), b = hr[i]; num += (a - b) * (a - b); den += b * b; }
+  cudaStream_t s; CK(cudaStreamCreate(&s));
+  cudaGraph_t g; cudaGraphExec_t ge;
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  for (int i = 0; i < 20; ++i) kern<<<grid, 384, smem, s>>>(di, dw, dout, N, C, H, W, K);
+  CK(cudaStreamEndCapture(s, &g)); CK(cudaGraphInstantiate(&ge, g, 0));
+  cudaEvent_t e0, e1; CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
+  std::vector<float> ts;
+  for (int rep = 0; rep < 12; ++rep) {
+    CK(cudaEventRecord(e0, s)); CK(cudaGraphLaunch(ge, s)); CK(cudaEventRecord(e1, s)); CK(cudaEventSynchronize(e1));
+    float ms; CK(cudaEventElapsedTime(&ms, e0, e1)); ts.push_back(ms * 1000 / 20);
+  }
+  std::sort(ts.begin(), ts.end());
+  double flops = 2.0 * N * K * H * W * C * 9;
+  printf("v%d%s n%d %-5s N=%-3d C=%-3d H=W=%-3d K=%-3d MI=%d S=%d grid=%d smem=%zu  rel_l2=%.2e  %.2f us  %.1f TFLOP/s\n", V, IDLE ? "idle" : "", BNT, name, N, C, H, K, MI, S, grid.x * grid.y, smem, std::sqrt(num / den), ts[6], flops / ts[6] / 1e6);
+  cudaFree(di); cudaFree(dw); cudaFree(dout); cudaFree(dref); cudaGraphExecDestroy(ge); cudaGraphDestroy(g);
+}
+
+int main(int argc, char** argv) {
+  if (argc > 1) {  // one config, for the profiler: N C H K WG
+    int N = atoi(argv[1]), C = atoi(argv[2]), H = atoi(argv[3]), K = atoi(argv[4]), wg = atoi(argv[5]);
+    if (wg == 1) run<1>(N, C, H, H, K, "one"); else run<2, true, 1>(N, C, H, H, K, "one");
+    return 0;
+  }
+  int b[2] = {16, 256};
+  for (int bi = 0; bi < 2; ++bi) {
+    int N = b[bi];
+    run4<2, 3, 4, 1>(N, 64, 56, 56, 64, "l1"); run4<2, 3>(N, 64, 56, 56, 64, "l1");
+    run4<2, 2, 4, 1, 128>(N, 128, 28, 28, 128, "l5"); run4<2, 2, 4, 0, 128>(N, 128, 28, 28, 128, "l5");
+    run4<1, 4, 4, 1>(N, 256, 14, 14, 256, "l8"); run4<1, 3, 4, 1, 128>(N, 256, 14, 14, 256, "l8"); run4<2, 2, 4, 1, 128>(N, 256, 14, 14, 256, "l8");
+    run4<1, 4, 4, 0>(N, 256, 14, 14, 256, "l8"); run4<1, 3, 4, 0, 128>(N, 256, 14, 14, 256, "l8");
+    run4<1, 3, 4, 1, 128>(N, 512, 7, 7, 512, "l11"); run4<1, 3, 4, 0, 128>(N, 512, 7, 7, 512, "l11");
+  }
+  return 0;
+}
