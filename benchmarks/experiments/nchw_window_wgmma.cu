@@ -380,10 +380,10 @@ __global__ void refconv(const __half* in, const __half* wt, float* out, int N, i
   out[i] = s;
 }
 
-template <int WG, bool UNROLL = false, int V2RPT = 0, int MODE = 0, int MI = 0>
-void run(int N, int C, int H, int W, int K, const char* name) {
-  const int BM = MI ? 128 * MI : 64 * WG, Wp = W + 2, ROWS = BM + 2 * Wp + 2, R = ((ROWS + 7) / 8) * 8 + 1;
-  const size_t smem = ((8 * R * 16 + 127) / 128) * 128 + 9 * 8 * (BN + 1) * 16;
+// Runs `launch(stream)` on fresh random inputs against refconv (outputs poisoned with NaN first),
+// then times 20 launches in a CUDA graph (median of 12 replays) and prints one line.
+template <typename Launch>
+void measure(const char* label, int N, int C, int H, int W, int K, int blocks, size_t smem, Launch launch) {
   size_t ni = (size_t)N * C * H * W, nw = (size_t)K * C * 9, no = (size_t)N * K * H * W;
   std::vector<__half> hi(ni), hw(nw);
   std::mt19937 rng(1234); std::uniform_real_distribution<float> u(-1, 1);
@@ -394,22 +394,16 @@ void run(int N, int C, int H, int W, int K, const char* name) {
   CK(cudaMemcpy(di, hi.data(), ni * 2, cudaMemcpyHostToDevice)); CK(cudaMemcpy(dw, hw.data(), nw * 2, cudaMemcpyHostToDevice));
   CK(cudaMemset(dout, 0xFF, no * 2));  // poison (NaN)
   refconv<<<(no + 255) / 256, 256>>>(di, dw, dref, N, C, H, W, K);
-  auto kern = MI ? winconv3<(MI ? MI : 1)> : V2RPT ? winconv2<WG, (V2RPT ? V2RPT : 1), MODE> : winconv<WG, UNROLL>;
-  if (V2RPT && ROWS > V2RPT * 128 * WG) { printf("%s: rows %d > %d\n", name, ROWS, V2RPT * 128 * WG); return; }
-  CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-  const int tiles = (H * Wp + BM - 1) / BM;
-  dim3 grid(N * tiles, K / BN);
-  kern<<<grid, MI ? 256 : 128 * WG, smem>>>(di, dw, dout, N, C, H, W, K);
+  cudaStream_t s; CK(cudaStreamCreate(&s));
+  launch(s, di, dw, dout);
   CK(cudaGetLastError()); CK(cudaDeviceSynchronize());
   std::vector<__half> ho(no); std::vector<float> hr(no);
   CK(cudaMemcpy(ho.data(), dout, no * 2, cudaMemcpyDeviceToHost)); CK(cudaMemcpy(hr.data(), dref, no * 4, cudaMemcpyDeviceToHost));
   double num = 0, den = 0;
   for (size_t i = 0; i < no; ++i) { double a = __half2float(ho[i]), b = hr[i]; num += (a - b) * (a - b); den += b * b; }
-  double rel = std::sqrt(num / den);
-  cudaStream_t s; CK(cudaStreamCreate(&s));
   cudaGraph_t g; cudaGraphExec_t ge;
   CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-  for (int i = 0; i < 20; ++i) kern<<<grid, MI ? 256 : 128 * WG, smem, s>>>(di, dw, dout, N, C, H, W, K);
+  for (int i = 0; i < 20; ++i) launch(s, di, dw, dout);
   CK(cudaStreamEndCapture(s, &g)); CK(cudaGraphInstantiate(&ge, g, 0));
   cudaEvent_t e0, e1; CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
   std::vector<float> ts;
@@ -418,9 +412,27 @@ void run(int N, int C, int H, int W, int K, const char* name) {
     float ms; CK(cudaEventElapsedTime(&ms, e0, e1)); ts.push_back(ms * 1000 / 20);
   }
   std::sort(ts.begin(), ts.end());
-  double flops = 2.0 * N * K * H * W * C * 9;
-  printf("%-8s N=%-3d C=%-3d H=W=%-3d K=%-3d WG=%d U=%d V2=%d M=%d MI=%d grid=%d smem=%zu  rel_l2=%.2e  %.2f us  %.1f TFLOP/s\n", name, N, C, H, K, WG, (int)UNROLL, V2RPT, MODE, MI, grid.x * grid.y, smem, rel, ts[6], flops / ts[6] / 1e6);
+  const double flops = 2.0 * N * K * H * W * C * 9;
+  printf("%-40s N=%-3d C=%-3d H=W=%-3d K=%-3d grid=%-5d smem=%-6zu rel_l2=%.2e  %8.2f us  %6.1f TFLOP/s\n", label, N, C, H, K,
+         blocks, smem, std::sqrt(num / den), ts[6], flops / ts[6] / 1e6);
+  CK(cudaEventDestroy(e0)); CK(cudaEventDestroy(e1)); CK(cudaStreamDestroy(s));
   cudaFree(di); cudaFree(dw); cudaFree(dout); cudaFree(dref); cudaGraphExecDestroy(ge); cudaGraphDestroy(g);
+}
+
+template <int WG, bool UNROLL = false, int V2RPT = 0, int MODE = 0, int MI = 0>
+void run(int N, int C, int H, int W, int K, const char* name) {
+  const int BM = MI ? 128 * MI : 64 * WG, Wp = W + 2, ROWS = BM + 2 * Wp + 2, R = ((ROWS + 7) / 8) * 8 + 1;
+  const size_t smem = ((8 * R * 16 + 127) / 128) * 128 + 9 * 8 * (BN + 1) * 16;
+  auto kern = MI ? winconv3<(MI ? MI : 1)> : V2RPT ? winconv2<WG, (V2RPT ? V2RPT : 1), MODE> : winconv<WG, UNROLL>;
+  if (V2RPT && ROWS > V2RPT * 128 * WG) { printf("%s: rows %d > %d\n", name, ROWS, V2RPT * 128 * WG); return; }
+  CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+  const int tiles = (H * Wp + BM - 1) / BM, threads = MI ? 256 : 128 * WG;
+  const dim3 grid(N * tiles, K / BN);
+  char label[96];
+  snprintf(label, sizeof label, "%s %s WG=%d MI=%d", MI ? "v3" : V2RPT ? "v2" : "v1", name, WG, MI);
+  measure(label, N, C, H, W, K, grid.x * grid.y, smem, [&](cudaStream_t s, const __half* i, const __half* w, __half* o) {
+    kern<<<grid, threads, smem, s>>>(i, w, o, N, C, H, W, K);
+  });
 }
 
 
@@ -712,41 +724,15 @@ void run4(int N, int C, int H, int W, int K, const char* name) {
   const size_t smem = V == 5 ? std::max<size_t>(S * stage + 2 * 32 * SLOT, (size_t)BN * (BM + 8) * 2) + 16 * S + 32
                              : std::max<size_t>(S * stage, (size_t)BN * (BM + 8) * 2) + 16 * S + 16;
   if (smem > 227 * 1024) { printf("%s MI=%d S=%d: smem %zu too big\n", name, MI, S, smem); return; }
-  size_t ni = (size_t)N * C * H * W, nw = (size_t)K * C * 9, no = (size_t)N * K * H * W;
-  std::vector<__half> hi(ni), hw(nw);
-  std::mt19937 rng(1234); std::uniform_real_distribution<float> u(-1, 1);
-  for (auto& x : hi) x = __float2half(u(rng));
-  for (auto& x : hw) x = __float2half(u(rng));
-  __half *di, *dw, *dout; float* dref;
-  CK(cudaMalloc(&di, ni * 2)); CK(cudaMalloc(&dw, nw * 2)); CK(cudaMalloc(&dout, no * 2)); CK(cudaMalloc(&dref, no * 4));
-  CK(cudaMemcpy(di, hi.data(), ni * 2, cudaMemcpyHostToDevice)); CK(cudaMemcpy(dw, hw.data(), nw * 2, cudaMemcpyHostToDevice));
-  CK(cudaMemset(dout, 0xFF, no * 2));
-  refconv<<<(no + 255) / 256, 256>>>(di, dw, dref, N, C, H, W, K);
   auto kern = V == 5 ? winconv5<MI, S> : winconv4<MI, S, IDLE, BNT>;
   CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
   const int tiles = (H * Wp + BM - 1) / BM;
-  dim3 grid(N * tiles, K / BN);
-  kern<<<grid, 384, smem>>>(di, dw, dout, N, C, H, W, K);
-  CK(cudaGetLastError()); CK(cudaDeviceSynchronize());
-  std::vector<__half> ho(no); std::vector<float> hr(no);
-  CK(cudaMemcpy(ho.data(), dout, no * 2, cudaMemcpyDeviceToHost)); CK(cudaMemcpy(hr.data(), dref, no * 4, cudaMemcpyDeviceToHost));
-  double num = 0, den = 0;
-  for (size_t i = 0; i < no; ++i) { double a = __half2float(ho[i]), b = hr[i]; num += (a - b) * (a - b); den += b * b; }
-  cudaStream_t s; CK(cudaStreamCreate(&s));
-  cudaGraph_t g; cudaGraphExec_t ge;
-  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-  for (int i = 0; i < 20; ++i) kern<<<grid, 384, smem, s>>>(di, dw, dout, N, C, H, W, K);
-  CK(cudaStreamEndCapture(s, &g)); CK(cudaGraphInstantiate(&ge, g, 0));
-  cudaEvent_t e0, e1; CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
-  std::vector<float> ts;
-  for (int rep = 0; rep < 12; ++rep) {
-    CK(cudaEventRecord(e0, s)); CK(cudaGraphLaunch(ge, s)); CK(cudaEventRecord(e1, s)); CK(cudaEventSynchronize(e1));
-    float ms; CK(cudaEventElapsedTime(&ms, e0, e1)); ts.push_back(ms * 1000 / 20);
-  }
-  std::sort(ts.begin(), ts.end());
-  double flops = 2.0 * N * K * H * W * C * 9;
-  printf("v%d%s n%d %-5s N=%-3d C=%-3d H=W=%-3d K=%-3d MI=%d S=%d grid=%d smem=%zu  rel_l2=%.2e  %.2f us  %.1f TFLOP/s\n", V, IDLE ? "idle" : "", BNT, name, N, C, H, K, MI, S, grid.x * grid.y, smem, std::sqrt(num / den), ts[6], flops / ts[6] / 1e6);
-  cudaFree(di); cudaFree(dw); cudaFree(dout); cudaFree(dref); cudaGraphExecDestroy(ge); cudaGraphDestroy(g);
+  const dim3 grid(N * tiles, K / BN);
+  char label[96];
+  snprintf(label, sizeof label, "v%d%s %s n%d MI=%d S=%d", V, IDLE ? " copies skipped" : "", name, BNT, MI, S);
+  measure(label, N, C, H, W, K, grid.x * grid.y, smem, [&](cudaStream_t s, const __half* i, const __half* w, __half* o) {
+    kern<<<grid, 384, smem, s>>>(i, w, o, N, C, H, W, K);
+  });
 }
 
 __device__ __forceinline__ void wgmma64ta(float (&d)[32], unsigned long long da, unsigned long long db) {
@@ -918,44 +904,19 @@ template <int MI, int S, int BNT, int SWAP, int SKIP = 0>
 void run6(int N, int C, int H, int W, int K, const char* name) {
   constexpr int BM = 128 * MI, BN = BNT;
   const int WP = (W + 1 + 7) / 8 * 8, WB = WP / 8, OROWS = BM / WP, IROWS = OROWS + 2, BLOCKS = IROWS * WB + 2;
-  if (BM % WP || H % OROWS || W % 8) { printf("%s: shape not handled by v6\\n", name); return; }
+  if (BM % WP || H % OROWS || W % 8) { printf("%s: shape not handled by v6\n", name); return; }
   const size_t stage = 3 * (size_t)BLOCKS * CH6 * 16 + 9 * 2 * (BN + 1) * 16;
   const size_t smem = std::max<size_t>(S * stage, (size_t)BN * (BM + 8) * 2) + 16 * S + 16;
-  if (smem > 227 * 1024) { printf("%s MI=%d S=%d: smem %zu too big\\n", name, MI, S, smem); return; }
-  size_t ni = (size_t)N * C * H * W, nw = (size_t)K * C * 9, no = (size_t)N * K * H * W;
-  std::vector<__half> hi(ni), hw(nw);
-  std::mt19937 rng(1234); std::uniform_real_distribution<float> u(-1, 1);
-  for (auto& x : hi) x = __float2half(u(rng));
-  for (auto& x : hw) x = __float2half(u(rng));
-  __half *di, *dw, *dout; float* dref;
-  CK(cudaMalloc(&di, ni * 2)); CK(cudaMalloc(&dw, nw * 2)); CK(cudaMalloc(&dout, no * 2)); CK(cudaMalloc(&dref, no * 4));
-  CK(cudaMemcpy(di, hi.data(), ni * 2, cudaMemcpyHostToDevice)); CK(cudaMemcpy(dw, hw.data(), nw * 2, cudaMemcpyHostToDevice));
-  CK(cudaMemset(dout, 0xFF, no * 2));
-  refconv<<<(no + 255) / 256, 256>>>(di, dw, dref, N, C, H, W, K);
+  if (smem > 227 * 1024) { printf("%s MI=%d S=%d: smem %zu too big\n", name, MI, S, smem); return; }
   auto kern = winconv6<MI, S, BNT, SWAP, SKIP>;
   CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-  dim3 grid(N * (H / OROWS), K / BN);
-  kern<<<grid, 384, smem>>>(di, dw, dout, N, C, H, W, K);
-  CK(cudaGetLastError()); CK(cudaDeviceSynchronize());
-  std::vector<__half> ho(no); std::vector<float> hr(no);
-  CK(cudaMemcpy(ho.data(), dout, no * 2, cudaMemcpyDeviceToHost)); CK(cudaMemcpy(hr.data(), dref, no * 4, cudaMemcpyDeviceToHost));
-  double num = 0, den = 0;
-  for (size_t i = 0; i < no; ++i) { double a = __half2float(ho[i]), b = hr[i]; num += (a - b) * (a - b); den += b * b; }
-  cudaStream_t s; CK(cudaStreamCreate(&s));
-  cudaGraph_t g; cudaGraphExec_t ge;
-  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-  for (int i = 0; i < 20; ++i) kern<<<grid, 384, smem, s>>>(di, dw, dout, N, C, H, W, K);
-  CK(cudaStreamEndCapture(s, &g)); CK(cudaGraphInstantiate(&ge, g, 0));
-  cudaEvent_t e0, e1; CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
-  std::vector<float> ts;
-  for (int rep = 0; rep < 12; ++rep) {
-    CK(cudaEventRecord(e0, s)); CK(cudaGraphLaunch(ge, s)); CK(cudaEventRecord(e1, s)); CK(cudaEventSynchronize(e1));
-    float ms; CK(cudaEventElapsedTime(&ms, e0, e1)); ts.push_back(ms * 1000 / 20);
-  }
-  std::sort(ts.begin(), ts.end());
-  double flops = 2.0 * N * K * H * W * C * 9;
-  printf("v6 n%d skip%d %-5s N=%-3d C=%-3d H=W=%-3d K=%-3d MI=%d S=%d grid=%d smem=%zu  rel_l2=%.2e  %.2f us  %.1f TFLOP/s\n", BNT, SKIP, name, N, C, H, K, MI, S, grid.x * grid.y, smem, std::sqrt(num / den), ts[6], flops / ts[6] / 1e6);
-  cudaFree(di); cudaFree(dw); cudaFree(dout); cudaFree(dref); cudaGraphExecDestroy(ge); cudaGraphDestroy(g);
+  const dim3 grid(N * (H / OROWS), K / BN);
+  char label[96];
+  snprintf(label, sizeof label, "v6%s %s n%d MI=%d S=%d", SKIP == 1 ? " filters skipped" : SKIP == 2 ? " filters+shifts skipped" : "",
+           name, BNT, MI, S);
+  measure(label, N, C, H, W, K, grid.x * grid.y, smem, [&](cudaStream_t s, const __half* i, const __half* w, __half* o) {
+    kern<<<grid, 384, smem, s>>>(i, w, o, N, C, H, W, K);
+  });
 }
 
 int main(int argc, char** argv) {
