@@ -1030,9 +1030,7 @@ TEST(Gpu, StridedVectors) {
         for (const Match& m : r.matches) {
           ImplicitGemm g = make_implicit_gemm(c, hw, m, m.mappings.back());
           const ScheduleParams d = default_schedule(g, limits);
-          const bool strided = (operand_contiguity(g, 0).step == 2 && copies_shifted(g, d, 0)) ||
-                               (operand_contiguity(g, 1).step == 2 && copies_shifted(g, d, 1));
-          if (!strided || cases.size() >= 2) continue;
+          if (!(copies_strided(g, d, 0) || copies_strided(g, d, 1)) || cases.size() >= 2) continue;
           GpuCase gc{label + " " + m.layout + " " + m.shape.str(), g, d, tolerance};
           if (cases.empty() && hw_name == "mma_sync_fp16_fp32") {
             for (const GpuCase& v : variants(gc, loops)) cases.push_back(v);

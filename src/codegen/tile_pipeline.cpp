@@ -290,7 +290,7 @@ void emit_operand_loader(std::ostringstream& os, const ImplicitGemm& g, const Sc
   const std::string fname = std::string(is_a ? "load_a" : "load_b") + (vec > 1 ? "_vec" : "");
   // A shifted copy reads the two aligned vectors of `load` elements that cover its group.
   const int load = sp.shifted ? shifted_load_width(g, p, which) : vec;
-  const bool strided = sp.shifted && operand_contiguity(g, which).step == 2;
+  const bool strided = copies_strided(g, p, which);
   const std::string load_type = vector_type(load * elem_bytes);
   if (sp.shifted) {
     const std::string st = staged_type(op);
@@ -595,7 +595,7 @@ void emit_staged_registers(std::ostringstream& os, const ScheduleParams& p, int 
 /// The helper that puts operand `which`'s shifted copies in place (emit_shift_helpers):
 /// store_shifted, or for a strided operand store_strided<element bytes, vector of the group>.
 std::string staged_store_call(const ImplicitGemm& g, const ScheduleParams& p, int which) {
-  if (operand_contiguity(g, which).step != 2) return "store_shifted";
+  if (!copies_strided(g, p, which)) return "store_shifted";
   const int bytes = std::max(1, dtype_bits(which == 0 ? g.hw->a_dtype : g.hw->b_dtype) / 8);
   return "store_strided<" + std::to_string(bytes) + ", " + vector_type((which == 0 ? p.vec_a : p.vec_b) * bytes) + ">";
 }
@@ -635,7 +635,7 @@ void emit_shift_helpers(std::ostringstream& os, const ImplicitGemm& g, const Sch
      << "  V v;\n"
      << "  #pragma unroll\n  for (int i = 0; i < (int)(sizeof(V) / 4); ++i) reinterpret_cast<unsigned*>(&v)[i] = y[i];\n"
      << "  *reinterpret_cast<V*>(dst) = v;\n}\n";
-  if (operand_contiguity(g, 0).step == 2 || operand_contiguity(g, 1).step == 2)
+  if (copies_strided(g, p, 0) || copies_strided(g, p, 1))
     os << "// Stores every other element (of EB bytes) of the 2 * sizeof(O) bytes that start `shift` bytes\n"
        << "// into lo:hi: a group of a stride-2 operand.\n"
        << "template <int EB, typename O, typename V>\n"

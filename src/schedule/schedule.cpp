@@ -108,6 +108,10 @@ bool copies_shifted(const ImplicitGemm& g, const ScheduleParams& p, int which) {
   return vec > 1 && vec > operand_contiguity(g, which).aligned;
 }
 
+bool copies_strided(const ImplicitGemm& g, const ScheduleParams& p, int which) {
+  return copies_shifted(g, p, which) && operand_contiguity(g, which).step == 2;
+}
+
 int shifted_load_width(const ImplicitGemm& g, const ScheduleParams& p, int which) {
   const Contiguity c = operand_contiguity(g, which);
   return c.step == 2 ? c.load : which == 0 ? p.vec_a : p.vec_b;

@@ -172,6 +172,9 @@ int max_vector_width(const ImplicitGemm& g, int which);
 /// Whether operand `which`'s vectors of p.vec_{a,b} elements are shifted into place through
 /// registers (wider than operand_contiguity().aligned).
 bool copies_shifted(const ImplicitGemm& g, const ScheduleParams& p, int which);
+/// Whether operand `which` is copied in strided vectors: shifted (copies_shifted) and strided
+/// (operand_contiguity().step 2), every other element of the two aligned vectors read.
+bool copies_strided(const ImplicitGemm& g, const ScheduleParams& p, int which);
 /// Elements per aligned vector that a shifted copy of operand `which` reads from memory: its own
 /// width (p.vec_{a,b}), or for a strided operand operand_contiguity().load.
 int shifted_load_width(const ImplicitGemm& g, const ScheduleParams& p, int which);
