@@ -26,7 +26,7 @@
 //      row's right padding is the next row's left zero), plus two copies shifted by +1 and -1
 //      pixel (funnel shifts): every tap is then a 16-byte aligned descriptor into one of three.
 //      SKIP = 1 leaves the filters untransposed, 2 also the shifted copies (outputs then wrong).
-// The consumers of v4 and v6 wait for their wgmmas at every stage (wait_group 0): waiting for 1
+// The consumers of v4, v5 and v6 wait for their wgmmas at every stage (wait_group 0): waiting for 1
 // across the runtime chunk loop made ptxas serialize them (C7514).
 // Each run checks the output (poisoned with NaN first) against a direct convolution on the GPU
 // (relative L2) and times 20 launches in a CUDA graph, median of 12 replays.
@@ -41,26 +41,49 @@
 #include <random>
 #include <algorithm>
 #include <cmath>
+#include "wgmma_f16.cuh"
 #define CK(x) do{cudaError_t e_=(x); if(e_!=cudaSuccess){printf("%s:%d %s\n",__FILE__,__LINE__,cudaGetErrorString(e_)); exit(1);}}while(0)
 
-__device__ __forceinline__ unsigned long long desc_none(unsigned addr, unsigned lbo, unsigned sbo) {
-  return (unsigned long long)((addr & 0x3FFFF) >> 4) | ((unsigned long long)(lbo >> 4) << 16) | ((unsigned long long)(sbo >> 4) << 32);
+/// 8 halves `stride` apart as one 16-byte vector.
+__device__ __forceinline__ uint4 pack8(const unsigned short* h, int stride = 1) {
+  return make_uint4(h[0] | (unsigned)h[stride] << 16, h[2 * stride] | (unsigned)h[3 * stride] << 16,
+                    h[4 * stride] | (unsigned)h[5 * stride] << 16, h[6 * stride] | (unsigned)h[7 * stride] << 16);
 }
-__device__ __forceinline__ void wgmma64(float (&d)[32], unsigned long long da, unsigned long long db) {
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-    "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
-    : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]) : "l"(da), "l"(db), "r"(1));
+/// One output channel's filters at 8 input channels, as loaded ([channel][3 x 3 taps], 9 vectors),
+/// stored as one 16-byte row of the 8 channels per tap, `tap_bytes` apart.
+__device__ __forceinline__ void store_filter_taps(const uint4 (&v)[9], unsigned char* dst, int tap_bytes) {
+  const unsigned short* h = reinterpret_cast<const unsigned short*>(v);
+  #pragma unroll
+  for (int t = 0; t < 9; ++t) *reinterpret_cast<uint4*>(dst + t * tap_bytes) = pack8(h + t, 9);
 }
-__device__ __forceinline__ void keep(float (&d)[32]) { for (int i = 0; i < 32; ++i) asm volatile("" : "+f"(d[i])::"memory"); }
-
-__device__ __forceinline__ void wgmma128(float (&d)[64], unsigned long long da, unsigned long long db) {
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-    "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
-    : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]) : "l"(da), "l"(db), "r"(1));
-}
-template <int NR> __device__ __forceinline__ void keepn(float (&d)[NR]) { for (int i = 0; i < NR; ++i) asm volatile("" : "+f"(d[i])::"memory"); }
-template <int BNT> __device__ __forceinline__ void wg_mma(float (&d)[BNT / 2], unsigned long long da, unsigned long long db) {
-  if constexpr (BNT == 64) wgmma64(d, da, db); else wgmma128(d, da, db);
+/// The epilogue of v3-v6: the 128 MI x BN outputs of two warpgroups' float sums (MI m64
+/// accumulators each; this thread's warpgroup's first row `row0`) staged as [n][m] halves in
+/// shared memory, then written along m. Output m is pixel m0 + m of the image on a pitch of
+/// `pitch` (columns >= W and rows >= H dropped); `out` points at the block's first output channel.
+/// `t`: this thread among the 256 that take part, which `sync()` synchronizes.
+template <int MI, int BN, typename Sync>
+__device__ __forceinline__ void store_outputs(const float (&d)[MI][BN / 2], unsigned char* smem, int t, int row0,
+                                              int m0, int pitch, int H, int W, __half* out, Sync sync) {
+  constexpr int BM = 128 * MI, LD = BM + 8;
+  const long long HW = (long long)H * W;
+  __half* Cs = reinterpret_cast<__half*>(smem);
+  const int w4 = (t % 128) / 32, lane = t % 32;
+  #pragma unroll
+  for (int mi = 0; mi < MI; ++mi)
+    #pragma unroll
+    for (int j = 0; j < BN / 8; ++j)
+      #pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        const int row = row0 + mi * 64 + w4 * 16 + lane / 4 + 8 * hf, col = 8 * j + 2 * (lane % 4);
+        Cs[col * LD + row] = __float2half(d[mi][4 * j + 2 * hf]);
+        Cs[(col + 1) * LD + row] = __float2half(d[mi][4 * j + 2 * hf + 1]);
+      }
+  sync();
+  for (int idx = t; idx < BN * BM; idx += 256) {
+    const int col = idx / BM, row = idx % BM;
+    const int ext = m0 + row, hq = ext / pitch, wq = ext - hq * pitch;
+    if (hq < H && wq < W) out[col * HW + (long long)hq * W + wq] = Cs[col * LD + row];
+  }
 }
 constexpr int BN = 64, CH = 64;
 template <int WG, bool UNROLL>
@@ -92,38 +115,29 @@ __global__ void __launch_bounds__(128 * WG) winconv(const __half* __restrict__ i
         unsigned short v[8];
         #pragma unroll
         for (int c = 0; c < 8; ++c) v[c] = ok ? __ldg(reinterpret_cast<const unsigned short*>(src + (8 * j + c) * HW)) : 0;
-        uint4 q;
-        q.x = v[0] | (unsigned)v[1] << 16; q.y = v[2] | (unsigned)v[3] << 16;
-        q.z = v[4] | (unsigned)v[5] << 16; q.w = v[6] | (unsigned)v[7] << 16;
-        *reinterpret_cast<uint4*>(As + (j * R + e) * 16) = q;
+        *reinterpret_cast<uint4*>(As + (j * R + e) * 16) = pack8(v);
       }
     }
     // Filters: [n][c][3][3] -> per tap, K-major rows of 8 channels.
     for (int task = tid; task < BN * 8; task += THREADS) {
       const int j = task % 8, nn = task / 8;
       const uint4* src = reinterpret_cast<const uint4*>(wt + ((long long)(n0 + nn) * C + c0 + 8 * j) * 9);
-      union { uint4 v[9]; unsigned short h[72]; } u;
+      uint4 v[9];
       #pragma unroll
-      for (int i = 0; i < 9; ++i) u.v[i] = __ldg(src + i);
-      #pragma unroll
-      for (int t = 0; t < 9; ++t) {
-        uint4 q;
-        q.x = u.h[0 * 9 + t] | (unsigned)u.h[1 * 9 + t] << 16; q.y = u.h[2 * 9 + t] | (unsigned)u.h[3 * 9 + t] << 16;
-        q.z = u.h[4 * 9 + t] | (unsigned)u.h[5 * 9 + t] << 16; q.w = u.h[6 * 9 + t] | (unsigned)u.h[7 * 9 + t] << 16;
-        *reinterpret_cast<uint4*>(Bs + ((t * 8 + j) * LB + nn) * 16) = q;
-      }
+      for (int i = 0; i < 9; ++i) v[i] = __ldg(src + i);
+      store_filter_taps(v, Bs + (j * LB + nn) * 16, 8 * LB * 16);
     }
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     __syncthreads();
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
     if (UNROLL) {
-      const unsigned long long da0 = desc_none(a_addr + (wg * 64) * 16, R * 16, 128);
-      const unsigned long long db0 = desc_none(b_addr, LB * 16, 128);
+      const unsigned long long da0 = smem_desc(a_addr + (wg * 64) * 16, R * 16, 128);
+      const unsigned long long db0 = smem_desc(b_addr, LB * 16, 128);
       #pragma unroll
       for (int t = 0; t < 9; ++t) {
         #pragma unroll
         for (int kk = 0; kk < 4; ++kk)
-          wgmma64(d, da0 + (unsigned)((2 * kk) * R + (t / 3) * Wp + (t % 3)), db0 + (unsigned)((t * 8 + 2 * kk) * LB));
+          wgmma_f16<64>(d, da0 + (unsigned)((2 * kk) * R + (t / 3) * Wp + (t % 3)), db0 + (unsigned)((t * 8 + 2 * kk) * LB));
       }
     } else {
     #pragma unroll 1
@@ -131,15 +145,15 @@ __global__ void __launch_bounds__(128 * WG) winconv(const __half* __restrict__ i
       const int off = (t / 3) * Wp + (t % 3);
       #pragma unroll
       for (int kk = 0; kk < 4; ++kk) {
-        const unsigned long long da = desc_none(a_addr + ((2 * kk) * R + wg * 64 + off) * 16, R * 16, 128);
-        const unsigned long long db = desc_none(b_addr + ((t * 8 + 2 * kk) * LB) * 16, LB * 16, 128);
-        wgmma64(d, da, db);
+        const unsigned long long da = smem_desc(a_addr + ((2 * kk) * R + wg * 64 + off) * 16, R * 16, 128);
+        const unsigned long long db = smem_desc(b_addr + ((t * 8 + 2 * kk) * LB) * 16, LB * 16, 128);
+        wgmma_f16<64>(d, da, db);
       }
     }
     }
     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-    keep(d);
+    fence_operands(d);
     __syncthreads();
   }
   const int w4 = (tid % 128) / 32, lane = tid % 32;
@@ -211,40 +225,30 @@ __global__ void __launch_bounds__(128 * WG) winconv2(const __half* __restrict__ 
       if (e < ROWS)
         #pragma unroll
         for (int j = 0; j < 8; ++j) {
-          uint4 q;
-          q.x = av[i][8 * j] | (unsigned)av[i][8 * j + 1] << 16; q.y = av[i][8 * j + 2] | (unsigned)av[i][8 * j + 3] << 16;
-          q.z = av[i][8 * j + 4] | (unsigned)av[i][8 * j + 5] << 16; q.w = av[i][8 * j + 6] | (unsigned)av[i][8 * j + 7] << 16;
-          *reinterpret_cast<uint4*>(As + (j * R + e) * 16) = q;
+          *reinterpret_cast<uint4*>(As + (j * R + e) * 16) = pack8(av[i] + 8 * j);
         }
     }
     #pragma unroll
     for (int q = 0; q < TPT; ++q) {
       const int task = tid + q * THREADS, j = task % 8, nn = task / 8;
-      const unsigned short* h = reinterpret_cast<const unsigned short*>(bv[q]);
-      #pragma unroll
-      for (int t = 0; t < 9; ++t) {
-        uint4 o;
-        o.x = h[0 * 9 + t] | (unsigned)h[1 * 9 + t] << 16; o.y = h[2 * 9 + t] | (unsigned)h[3 * 9 + t] << 16;
-        o.z = h[4 * 9 + t] | (unsigned)h[5 * 9 + t] << 16; o.w = h[6 * 9 + t] | (unsigned)h[7 * 9 + t] << 16;
-        *reinterpret_cast<uint4*>(Bs + ((t * 8 + j) * LB + nn) * 16) = o;
-      }
+      store_filter_taps(bv[q], Bs + (j * LB + nn) * 16, 8 * LB * 16);
     }
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     __syncthreads();
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
     {
-      const unsigned long long da0 = desc_none(a_addr + (wg * 64) * 16, R * 16, 128);
-      const unsigned long long db0 = desc_none(b_addr, LB * 16, 128);
+      const unsigned long long da0 = smem_desc(a_addr + (wg * 64) * 16, R * 16, 128);
+      const unsigned long long db0 = smem_desc(b_addr, LB * 16, 128);
       #pragma unroll
       for (int t = 0; t < 9; ++t)
         #pragma unroll
         for (int kk = 0; kk < 4; ++kk)
-          if (MODE != 1) wgmma64(d, da0 + (unsigned)((2 * kk) * R + (t / 3) * Wp + (t % 3)), db0 + (unsigned)((t * 8 + 2 * kk) * LB));
+          if (MODE != 1) wgmma_f16<64>(d, da0 + (unsigned)((2 * kk) * R + (t / 3) * Wp + (t % 3)), db0 + (unsigned)((t * 8 + 2 * kk) * LB));
     }
     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
     if (c0 + CH < C) load(c0 + CH);
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-    keep(d);
+    fence_operands(d);
     __syncthreads();
   }
   const int w4 = (tid % 128) / 32, lane = tid % 32;
@@ -296,10 +300,7 @@ __global__ void __launch_bounds__(256) winconv3(const __half* __restrict__ in, c
       for (int c = 0; c < 64; ++c) v[c] = ok ? __ldg(src + c * HW) : 0;
       #pragma unroll
       for (int j = 0; j < 8; ++j) {
-        uint4 q;
-        q.x = v[8 * j] | (unsigned)v[8 * j + 1] << 16; q.y = v[8 * j + 2] | (unsigned)v[8 * j + 3] << 16;
-        q.z = v[8 * j + 4] | (unsigned)v[8 * j + 5] << 16; q.w = v[8 * j + 6] | (unsigned)v[8 * j + 7] << 16;
-        *reinterpret_cast<uint4*>(As + (j * R + e) * 16) = q;
+        *reinterpret_cast<uint4*>(As + (j * R + e) * 16) = pack8(v + 8 * j);
       }
     }
     {
@@ -314,56 +315,30 @@ __global__ void __launch_bounds__(256) winconv3(const __half* __restrict__ in, c
       #pragma unroll
       for (int q = 0; q < TPT; ++q) {
         const int task = tid + q * THREADS, j = task % 8, nn = task / 8;
-        const unsigned short* h = reinterpret_cast<const unsigned short*>(bv[q]);
-        #pragma unroll
-        for (int t = 0; t < 9; ++t) {
-          uint4 o;
-          o.x = h[0 * 9 + t] | (unsigned)h[1 * 9 + t] << 16; o.y = h[2 * 9 + t] | (unsigned)h[3 * 9 + t] << 16;
-          o.z = h[4 * 9 + t] | (unsigned)h[5 * 9 + t] << 16; o.w = h[6 * 9 + t] | (unsigned)h[7 * 9 + t] << 16;
-          *reinterpret_cast<uint4*>(Bs + ((t * 8 + j) * LB + nn) * 16) = o;
-        }
+        store_filter_taps(bv[q], Bs + (j * LB + nn) * 16, 8 * LB * 16);
       }
     }
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     __syncthreads();
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
     {
-      const unsigned long long da0 = desc_none(a_addr + (wg * 64 * MI) * 16, R * 16, 128);
-      const unsigned long long db0 = desc_none(b_addr, LB * 16, 128);
+      const unsigned long long da0 = smem_desc(a_addr + (wg * 64 * MI) * 16, R * 16, 128);
+      const unsigned long long db0 = smem_desc(b_addr, LB * 16, 128);
       #pragma unroll
       for (int t = 0; t < 9; ++t)
         #pragma unroll
         for (int kk = 0; kk < 4; ++kk)
           #pragma unroll
           for (int mi = 0; mi < MI; ++mi)
-            wgmma64(d[mi], da0 + (unsigned)((2 * kk) * R + mi * 64 + (t / 3) * Wp + (t % 3)), db0 + (unsigned)((t * 8 + 2 * kk) * LB));
+            wgmma_f16<64>(d[mi], da0 + (unsigned)((2 * kk) * R + mi * 64 + (t / 3) * Wp + (t % 3)), db0 + (unsigned)((t * 8 + 2 * kk) * LB));
     }
     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
     #pragma unroll
-    for (int mi = 0; mi < MI; ++mi) keep(d[mi]);
+    for (int mi = 0; mi < MI; ++mi) fence_operands(d[mi]);
     __syncthreads();
   }
-  // Epilogue: D as [col][row] halves in shared memory (rows padded by 8), then rows written along m.
-  constexpr int LD = BM + 8;
-  __half* Cs = reinterpret_cast<__half*>(smem);
-  const int w4 = (tid % 128) / 32, lane = tid % 32;
-  #pragma unroll
-  for (int mi = 0; mi < MI; ++mi)
-    #pragma unroll
-    for (int j = 0; j < 8; ++j)
-      #pragma unroll
-      for (int hf = 0; hf < 2; ++hf) {
-        const int row = wg * 64 * MI + mi * 64 + w4 * 16 + lane / 4 + 8 * hf, col = 8 * j + 2 * (lane % 4);
-        Cs[col * LD + row] = __float2half(d[mi][4 * j + 2 * hf]);
-        Cs[(col + 1) * LD + row] = __float2half(d[mi][4 * j + 2 * hf + 1]);
-      }
-  __syncthreads();
-  for (int idx = tid; idx < BN * BM; idx += THREADS) {
-    const int col = idx / BM, row = idx % BM;
-    const int ext = m0 + row, hq = ext / Wp, wq = ext - hq * Wp;
-    if (hq < H && wq < W) out[((long long)n * K + n0 + col) * HW + (long long)hq * W + wq] = Cs[col * LD + row];
-  }
+  store_outputs<MI, BN>(d, smem, tid, wg * 64 * MI, m0, Wp, H, W, out + ((long long)n * K + n0) * HW, [] { __syncthreads(); });
 }
 
 __global__ void refconv(const __half* in, const __half* wt, float* out, int N, int C, int H, int W, int K) {
@@ -444,6 +419,38 @@ __device__ __forceinline__ void mbar_arrive(unsigned a) { asm volatile("{\n.reg 
 __device__ __forceinline__ void mbar_wait(unsigned a, unsigned parity) {
   asm volatile("{\n.reg .pred p;\nW: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n@!p bra W;\n}" :: "r"(a), "r"(parity) : "memory");
 }
+/// The consumers of v4 and v5: for each 32-channel chunk, wait for its stage (full barrier), issue
+/// its nine taps x two k16 steps x MI wgmmas (warpgroup `cw`'s rows of the window), wait for them
+/// and free the stage (empty barrier). Sums into d, zeroed first.
+template <int MI, int BNT, int S>
+__device__ __forceinline__ void consume_window_chunks(float (&d)[MI][BNT / 2], int chunks, unsigned bars, unsigned sbase,
+                                                      int stage_bytes, int a_bytes, int R, int Wp, int cw) {
+  constexpr int LB = BNT + 1;
+  #pragma unroll
+  for (int mi = 0; mi < MI; ++mi)
+    #pragma unroll
+    for (int x = 0; x < BNT / 2; ++x) d[mi][x] = 0.f;
+  for (int i = 0; i < chunks; ++i) {
+    const int st = i % S;
+    mbar_wait(bars + 8 * st, (i / S) & 1);
+    const unsigned a_addr = sbase + st * stage_bytes, b_addr = a_addr + a_bytes;
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+    const unsigned long long da0 = smem_desc(a_addr + (cw * 64 * MI) * 16, R * 16, 128);
+    const unsigned long long db0 = smem_desc(b_addr, LB * 16, 128);
+    #pragma unroll
+    for (int t = 0; t < 9; ++t)
+      #pragma unroll
+      for (int kk = 0; kk < 2; ++kk)
+        #pragma unroll
+        for (int mi = 0; mi < MI; ++mi)
+          wgmma_f16<BNT>(d[mi], da0 + (unsigned)((2 * kk) * R + mi * 64 + (t / 3) * Wp + (t % 3)), db0 + (unsigned)((t * 4 + 2 * kk) * LB));
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    mbar_arrive(bars + 8 * (S + st));
+  }
+  #pragma unroll
+  for (int mi = 0; mi < MI; ++mi) fence_operands(d[mi]);
+}
 constexpr int CH4 = 32;
 template <int MI, int S, int IDLE = 0, int BNT = 64>
 __global__ void __launch_bounds__(384, 1) winconv4(const __half* __restrict__ in, const __half* __restrict__ wt,
@@ -480,14 +487,7 @@ __global__ void __launch_bounds__(384, 1) winconv4(const __half* __restrict__ in
         #pragma unroll
         for (int q = 0; q < TPT; ++q) {
           const int task = tid + q * 128, j = task % 4, nn = task / 4;
-          const unsigned short* h = reinterpret_cast<const unsigned short*>(bv[q]);
-          #pragma unroll
-          for (int t = 0; t < 9; ++t) {
-            uint4 o;
-            o.x = h[0 * 9 + t] | (unsigned)h[1 * 9 + t] << 16; o.y = h[2 * 9 + t] | (unsigned)h[3 * 9 + t] << 16;
-            o.z = h[4 * 9 + t] | (unsigned)h[5 * 9 + t] << 16; o.w = h[6 * 9 + t] | (unsigned)h[7 * 9 + t] << 16;
-            *reinterpret_cast<uint4*>(Bs + ((t * 4 + j) * LB + nn) * 16) = o;
-          }
+          store_filter_taps(bv[q], Bs + (j * LB + nn) * 16, 4 * LB * 16);
         }
       }
       for (int e = tid; e < ROWS; e += 128) {
@@ -499,10 +499,7 @@ __global__ void __launch_bounds__(384, 1) winconv4(const __half* __restrict__ in
         for (int c = 0; c < 32; ++c) v[c] = ok ? __ldg(src + c * HW) : 0;
         #pragma unroll
         for (int j = 0; j < 4; ++j) {
-          uint4 q;
-          q.x = v[8 * j] | (unsigned)v[8 * j + 1] << 16; q.y = v[8 * j + 2] | (unsigned)v[8 * j + 3] << 16;
-          q.z = v[8 * j + 4] | (unsigned)v[8 * j + 5] << 16; q.w = v[8 * j + 6] | (unsigned)v[8 * j + 7] << 16;
-          *reinterpret_cast<uint4*>(As + (j * R + e) * 16) = q;
+          *reinterpret_cast<uint4*>(As + (j * R + e) * 16) = pack8(v + 8 * j);
         }
       }
       asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
@@ -512,51 +509,10 @@ __global__ void __launch_bounds__(384, 1) winconv4(const __half* __restrict__ in
   }
   const int cw = wg - 1;  // consumer warpgroup
   float d[MI][BN / 2];
-  #pragma unroll
-  for (int mi = 0; mi < MI; ++mi)
-    #pragma unroll
-    for (int x = 0; x < BN / 2; ++x) d[mi][x] = 0.f;
-  for (int i = 0; i < chunks; ++i) {
-    const int st = i % S;
-    mbar_wait(bars + 8 * st, (i / S) & 1);
-    const unsigned a_addr = sbase + st * stage_bytes, b_addr = a_addr + a_bytes;
-    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-    const unsigned long long da0 = desc_none(a_addr + (cw * 64 * MI) * 16, R * 16, 128);
-    const unsigned long long db0 = desc_none(b_addr, LB * 16, 128);
-    #pragma unroll
-    for (int t = 0; t < 9; ++t)
-      #pragma unroll
-      for (int kk = 0; kk < 2; ++kk)
-        #pragma unroll
-        for (int mi = 0; mi < MI; ++mi)
-          wg_mma<BNT>(d[mi], da0 + (unsigned)((2 * kk) * R + mi * 64 + (t / 3) * Wp + (t % 3)), db0 + (unsigned)((t * 4 + 2 * kk) * LB));
-    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-    mbar_arrive(bars + 8 * (S + i % S));
-  }
-  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-  #pragma unroll
-  for (int mi = 0; mi < MI; ++mi) keepn<BN / 2>(d[mi]);
+  consume_window_chunks<MI, BN, S>(d, chunks, bars, sbase, stage_bytes, a_bytes, R, Wp, cw);
   asm volatile("bar.sync 1, 256;\n" ::: "memory");  // every consumer's wgmmas retired: the ring is free
-  constexpr int LD = BM + 8;
-  __half* Cs = reinterpret_cast<__half*>(smem);
-  const int ctid = tid - 128, w4 = (ctid % 128) / 32, lane = tid % 32;
-  #pragma unroll
-  for (int mi = 0; mi < MI; ++mi)
-    #pragma unroll
-    for (int j = 0; j < BN / 8; ++j)
-      #pragma unroll
-      for (int hf = 0; hf < 2; ++hf) {
-        const int row = cw * 64 * MI + mi * 64 + w4 * 16 + lane / 4 + 8 * hf, col = 8 * j + 2 * (lane % 4);
-        Cs[col * LD + row] = __float2half(d[mi][4 * j + 2 * hf]);
-        Cs[(col + 1) * LD + row] = __float2half(d[mi][4 * j + 2 * hf + 1]);
-      }
-  asm volatile("bar.sync 1, 256;\n" ::: "memory");
-  for (int idx = ctid; idx < BN * BM; idx += 256) {
-    const int col = idx / BM, row = idx % BM;
-    const int ext = m0 + row, hq = ext / Wp, wq = ext - hq * Wp;
-    if (hq < H && wq < W) out[((long long)n * K + n0 + col) * HW + (long long)hq * W + wq] = Cs[col * LD + row];
-  }
+  store_outputs<MI, BN>(d, smem, tid - 128, cw * 64 * MI, m0, Wp, H, W, out + ((long long)n * K + n0) * HW,
+                        [] { asm volatile("bar.sync 1, 256;\n" ::: "memory"); });
 }
 
 
@@ -642,23 +598,13 @@ __global__ void __launch_bounds__(384, 1) winconv5(const __half* __restrict__ in
           v[c] = ok ? *reinterpret_cast<const unsigned short*>(sb + c * SLOT + ((s0 + c * k16) & 15) + pix) : 0;
         #pragma unroll
         for (int j = 0; j < 4; ++j) {
-          uint4 q;
-          q.x = v[8 * j] | (unsigned)v[8 * j + 1] << 16; q.y = v[8 * j + 2] | (unsigned)v[8 * j + 3] << 16;
-          q.z = v[8 * j + 4] | (unsigned)v[8 * j + 5] << 16; q.w = v[8 * j + 6] | (unsigned)v[8 * j + 7] << 16;
-          *reinterpret_cast<uint4*>(As + (j * R + e) * 16) = q;
+          *reinterpret_cast<uint4*>(As + (j * R + e) * 16) = pack8(v + 8 * j);
         }
       }
       #pragma unroll
       for (int q = 0; q < 2; ++q) {
         const int task = tid + q * 128, j = task % 4, nn = task / 4;
-        const unsigned short* h = reinterpret_cast<const unsigned short*>(bv[q]);
-        #pragma unroll
-        for (int t = 0; t < 9; ++t) {
-          uint4 o;
-          o.x = h[0 * 9 + t] | (unsigned)h[1 * 9 + t] << 16; o.y = h[2 * 9 + t] | (unsigned)h[3 * 9 + t] << 16;
-          o.z = h[4 * 9 + t] | (unsigned)h[5 * 9 + t] << 16; o.w = h[6 * 9 + t] | (unsigned)h[7 * 9 + t] << 16;
-          *reinterpret_cast<uint4*>(Bs + ((t * 4 + j) * LB + nn) * 16) = o;
-        }
+        store_filter_taps(bv[q], Bs + (j * LB + nn) * 16, 4 * LB * 16);
       }
       asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
       mbar_arrive(bars + 8 * st);
@@ -667,52 +613,11 @@ __global__ void __launch_bounds__(384, 1) winconv5(const __half* __restrict__ in
     return;
   }
   const int cw = wg - 1;
-  float d[MI][32];
-  #pragma unroll
-  for (int mi = 0; mi < MI; ++mi)
-    #pragma unroll
-    for (int x = 0; x < 32; ++x) d[mi][x] = 0.f;
-  for (int i = 0; i < chunks; ++i) {
-    const int st = i % S;
-    mbar_wait(bars + 8 * st, (i / S) & 1);
-    const unsigned a_addr = sbase + st * stage_bytes, b_addr = a_addr + a_bytes;
-    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-    const unsigned long long da0 = desc_none(a_addr + (cw * 64 * MI) * 16, R * 16, 128);
-    const unsigned long long db0 = desc_none(b_addr, LB * 16, 128);
-    #pragma unroll
-    for (int t = 0; t < 9; ++t)
-      #pragma unroll
-      for (int kk = 0; kk < 2; ++kk)
-        #pragma unroll
-        for (int mi = 0; mi < MI; ++mi)
-          wgmma64(d[mi], da0 + (unsigned)((2 * kk) * R + mi * 64 + (t / 3) * Wp + (t % 3)), db0 + (unsigned)((t * 4 + 2 * kk) * LB));
-    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-    asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
-    if (i > 0) mbar_arrive(bars + 8 * (S + (i - 1) % S));
-  }
-  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-  #pragma unroll
-  for (int mi = 0; mi < MI; ++mi) keep(d[mi]);
+  float d[MI][BN / 2];
+  consume_window_chunks<MI, BN, S>(d, chunks, bars, sbase, stage_bytes, a_bytes, R, Wp, cw);
   asm volatile("bar.sync 1, 256;\n" ::: "memory");
-  constexpr int LD = BM + 8;
-  __half* Cs = reinterpret_cast<__half*>(smem);
-  const int ctid = tid - 128, w4 = (ctid % 128) / 32, lane = tid % 32;
-  #pragma unroll
-  for (int mi = 0; mi < MI; ++mi)
-    #pragma unroll
-    for (int j = 0; j < 8; ++j)
-      #pragma unroll
-      for (int hf = 0; hf < 2; ++hf) {
-        const int row = cw * 64 * MI + mi * 64 + w4 * 16 + lane / 4 + 8 * hf, col = 8 * j + 2 * (lane % 4);
-        Cs[col * LD + row] = __float2half(d[mi][4 * j + 2 * hf]);
-        Cs[(col + 1) * LD + row] = __float2half(d[mi][4 * j + 2 * hf + 1]);
-      }
-  asm volatile("bar.sync 1, 256;\n" ::: "memory");
-  for (int idx = ctid; idx < BN * BM; idx += 256) {
-    const int col = idx / BM, row = idx % BM;
-    const int ext = m0 + row, hq = ext / Wp, wq = ext - hq * Wp;
-    if (hq < H && wq < W) out[((long long)n * K + n0 + col) * HW + (long long)hq * W + wq] = Cs[col * LD + row];
-  }
+  store_outputs<MI, BN>(d, smem, tid - 128, cw * 64 * MI, m0, Wp, H, W, out + ((long long)n * K + n0) * HW,
+                        [] { asm volatile("bar.sync 1, 256;\n" ::: "memory"); });
 }
 
 template <int MI, int S, int V = 4, int IDLE = 0, int BNT = 64>
@@ -733,20 +638,6 @@ void run4(int N, int C, int H, int W, int K, const char* name) {
   measure(label, N, C, H, W, K, grid.x * grid.y, smem, [&](cudaStream_t s, const __half* i, const __half* w, __half* o) {
     kern<<<grid, 384, smem, s>>>(i, w, o, N, C, H, W, K);
   });
-}
-
-__device__ __forceinline__ void wgmma64ta(float (&d)[32], unsigned long long da, unsigned long long db) {
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-    "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 1, 0;\n}\n"
-    : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]) : "l"(da), "l"(db), "r"(1));
-}
-__device__ __forceinline__ void wgmma128ta(float (&d)[64], unsigned long long da, unsigned long long db) {
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-    "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 1, 0;\n}\n"
-    : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]) : "l"(da), "l"(db), "r"(1));
-}
-template <int BNT> __device__ __forceinline__ void wgmma64t(float (&d)[BNT / 2], unsigned long long da, unsigned long long db) {
-  if constexpr (BNT == 64) wgmma64ta(d, da, db); else wgmma128ta(d, da, db);
 }
 
 // v6: the window in NCHW's own order, read MN-major (wgmma's transpose bit): [8-pixel block][16
@@ -826,14 +717,7 @@ __global__ void __launch_bounds__(384, 1) winconv6(const __half* __restrict__ in
       #pragma unroll
       for (int q = 0; q < (SKIP >= 1 ? 0 : TPT); ++q) {
         const int task = tid + q * 128, j = task % 2, nn = task / 2;
-        const unsigned short* hh = reinterpret_cast<const unsigned short*>(bv[q]);
-        #pragma unroll
-        for (int t = 0; t < 9; ++t) {
-          uint4 o;
-          o.x = hh[0 * 9 + t] | (unsigned)hh[1 * 9 + t] << 16; o.y = hh[2 * 9 + t] | (unsigned)hh[3 * 9 + t] << 16;
-          o.z = hh[4 * 9 + t] | (unsigned)hh[5 * 9 + t] << 16; o.w = hh[6 * 9 + t] | (unsigned)hh[7 * 9 + t] << 16;
-          *reinterpret_cast<uint4*>(Bs + ((t * 2 + j) * LB + nn) * 16) = o;
-        }
+        store_filter_taps(bv[q], Bs + (j * LB + nn) * 16, 2 * LB * 16);
       }
       asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
       mbar_arrive(bars + 8 * st);
@@ -860,7 +744,7 @@ __global__ void __launch_bounds__(384, 1) winconv6(const __half* __restrict__ in
     mbar_wait(bars + 8 * st, (i / S) & 1);
     const unsigned w0 = sbase + st * stage_bytes, b_addr = w0 + 3 * copy_bytes;
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-    const unsigned long long db0 = desc_none(b_addr, LB * 16, 128);
+    const unsigned long long db0 = smem_desc(b_addr, LB * 16, 128);
     #pragma unroll
     for (int t = 0; t < 9; ++t) {
       const int r = t / 3, sx = t % 3;  // sx 0: the -1 copy, 1: w0, 2: the +1 copy
@@ -868,8 +752,8 @@ __global__ void __launch_bounds__(384, 1) winconv6(const __half* __restrict__ in
       #pragma unroll
       for (int mi = 0; mi < MI; ++mi) {
         const unsigned a = copy + ((1 + r * WB + (cw * MI + mi) * 8) * CH6) * 16;
-        const unsigned long long da = desc_none(a, lbo, sbo) | (1ull << 62) * 0;
-        wgmma64t<BNT>(d[mi], da, db0 + (unsigned)((t * 2) * LB));
+        const unsigned long long da = smem_desc(a, lbo, sbo);
+        wgmma_f16<BNT, 1>(d[mi], da, db0 + (unsigned)((t * 2) * LB));
       }
     }
     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
@@ -877,27 +761,10 @@ __global__ void __launch_bounds__(384, 1) winconv6(const __half* __restrict__ in
     mbar_arrive(bars + 8 * (S + st));
   }
   #pragma unroll
-  for (int mi = 0; mi < MI; ++mi) keepn<BN / 2>(d[mi]);
+  for (int mi = 0; mi < MI; ++mi) fence_operands(d[mi]);
   asm volatile("bar.sync 1, 256;\n" ::: "memory");
-  constexpr int LD = BM + 8;
-  __half* Cs = reinterpret_cast<__half*>(smem);
-  const int ctid = tid - 128, w4 = (ctid % 128) / 32, lane = tid % 32;
-  #pragma unroll
-  for (int mi = 0; mi < MI; ++mi)
-    #pragma unroll
-    for (int j = 0; j < BN / 8; ++j)
-      #pragma unroll
-      for (int hf = 0; hf < 2; ++hf) {
-        const int row = cw * 64 * MI + mi * 64 + w4 * 16 + lane / 4 + 8 * hf, col = 8 * j + 2 * (lane % 4);
-        Cs[col * LD + row] = __float2half(d[mi][4 * j + 2 * hf]);
-        Cs[(col + 1) * LD + row] = __float2half(d[mi][4 * j + 2 * hf + 1]);
-      }
-  asm volatile("bar.sync 1, 256;\n" ::: "memory");
-  for (int idx = ctid; idx < BN * BM; idx += 256) {
-    const int col = idx / BM, row = idx % BM;
-    const int hq = p0 + row / WP, wq = row % WP;
-    if (hq < H && wq < W) out[((long long)n * K + n0 + col) * HW + (long long)hq * W + wq] = Cs[col * LD + row];
-  }
+  store_outputs<MI, BN>(d, smem, tid - 128, cw * 64 * MI, p0 * WP, WP, H, W, out + ((long long)n * K + n0) * HW,
+                        [] { asm volatile("bar.sync 1, 256;\n" ::: "memory"); });
 }
 
 template <int MI, int S, int BNT, int SWAP, int SKIP = 0>
