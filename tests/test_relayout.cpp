@@ -214,11 +214,14 @@ TEST(Relayout, FewChannelsArePaddedToWholeVectors) {
       }
       EXPECT_EQ(widest, 8) << "an operand is read in aligned 16-byte vectors";
       const KernelSource kernel = emit_kernel(g, view_schedule(g));
-      EXPECT_NE(kernel.code.find(name == "conv2d" ? "relayout_transpose_pad(reinterpret_cast" : "relayout_gather_pad(reinterpret_cast"),
-                std::string::npos);
+      // Each destination row (one pixel's or one tap's 8 channels) is built and stored as one
+      // 16-byte vector, 4 rows a thread, 1024 a block: 1920 pixels, 64 x 49 filter taps.
+      EXPECT_NE(kernel.code.find("relayout_pad_rows<unsigned short, 8>(reinterpret_cast"), std::string::npos);
+      EXPECT_EQ(kernel.code.find("relayout_gather_pad("), std::string::npos);
       EXPECT_NE(kernel.code.find("(zeros after 3)"), std::string::npos);
-      const std::int64_t in_blocks = name == "conv2d" ? 2 * 1 * 30 : (in.copy_elements() + 2047) / 2048;
-      const std::int64_t wt_blocks = name == "conv2d" ? 64 * 1 * 2 : (wt.copy_elements() + 2047) / 2048;
+      EXPECT_EQ(in.outer * in.inner, 2 * 32 * 30);
+      EXPECT_EQ(wt.outer * wt.inner, 64 * 49);
+      const std::int64_t in_blocks = 2, wt_blocks = 4;
       EXPECT_EQ(kernel.relayout_blocks, in_blocks + wt_blocks);
       EXPECT_GE(kernel.workspace_bytes, 2 * (in.copy_elements() + wt.copy_elements()));
     }
@@ -412,7 +415,12 @@ TEST(Relayout, EveryFamilysViewKernelsCompile) {
            {"mma_sync_tf32_fp32", "float32", "float32"},
            {"mma_sync_int8_int32", "int8", "int32"},
            {"wgmma_int8_int32", "int8", "int32"}})
+  {
     add(typed_op("conv2d", in_t, out_t, {"N=2", "C=32", "H=9", "W=11", "K=64", "pad=1"}), hw, "conv2d " + in_t, 1);
+    // Three channels padded to a whole vector of the type: 4 tf32, 16 int8 (relayout_pad_rows).
+    if (hw.rfind("mma_sync", 0) == 0)
+      add(typed_op("conv2d", in_t, out_t, {"N=2", "C=3", "H=12", "W=12", "K=32", "pad=1"}), hw, "conv2d C=3 " + in_t, 1);
+  }
   std::vector<std::string> failures;
   for (int cc : {80, 90}) {
     NvrtcCompiler compiler(cc);

@@ -911,6 +911,8 @@ namespace {
 constexpr std::int64_t kTransposeMinInner = 32;
 constexpr std::int64_t kRowsBytes = 16 * 1024;  // the most shared memory a block of relayout_rows stages
 constexpr std::int64_t kGatherPerBlock = 2048;  // elements per block of relayout_gather
+/// Destination rows a thread of relayout_pad_rows builds (the prologue's 256 threads a block).
+constexpr std::int64_t kPadRowsPerThread = 4;
 
 /// Short rows are copied whole (relayout_rows) only above this many [moved] elements (channels);
 /// at or below it they are gathered. Measured on the H100 (replays of the shipped NCHW, NCW and
@@ -958,8 +960,8 @@ int relayout_vector(const OperandRelayout& r) {
 /// emitted and the call all follow.
 enum class RelayoutCopy {
   kNone,               ///< not copied
-  kGatherPad,          ///< padded, rows shorter than kTransposeMinInner: relayout_gather_pad
-  kTransposePad,       ///< padded, longer rows: relayout_transpose_pad (32 x 32 tiles)
+  kPadRows,            ///< padded to whole 16-byte vectors: relayout_pad_rows
+  kGatherPad,          ///< padded otherwise: relayout_gather_pad
   kRegisterTranspose,  ///< relayout_transpose_v
   kRows,               ///< short rows of at least kRowsMinMoved: relayout_rows
   kGather,             ///< short rows of fewer: relayout_gather
@@ -969,7 +971,7 @@ enum class RelayoutCopy {
 RelayoutCopy relayout_copy(const OperandRelayout& r) {
   if (!r.active) return RelayoutCopy::kNone;
   const bool short_rows = r.inner < kTransposeMinInner;
-  if (r.pads()) return short_rows ? RelayoutCopy::kGatherPad : RelayoutCopy::kTransposePad;
+  if (r.pads()) return r.copy_moved() * r.bytes % 16 == 0 ? RelayoutCopy::kPadRows : RelayoutCopy::kGatherPad;
   if (relayout_vector(r)) return RelayoutCopy::kRegisterTranspose;
   if (!short_rows) return RelayoutCopy::kTiles;
   return r.moved >= kRowsMinMoved ? RelayoutCopy::kRows : RelayoutCopy::kGather;
@@ -982,7 +984,7 @@ std::int64_t relayout_blocks(const OperandRelayout& r) {
     case RelayoutCopy::kRows: return r.outer * ((r.moved + rows_per_block(r) - 1) / rows_per_block(r));
     case RelayoutCopy::kGather:
     case RelayoutCopy::kGatherPad: return (r.copy_elements() + kGatherPerBlock - 1) / kGatherPerBlock;
-    case RelayoutCopy::kTransposePad:
+    case RelayoutCopy::kPadRows: return (r.outer * r.inner + 256 * kPadRowsPerThread - 1) / (256 * kPadRowsPerThread);
     case RelayoutCopy::kTiles: break;
   }
   return r.outer * ((r.copy_moved() + 31) / 32) * ((r.inner + 31) / 32);
@@ -1038,23 +1040,27 @@ void emit_relayout(KernelSource& k, const ImplicitGemm& g) {
        << " && e < elements; e += blockDim.x) {\n"
        << "    const long long m = e % moved, i = e / moved % inner, o = e / (moved * inner);\n"
        << "    dst[e] = src[(o * moved + m) * inner + i];\n  }\n}\n";
-  if (uses(RelayoutCopy::kGatherPad) || uses(RelayoutCopy::kTransposePad))
-    os << "// Copies with [moved] padded with zeros to `padded` elements (channels to whole 16-byte vectors).\n"
-       << "template <typename T>\n"
-       << "__device__ __forceinline__ void relayout_transpose_pad(const T* __restrict__ src, T* __restrict__ dst, long long tile,\n"
-       << "                                                      long long moved, long long padded, long long inner) {\n"
-       << "  __shared__ T buf[32][33];\n"
-       << "  const long long tiles_inner = (inner + 31) / 32, tiles_moved = (padded + 31) / 32;\n"
-       << "  const long long ti = tile % tiles_inner, tm = tile / tiles_inner % tiles_moved, o = tile / (tiles_inner * tiles_moved);\n"
-       << "  src += o * moved * inner;\n  dst += o * padded * inner;\n"
-       << "  const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;\n"
-       << "  #pragma unroll\n  for (int j = 0; j < 32; j += 8) {  // rows of [moved], read along inner; zeros past moved\n"
-       << "    const long long m = tm * 32 + ty + j, i = ti * 32 + tx;\n"
-       << "    if (i < inner) buf[ty + j][tx] = m < moved ? src[m * inner + i] : T();\n  }\n"
-       << "  __syncthreads();\n"
-       << "  #pragma unroll\n  for (int j = 0; j < 32; j += 8) {  // rows of [inner], written along [padded]\n"
-       << "    const long long i = ti * 32 + ty + j, m = tm * 32 + tx;\n"
-       << "    if (m < padded && i < inner) dst[i * padded + m] = buf[tx][ty + j];\n  }\n}\n"
+  if (uses(RelayoutCopy::kPadRows))
+    os << "// Copies with [moved] padded with zeros to PADDED elements, whole 16-byte vectors (a first\n"
+       << "// layer's channels): a thread builds " << kPadRowsPerThread << " destination rows ([inner] position i of [outer] o: the\n"
+       << "// [moved] values read along inner, consecutive threads at consecutive i, then zeros) and\n"
+       << "// stores each as 16-byte vectors, consecutive threads' rows side by side.\n"
+       << "template <typename T, int PADDED>\n"
+       << "__device__ __forceinline__ void relayout_pad_rows(const T* __restrict__ src, T* __restrict__ dst, long long block,\n"
+       << "                                                 long long moved, long long inner, long long rows) {\n"
+       << "  constexpr int PIX = " << kPadRowsPerThread << ", VECS = PADDED * sizeof(T) / 16;\n"
+       << "  union Row { uint4 v[VECS]; T e[PADDED]; };\n"
+       << "  Row x[PIX];\n"
+       << "  #pragma unroll\n  for (int j = 0; j < PIX; ++j) {\n"
+       << "    const long long row = (block * PIX + j) * blockDim.x + threadIdx.x, o = row / inner, i = row - o * inner;\n"
+       << "    #pragma unroll\n    for (int m = 0; m < PADDED; ++m)\n"
+       << "      x[j].e[m] = row < rows && m < moved ? src[(o * moved + m) * inner + i] : T();\n  }\n"
+       << "  #pragma unroll\n  for (int j = 0; j < PIX; ++j) {\n"
+       << "    const long long row = (block * PIX + j) * blockDim.x + threadIdx.x;\n"
+       << "    if (row < rows)\n"
+       << "      #pragma unroll\n      for (int v = 0; v < VECS; ++v) reinterpret_cast<uint4*>(dst)[row * VECS + v] = x[j].v[v];\n  }\n}\n";
+  if (uses(RelayoutCopy::kGatherPad))
+    os << "// Copies with [moved] padded with zeros to `padded` elements, gathered element by element.\n"
        << "template <typename T>\n"
        << "__device__ __forceinline__ void relayout_gather_pad(const T* __restrict__ src, T* __restrict__ dst, long long block,\n"
        << "                                                   long long moved, long long padded, long long inner,\n"
@@ -1109,7 +1115,9 @@ void emit_relayout(KernelSource& k, const ImplicitGemm& g) {
       case RelayoutCopy::kGatherPad:
         os << "    relayout_gather_pad(" << padded_args << ", " << r.copy_elements() << "LL);\n";
         break;
-      case RelayoutCopy::kTransposePad: os << "    relayout_transpose_pad(" << padded_args << ");\n"; break;
+      case RelayoutCopy::kPadRows:
+        os << "    relayout_pad_rows<" << t << ", " << r.copy_moved() << ">(" << args << ", " << r.outer * r.inner << "LL);\n";
+        break;
       case RelayoutCopy::kRegisterTranspose: {
         const int v = relayout_vector(r);
         os << "    relayout_transpose_v<" << t << ", " << vector_type(v * r.bytes) << ", " << v << ">(" << args << ");\n";
