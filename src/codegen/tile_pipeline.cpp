@@ -960,8 +960,7 @@ int relayout_vector(const OperandRelayout& r) {
 /// emitted and the call all follow.
 enum class RelayoutCopy {
   kNone,               ///< not copied
-  kPadRows,            ///< padded to whole 16-byte vectors: relayout_pad_rows
-  kGatherPad,          ///< padded otherwise: relayout_gather_pad
+  kPadRows,            ///< padded (to whole 16-byte vectors, relayout_view()): relayout_pad_rows
   kRegisterTranspose,  ///< relayout_transpose_v
   kRows,               ///< short rows of at least kRowsMinMoved: relayout_rows
   kGather,             ///< short rows of fewer: relayout_gather
@@ -971,7 +970,10 @@ enum class RelayoutCopy {
 RelayoutCopy relayout_copy(const OperandRelayout& r) {
   if (!r.active) return RelayoutCopy::kNone;
   const bool short_rows = r.inner < kTransposeMinInner;
-  if (r.pads()) return r.copy_moved() * r.bytes % 16 == 0 ? RelayoutCopy::kPadRows : RelayoutCopy::kGatherPad;
+  if (r.pads()) {
+    TMAP_CHECK(r.copy_moved() * r.bytes % 16 == 0, "relayout_view() pads channels to whole 16-byte vectors");
+    return RelayoutCopy::kPadRows;
+  }
   if (relayout_vector(r)) return RelayoutCopy::kRegisterTranspose;
   if (!short_rows) return RelayoutCopy::kTiles;
   return r.moved >= kRowsMinMoved ? RelayoutCopy::kRows : RelayoutCopy::kGather;
@@ -982,8 +984,7 @@ std::int64_t relayout_blocks(const OperandRelayout& r) {
     case RelayoutCopy::kNone: return 0;
     case RelayoutCopy::kRegisterTranspose: return register_transpose_blocks(r, relayout_vector(r));
     case RelayoutCopy::kRows: return r.outer * ((r.moved + rows_per_block(r) - 1) / rows_per_block(r));
-    case RelayoutCopy::kGather:
-    case RelayoutCopy::kGatherPad: return (r.copy_elements() + kGatherPerBlock - 1) / kGatherPerBlock;
+    case RelayoutCopy::kGather: return (r.copy_elements() + kGatherPerBlock - 1) / kGatherPerBlock;
     case RelayoutCopy::kPadRows: return (r.outer * r.inner + 256 * kPadRowsPerThread - 1) / (256 * kPadRowsPerThread);
     case RelayoutCopy::kTiles: break;
   }
@@ -1059,17 +1060,6 @@ void emit_relayout(KernelSource& k, const ImplicitGemm& g) {
        << "    const long long row = (block * PIX + j) * blockDim.x + threadIdx.x;\n"
        << "    if (row < rows)\n"
        << "      #pragma unroll\n      for (int v = 0; v < VECS; ++v) reinterpret_cast<uint4*>(dst)[row * VECS + v] = x[j].v[v];\n  }\n}\n";
-  if (uses(RelayoutCopy::kGatherPad))
-    os << "// Copies with [moved] padded with zeros to `padded` elements, gathered element by element.\n"
-       << "template <typename T>\n"
-       << "__device__ __forceinline__ void relayout_gather_pad(const T* __restrict__ src, T* __restrict__ dst, long long block,\n"
-       << "                                                   long long moved, long long padded, long long inner,\n"
-       << "                                                   long long elements) {\n"
-       << "  #pragma unroll 4\n"
-       << "  for (long long e = block * " << kGatherPerBlock << " + threadIdx.x; e < (block + 1) * " << kGatherPerBlock
-       << " && e < elements; e += blockDim.x) {\n"
-       << "    const long long m = e % padded, i = e / padded % inner, o = e / (padded * inner);\n"
-       << "    dst[e] = m < moved ? src[(o * moved + m) * inner + i] : T();\n  }\n}\n";
   if (uses(RelayoutCopy::kRegisterTranspose))
     os << "// A lane per V x V block: V vectors of V elements read along inner (the 4 x 8 lanes of a warp\n"
        << "// cover 4 V inner x 8 V moved: 64-byte runs of 8 rows), transposed in registers, written as V\n"
@@ -1107,14 +1097,10 @@ void emit_relayout(KernelSource& k, const ImplicitGemm& g) {
     const std::string head = "reinterpret_cast<const " + t + "*>(" + src + "), reinterpret_cast<" + t + "*>(workspace + " +
                              std::to_string(offset) + "LL), block, " + std::to_string(r.moved) + "LL";
     const std::string args = head + ", " + std::to_string(r.inner) + "LL";
-    const std::string padded_args = head + ", " + std::to_string(r.copy_moved()) + "LL, " + std::to_string(r.inner) + "LL";
     os << "  if (block < " << n << ") {  // operand " << (which == 0 ? 'A' : 'B') << ": [" << r.outer << "][" << r.moved
        << "][" << r.inner << "] -> [" << r.outer << "][" << r.inner << "][" << r.copy_moved() << "]"
        << (r.pads() ? " (zeros after " + std::to_string(r.moved) + ")" : std::string()) << "\n";
     switch (relayout_copy(r)) {
-      case RelayoutCopy::kGatherPad:
-        os << "    relayout_gather_pad(" << padded_args << ", " << r.copy_elements() << "LL);\n";
-        break;
       case RelayoutCopy::kPadRows:
         os << "    relayout_pad_rows<" << t << ", " << r.copy_moved() << ">(" << args << ", " << r.outer * r.inner << "LL);\n";
         break;
