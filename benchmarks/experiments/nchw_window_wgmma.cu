@@ -240,6 +240,20 @@ __global__ void __launch_bounds__(128 * WG) winconv2(const __half* __restrict__ 
 // v3: MI m64 accumulators per warpgroup (BM = 128 MI), so that one transposed filter chunk serves
 // BM outputs; loads of a row or task all issued before use; the output staged through shared
 // memory and written along pixels (coalesced).
+/// The wgmmas of one channel chunk of KK k16 steps (16 KK channels) for the nine taps, MI m64
+/// accumulators: tap (r, s) reads the window (descriptor da0, R rows per 8-channel group) r Wp + s
+/// rows on, and the filter taps (db0, [tap][group][LB rows]) 2 KK groups per tap.
+template <int MI, int BN, int KK>
+__device__ __forceinline__ void window_taps(float (&d)[MI][BN / 2], unsigned long long da0, unsigned long long db0, int R,
+                                            int Wp, int LB) {
+  #pragma unroll
+  for (int t = 0; t < 9; ++t)
+    #pragma unroll
+    for (int kk = 0; kk < KK; ++kk)
+      #pragma unroll
+      for (int mi = 0; mi < MI; ++mi)
+        wgmma_f16<BN>(d[mi], da0 + (unsigned)((2 * kk) * R + mi * 64 + (t / 3) * Wp + (t % 3)), db0 + (unsigned)((t * 2 * KK + 2 * kk) * LB));
+}
 template <int MI>
 __global__ void __launch_bounds__(256) winconv3(const __half* __restrict__ in, const __half* __restrict__ wt,
     __half* __restrict__ out, int N, int C, int H, int W, int K) {
@@ -295,13 +309,7 @@ __global__ void __launch_bounds__(256) winconv3(const __half* __restrict__ in, c
     {
       const unsigned long long da0 = smem_desc(a_addr + (wg * 64 * MI) * 16, R * 16, 128);
       const unsigned long long db0 = smem_desc(b_addr, LB * 16, 128);
-      #pragma unroll
-      for (int t = 0; t < 9; ++t)
-        #pragma unroll
-        for (int kk = 0; kk < 4; ++kk)
-          #pragma unroll
-          for (int mi = 0; mi < MI; ++mi)
-            wgmma_f16<64>(d[mi], da0 + (unsigned)((2 * kk) * R + mi * 64 + (t / 3) * Wp + (t % 3)), db0 + (unsigned)((t * 8 + 2 * kk) * LB));
+      window_taps<MI, 64, 4>(d, da0, db0, R, Wp, LB);
     }
     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
@@ -352,13 +360,7 @@ __device__ __forceinline__ void consume_window_chunks(float (&d)[MI][BNT / 2], i
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
     const unsigned long long da0 = smem_desc(a_addr + (cw * 64 * MI) * 16, R * 16, 128);
     const unsigned long long db0 = smem_desc(b_addr, LB * 16, 128);
-    #pragma unroll
-    for (int t = 0; t < 9; ++t)
-      #pragma unroll
-      for (int kk = 0; kk < 2; ++kk)
-        #pragma unroll
-        for (int mi = 0; mi < MI; ++mi)
-          wgmma_f16<BNT>(d[mi], da0 + (unsigned)((2 * kk) * R + mi * 64 + (t / 3) * Wp + (t % 3)), db0 + (unsigned)((t * 4 + 2 * kk) * LB));
+    window_taps<MI, BNT, 2>(d, da0, db0, R, Wp, LB);
     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
     mbar_arrive(bars + 8 * (S + st));
