@@ -136,7 +136,8 @@ TEST(Relayout, PrologueTransposesInRegistersWhereVectorsDivideTheExtents) {
   // V the widest vector of at most 16 bytes dividing both the channels (moved) and the pixels
   // (inner), where that makes at least 128 blocks; else 32 x 32 tiles through shared memory. Rows
   // shorter than 32 (a 3x3 filter's taps) of more than 64 channels are copied whole, as many
-  // channels' as the block needs (up to 256); those of 64 or fewer are gathered, 2048 a block.
+  // channels' as the block needs (up to 256), in 16-byte vectors; those of 64 or fewer are
+  // gathered, 2048 a block.
   struct Case {
     std::vector<std::string> sets;
     std::string input_copy;   // the call copying the input
@@ -177,6 +178,14 @@ TEST(Relayout, PrologueTransposesInRegistersWhereVectorsDivideTheExtents) {
     EXPECT_EQ(k.code.find("relayout_transpose_v") != std::string::npos,
               t.input_copy.find("relayout_transpose_v") != std::string::npos)
         << t.sets[2] << ": the register transpose is emitted only where it is used";
+    // The main kernel may launch once every block has copied its part, not as soon as it starts
+    // (the prologue's trigger follows both copies' calls).
+    const std::size_t prologue = k.code.find(k.relayout_name + "(");
+    ASSERT_NE(prologue, std::string::npos);
+    const std::size_t trigger = k.code.find("griddepcontrol.launch_dependents", prologue);
+    ASSERT_NE(trigger, std::string::npos) << t.sets[2];
+    EXPECT_GT(trigger, k.code.find("    " + t.filter_copy + "reinterpret_cast", prologue)) << t.sets[2];
+    EXPECT_GT(trigger, k.code.find("    " + t.input_copy, prologue)) << t.sets[2];
   }
 }
 

@@ -919,9 +919,10 @@ constexpr std::int64_t kPadRowsPerThread = 4;
 /// NCDHW logs, both copies alternating in one call, two rounds, then again in a second call): the
 /// row copy took 1-21% off the prologue-and-kernel time with 80 to 512 channels (ResNet-18 l11
 /// 25.5 -> 21.1 us, l9 17.7 -> 15.3, a conv1d layer 7.0 -> 5.5) but added 1-11% with 64 (l3 10.6
-/// -> 11.8, l1 17.5 -> 17.7, a conv3d layer 48.3 -> 49.0). Why is not known: the gather of 64
-/// channels reads each filter's 1152 bytes within one block, and writing the rows with every
-/// thread instead of one per row did not move l3.
+/// -> 11.8, l1 17.5 -> 17.7, a conv3d layer 48.3 -> 49.0). Measured again once both copies issued
+/// all of a thread's loads before its first store (they had waited for one load, or one group of
+/// four, at a time): rows for 64 channels took batch-1 l1 and l3 from 4.8 to 4.7 us but batch-16
+/// l3 from 9.2 to 10.3 us (replays, two rounds), so the threshold stayed.
 constexpr std::int64_t kRowsMinMoved = 65;
 
 /// The [moved] rows a block of relayout_rows copies: a power of two, at most one per thread (256),
@@ -976,7 +977,9 @@ RelayoutCopy relayout_copy(const OperandRelayout& r) {
   }
   if (relayout_vector(r)) return RelayoutCopy::kRegisterTranspose;
   if (!short_rows) return RelayoutCopy::kTiles;
-  return r.moved >= kRowsMinMoved ? RelayoutCopy::kRows : RelayoutCopy::kGather;
+  if (r.moved < kRowsMinMoved) return RelayoutCopy::kGather;
+  TMAP_CHECK(r.moved * r.bytes % 16 == 0, "relayout_view() pads channels that are not whole 16-byte vectors");
+  return RelayoutCopy::kRows;
 }
 
 std::int64_t relayout_blocks(const OperandRelayout& r) {
@@ -1017,30 +1020,48 @@ void emit_relayout(KernelSource& k, const ImplicitGemm& g) {
   const auto uses = [&](RelayoutCopy c) { return relayout_copy(g.relayout[0]) == c || relayout_copy(g.relayout[1]) == c; };
   if (uses(RelayoutCopy::kRows))
     os << "// Rows shorter than 32 (a filter's taps): a block reads MC whole rows of [moved], one contiguous\n"
-       << "// run, into shared memory and writes them as INNER runs of MC elements along moved.\n"
+       << "// run of 16-byte vectors, into shared memory (every load of a thread issued before the first is\n"
+       << "// stored, so that the block waits for memory once), then writes them as INNER runs of MC\n"
+       << "// elements along moved, 16-byte vectors gathered from the staged rows. [moved] is whole vectors.\n"
        << "template <typename T, int INNER, int MC>\n"
        << "__device__ __forceinline__ void relayout_rows(const T* __restrict__ src, T* __restrict__ dst, long long block,\n"
        << "                                              long long moved) {\n"
-       << "  __shared__ T rows[MC * INNER];\n"
+       << "  constexpr int THREADS = " << k.relayout_threads << ", V = 16 / sizeof(T);\n"
+       << "  constexpr int LOADS = (MC * INNER / V + THREADS - 1) / THREADS, STORES = (MC / V * INNER + THREADS - 1) / THREADS;\n"
+       << "  __shared__ uint4 stage[MC * INNER / V];\n"
+       << "  const T* rows = reinterpret_cast<const T*>(stage);\n"
        << "  const long long chunks = (moved + MC - 1) / MC, o = block / chunks, m0 = block % chunks * MC;\n"
-       << "  const int mc = static_cast<int>(moved - m0 < MC ? moved - m0 : MC);\n"
-       << "  src += (o * moved + m0) * INNER;\n"
-       << "  for (int e = threadIdx.x; e < mc * INNER; e += blockDim.x) rows[e] = src[e];\n"
+       << "  const int mc = static_cast<int>(moved - m0 < MC ? moved - m0 : MC), loads = mc * INNER / V, runs = mc / V;\n"
+       << "  const uint4* from = reinterpret_cast<const uint4*>(src + (o * moved + m0) * INNER);\n"
+       << "  uint4 x[LOADS];\n"
+       << "  #pragma unroll\n  for (int j = 0; j < LOADS; ++j)\n"
+       << "    if (j * THREADS + threadIdx.x < loads) x[j] = from[j * THREADS + threadIdx.x];\n"
+       << "  #pragma unroll\n  for (int j = 0; j < LOADS; ++j)\n"
+       << "    if (j * THREADS + threadIdx.x < loads) stage[j * THREADS + threadIdx.x] = x[j];\n"
        << "  __syncthreads();\n"
        << "  dst += o * moved * INNER + m0;\n"
-       << "  for (int m = threadIdx.x; m < mc; m += blockDim.x)\n"
-       << "    #pragma unroll\n    for (int i = 0; i < INNER; ++i) dst[i * moved + m] = rows[m * INNER + i];\n}\n";
+       << "  #pragma unroll\n  for (int j = 0; j < STORES; ++j) {\n"
+       << "    const int u = j * THREADS + threadIdx.x;  // vector u % runs of destination row u / runs\n"
+       << "    if (u >= runs * INNER) break;\n"
+       << "    const int i = u / runs, m = u % runs * V;\n"
+       << "    union { uint4 v; T e[V]; } y;\n"
+       << "    #pragma unroll\n    for (int l = 0; l < V; ++l) y.e[l] = rows[(m + l) * INNER + i];\n"
+       << "    *reinterpret_cast<uint4*>(dst + i * moved + m) = y.v;\n  }\n}\n";
   if (uses(RelayoutCopy::kGather))
     os << "// Rows shorter than 32 of at most " << kRowsMinMoved - 1 << " elements along moved: gathered, " << kGatherPerBlock
        << " destination elements a block.\n"
        << "template <typename T>\n"
        << "__device__ __forceinline__ void relayout_gather(const T* __restrict__ src, T* __restrict__ dst, long long block,\n"
        << "                                               long long moved, long long inner, long long elements) {\n"
-       << "  #pragma unroll 4\n"
-       << "  for (long long e = block * " << kGatherPerBlock << " + threadIdx.x; e < (block + 1) * " << kGatherPerBlock
-       << " && e < elements; e += blockDim.x) {\n"
+       << "  constexpr int THREADS = " << k.relayout_threads << ", PER = (" << kGatherPerBlock << " + THREADS - 1) / THREADS;\n"
+       << "  T x[PER];\n"
+       << "  #pragma unroll\n  for (int j = 0; j < PER; ++j) {  // every load issued before the first store\n"
+       << "    const long long e = block * " << kGatherPerBlock << " + j * THREADS + threadIdx.x;\n"
        << "    const long long m = e % moved, i = e / moved % inner, o = e / (moved * inner);\n"
-       << "    dst[e] = src[(o * moved + m) * inner + i];\n  }\n}\n";
+       << "    if (j * THREADS + threadIdx.x < " << kGatherPerBlock << " && e < elements) x[j] = src[(o * moved + m) * inner + i];\n  }\n"
+       << "  #pragma unroll\n  for (int j = 0; j < PER; ++j) {\n"
+       << "    const long long e = block * " << kGatherPerBlock << " + j * THREADS + threadIdx.x;\n"
+       << "    if (j * THREADS + threadIdx.x < " << kGatherPerBlock << " && e < elements) dst[e] = x[j];\n  }\n}\n";
   if (uses(RelayoutCopy::kPadRows))
     os << "// Copies with [moved] padded with zeros to PADDED elements, whole 16-byte vectors (a first\n"
        << "// layer's channels): a thread builds " << kPadRowsPerThread << " destination rows ([inner] position i of [outer] o: the\n"
@@ -1082,10 +1103,6 @@ void emit_relayout(KernelSource& k, const ImplicitGemm& g) {
        << "  #pragma unroll\n  for (int j = 0; j < V; ++j) *reinterpret_cast<VT*>(dst + (i0 + j) * moved + m0) = out[j].v;\n}\n";
   os << "extern \"C\" __global__ void __launch_bounds__(" << k.relayout_threads << ")\n"
      << k.relayout_name << "(const void* __restrict__ a_src, const void* __restrict__ b_src, unsigned char* __restrict__ workspace) {\n"
-     << "#if __CUDA_ARCH__ >= 900\n"
-     << "  // The main kernel may launch once every block of this one is running; it waits for the copies.\n"
-     << "  asm volatile(\"griddepcontrol.launch_dependents;\");\n"
-     << "#endif\n"
      << "  long long block = blockIdx.x;\n";
   for (int which = 0; which < 2; ++which) {
     const OperandRelayout& r = g.relayout[which];
@@ -1116,12 +1133,21 @@ void emit_relayout(KernelSource& k, const ImplicitGemm& g) {
       case RelayoutCopy::kTiles: os << "    relayout_transpose(" << args << ");\n"; break;
       case RelayoutCopy::kNone: break;  // not reached: operands not copied are skipped above
     }
-    os << "    return;\n  }\n";
+    os << "    goto copied;\n  }\n";
     if (which == 0 && g.relayout[1].active) os << "  block -= " << n << ";\n";
     offset = round_up(offset + r.copy_elements() * r.bytes, 256);
     blocks += n;
   }
-  os << "}\n";
+  // The trigger comes after the block's copy, not before it: a copy of more blocks than fit the
+  // GPU at once would otherwise let the main kernel's blocks, waiting, take the SMs (their shared
+  // memory) its later blocks need.
+  os << "copied:\n"
+     << "#if __CUDA_ARCH__ >= 900\n"
+     << "  // The main kernel may launch once every block of this one has copied its part; it waits\n"
+     << "  // for the copies to be in memory.\n"
+     << "  asm volatile(\"griddepcontrol.launch_dependents;\");\n"
+     << "#endif\n"
+     << "  return;\n}\n";
   k.relayout_blocks = blocks;
   k.workspace_bytes = offset;
   k.code += os.str();

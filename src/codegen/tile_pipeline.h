@@ -213,10 +213,12 @@ void emit_prologue_wait(std::ostringstream& os, const ImplicitGemm& g);
 /// sums: each lane transposes a V x V block in registers where vectors of V >= 2 elements divide
 /// both extents and the copy makes at least 128 such blocks of 8 V x 32 V, else 32 x 32 tiles go
 /// through shared memory, and rows shorter than 32 (a filter's taps) are copied up to 256 whole
-/// rows per block, read as one run and written along moved, where moved exceeds 64 (else
-/// gathered element by element); copies padded to whole 16-byte vectors (a first layer's
-/// channels) are built a destination row at a time and stored as vectors. Sets relayout_* and
-/// grows workspace_bytes.
+/// rows per block, read as one run of 16-byte vectors and written along moved in vectors, where
+/// moved exceeds 64 (else gathered element by element); copies padded to whole 16-byte vectors
+/// (a first layer's channels) are built a destination row at a time and stored as vectors. Each
+/// thread issues all its loads before its first store. A block lets the main kernel launch
+/// (griddepcontrol.launch_dependents) once it has copied its part. Sets relayout_* and grows
+/// workspace_bytes.
 void emit_relayout(KernelSource& k, const ImplicitGemm& g);
 
 /// The type partial sums are kept in: at least float.
