@@ -11,7 +11,10 @@
 //            then the main kernel as its programmatic dependent (griddepcontrol.wait first);
 //   fused    one kernel: its blocks copy, meet at a grid barrier (an atomic counter and an
 //            acquire spin), then do the main kernel's work;
-//   barrier  the fused kernel without the copy; copy: without the barrier (racy; timing only).
+//   barrier  the fused kernel without the copy; copy: without the barrier (racy; timing only);
+//   empty+PDL  (twenty-second session) the prologue's blocks without the copy, then the main
+//            kernel as its dependent: the floor of any prologue + dependent pair;
+//   late+PDL the copy with the dependents' launch triggered after it, as tmap's prologues do.
 // The grids fit the GPU at once (at most 132 blocks of 384 threads), which the barrier needs.
 //
 // Build and run on an sm_90 GPU:
@@ -43,6 +46,15 @@ __global__ void prologue(const h* src, h* dst, int C, int P) {
   asm volatile("griddepcontrol.launch_dependents;");
   long long b = blockIdx.x * (long long)blockDim.x + threadIdx.x;
   if (b < (long long)C / 8 * (P / 8)) tblock(src, dst, C, P, b);
+}
+
+// The prologue without its copy (the floor of a prologue + dependent pair), and the copy with
+// the launch triggered after it (as tmap's prologues do since the twentieth session).
+__global__ void prologue_empty() { asm volatile("griddepcontrol.launch_dependents;"); }
+__global__ void prologue_late(const h* src, h* dst, int C, int P) {
+  long long b = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+  if (b < (long long)C / 8 * (P / 8)) tblock(src, dst, C, P, b);
+  asm volatile("griddepcontrol.launch_dependents;");
 }
 
 __device__ __forceinline__ void work(const h* copy, int C, int P, long long spin, float* out) {
@@ -84,20 +96,23 @@ int main() {
   CK(cudaMalloc(&src, 64 << 20)); CK(cudaMalloc(&dst, 64 << 20)); CK(cudaMalloc(&out, 64)); CK(cudaMalloc(&counter, 64));
   CK(cudaMemset(src, 0, 64 << 20)); CK(cudaMemset(counter, 0, 64));
   cudaStream_t s; CK(cudaStreamCreate(&s));
-  printf("%-6s %-7s %-5s %-6s | %8s %8s %8s %8s %8s\n", "C", "P", "grid", "spin", "plain", "pro+PDL", "fused", "barrier", "copy");
+  printf("%-6s %-7s %-5s %-6s | %8s %8s %8s %8s %8s %8s %8s\n", "C", "P", "grid", "spin", "plain", "pro+PDL", "fused",
+         "barrier", "copy", "empty+PDL", "late+PDL");
   for (int si = 0; si < 6; ++si) for (long long spin : spins) {
     int C = sizes[si][0], P = sizes[si][1], G = grids[si], T = 384;
     long long nb = (long long)C / 8 * (P / 8); int pb = (int)((nb + 255) / 256);
-    float med[5];
-    for (int variant = 0; variant < 5; ++variant) {
+    float med[7];
+    for (int variant = 0; variant < 7; ++variant) {
       CK(cudaMemset(counter, 0, 64));
       cudaGraph_t g; cudaGraphExec_t ge;
       CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
       for (int r = 0; r < 20; ++r) {
         if (variant == 0) main_plain<<<G, T, 0, s>>>(dst, C, P, spin, out);
-        else if (variant >= 2) fused<<<G, T, 0, s>>>(src, dst, C, P, spin, out, counter, variant - 2);
+        else if (variant >= 2 && variant <= 4) fused<<<G, T, 0, s>>>(src, dst, C, P, spin, out, counter, variant - 2);
         else {
-          prologue<<<pb, 256, 0, s>>>(src, dst, C, P);
+          if (variant == 1) prologue<<<pb, 256, 0, s>>>(src, dst, C, P);
+          else if (variant == 5) prologue_empty<<<pb, 256, 0, s>>>();
+          else prologue_late<<<pb, 256, 0, s>>>(src, dst, C, P);
           cudaLaunchConfig_t cfg = {}; cfg.gridDim = G; cfg.blockDim = T; cfg.stream = s;
           cudaLaunchAttribute at[1]; at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization; at[0].val.programmaticStreamSerializationAllowed = 1;
           cfg.attrs = at; cfg.numAttrs = 1;
@@ -116,7 +131,9 @@ int main() {
       std::sort(ts.begin(), ts.end()); med[variant] = ts[ts.size() / 2];
       cudaGraphExecDestroy(ge); cudaGraphDestroy(g);
     }
-    printf("%-6d %-7d %-5d %-6lld | %8.2f %8.2f %8.2f %8.2f %8.2f\n", C, P, G, spin, med[0], med[1], med[2], med[3], med[4]); fflush(stdout);
+    printf("%-6d %-7d %-5d %-6lld | %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f\n", C, P, G, spin, med[0], med[1], med[2],
+           med[3], med[4], med[5], med[6]);
+    fflush(stdout);
   }
   CK(cudaGetLastError());
   return 0;
