@@ -35,6 +35,8 @@
 //   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o nchw_tapshift_mma nchw_tapshift_mma.cu
 //   ./nchw_tapshift_mma            (TAPSHIFT_STAMPS=1: also the mean phase times of each block;
 //                                   TAPSHIFT_CHECK_ONLY=1: one checked launch each, for a profiler)
+// -DTAPSHIFT_A_LDMATRIX (timing only, wrong outputs): the A fragments read by ldmatrix instead of
+// gathered, to price the gather.
 // Every configuration is checked against a direct convolution on the GPU (float32) on fresh random
 // inputs with the output poisoned (NaN) first, then timed as 20 launches in a CUDA graph (median of
 // 15 replays after 3, us per launch).
@@ -271,11 +273,21 @@ __global__ void __launch_bounds__(P::THREADS) conv_tapshift(const __half* __rest
           const int tap = r * P::R + s;
           const unsigned short* f0 = F + (mi * 16 + g) * P::FS + tap;
           const unsigned short* f8 = f0 + 8 * P::FS;
+#ifdef TAPSHIFT_A_LDMATRIX
+          // Timing only (wrong products): one ldmatrix.x4 from 16-byte rows, as if the filters of
+          // a tap had been laid out K-major, to price the gather below.
+          (void)f8;
+          const unsigned short* rowp = F + (mi * 16 + lane % 16) * P::FS + (lane / 16) * 8 + (tap % 2) * 16;
+          asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                       : "=r"(a[s][mi][0]), "=r"(a[s][mi][1]), "=r"(a[s][mi][2]), "=r"(a[s][mi][3])
+                       : "r"(smem_u32(rowp)));
+#else
           const int c0 = 2 * q * P::RR, c1 = (2 * q + 1) * P::RR, c8 = (2 * q + 8) * P::RR, c9 = (2 * q + 9) * P::RR;
           a[s][mi][0] = pack2(f0[c0], f0[c1]);
           a[s][mi][1] = pack2(f8[c0], f8[c1]);
           a[s][mi][2] = pack2(f0[c8], f0[c9]);
           a[s][mi][3] = pack2(f8[c8], f8[c9]);
+#endif
         }
 #pragma unroll
       for (int s = 0; s < P::R; ++s)
