@@ -162,24 +162,14 @@ __global__ void __launch_bounds__(P::THREADS) conv_tapshift(const __half* __rest
       cp_async<16>(fil + ch * P::FIL + kl * P::FS + v * 8,
                    Wt + ((size_t)(k0 + kl) * P::C + ch * P::CS) * P::RR + v * 8, true);
     }
-    if constexpr (P::ST == 1) {
-      constexpr int NV = P::PITCH / P::VEC;
-      for (int i = threadIdx.x; i < RCH * P::ROWS * NV; i += P::THREADS) {
-        const int v = i % NV, wr = i / NV % P::ROWS, c = rd * RCH + i / (NV * P::ROWS);
-        const int y = in_row(wr), xx = v * P::VEC;
-        const bool ok = y >= 0 && y < P::H && xx < P::W;
-        cp_async<P::VEC * 2>(win + c * P::CHS + wr * P::WCOLS + xx,
-                             ok ? X + ((size_t)c * P::H + y) * P::W + xx : X, ok);
-      }
-    } else {
-      constexpr int NV = P::SP / P::VEC;
-      for (int i = threadIdx.x; i < RCH * P::ROWS * NV; i += P::THREADS) {
-        const int v = i % NV, wr = i / NV % P::ROWS, c = rd * RCH + i / (NV * P::ROWS);
-        const int y = in_row(wr), xx = v * P::VEC;
-        const bool ok = y >= 0 && y < P::H && xx < P::W;
-        cp_async<P::VEC * 2>(stage + (c * P::ROWS + wr) * P::SP + xx,
-                             ok ? X + ((size_t)c * P::H + y) * P::W + xx : X, ok);
-      }
+    // Stride 1 straight into the window, stride 2 into the staging rows.
+    constexpr int NV = (P::ST == 1 ? P::PITCH : P::SP) / P::VEC;
+    for (int i = threadIdx.x; i < RCH * P::ROWS * NV; i += P::THREADS) {
+      const int v = i % NV, wr = i / NV % P::ROWS, c = rd * RCH + i / (NV * P::ROWS);
+      const int y = in_row(wr), xx = v * P::VEC;
+      const bool ok = y >= 0 && y < P::H && xx < P::W;
+      unsigned short* dst = P::ST == 1 ? win + c * P::CHS + wr * P::WCOLS + xx : stage + (c * P::ROWS + wr) * P::SP + xx;
+      cp_async<P::VEC * 2>(dst, ok ? X + ((size_t)c * P::H + y) * P::W + xx : X, ok);
     }
     asm volatile("cp.async.commit_group;\n" ::: "memory");
   };

@@ -42,20 +42,17 @@ __device__ __forceinline__ void tblock(const h* src, h* dst, int C, int P, long 
   for (int j = 0; j < 8; ++j) *reinterpret_cast<V8*>(dst + (long long)(p0 + j) * C + c0) = out[j];
 }
 
+// The copy, letting the dependent launch as each block starts (LATE: once it has copied, as
+// tmap's prologues do since the twentieth session); and the prologue without its copy, the floor
+// of any prologue + dependent pair.
+template <bool LATE>
 __global__ void prologue(const h* src, h* dst, int C, int P) {
-  asm volatile("griddepcontrol.launch_dependents;");
+  if (!LATE) asm volatile("griddepcontrol.launch_dependents;");
   long long b = blockIdx.x * (long long)blockDim.x + threadIdx.x;
   if (b < (long long)C / 8 * (P / 8)) tblock(src, dst, C, P, b);
+  if (LATE) asm volatile("griddepcontrol.launch_dependents;");
 }
-
-// The prologue without its copy (the floor of a prologue + dependent pair), and the copy with
-// the launch triggered after it (as tmap's prologues do since the twentieth session).
 __global__ void prologue_empty() { asm volatile("griddepcontrol.launch_dependents;"); }
-__global__ void prologue_late(const h* src, h* dst, int C, int P) {
-  long long b = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-  if (b < (long long)C / 8 * (P / 8)) tblock(src, dst, C, P, b);
-  asm volatile("griddepcontrol.launch_dependents;");
-}
 
 __device__ __forceinline__ void work(const h* copy, int C, int P, long long spin, float* out) {
   // each block reads a slice of the copy and spins
@@ -110,9 +107,9 @@ int main() {
         if (variant == 0) main_plain<<<G, T, 0, s>>>(dst, C, P, spin, out);
         else if (variant >= 2 && variant <= 4) fused<<<G, T, 0, s>>>(src, dst, C, P, spin, out, counter, variant - 2);
         else {
-          if (variant == 1) prologue<<<pb, 256, 0, s>>>(src, dst, C, P);
+          if (variant == 1) prologue<false><<<pb, 256, 0, s>>>(src, dst, C, P);
           else if (variant == 5) prologue_empty<<<pb, 256, 0, s>>>();
-          else prologue_late<<<pb, 256, 0, s>>>(src, dst, C, P);
+          else prologue<true><<<pb, 256, 0, s>>>(src, dst, C, P);
           cudaLaunchConfig_t cfg = {}; cfg.gridDim = G; cfg.blockDim = T; cfg.stream = s;
           cudaLaunchAttribute at[1]; at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization; at[0].val.programmaticStreamSerializationAllowed = 1;
           cfg.attrs = at; cfg.numAttrs = 1;
