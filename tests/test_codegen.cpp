@@ -8,7 +8,6 @@
 #include <unistd.h>
 #include <iostream>
 #include <memory>
-#include <set>
 #include <thread>
 #include <tuple>
 #include <utility>
@@ -703,9 +702,10 @@ TEST(Codegen, WgmmaNarrowSwizzles) {
 
 // Operand A from registers (a_regs 1, wgmma's register form): every dtype, A K-major (ldmatrix)
 // and MN-major (ldmatrix.trans), every producer and swizzle, one or two m64 accumulators; the
-// kernels load A's fragments into two register sets by step parity and compile for sm_90a without
-// ptxas serializing the wgmmas. The register budget counts the fragments, and other families
-// refuse the option.
+// kernels load A's fragments into two register sets by step parity, two steps a loop iteration
+// (a branch picking the set made ptxas serialize the wgmmas where the step bounds are not
+// constants: split-K), and compile for sm_90a without ptxas serializing the wgmmas. The register
+// budget counts the fragments, and other families refuse the option.
 TEST(Codegen, WgmmaRegisterA) {
   std::vector<Job> jobs;
   std::vector<std::unique_ptr<Compute>> keep;
@@ -729,6 +729,10 @@ TEST(Codegen, WgmmaRegisterA) {
       };
       edit("default", [](ScheduleParams&) {});
       edit("gather", [](ScheduleParams& p) { p.producer = 0; });
+      // Runtime step bounds (a split's share, an odd count of steps in some: the first step
+      // alone), and split-K summed in a cluster.
+      edit("gather split 3", [](ScheduleParams& p) { p.producer = 0; p.split_k = 3; p.cluster = 0; });
+      edit("gather cluster split 2", [](ScheduleParams& p) { p.producer = 0; p.split_k = 2; p.cluster = 1; });
       edit("tma wm 128 bk x2", [&](ScheduleParams& p) { p.producer = 1; p.warp_m = p.block_m = 128; p.warp_n = p.block_n = 64; p.block_k = 2 * line; p.stages = 3; });
       edit("persistent 2 consumers", [](ScheduleParams& p) { p.producer = 2; p.block_m = 128; p.warp_m = 64; p.split_k = 1; });
       edit("swizzle 2 split 2", [&](ScheduleParams& p) { p.swizzle = 2; p.block_k = line / 2; p.split_k = 2; p.producer = 1; });
@@ -747,7 +751,8 @@ TEST(Codegen, WgmmaRegisterA) {
                   std::string::npos) << what;
         EXPECT_NE(k.code.find("const unsigned (&a)[4], unsigned long long desc_b"), std::string::npos) << what;
         EXPECT_EQ(k.code.find("a_desc"), std::string::npos) << what << ": A has no descriptor";
-        EXPECT_NE(k.code.find("if (t & 1) compute_with(buf, a_odd);"), std::string::npos) << what;
+        EXPECT_NE(k.code.find("consume(step + 1, a_odd);"), std::string::npos) << what << ": two steps an iteration";
+        EXPECT_EQ(k.code.find("t & 1"), std::string::npos) << what << ": no branch picks the set";
         jobs.push_back({what, k});
       }
     }

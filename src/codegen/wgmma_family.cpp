@@ -678,6 +678,42 @@ std::string ring_barriers(const StoredTile& sa, const StoredTile& sb, bool pair)
   return os.str();
 }
 
+/// A consumer loop over the steps [first, last) (`first` and `last` are expressions; with `count_t`
+/// the stage counter t goes up with every step) whose `body` computes with `compute(buf)` (`$A`
+/// marks where the A register set goes). With p.a_regs the step's A fragments go to the register
+/// set of its parity, which the wgmmas of the step before, possibly in flight, do not read: the
+/// body becomes a lambda taking the set, called for the first step alone where the count is odd
+/// (odd set, nothing in flight yet), then for two steps per iteration (even set, odd set). A
+/// branch choosing the set by parity joins two definitions of the accumulators between the
+/// wgmmas and their wait where the bounds are not constants (split-K), and a lone last step
+/// after the pairs writes a set while the pairs' last wgmmas may run: ptxas then serializes every
+/// wgmma of the kernel (warnings C7515, C7513).
+std::string step_loop(const ScheduleParams& p, const std::string& indent, const std::string& first,
+                      const std::string& last, std::string body, bool count_t) {
+  const auto replace_all = [](std::string s, const std::string& from, const std::string& to) {
+    for (std::size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size())) s.replace(at, from.size(), to);
+    return s;
+  };
+  std::ostringstream os;
+  if (p.a_regs != 1) {
+    os << indent << "for (int step = " << first << "; step < " << last << "; ++step" << (count_t ? ", ++t" : "") << ") {\n"
+       << replace_all(body, "$A", "") << indent << "}\n";
+    return os.str();
+  }
+  body = replace_all(replace_all(body, "compute(", "compute_with("), "$A", ", af");
+  os << indent << "auto consume = [&](int step, unsigned (&af)[MI][BK / IK][4]) {\n"
+     << body << indent << "};\n"
+     << indent << "int step = " << first << ";\n"
+     << indent << "if ((" << last << " - step) & 1) {  // an odd count: the first step alone\n"
+     << indent << "  consume(step++, a_odd);\n" << (count_t ? indent + "  ++t;\n" : "")
+     << indent << "}\n"
+     << indent << "for (; step < " << last << "; step += 2) {  // two steps: A's even set, then the odd\n"
+     << indent << "  consume(step, a_even);\n" << (count_t ? indent + "  ++t;\n" : "")
+     << indent << "  consume(step + 1, a_odd);\n" << (count_t ? indent + "  ++t;\n" : "")
+     << indent << "}\n";
+  return os.str();
+}
+
 /// The body of a persistent warp-specialized kernel (producer 2), from the mbarriers on: the
 /// producer thread walks this block's tiles and their steps, filling the ring ahead (`origin`
 /// gives an im2col operand's first pixel of the tile, `loads` one stage's TMA boxes); the
@@ -728,13 +764,13 @@ void emit_persistent_loops(std::ostringstream& os, const ImplicitGemm& g, const 
   emit_tile_origin(os, p, "tile % (GRID_M * GRID_N)", "    ");
   os << "    #pragma unroll\n    for (int i = 0; i < MI; ++i)\n"
      << "      #pragma unroll\n      for (int r = 0; r < ACC; ++r) acc[i][r] = 0;\n"
-     << "    for (int step = 0; step < STEPS; ++step, ++t) {\n"
-     << "      const int buf = t % STAGES;\n"
-     << "      mbar_wait(&full[buf], (t / STAGES) & 1);\n"
-     << "      compute(buf" << (p.a_regs == 1 ? ", t" : "") << ");\n"
-     << "      wgmma_wait<1>();  // the previous step's wgmmas are done: release its buffer\n"
-     << "      if (step > 0 && lane == 0) " << release << "(&empty[(t + STAGES - 1) % STAGES]);\n"
-     << "    }\n"
+     << step_loop(p, "    ", "0", "STEPS",
+                  "      const int buf = t % STAGES;\n"
+                  "      mbar_wait(&full[buf], (t / STAGES) & 1);\n"
+                  "      compute(buf$A);\n"
+                  "      wgmma_wait<1>();  // the previous step's wgmmas are done: release its buffer\n"
+                  "      if (step > 0 && lane == 0) " + release + "(&empty[(t + STAGES - 1) % STAGES]);\n",
+                  true)
      << "    wgmma_wait<0>();\n"
      << "    if (lane == 0) " << release << "(&empty[(t + STAGES - 1) % STAGES]);  // the tile's last buffer\n"
      << "    #pragma unroll\n    for (int i = 0; i < MI; ++i)\n"
@@ -937,8 +973,9 @@ KernelSource emit_wgmma(const ImplicitGemm& g, const ScheduleParams& p) {
      << "  // Issues the wgmmas of shared buffer `buf` as one commit group.\n";
   if (p.a_regs == 1)
     os << "  // A from registers: the step's fragments are loaded first (ldmatrix), then fenced for wgmma,\n"
-       << "  // into the set of the step's parity t % 2, which the wgmmas of step t - 2 no longer read\n"
-       << "  // (every step waits for the one before it to retire).\n"
+       << "  // into the set of the step's parity (from the tile's first step), which the wgmmas of the\n"
+       << "  // step before, possibly in flight, do not read; the step loop takes two steps at a time, one\n"
+       << "  // per set, so that no branch picks the set (see step_loop()).\n"
        << "  unsigned a_even[MI][BK / IK][4], a_odd[MI][BK / IK][4];\n"
        << "  auto compute_with = [&](int buf, unsigned (&af)[MI][BK / IK][4]) {\n"
        << "    const " << ta << "* a = As + buf * (A_BYTES / (int)sizeof(" << ta << ")) + " << a_base << ";\n"
@@ -948,9 +985,7 @@ KernelSource emit_wgmma(const ImplicitGemm& g, const ScheduleParams& p) {
        << "    wgmma_fence();\n"
        << "    #pragma unroll\n    for (int kk = 0; kk < BK; kk += IK)\n"
        << "      #pragma unroll\n      for (int i = 0; i < MI; ++i) wgmma(acc[i], af[i][kk / IK], db + b_offset(kk));\n"
-       << "    wgmma_commit();\n  };\n"
-       << "  auto compute = [&](int buf, int t) {\n"
-       << "    if (t & 1) compute_with(buf, a_odd);\n    else compute_with(buf, a_even);\n  };\n\n";
+       << "    wgmma_commit();\n  };\n\n";
   else
     os << "  auto compute = [&](int buf) {\n"
        << "    const unsigned long long da = a_desc + (unsigned)(buf * A_BYTES >> 4), db = b_desc + (unsigned)(buf * B_BYTES >> 4);\n"
@@ -1009,14 +1044,14 @@ KernelSource emit_wgmma(const ImplicitGemm& g, const ScheduleParams& p) {
        << "    }\n"
        << "  } else {\n"
        << set_registers(g, p, false, "    ")
-       << "    for (int step = first; step < last; ++step) {\n"
-       << "      const int t = step - first, buf = t % STAGES;\n"
-       << "      mbar_wait(&full[buf], (t / STAGES) & 1);\n"
-       << "      compute(buf" << (p.a_regs == 1 ? ", t" : "") << ");\n"
-       << "      wgmma_wait<1>();  // the previous step's wgmmas are done: release its buffer\n"
-       << "      if (t > 0 && lane == 0) " << (pair ? "release_pair" : "mbar_arrive")
-       << "(&empty[(t + STAGES - 1) % STAGES]);\n"
-       << "    }\n"
+       << step_loop(p, "    ", "first", "last",
+                    std::string("      const int t = step - first, buf = t % STAGES;\n"
+                                "      mbar_wait(&full[buf], (t / STAGES) & 1);\n"
+                                "      compute(buf$A);\n"
+                                "      wgmma_wait<1>();  // the previous step's wgmmas are done: release its buffer\n"
+                                "      if (t > 0 && lane == 0) ") +
+                        (pair ? "release_pair" : "mbar_arrive") + "(&empty[(t + STAGES - 1) % STAGES]);\n",
+                    false)
        << "    wgmma_wait<0>();\n"
        << "  }\n"
        << "  #pragma unroll\n  for (int i = 0; i < MI; ++i)\n"
@@ -1033,17 +1068,17 @@ KernelSource emit_wgmma(const ImplicitGemm& g, const ScheduleParams& p) {
        << "    if (first + t < last) {\n      load_tiles(first + t, t);\n" << (staged ? "      store_staged(t);\n" : "")
        << "    }\n"
        << "    cp_async_commit();\n  }\n"
-       << "  for (int step = first; step < last; ++step) {\n"
-       << "    const int t = step - first;\n"
-       << "    cp_async_wait<STAGES - 3>();  // this thread's copies of `step` have landed\n"
-       << "    fence_proxy_async();\n"
-       << "    __syncthreads();  // and every thread's\n"
-       << "    if (step + STAGES - 2 < last) load_tiles(step + STAGES - 2, (t + STAGES - 2) % STAGES);\n"
-       << "    cp_async_commit();\n"
-       << "    compute(t % STAGES" << (p.a_regs == 1 ? ", t" : "") << ");\n"
-       << (staged ? "    if (step + STAGES - 2 < last) store_staged((t + STAGES - 2) % STAGES);\n" : "")
-       << "    wgmma_wait<1>();  // the previous step's wgmmas are done\n"
-       << "  }\n"
+       << step_loop(p, "  ", "first", "last",
+                    std::string("    const int t = step - first;\n"
+                                "    cp_async_wait<STAGES - 3>();  // this thread's copies of `step` have landed\n"
+                                "    fence_proxy_async();\n"
+                                "    __syncthreads();  // and every thread's\n"
+                                "    if (step + STAGES - 2 < last) load_tiles(step + STAGES - 2, (t + STAGES - 2) % STAGES);\n"
+                                "    cp_async_commit();\n"
+                                "    compute(t % STAGES$A);\n") +
+                        (staged ? "    if (step + STAGES - 2 < last) store_staged((t + STAGES - 2) % STAGES);\n" : "") +
+                        "    wgmma_wait<1>();  // the previous step's wgmmas are done\n",
+                    false)
        << "  wgmma_wait<0>();\n"
        << "  #pragma unroll\n  for (int i = 0; i < MI; ++i)\n"
        << "    #pragma unroll\n    for (int r = 0; r < ACC; ++r) fence_operand(acc[i][r]);\n"
