@@ -8,6 +8,7 @@
 #include <unistd.h>
 #include <iostream>
 #include <memory>
+#include <set>
 #include <thread>
 #include <tuple>
 #include <utility>

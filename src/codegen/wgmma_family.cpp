@@ -679,8 +679,8 @@ std::string ring_barriers(const StoredTile& sa, const StoredTile& sb, bool pair)
 }
 
 /// A consumer loop over the steps [first, last) (`first` and `last` are expressions; with `count_t`
-/// the stage counter t goes up with every step) whose `body` computes with `compute(buf)` (`$A`
-/// marks where the A register set goes). With p.a_regs the step's A fragments go to the register
+/// the stage counter t goes up with every step) whose `body` computes with `compute(buf$A)`, `$A`
+/// marking where the A register set goes. With p.a_regs the step's A fragments go to the register
 /// set of its parity, which the wgmmas of the step before, possibly in flight, do not read: the
 /// body becomes a lambda taking the set, called for the first step alone where the count is odd
 /// (odd set, nothing in flight yet), then for two steps per iteration (even set, odd set). A
@@ -690,19 +690,16 @@ std::string ring_barriers(const StoredTile& sa, const StoredTile& sb, bool pair)
 /// wgmma of the kernel (warnings C7515, C7513).
 std::string step_loop(const ScheduleParams& p, const std::string& indent, const std::string& first,
                       const std::string& last, std::string body, bool count_t) {
-  const auto replace_all = [](std::string s, const std::string& from, const std::string& to) {
-    for (std::size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size())) s.replace(at, from.size(), to);
-    return s;
-  };
+  const std::size_t at = body.find("$A");
+  TMAP_CHECK(at != std::string::npos, "a step loop's body calls compute(buf$A)");
   std::ostringstream os;
   if (p.a_regs != 1) {
     os << indent << "for (int step = " << first << "; step < " << last << "; ++step" << (count_t ? ", ++t" : "") << ") {\n"
-       << replace_all(body, "$A", "") << indent << "}\n";
+       << body.replace(at, 2, "") << indent << "}\n";
     return os.str();
   }
-  body = replace_all(replace_all(body, "compute(", "compute_with("), "$A", ", af");
   os << indent << "auto consume = [&](int step, unsigned (&af)[MI][BK / IK][4]) {\n"
-     << body << indent << "};\n"
+     << body.replace(at, 2, ", af") << indent << "};\n"
      << indent << "int step = " << first << ";\n"
      << indent << "if ((" << last << " - step) & 1) {  // an odd count: the first step alone\n"
      << indent << "  consume(step++, a_odd);\n" << (count_t ? indent + "  ++t;\n" : "")
@@ -977,7 +974,7 @@ KernelSource emit_wgmma(const ImplicitGemm& g, const ScheduleParams& p) {
        << "  // step before, possibly in flight, do not read; the step loop takes two steps at a time, one\n"
        << "  // per set, so that no branch picks the set (see step_loop()).\n"
        << "  unsigned a_even[MI][BK / IK][4], a_odd[MI][BK / IK][4];\n"
-       << "  auto compute_with = [&](int buf, unsigned (&af)[MI][BK / IK][4]) {\n"
+       << "  auto compute = [&](int buf, unsigned (&af)[MI][BK / IK][4]) {\n"
        << "    const " << ta << "* a = As + buf * (A_BYTES / (int)sizeof(" << ta << ")) + " << a_base << ";\n"
        << "    const unsigned long long db = b_desc + (unsigned)(buf * B_BYTES >> 4);\n"
        << "    #pragma unroll\n    for (int kk = 0; kk < BK; kk += IK)\n"
