@@ -42,6 +42,7 @@
 // 15 replays after 3, us per launch).
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include "graph_timing.cuh"
 
 #include <algorithm>
 #include <cmath>
@@ -50,14 +51,6 @@
 #include <random>
 #include <vector>
 
-#define CK(x)                                                                               \
-  do {                                                                                      \
-    cudaError_t e_ = (x);                                                                   \
-    if (e_ != cudaSuccess) {                                                                \
-      printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_));                    \
-      exit(1);                                                                              \
-    }                                                                                       \
-  } while (0)
 
 template <int C_, int H_, int W_, int K_, int R_, int ST_, int MI_, int WARPS_M_, int TR_, int WARPS_C_>
 struct Cfg {
@@ -437,34 +430,11 @@ void run(const char* label) {
     cudaFree(di); cudaFree(dw); cudaFree(dout); cudaFree(dref); CK(cudaStreamDestroy(s));
     return;
   }
-  cudaGraph_t gr;
-  cudaGraphExec_t ge;
-  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-  for (int i = 0; i < 20; ++i) launch(s);
-  CK(cudaStreamEndCapture(s, &gr));
-  CK(cudaGraphInstantiate(&ge, gr, 0));
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
-  std::vector<float> ts;
-  for (int rep = 0; rep < 18; ++rep) {
-    CK(cudaEventRecord(e0, s));
-    CK(cudaGraphLaunch(ge, s));
-    CK(cudaEventRecord(e1, s));
-    CK(cudaEventSynchronize(e1));
-    float ms;
-    CK(cudaEventElapsedTime(&ms, e0, e1));
-    if (rep >= 3) ts.push_back(ms * 1000 / 20);
-  }
-  std::sort(ts.begin(), ts.end());
+  const float us = time_graph_us([&](cudaStream_t st) { launch(st); return cudaGetLastError(); });
   printf("%-6s C=%-3d HxW=%-3dx%-3d K=%-3d %dx%d/%d  BK=%-3d rows=%-2d wc=%-2d grid=%-4d thr=%-3d smem=%-6zu  rel_l2 %.2e %s  %7.2f us\n",
          label, P::C, P::H, P::W, P::K, P::R, P::R, P::ST, P::BK, P::TR, P::WARPS_C, grid.x * grid.y, P::THREADS,
-         P::SMEM, rel, (rel < 1e-2 && std::isfinite(rel)) ? "ok  " : "FAIL", ts[ts.size() / 2]);
+         P::SMEM, rel, (rel < 1e-2 && std::isfinite(rel)) ? "ok  " : "FAIL", us);
   fflush(stdout);
-  CK(cudaEventDestroy(e0));
-  CK(cudaEventDestroy(e1));
-  CK(cudaGraphExecDestroy(ge));
-  CK(cudaGraphDestroy(gr));
   CK(cudaStreamDestroy(s));
   cudaFree(di);
   cudaFree(dw);
