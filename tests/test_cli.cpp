@@ -100,7 +100,7 @@ TEST(Cli, BadInputExitsTwoWithTheMessageOnStderr) {
       {"map --op gemm --format yaml", "--format"},
       {"map --op gemm --hw-dir /nonexistent", "hardware-abstraction directory '/nonexistent' does not exist"},
       {"hw show wmma_fp8", "unknown hardware abstraction"},
-      {"frobnicate", "unknown command 'frobnicate'\n  hint: commands are: map, hw, ops, run, import, tune, replay, logs, export, version"},
+      {"frobnicate", "unknown command 'frobnicate'\n  hint: commands are: map, hw, ops, knobs, run, import, tune, replay, logs, export, version"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.args);

@@ -663,11 +663,11 @@ TEST(Codegen, WgmmaNarrowSwizzles) {
     EXPECT_TRUE(validate(g, d, limits).empty()) << k;
     jobs.push_back({"gemm_nt " + k + " default", emit_kernel(g, d)});
   }
-  // The search offers the narrower lines only where 128-byte ones fall short (field 14: swizzle).
+  // The search offers the narrower lines only where 128-byte ones fall short.
   {
     auto swizzles = [&](const Compute& c) {
       const ImplicitGemm g = gemm_per_match(c, "wgmma_fp16_fp32").back();
-      return family_of(*g.hw).choices(g, default_schedule(g, limits)).at(14);
+      return family_of(*g.hw).choices(g, default_schedule(g, limits), limits).values_of("swizzle");
     };
     EXPECT_EQ(swizzles(typed("gemm_nt", "float16", "float32", {"M=256", "N=256", "K=512"})), std::vector<int>{1});
     EXPECT_EQ(swizzles(typed("gemm_nt", "float16", "float32", {"M=256", "N=256", "K=32"})), (std::vector<int>{1, 2, 3}));
@@ -685,13 +685,13 @@ TEST(Codegen, WgmmaNarrowSwizzles) {
     ASSERT_FALSE(issues.empty());
     EXPECT_EQ(issues[0].error, ScheduleError::kBadOption);
     EXPECT_NE(issues[0].detail.find("swizzle = 4"), std::string::npos) << issues[0].detail;
-    EXPECT_NE(std::string(message(issues[0].error)).find("1 to 3 (wgmma"), std::string::npos);
+    EXPECT_NE(issues[0].detail.find("swizzle takes 0 to 3"), std::string::npos) << issues[0].detail;
     const ImplicitGemm m = gemm_per_match(typed("gemm", "float16", "float32", {}), "mma_sync_fp16_fp32").at(0);
     ScheduleParams q = default_schedule(m, limits);
     q.swizzle = 2;
     issues = validate(m, q, limits);
     ASSERT_FALSE(issues.empty());
-    EXPECT_NE(issues.back().detail.find("2 and 3 (narrower lines) are wgmma's"), std::string::npos) << issues.back().detail;
+    EXPECT_NE(issues.back().detail.find("only wgmma kernels take 2"), std::string::npos) << issues.back().detail;
   }
 
   std::vector<std::string> failures = compile_all(jobs, {90});
@@ -803,7 +803,7 @@ TEST(Codegen, WgmmaRegisterA) {
     q.a_regs = 1;
     said.clear();
     for (const ScheduleIssue& i : validate(m, q, limits)) said += i.detail + "\n";
-    EXPECT_NE(said.find("only wgmma kernels read operand A from registers"), std::string::npos) << said;
+    EXPECT_NE(said.find("only wgmma kernels take a_regs"), std::string::npos) << said;
   }
 
   std::vector<CompileJob> sources;
@@ -909,7 +909,7 @@ TEST(Codegen, WgmmaClusterPairsAndRegisterRebalance) {
             std::string::npos);
   EXPECT_NE(refusal(gemm, "wgmma_fp16_fp32", [](ScheduleParams& p) { p.cluster = 2; p.producer = 0; }).find("TMA producer"),
             std::string::npos);
-  EXPECT_NE(refusal(gemm, "wgmma_fp16_fp32", [](ScheduleParams& p) { p.cluster = 4; }).find("2 or 3"), std::string::npos);
+  EXPECT_NE(refusal(gemm, "wgmma_fp16_fp32", [](ScheduleParams& p) { p.cluster = 4; }).find("cluster takes 0 to 3"), std::string::npos);
   // A K-major B of 40 rows (gemm_nt, n = 40) cannot be halved into whole 8-row atoms.
   const Compute& nt = typed_compute(keep, "gemm_nt", "float16", "float32", {"M=200", "N=40", "K=512"});
   const std::string rows = refusal(nt, "wgmma_fp16_fp32", [](ScheduleParams& p) { p.block_n = p.warp_n = 40; p.cluster = 2; });
@@ -1519,14 +1519,15 @@ TEST(Schedule, MmaSyncValidationReasons) {
   auto turing = validate(g, with([](ScheduleParams& p) { p.async_copy = 0; p.stages = 2; }), DeviceLimits::for_arch(75));
   ASSERT_FALSE(turing.empty());
   EXPECT_NE(turing[0].detail.find("need sm_80"), std::string::npos) << turing[0].detail;
-  // WMMA refuses the swizzle with a reason.
+  // WMMA does not take the swizzle: the registry says which families do.
   const HwAbstraction& wmma = find_hw(shipped(), "wmma_fp16_fp32");
   MatchReport wr = match_compute(c, {wmma}, Enumeration::kAll);
   ScheduleParams sw;
   sw.swizzle = 1;
   auto wmma_issues = validate(make_implicit_gemm(c, wmma, wr.matches[0], wr.matches[0].mappings[0]), sw, limits);
   ASSERT_FALSE(wmma_issues.empty());
-  EXPECT_NE(wmma_issues[0].detail.find("padded (smem_pad) but not swizzled"), std::string::npos);
+  EXPECT_NE(wmma_issues[0].detail.find("only mma_sync and wgmma kernels take swizzle"), std::string::npos)
+      << wmma_issues[0].detail;
 }
 
 TEST(Schedule, VectorWidthFollowsContiguity) {

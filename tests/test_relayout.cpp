@@ -329,10 +329,10 @@ TEST(Relayout, SearchSpaceHasTwinArms) {
   for (int i = 0; i < static_cast<int>(space.entries().size()); ++i) {
     const SpaceEntry& e = space.entries()[i];
     EXPECT_EQ(e.defaults.relayout, e.gemm.relayouted() ? 1 : 0);
-    ASSERT_EQ(e.choices.size(), 21u);
-    EXPECT_EQ(e.choices[18], std::vector<int>{0}) << "a_regs: wgmma only";
-    EXPECT_EQ(e.choices[19], std::vector<int>{e.defaults.relayout});
-    EXPECT_EQ(e.choices[20], (std::vector<int>{0, 1})) << "mma_sync on sm_90 sums splits by the reduce kernel or a cluster";
+    EXPECT_EQ(e.choices.values_of("a_regs"), std::vector<int>{0}) << "a_regs: wgmma only";
+    EXPECT_EQ(e.choices.values_of("relayout"), std::vector<int>{e.defaults.relayout});
+    EXPECT_EQ(e.choices.values_of("cluster"), (std::vector<int>{0, 1}))
+        << "mma_sync on sm_90 sums splits by the reduce kernel or a cluster";
     if (!e.gemm.relayouted()) continue;
     ++twins;
     EXPECT_NE(e.label.find(" relayout"), std::string::npos) << e.label;

@@ -1,10 +1,11 @@
-// `tmap ops list|show`: the built-in op library.
+// `tmap ops list|show`: the built-in op library; `tmap knobs`: the schedule knobs.
 #include <iostream>
 #include <memory>
 
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "tmap/codegen/emitter.h"
 #include "tmap/frontend/op_library.h"
 
 namespace tmap::cli {
@@ -51,6 +52,24 @@ std::vector<HwAbstraction> HwSelection::chosen(const std::vector<HwAbstraction>&
 
 void bad(const std::string& option, const std::string& msg, const std::string& hint) {
   throw UserError(format_diagnostic(SourceLoc::whole(option), msg, hint));
+}
+
+void register_knobs(CLI::App& app) {
+  auto* cmd = app.add_subcommand("knobs", "List the schedule knobs (--params keys): defaults, values, families");
+  auto format = std::make_shared<std::string>("text");
+  cmd->add_option("--format", *format, "text (a Markdown table) or json (one document on stdout)")
+      ->check(CLI::IsMember({"text", "json"}));
+  cmd->callback([format] {
+    if (*format == "text") {
+      std::cout << knob_reference_markdown();
+      return;
+    }
+    nlohmann::ordered_json j = nlohmann::ordered_json::array();
+    for (const Knob& k : knobs())
+      j.push_back({{"name", k.name}, {"default", k.default_value}, {"min", k.min}, {"max", k.max},
+                   {"families", knob_takers(k)}, {"doc", k.doc}});
+    std::cout << j.dump(2) << "\n";
+  });
 }
 
 void register_ops(CLI::App& app) {

@@ -50,7 +50,9 @@ void register_run(CLI::App& app) {
                   "Match number (#) from 'tmap map' with the same --hw, e.g. a transposed product (default: the first "
                   "of --layout and --shape)");
   cmd->add_option("--mapping", args->mapping, "Mapping id from 'tmap map' (default: every candidate fused)");
-  cmd->add_option("--params", args->params, "Schedule parameters as JSON (default: a sensible schedule)");
+  cmd->add_option("--params", args->params,
+                  "Schedule parameters as JSON, keys from 'tmap knobs': " + join(knob_names()) +
+                      " (default: a sensible schedule)");
   cmd->add_flag("--verify", args->verify, "Check the output against the reference kernel");
   cmd->add_option("--arch", args->arch, "Compile for sm_XX instead of the detected GPU");
   cmd->add_flag("--compile-only", args->compile_only, "Stop after compiling (no GPU needed)");

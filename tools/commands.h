@@ -17,6 +17,7 @@ namespace tmap::cli {
 void register_map(CLI::App& app);
 void register_hw(CLI::App& app);
 void register_ops(CLI::App& app);
+void register_knobs(CLI::App& app);
 void register_run(CLI::App& app);
 void register_tuning(CLI::App& app);  ///< tune, replay, logs, export
 void register_model(CLI::App& app);   ///< import

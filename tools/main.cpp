@@ -75,6 +75,7 @@ int main(int argc, char** argv) {
   tmap::cli::register_map(app);
   tmap::cli::register_hw(app);
   tmap::cli::register_ops(app);
+  tmap::cli::register_knobs(app);
   tmap::cli::register_run(app);
   tmap::cli::register_model(app);
   tmap::cli::register_tuning(app);

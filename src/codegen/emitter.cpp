@@ -41,6 +41,26 @@ std::vector<int> EmitterFamily::block_tiles(const ImplicitGemm&, const ScheduleP
   return out;
 }
 
+std::string knob_takers(const Knob& knob) {
+  if (knob.every_family) return "every family";
+  std::string out;
+  for (const EmitterFamily* f : families())
+    for (const KnobUse& use : f->knob_uses())
+      if (use.knob == knob.name)
+        out += (out.empty() ? "" : ", ") + std::string(f->name()) + " " + std::to_string(use.min) + "-" +
+               std::to_string(use.max);
+  return out.empty() ? "none" : out;
+}
+
+std::string knob_reference_markdown() {
+  std::string out =
+      "| knob | default | values | families | what it does |\n| --- | --- | --- | --- | --- |\n";
+  for (const Knob& k : knobs())
+    out += "| `" + std::string(k.name) + "` | " + std::to_string(k.default_value) + " | " + std::to_string(k.min) +
+           "-" + std::to_string(k.max) + " | " + knob_takers(k) + " | " + std::string(k.doc) + " |\n";
+  return out;
+}
+
 KernelSource emit_kernel(const ImplicitGemm& in, const ScheduleParams& p) {
   ImplicitGemm storage;
   const ImplicitGemm& g = gemm_for(in, p, storage);

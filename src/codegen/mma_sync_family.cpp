@@ -299,12 +299,6 @@ class MmaSyncFamily final : public EmitterFamily {
     if (p.stages > (p.async_copy == 1 ? 5 : 2))
       fail(ScheduleError::kBadStages,
            "stages = " + std::to_string(p.stages) + " with async_copy = " + std::to_string(p.async_copy));
-    if (p.panels != 0)
-      fail(ScheduleError::kBadOption, "panels = " + std::to_string(p.panels) + ": mma_sync tiles are swizzled or "
-                                                                             "padded rows, never panels");
-    if (p.swizzle > 1)
-      fail(ScheduleError::kBadOption, "swizzle = " + std::to_string(p.swizzle) + ": mma_sync tiles are swizzled "
-                                          "in whole rows (1) or padded (0); 2 and 3 (narrower lines) are wgmma's");
     for (int which = 0; which < 2; ++which) {
       const StoredTile s = stored_tile(g, p, which);
       const char* name = which == 0 ? "A" : "B";
@@ -350,35 +344,34 @@ class MmaSyncFamily final : public EmitterFamily {
     return p;
   }
 
-  std::vector<std::vector<int>> choices(const ImplicitGemm& g, const ScheduleParams& defaults) const override {
+  std::span<const KnobUse> knob_uses() const override {
+    static constexpr KnobUse kUses[] = {{"swizzle", 0, 1}, {"cluster", 0, 1}};
+    return kUses;
+  }
+
+  KnobChoices choices(const ImplicitGemm& g, const ScheduleParams&, const DeviceLimits& limits) const override {
     const auto ik = g.shape[Axis::kK];
     const int pad = 16 / elem_bytes(g.hw->a_dtype);
-    (void)defaults;
-    return {
-        multiples(16, {1, 2, 4, 8, 16}, 256),      // block_m
-        multiples(16, {1, 2, 4, 8, 16}, 256),      // block_n
-        multiples(ik, {1, 2, 4}, 128),             // block_k
-        multiples(16, {1, 2, 4}, 64),              // warp_m
-        multiples(16, {1, 2, 4}, 64),              // warp_n
-        {1, 2, 2, 3, 4, 4, 5},                     // stages (3 to 5 need async_copy)
-        {0, pad},                                  // smem_pad (0 when swizzled)
-        {1, 1, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32},  // split_k (no split is the common answer)
-        {0},                                       // panels: not for mma_sync
-        powers_up_to(max_vector_width(g, 0)),      // vec_a
-        powers_up_to(max_vector_width(g, 1)),      // vec_b
-        {0, 1},                                    // unroll (of the gathers; the math is always unrolled)
-        {1, 2, 4, 8},                              // raster
-        {0, 1, 1},                                 // async_copy (needs vector loads)
-        {0, 1, 1},                                 // swizzle
-        {0},                                       // producer: wgmma only
-        {1},                                       // k_lanes: SIMT only
-        {0},                                       // window: SIMT only
-        {0},                                       // a_regs: wgmma only
-    };
+    KnobChoices c;
+    c.set_each("block_m", multiples(16, {1, 2, 4, 8, 16}, 256))
+        .set_each("block_n", multiples(16, {1, 2, 4, 8, 16}, 256))
+        .set_each("block_k", multiples(ik, {1, 2, 4}, 128))
+        .set_each("warp_m", multiples(16, {1, 2, 4}, 64))
+        .set_each("warp_n", multiples(16, {1, 2, 4}, 64))
+        .set("stages", {1, {2, 2}, 3, {4, 2}, 5})  // 3 to 5 need async_copy
+        .set_each("smem_pad", std::vector<int>{0, pad})  // 0 when swizzled
+        .set("split_k", {{1, 3}, 2, 3, 4, 6, 8, 12, 16, 24, 32})  // no split is the common answer
+        .set_each("vec_a", powers_up_to(max_vector_width(g, 0)))
+        .set_each("vec_b", powers_up_to(max_vector_width(g, 1)))
+        .set("unroll", {0, 1})  // of the gathers; the math is always unrolled
+        .set("raster", {1, 2, 4, 8})
+        .set("async_copy", {0, {1, 2}})  // needs vector loads
+        .set("swizzle", {0, {1, 2}});
+    if (limits.compute_capability >= 90) c.set("cluster", {0, 1});  // split-K summed in a cluster
+    return c;
   }
 
   int max_fragments_per_warp(const ImplicitGemm&) const override { return 32; }
-  bool sums_splits_in_clusters() const override { return true; }
   double peak_fraction() const override { return 0.75; }
 };
 

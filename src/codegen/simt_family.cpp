@@ -160,6 +160,26 @@ KernelSource emit_simt(const ImplicitGemm& g, const ScheduleParams& p) {
   return k;
 }
 
+/// The tuner's choices for register-tiled kernels (im2col tiles, window 0).
+KnobChoices tile_choices(const ImplicitGemm& g) {
+  KnobChoices c;
+  c.set("block_m", {1, 2, 4, 8, 16, 32, 64, 128, 256})  // drawn as thread tiles x a power of two
+      .set("block_n", {1, 2, 4, 8, 16, 32, 64, 128, 256})
+      .set_each("block_k", multiples(8 * pack_of(g), {1, 2, 4, 8, 16, 32}, 256))
+      .set("warp_m", {1, 2, 4, 8})  // outputs per thread along m
+      .set("warp_n", {1, 2, 4, 8})  // along n
+      .set("stages", {1, {2, 2}, 3, 4})  // 3 and 4 need async_copy
+      .set_each("smem_pad", {0, 16 / std::max(1, dtype_bits(g.hw->a_dtype) / 8)})
+      .set("split_k", {{1, 3}, 2, 3, 4, 6, 8, 12, 16, 24, 32})
+      .set_each("vec_a", powers_up_to(max_vector_width(g, 0)))
+      .set_each("vec_b", powers_up_to(max_vector_width(g, 1)))
+      .set("unroll", {0, 1})
+      .set("raster", {1, 2, 4})
+      .set("async_copy", {0, {1, 2}})
+      .set("k_lanes", {1, 2, 4, 8, 16, 32});
+  return c;
+}
+
 class SimtFamily final : public EmitterFamily {
  public:
   std::string_view name() const override { return "simt"; }
@@ -168,9 +188,10 @@ class SimtFamily final : public EmitterFamily {
     return p.window ? emit_simt_window(g, p) : emit_simt(g, p);
   }
   int threads_per_warp_tile(const ScheduleParams& p) const override { return std::max(1, p.k_lanes); }
-  bool splits_reductions_across_lanes() const override { return true; }
-  bool sums_splits_in_clusters() const override { return true; }
-  bool stages_windows() const override { return true; }
+  std::span<const KnobUse> knob_uses() const override {
+    static constexpr KnobUse kUses[] = {{"k_lanes", 1, 32}, {"window", 0, 1}, {"cluster", 0, 1}};
+    return kUses;
+  }
   std::vector<int> block_tiles(const ImplicitGemm& g, const ScheduleParams& p, char axis) const override {
     return p.window ? window_block_tiles(g, p, axis) : EmitterFamily::block_tiles(g, p, axis);
   }
@@ -178,10 +199,10 @@ class SimtFamily final : public EmitterFamily {
   void validate(const ImplicitGemm& g, const ScheduleParams& p, const DeviceLimits& limits,
                 std::vector<ScheduleIssue>& out) const override {
     auto fail = [&](ScheduleError e, std::string detail) { out.push_back({e, std::move(detail)}); };
+    if (p.k_lanes & (p.k_lanes - 1))
+      fail(ScheduleError::kBadOption, "k_lanes = " + std::to_string(p.k_lanes) + ": a power of two from 1 to 32 (the "
+                                      "lanes of one warp that share an output)");
     const int pack = pack_of(g);
-    if (p.panels != 0 || p.swizzle != 0)
-      fail(ScheduleError::kBadOption, "panels = " + std::to_string(p.panels) + ", swizzle = " +
-                                          std::to_string(p.swizzle) + ": SIMT tiles are padded rows; use 0 and 0");
     if (p.window) return validate_window(g, p, limits, out);
     if (p.stages > (p.async_copy == 1 ? 4 : 2))
       fail(ScheduleError::kBadStages,
@@ -260,30 +281,10 @@ class SimtFamily final : public EmitterFamily {
     return p;
   }
 
-  std::vector<std::vector<int>> choices(const ImplicitGemm& g, const ScheduleParams& defaults) const override {
-    if (defaults.window) return window_choices(g);
-    const int pack = pack_of(g);
-    return {
-        {1, 2, 4, 8, 16, 32, 64, 128, 256},           // block_m (drawn as thread tiles x a power of two)
-        {1, 2, 4, 8, 16, 32, 64, 128, 256},           // block_n
-        multiples(8 * pack, {1, 2, 4, 8, 16, 32}, 256),  // block_k
-        {1, 2, 4, 8},                                 // warp_m: outputs per thread along m
-        {1, 2, 4, 8},                                 // warp_n: along n
-        {1, 2, 2, 3, 4},                              // stages (3 and 4 need async_copy)
-        {0, 16 / std::max(1, dtype_bits(g.hw->a_dtype) / 8)},  // smem_pad
-        {1, 1, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32},     // split_k
-        {0},                                          // panels: not for SIMT
-        powers_up_to(max_vector_width(g, 0)),         // vec_a
-        powers_up_to(max_vector_width(g, 1)),         // vec_b
-        {0, 1},                                       // unroll
-        {1, 2, 4},                                    // raster
-        {0, 1, 1},                                    // async_copy
-        {0},                                          // swizzle: padded rows only
-        {0},                                          // producer: wgmma only
-        {1, 2, 4, 8, 16, 32},                         // k_lanes
-        {0},                                          // window: see window_choices
-        {0},                                          // a_regs: wgmma only
-    };
+  KnobChoices choices(const ImplicitGemm& g, const ScheduleParams& defaults, const DeviceLimits& limits) const override {
+    KnobChoices c = defaults.window ? window_choices(g) : tile_choices(g);
+    if (limits.compute_capability >= 90) c.set("cluster", {0, 1});  // split-K summed in a cluster
+    return c;
   }
 
   int max_warp_tiles_log2() const override { return 7; }

@@ -298,32 +298,24 @@ ScheduleParams window_default_schedule(const ImplicitGemm& g, const DeviceLimits
   return p;
 }
 
-std::vector<std::vector<int>> window_choices(const ImplicitGemm& g) {
+KnobChoices window_choices(const ImplicitGemm& g) {
   const WindowPlan w = window_plan(g);
-  std::vector<int> warp_m;
+  std::vector<int> warp_m;  // outputs per thread along a row
   for (int t : {1, 2, 4, 8})
     if (w.col.outputs % t == 0) warp_m.push_back(t);
-  return {
-      {1},                                          // block_m: drawn by window_block_tiles
-      {1},                                          // block_n: batch entries per block, drawn likewise
-      {window_block_k(g)},                          // block_k: the whole window in one step
-      warp_m,                                       // warp_m: outputs per thread along a row
-      {1},                                          // warp_n
-      {1},                                          // stages
-      {0},                                          // smem_pad
-      {1},                                          // split_k
-      {0},                                          // panels
-      powers_up_to(window_vector_limit(g)),         // vec_a: the image's copies
-      {1},                                          // vec_b
-      {1},                                          // unroll
-      {1},                                          // raster
-      {0, 1},                                       // async_copy (where the copies allow it)
-      {0},                                          // swizzle
-      {0},                                          // producer
-      {1},                                          // k_lanes
-      {1},                                          // window
-      {0},                                          // a_regs: wgmma only
-  };
+  KnobChoices c;
+  // block_m and block_n (batch entries per block) are drawn by window_block_tiles.
+  c.set("block_m", {1})
+      .set("block_n", {1})
+      .set("block_k", {window_block_k(g)})  // the whole window in one step
+      .set_each("warp_m", warp_m)
+      .set("warp_n", {1})
+      .set("stages", {1})
+      .set("smem_pad", {0})
+      .set_each("vec_a", powers_up_to(window_vector_limit(g)))  // the image's copies
+      .set("async_copy", {0, 1})  // where the copies allow it
+      .set("window", {1});
+  return c;
 }
 
 KernelSource emit_simt_window(const ImplicitGemm& g, const ScheduleParams& p) {

@@ -265,7 +265,7 @@ void validate_window(const ImplicitGemm& g, const ScheduleParams& p, const Devic
                      std::vector<ScheduleIssue>& out);
 std::int64_t window_shared_bytes(const ImplicitGemm& g, const ScheduleParams& p);
 ScheduleParams window_default_schedule(const ImplicitGemm& g, const DeviceLimits& limits);
-std::vector<std::vector<int>> window_choices(const ImplicitGemm& g);
+KnobChoices window_choices(const ImplicitGemm& g);
 std::vector<int> window_block_tiles(const ImplicitGemm& g, const ScheduleParams& p, char axis);
 KernelSource emit_simt_window(const ImplicitGemm& g, const ScheduleParams& p);
 

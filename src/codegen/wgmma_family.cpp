@@ -1117,16 +1117,19 @@ class WgmmaFamily final : public EmitterFamily {
   std::string_view name() const override { return "wgmma"; }
   int ordinal() const override { return 2; }
   int threads_per_warp_tile(const ScheduleParams&) const override { return 128; }
-  bool has_tma_producer() const override { return true; }
-  bool sums_splits_in_clusters() const override { return true; }
-  bool shares_operands_in_clusters(const ImplicitGemm& g) const override { return tma_operands(g); }
-  bool reads_a_from_registers() const override { return true; }
+  std::span<const KnobUse> knob_uses() const override {
+    static constexpr KnobUse kUses[] = {{"swizzle", 0, 3}, {"producer", 0, 2}, {"a_regs", 0, 1}, {"cluster", 0, 3}};
+    return kUses;
+  }
   int extra_threads(const ScheduleParams& p) const override { return p.producer ? 128 : 0; }
   KernelSource emit(const ImplicitGemm& g, const ScheduleParams& p) const override { return emit_wgmma(g, p); }
 
   void validate(const ImplicitGemm& g, const ScheduleParams& p, const DeviceLimits& limits,
                 std::vector<ScheduleIssue>& out) const override {
     auto fail = [&](ScheduleError e, std::string detail) { out.push_back({e, std::move(detail)}); };
+    if (pairs_blocks(p) && !tma_operands(g))
+      fail(ScheduleError::kBadOption, "cluster = " + std::to_string(p.cluster) + ": only wgmma kernels whose operands "
+                                      "both have TMA sources share tiles in a cluster; use 0");
     if (limits.compute_capability != 0 && limits.compute_capability != 90)
       fail(ScheduleError::kBadOption, "wgmma.mma_async exists on sm_90 (H100, H200) only, not on sm_" +
                                           std::to_string(limits.compute_capability) +
@@ -1276,39 +1279,39 @@ class WgmmaFamily final : public EmitterFamily {
     return p;
   }
 
-  std::vector<std::vector<int>> choices(const ImplicitGemm& g, const ScheduleParams& defaults) const override {
+  KnobChoices choices(const ImplicitGemm& g, const ScheduleParams&, const DeviceLimits& limits) const override {
     const int w = 128 / elem_bytes(g.hw->a_dtype);  // elements per 128-byte line
-    (void)defaults;
-    const std::vector<int> producers = tma_operands(g) ? std::vector<int>{0, 1, 1, 2, 2} : std::vector<int>{0};
     // The 64- and 32-byte lines (and the block_k of one or two wgmma k steps they allow) only where
     // 128-byte ones fall short: a reduction shorter than a line, or an im2col input whose channels
-    // are no whole number of 128-byte lines. Elsewhere they are only slower (GEMM 4096^3 on the
-    // H100: 194 us in 128-byte lines, 246 in 64-byte, 466 in 32-byte ones).
+    // are no whole number of 128-byte lines. Elsewhere they are only slower.
     const bool narrow = narrow_lines_help(g);
-    return {
-        {64, 128, 128, 192, 256},                  // block_m
-        {16, 32, 64, 128, 128, 192, 256, 256},     // block_n
-        narrow ? std::vector<int>{w / 4, w / 2, w, w, 2 * w}
-               : std::vector<int>{w, w, 2 * w},   // block_k: whole lines (w / 4: one wgmma's k)
-        {64, 64, 128},                             // warp_m: m64 accumulators per warpgroup
-        {16, 32, 64, 96, 128, 128, 192, 256, 256},  // warp_n: the instruction's N
-        {3, 4, 4, 5, 6},                           // stages
-        {0},                                       // smem_pad: swizzled
-        {1, 1, 1, 2, 3, 4, 6, 8, 12, 16},          // split_k
-        {0},                                       // panels
-        powers_up_to(max_vector_width(g, 0)),      // vec_a
-        powers_up_to(max_vector_width(g, 1)),      // vec_b
-        {0, 1},                                    // unroll (of the gathers)
-        {1, 2, 4, 8},                              // raster
-        {0, 1, 1},                                 // async_copy
-        narrow ? std::vector<int>{1, 2, 3} : std::vector<int>{1},  // swizzle: 128-, 64- or 32-byte lines
-        producers,                                 // producer: TMA warp specialization (2: persistent) where operands allow
-        {1},                                       // k_lanes: SIMT only
-        {0},                                       // window: SIMT only
-        // a_regs: A by descriptor, or from registers (level with the best by descriptor on large
-        // GEMMs, slower on ResNet-18 layers on the H100: one draw in 8).
-        {0, 0, 0, 0, 0, 0, 0, 1},
-    };
+    KnobChoices c;
+    c.set("block_m", {64, {128, 2}, 192, 256})
+        .set("block_n", {16, 32, 64, {128, 2}, 192, {256, 2}})
+        // Whole lines (w / 4: one wgmma's k).
+        .set("block_k", narrow ? std::vector<Choice>{w / 4, w / 2, {w, 2}, 2 * w} : std::vector<Choice>{{w, 2}, 2 * w})
+        .set("warp_m", {{64, 2}, 128})  // m64 accumulators per warpgroup
+        .set("warp_n", {16, 32, 64, 96, {128, 2}, 192, {256, 2}})  // the instruction's N
+        .set("stages", {3, {4, 2}, 5, 6})
+        .set("smem_pad", {0})  // swizzled
+        .set("split_k", {{1, 3}, 2, 3, 4, 6, 8, 12, 16})
+        .set_each("vec_a", powers_up_to(max_vector_width(g, 0)))
+        .set_each("vec_b", powers_up_to(max_vector_width(g, 1)))
+        .set("unroll", {0, 1})  // of the gathers
+        .set("raster", {1, 2, 4, 8})
+        .set("async_copy", {0, {1, 2}})
+        .set("swizzle", narrow ? std::vector<Choice>{1, 2, 3} : std::vector<Choice>{1})  // 128-, 64-, 32-byte lines
+        // A TMA warp-specialized producer (2: persistent) where the operands allow one.
+        .set("producer", tma_operands(g) ? std::vector<Choice>{0, {1, 2}, {2, 2}} : std::vector<Choice>{0})
+        // A from registers is level with A by descriptor on large GEMMs and slower on
+        // convolutions: one draw in 8.
+        .set("a_regs", {{0, 7}, {1, 1}});
+    // Split-K summed in a cluster, and pairs of blocks sharing an operand tile (no faster than
+    // single blocks where measured: a third of the draws without splits; sample() turns a 1
+    // without splits into 0, and 2 or 3 with splits into 0 or 1).
+    if (limits.compute_capability >= 90)
+      c.set("cluster", tma_operands(g) ? std::vector<Choice>{{0, 2}, {1, 2}, 2, 3} : std::vector<Choice>{0, 1});
+    return c;
   }
 
   // (WM / 64) x (WN / 8) m64n8 fragments: 4 registers each, at most 128.

@@ -217,10 +217,6 @@ class WmmaFamily final : public EmitterFamily {
     if (p.stages > (p.async_copy == 1 ? 4 : 2))
       fail(ScheduleError::kBadStages,
            "stages = " + std::to_string(p.stages) + " with async_copy = " + std::to_string(p.async_copy));
-    if (p.swizzle != 0)
-      fail(ScheduleError::kBadOption, "swizzle = " + std::to_string(p.swizzle) +
-                                          ": WMMA loads fragments with a fixed leading dimension, so its tiles "
-                                          "can be padded (smem_pad) but not swizzled");
     const std::vector<Tile> t = tiles(g, p);
     for (const Tile& tile : t) {
       if ((tile.ld * tile.bits) % 128)
@@ -278,30 +274,30 @@ class WmmaFamily final : public EmitterFamily {
     return p;
   }
 
-  std::vector<std::vector<int>> choices(const ImplicitGemm& g, const ScheduleParams& defaults) const override {
+  std::span<const KnobUse> knob_uses() const override {
+    static constexpr KnobUse kUses[] = {{"panels", 0, 1}};
+    return kUses;
+  }
+
+  KnobChoices choices(const ImplicitGemm& g, const ScheduleParams& defaults, const DeviceLimits&) const override {
     const auto im = g.shape[Axis::kI], in = g.shape[Axis::kJ], ik = g.shape[Axis::kK];
     const int pad = defaults.smem_pad;
-    return {
-        multiples(im, {1, 2, 4, 8, 16}, 256),      // block_m
-        multiples(in, {1, 2, 4, 8, 16}, 256),      // block_n
-        multiples(ik, {1, 2, 4, 8}, 128),          // block_k
-        multiples(im, {1, 2, 4}, 128),             // warp_m
-        multiples(in, {1, 2, 4}, 128),             // warp_n
-        {1, 2, 2, 3, 4},                           // stages (3 and 4 need async_copy)
-        {0, pad, 2 * pad},                         // smem_pad
-        {1, 1, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32},  // split_k (no split is the common answer)
-        {0, 1},                                    // panels
-        powers_up_to(max_vector_width(g, 0)),      // vec_a
-        powers_up_to(max_vector_width(g, 1)),      // vec_b
-        {0, 1},                                    // unroll
-        {1, 2, 4, 8},                              // raster
-        {0, 1},                                    // async_copy (needs vector loads)
-        {0},                                       // swizzle: not for WMMA
-        {0},                                       // producer: wgmma only
-        {1},                                       // k_lanes: SIMT only
-        {0},                                       // window: SIMT only
-        {0},                                       // a_regs: wgmma only
-    };
+    KnobChoices c;
+    c.set_each("block_m", multiples(im, {1, 2, 4, 8, 16}, 256))
+        .set_each("block_n", multiples(in, {1, 2, 4, 8, 16}, 256))
+        .set_each("block_k", multiples(ik, {1, 2, 4, 8}, 128))
+        .set_each("warp_m", multiples(im, {1, 2, 4}, 128))
+        .set_each("warp_n", multiples(in, {1, 2, 4}, 128))
+        .set("stages", {1, {2, 2}, 3, 4})  // 3 and 4 need async_copy
+        .set_each("smem_pad", std::vector<int>{0, pad, 2 * pad})
+        .set("split_k", {{1, 3}, 2, 3, 4, 6, 8, 12, 16, 24, 32})  // no split is the common answer
+        .set("panels", {0, 1})
+        .set_each("vec_a", powers_up_to(max_vector_width(g, 0)))
+        .set_each("vec_b", powers_up_to(max_vector_width(g, 1)))
+        .set("unroll", {0, 1})
+        .set("raster", {1, 2, 4, 8})
+        .set("async_copy", {0, 1});  // needs vector loads
+    return c;
   }
 
   int max_fragments_per_warp(const ImplicitGemm&) const override { return 16; }

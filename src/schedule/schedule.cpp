@@ -124,13 +124,9 @@ bool copies_async(const ImplicitGemm& g, const ScheduleParams& p, int which) {
 }
 
 nlohmann::json to_json(const ScheduleParams& p) {
-  return {{"block_m", p.block_m}, {"block_n", p.block_n}, {"block_k", p.block_k}, {"warp_m", p.warp_m},
-          {"warp_n", p.warp_n},   {"stages", p.stages},   {"smem_pad", p.smem_pad}, {"split_k", p.split_k},
-          {"panels", p.panels},   {"vec_a", p.vec_a},     {"vec_b", p.vec_b},       {"unroll", p.unroll},
-          {"raster", p.raster},   {"async_copy", p.async_copy}, {"swizzle", p.swizzle},
-          {"producer", p.producer}, {"k_lanes", p.k_lanes}, {"window", p.window},
-          {"a_regs", p.a_regs},
-          {"relayout", p.relayout}, {"cluster", p.cluster}};
+  nlohmann::json j = nlohmann::json::object();
+  for (const Knob& k : knobs()) j[std::string(k.name)] = k.get(p);
+  return j;
 }
 
 ScheduleParams schedule_from_json(const nlohmann::json& j, const ScheduleParams& defaults) {
@@ -138,34 +134,20 @@ ScheduleParams schedule_from_json(const nlohmann::json& j, const ScheduleParams&
   if (!j.is_object())
     throw UserError(format_diagnostic(SourceLoc::whole("--params"), "schedule parameters must be a JSON object",
                                       "for example '{\"block_m\": 64, \"block_n\": 64}'"));
-  const std::pair<const char*, int*> fields[] = {{"block_m", &p.block_m}, {"block_n", &p.block_n},
-                                                 {"block_k", &p.block_k}, {"warp_m", &p.warp_m},
-                                                 {"warp_n", &p.warp_n},   {"stages", &p.stages},
-                                                 {"smem_pad", &p.smem_pad}, {"split_k", &p.split_k},
-                                                 {"panels", &p.panels},   {"vec_a", &p.vec_a},
-                                                 {"vec_b", &p.vec_b},     {"unroll", &p.unroll},
-                                                 {"raster", &p.raster},   {"async_copy", &p.async_copy},
-                                                 {"swizzle", &p.swizzle}, {"producer", &p.producer},
-                                                 {"k_lanes", &p.k_lanes}, {"window", &p.window},
-                                                 {"a_regs", &p.a_regs},
-                                                 {"relayout", &p.relayout}, {"cluster", &p.cluster}};
   for (const auto& item : j.items()) {
     const std::string key = item.key();  // not a structured binding: Clang 14 cannot capture one
     const auto& value = item.value();
-    auto it = std::find_if(std::begin(fields), std::end(fields), [&](const auto& f) { return key == f.first; });
-    if (it == std::end(fields)) {
-      std::vector<std::string> names;
-      for (const auto& f : fields) names.push_back(f.first);
+    const Knob* knob = find_knob(key);
+    if (!knob)
       throw UserError(format_diagnostic(SourceLoc::whole("--params"), "unknown schedule parameter \"" + key + "\"",
-                                        "parameters are: " + join(names)));
-    }
+                                        "parameters are: " + join(knob_names())));
     if (!value.is_number_integer())
       throw UserError(format_diagnostic(SourceLoc::whole("--params"),
                                         "schedule parameter \"" + key + "\" must be an integer"));
     if (!is_integer_of<int>(value))
       throw UserError(format_diagnostic(SourceLoc::whole("--params"),
                                         "schedule parameter \"" + key + "\" is out of range: " + value.dump()));
-    *it->second = value.get<int>();
+    knob->set(p, value.get<int>());
   }
   return p;
 }
@@ -186,10 +168,8 @@ std::string_view message(ScheduleError e) {
     case ScheduleError::kBadStages:
       return "stages must be 1 or 2, or up to the family's pipeline depth (wmma 4, mma_sync 5) with async_copy = 1";
     case ScheduleError::kBadOption:
-      return "panels, unroll and relayout must be 0 or 1, swizzle 0 or 1 (mma_sync) or 1 to 3 (wgmma: 128-, 64- or "
-             "32-byte lines), producer 0 to 2 (panels wmma only, producer wgmma only, relayout where the mapping offers it), raster between 1 and 32, k_lanes "
-             "a power of two up to 32, window 0 or 1 (simt only) and cluster 0 to 3 (sm_90; 1: split_k 2 to 8, mma_sync, "
-             "wgmma and simt; 2, 3: wgmma with a TMA producer, split_k 1)";
+      return "a knob has a value outside its range, or one its family does not take ('tmap knobs' lists each "
+             "knob's values and families)";
     case ScheduleError::kBadAsyncCopy:
       return "async_copy (0 or 1) needs sm_80 or newer and an operand loaded in 4-, 8- or 16-byte vectors";
     case ScheduleError::kBadVector:
@@ -242,6 +222,55 @@ const ImplicitGemm* view_for(const ImplicitGemm& g, const ScheduleParams& p, Imp
   return &storage;
 }
 
+/// "0 or 1", "0, 1 or 2", "1 to 32".
+std::string values_text(int lo, int hi) {
+  if (lo == hi) return std::to_string(lo);
+  if (hi - lo > 2) return std::to_string(lo) + " to " + std::to_string(hi);
+  std::string s = std::to_string(lo);
+  for (int v = lo + 1; v < hi; ++v) s += ", " + std::to_string(v);
+  return s + " or " + std::to_string(hi);
+}
+
+/// The families that take `knob` at `value`, for messages: "wgmma", "mma_sync, wgmma and simt".
+std::string takers(const Knob& knob, int value) {
+  std::vector<std::string> names;
+  for (const std::string& name : family_names()) {
+    const EmitterFamily* f = find_family(name);
+    for (const KnobUse& use : f->knob_uses())
+      if (use.knob == knob.name && use.min <= value && value <= use.max) names.push_back(name);
+  }
+  if (names.empty()) return "no";
+  std::string s = names.front();
+  for (std::size_t i = 1; i < names.size(); ++i) s += (i + 1 == names.size() ? " and " : ", ") + names[i];
+  return s;
+}
+
+/// The checks every knob gets from its declaration: a value within the knob's range, and, for a
+/// knob that not every family takes, the default unless the family declares it (KnobUse), then
+/// within the values the family takes.
+void validate_knobs(const EmitterFamily& family, const ScheduleParams& p, std::vector<ScheduleIssue>& out) {
+  for (const Knob& k : knobs()) {
+    const int v = k.get(p);
+    const std::string is = std::string(k.name) + " = " + std::to_string(v) + ": ";
+    if (v < k.min || v > k.max) {
+      out.push_back({k.range_error, is + std::string(k.name) + " takes " + values_text(k.min, k.max) + " (" +
+                                        std::string(k.doc) + ")"});
+      continue;
+    }
+    if (k.every_family) continue;
+    const KnobUse* use = nullptr;
+    for (const KnobUse& u : family.knob_uses())
+      if (u.knob == k.name) use = &u;
+    if (!use && v != k.default_value)
+      out.push_back({ScheduleError::kBadOption, is + "only " + takers(k, v) + " kernels take " + std::string(k.name) +
+                                                    " (" + std::string(k.doc) + "); use " + std::to_string(k.default_value)});
+    else if (use && (v < use->min || v > use->max))
+      out.push_back({ScheduleError::kBadOption, is + std::string(family.name()) + " kernels take " + std::string(k.name) +
+                                                    " " + values_text(use->min, use->max) + "; only " + takers(k, v) +
+                                                    " kernels take " + std::to_string(v)});
+  }
+}
+
 }  // namespace
 
 const ImplicitGemm& gemm_for(const ImplicitGemm& g, const ScheduleParams& p, ImplicitGemm& storage) {
@@ -273,6 +302,7 @@ std::vector<ScheduleIssue> validate(const ImplicitGemm& in, const ScheduleParams
   const ImplicitGemm& g = *view;
   const auto m = g.shape[Axis::kI], n = g.shape[Axis::kJ], k = g.shape[Axis::kK];
   auto fail = [&](ScheduleError e, std::string detail) { out.push_back({e, std::move(detail)}); };
+  validate_knobs(family_of(*g.hw), p, out);
   if (p.warp_m <= 0 || p.warp_n <= 0 || p.block_k <= 0 || p.warp_m % m || p.warp_n % n || p.block_k % k)
     fail(ScheduleError::kTileNotMultipleOfIntrinsic,
          "warp tile " + std::to_string(p.warp_m) + "x" + std::to_string(p.warp_n) + " and block_k " +
@@ -281,37 +311,13 @@ std::vector<ScheduleIssue> validate(const ImplicitGemm& in, const ScheduleParams
       p.block_n % p.warp_n)
     fail(ScheduleError::kBlockNotMultipleOfWarp, "block " + std::to_string(p.block_m) + "x" + std::to_string(p.block_n) +
                                                      ", warp " + std::to_string(p.warp_m) + "x" + std::to_string(p.warp_n));
-  if (p.stages < 1) fail(ScheduleError::kBadStages, "stages = " + std::to_string(p.stages));
-  if (p.panels != 0 && p.panels != 1) fail(ScheduleError::kBadOption, "panels = " + std::to_string(p.panels));
-  if (p.unroll != 0 && p.unroll != 1) fail(ScheduleError::kBadOption, "unroll = " + std::to_string(p.unroll));
-  if (p.swizzle < 0 || p.swizzle > 3) fail(ScheduleError::kBadOption, "swizzle = " + std::to_string(p.swizzle));
-  if (p.raster < 1 || p.raster > 32) fail(ScheduleError::kBadOption, "raster = " + std::to_string(p.raster));
-  if (p.smem_pad < 0) fail(ScheduleError::kMisalignedRows, "smem_pad = " + std::to_string(p.smem_pad));
-  if (p.producer != 0 && !family_of(*g.hw).has_tma_producer())
-    fail(ScheduleError::kBadOption, "producer = " + std::to_string(p.producer) +
-                                        ": only wgmma kernels (sm_90) have a TMA producer warpgroup; use 0");
-  if (p.k_lanes != 1 && !family_of(*g.hw).splits_reductions_across_lanes())
-    fail(ScheduleError::kBadOption, "k_lanes = " + std::to_string(p.k_lanes) + ": only SIMT kernels split one "
-                                    "output's reduction across lanes; use 1");
-  else if (p.k_lanes < 1 || p.k_lanes > 32 || (p.k_lanes & (p.k_lanes - 1)))
-    fail(ScheduleError::kBadOption, "k_lanes = " + std::to_string(p.k_lanes) + ": a power of two from 1 to 32 (the "
-                                    "lanes of one warp that share an output)");
-  if (p.window != 0 && (p.window != 1 || !family_of(*g.hw).stages_windows()))
-    fail(ScheduleError::kBadOption, "window = " + std::to_string(p.window) +
-                                        ": only SIMT kernels stage a convolution's input window; use 0");
-  else if (p.window != 0 && p.relayout != 0)
+  if (p.window != 0 && p.relayout != 0)
     fail(ScheduleError::kBadOption, "window = 1 with relayout = 1: a window is staged from the input in place; use "
                                     "relayout = 0");
-  if (p.a_regs != 0 && (p.a_regs != 1 || !family_of(*g.hw).reads_a_from_registers()))
-    fail(ScheduleError::kBadOption, "a_regs = " + std::to_string(p.a_regs) +
-                                        ": only wgmma kernels read operand A from registers (1); use 0");
   if (pairs_blocks(p)) {
     const char* pair = p.cluster == 2 ? "cluster = 2 (a pair of blocks along m sharing B by TMA multicast)"
                                       : "cluster = 3 (a pair of blocks along n sharing A by TMA multicast)";
-    if (!family_of(*g.hw).shares_operands_in_clusters(g))
-      fail(ScheduleError::kBadOption, std::string(pair) + ": only wgmma kernels whose operands both have TMA sources "
-                                      "share tiles in a cluster; use 0");
-    else if (limits.compute_capability != 0 && limits.compute_capability < 90)
+    if (limits.compute_capability != 0 && limits.compute_capability < 90)
       fail(ScheduleError::kBadOption, std::string(pair) + " needs thread block clusters (sm_90 or newer), the target is sm_" +
                                           std::to_string(limits.compute_capability) + "; use 0");
     else if (p.split_k != 1)
@@ -320,13 +326,7 @@ std::vector<ScheduleIssue> validate(const ImplicitGemm& in, const ScheduleParams
     else if (p.producer == 0)
       fail(ScheduleError::kBadOption, std::string(pair) + " needs the TMA producer (producer 1 or 2); use cluster 0");
   } else if (p.cluster != 0) {
-    if (p.cluster != 1)
-      fail(ScheduleError::kBadOption, "cluster = " + std::to_string(p.cluster) + ": 0 (none), 1 (split-K summed in a "
-                                      "cluster), 2 or 3 (a pair of blocks along m or n sharing an operand)");
-    else if (!family_of(*g.hw).sums_splits_in_clusters())
-      fail(ScheduleError::kBadOption, "cluster = " + std::to_string(p.cluster) + ": only mma_sync, wgmma and simt "
-                                      "kernels sum their splits in a cluster; use 0");
-    else if (limits.compute_capability < 90)
+    if (limits.compute_capability < 90)
       fail(ScheduleError::kBadOption, "cluster = 1 needs thread block clusters (sm_90 or newer), the target is sm_" +
                                           std::to_string(limits.compute_capability) + "; use 0");
     else if (p.split_k < 2 || p.split_k > kMaxClusterSplits)

@@ -65,6 +65,15 @@ double relayout_bytes(const ImplicitGemm& g) {
 
 }  // namespace
 
+std::vector<std::string> feature_names() {
+  std::vector<std::string> out(kDerivedFeatureNames.begin(), kDerivedFeatureNames.end());
+  for (const Knob& k : knobs()) {
+    if (k.feature == KnobFeature::kValue) out.emplace_back(k.name);
+    if (k.feature == KnobFeature::kLog2) out.push_back("log2_" + std::string(k.name));
+  }
+  return out;
+}
+
 DeviceModel DeviceModel::for_arch(int cc, int sm_count) {
   DeviceModel d;
   d.compute_capability = cc;
@@ -213,14 +222,8 @@ Features candidate_features(const ImplicitGemm& g, const ScheduleParams& p, cons
   f[i++] = lg(g.K);
   f[i++] = lg(static_cast<double>(g.batch * g.serial));  // grid z and serial reduction loops
   f[i++] = static_cast<float>(1.0 - static_cast<double>(g.M) * g.N * g.K / padded);  // work spent on padding
-  f[i++] = lg(p.block_m);                                // block tile
-  f[i++] = lg(p.block_n);
-  f[i++] = lg(p.block_k);
-  f[i++] = lg(p.warp_m);                                 // warp tile
-  f[i++] = lg(p.warp_n);
   f[i++] = static_cast<float>(s.fragments);              // accumulator fragments per warp
   f[i++] = static_cast<float>(s.warps);                  // warps per block
-  f[i++] = static_cast<float>(p.stages);
   f[i++] = lg(static_cast<double>(shared_bytes(g, p)));  // shared memory per block
   f[i++] = static_cast<float>(estimated_registers(g, p));
   f[i++] = static_cast<float>(s.bps * s.warps / 64.0);   // occupancy: resident warps / 64
@@ -232,23 +235,17 @@ Features candidate_features(const ImplicitGemm& g, const ScheduleParams& p, cons
   f[i++] = static_cast<float>(p.vec_b * b_bytes);
   f[i++] = static_cast<float>(max_vector_width(g, 0) * a_bytes);  // contiguity of each operand
   f[i++] = static_cast<float>(max_vector_width(g, 1) * b_bytes);
-  f[i++] = lg(p.split_k);
-  f[i++] = static_cast<float>(p.panels);
-  f[i++] = static_cast<float>(p.unroll);
-  f[i++] = lg(p.raster);
   f[i++] = static_cast<float>(g.shape[Axis::kI]);        // the intrinsic's shape (m x n x k)
   f[i++] = static_cast<float>(g.shape[Axis::kK]);
   f[i++] = static_cast<float>(dtype_rate(g.hw->a_dtype));
   f[i++] = lg(analytic_time_us(g, p, d));                // the analytic model's estimate
-  f[i++] = static_cast<float>(p.async_copy);             // cp.async copies (with stages: tiles in flight)
-  f[i++] = static_cast<float>(family_of(*g.hw).ordinal());  // the emitter family (wmma 0, mma_sync 1)
-  f[i++] = static_cast<float>(p.swizzle);                // XOR-swizzled shared tiles
-  f[i++] = static_cast<float>(p.producer);               // warp-specialized TMA producer
-  f[i++] = lg(p.k_lanes);                                // lanes sharing one output's reduction (SIMT)
-  f[i++] = static_cast<float>(p.window);                 // a sliding window's image staged once per block (SIMT)
+  f[i++] = static_cast<float>(family_of(*g.hw).ordinal());  // the emitter family
   f[i++] = static_cast<float>(std::log2(1.0 + relayout_bytes(g)));  // operands copied channels-last first
-  f[i++] = static_cast<float>(p.cluster);                // split-K summed in a thread block cluster
-  f[i++] = static_cast<float>(p.a_regs);                 // operand A multiplied from registers (wgmma)
+  // The knobs the cost model sees, as knobs.def declares them.
+  for (const Knob& k : knobs()) {
+    if (k.feature == KnobFeature::kValue) f[i++] = static_cast<float>(k.get(p));
+    if (k.feature == KnobFeature::kLog2) f[i++] = lg(k.get(p));
+  }
   return f;
 }
 

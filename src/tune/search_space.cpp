@@ -8,19 +8,6 @@
 #include "tmap/support/diagnostic.h"
 
 namespace tmap {
-namespace {
-
-constexpr int kFields = 21;
-
-/// The schedule's parameters by position, in declaration order.
-int* field(ScheduleParams& p, int i) {
-  int* fields[kFields] = {&p.block_m, &p.block_n, &p.block_k, &p.warp_m, &p.warp_n, &p.stages, &p.smem_pad,
-                          &p.split_k, &p.panels,  &p.vec_a,   &p.vec_b,  &p.unroll, &p.raster, &p.async_copy, &p.swizzle,
-                          &p.producer, &p.k_lanes, &p.window, &p.a_regs, &p.relayout, &p.cluster};
-  return fields[i];
-}
-
-}  // namespace
 
 SearchSpace::SearchSpace(const Compute& c, const std::vector<HwAbstraction>& hws, Enumeration e,
                          const DeviceLimits& limits, int compute_capability)
@@ -78,18 +65,8 @@ SearchSpace::SearchSpace(const Compute& c, const std::vector<HwAbstraction>& hws
           return;
         }
         scheduled.insert(m.hw_abs);
-        entry.choices = family_of(*hw).choices(entry.gemm, entry.defaults);
-        entry.choices.resize(kFields);
-        entry.choices[kFields - 2] = {relayout};
-        // Split-K summed by a cluster or by the reduce kernel, and pairs of blocks sharing an
-        // operand tile: on sm_90, where the family can.
-        const bool sums = limits_.compute_capability >= 90 && family_of(*hw).sums_splits_in_clusters(),
-                   pairs = limits_.compute_capability >= 90 && family_of(*hw).shares_operands_in_clusters(entry.gemm);
-        entry.choices[kFields - 1] = sums ? std::vector<int>{0, 1} : std::vector<int>{0};
-        // Pairs were no faster than single blocks anywhere measured on the H100 (GEMM, ResNet-18
-        // batch 256): a third of the draws without splits, not half (0 and 1 twice each: sample()
-        // turns a draw of 1 without splits into 0, and of 2 or 3 with splits into 0 or 1).
-        if (pairs) entry.choices[kFields - 1] = sums ? std::vector<int>{0, 0, 1, 1, 2, 3} : std::vector<int>{0, 0, 2, 3};
+        entry.choices = family_of(*hw).choices(entry.gemm, entry.defaults, limits_);
+        entry.choices.set("relayout", {relayout});
         entries_.push_back(std::move(entry));
         entries_.back().label = candidate_label(ref(static_cast<int>(entries_.size()) - 1, entries_.back().defaults));
       };
@@ -114,10 +91,11 @@ bool SearchSpace::valid(int entry, const ScheduleParams& p) const {
 }
 
 ScheduleParams SearchSpace::sample(int entry, std::mt19937_64& rng) const {
-  const auto& ch = entries_[entry].choices;
+  const KnobChoices& ch = entries_[entry].choices;
+  const std::span<const Knob> all = knobs();
   for (int attempt = 0; attempt < 400; ++attempt) {
     ScheduleParams p;
-    for (int i = 0; i < kFields; ++i) *field(p, i) = ch[i][rng() % ch[i].size()];
+    for (std::size_t i = 0; i < all.size(); ++i) all[i].set(p, ch.draw(static_cast<int>(i), rng));
     // Nothing to sum without splits, and pairs take whole tiles: a cluster would only be refused.
     if (p.split_k == 1 && p.cluster == 1) p.cluster = 0;
     if (p.split_k > 1 && p.cluster >= 2) p.cluster -= 2;
@@ -133,16 +111,18 @@ ScheduleParams SearchSpace::sample(int entry, std::mt19937_64& rng) const {
 }
 
 ScheduleParams SearchSpace::mutate(int entry, const ScheduleParams& parent, std::mt19937_64& rng) const {
-  const auto& ch = entries_[entry].choices;
+  const KnobChoices& ch = entries_[entry].choices;
+  const std::span<const Knob> all = knobs();
+  static const int warp_m = knob_index("warp_m"), warp_n = knob_index("warp_n");
   for (int attempt = 0; attempt < 50; ++attempt) {
     ScheduleParams p = parent;
     const int changes = 1 + static_cast<int>(rng() % 2);
     for (int c = 0; c < changes; ++c) {
-      const int i = static_cast<int>(rng() % kFields);
-      *field(p, i) = ch[i][rng() % ch[i].size()];
+      const int i = static_cast<int>(rng() % all.size());
+      all[i].set(p, ch.draw(i, rng));
       // A new warp tile keeps the block's warp count when it can.
-      if (i == 3) p.block_m = std::max(p.block_m, p.warp_m) / p.warp_m * p.warp_m;
-      if (i == 4) p.block_n = std::max(p.block_n, p.warp_n) / p.warp_n * p.warp_n;
+      if (i == warp_m) p.block_m = std::max(p.block_m, p.warp_m) / p.warp_m * p.warp_m;
+      if (i == warp_n) p.block_n = std::max(p.block_n, p.warp_n) / p.warp_n * p.warp_n;
     }
     if (!(p == parent) && valid(entry, p)) return p;
   }
@@ -152,9 +132,9 @@ ScheduleParams SearchSpace::mutate(int entry, const ScheduleParams& parent, std:
 ScheduleParams SearchSpace::crossover(int entry, const ScheduleParams& a, const ScheduleParams& b,
                                       std::mt19937_64& rng) const {
   for (int attempt = 0; attempt < 20; ++attempt) {
-    ScheduleParams p = a, other = b;
-    for (int i = 0; i < kFields; ++i)
-      if (rng() % 2) *field(p, i) = *field(other, i);
+    ScheduleParams p = a;
+    for (const Knob& k : knobs())
+      if (rng() % 2) k.set(p, k.get(b));
     if (valid(entry, p)) return p;
   }
   return a;

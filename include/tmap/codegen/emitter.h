@@ -1,8 +1,9 @@
 // Code generation's entry point: one implicit-GEMM CUDA kernel per candidate (virtual GEMM +
 // schedule), emitted by the family named in the hardware abstraction's "family" key.
 //
-// A family owns its emitter and its schedule space: the checks a schedule must pass beyond the
-// common ones, the shared memory it takes, a default schedule, and the choices the tuner searches.
+// A family owns its emitter and its schedule space: the knobs it takes (knobs.def, KnobUse), the
+// checks a schedule must pass beyond the common ones, the shared memory it takes, a default
+// schedule, and the choices the tuner searches.
 // Families shipped: "wmma" (nvcuda::wmma fragments), "mma_sync" (mma.sync.aligned with
 // ldmatrix, XOR-swizzled shared memory and cp.async pipelines), "wgmma" (Hopper's
 // warpgroup-wide wgmma.mma_async reading 128-byte-swizzled shared tiles through descriptors)
@@ -12,6 +13,7 @@
 #pragma once
 
 #include <array>
+#include <span>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -92,25 +94,16 @@ class EmitterFamily {
                         std::vector<ScheduleIssue>& out) const = 0;
   virtual std::int64_t shared_bytes(const ImplicitGemm& g, const ScheduleParams& p) const = 0;
   virtual ScheduleParams default_schedule(const ImplicitGemm& g, const DeviceLimits& limits) const = 0;
-  /// The values the tuner tries for each parameter, in ScheduleParams field order.
-  virtual std::vector<std::vector<int>> choices(const ImplicitGemm& g, const ScheduleParams& defaults) const = 0;
+  /// The knobs the family takes beyond those every family takes (Knob::every_family), with the
+  /// values it accepts; validation refuses any other knob at a value but its default.
+  virtual std::span<const KnobUse> knob_uses() const { return {}; }
+  /// The values the tuner draws for each knob, by name, with their weights (a knob not set keeps
+  /// its default); `limits` says what the target has (clusters need sm_90).
+  virtual KnobChoices choices(const ImplicitGemm& g, const ScheduleParams& defaults,
+                              const DeviceLimits& limits) const = 0;
   /// Threads that execute one warp tile (ScheduleParams::warp_m x warp_n): 32 for warp-scope
   /// intrinsics, 128 for a warpgroup's, k_lanes for SIMT (whose "warp tile" is one thread's).
   virtual int threads_per_warp_tile(const ScheduleParams&) const { return 32; }
-  /// Whether the family's kernels can take a TMA producer warpgroup (ScheduleParams::producer).
-  virtual bool has_tma_producer() const { return false; }
-  /// Whether the family's kernels split one output's reduction across lanes (ScheduleParams::k_lanes).
-  virtual bool splits_reductions_across_lanes() const { return false; }
-  /// Whether the family's split-K kernels can sum their splits in a thread block cluster
-  /// (ScheduleParams::cluster): those that end in emit_epilogue_stores().
-  virtual bool sums_splits_in_clusters() const { return false; }
-  /// Whether the family's kernels can run as pairs of blocks sharing an operand tile by TMA
-  /// multicast (ScheduleParams::cluster 2 and 3) for this GEMM.
-  virtual bool shares_operands_in_clusters(const ImplicitGemm&) const { return false; }
-  /// Whether the family can multiply operand A from registers (ScheduleParams::a_regs).
-  virtual bool reads_a_from_registers() const { return false; }
-  /// Whether the family can stage a sliding window's image once per block (ScheduleParams::window).
-  virtual bool stages_windows() const { return false; }
   /// The block tiles the tuner draws along m (`axis` 'm') or n for a warp tile of `warp`
   /// elements: by default `warp` times 1, 2, 4, ... up to 2^max_warp_tiles_log2().
   virtual std::vector<int> block_tiles(const ImplicitGemm& g, const ScheduleParams& p, char axis) const;
@@ -131,6 +124,12 @@ const EmitterFamily* find_family(std::string_view name);
 const EmitterFamily& family_of(const HwAbstraction& hw);
 /// Names of the families with an emitter, for messages.
 std::vector<std::string> family_names();
+
+/// The families that take `knob` and their values: "every family", or e.g. "mma_sync 0-1, wgmma 0-3".
+std::string knob_takers(const Knob& knob);
+/// The knob reference (docs/knobs.md, `tmap knobs`): a Markdown table of every knob with its
+/// JSON key, default, range, the families that take it, and what it does.
+std::string knob_reference_markdown();
 
 /// The kernel of one candidate, by its abstraction's family (through its relayout view with
 /// p.relayout, with the prologue kernel that copies the operands).

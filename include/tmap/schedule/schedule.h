@@ -1,5 +1,6 @@
-// Schedule parameters of an implicit-GEMM kernel, and their validation against the intrinsic
-// and the device. An invalid schedule is data with reasons, never compiled.
+// Validation of a schedule (knobs.h) against the virtual GEMM, its family and the device, and
+// the layout facts the families and the tuner share. An invalid schedule is data with reasons,
+// never compiled.
 #pragma once
 
 #include <cstdint>
@@ -10,75 +11,9 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "tmap/codegen/implicit_gemm.h"
+#include "tmap/schedule/knobs.h"
 
 namespace tmap {
-
-struct ScheduleParams {
-  int block_m = 64, block_n = 64, block_k = 32;  ///< Thread-block tile of the virtual GEMM.
-  int warp_m = 32, warp_n = 32;                  ///< Warp tile (a multiple of the intrinsic's m, n).
-  /// Shared-memory buffers: 1, 2 (double buffering), or more with async_copy (a cp.async ring
-  /// of up to 4 stages for wmma, 5 for mma_sync).
-  int stages = 2;
-  int smem_pad = 8;                              ///< Elements added to each shared-memory row.
-  int split_k = 1;  ///< Splits of the reduction, summed by a second kernel (or a cluster) when > 1.
-  /// Shared operand tiles as panels one fragment wide (1) instead of padded rows (0): every
-  /// fragment then starts 32-byte aligned, which int8 and 8-wide fragments need.
-  int panels = 0;
-  /// Elements per global load of A and B: 1 (scalar) or a power of two up to 16 bytes, where
-  /// the operand is contiguous and aligned along the shared tile's rows (see max_vector_width).
-  int vec_a = 1, vec_b = 1;
-  int unroll = 1;  ///< 1: unroll the gather and fragment loops; 0: keep them rolled.
-  /// Block rasterization: consecutive blocks walk `raster` rows of M tiles column by column, so
-  /// that blocks running together share operand tiles in L2. 1 is plain row order.
-  int raster = 1;
-  /// 1: vector operands are copied global -> shared with cp.async (sm_80+), so the next tile's
-  /// copies overlap the current tile's math instead of staging through registers.
-  int async_copy = 0;
-  /// 1: shared operand tiles XOR-swizzled in 16-byte chunks (chunk ^ (128-byte line % 8)), so
-  /// that ldmatrix and the 16-byte copies meet no bank conflicts without padding (mma_sync, and
-  /// wgmma, which reads swizzled tiles only). wgmma also takes 2 and 3: tiles swizzled in 64- or
-  /// 32-byte lines (the descriptors' and TMA's narrower modes), for reductions shorter than 128
-  /// bytes a stage.
-  int swizzle = 0;
-  /// 1: warp-specialized (wgmma): one producer warpgroup loads the operand tiles with TMA into a
-  /// ring of `stages` buffers guarded by mbarriers while the other warpgroups multiply; 0: every
-  /// thread gathers operand tiles between the math. 2: the same, persistent: each block loops
-  /// over output tiles (about one block per SM), its producer filling the ring with the next
-  /// tile's operands while the consumers finish the last one and store it from an epilogue tile
-  /// of its own (split_k 1).
-  int producer = 0;
-  /// Threads that share one output's reduction (SIMT): each sums every k_lanes-th slice of k, and
-  /// the partial sums meet by warp shuffles. A power of two up to 32; 1 for the other families.
-  int k_lanes = 1;
-  /// 1: the image operand of a sliding-window computation (a depthwise convolution's input) is
-  /// staged once per block as the input window its outputs read, and every filter tap reads it
-  /// from shared memory; 0: im2col tiles, one element per output and tap, step by step. The
-  /// SIMT family only, on mappings of the window's outputs to m and its taps to k (see
-  /// EmitterFamily::stages_windows). block_n then counts the batch entries (channels) a block
-  /// takes, and the warp tile is one thread's run of warp_m outputs along a row.
-  int window = 0;
-  /// 1 (wgmma): operand A is loaded from its shared tile into registers with ldmatrix (.trans
-  /// where it is stored along m) and multiplied in wgmma's register form (A in registers, B by
-  /// descriptor), each step into one of two register sets by the step's parity so that the
-  /// previous step's wgmmas may still read the other; 0: both operands read by descriptor. Where
-  /// A is transformed on its way to the tensor cores (a fused prologue), only this form can do it.
-  int a_regs = 0;
-  /// 1: read the operands from channels-last copies that a prologue kernel makes on every run
-  /// (relayout_view(): an NCHW convolution's input as NHWC, its KCRS filters as KRSC), so that
-  /// their reduction axis is contiguous; 0: read them in place. Only where relayout_view() offers it.
-  int relayout = 0;
-  /// Thread block clusters (sm_90). 1 (split_k of 2 to 8, families with
-  /// EmitterFamily::sums_splits_in_clusters()): the split_k blocks of one output tile run as a
-  /// cluster and sum their partial results through distributed shared memory, each block a share
-  /// of the tile, so that no partial sums go through global memory and no reduce kernel follows
-  /// (0: the reduce kernel sums them). 2 and 3 (split_k 1, a TMA producer, families with
-  /// EmitterFamily::shares_operands_in_clusters()): two blocks of neighbouring output tiles run as
-  /// a cluster, along m (2) sharing their B tile or along n (3) sharing A; each block's producer
-  /// loads half of every shared stage and multicasts it into both blocks' shared memory, halving
-  /// that operand's reads from L2. 0: none.
-  int cluster = 0;
-  bool operator==(const ScheduleParams&) const = default;
-};
 
 /// Whether the kernel runs as pairs of blocks sharing an operand tile (ScheduleParams::cluster 2:
 /// along m, sharing B; 3: along n, sharing A), and which operand they share (-1: none).
@@ -86,8 +21,8 @@ inline bool pairs_blocks(const ScheduleParams& p) { return p.cluster == 2 || p.c
 inline int pair_shared_operand(const ScheduleParams& p) { return p.cluster == 2 ? 1 : p.cluster == 3 ? 0 : -1; }
 
 nlohmann::json to_json(const ScheduleParams& p);
-/// Reads parameters from JSON; keys not given keep their defaults; unknown keys and non-integer
-/// values are user errors.
+/// Reads parameters from JSON, one key per knob (knobs.def); keys not given keep their defaults;
+/// unknown keys and non-integer values are user errors.
 ScheduleParams schedule_from_json(const nlohmann::json& j, const ScheduleParams& defaults = {});
 
 /// The most splits one thread block cluster sums (ScheduleParams::cluster): the portable
@@ -103,20 +38,6 @@ struct DeviceLimits {
   static DeviceLimits for_arch(int compute_capability);
 };
 
-enum class ScheduleError {
-  kTileNotMultipleOfIntrinsic,
-  kBlockNotMultipleOfWarp,
-  kTooManyThreads,
-  kSharedMemoryExceeded,
-  kBadStages,
-  kBadOption,
-  kBadVector,
-  kBadAsyncCopy,
-  kMisalignedRows,
-  kMisalignedFragments,
-  kBadSplitK,
-  kGridTooLarge,
-};
 std::string_view message(ScheduleError e);
 
 struct ScheduleIssue {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <array>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -28,22 +29,22 @@ struct DeviceModel {
   static DeviceModel for_arch(int compute_capability, int sm_count = 0);
 };
 
-/// The features' names, in order. Each is documented where it is computed (features.cpp).
-inline constexpr std::array<std::string_view, 41> kFeatureNames = {
-    "log2_M",           "log2_N",          "log2_K",          "log2_batch_serial", "padding_waste",
-    "log2_block_m",     "log2_block_n",    "log2_block_k",    "log2_warp_m",       "log2_warp_n",
-    "fragments",        "warps",           "stages",          "log2_smem_bytes",   "est_registers",
-    "occupancy",        "waves",           "wave_efficiency", "log2_tile_bytes",   "intensity",
-    "vec_a_bytes",      "vec_b_bytes",     "contig_a_bytes",  "contig_b_bytes",    "log2_split_k",
-    "panels",           "unroll",          "log2_raster",     "intrinsic_m",       "intrinsic_k",
-    "dtype_rate",       "log2_analytic_us", "async_copy",      "family",            "swizzle",
-    "producer",         "log2_k_lanes",    "window",          "log2_relayout_bytes",
-    "cluster",          "a_regs"};
-inline constexpr std::size_t kNumFeatures = kFeatureNames.size();
-/// The position of feature `name` in kFeatureNames (kNumFeatures when there is none).
+/// The features computed from the GEMM and the schedule together, in order; each is documented
+/// where it is computed (features.cpp). The knobs' own features (knobs.def) follow them.
+inline constexpr std::array<std::string_view, 24> kDerivedFeatureNames = {
+    "log2_M",          "log2_N",         "log2_K",          "log2_batch_serial", "padding_waste",
+    "fragments",       "warps",          "log2_smem_bytes", "est_registers",     "occupancy",
+    "waves",           "wave_efficiency", "log2_tile_bytes", "intensity",        "vec_a_bytes",
+    "vec_b_bytes",     "contig_a_bytes", "contig_b_bytes",  "intrinsic_m",       "intrinsic_k",
+    "dtype_rate",      "log2_analytic_us", "family",        "log2_relayout_bytes"};
+inline constexpr std::size_t kNumFeatures = kDerivedFeatureNames.size() + kNumKnobFeatures;
+/// Every feature's name, in order: the derived ones, then one per knob the cost model sees
+/// ("<knob>", or "log2_<knob>").
+std::vector<std::string> feature_names();
+/// The position of derived feature `name` (kNumFeatures when there is none).
 constexpr std::size_t feature_index(std::string_view name) {
-  for (std::size_t i = 0; i < kNumFeatures; ++i)
-    if (kFeatureNames[i] == name) return i;
+  for (std::size_t i = 0; i < kDerivedFeatureNames.size(); ++i)
+    if (kDerivedFeatureNames[i] == name) return i;
   return kNumFeatures;
 }
 inline constexpr std::size_t kAnalyticFeature = feature_index("log2_analytic_us");

@@ -23,8 +23,8 @@ struct SpaceEntry {
   ImplicitGemm gemm;
   std::string label;  ///< candidate_label() of the arm
   ScheduleParams defaults;  ///< default_schedule() of the arm on the space's device.
-  /// The choices of each parameter, in ScheduleParams field order.
-  std::vector<std::vector<int>> choices;
+  /// The values the tuner draws for each knob.
+  KnobChoices choices;
 };
 
 /// How a log names a candidate of compute `c`: abstraction `hw_abs`, match `m`'s layout and
