@@ -821,6 +821,69 @@ TEST(Codegen, WgmmaRegisterA) {
   std::cout << "compiled " << jobs.size() - failed << " of " << jobs.size() << " wgmma kernels with A from registers\n";
 }
 
+// Consumers of a TMA producer's ring that wait on a stage warp-uniformly (uniform_wait 1): the
+// kernels compile for sm_90a, wait through mbar_wait_warp() (vote.all), and ptxas serializes the
+// wgmmas of fewer of them than with per-thread waits; uniform_wait 0 emits no trace of it.
+TEST(Codegen, WgmmaUniformWait) {
+  std::vector<Job> plain, uniform;
+  std::vector<std::unique_ptr<Compute>> keep;
+  const DeviceLimits limits = DeviceLimits::for_arch(90);
+  // Short reductions, whose consumer loop ptxas unrolls whole, with one or two m64 accumulators
+  // a warpgroup: with per-thread waits ptxas serializes most of the second kind.
+  for (const char* k : {"K=72", "K=128", "K=256"}) {
+    const Compute& c = typed_compute(keep, "gemm", "float16", "float32", {"M=4096", "N=4096", k});
+    for (const ImplicitGemm& g : gemm_per_match(c, "wgmma_fp16_fp32"))
+      for (int producer : {1, 2})
+        for (int wm : {64, 128}) {
+          ScheduleParams p = default_schedule(g, limits);
+          p.producer = producer;
+          p.split_k = 1;
+          p.block_m = 128, p.warp_m = wm, p.block_n = p.warp_n = 128;
+          if (!validate(g, p, limits).empty()) continue;
+          const std::string what =
+              std::string(k) + " " + g.layout + " producer " + std::to_string(producer) + " warp_m " + std::to_string(wm);
+          plain.push_back({what, emit_kernel(g, p)});
+          p.uniform_wait = 1;
+          ASSERT_TRUE(validate(g, p, limits).empty()) << what;
+          uniform.push_back({what + " uniform", emit_kernel(g, p)});
+          EXPECT_EQ(plain.back().kernel.code.find("mbar_wait_warp"), std::string::npos) << what;
+          EXPECT_NE(uniform.back().kernel.code.find("mbar_wait_warp(&full[buf]"), std::string::npos) << what;
+          EXPECT_NE(uniform.back().kernel.code.find("__all_sync(0xffffffffu, done)"), std::string::npos) << what;
+        }
+  }
+  ASSERT_GT(plain.size(), 3u);
+  auto serialized = [](const std::vector<Job>& jobs) {
+    std::vector<CompileJob> sources;
+    for (const Job& j : jobs) sources.push_back({j.kernel.name, j.kernel.code});
+    NvrtcCompiler compiler(90);
+    int count = 0;
+    const std::vector<CompileResult> results = compile_parallel(compiler, sources);
+    for (std::size_t i = 0; i < results.size(); ++i) {
+      EXPECT_TRUE(results[i].ok) << jobs[i].label << ":\n" << results[i].log;
+      count += results[i].log.find("wgmma.mma_async") != std::string::npos;  // ptxas C7510-C7520
+    }
+    return count;
+  };
+  const int before = serialized(plain), after = serialized(uniform);
+  std::cout << "serialized wgmma kernels: " << before << " of " << plain.size() << " with per-thread waits, " << after
+            << " with warp-uniform waits\n";
+  EXPECT_LT(after, before);
+  // Refusals: without a producer nothing waits on stages, and the other families take no such knob.
+  const ImplicitGemm g = gemm_per_match(typed_compute(keep, "gemm", "float16", "float32", {}), "wgmma_fp16_fp32").at(0);
+  ScheduleParams p = default_schedule(g, limits);
+  p.producer = 0;
+  p.uniform_wait = 1;
+  std::string said;
+  for (const ScheduleIssue& i : validate(g, p, limits)) said += i.detail + "\n";
+  EXPECT_NE(said.find("uniform_wait = 1 without a TMA producer"), std::string::npos) << said;
+  const ImplicitGemm m = gemm_per_match(typed_compute(keep, "gemm", "float16", "float32", {}), "mma_sync_fp16_fp32").at(0);
+  ScheduleParams q = default_schedule(m, limits);
+  q.uniform_wait = 1;
+  said.clear();
+  for (const ScheduleIssue& i : validate(m, q, limits)) said += i.detail + "\n";
+  EXPECT_NE(said.find("only wgmma kernels take uniform_wait"), std::string::npos) << said;
+}
+
 // Pairs of blocks sharing an operand tile by TMA multicast (cluster 2: along m sharing B, 3: along
 // n sharing A): the kernel is a cluster of 2 along x, the grid's x a whole number of pairs, the
 // shared operand's boxes half its rows, its loads multicast and the ring's empty barriers counting

@@ -546,6 +546,8 @@ TEST(Gpu, WgmmaTmaProducer) {
       {"split 3", [](ScheduleParams& p) { p.split_k = 3; }},
       {"persistent", [](ScheduleParams& p) { p.producer = 2; }},
       {"persistent bm 64 raster 3", [](ScheduleParams& p) { p.producer = 2; p.block_m = 64; p.stages = 6; p.raster = 3; }},
+      {"uniform wait", [](ScheduleParams& p) { p.uniform_wait = 1; }},
+      {"persistent uniform wait split 1", [](ScheduleParams& p) { p.producer = 2; p.uniform_wait = 1; p.split_k = 1; }},
   };
   for (const char* op : {"gemm", "gemm_nt", "gemm_tn", "gemm_tt"}) {
     Compute c = build_compute(builtin_op(op), parse_param_overrides({"M=200", "N=136", "K=520"}));

@@ -586,7 +586,7 @@ std::string im2col_loads(const ImplicitGemm& g, const Im2colView& v, int blocks)
 /// arrival) the consumer warps spent half their cycles stalled on that fence (Nsight Compute,
 /// GEMM 4096^3: 430 us against 223 without a pair).
 void emit_producer_helpers(std::ostringstream& os, const std::vector<int>& ranks, const std::vector<int>& im2col_ranks,
-                           bool pair) {
+                           bool pair, bool uniform_wait) {
   os << "// A CUtensorMap, passed by value as a __grid_constant__ parameter.\n"
      << "struct __align__(64) TmaMap { unsigned long long bits[16]; };\n"
      << "__device__ __forceinline__ unsigned smem_u32(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }\n"
@@ -604,6 +604,15 @@ void emit_producer_helpers(std::ostringstream& os, const std::vector<int>& ranks
      << "    asm volatile(\"{\\n.reg .pred p;\\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\\nselp.u32 %0, 1, 0, p;\\n}\\n\"\n"
      << "                 : \"=r\"(done) : \"r\"(smem_u32(bar)), \"r\"(parity) : \"memory\");\n"
      << "  } while (!done);\n}\n";
+  if (uniform_wait)
+    os << "// mbar_wait() for a whole warp: it polls until every lane has seen the phase complete, a\n"
+       << "// warp-uniform loop (the phase cannot move on before this warp releases the buffer).\n"
+       << "__device__ __forceinline__ void mbar_wait_warp(unsigned long long* bar, unsigned parity) {\n"
+       << "  unsigned done = 0;\n"
+       << "  do {\n"
+       << "    asm volatile(\"{\\n.reg .pred p;\\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\\nselp.u32 %0, 1, 0, p;\\n}\\n\"\n"
+       << "                 : \"=r\"(done) : \"r\"(smem_u32(bar)), \"r\"(parity) : \"memory\");\n"
+       << "  } while (!__all_sync(0xffffffffu, done));\n}\n";
   // tma_load_<r>d, and with `multicast` tma_multicast_<r>d: the same box written into both blocks
   // of the pair (CTA mask 0b11), completing on the barrier at the same offset in each.
   auto tiled_load = [&](int r, bool multicast) {
@@ -711,6 +720,9 @@ std::string step_loop(const ScheduleParams& p, const std::string& indent, const 
   return os.str();
 }
 
+/// The helper a consumer waits for a full stage with (ScheduleParams::uniform_wait).
+std::string wait_call(const ScheduleParams& p) { return p.uniform_wait ? "mbar_wait_warp" : "mbar_wait"; }
+
 /// The body of a persistent warp-specialized kernel (producer 2), from the mbarriers on: the
 /// producer thread walks this block's tiles and their steps, filling the ring ahead (`origin`
 /// gives an im2col operand's first pixel of the tile, `loads` one stage's TMA boxes); the
@@ -725,7 +737,7 @@ void emit_persistent_loops(std::ostringstream& os, const ImplicitGemm& g, const 
   const std::string cs = persistent_epilogue_bytes_per_element(g) == 2 ? tout : tacc;
   const bool pair = pairs_blocks(p);
   // A pair's blocks walk the same tiles (the pair's), each its half.
-  const std::string release = pair ? "release_pair" : "mbar_arrive";
+  const std::string release = pair ? "release_pair" : "mbar_arrive", wait = wait_call(p);
   const std::string walk = pair ? "for (int tile = blockIdx.x / 2; tile < TILES; tile += gridDim.x / 2)"
                                 : "for (int tile = blockIdx.x; tile < TILES; tile += gridDim.x)";
   os << ring_barriers(sa, sb, pair)
@@ -762,11 +774,11 @@ void emit_persistent_loops(std::ostringstream& os, const ImplicitGemm& g, const 
   os << "    #pragma unroll\n    for (int i = 0; i < MI; ++i)\n"
      << "      #pragma unroll\n      for (int r = 0; r < ACC; ++r) acc[i][r] = 0;\n"
      << step_loop(p, "    ", "0", "STEPS",
-                  "      const int buf = t % STAGES;\n"
-                  "      mbar_wait(&full[buf], (t / STAGES) & 1);\n"
-                  "      compute(buf$A);\n"
-                  "      wgmma_wait<1>();  // the previous step's wgmmas are done: release its buffer\n"
-                  "      if (step > 0 && lane == 0) " + release + "(&empty[(t + STAGES - 1) % STAGES]);\n",
+                  "      const int buf = t % STAGES;\n      " + wait +
+                      "(&full[buf], (t / STAGES) & 1);\n"
+                      "      compute(buf$A);\n"
+                      "      wgmma_wait<1>();  // the previous step's wgmmas are done: release its buffer\n"
+                      "      if (step > 0 && lane == 0) " + release + "(&empty[(t + STAGES - 1) % STAGES]);\n",
                   true)
      << "    wgmma_wait<0>();\n"
      << "    if (lane == 0) " << release << "(&empty[(t + STAGES - 1) % STAGES]);  // the tile's last buffer\n"
@@ -856,7 +868,7 @@ KernelSource emit_wgmma(const ImplicitGemm& g, const ScheduleParams& p) {
       std::vector<int>& r = m.im2col ? im2col_ranks : ranks;
       if (!contains(r, m.rank)) r.push_back(m.rank);
     }
-    emit_producer_helpers(os, ranks, im2col_ranks, pair);
+    emit_producer_helpers(os, ranks, im2col_ranks, pair, p.uniform_wait == 1);
     os << "constexpr int BAR_OFFSET = " << barrier_offset(g, p) << ";  // the ring's mbarriers, past tiles and epilogue\n";
     if (persistent)
       os << "constexpr int CS_OFFSET = " << ring_bytes(g, p) << ";  // the epilogue tile, past the ring\n"
@@ -1042,11 +1054,11 @@ KernelSource emit_wgmma(const ImplicitGemm& g, const ScheduleParams& p) {
        << "  } else {\n"
        << set_registers(g, p, false, "    ")
        << step_loop(p, "    ", "first", "last",
-                    std::string("      const int t = step - first, buf = t % STAGES;\n"
-                                "      mbar_wait(&full[buf], (t / STAGES) & 1);\n"
-                                "      compute(buf$A);\n"
-                                "      wgmma_wait<1>();  // the previous step's wgmmas are done: release its buffer\n"
-                                "      if (t > 0 && lane == 0) ") +
+                    "      const int t = step - first, buf = t % STAGES;\n      " + wait_call(p) +
+                        "(&full[buf], (t / STAGES) & 1);\n"
+                        "      compute(buf$A);\n"
+                        "      wgmma_wait<1>();  // the previous step's wgmmas are done: release its buffer\n"
+                        "      if (t > 0 && lane == 0) " +
                         (pair ? "release_pair" : "mbar_arrive") + "(&empty[(t + STAGES - 1) % STAGES]);\n",
                     false)
        << "    wgmma_wait<0>();\n"
@@ -1118,7 +1130,8 @@ class WgmmaFamily final : public EmitterFamily {
   int ordinal() const override { return 2; }
   int threads_per_warp_tile(const ScheduleParams&) const override { return 128; }
   std::span<const KnobUse> knob_uses() const override {
-    static constexpr KnobUse kUses[] = {{"swizzle", 0, 3}, {"producer", 0, 2}, {"a_regs", 0, 1}, {"cluster", 0, 3}};
+    static constexpr KnobUse kUses[] = {{"swizzle", 0, 3}, {"producer", 0, 2}, {"a_regs", 0, 1}, {"cluster", 0, 3},
+                                        {"uniform_wait", 0, 1}};
     return kUses;
   }
   int extra_threads(const ScheduleParams& p) const override { return p.producer ? 128 : 0; }
@@ -1130,6 +1143,9 @@ class WgmmaFamily final : public EmitterFamily {
     if (pairs_blocks(p) && !tma_operands(g))
       fail(ScheduleError::kBadOption, "cluster = " + std::to_string(p.cluster) + ": only wgmma kernels whose operands "
                                       "both have TMA sources share tiles in a cluster; use 0");
+    if (p.uniform_wait && !p.producer)
+      fail(ScheduleError::kBadOption, "uniform_wait = 1 without a TMA producer: only consumers of the producer's "
+                                      "ring wait on stages; use producer 1 or 2, or uniform_wait 0");
     if (limits.compute_capability != 0 && limits.compute_capability != 90)
       fail(ScheduleError::kBadOption, "wgmma.mma_async exists on sm_90 (H100, H200) only, not on sm_" +
                                           std::to_string(limits.compute_capability) +
@@ -1305,7 +1321,9 @@ class WgmmaFamily final : public EmitterFamily {
         .set("producer", tma_operands(g) ? std::vector<Choice>{0, {1, 2}, {2, 2}} : std::vector<Choice>{0})
         // A from registers is level with A by descriptor on large GEMMs and slower on
         // convolutions: one draw in 8.
-        .set("a_regs", {{0, 7}, {1, 1}});
+        .set("a_regs", {{0, 7}, {1, 1}})
+        // Warp-uniform waits unserialize short reductions' wgmmas but slowed some long ones.
+        .set("uniform_wait", {{0, 3}, 1});
     // Split-K summed in a cluster, and pairs of blocks sharing an operand tile (no faster than
     // single blocks where measured: a third of the draws without splits; sample() turns a 1
     // without splits into 0, and 2 or 3 with splits into 0 or 1).
