@@ -253,9 +253,6 @@ class SimtFamily final : public EmitterFamily {
       return v;
     };
     ScheduleParams p;
-    p.panels = 0;
-    p.swizzle = 0;
-    p.producer = 0;
     // Few outputs along an axis with a long reduction (GEMV, M or N of a few): lanes split k.
     const std::int64_t outputs = g.M * g.N;
     p.k_lanes = outputs >= 8192 || g.K < 256 ? 1 : g.K >= 1024 ? 32 : 8;

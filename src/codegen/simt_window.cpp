@@ -276,8 +276,8 @@ ScheduleParams window_default_schedule(const ImplicitGemm& g, const DeviceLimits
   const WindowPlan w = window_plan(g);
   ScheduleParams p;
   p.window = 1;
-  p.panels = p.swizzle = p.producer = p.smem_pad = 0;
-  p.split_k = p.stages = p.raster = p.unroll = p.k_lanes = p.vec_b = 1;
+  p.smem_pad = 0;
+  p.stages = 1;
   p.warp_n = 1;
   p.block_k = window_block_k(g);
   const std::int64_t q = w.col.outputs;

@@ -1150,11 +1150,11 @@ class WgmmaFamily final : public EmitterFamily {
       fail(ScheduleError::kBadOption, "wgmma.mma_async exists on sm_90 (H100, H200) only, not on sm_" +
                                           std::to_string(limits.compute_capability) +
                                           "; use the mma_sync or wmma abstractions there");
-    if (p.swizzle < 1 || p.swizzle > 3 || p.smem_pad != 0 || p.panels != 0)
+    if (p.swizzle < 1 || p.smem_pad != 0)
       fail(ScheduleError::kBadOption, "swizzle = " + std::to_string(p.swizzle) + ", smem_pad = " +
-                                          std::to_string(p.smem_pad) + ", panels = " + std::to_string(p.panels) +
+                                          std::to_string(p.smem_pad) +
                                           ": wgmma reads swizzled tiles only (swizzle 1, 2 or 3: 128-, 64- or "
-                                          "32-byte lines; smem_pad 0, panels 0)");
+                                          "32-byte lines; smem_pad 0)");
     if (p.stages < 3 || p.stages > 6)
       fail(ScheduleError::kBadStages, "stages = " + std::to_string(p.stages) +
                                           ": the wgmma ring needs 3 to 6 buffers (one read by wgmma, one "
