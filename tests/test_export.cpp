@@ -11,7 +11,7 @@
 
 #include "cli_util.h"
 #include "test_util.h"
-#include "tmap/tune/export.h"
+#include "tmap/export/export.h"
 #include "tmap/tune/search_space.h"
 #include "tmap/tune/tuner.h"
 

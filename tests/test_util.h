@@ -6,9 +6,10 @@
 #include <utility>
 #include <vector>
 
-#include "tmap/codegen/implicit_gemm.h"
+#include "tmap/codegen/validate.h"
 #include "tmap/frontend/compute_loader.h"
 #include "tmap/frontend/op_library.h"
+#include "tmap/gemm/implicit_gemm.h"
 #include "tmap/hw/hw_abstraction.h"
 #include "tmap/match/matcher.h"
 #include "tmap/runtime/device.h"

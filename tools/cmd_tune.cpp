@@ -17,11 +17,11 @@
 #include <spdlog/spdlog.h>
 
 #include "commands.h"
-#include "tmap/runtime/device.h"
+#include "tmap/export/export.h"
 #include "tmap/frontend/onnx_import.h"
 #include "tmap/frontend/workload_table.h"
+#include "tmap/runtime/device.h"
 #include "tmap/tune/cost_model.h"
-#include "tmap/tune/export.h"
 #include "tmap/tune/model_tuner.h"
 #include "tmap/tune/tuner.h"
 

@@ -1,6 +1,6 @@
 #include "tmap/codegen/emitter.h"
 
-#include <array>
+#include <vector>
 
 #include "tile_pipeline.h"
 #include "tmap/support/diagnostic.h"
@@ -8,8 +8,11 @@
 namespace tmap {
 namespace {
 
-std::array<const EmitterFamily*, 4> families() {
-  return {&wmma_family(), &mma_sync_family(), &wgmma_family(), &simt_family()};
+/// The families, in the order messages list them: the one list a new family joins.
+const std::vector<const EmitterFamily*>& families() {
+  static const std::vector<const EmitterFamily*> all = {&wmma_family(), &mma_sync_family(), &wgmma_family(),
+                                                        &simt_family()};
+  return all;
 }
 
 }  // namespace

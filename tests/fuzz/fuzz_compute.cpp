@@ -2,8 +2,8 @@
 // abstractions, and the first mapping of the first match turned into CUDA source (not compiled).
 #include "fuzz_util.h"
 #include "tmap/codegen/emitter.h"
-#include "tmap/codegen/implicit_gemm.h"
 #include "tmap/frontend/compute_loader.h"
+#include "tmap/gemm/implicit_gemm.h"
 #include "tmap/match/match_report.h"
 #include "tmap/schedule/schedule.h"
 

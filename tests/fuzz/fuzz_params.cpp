@@ -3,9 +3,9 @@
 // source (not compiled). Validation must refuse whatever the emitters cannot generate.
 #include "fuzz_util.h"
 #include "tmap/codegen/emitter.h"
-#include "tmap/codegen/implicit_gemm.h"
 #include "tmap/frontend/json_locations.h"
 #include "tmap/frontend/op_library.h"
+#include "tmap/gemm/implicit_gemm.h"
 #include "tmap/match/match_report.h"
 #include "tmap/schedule/schedule.h"
 

@@ -49,7 +49,7 @@ struct MemoryIntrinsic {
 
 struct HwAbstraction {
   std::string name;         ///< e.g. "wmma_fp16_fp32"
-  std::string family;       ///< Emitter family: "wmma", later "mma_sync", "wgmma", "cpu".
+  std::string family;       ///< The emitter family that generates its kernels (tmap/codegen/emitter.h).
   std::string description;
   std::string scope;        ///< Execution scope of one intrinsic call: "warp", "warpgroup", "thread".
   int min_compute_capability = 0;  ///< e.g. 70 for sm_70.

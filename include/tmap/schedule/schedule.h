@@ -1,6 +1,6 @@
-// Validation of a schedule (knobs.h) against the virtual GEMM, its family and the device, and
-// the layout facts the families and the tuner share. An invalid schedule is data with reasons,
-// never compiled.
+// What a schedule (knobs.h) implies for a virtual GEMM, shared by the families and the tuner:
+// the device limits it must fit, the reasons it can be refused, its relayout view and how its
+// operands are copied. Validation itself asks the family (tmap/codegen/validate.h).
 #pragma once
 
 #include <cstdint>
@@ -10,7 +10,8 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "tmap/codegen/implicit_gemm.h"
+#include "tmap/gemm/contiguity.h"
+#include "tmap/gemm/implicit_gemm.h"
 #include "tmap/schedule/knobs.h"
 
 namespace tmap {
@@ -45,51 +46,14 @@ struct ScheduleIssue {
   std::string detail;
 };
 
-/// Every reason the schedule is invalid for this GEMM on this device (empty when valid): the
-/// checks common to every family, then the family's own (EmitterFamily::validate). With
-/// p.relayout, `g` is checked through its relayout view (gemm_for()).
-std::vector<ScheduleIssue> validate(const ImplicitGemm& g, const ScheduleParams& p, const DeviceLimits& limits);
-
 /// The GEMM a schedule's kernel computes: `g`, or with p.relayout when `g` is not yet a relayout
 /// view, its view, built in `storage` (a UserError when relayout_view() refuses it).
 const ImplicitGemm& gemm_for(const ImplicitGemm& g, const ScheduleParams& p, ImplicitGemm& storage);
+/// gemm_for() without the throw: `g` or its view (built in `storage`), or nullptr with the
+/// reason in `why_not` when the view is not offered.
+const ImplicitGemm* gemm_view_for(const ImplicitGemm& g, const ScheduleParams& p, ImplicitGemm& storage,
+                                  std::string& why_not);
 
-/// How far consecutive values of a virtual axis stay together in an operand's tensor.
-///
-/// Fused: the axis's innermost iterators index the tensor's innermost dimensions one each, alone,
-/// with coefficient 1 and no offset, every dimension but the outermost of the run as large as its
-/// iterator (so (c, r, s) of KCRS weights, or (p, q) of an NCHW 1x1 input, run on contiguously).
-/// A group of `width` such values starting at a multiple of `width` is then contiguous, aligned
-/// and wholly inside the tensor: one vector of `width` elements.
-///
-/// Shifted: the innermost iterator indexes the last dimension with coefficient 1 but beside other
-/// terms and a constant, as q*1 + s - pad of an NCHW input. A group is still contiguous, but
-/// starts at an offset that the other iterators move (and may straddle the padding): it is loaded
-/// as the two aligned vectors that cover it, zero where they lie outside the dimension, and
-/// shifted into place in registers. Those terms' coefficients and the constant, when all are
-/// multiples of a power of two, leave groups that wide aligned: `aligned` is the widest group
-/// loadable without the shift (and with cp.async).
-///
-/// Strided: the innermost iterator indexes the last dimension with coefficient 2, as 2*q + s - pad
-/// of a stride-2 convolution's input. A group of `width` values spans 2 * width - 1 elements: it
-/// is loaded as the two aligned vectors of `load` elements that cover it (`load` divides the
-/// dimension, so each lies wholly inside or outside it), and every other element is picked out in
-/// registers. Never aligned (`aligned` is 1); `width` is at most half of `load`, and at least
-/// 4 bytes or 1.
-struct Contiguity {
-  int width = 1;    ///< Elements per vector, at most 16 bytes.
-  int aligned = 1;  ///< The widest vector (<= width) that needs no shift.
-  int step = 1;     ///< Elements between a vector's consecutive values in memory (2: strided).
-  int load = 0;     ///< Strided: elements per aligned vector read (0 otherwise).
-};
-Contiguity contiguity(const Compute& c, const Access& acc, const std::vector<int>& axis, int bits);
-
-/// The contiguity of operand `which` (0 = A, 1 = B) along its shared tile's rows (k for
-/// row-major A, m for column-major A, n for row-major B, k for column-major B); sub-byte operands
-/// are gathered in packed pairs, never in vectors.
-Contiguity operand_contiguity(const ImplicitGemm& g, int which);
-/// operand_contiguity(g, which).width: the widest vector (elements) the operand can be loaded in.
-int max_vector_width(const ImplicitGemm& g, int which);
 /// Whether operand `which`'s vectors of p.vec_{a,b} elements are shifted into place through
 /// registers (wider than operand_contiguity().aligned).
 bool copies_shifted(const ImplicitGemm& g, const ScheduleParams& p, int which);
@@ -100,34 +64,13 @@ bool copies_strided(const ImplicitGemm& g, const ScheduleParams& p, int which);
 /// width (p.vec_{a,b}), or for a strided operand operand_contiguity().load.
 int shifted_load_width(const ImplicitGemm& g, const ScheduleParams& p, int which);
 
-/// The widest group (elements, up to 16 bytes of `bits`-bit elements) of consecutive values of
-/// virtual axis `axis` that is contiguous and aligned in `acc`'s tensor without a shift (the
-/// output's vectors: contiguity(...).aligned).
-int contiguous_width(const Compute& c, const Access& acc, const std::vector<int>& axis, int bits);
-
 /// Whether operand `which` (0 = A, 1 = B) is copied global -> shared with cp.async: async_copy
 /// is on and the operand is loaded in vectors of 4, 8 or 16 bytes, the sizes cp.async copies,
 /// that need no shift. Other operands of an async_copy kernel are gathered through registers.
 bool copies_async(const ImplicitGemm& g, const ScheduleParams& p, int which);
 
-/// Whether the rows of operand `which`'s shared tile run along m (A) or n (B) rather than along
-/// k: A stored [BK][BM] (layout "t.."), B stored [BK][BN] (layout ".n."). Such an operand is read
-/// transposed by ldmatrix.trans and wgmma's transpose bit.
-bool stored_along_mn(const ImplicitGemm& g, int which);
-
 /// Elements along one stored row of operand `which`'s shared tile (0 = A, 1 = B): block_k for
 /// row-major A ([BM][BK]), block_m for column-major A ([BK][BM]); block_n or block_k for B.
 std::int64_t stored_row_length(const ImplicitGemm& g, const ScheduleParams& p, int which);
-
-/// Threads per block: warp tiles per block x the family's threads per warp tile.
-int block_threads(const ImplicitGemm& g, const ScheduleParams& p);
-
-/// Shared memory the kernel uses, in bytes (the family's layout: padding, panels, swizzle).
-std::int64_t shared_bytes(const ImplicitGemm& g, const ScheduleParams& p);
-
-/// A sensible schedule for a GEMM (the family's choice of tiles, valid for the device); when the
-/// SM count is known and the output tiles would leave SMs idle, the reduction is split until
-/// there are about two blocks per SM.
-ScheduleParams default_schedule(const ImplicitGemm& g, const DeviceLimits& limits);
 
 }  // namespace tmap

@@ -7,7 +7,7 @@
 #include <string_view>
 #include <vector>
 
-#include "tmap/codegen/implicit_gemm.h"
+#include "tmap/gemm/implicit_gemm.h"
 #include "tmap/schedule/schedule.h"
 
 namespace tmap {

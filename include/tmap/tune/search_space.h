@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "tmap/codegen/implicit_gemm.h"
+#include "tmap/gemm/implicit_gemm.h"
 #include "tmap/match/match_report.h"
 #include "tmap/schedule/schedule.h"
 #include "tmap/tune/tune_log.h"

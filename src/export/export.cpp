@@ -1,4 +1,4 @@
-#include "tmap/tune/export.h"
+#include "tmap/export/export.h"
 
 #include <cctype>
 #include <filesystem>

@@ -1,8 +1,8 @@
-#include "tmap/codegen/implicit_gemm.h"
+#include "tmap/gemm/implicit_gemm.h"
 
 #include <algorithm>
 
-#include "tmap/schedule/schedule.h"
+#include "tmap/gemm/contiguity.h"
 
 namespace tmap {
 

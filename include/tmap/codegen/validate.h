@@ -1,0 +1,31 @@
+// Schedules through their family: validation, threads, shared memory and a default schedule.
+// The common checks (every knob's range, the tiling, the grid, vectors) are here; each family
+// adds its own (EmitterFamily::validate). An invalid schedule is data with reasons, never
+// compiled.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "tmap/gemm/implicit_gemm.h"
+#include "tmap/schedule/schedule.h"
+
+namespace tmap {
+
+/// Every reason the schedule is invalid for this GEMM on this device (empty when valid): the
+/// checks common to every family, then the family's own (EmitterFamily::validate). With
+/// p.relayout, `g` is checked through its relayout view (gemm_for()).
+std::vector<ScheduleIssue> validate(const ImplicitGemm& g, const ScheduleParams& p, const DeviceLimits& limits);
+
+/// Threads per block: warp tiles per block x the family's threads per warp tile.
+int block_threads(const ImplicitGemm& g, const ScheduleParams& p);
+
+/// Shared memory the kernel uses, in bytes (the family's layout: padding, panels, swizzle).
+std::int64_t shared_bytes(const ImplicitGemm& g, const ScheduleParams& p);
+
+/// A sensible schedule for a GEMM (the family's choice of tiles, valid for the device); when the
+/// SM count is known and the output tiles would leave SMs idle, the reduction is split until
+/// there are about two blocks per SM.
+ScheduleParams default_schedule(const ImplicitGemm& g, const DeviceLimits& limits);
+
+}  // namespace tmap
