@@ -79,9 +79,7 @@ TEST(Knobs, ChoicesStayWithinWhatTheFamilyTakes) {
     const EmitterFamily& family = family_of(hw);
     const KnobChoices choices = family.choices(g, default_schedule(g, limits), limits);
     for (const Knob& k : knobs()) {
-      const KnobUse* use = nullptr;
-      for (const KnobUse& u : family.knob_uses())
-        if (u.knob == k.name) use = &u;
+      const KnobUse* use = find_knob_use(family, k.name);
       for (const Choice& ch : choices.of(k.name)) {
         EXPECT_GE(ch.weight, 1) << hw.name << " " << k.name;
         if (k.every_family) {

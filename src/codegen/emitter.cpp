@@ -44,14 +44,25 @@ std::vector<int> EmitterFamily::block_tiles(const ImplicitGemm&, const ScheduleP
   return out;
 }
 
+const KnobUse* find_knob_use(const EmitterFamily& family, std::string_view knob) {
+  for (const KnobUse& use : family.knob_uses())
+    if (use.knob == knob) return &use;
+  return nullptr;
+}
+
+std::vector<std::pair<const EmitterFamily*, KnobUse>> knob_users(const Knob& knob) {
+  std::vector<std::pair<const EmitterFamily*, KnobUse>> out;
+  for (const EmitterFamily* f : families())
+    if (const KnobUse* use = find_knob_use(*f, knob.name)) out.emplace_back(f, *use);
+  return out;
+}
+
 std::string knob_takers(const Knob& knob) {
   if (knob.every_family) return "every family";
   std::string out;
-  for (const EmitterFamily* f : families())
-    for (const KnobUse& use : f->knob_uses())
-      if (use.knob == knob.name)
-        out += (out.empty() ? "" : ", ") + std::string(f->name()) + " " + std::to_string(use.min) + "-" +
-               std::to_string(use.max);
+  for (const auto& [family, use] : knob_users(knob))
+    out += (out.empty() ? "" : ", ") + std::string(family->name()) + " " + std::to_string(use.min) + "-" +
+           std::to_string(use.max);
   return out.empty() ? "none" : out;
 }
 

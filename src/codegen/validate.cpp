@@ -24,11 +24,8 @@ std::string values_text(int lo, int hi) {
 /// The families that take `knob` at `value`, for messages: "wgmma", "mma_sync, wgmma and simt".
 std::string takers(const Knob& knob, int value) {
   std::vector<std::string> names;
-  for (const std::string& name : family_names()) {
-    const EmitterFamily* f = find_family(name);
-    for (const KnobUse& use : f->knob_uses())
-      if (use.knob == knob.name && use.min <= value && value <= use.max) names.push_back(name);
-  }
+  for (const auto& [family, use] : knob_users(knob))
+    if (use.min <= value && value <= use.max) names.emplace_back(family->name());
   if (names.empty()) return "no";
   std::string s = names.front();
   for (std::size_t i = 1; i < names.size(); ++i) s += (i + 1 == names.size() ? " and " : ", ") + names[i];
@@ -48,9 +45,7 @@ void validate_knobs(const EmitterFamily& family, const ScheduleParams& p, std::v
       continue;
     }
     if (k.every_family) continue;
-    const KnobUse* use = nullptr;
-    for (const KnobUse& u : family.knob_uses())
-      if (u.knob == k.name) use = &u;
+    const KnobUse* use = find_knob_use(family, k.name);
     if (!use && v != k.default_value)
       out.push_back({ScheduleError::kBadOption, is + "only " + takers(k, v) + " kernels take " + std::string(k.name) +
                                                     " (" + std::string(k.doc) + "); use " + std::to_string(k.default_value)});

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "tmap/codegen/validate.h"
@@ -126,6 +127,11 @@ const EmitterFamily& family_of(const HwAbstraction& hw);
 /// Names of the families with an emitter, for messages.
 std::vector<std::string> family_names();
 
+/// What family `family` declares of `knob` (EmitterFamily::knob_uses), or nullptr where it does
+/// not take it.
+const KnobUse* find_knob_use(const EmitterFamily& family, std::string_view knob);
+/// Every family that declares `knob`, with its declaration, in the order of the families' list.
+std::vector<std::pair<const EmitterFamily*, KnobUse>> knob_users(const Knob& knob);
 /// The families that take `knob` and their values: "every family", or e.g. "mma_sync 0-1, wgmma 0-3".
 std::string knob_takers(const Knob& knob);
 /// The knob reference (docs/knobs.md, `tmap knobs`): a Markdown table of every knob with its
