@@ -223,6 +223,23 @@ TEST(Compute, ErrorsShowTheLineAndACaret) {
   EXPECT_NE(err.find("^~\n  hint: declared tensors are: A, B, C"), std::string::npos) << err;
 }
 
+/// A kernel passes every tensor as a pointer: a product of 16 inputs is refused by name, 15 are fine.
+TEST(Compute, AStatementTakesAtMostSixteenTensors) {
+  auto statement = [](int inputs) {
+    std::string product, tensors = R"("O": {"shape": [4], "dtype": "float32"})";
+    for (int i = 0; i < inputs; ++i) {
+      product += (i ? " * T" : "T") + std::to_string(i) + "[i]";
+      tensors += ", \"T" + std::to_string(i) + R"(": {"shape": [4], "dtype": "float32"})";
+    }
+    return R"({"name": "wide", "compute": "O[i] += )" + product + R"(", "tensors": {)" + tensors + "}}";
+  };
+  EXPECT_EQ(build_json(statement(Compute::kMaxTensors - 1)).inputs.size(), 15u);
+  const std::string err = user_error_of([&] { build_json(statement(Compute::kMaxTensors)); });
+  EXPECT_NE(err.find("the statement takes 17 tensors; at most 16 (the output and 15 inputs) are supported"),
+            std::string::npos) << err;
+  EXPECT_NE(err.find("T15[i]"), std::string::npos) << "points at the first tensor too many: " << err;
+}
+
 TEST(Compute, ReadsFilesAndNamesMissingOnes) {
   std::string err = user_error_of([] { load_compute_file("/nonexistent/x.json"); });
   EXPECT_NE(err.find("compute file '/nonexistent/x.json' does not exist"), std::string::npos) << err;

@@ -257,6 +257,12 @@ Compute build_compute(const ComputeDef& def, const std::vector<ParamOverride>& o
   // The statement's accesses: tensors exist, ranks agree, each tensor used once.
   std::vector<const AccessDecl*> accesses = {&def.statement.output};
   for (const auto& in : def.statement.inputs) accesses.push_back(&in);
+  if (accesses.size() > static_cast<std::size_t>(Compute::kMaxTensors))
+    throw_user_error(accesses[Compute::kMaxTensors]->loc,
+                     "the statement takes " + std::to_string(accesses.size()) + " tensors; at most " +
+                         std::to_string(Compute::kMaxTensors) + " (the output and " +
+                         std::to_string(Compute::kMaxTensors - 1) + " inputs) are supported",
+                     "split the product into several computes");
   std::map<std::string, SourceLoc> used;
   for (const AccessDecl* a : accesses) {
     auto it = tensor_ids.find(a->tensor);

@@ -51,6 +51,9 @@ struct Access {
 };
 
 struct Compute {
+  /// The most tensors (output and inputs) a statement takes: a kernel passes each as a pointer.
+  static constexpr int kMaxTensors = 16;
+
   std::string name;
   std::vector<std::pair<std::string, std::int64_t>> params;  ///< In declaration order.
   std::vector<Tensor> tensors;
