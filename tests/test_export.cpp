@@ -12,6 +12,7 @@
 #include "cli_util.h"
 #include "test_util.h"
 #include "tmap/export/export.h"
+#include "tmap/runtime/launch.h"
 #include "tmap/tune/search_space.h"
 #include "tmap/tune/tuner.h"
 
@@ -100,26 +101,34 @@ std::string export_and_build(const ScratchDir& dir) {
     EXPECT_TRUE(std::filesystem::exists(dir / ("out/" + k.file))) << k.file;
     EXPECT_NE(header.find("cudaError_t " + k.function + "("), std::string::npos) << k.function;
   }
-  EXPECT_NE(read(dir / ("out/" + kernels[0].file)).find("tmap_encode_tensor_map(&map0"), std::string::npos)
-      << "the TMA kernel encodes its descriptors";
-  EXPECT_NE(read(dir / ("out/" + kernels[1].file)).find("cudaMallocAsync(&workspace"), std::string::npos)
-      << "the split-K kernel gets its workspace";
-  EXPECT_NE(read(dir / ("out/" + kernels[1].file)).find("cudaLaunchAttributeProgrammaticStreamSerialization"),
-            std::string::npos)
-      << "on sm_90 its reduce kernel is a programmatic dependent launch";
-  const std::string relayout = read(dir / ("out/" + kernels[4].file));
-  EXPECT_NE(relayout.find("the relayout prologue"), std::string::npos) << "the operands are copied channels-last first";
-  EXPECT_NE(relayout.find("_prologue), dim3("), std::string::npos);
+  // Each launch function hands its kernel's launch plan, as tmap runs it, to tmap_plan_launch.
+  std::vector<tmap_launch_plan> plans;
+  for (std::size_t i = 0; i < records.size(); ++i) {
+    plans.push_back(plan_launch(regenerate(records[i], shipped(), 90).kernel).plan);
+    const std::string file = read(dir / ("out/" + kernels[i].file));
+    EXPECT_NE(file.find(plan_initializer(plans.back())), std::string::npos) << kernels[i].function;
+    EXPECT_NE(file.find("return tmap_plan_launch(&" + kernels[i].function + "_plan"), std::string::npos);
+  }
+  EXPECT_EQ(read(dir / "out/tmap/runtime/launch_plan.h"), read(TMAP_SOURCE_DIR "/include/tmap/runtime/launch_plan.h"));
+  EXPECT_EQ(read(dir / "out/tmap_runtime.cu"), read(TMAP_SOURCE_DIR "/src/runtime/launch_plan.cpp"))
+      << "exported launchers execute plans with tmap's own code";
+  EXPECT_EQ(plans[0].num_maps, 2) << "the TMA kernel encodes its descriptors";
+  EXPECT_EQ(plans[1].num_steps, 2) << "the split-K kernel's reduction";
+  EXPECT_GT(plans[1].workspace_bytes, 0) << "the split-K kernel gets its workspace";
+  EXPECT_TRUE(plans[1].steps[1].dependent) << "on sm_90 its reduce kernel is a programmatic dependent launch";
+  EXPECT_EQ(plans[4].num_steps, 2) << "the operands are copied channels-last first";
+  EXPECT_TRUE(plans[4].steps[1].dependent);
   const std::string cluster = read(dir / ("out/" + kernels[5].file));
   EXPECT_NE(cluster.find("__cluster_dims__(1, 1, SPLIT_K)"), std::string::npos) << "the cluster is the kernel's own";
-  EXPECT_EQ(cluster.find("cudaMallocAsync(&workspace"), std::string::npos) << "its splits need no workspace";
-  const std::string persistent = read(dir / ("out/" + kernels[7].file));
-  EXPECT_NE(persistent.find("cudaOccupancyMaxActiveBlocksPerMultiprocessor"), std::string::npos)
-      << "a persistent kernel's grid is sized at launch";
-  EXPECT_NE(persistent.find("dim3(blocks)"), std::string::npos);
-  const std::string pair = read(dir / ("out/" + kernels[8].file));
-  EXPECT_NE(pair.find("cudaOccupancyMaxActiveClusters"), std::string::npos) << "pairs are resident as whole clusters";
-  EXPECT_NE(pair.find("__cluster_dims__(2, 1, 1)"), std::string::npos);
+  EXPECT_EQ(plans[5].num_steps, 1);
+  EXPECT_EQ(plans[5].workspace_bytes, 0) << "its splits need no workspace";
+  EXPECT_EQ(plans[6].num_maps, 2);
+  EXPECT_TRUE(plans[6].maps[0].im2col || plans[6].maps[1].im2col) << "the input read in im2col boxes";
+  EXPECT_TRUE(plans[7].steps[0].persistent) << "a persistent kernel's grid is sized at launch";
+  EXPECT_EQ(plans[7].steps[0].cluster_x, 1);
+  EXPECT_TRUE(plans[8].steps[0].persistent);
+  EXPECT_EQ(plans[8].steps[0].cluster_x, 2) << "pairs are resident as whole clusters";
+  EXPECT_NE(read(dir / ("out/" + kernels[8].file)).find("__cluster_dims__(2, 1, 1)"), std::string::npos);
   const auto r = testing::shell("cmake -S out -B build -G Ninja -DCMAKE_CUDA_COMPILER=" TMAP_NVCC
                                 " -DCMAKE_BUILD_TYPE=Release >/dev/null && cmake --build build 2>&1",
                                 dir.str());

@@ -362,10 +362,22 @@ TEST(Relayout, ScheduleAndLaunchFieldsRoundTrip) {
   k.relayout_threads = 256;
   k.relayout_offset = {-1, 4096};
   k.workspace_bytes = 8192;
+  k.grid = {10, 2, 1};
+  k.threads = 128;
   const MeasureRequest back = request_from_json(to_json(MeasureRequest::for_kernel(op("gemm", {}), k, "x.cubin", 0, 1)));
-  EXPECT_EQ(back.kernel.relayout_name, "main_prologue");
-  EXPECT_EQ(back.kernel.relayout_blocks, 77);
-  EXPECT_EQ(back.kernel.relayout_offset, k.relayout_offset);
+  // The prologue copies the operands into the workspace, then the main kernel, its dependent,
+  // reads A where it is and B's copy 4096 bytes into the workspace.
+  EXPECT_EQ(back.launch.kernels, (std::vector<std::string>{"main_prologue", "main"}));
+  const tmap_launch_plan& plan = back.launch.plan;
+  ASSERT_EQ(plan.num_steps, 2);
+  EXPECT_EQ(plan.workspace_bytes, 8192);
+  EXPECT_EQ(plan.steps[0].grid[0], 77);
+  EXPECT_EQ(plan.steps[0].threads, 256);
+  EXPECT_FALSE(plan.steps[0].dependent);
+  EXPECT_TRUE(plan.steps[1].dependent);
+  EXPECT_EQ(plan.steps[1].args[0].slot, kSlotA);
+  EXPECT_EQ(plan.steps[1].args[1].slot, kSlotWorkspace);
+  EXPECT_EQ(plan.steps[1].args[1].offset, 4096);
 }
 
 /// Every family's view kernels for NCHW / NCW / NCDHW convolutions with padding, strides and odd

@@ -2,6 +2,8 @@
 // crashes of the parent; faulting and hanging kernels on the GPU too (skipped without a GPU).
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include <signal.h>
 #include <unistd.h>
 
@@ -20,13 +22,14 @@
 namespace tmap {
 namespace {
 
-MeasureRequest gemm_request() {
-  MeasureRequest r;
-  r.compute = to_json(build_compute(builtin_op("gemm"), parse_param_overrides({"M=64", "N=64", "K=64"})));
-  r.kernel.name = "k";
-  r.cubin_path = "/nonexistent.cubin";
-  r.kernel.threads = 32;
-  return r;
+/// A request for a kernel `name` of grid x threads that takes operands, output and workspace.
+MeasureRequest gemm_request(const std::string& name = "k", std::int64_t blocks = 1, int threads = 32) {
+  KernelSource k;
+  k.name = name;
+  k.grid = {blocks, 1, 1};
+  k.threads = threads;
+  const Compute c = build_compute(builtin_op("gemm"), parse_param_overrides({"M=64", "N=64", "K=64"}));
+  return MeasureRequest::for_kernel(c, k, "/nonexistent.cubin", 0, 1);
 }
 
 /// The `tmap compile-worker` processes this process has started.
@@ -83,11 +86,8 @@ TEST(CompileWorkers, CompileLikeNvrtcInProcessAndOutliveTheirFailures) {
 }
 
 TEST(Worker, RequestsAndResultsRoundTrip) {
-  MeasureRequest r = gemm_request();
-  r.seed = 42;
-  r.timing.min_repeats = 7;
-  r.timing.long_run_ms = 2.5;
-  // A warp-specialized kernel's TMA descriptions travel with it (the worker encodes them).
+  // A warp-specialized kernel's TMA descriptions travel with it (the worker encodes them), an
+  // im2col map's corners and traversal steps, and a persistent kernel of block pairs.
   TensorMapSpec map;
   map.operand = 1;
   map.dtype = DType::kBFloat16;
@@ -95,34 +95,84 @@ TEST(Worker, RequestsAndResultsRoundTrip) {
   map.dims = {520, 200, 3, 0, 0};
   map.strides = {1040, 208000, 0, 0};
   map.box = {64, 128, 1, 0, 0};
-  r.kernel.tensor_maps = {map, map};
-  r.kernel.tensor_maps[0].operand = 0;
-  // And an im2col map's corners and traversal steps.
-  r.kernel.tensor_maps[0].im2col = true;
-  r.kernel.tensor_maps[0].lower = {-1, -2, 0};
-  r.kernel.tensor_maps[0].upper = {-3, 1, 0};
-  r.kernel.tensor_maps[0].traversal = {1, 2, 2, 1, 1};
-  // A persistent kernel of block pairs: the worker launches whole clusters.
-  r.kernel.persistent = true;
-  r.kernel.cluster_x = 2;
+  KernelSource k;
+  k.name = "k";
+  k.threads = 384;
+  k.grid = {132, 1, 1};
+  k.tensor_maps = {map, map};
+  k.tensor_maps[0].operand = 0;
+  k.tensor_maps[0].im2col = true;
+  k.tensor_maps[0].lower = {-1, -2, 0};
+  k.tensor_maps[0].upper = {-3, 1, 0};
+  k.tensor_maps[0].traversal = {1, 2, 2, 1, 1};
+  k.persistent = true;
+  k.cluster_x = 2;
+  const Compute c = build_compute(builtin_op("gemm"), parse_param_overrides({"M=64", "N=64", "K=64"}));
+  MeasureRequest r = MeasureRequest::for_kernel(c, k, "/nonexistent.cubin", 0, 1);
+  r.seed = 42;
+  r.timing.min_repeats = 7;
+  r.timing.long_run_ms = 2.5;
   MeasureRequest back = request_from_json(nlohmann::json::parse(to_json(r).dump()));
   EXPECT_EQ(to_json(back), to_json(r));
-  ASSERT_EQ(back.kernel.tensor_maps.size(), 2u);
-  EXPECT_EQ(back.kernel.tensor_maps[0].operand, 0);
-  EXPECT_EQ(back.kernel.tensor_maps[1].dtype, DType::kBFloat16);
-  EXPECT_EQ(back.kernel.tensor_maps[1].strides[1], 208000u);
-  EXPECT_EQ(back.kernel.tensor_maps[1].box, map.box);
-  EXPECT_TRUE(back.kernel.tensor_maps[0].im2col);
-  EXPECT_FALSE(back.kernel.tensor_maps[1].im2col);
-  EXPECT_EQ(back.kernel.tensor_maps[0].lower, (std::array<int, 3>{-1, -2, 0}));
-  EXPECT_EQ(back.kernel.tensor_maps[0].upper, (std::array<int, 3>{-3, 1, 0}));
-  EXPECT_EQ(back.kernel.tensor_maps[0].traversal, (std::array<std::uint32_t, 5>{1, 2, 2, 1, 1}));
-  EXPECT_TRUE(back.kernel.persistent);
-  EXPECT_EQ(back.kernel.cluster_x, 2);
+  EXPECT_EQ(back.seed, 42u);
+  EXPECT_EQ(back.timing.min_repeats, 7);
+  const tmap_launch_plan& p = back.launch.plan;
+  ASSERT_EQ(p.num_maps, 2);
+  EXPECT_EQ(p.maps[0].source.slot, kSlotA);
+  EXPECT_EQ(p.maps[1].source.slot, kSlotB);
+  EXPECT_EQ(p.maps[1].strides[1], 208000u);
+  EXPECT_EQ(p.maps[1].box[1], 128u);
+  EXPECT_TRUE(p.maps[0].im2col);
+  EXPECT_FALSE(p.maps[1].im2col);
+  EXPECT_EQ(p.maps[0].lower[1], -2);
+  EXPECT_EQ(p.maps[0].upper[0], -3);
+  EXPECT_EQ(p.maps[0].traversal[2], 2u);
+  ASSERT_EQ(p.num_steps, 1);
+  EXPECT_TRUE(p.steps[0].persistent);
+  EXPECT_EQ(p.steps[0].cluster_x, 2);
+  ASSERT_EQ(p.steps[0].num_args, 6) << "A, B, output, workspace, then the two maps";
+  EXPECT_EQ(p.steps[0].args[5].slot, TMAP_SLOT_MAP + 1);
   MeasureResult res{MeasureStatus::kTimeout, "slow", 0.5, 12.5, {12.0, 13.0}};
   MeasureResult res_back = result_from_json(to_json(res));
   EXPECT_EQ(res_back.status, MeasureStatus::kTimeout);
   EXPECT_EQ(res_back.times_us, res.times_us);
+}
+
+/// Plans arrive as JSON and index fixed arrays: every count, index, slot and offset is checked.
+TEST(Worker, LaunchPlansFromJsonAreChecked) {
+  KernelSource k;
+  k.name = "main";
+  k.grid = {4, 1, 1};
+  k.threads = 128;
+  k.workspace_bytes = 1024;
+  k.reduce_name = "main_reduce";
+  k.reduce_blocks = 2;
+  const nlohmann::json good = to_json(plan_launch(k));
+  EXPECT_EQ(to_json(launch_plan_from_json(good)), good);
+  auto refused = [&](const std::function<void(nlohmann::json&)>& change, const std::string& why) {
+    nlohmann::json j = good;
+    change(j);
+    try {
+      launch_plan_from_json(j);
+      ADD_FAILURE() << "accepted: " << why;
+    } catch (const std::exception& e) {
+      EXPECT_NE(std::string(e.what()).find("launch plan"), std::string::npos) << e.what();
+    }
+  };
+  refused([](nlohmann::json& j) { j["steps"][0]["kernel"] = 2; }, "a kernel index past the names");
+  refused([](nlohmann::json& j) { j["steps"][0]["args"][0] = {TMAP_PLAN_MAX_SLOTS, 0}; }, "a slot past the slots");
+  refused([](nlohmann::json& j) { j["steps"][0]["args"][0] = {-1, 0}; }, "a negative slot");
+  refused([](nlohmann::json& j) { j["steps"][0]["args"][0] = {TMAP_SLOT_MAP, 0}; }, "a tensor map the plan lacks");
+  refused([](nlohmann::json& j) { j["steps"][0]["args"][3] = {kSlotWorkspace, 1024}; }, "an offset past the workspace");
+  refused([](nlohmann::json& j) { j["steps"][0]["args"][0] = {kSlotA, 16}; }, "an offset into a tensor");
+  refused([](nlohmann::json& j) { j["workspace_slot"] = TMAP_PLAN_MAX_SLOTS; }, "the workspace past the slots");
+  refused([](nlohmann::json& j) { j["steps"][0]["cluster_x"] = 0; }, "clusters of no block");
+  refused([](nlohmann::json& j) { j["steps"][0]["grid"] = {1, 1}; }, "a grid of two dimensions");
+  refused([](nlohmann::json& j) { for (int i = 0; i < 2; ++i) j["steps"].push_back(j["steps"][0]); }, "4 steps");
+  refused([](nlohmann::json& j) { j["steps"] = nlohmann::json::array(); }, "no step");
+  refused([](nlohmann::json& j) { j["steps"][0]["args"] = std::vector<nlohmann::json>(TMAP_PLAN_MAX_ARGS + 1, {0, 0}); },
+          "more arguments than a step holds");
+  refused([&](nlohmann::json& j) { j["maps"] = std::vector<nlohmann::json>(3, nlohmann::json::object()); }, "3 maps");
 }
 
 TEST(Worker, AHangingWorkerIsKilledAtTheTimeout) {
@@ -168,12 +218,9 @@ std::string compile_to_file(const std::string& name, const std::string& body) {
 TEST(Worker, FaultingAndHangingKernelsAreErrorsAndTheNextCandidateRuns) {
   if (query_runtime().devices.empty()) GTEST_SKIP() << "no GPU: " << query_runtime().status;
   MeasureWorker worker(TMAP_BINARY, 10.0);
-  auto request = [&](const std::string& name, const std::string& body, std::int64_t threads) {
-    MeasureRequest r = gemm_request();
-    r.kernel.name = name;
+  auto request = [&](const std::string& name, const std::string& body, int threads) {
+    MeasureRequest r = gemm_request(name, 64, threads);
     r.cubin_path = compile_to_file(name, body);
-    r.kernel.grid = {64, 1, 1};
-    r.kernel.threads = static_cast<int>(threads);
     return r;
   };
   // Out of bounds by far: an illegal address.

@@ -7,10 +7,15 @@
 #include <sstream>
 
 #include "tmap/codegen/reference_emitter.h"
+#include "tmap/runtime/launch.h"
 #include "tmap/support/diagnostic.h"
 #include "tmap/tune/tuner.h"
 
 namespace tmap {
+namespace embedded {
+extern const char kLaunchPlanHeader[];  // include/tmap/runtime/launch_plan.h, embedded at build time
+extern const char kLaunchPlanSource[];  // src/runtime/launch_plan.cpp
+}  // namespace embedded
 namespace {
 
 namespace fs = std::filesystem;
@@ -39,25 +44,6 @@ std::string identifier(const std::string& s) {
   return out.substr(0, 48);
 }
 
-const char* tensor_map_type(DType t) {
-  switch (t) {
-    case DType::kFloat16: return "CU_TENSOR_MAP_DATA_TYPE_FLOAT16";
-    case DType::kBFloat16: return "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16";
-    case DType::kFloat32:
-    case DType::kTFloat32: return "CU_TENSOR_MAP_DATA_TYPE_FLOAT32";
-    case DType::kInt32: return "CU_TENSOR_MAP_DATA_TYPE_INT32";
-    case DType::kFloat64: return "CU_TENSOR_MAP_DATA_TYPE_FLOAT64";
-    default: return "CU_TENSOR_MAP_DATA_TYPE_UINT8";
-  }
-}
-
-template <typename T, std::size_t N>
-std::string array_text(const std::array<T, N>& a, int n) {
-  std::string s = "{";
-  for (int i = 0; i < n; ++i) s += (i ? ", " : "") + std::to_string(a[i]) + (sizeof(T) == 8 ? "ull" : "u");
-  return s + "}";
-}
-
 /// The type a launch function takes tensor `t` as: a device pointer, const for inputs.
 std::string pointer_type(const Compute& c, std::size_t t) {
   return std::string(static_cast<int>(t) == c.output.tensor ? "" : "const ") + storage_type(c.tensors[t].dtype) + "*";
@@ -81,8 +67,9 @@ std::string shape_text(const Tensor& t) {
 constexpr int kPointerAlignment = 16;
 
 struct Piece {
-  std::string fn, kernel, reduce, prologue, reference;
+  std::string fn, reference;
   Regenerated g;
+  LaunchPlan plan;  ///< The kernel's launches, its kernels renamed as exported.
   KernelSource ref;
   const TuneRecord* record = nullptr;
 };
@@ -92,11 +79,13 @@ void write(const fs::path& p, const std::string& text) {
   if (!(out << text)) throw UserError(format_diagnostic(SourceLoc::whole(p.string()), "cannot write the file", "check the --out directory"));
 }
 
-std::string launcher(const Piece& x, int cc) {
+/// The launch plan as a constant and the function that hands it, with the caller's pointers, to
+/// tmap_plan_launch (launch_plan.cpp, copied beside the kernels): tmap's runner executes the same.
+std::string launcher(const Piece& x) {
   const Compute& c = *x.g.compute;
-  const KernelSource& k = x.g.kernel;
   const ImplicitGemm& gm = x.g.gemm();
   std::ostringstream os;
+  os << "static const tmap_launch_plan " << x.fn << "_plan = " << plan_initializer(x.plan.plan) << ";\n\n";
   os << "extern \"C\" " << signature(c, x.fn) << " {\n";
   os << "  // Device pointers aligned to " << kPointerAlignment
      << " bytes: the kernels move 16-byte vectors (and TMA needs them).\n  const void* const pointers[] = {";
@@ -104,116 +93,14 @@ std::string launcher(const Piece& x, int cc) {
   os << "};\n  for (const void* p : pointers)\n"
      << "    if (p == nullptr || reinterpret_cast<unsigned long long>(p) % " << kPointerAlignment
      << " != 0) return cudaErrorInvalidValue;\n";
-  os << "  const void* a = " << identifier(c.tensors[c.inputs[gm.a_input].tensor].name) << ";  // operand A\n";
-  os << "  const void* b = " << identifier(c.tensors[c.inputs[gm.b_input].tensor].name) << ";  // operand B\n";
-  os << "  void* out = " << identifier(c.tensors[c.output.tensor].name) << ";\n";
-  os << "  void* workspace = nullptr;\n  cudaError_t e = cudaSuccess;\n";
-  if (k.shared_bytes > 48 * 1024)
-    os << "  e = cudaFuncSetAttribute(reinterpret_cast<const void*>(" << x.kernel
-       << "), cudaFuncAttributeMaxDynamicSharedMemorySize, " << k.shared_bytes << ");\n  if (e != cudaSuccess) return e;\n";
-  // The main kernel's grid; a persistent one takes its tiles with a grid stride, in as many
-  // blocks as stay resident at once.
-  const std::string grid = k.persistent ? "dim3(blocks)"
-                                        : "dim3(" + std::to_string(k.grid[0]) + ", " + std::to_string(k.grid[1]) + ", " +
-                                              std::to_string(k.grid[2]) + ")";
-  if (k.persistent) {
-    os << "  unsigned blocks = " << k.grid[0] << ";  // tiles of the persistent kernel\n  {\n"
-       << "    int device = 0, sms = 0, per_sm = 0;\n"
-       << "    e = cudaGetDevice(&device);\n"
-       << "    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);\n";
-    if (k.cluster_x > 1)  // clusters are placed whole, within one GPC: as many as fit at once
-      os << "    (void)per_sm;\n"
-         << "    cudaLaunchConfig_t config = {};\n"
-         << "    config.gridDim = dim3(blocks);\n    config.blockDim = dim3(" << k.threads << ");\n"
-         << "    config.dynamicSmemBytes = " << k.shared_bytes << ";\n"
-         << "    int clusters = 0;\n"
-         << "    if (e == cudaSuccess)\n"
-         << "      e = cudaOccupancyMaxActiveClusters(&clusters, reinterpret_cast<const void*>(" << x.kernel
-         << "), &config);\n"
-         << "    if (e != cudaSuccess) return e;\n"
-         << "    const unsigned long long resident = (unsigned long long)(clusters > 0 ? clusters : 1) * " << k.cluster_x
-         << ";\n";
-    else
-      os << "    if (e == cudaSuccess)\n"
-         << "      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, reinterpret_cast<const void*>(" << x.kernel
-         << "), " << k.threads << ", " << k.shared_bytes << ");\n"
-         << "    if (e != cudaSuccess) return e;\n"
-         << "    const unsigned long long resident = (unsigned long long)sms * (per_sm > 0 ? per_sm : 1);\n";
-    os << "    if (resident < blocks) blocks = (unsigned)resident;\n  }\n";
-  }
-  if (k.workspace_bytes > 0)
-    os << "  e = cudaMallocAsync(&workspace, " << k.workspace_bytes
-       << ", stream);  // split-K partial sums, channels-last copies of operands\n"
-       << "  if (e != cudaSuccess) return e;\n";
-  if (!k.relayout_name.empty()) {
-    os << "  {  // the relayout prologue: the operands copied channels-last into the workspace\n"
-       << "    void* prologue_args[] = {&a, &b, &workspace};\n"
-       << "    e = cudaLaunchKernel(reinterpret_cast<const void*>(" << x.prologue << "), dim3(" << k.relayout_blocks
-       << "), dim3(" << k.relayout_threads << "), prologue_args, 0, stream);\n"
-       << "    if (e != cudaSuccess) {\n      cudaFreeAsync(workspace, stream);\n      return e;\n    }\n  }\n";
-    for (int which = 0; which < 2; ++which)
-      if (k.relayout_offset[which] >= 0)
-        os << "  " << (which == 0 ? "a" : "b") << " = static_cast<char*>(workspace) + " << k.relayout_offset[which]
-           << ";  // the kernel reads the copy\n";
-  }
-  for (std::size_t i = 0; i < k.tensor_maps.size(); ++i) {
-    const TensorMapSpec& m = k.tensor_maps[i];
-    os << "  alignas(64) CUtensorMap map" << i << ";\n  {\n"
-       << "    const unsigned long long dims[] = " << array_text(m.dims, m.rank) << ";\n"
-       << "    const unsigned long long strides[] = " << (m.rank > 1 ? array_text(m.strides, m.rank - 1) : "{0ull}") << ";\n"
-       << "    const unsigned box[] = " << array_text(m.box, m.rank) << ";\n";
-    if (m.im2col) {
-      auto ints = [&](const std::array<int, 3>& v) {
-        std::string t = "{";
-        for (int d = 0; d < m.rank - 2; ++d) t += (d ? ", " : "") + std::to_string(v[d]);
-        return t + "}";
-      };
-      os << "    const int lower[] = " << ints(m.lower) << ", upper[] = " << ints(m.upper) << ";\n"
-         << "    const unsigned traversal[] = " << array_text(m.traversal, m.rank) << ";\n"
-         << "    e = tmap_encode_im2col_map(&map" << i << ", " << tensor_map_type(m.dtype) << ", " << m.rank << ", "
-         << (m.operand == 0 ? "a" : "b") << ", dims, strides, lower, upper, box[0], box[1], traversal, "
-         << m.swizzle_bytes << ");\n";
-    } else {
-      os << "    e = tmap_encode_tensor_map(&map" << i << ", " << tensor_map_type(m.dtype) << ", " << m.rank << ", "
-         << (m.operand == 0 ? "a" : "b") << ", dims, strides, box, " << m.swizzle_bytes << ");\n";
-    }
-    os
-       << "    if (e != cudaSuccess) {\n" << (k.workspace_bytes > 0 ? "      cudaFreeAsync(workspace, stream);\n" : "")
-       << "      return e;\n    }\n  }\n";
-  }
-  os << "  void* args[] = {&a, &b, &out, &workspace";
-  for (std::size_t i = 0; i < k.tensor_maps.size(); ++i) os << ", &map" << i;
-  os << "};\n";
-  if (!k.relayout_name.empty() && cc >= 90)
-    os << "  {  // a programmatic dependent of the prologue: it waits (griddepcontrol.wait) for the copies\n"
-       << "    cudaLaunchConfig_t config = {};\n"
-       << "    config.gridDim = " << grid << ";\n"
-       << "    config.blockDim = dim3(" << k.threads << ");\n    config.dynamicSmemBytes = " << k.shared_bytes << ";\n"
-       << "    config.stream = stream;\n"
-       << "    cudaLaunchAttribute attribute = {};\n"
-       << "    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;\n"
-       << "    attribute.val.programmaticStreamSerializationAllowed = 1;\n"
-       << "    config.attrs = &attribute;\n    config.numAttrs = 1;\n"
-       << "    e = cudaLaunchKernelExC(&config, reinterpret_cast<const void*>(" << x.kernel << "), args);\n  }\n";
-  else
-    os << "  e = cudaLaunchKernel(reinterpret_cast<const void*>(" << x.kernel << "), " << grid << ", dim3(" << k.threads
-       << "), args, " << k.shared_bytes << ", stream);\n";
-  if (!k.reduce_name.empty()) {
-    os << "  if (e == cudaSuccess) {  // the split-K sums into the output\n    void* reduce_args[] = {&workspace, &out};\n"
-       << "    cudaLaunchConfig_t config = {};\n"
-       << "    config.gridDim = dim3(" << k.reduce_blocks << ");\n    config.blockDim = dim3(" << k.reduce_threads << ");\n"
-       << "    config.stream = stream;\n";
-    if (cc >= 90)
-      os << "    // A programmatic dependent launch: it starts as the main kernel's last blocks finish and\n"
-         << "    // waits (griddepcontrol.wait) for its partial sums.\n"
-         << "    cudaLaunchAttribute attribute = {};\n"
-         << "    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;\n"
-         << "    attribute.val.programmaticStreamSerializationAllowed = 1;\n"
-         << "    config.attrs = &attribute;\n    config.numAttrs = 1;\n";
-    os << "    e = cudaLaunchKernelExC(&config, reinterpret_cast<const void*>(" << x.reduce << "), reduce_args);\n  }\n";
-  }
-  if (k.workspace_bytes > 0) os << "  const cudaError_t freed = cudaFreeAsync(workspace, stream);\n  if (e == cudaSuccess) e = freed;\n";
-  os << "  return e;\n}\n";
+  os << "  const void* const kernels[] = {";
+  for (std::size_t i = 0; i < x.plan.kernels.size(); ++i)
+    os << (i ? ", " : "") << "reinterpret_cast<const void*>(" << x.plan.kernels[i] << ")";
+  const auto slot = [&](int input) { return "const_cast<void*>(static_cast<const void*>(" + identifier(c.tensors[c.inputs[input].tensor].name) + "))"; };
+  os << "};\n  // Operand A, operand B, the output; the workspace goes in the fourth.\n"
+     << "  void* slots[TMAP_PLAN_MAX_SLOTS] = {" << slot(gm.a_input) << ", " << slot(gm.b_input) << ", "
+     << identifier(c.tensors[c.output.tensor].name) << "};\n"
+     << "  return tmap_plan_launch(&" << x.fn << "_plan, kernels, slots, stream);\n}\n";
   return os.str();
 }
 
@@ -274,9 +161,9 @@ std::string check_function(const Piece& x, int index) {
   const int o = c.output.tensor;
   const std::string oty = storage_type(out_t);
   os << "  // The reference kernel (from the IR alone), then the tuned kernel on a poisoned output.\n";
-  os << "  {\n    void* args[] = {";
-  for (std::size_t t = 0; t < c.tensors.size(); ++t) os << (t ? ", " : "") << "&d" << t;
-  os << "};\n    CHECK(" << x.reference << "_launch(args));\n    CHECK(cudaDeviceSynchronize());\n  }\n";
+  os << "  {\n    void* slots[TMAP_PLAN_MAX_SLOTS] = {";
+  for (std::size_t t = 0; t < c.tensors.size(); ++t) os << (t ? ", " : "") << "d" << t;
+  os << "};\n    CHECK(" << x.reference << "_launch(slots));\n    CHECK(cudaDeviceSynchronize());\n  }\n";
   os << "  CHECK(cudaMemcpy(h" << o << ".data(), d" << o << ", n" << o << " * sizeof(" << oty << "), cudaMemcpyDeviceToHost));\n";
   os << "  std::vector<double> ref(n" << o << ");\n  for (size_t i = 0; i < n" << o << "; ++i) ref[i] = "
      << host_value(out_t, "h" + std::to_string(o) + "[i]") << ";\n";
@@ -306,92 +193,33 @@ std::string check_function(const Piece& x, int index) {
   return os.str();
 }
 
-constexpr const char* kRuntime = R"(// TMA descriptors for the kernels that read operands with the Tensor Memory Accelerator.
-// cuTensorMapEncodeTiled is a driver function: it is looked up through the runtime, so that
-// the library never links libcuda.
-#include <cuda.h>
-#include <cudaTypedefs.h>
-#include <cuda_runtime.h>
 
-#include "tmap_kernels.h"
-
-// The CUtensorMapSwizzle of lines of `bytes` (128, 64 or 32).
-static CUtensorMapSwizzle tmap_swizzle(int bytes) {
-  return bytes == 32 ? CU_TENSOR_MAP_SWIZZLE_32B : bytes == 64 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_128B;
+/// The record's kernel regenerated, its kernels and launch function renamed after the workload.
+Piece make_piece(const TuneRecord& r, const std::vector<HwAbstraction>& hws, int cc) {
+  Piece x;
+  x.record = &r;
+  x.g = regenerate(r, hws, cc);
+  const std::string base = identifier(r.workload.description.value("name", "kernel")) + "_" + r.workload.key.substr(0, 8);
+  x.fn = "tmap_" + base;
+  x.reference = "tmap_reference_" + base;
+  KernelSource& k = x.g.kernel;
+  const std::string kernel = "tmap_kernel_" + base;
+  auto rename = [&k](std::string& name, const std::string& to) {
+    if (name.empty()) return;
+    k.code = replace_identifier(k.code, name, to);
+    name = to;
+  };
+  rename(k.reduce_name, kernel + "_reduce");
+  rename(k.relayout_name, kernel + "_prologue");
+  rename(k.name, kernel);
+  x.plan = plan_launch(k);
+  x.ref = emit_reference_kernel(*x.g.compute);
+  x.ref.code = replace_identifier(x.ref.code, x.ref.name, x.reference);
+  x.ref.name = x.reference;
+  return x;
 }
 
-// A driver function looked up through the runtime; nullptr with a driver older than CUDA 12.
-static void* tmap_driver_entry(const char* name) {
-  void* p = nullptr;
-  cudaDriverEntryPointQueryResult found{};
-  const cudaError_t e = cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &found);
-  return e == cudaSuccess && found == cudaDriverEntryPointSuccess ? p : nullptr;
-}
-
-extern "C" cudaError_t tmap_encode_tensor_map(void* map, int dtype, int rank, const void* base,
-                                              const unsigned long long* dims, const unsigned long long* strides,
-                                              const unsigned* box, int swizzle_bytes) {
-  static const auto encode =
-      reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(tmap_driver_entry("cuTensorMapEncodeTiled"));
-  if (!encode) return cudaErrorNotSupported;  // a driver older than CUDA 12
-  const cuuint32_t element_strides[5] = {1, 1, 1, 1, 1};
-  const CUresult r = encode(static_cast<CUtensorMap*>(map), static_cast<CUtensorMapDataType>(dtype),
-                            static_cast<cuuint32_t>(rank), const_cast<void*>(base), reinterpret_cast<const cuuint64_t*>(dims),
-                            reinterpret_cast<const cuuint64_t*>(strides), box, element_strides,
-                            CU_TENSOR_MAP_INTERLEAVE_NONE, tmap_swizzle(swizzle_bytes),
-                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
-}
-
-extern "C" cudaError_t tmap_encode_im2col_map(void* map, int dtype, int rank, const void* base,
-                                              const unsigned long long* dims, const unsigned long long* strides,
-                                              const int* lower, const int* upper, unsigned channels, unsigned pixels,
-                                              const unsigned* traversal, int swizzle_bytes) {
-  static const auto encode =
-      reinterpret_cast<PFN_cuTensorMapEncodeIm2col_v12000>(tmap_driver_entry("cuTensorMapEncodeIm2col"));
-  if (!encode) return cudaErrorNotSupported;  // a driver older than CUDA 12
-  const CUresult r = encode(static_cast<CUtensorMap*>(map), static_cast<CUtensorMapDataType>(dtype),
-                            static_cast<cuuint32_t>(rank), const_cast<void*>(base), reinterpret_cast<const cuuint64_t*>(dims),
-                            reinterpret_cast<const cuuint64_t*>(strides), lower, upper, channels, pixels, traversal,
-                            CU_TENSOR_MAP_INTERLEAVE_NONE, tmap_swizzle(swizzle_bytes),
-                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
-}
-)";
-
-}  // namespace
-
-std::vector<ExportedKernel> export_kernels(const std::vector<const TuneRecord*>& records,
-                                           const std::vector<HwAbstraction>& hws, int cc, const std::string& dir,
-                                           const std::string& source) {
-  std::vector<Piece> pieces;
-  std::set<std::string> names;
-  for (const TuneRecord* r : records) {
-    Piece x;
-    x.record = r;
-    x.g = regenerate(*r, hws, cc);
-    const std::string base = identifier(r->workload.description.value("name", "kernel")) + "_" + r->workload.key.substr(0, 8);
-    x.fn = "tmap_" + base;
-    if (!names.insert(x.fn).second) continue;  // one kernel per workload
-    x.kernel = "tmap_kernel_" + base;
-    x.reduce = x.kernel + "_reduce";
-    x.prologue = x.kernel + "_prologue";
-    x.reference = "tmap_reference_" + base;
-    std::string code = x.g.kernel.code;
-    if (!x.g.kernel.reduce_name.empty()) code = replace_identifier(code, x.g.kernel.reduce_name, x.reduce);
-    if (!x.g.kernel.relayout_name.empty()) code = replace_identifier(code, x.g.kernel.relayout_name, x.prologue);
-    x.g.kernel.code = replace_identifier(code, x.g.kernel.name, x.kernel);
-    x.ref = emit_reference_kernel(*x.g.compute);
-    x.ref.code = replace_identifier(x.ref.code, x.ref.name, x.reference);
-    pieces.push_back(std::move(x));
-  }
-  std::error_code ec;
-  fs::create_directories(fs::path(dir) / "kernels", ec);
-  fs::create_directories(fs::path(dir) / "torch", ec);
-  if (ec) throw UserError(format_diagnostic(SourceLoc::whole(dir), "cannot create the directory: " + ec.message(), "check the --out path"));
-  const std::string arch = std::to_string(cc) + (cc >= 90 ? "a" : "");
-
-  std::vector<ExportedKernel> out;
+std::string header_text(const std::vector<Piece>& pieces, const std::string& source, const std::string& arch) {
   std::ostringstream header;
   header << "// Kernels tuned by tmap, exported from " << source << " for sm_" << arch << ".\n"
          << "// Each launch function takes the compute's tensors as device pointers (dense, row-major, in the\n"
@@ -401,16 +229,7 @@ std::vector<ExportedKernel> export_kernels(const std::vector<const TuneRecord*>&
          << "// Kernels with a split-K reduction or a relayout prologue (operands copied channels-last\n"
          << "// before the kernel) allocate their workspace with cudaMallocAsync on that stream.\n"
          << "#pragma once\n\n#include <cuda_bf16.h>\n#include <cuda_fp16.h>\n#include <cuda_runtime.h>\n\n"
-         << "#ifdef __cplusplus\nextern \"C\" {\n#endif\n\n"
-         << "/// Encodes a CUtensorMap (swizzled in lines of swizzle_bytes: 128, 64 or 32) through the driver\n"
-         << "/// entry point; see tmap_runtime.cu.\n"
-         << "cudaError_t tmap_encode_tensor_map(void* map, int dtype, int rank, const void* base, const unsigned long long* dims,\n"
-         << "                                   const unsigned long long* strides, const unsigned* box, int swizzle_bytes);\n"
-         << "/// Encodes an im2col CUtensorMap of a channels-last convolution input, swizzled the same way.\n"
-         << "cudaError_t tmap_encode_im2col_map(void* map, int dtype, int rank, const void* base, const unsigned long long* dims,\n"
-         << "                                   const unsigned long long* strides, const int* lower, const int* upper,\n"
-         << "                                   unsigned channels, unsigned pixels, const unsigned* traversal,\n"
-         << "                                   int swizzle_bytes);\n\n";
+         << "#ifdef __cplusplus\nextern \"C\" {\n#endif\n\n";
   for (const Piece& x : pieces) {
     const Compute& c = *x.g.compute;
     const TuneRecord& r = *x.record;
@@ -421,41 +240,48 @@ std::vector<ExportedKernel> export_kernels(const std::vector<const TuneRecord*>&
            << (r.result.ok() ? std::to_string(r.result.median_us) + " us on " + (r.target.device.empty() ? r.target.arch : r.target.device)
                              : std::string("unmeasured (ranked by the analytic model)"))
            << "\n" << signature(c, x.fn) << ";\n\n";
-    std::ostringstream cu;
-    cu << "// Exported by tmap from " << source << ": workload " << r.workload.key << "\n// "
-       << c.statement_text() << "\n// kernel " << candidate_label(r.candidate) << ", params " << to_json(r.candidate.params).dump()
-       << "\n#include <cuda.h>\n#include <cuda_runtime.h>\n\n#include \"tmap_kernels.h\"\n\n"
-       << x.g.kernel.code << "\n" << launcher(x, cc);
-    const std::string file = "kernels/" + x.fn + ".cu";
-    write(fs::path(dir) / file, cu.str());
-    out.push_back({x.fn, file, r.workload.key, candidate_label(r.candidate), r.result.ok() ? r.result.median_us : 0});
   }
   header << "#ifdef __cplusplus\n}\n#endif\n";
-  write(fs::path(dir) / "tmap_kernels.h", header.str());
-  write(fs::path(dir) / "tmap_runtime.cu", kRuntime);
+  return header.str();
+}
 
+std::string kernel_file(const Piece& x, const std::string& source) {
+  const TuneRecord& r = *x.record;
+  std::ostringstream cu;
+  cu << "// Exported by tmap from " << source << ": workload " << r.workload.key << "\n// "
+     << x.g.compute->statement_text() << "\n// kernel " << candidate_label(r.candidate) << ", params "
+     << to_json(r.candidate.params).dump()
+     << "\n#include <cuda.h>\n#include <cuda_runtime.h>\n\n#include \"tmap/runtime/launch_plan.h\"\n#include \"tmap_kernels.h\"\n\n"
+     << x.g.kernel.code << "\n" << launcher(x);
+  return cu.str();
+}
+
+/// A reference kernel in its own file (their helpers share names), launched through its plan.
+std::string reference_file(const Piece& x) {
+  const LaunchPlan plan = plan_plain_launch(x.ref, static_cast<int>(x.g.compute->tensors.size()));
+  std::ostringstream ref;
+  ref << "// The reference kernel of " << x.fn << ", generated from the IR alone.\n#include <cuda_runtime.h>\n\n"
+      << "#include \"tmap/runtime/launch_plan.h\"\n\n" << x.ref.code << "\nstatic const tmap_launch_plan " << x.reference
+      << "_plan = " << plan_initializer(plan.plan) << ";\n\n"
+      << "extern \"C\" cudaError_t " << x.reference << "_launch(void** slots) {\n"
+      << "  const void* const kernels[] = {reinterpret_cast<const void*>(" << x.reference << ")};\n"
+      << "  return tmap_plan_launch(&" << x.reference << "_plan, kernels, slots, nullptr);\n}\n";
+  return ref.str();
+}
+
+std::string check_program(const std::vector<Piece>& pieces) {
   std::ostringstream check;
   check << "// Runs every exported kernel on random inputs against the reference kernel generated from\n"
         << "// the IR alone (relative L2 error within the tolerance tmap verifies with), then times it.\n"
         << "// Exits 1 when one is wrong, 2 on a CUDA error. First, and alone with --arguments-only (no GPU\n"
         << "// needed), checks that every launch function refuses null and misaligned pointers.\n"
         << "#include <algorithm>\n#include <cmath>\n#include <cstdio>\n#include <cstdlib>\n#include <cstring>\n#include <vector>\n\n"
-        << "#include \"tmap_kernels.h\"\n\n"
+        << "#include \"tmap/runtime/launch_plan.h\"\n#include \"tmap_kernels.h\"\n\n"
         << "#define CHECK(x) do { const cudaError_t e_ = (x); if (e_ != cudaSuccess) { std::fprintf(stderr, \"%s:%d: %s: %s\\n\", "
            "__FILE__, __LINE__, #x, cudaGetErrorString(e_)); std::exit(2); } } while (0)\n\n"
         << "static float uniform(unsigned& s) {  // in [-1, 1)\n  s = s * 1664525u + 1013904223u;\n"
            "  return static_cast<float>(s >> 8) / 8388608.0f - 1.0f;\n}\n\n";
-  // Each reference kernel in its own file (their helpers share names), launched through a function.
-  fs::create_directories(fs::path(dir) / "reference", ec);
-  for (const Piece& x : pieces) {
-    std::ostringstream ref;
-    ref << "// The reference kernel of " << x.fn << ", generated from the IR alone.\n#include <cuda_runtime.h>\n\n"
-        << x.ref.code << "\nextern \"C\" cudaError_t " << x.reference << "_launch(void** args) {\n"
-        << "  return cudaLaunchKernel(reinterpret_cast<const void*>(" << x.reference << "), dim3(" << x.ref.grid[0] << ", "
-        << x.ref.grid[1] << ", " << x.ref.grid[2] << "), dim3(" << x.ref.threads << "), args, 0, nullptr);\n}\n";
-    write(fs::path(dir) / "reference" / (x.reference + ".cu"), ref.str());
-    check << "extern \"C\" cudaError_t " << x.reference << "_launch(void** args);\n";
-  }
+  for (const Piece& x : pieces) check << "extern \"C\" cudaError_t " << x.reference << "_launch(void** slots);\n";
   check << "\n";
   for (std::size_t i = 0; i < pieces.size(); ++i)
     check << arguments_function(pieces[i], static_cast<int>(i)) << check_function(pieces[i], static_cast<int>(i));
@@ -469,8 +295,10 @@ std::vector<ExportedKernel> export_kernels(const std::vector<const TuneRecord*>&
         << "  int wrong = 0;\n  unsigned seed = 12345u;\n";
   for (std::size_t i = 0; i < pieces.size(); ++i) check << "  wrong += !check_" << i << "(seed += 7919u);\n";
   check << "  std::printf(\"%d passed, %d failed\\n\", " << pieces.size() << " - wrong, wrong);\n  return wrong ? 1 : 0;\n}\n";
-  write(fs::path(dir) / "check.cu", check.str());
+  return check.str();
+}
 
+std::string cmake_text(const std::string& arch) {
   std::ostringstream cmake;
   cmake << "# Builds the kernels tmap exported into a static library, and the program that checks them.\n"
         << "#   cmake -S . -B build && cmake --build build && ./build/tmap_kernels_check\n"
@@ -489,10 +317,11 @@ std::vector<ExportedKernel> export_kernels(const std::vector<const TuneRecord*>&
         << "set_target_properties(tmap_kernels_check PROPERTIES CUDA_ARCHITECTURES ${TMAP_CUDA_ARCHITECTURES})\n"
         << "target_link_libraries(tmap_kernels_check PRIVATE tmap_kernels)\n"
         << "target_compile_options(tmap_kernels_check PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-diag-suppress=177>)\n";
-  write(fs::path(dir) / "CMakeLists.txt", cmake.str());
+  return cmake.str();
+}
 
-  // An example PyTorch extension around the first kernel.
-  const Piece& first = pieces.front();
+/// An example PyTorch extension around the first kernel, and its setup.py.
+void write_torch_example(const fs::path& dir, const Piece& first) {
   const Compute& c = *first.g.compute;
   std::ostringstream ext;
   ext << "// A PyTorch C++ extension calling one exported kernel (" << first.fn << "):\n//   "
@@ -526,7 +355,7 @@ std::vector<ExportedKernel> export_kernels(const std::vector<const TuneRecord*>&
   ext << ", at::cuda::getCurrentCUDAStream());\n  TORCH_CHECK(e == cudaSuccess, \"" << first.fn
       << ": \", cudaGetErrorString(e));\n  return out;\n}\n\n"
       << "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def(\"run\", &run, \"" << c.statement_text() << "\"); }\n";
-  write(fs::path(dir) / "torch" / "tmap_ext.cpp", ext.str());
+  write(dir / "torch" / "tmap_ext.cpp", ext.str());
   std::ostringstream setup;
   setup << "# Builds the example extension against the static library (build it first:\n"
         << "#   cmake -S .. -B ../build && cmake --build ../build), then: python3 test.py\n"
@@ -537,7 +366,40 @@ std::vector<ExportedKernel> export_kernels(const std::vector<const TuneRecord*>&
         << "      include_dirs=[os.path.join(here, \"..\")],\n"
         << "      extra_objects=[os.path.join(here, \"..\", \"build\", \"libtmap_kernels.a\")])],\n"
         << "      cmdclass={\"build_ext\": BuildExtension})\n";
-  write(fs::path(dir) / "torch" / "setup.py", setup.str());
+  write(dir / "torch" / "setup.py", setup.str());
+}
+
+}  // namespace
+
+std::vector<ExportedKernel> export_kernels(const std::vector<const TuneRecord*>& records,
+                                           const std::vector<HwAbstraction>& hws, int cc, const std::string& dir,
+                                           const std::string& source) {
+  std::vector<Piece> pieces;
+  std::set<std::string> names;
+  for (const TuneRecord* r : records) {
+    Piece x = make_piece(*r, hws, cc);
+    if (names.insert(x.fn).second) pieces.push_back(std::move(x));  // one kernel per workload
+  }
+  const fs::path out_dir(dir);
+  std::error_code ec;
+  for (const char* sub : {"kernels", "torch", "reference", "tmap/runtime"}) fs::create_directories(out_dir / sub, ec);
+  if (ec) throw UserError(format_diagnostic(SourceLoc::whole(dir), "cannot create the directory: " + ec.message(), "check the --out path"));
+  const std::string arch = std::to_string(cc) + (cc >= 90 ? "a" : "");
+  std::vector<ExportedKernel> out;
+  for (const Piece& x : pieces) {
+    const TuneRecord& r = *x.record;
+    const std::string file = "kernels/" + x.fn + ".cu";
+    write(out_dir / file, kernel_file(x, source));
+    write(out_dir / "reference" / (x.reference + ".cu"), reference_file(x));
+    out.push_back({x.fn, file, r.workload.key, candidate_label(r.candidate), r.result.ok() ? r.result.median_us : 0});
+  }
+  write(out_dir / "tmap_kernels.h", header_text(pieces, source, arch));
+  // The code that executes launch plans, as tmap itself runs it.
+  write(out_dir / "tmap/runtime/launch_plan.h", embedded::kLaunchPlanHeader);
+  write(out_dir / "tmap_runtime.cu", embedded::kLaunchPlanSource);
+  write(out_dir / "check.cu", check_program(pieces));
+  write(out_dir / "CMakeLists.txt", cmake_text(arch));
+  write_torch_example(out_dir, pieces.front());
   return out;
 }
 

@@ -10,7 +10,6 @@
 #include <stdexcept>
 #include <type_traits>
 
-#include <cuda.h>  // CUtensorMap and its enums only: the driver is reached through the runtime
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
@@ -137,149 +136,40 @@ void check(cudaError_t e, const char* what, FailureKind kind = FailureKind::kRun
     throw CudaFailure(std::string(what) + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")", kind);
 }
 
-/// A kernel loaded from a cubin through the runtime's library API.
-class LoadedKernel {
+/// A cubin loaded through the runtime's library API, with the kernels a plan names.
+class LoadedModule {
  public:
-  LoadedKernel(const std::vector<char>& cubin, const std::string& name, std::int64_t shared_bytes) {
+  LoadedModule(const std::vector<char>& cubin, const std::vector<std::string>& names) {
     check(cudaLibraryLoadData(&lib_, cubin.data(), nullptr, nullptr, 0, nullptr, nullptr, 0), "cudaLibraryLoadData",
           FailureKind::kLoad);
-    check(cudaLibraryGetKernel(&kernel_, lib_, name.c_str()), "cudaLibraryGetKernel", FailureKind::kLoad);
-    if (shared_bytes > 48 * 1024)
-      check(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel_), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 static_cast<int>(shared_bytes)),
-            "cudaFuncSetAttribute", FailureKind::kLoad);
-  }
-  ~LoadedKernel() {
-    if (lib_) cudaLibraryUnload(lib_);
-  }
-  LoadedKernel(const LoadedKernel&) = delete;
-  LoadedKernel& operator=(const LoadedKernel&) = delete;
-  /// The main kernel's launch; `dependent` as in launch_1d (after a relayout prologue). A
-  /// persistent kernel gets as many blocks as stay resident at once, at most one per tile.
-  cudaError_t launch(const KernelSource& k, void** args, cudaStream_t stream, bool dependent = false) const {
-    dim3 grid(static_cast<unsigned>(k.grid[0]), static_cast<unsigned>(k.grid[1]), static_cast<unsigned>(k.grid[2]));
-    if (k.persistent) {
-      if (resident_ == 0) {
-        if (k.cluster_x > 1) {
-          // Clusters are placed whole, within one GPC: ask how many fit at once.
-          cudaLaunchConfig_t config{};
-          config.gridDim = grid;
-          config.blockDim = dim3(static_cast<unsigned>(k.threads));
-          config.dynamicSmemBytes = static_cast<std::size_t>(k.shared_bytes);
-          int clusters = 0;
-          const cudaError_t e = cudaOccupancyMaxActiveClusters(&clusters, reinterpret_cast<const void*>(kernel_), &config);
-          if (e != cudaSuccess) return e;
-          resident_ = static_cast<std::int64_t>(std::max(clusters, 1)) * k.cluster_x;
-        } else {
-          int device = 0, sms = 0, per_sm = 0;
-          cudaError_t e = cudaGetDevice(&device);
-          if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-          if (e == cudaSuccess)
-            e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, reinterpret_cast<const void*>(kernel_), k.threads,
-                                                             static_cast<std::size_t>(k.shared_bytes));
-          if (e != cudaSuccess) return e;
-          resident_ = static_cast<std::int64_t>(sms) * std::max(per_sm, 1);
-        }
+    try {
+      for (const std::string& name : names) {
+        cudaKernel_t kernel = nullptr;
+        check(cudaLibraryGetKernel(&kernel, lib_, name.c_str()), "cudaLibraryGetKernel", FailureKind::kLoad);
+        kernels_.push_back(reinterpret_cast<const void*>(kernel));
       }
-      // Whole clusters (grid[0] is a multiple of cluster_x).
-      grid.x = static_cast<unsigned>(std::min(k.grid[0], resident_ / k.cluster_x * k.cluster_x));
+    } catch (...) {
+      cudaLibraryUnload(lib_);
+      throw;
     }
-    return launch_config(grid, dim3(static_cast<unsigned>(k.threads)), k.shared_bytes, args, stream, dependent);
   }
-  /// A 1-D launch; `dependent`: as a programmatic dependent of the stream's previous kernel
-  /// (sm_90: it starts while that kernel's last blocks finish and waits in griddepcontrol.wait).
-  cudaError_t launch_1d(std::int64_t blocks, int threads, void** args, cudaStream_t stream, bool dependent) const {
-    return launch_config(dim3(static_cast<unsigned>(blocks)), dim3(static_cast<unsigned>(threads)), 0, args, stream,
-                         dependent);
-  }
+  ~LoadedModule() { cudaLibraryUnload(lib_); }
+  LoadedModule(const LoadedModule&) = delete;
+  LoadedModule& operator=(const LoadedModule&) = delete;
+  const void* const* kernels() const { return kernels_.data(); }
 
  private:
-  cudaError_t launch_config(dim3 grid, dim3 block, std::int64_t shared_bytes, void** args, cudaStream_t stream,
-                            bool dependent) const {
-    cudaLaunchConfig_t config{};
-    config.gridDim = grid;
-    config.blockDim = block;
-    config.dynamicSmemBytes = static_cast<std::size_t>(shared_bytes);
-    config.stream = stream;
-    cudaLaunchAttribute attribute{};
-    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attribute.val.programmaticStreamSerializationAllowed = 1;
-    if (dependent) {
-      config.attrs = &attribute;
-      config.numAttrs = 1;
-    }
-    return cudaLaunchKernelExC(&config, reinterpret_cast<const void*>(kernel_), args);
-  }
-
   cudaLibrary_t lib_ = nullptr;
-  cudaKernel_t kernel_ = nullptr;
-  mutable std::int64_t resident_ = 0;  ///< Blocks resident at once on the device (persistent kernels).
+  std::vector<const void*> kernels_;
 };
 
-/// A driver function looked up through the runtime (tmap never links libcuda, so that it starts
-/// and compiles on machines without a driver); nullptr when the driver lacks it.
-void* driver_entry(const char* name) {
-  void* p = nullptr;
-  cudaDriverEntryPointQueryResult found{};
-  const cudaError_t e = cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &found);
-  return e == cudaSuccess && found == cudaDriverEntryPointSuccess ? p : nullptr;
-}
-
-using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
-                                 const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
-                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-EncodeTiled encode_tiled() {
-  static const auto fn = reinterpret_cast<EncodeTiled>(driver_entry("cuTensorMapEncodeTiled"));
-  return fn;
-}
-
-using EncodeIm2col = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
-                                  const cuuint64_t*, const int*, const int*, cuuint32_t, cuuint32_t, const cuuint32_t*,
-                                  CUtensorMapInterleave, CUtensorMapSwizzle, CUtensorMapL2promotion,
-                                  CUtensorMapFloatOOBfill);
-EncodeIm2col encode_im2col() {
-  static const auto fn = reinterpret_cast<EncodeIm2col>(driver_entry("cuTensorMapEncodeIm2col"));
-  return fn;
-}
-
-/// The tensor map `spec` describes over the tensor at `base`, swizzled as it says, zero outside.
-CUtensorMap encode_tensor_map(const TensorMapSpec& spec, void* base) {
-  const char* what = spec.im2col ? "cuTensorMapEncodeIm2col" : "cuTensorMapEncodeTiled";
-  const EncodeTiled encode = encode_tiled();
-  const EncodeIm2col encode_i = encode_im2col();
-  if (spec.im2col ? !encode_i : !encode)
-    throw CudaFailure(std::string(what) + ": not found in the CUDA driver (TMA kernels need a CUDA 12 or newer driver)",
+/// The plan's tensor maps over `slots`, each error named.
+void encode_maps(const tmap_launch_plan& plan, void* const* slots, tmap_tensor_map* maps) {
+  const cudaError_t e = tmap_plan_encode_maps(&plan, slots, maps);
+  if (e == cudaErrorNotSupported)
+    throw CudaFailure("cuTensorMapEncode: not found in the CUDA driver (TMA kernels need a CUDA 12 or newer driver)",
                       FailureKind::kLoad);
-  CUtensorMapDataType type = CU_TENSOR_MAP_DATA_TYPE_UINT8;
-  switch (spec.dtype) {
-    case DType::kFloat16: type = CU_TENSOR_MAP_DATA_TYPE_FLOAT16; break;
-    case DType::kBFloat16: type = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16; break;
-    case DType::kFloat32:
-    case DType::kTFloat32: type = CU_TENSOR_MAP_DATA_TYPE_FLOAT32; break;
-    case DType::kInt32: type = CU_TENSOR_MAP_DATA_TYPE_INT32; break;
-    case DType::kFloat64: type = CU_TENSOR_MAP_DATA_TYPE_FLOAT64; break;
-    case DType::kInt8: type = CU_TENSOR_MAP_DATA_TYPE_UINT8; break;  // bytes copied as they are
-    case DType::kInt4: throw CudaFailure("tensor maps of packed int4 are not supported", FailureKind::kLoad);
-  }
-  const CUtensorMapSwizzle swizzle = spec.swizzle_bytes == 32   ? CU_TENSOR_MAP_SWIZZLE_32B
-                                     : spec.swizzle_bytes == 64 ? CU_TENSOR_MAP_SWIZZLE_64B
-                                                                : CU_TENSOR_MAP_SWIZZLE_128B;
-  const cuuint32_t element_strides[5] = {1, 1, 1, 1, 1};
-  CUtensorMap map;
-  const CUresult r =
-      spec.im2col
-          ? encode_i(&map, type, static_cast<cuuint32_t>(spec.rank), base, spec.dims.data(), spec.strides.data(),
-                     spec.lower.data(), spec.upper.data(), spec.box[0], spec.box[1], spec.traversal.data(),
-                     CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
-          : encode(&map, type, static_cast<cuuint32_t>(spec.rank), base, spec.dims.data(), spec.strides.data(),
-                   spec.box.data(), element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
-                   CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS)
-    throw CudaFailure(std::string(what) + ": error " + std::to_string(static_cast<int>(r)) + " for operand " +
-                          (spec.operand == 0 ? "A" : "B") + " (rank " + std::to_string(spec.rank) + ")",
-                      FailureKind::kLoad);
-  return map;
+  check(e, "cuTensorMapEncode (the driver refused a tensor map)", FailureKind::kLoad);
 }
 
 /// A CUDA event owned for the length of a scope.
@@ -410,13 +300,12 @@ std::vector<double> gpu_reference(Workspace& ws, NvrtcCompiler& compiler) {
   KernelSource k = emit_reference_kernel(ws.compute());
   CompileResult compiled = compiler.compile(k.code, k.name);
   TMAP_CHECK(compiled.ok, "the reference kernel does not compile:\n" + compiled.log);
-  LoadedKernel kernel(compiled.cubin, k.name, 0);
-  std::vector<void*> ptrs;
-  for (std::size_t i = 0; i < ws.compute().tensors.size(); ++i) ptrs.push_back(ws.device(static_cast<int>(i)));
-  std::vector<void*> args;
-  for (auto& p : ptrs) args.push_back(&p);
+  const LaunchPlan plan = plan_plain_launch(k, static_cast<int>(ws.compute().tensors.size()));
+  LoadedModule module(compiled.cubin, plan.kernels);
+  void* slots[TMAP_PLAN_MAX_SLOTS] = {};
+  for (std::size_t i = 0; i < ws.compute().tensors.size(); ++i) slots[i] = ws.device(static_cast<int>(i));
   ws.poison_output();
-  check(kernel.launch(k, args.data(), nullptr), "reference launch");
+  check(tmap_plan_enqueue(&plan.plan, module.kernels(), slots, nullptr, nullptr, nullptr), "reference launch");
   check(cudaDeviceSynchronize(), "reference kernel");
   return ws.read_output();
 }
@@ -466,19 +355,19 @@ extern "C" __global__ void tmap_l2_flush(const uint4* __restrict__ p, unsigned l
 
 /// The flush kernel on the current device, compiled by NVRTC on first use and kept for the
 /// process (never unloaded: a static's destructor may run after the runtime is torn down).
-const LoadedKernel& flush_kernel() {
+const void* flush_kernel() {
   static std::mutex mutex;
-  static std::map<int, const LoadedKernel*> loaded;
+  static std::map<int, const LoadedModule*> loaded;
   int device = 0, major = 0, minor = 0;
   check(cudaGetDevice(&device), "cudaGetDevice");
   std::lock_guard<std::mutex> lock(mutex);
-  if (auto it = loaded.find(device); it != loaded.end()) return *it->second;
+  if (auto it = loaded.find(device); it != loaded.end()) return it->second->kernels()[0];
   check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "cudaDeviceGetAttribute");
   check(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), "cudaDeviceGetAttribute");
   NvrtcCompiler compiler(major * 10 + minor);
   const CompileResult compiled = compiler.compile(kFlushSource, "tmap_l2_flush");
   if (!compiled.ok) throw std::runtime_error("compiling the L2 flush kernel: " + compiled.log);
-  return *(loaded[device] = new LoadedKernel(compiled.cubin, "tmap_l2_flush", 0));
+  return (loaded[device] = new LoadedModule(compiled.cubin, {"tmap_l2_flush"}))->kernels()[0];
 }
 
 }  // namespace
@@ -495,7 +384,7 @@ std::vector<double> time_launches(const std::function<int(void* stream)>& launch
   void* flush = nullptr;
   std::size_t flush_bytes = 0;
   int sms = 0;
-  const LoadedKernel* flusher = nullptr;
+  const void* flusher = nullptr;
   if (timing.flush_l2) {
     int device = 0, l2 = 0;
     check(cudaGetDevice(&device), "cudaGetDevice");
@@ -504,7 +393,7 @@ std::vector<double> time_launches(const std::function<int(void* stream)>& launch
     flush_bytes = 2 * static_cast<std::size_t>(l2);
     check(cudaMalloc(&flush, flush_bytes), "cudaMalloc");
     check(cudaMemsetAsync(flush, 0, flush_bytes, stream), "cudaMemsetAsync");
-    flusher = &flush_kernel();
+    flusher = flush_kernel();
   }
   std::unique_ptr<void, decltype(&cudaFree)> flush_owner(flush, &cudaFree);
   // Reads the flush buffer, twice the L2's size. A flush that wrote it (a memset, as before) left
@@ -513,7 +402,7 @@ std::vector<double> time_launches(const std::function<int(void* stream)>& launch
   unsigned long long flush_vectors = flush_bytes / 16;
   void* flush_args[] = {&flush, &flush_vectors, &flush};
   auto flush_l2 = [&](int) {
-    check(flusher->launch_1d(4LL * sms, 512, flush_args, stream, false), "L2 flush", FailureKind::kLaunch);
+    check(cudaLaunchKernel(flusher, dim3(4 * sms), dim3(512), flush_args, 0, stream), "L2 flush", FailureKind::kLaunch);
   };
   Event start_event, stop_event;
   cudaEvent_t start = start_event.get(), stop = stop_event.get();
@@ -581,50 +470,35 @@ std::vector<double> time_launches(const std::function<int(void* stream)>& launch
 
 KernelRun run_candidate(Workspace& ws, const std::vector<double>& reference, int a_tensor, int b_tensor,
                         const KernelSource& k, const std::vector<char>& cubin, const TimingOptions& timing) {
+  return run_candidate(ws, reference, a_tensor, b_tensor, plan_launch(k), cubin, timing);
+}
+
+KernelRun run_candidate(Workspace& ws, const std::vector<double>& reference, int a_tensor, int b_tensor,
+                        const LaunchPlan& launch, const std::vector<char>& cubin, const TimingOptions& timing) {
   KernelRun run;
-  const Compute& c = ws.compute();
+  const tmap_launch_plan& plan = launch.plan;
   try {
-    LoadedKernel kernel(cubin, k.name, k.shared_bytes);
-    std::unique_ptr<LoadedKernel> reduce;
-    if (!k.reduce_name.empty()) reduce = std::make_unique<LoadedKernel>(cubin, k.reduce_name, 0);
-    std::unique_ptr<LoadedKernel> prologue;
-    if (!k.relayout_name.empty()) prologue = std::make_unique<LoadedKernel>(cubin, k.relayout_name, 0);
-    void* a_in = ws.device(a_tensor);
-    void* b_in = ws.device(b_tensor);
-    void* out = ws.device(c.output.tensor);
+    LoadedModule module(cubin, launch.kernels);
+    check(tmap_plan_prepare(&plan, module.kernels()), "cudaFuncSetAttribute", FailureKind::kLoad);
     void* workspace = nullptr;
-    if (k.workspace_bytes > 0) check(cudaMalloc(&workspace, static_cast<std::size_t>(k.workspace_bytes)), "cudaMalloc", FailureKind::kLoad);
+    if (plan.workspace_bytes > 0)
+      check(cudaMalloc(&workspace, static_cast<std::size_t>(plan.workspace_bytes)), "cudaMalloc", FailureKind::kLoad);
     std::unique_ptr<void, decltype(&cudaFree)> workspace_owner(workspace, &cudaFree);
-    // A relayout prologue copies the operands into the workspace; the main kernel reads the copies.
-    auto operand = [&](void* in, int which) {
-      return k.relayout_offset[which] < 0 ? in : static_cast<void*>(static_cast<char*>(workspace) + k.relayout_offset[which]);
-    };
-    void* a = operand(a_in, 0);
-    void* b = operand(b_in, 1);
-    void* prologue_args[] = {&a_in, &b_in, &workspace};
-    std::vector<CUtensorMap> maps;
-    for (const TensorMapSpec& spec : k.tensor_maps) maps.push_back(encode_tensor_map(spec, spec.operand == 0 ? a : b));
-    std::vector<void*> args = {&a, &b, &out, &workspace};
-    for (CUtensorMap& m : maps) args.push_back(&m);
-    void* reduce_args[] = {&workspace, &out};
-    int device = 0, major = 0;
-    check(cudaGetDevice(&device), "cudaGetDevice");
-    check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "cudaDeviceGetAttribute");
-    const bool dependent_launches = major >= 9;  // programmatic dependent launch: sm_90 on
-    // One run of the candidate: the relayout prologue if there is one, the main kernel, then the
-    // split-K reduction if there is one.
+    void* slots[TMAP_PLAN_MAX_SLOTS] = {};
+    slots[kSlotA] = ws.device(a_tensor);
+    slots[kSlotB] = ws.device(b_tensor);
+    slots[kSlotOut] = ws.device(ws.compute().output.tensor);
+    slots[plan.workspace_slot] = workspace;
+    tmap_tensor_map maps[TMAP_PLAN_MAX_MAPS];
+    encode_maps(plan, slots, maps);
+    tmap_launch_cache cache{-1, 0};
     cudaStream_t stream = nullptr;
     check(cudaStreamCreate(&stream), "cudaStreamCreate");
     std::unique_ptr<std::remove_pointer_t<cudaStream_t>, decltype(&cudaStreamDestroy)> stream_owner(stream, &cudaStreamDestroy);
+    // One run of the candidate: every launch of its plan.
     auto enqueue = [&](void* s) {
-      cudaError_t e = cudaSuccess;
-      if (prologue)
-        e = prologue->launch_1d(k.relayout_blocks, k.relayout_threads, prologue_args, static_cast<cudaStream_t>(s), false);
-      if (e == cudaSuccess) e = kernel.launch(k, args.data(), static_cast<cudaStream_t>(s), prologue && dependent_launches);
-      if (e == cudaSuccess && reduce)
-        e = reduce->launch_1d(k.reduce_blocks, k.reduce_threads, reduce_args, static_cast<cudaStream_t>(s),
-                              dependent_launches);
-      return static_cast<int>(e);
+      return static_cast<int>(
+          tmap_plan_enqueue(&plan, module.kernels(), slots, maps, &cache, static_cast<cudaStream_t>(s)));
     };
     ws.poison_output();
     Event first_start, first_stop;

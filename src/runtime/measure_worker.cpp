@@ -35,62 +35,17 @@ MeasureRequest MeasureRequest::for_kernel(const Compute& c, const KernelSource& 
                                           int a_tensor, int b_tensor) {
   MeasureRequest r;
   r.compute = to_json(c);
-  r.kernel = k;
-  r.kernel.code.clear();
+  r.launch = plan_launch(k);
   r.cubin_path = cubin_path;
   r.a_tensor = a_tensor;
   r.b_tensor = b_tensor;
   return r;
 }
 
-namespace {
-
-nlohmann::json tensor_maps_json(const std::vector<TensorMapSpec>& maps) {
-  nlohmann::json out = nlohmann::json::array();
-  for (const TensorMapSpec& m : maps)
-    out.push_back({{"operand", m.operand}, {"dtype", std::string(dtype_name(m.dtype))}, {"rank", m.rank},
-                   {"dims", m.dims}, {"strides", m.strides}, {"box", m.box}, {"swizzle_bytes", m.swizzle_bytes}, {"im2col", m.im2col},
-                   {"lower", m.lower}, {"upper", m.upper}, {"traversal", m.traversal}});
-  return out;
-}
-
-std::vector<TensorMapSpec> tensor_maps_from_json(const nlohmann::json& j) {
-  std::vector<TensorMapSpec> out;
-  for (const auto& e : j) {
-    TensorMapSpec m;
-    m.operand = e.at("operand");
-    const auto dtype = parse_dtype(e.at("dtype").get<std::string>());
-    if (!dtype) throw std::runtime_error("measure request: tensor map of unknown dtype " + e.at("dtype").dump());
-    m.dtype = *dtype;
-    m.rank = e.at("rank");
-    m.dims = e.at("dims");
-    m.strides = e.at("strides");
-    m.box = e.at("box");
-    m.swizzle_bytes = e.value("swizzle_bytes", 128);
-    m.im2col = e.value("im2col", false);
-    if (m.im2col) {
-      m.lower = e.at("lower");
-      m.upper = e.at("upper");
-      m.traversal = e.at("traversal");
-    }
-    out.push_back(m);
-  }
-  return out;
-}
-
-}  // namespace
-
 nlohmann::json to_json(const MeasureRequest& r) {
-  const KernelSource& k = r.kernel;
-  return {{"tensor_maps", tensor_maps_json(k.tensor_maps)},{"compute", r.compute},       {"kernel", k.name},          {"cubin", r.cubin_path},
-          {"grid", k.grid},             {"persistent", k.persistent}, {"cluster_x", k.cluster_x}, {"threads", k.threads},
-          {"shared_bytes", k.shared_bytes},
-          {"workspace_bytes", k.workspace_bytes}, {"reduce_kernel", k.reduce_name},
-          {"reduce_blocks", k.reduce_blocks}, {"reduce_threads", k.reduce_threads},
-          {"relayout_kernel", k.relayout_name}, {"relayout_blocks", k.relayout_blocks},
-          {"relayout_threads", k.relayout_threads}, {"relayout_offset", k.relayout_offset},
-          {"a_tensor", r.a_tensor},     {"b_tensor", r.b_tensor},    {"verify", r.verify},
-          {"tolerance", r.tolerance},   {"warmup", r.timing.warmup}, {"min_repeats", r.timing.min_repeats},
+  return {{"compute", r.compute},         {"launch", to_json(r.launch)}, {"cubin", r.cubin_path},
+          {"a_tensor", r.a_tensor},       {"b_tensor", r.b_tensor},      {"verify", r.verify},
+          {"tolerance", r.tolerance},     {"warmup", r.timing.warmup},   {"min_repeats", r.timing.min_repeats},
           {"min_total_ms", r.timing.min_total_ms}, {"graph_runs", r.timing.graph_runs},
           {"flush_l2", r.timing.flush_l2}, {"long_run_ms", r.timing.long_run_ms}, {"seed", r.seed}};
 }
@@ -98,22 +53,8 @@ nlohmann::json to_json(const MeasureRequest& r) {
 MeasureRequest request_from_json(const nlohmann::json& j) {
   MeasureRequest r;
   r.compute = j.at("compute");
-  r.kernel.name = j.at("kernel");
+  r.launch = launch_plan_from_json(j.at("launch"));
   r.cubin_path = j.at("cubin");
-  r.kernel.grid = j.at("grid");
-  r.kernel.persistent = j.value("persistent", false);
-  r.kernel.cluster_x = j.value("cluster_x", 1);
-  r.kernel.threads = j.at("threads");
-  r.kernel.shared_bytes = j.at("shared_bytes");
-  r.kernel.workspace_bytes = j.at("workspace_bytes");
-  r.kernel.reduce_name = j.at("reduce_kernel");
-  r.kernel.reduce_blocks = j.at("reduce_blocks");
-  r.kernel.reduce_threads = j.at("reduce_threads");
-  r.kernel.relayout_name = j.value("relayout_kernel", "");
-  r.kernel.relayout_blocks = j.value("relayout_blocks", std::int64_t{0});
-  r.kernel.relayout_threads = j.value("relayout_threads", 256);
-  r.kernel.relayout_offset = j.value("relayout_offset", std::array<std::int64_t, 2>{-1, -1});
-  r.kernel.tensor_maps = tensor_maps_from_json(j.value("tensor_maps", nlohmann::json::array()));
   r.a_tensor = j.at("a_tensor");
   r.b_tensor = j.at("b_tensor");
   r.verify = j.at("verify");
@@ -179,7 +120,7 @@ int run_measure_worker(std::FILE* in, std::FILE* out) {
       std::ifstream bin(req.cubin_path, std::ios::binary);
       std::vector<char> cubin((std::istreambuf_iterator<char>(bin)), std::istreambuf_iterator<char>());
       KernelRun run = run_candidate(*it->second.workspace, req.verify ? it->second.reference : std::vector<double>{},
-                                    req.a_tensor, req.b_tensor, req.kernel, cubin, req.timing);
+                                    req.a_tensor, req.b_tensor, req.launch, cubin, req.timing);
       result.rel_l2 = run.rel_l2;
       result.median_us = run.median_us;
       result.times_us = run.times_us;

@@ -2,9 +2,11 @@
 // writes a standalone CUDA source with a launch function taking plain device pointers (the
 // compute's tensors, in its order) and a cudaStream_t, plus what builds and checks them:
 //   DIR/tmap_kernels.h        declarations of every launch function, with shapes and times
-//   DIR/kernels/<name>.cu     one kernel (renamed to be unique) and its launch function
-//   DIR/tmap_runtime.cu       the TMA descriptor encoding some kernels need (driver entry point,
-//                             never linking libcuda)
+//   DIR/kernels/<name>.cu     one kernel (renamed to be unique), its launch plan as a constant and
+//                             its launch function, which hands the plan to tmap_plan_launch
+//   DIR/tmap_runtime.cu       src/runtime/launch_plan.cpp as it is: the code tmap itself runs
+//   DIR/tmap/runtime/launch_plan.h  plans executed (TMA maps through the driver entry point, never
+//                             linking libcuda)
 //   DIR/check.cu              a program that runs each kernel on random inputs against the
 //                             reference kernel generated from the IR (relative L2), and times it
 //   DIR/CMakeLists.txt        the static library tmap_kernels and tmap_kernels_check

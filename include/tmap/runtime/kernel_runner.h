@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "tmap/codegen/emitter.h"
+#include "tmap/runtime/launch.h"
 
 namespace tmap {
 
@@ -98,9 +99,12 @@ struct KernelRun {
   std::vector<double> times_us;
 };
 
-/// Runs candidate `k` on the workspace, with tensors `a_tensor` and `b_tensor` (indices into
-/// Compute::tensors) as its first two arguments and the output as its third: poisons the
-/// output, launches once, checks against `reference` (skipped when empty), then times it.
+/// Runs a candidate's launch plan on the workspace, tensors `a_tensor` and `b_tensor` (indices
+/// into Compute::tensors) in slots kSlotA and kSlotB, the output in kSlotOut: poisons the
+/// output, runs once, checks against `reference` (skipped when empty), then times it.
+KernelRun run_candidate(Workspace& ws, const std::vector<double>& reference, int a_tensor, int b_tensor,
+                        const LaunchPlan& launch, const std::vector<char>& cubin, const TimingOptions& timing = {});
+/// The same for kernel `k`, through plan_launch(k).
 KernelRun run_candidate(Workspace& ws, const std::vector<double>& reference, int a_tensor, int b_tensor,
                         const KernelSource& k, const std::vector<char>& cubin, const TimingOptions& timing = {});
 

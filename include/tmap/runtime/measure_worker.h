@@ -24,7 +24,7 @@ struct MeasureRequest {
                                    int a_tensor, int b_tensor);
 
   nlohmann::json compute;       ///< to_json(Compute): the worker rebuilds tensors and reference.
-  KernelSource kernel;          ///< Names and launch configuration (the code is not sent).
+  LaunchPlan launch;            ///< plan_launch() of the kernel (its code is not sent).
   std::string cubin_path;       ///< The compiled binary, written by the parent.
   int a_tensor = 0, b_tensor = 1;  ///< Tensors passed as the kernel's first two arguments.
   bool verify = true;

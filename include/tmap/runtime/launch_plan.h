@@ -1,0 +1,97 @@
+// A generated kernel's launch as data: the launches of one run in order (grid, block, dynamic
+// shared memory, cluster, programmatic dependence), the pointers each passes and the TMA tensor
+// maps they read. tmap's runner and the measurement worker execute a plan through the functions
+// below, and `tmap export` copies this header and src/runtime/launch_plan.cpp beside the kernels
+// it writes, so that exported launchers execute the very same code. Plain data and the CUDA
+// runtime only: nothing else of tmap is included here.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum {
+  TMAP_PLAN_MAX_STEPS = 3,  ///< A relayout prologue, the main kernel, a split-K reduction.
+  TMAP_PLAN_MAX_ARGS = 16,
+  TMAP_PLAN_MAX_MAPS = 2,
+  TMAP_PLAN_MAX_SLOTS = 16,  ///< Pointers a caller passes (a reference kernel takes every tensor).
+  TMAP_SLOT_MAP = 64,        ///< An argument's slot TMAP_SLOT_MAP + i: the plan's tensor map i.
+};
+
+/// One pointer: the caller's pointer in `slot` plus `offset` bytes (a relayouted operand is a
+/// copy inside the workspace), or tensor map slot - TMAP_SLOT_MAP.
+typedef struct {
+  int slot;
+  long long offset;
+} tmap_arg;
+
+typedef struct {
+  int kernel;  ///< Index into the kernel handles the caller passes.
+  long long grid[3];
+  int threads;
+  long long shared_bytes;  ///< Dynamic shared memory.
+  /// Tiles taken with a grid stride: grid[0] blocks at most, as many as stay resident at once
+  /// (whole clusters of cluster_x).
+  int persistent;
+  int cluster_x;  ///< Fixed by the kernel's __cluster_dims__; only persistent sizing reads it.
+  /// A programmatic dependent of the previous step on sm_90 and newer: it starts while that
+  /// step's last blocks finish and waits in griddepcontrol.wait.
+  int dependent;
+  int num_args;
+  tmap_arg args[TMAP_PLAN_MAX_ARGS];
+} tmap_launch_step;
+
+/// A tiled (cuTensorMapEncodeTiled) or im2col (cuTensorMapEncodeIm2col) tensor map over the
+/// pointer `source`; dtype is a CUtensorMapDataType, swizzle_bytes 32, 64 or 128.
+typedef struct {
+  tmap_arg source;
+  int dtype;
+  int rank;
+  unsigned long long dims[5];
+  unsigned long long strides[4];
+  unsigned box[5];
+  int swizzle_bytes;
+  int im2col;
+  int lower[3], upper[3];
+  unsigned traversal[5];
+} tmap_tensor_map_spec;
+
+typedef struct {
+  long long workspace_bytes;  ///< 0: none.
+  int workspace_slot;         ///< The slot the workspace pointer goes in.
+  int num_steps;
+  tmap_launch_step steps[TMAP_PLAN_MAX_STEPS];
+  int num_maps;
+  tmap_tensor_map_spec maps[TMAP_PLAN_MAX_MAPS];
+} tmap_launch_plan;
+
+/// An encoded CUtensorMap (128 bytes, 64-byte aligned), passed by value as a kernel parameter.
+typedef struct {
+  alignas(64) unsigned long long opaque[16];
+} tmap_tensor_map;
+
+/// What one device answers once: compute capability and blocks resident at once.
+typedef struct {
+  int major;            ///< < 0: not asked yet.
+  long long resident;   ///< 0: not asked yet.
+} tmap_launch_cache;
+
+/// Allows every step its dynamic shared memory (above the 48 KiB default).
+cudaError_t tmap_plan_prepare(const tmap_launch_plan* plan, const void* const* kernels);
+/// Encodes the plan's tensor maps over the caller's pointers. cudaErrorNotSupported: the
+/// driver lacks the entry point (TMA needs a CUDA 12 driver); cudaErrorInvalidValue: the
+/// driver refused a map.
+cudaError_t tmap_plan_encode_maps(const tmap_launch_plan* plan, void* const* slots, tmap_tensor_map* maps);
+/// Enqueues the plan's launches on `stream`; `cache` (may be null) keeps device answers.
+cudaError_t tmap_plan_enqueue(const tmap_launch_plan* plan, const void* const* kernels, void* const* slots,
+                              const tmap_tensor_map* maps, tmap_launch_cache* cache, cudaStream_t stream);
+/// All of it for one call: the workspace allocated (and freed) on the stream into
+/// slots[workspace_slot], shared memory allowed, maps encoded, launches enqueued.
+cudaError_t tmap_plan_launch(const tmap_launch_plan* plan, const void* const* kernels, void** slots,
+                             cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
