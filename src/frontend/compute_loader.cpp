@@ -177,49 +177,61 @@ std::int64_t checked_mul(std::int64_t a, std::int64_t b, bool& overflow) {
   return r;
 }
 
-}  // namespace
-
-Compute build_compute(const ComputeDef& def, const std::vector<ParamOverride>& overrides) {
-  Compute c;
-  c.name = def.name;
-  c.update = def.statement.update;
-  const std::string in_compute = " of compute '" + def.name + "'";
-
-  // Parameters: defaults, then overrides.
+/// What the stages of build_compute share: the definition, the parameters' values, names
+/// resolved so far, and the compute being built.
+struct ComputeBuilder {
+  const ComputeDef& def;
+  std::string in_compute;  ///< " of compute 'NAME'", for messages.
   ParamValues params;
+  std::map<std::string, int> tensor_ids, iter_ids;
+  std::vector<std::string> tensor_names;
+  std::map<std::string, SourceLoc> first_seen;  ///< Where each iterator first appears.
+  std::vector<const AccessDecl*> accesses;      ///< The output's, then the inputs'.
+  Compute c;
+};
+
+/// "M=64, K=16": the parameters `e` reads, with their values.
+std::string values_of(const Expr& e, const ParamValues& params) {
+  std::string values;
+  std::set<std::string> seen;
+  visit_vars(e, [&](const std::string& n, const SourceLoc&) {
+    const auto it = params.find(n);
+    if (seen.insert(n).second)
+      values += (values.empty() ? "" : ", ") + n + "=" + (it == params.end() ? "?" : std::to_string(it->second));
+  });
+  return values;
+}
+
+/// Parameters: defaults, then overrides; then the requirements must hold.
+void bind_params(ComputeBuilder& b, const std::vector<ParamOverride>& overrides) {
+  Compute& c = b.c;
   std::vector<std::string> param_names;
-  for (const auto& p : def.params) {
-    params[p.name] = p.value;
+  for (const auto& p : b.def.params) {
+    b.params[p.name] = p.value;
     param_names.push_back(p.name);
     c.params.emplace_back(p.name, p.value);
   }
   for (const auto& o : overrides) {
     auto it = std::find_if(c.params.begin(), c.params.end(), [&](const auto& p) { return p.first == o.name; });
     if (it == c.params.end())
-      throw_user_error(o.loc, "unknown parameter '" + o.name + "'" + in_compute,
+      throw_user_error(o.loc, "unknown parameter '" + o.name + "'" + b.in_compute,
                        param_names.empty() ? "this compute has no parameters"
                                            : "its parameters are: " + join(param_names));
     it->second = o.value;
-    params[o.name] = o.value;
+    b.params[o.name] = o.value;
   }
-
-  for (const auto& req : def.requirements) {
-    if (evaluate(req.condition, params, "a requirement") == 0) {
-      std::string values;
-      std::set<std::string> seen;
-      visit_vars(req.condition, [&](const std::string& n, const SourceLoc&) {
-        if (seen.insert(n).second) values += (values.empty() ? "" : ", ") + n + "=" + std::to_string(params[n]);
-      });
-      throw_user_error(req.loc, "requirement '" + to_string(req.condition) + "'" + in_compute +
-                                    " does not hold" + (values.empty() ? "" : " for " + values),
-                       "choose parameters that satisfy it (--set NAME=VALUE)");
-    }
+  for (const auto& req : b.def.requirements) {
+    if (evaluate(req.condition, b.params, "a requirement") != 0) continue;
+    const std::string values = values_of(req.condition, b.params);
+    throw_user_error(req.loc, "requirement '" + to_string(req.condition) + "'" + b.in_compute + " does not hold" +
+                                  (values.empty() ? "" : " for " + values),
+                     "choose parameters that satisfy it (--set NAME=VALUE)");
   }
+}
 
-  // Tensors.
-  std::map<std::string, int> tensor_ids;
-  std::vector<std::string> tensor_names;
-  for (const auto& t : def.tensors) {
+/// Each declared tensor's shape, evaluated: positive dimensions, 32-bit indexable.
+void build_tensors(ComputeBuilder& b) {
+  for (const auto& t : b.def.tensors) {
     Tensor tensor;
     tensor.name = t.name;
     tensor.dtype = t.dtype;
@@ -231,13 +243,9 @@ Compute build_compute(const ComputeDef& def, const std::vector<ParamOverride>& o
     std::int64_t elements = 1;
     for (std::size_t d = 0; d < t.shape.size(); ++d) {
       std::string what = "dimension " + std::to_string(d) + " of tensor '" + t.name + "'";
-      std::int64_t extent = evaluate(t.shape[d], params, what);
+      std::int64_t extent = evaluate(t.shape[d], b.params, what);
       if (extent <= 0) {
-        std::string values;
-        std::set<std::string> seen;
-        visit_vars(t.shape[d], [&](const std::string& n, const SourceLoc&) {
-          if (seen.insert(n).second) values += (values.empty() ? "" : ", ") + n + "=" + std::to_string(params[n]);
-        });
+        const std::string values = values_of(t.shape[d], b.params);
         throw_user_error(t.shape[d]->loc, what + " is " + std::to_string(extent) + " (from '" +
                                               to_string(t.shape[d]) + "'" + (values.empty() ? "" : " with " + values) + ")",
                          "every dimension must be positive; check the parameters");
@@ -249,32 +257,35 @@ Compute build_compute(const ComputeDef& def, const std::vector<ParamOverride>& o
       throw_user_error(t.loc, "tensor '" + t.name + "' has " + (overflow ? std::string("more than 2^63") : std::to_string(elements)) +
                                   " elements, more than 32-bit indexing allows (2147483647)",
                        "tmap's kernels index with 32-bit integers; split the computation or use smaller parameters");
-    tensor_ids[t.name] = static_cast<int>(c.tensors.size());
-    tensor_names.push_back(t.name);
-    c.tensors.push_back(std::move(tensor));
+    b.tensor_ids[t.name] = static_cast<int>(b.c.tensors.size());
+    b.tensor_names.push_back(t.name);
+    b.c.tensors.push_back(std::move(tensor));
   }
+}
 
-  // The statement's accesses: tensors exist, ranks agree, each tensor used once.
-  std::vector<const AccessDecl*> accesses = {&def.statement.output};
-  for (const auto& in : def.statement.inputs) accesses.push_back(&in);
-  if (accesses.size() > static_cast<std::size_t>(Compute::kMaxTensors))
-    throw_user_error(accesses[Compute::kMaxTensors]->loc,
-                     "the statement takes " + std::to_string(accesses.size()) + " tensors; at most " +
+/// The statement's accesses: at most kMaxTensors, tensors exist, ranks agree, each tensor used once.
+void check_accesses(ComputeBuilder& b) {
+  const ComputeDef& def = b.def;
+  b.accesses = {&def.statement.output};
+  for (const auto& in : def.statement.inputs) b.accesses.push_back(&in);
+  if (b.accesses.size() > static_cast<std::size_t>(Compute::kMaxTensors))
+    throw_user_error(b.accesses[Compute::kMaxTensors]->loc,
+                     "the statement takes " + std::to_string(b.accesses.size()) + " tensors; at most " +
                          std::to_string(Compute::kMaxTensors) + " (the output and " +
                          std::to_string(Compute::kMaxTensors - 1) + " inputs) are supported",
                      "split the product into several computes");
   std::map<std::string, SourceLoc> used;
-  for (const AccessDecl* a : accesses) {
-    auto it = tensor_ids.find(a->tensor);
-    if (it == tensor_ids.end())
-      throw_user_error(a->loc, "unknown tensor '" + a->tensor + "'" + in_compute,
-                       tensor_names.empty() ? "declare it in \"tensors\""
-                                            : "declared tensors are: " + join(tensor_names) + "; declare it in \"tensors\"");
+  for (const AccessDecl* a : b.accesses) {
+    auto it = b.tensor_ids.find(a->tensor);
+    if (it == b.tensor_ids.end())
+      throw_user_error(a->loc, "unknown tensor '" + a->tensor + "'" + b.in_compute,
+                       b.tensor_names.empty() ? "declare it in \"tensors\""
+                                              : "declared tensors are: " + join(b.tensor_names) + "; declare it in \"tensors\"");
     if (used.count(a->tensor))
       throw_user_error(a->loc, "tensor '" + a->tensor + "' is used twice in the statement",
                        "each tensor may appear once: the output is not an input, and a product X*X needs two names");
     used[a->tensor] = a->loc;
-    const Tensor& t = c.tensors[it->second];
+    const Tensor& t = b.c.tensors[it->second];
     if (a->indices.size() != t.shape.size())
       throw_user_error(a->loc, "tensor '" + a->tensor + "' has " + std::to_string(t.shape.size()) +
                                    " dimensions but is indexed with " + std::to_string(a->indices.size()),
@@ -284,76 +295,81 @@ Compute build_compute(const ComputeDef& def, const std::vector<ParamOverride>& o
     if (!used.count(t.name))
       throw_user_error(t.loc, "tensor '" + t.name + "' is declared but not used in the statement",
                        "remove it, or check the statement for a misspelt name");
+}
 
-  // Iterators: every name in an index that is not a parameter, spatial ones (in the output)
-  // first, each group in order of first appearance.
+/// Iterators: every name in an index that is not a parameter, spatial ones (in the output)
+/// first, each group in order of first appearance; then the accesses as affine indices.
+void build_iterators_and_accesses(ComputeBuilder& b) {
+  const ComputeDef& def = b.def;
+  Compute& c = b.c;
   std::vector<std::string> spatial, reduction;
-  std::map<std::string, SourceLoc> first_seen;
   auto collect = [&](const AccessDecl& a, std::vector<std::string>& into) {
     for (const auto& idx : a.indices)
       visit_vars(idx, [&](const std::string& n, const SourceLoc& loc) {
-        if (params.count(n) || first_seen.count(n)) return;
-        first_seen[n] = loc;
+        if (b.params.count(n) || b.first_seen.count(n)) return;
+        b.first_seen[n] = loc;
         into.push_back(n);
       });
   };
   collect(def.statement.output, spatial);
   for (const auto& in : def.statement.inputs) collect(in, reduction);
-  std::map<std::string, int> iter_ids;
-  for (const auto& n : spatial) {
-    iter_ids[n] = static_cast<int>(c.iters.size());
-    c.iters.push_back({n, 0, IterKind::kSpatial});
-  }
-  for (const auto& n : reduction) {
-    iter_ids[n] = static_cast<int>(c.iters.size());
-    c.iters.push_back({n, 0, IterKind::kReduction});
-  }
+  for (const auto& [names, kind] : {std::pair{&spatial, IterKind::kSpatial}, std::pair{&reduction, IterKind::kReduction}})
+    for (const auto& n : *names) {
+      b.iter_ids[n] = static_cast<int>(c.iters.size());
+      c.iters.push_back({n, 0, kind});
+    }
   if (c.update == UpdateKind::kAssign && !reduction.empty())
-    throw_user_error(first_seen[reduction.front()],
+    throw_user_error(b.first_seen[reduction.front()],
                      "iterator '" + reduction.front() + "' does not index the output, so it is a reduction, but the "
                      "statement assigns with '='",
                      "write '+=' to accumulate over it, or index the output with it");
-
-  // Affine indices.
   auto build_access = [&](const AccessDecl& a) {
     Access out;
-    out.tensor = tensor_ids.at(a.tensor);
+    out.tensor = b.tensor_ids.at(a.tensor);
     for (std::size_t d = 0; d < a.indices.size(); ++d)
-      out.indices.push_back(to_affine(a.indices[d], params, iter_ids,
+      out.indices.push_back(to_affine(a.indices[d], b.params, b.iter_ids,
                                       "index " + std::to_string(d) + " of '" + a.tensor + "'"));
     return out;
   };
   c.output = build_access(def.statement.output);
   for (const auto& in : def.statement.inputs) c.inputs.push_back(build_access(in));
+}
 
-  // Extents: from each dimension an iterator indexes directly, and from declarations; all must
-  // agree.
+/// Where each iterator's extent comes from: each dimension it indexes directly, and declarations.
+std::vector<std::vector<ExtentSource>> extent_sources(ComputeBuilder& b) {
+  const Compute& c = b.c;
   std::vector<std::vector<ExtentSource>> sources(c.iters.size());
-  for (std::size_t ai = 0; ai < accesses.size(); ++ai) {
+  for (std::size_t ai = 0; ai < b.accesses.size(); ++ai) {
     const Access& a = ai == 0 ? c.output : c.inputs[ai - 1];
     const Tensor& t = c.tensor_of(a);
     for (std::size_t d = 0; d < a.indices.size(); ++d) {
       int it = a.indices[d].direct_iterator();
       if (it >= 0)
         sources[it].push_back({t.shape[d], "dimension " + std::to_string(d) + " of '" + t.name + "'",
-                               accesses[ai]->indices[d]->loc});
+                               b.accesses[ai]->indices[d]->loc});
     }
   }
-  for (const auto& e : def.extents) {
-    auto it = iter_ids.find(e.iterator);
-    if (it == iter_ids.end()) {
-      if (params.count(e.iterator))
+  for (const auto& e : b.def.extents) {
+    auto it = b.iter_ids.find(e.iterator);
+    if (it == b.iter_ids.end()) {
+      if (b.params.count(e.iterator))
         throw_user_error(e.loc, "'" + e.iterator + "' is a parameter, not an iterator, and has no extent to declare");
       throw_user_error(e.loc, "declared iterator '" + e.iterator + "' does not appear in the statement",
                        "iterators of this compute are: " + join(c.iterator_names()));
     }
-    std::int64_t v = evaluate(e.extent, params, "the extent of iterator '" + e.iterator + "'");
+    std::int64_t v = evaluate(e.extent, b.params, "the extent of iterator '" + e.iterator + "'");
     sources[it->second].push_back({v, "its declared extent '" + to_string(e.extent) + "'", e.loc});
   }
-  for (std::size_t i = 0; i < c.iters.size(); ++i) {
-    const std::string& name = c.iters[i].name;
+  return sources;
+}
+
+/// Each iterator's extent: all its sources must agree.
+void infer_extents(ComputeBuilder& b) {
+  const std::vector<std::vector<ExtentSource>> sources = extent_sources(b);
+  for (std::size_t i = 0; i < b.c.iters.size(); ++i) {
+    const std::string& name = b.c.iters[i].name;
     if (sources[i].empty())
-      throw_user_error(first_seen[name], "iterator '" + name + "' has no extent: it indexes no dimension directly",
+      throw_user_error(b.first_seen[name], "iterator '" + name + "' has no extent: it indexes no dimension directly",
                        "declare it, e.g. \"iterators\": {\"" + name + "\": \"EXTENT\"}");
     const ExtentSource& first = sources[i].front();
     for (const auto& s : sources[i]) {
@@ -365,14 +381,17 @@ Compute build_compute(const ComputeDef& def, const std::vector<ParamOverride>& o
                                     std::to_string(first.extent) + " but " + s.what + " gives " + std::to_string(s.extent),
                          "tensors indexed directly by the same iterator must have equal dimensions");
     }
-    c.iters[i].extent = first.extent;
+    b.c.iters[i].extent = first.extent;
   }
+}
 
-  // The output is written exactly once per element: each output index stays in bounds, is
-  // injective (mixed-radix coefficients), uses disjoint iterators, and the spatial iteration
-  // space has as many points as the output has elements.
+/// The output is written exactly once per element: each output index stays in bounds, is
+/// injective (mixed-radix coefficients), uses disjoint iterators, and the spatial iteration
+/// space has as many points as the output has elements.
+void check_output_written_once(const ComputeBuilder& b) {
+  const Compute& c = b.c;
   const Tensor& out = c.tensor_of(c.output);
-  const AccessDecl& out_decl = def.statement.output;
+  const AccessDecl& out_decl = b.def.statement.output;
   std::set<int> seen_spatial;
   for (std::size_t d = 0; d < c.output.indices.size(); ++d) {
     const AffineExpr& idx = c.output.indices[d];
@@ -409,8 +428,14 @@ Compute build_compute(const ComputeDef& def, const std::vector<ParamOverride>& o
                                        " elements but its indices reach only " + std::to_string(spatial_points),
                      "every output element must be written; check the output's shape against the iterators' extents");
 
-  // Dtypes: products are summed in the accumulation dtype (the output's unless "accumulate" says
-  // otherwise), and the output stores the sums in it or, for floats, in a narrower float.
+}
+
+/// Dtypes: products are summed in the accumulation dtype (the output's unless "accumulate" says
+/// otherwise), and the output stores the sums in it or, for floats, in a narrower float.
+void check_dtypes(ComputeBuilder& b) {
+  const ComputeDef& def = b.def;
+  Compute& c = b.c;
+  const Tensor& out = c.tensor_of(c.output);
   const auto& out_decl_dtype =
       *std::find_if(def.tensors.begin(), def.tensors.end(), [&](const auto& d) { return d.name == out.name; });
   c.accumulate = def.accumulate.value_or(out.dtype);
@@ -432,7 +457,22 @@ Compute build_compute(const ComputeDef& def, const std::vector<ParamOverride>& o
                          " cannot store sums accumulated in " + std::string(dtype_name(c.accumulate)),
                      "store integer sums in their own dtype, and float sums in a float no wider than the "
                      "accumulation (float16, bfloat16 or float32 for float32)");
-  return c;
+}
+
+}  // namespace
+
+Compute build_compute(const ComputeDef& def, const std::vector<ParamOverride>& overrides) {
+  ComputeBuilder b{def, " of compute '" + def.name + "'", {}, {}, {}, {}, {}, {}, {}};
+  b.c.name = def.name;
+  b.c.update = def.statement.update;
+  bind_params(b, overrides);
+  build_tensors(b);
+  check_accesses(b);
+  build_iterators_and_accesses(b);
+  infer_extents(b);
+  check_output_written_once(b);
+  check_dtypes(b);
+  return std::move(b.c);
 }
 
 }  // namespace tmap
