@@ -36,6 +36,194 @@ struct RunArgs {
   bool verify = false, compile_only = false;
 };
 
+/// The match --match, or --layout and --shape, name (without --hw, of the first abstraction
+/// that has one).
+const Match& pick_match(const RunArgs& args, const MatchReport& report, const Compute& c,
+                        const std::vector<HwAbstraction>& all) {
+  if (report.matches.empty())
+    bad("--hw", "'" + c.name + "' matches no abstraction" + (args.hw.empty() ? "" : " '" + args.hw + "'"),
+        report.rejected.empty() ? "see 'tmap hw list'" : report.rejected.front().hw_abs + ": " + report.rejected.front().reason);
+  if (args.match >= 0) {
+    if (args.match >= static_cast<int>(report.matches.size()))
+      bad("--match", "no match " + std::to_string(args.match) + " of '" + c.name + "'",
+          "numbers run from 0 to " + std::to_string(report.matches.size() - 1) + " (see 'tmap map' with the same --hw)");
+    if (!args.layout.empty() || !args.shape.empty())
+      bad("--match", "--match picks the layout and shape itself", "drop --layout and --shape");
+    return report.matches[args.match];
+  }
+  for (const Match& m : report.matches)
+    if ((args.layout.empty() || m.layout == args.layout) && (args.shape.empty() || m.shape.str() == args.shape)) return m;
+  const std::string hw_name = report.matches.front().hw_abs;
+  bad("--layout/--shape", "'" + hw_name + "' has no layout '" + args.layout + "' with shape '" + args.shape + "'",
+      "layouts: " + join(find_hw(all, hw_name).layouts) + "; shapes: see 'tmap hw show " + hw_name + "'");
+}
+
+/// The mapping --mapping names, or the one that fuses every candidate.
+const Mapping& pick_mapping(const RunArgs& args, const Match& match) {
+  if (args.mapping < 0) return match.mappings.back();
+  for (const auto& m : match.mappings)
+    if (m.id == args.mapping) return m;
+  bad("--mapping", "no mapping " + std::to_string(args.mapping) + " for this match",
+      "ids run from 0 to " + std::to_string(match.mappings.size() - 1) + " (see 'tmap map --enumerate all')");
+}
+
+/// The architecture to compile for, after checking the options that depend on a GPU.
+int target_arch(RunArgs& args, const RuntimeInfo& rt) {
+  int cc = 0;
+  if (!args.arch.empty()) cc = parse_arch(args.arch);
+  else if (!rt.devices.empty()) cc = rt.devices.front().compute_capability;
+  else bad("--arch", "no GPU to compile for (" + rt.status + ")", "give --arch sm_90 with --compile-only");
+  if (!args.compile_only && rt.devices.empty())
+    bad("tmap run", "cannot run without a GPU: " + rt.status, "add --compile-only to stop after compiling");
+  if (!args.log.empty() && args.compile_only)
+    bad("--log", "a compile-only run measures nothing to log", "drop --compile-only, or --log");
+  if (!args.log.empty() && (args.graph_runs > 0 || args.flush_l2))
+    bad("--log", "log records are timed as the tuner times them (warm, graphs of 10 runs)",
+        "drop --graph and --flush-l2, or --log");
+  if (!args.log.empty()) args.verify = true;  // a log holds verified measurements only
+  if (!args.compile_only && !rt.devices.empty() && cc != rt.devices.front().compute_capability)
+    bad("--arch", "sm_" + std::to_string(cc) + " is not the GPU's architecture (sm_" +
+                      std::to_string(rt.devices.front().compute_capability) + ")",
+        "drop --arch, or add --compile-only");
+  return cc;
+}
+
+/// The default schedule changed by --params; every reason against it is an error.
+ScheduleParams schedule_of(const RunArgs& args, const ImplicitGemm& g, const DeviceLimits& limits) {
+  ScheduleParams params = default_schedule(g, limits);
+  if (!args.params.empty()) {
+    const SourceText text("--params", args.params);
+    nlohmann::json j = parse_json_text(text, "for example --params '{\"block_m\": 64}'");
+    params = schedule_from_json(j, params);
+  }
+  auto issues = validate(g, params, limits);
+  if (!issues.empty()) {
+    std::string all_reasons;
+    for (const auto& i : issues) all_reasons += std::string("\n  - ") + std::string(message(i.error)) + ": " + i.detail;
+    bad("--params", "the schedule " + to_json(params).dump() + " is invalid:" + all_reasons,
+        "change the parameters, or omit --params for the default schedule");
+  }
+  return params;
+}
+
+/// One candidate, as the run got it.
+struct RunCandidate {
+  const Compute& c;
+  const HwAbstraction& hw;
+  const Match& match;
+  const Mapping& mapping;
+  const ImplicitGemm& g;
+  const ScheduleParams& params;
+  int cc;
+};
+
+/// Measures the compiled kernel in the isolated worker (a kernel that faults or hangs cannot take
+/// tmap down), appending to --log when given; adds the outcome to `result`, true when it failed.
+bool measure(const RunArgs& args, const RunCandidate& x, const KernelSource& kernel, const CompileResult& compiled,
+             const RuntimeInfo& rt, nlohmann::json& result) {
+  const Compute& c = x.c;
+  std::filesystem::path cubin = std::filesystem::temp_directory_path() /
+                                ("tmap_" + std::to_string(::getpid()) + "_" + kernel.name + ".cubin");
+  std::ofstream(cubin, std::ios::binary).write(compiled.cubin.data(), static_cast<std::streamsize>(compiled.cubin.size()));
+  MeasureRequest req = MeasureRequest::for_kernel(c, kernel, cubin.string(), c.inputs[x.g.a_input].tensor,
+                                                  c.inputs[x.g.b_input].tensor);
+  req.verify = args.verify;
+  if (!args.log.empty()) req.timing = tuning_timing();
+  req.timing.graph_runs = args.log.empty() ? args.graph_runs : req.timing.graph_runs;
+  req.timing.flush_l2 = args.flush_l2;
+  req.tolerance = verification_tolerance(x.hw);
+  req.seed = std::random_device{}();
+  MeasureWorker worker("/proc/self/exe", args.timeout);
+  MeasureResult m = worker.measure(req);
+  std::filesystem::remove(cubin);
+  if (!args.log.empty()) {
+    TuneResult measured;
+    measured.status = status_name(m.status);
+    measured.median_us = m.median_us;
+    measured.times_us = m.times_us;
+    measured.rel_l2 = m.rel_l2;
+    measured.compile_seconds = compiled.seconds;
+    measured.error = m.message;
+    const Target target{"sm_" + std::to_string(x.cc), rt.devices.front().name, cuda_version_text(rt.driver_version),
+                        cuda_version_text(rt.runtime_version), TMAP_VERSION};
+    LogWriter(args.log).append(make_record(make_workload(c), target,
+                                           candidate_ref(c, x.hw.name, x.match, x.mapping, x.params), std::move(measured)));
+    result["log"] = args.log;
+  }
+  result["status"] = status_name(m.status);
+  if (m.status != MeasureStatus::kOk && m.status != MeasureStatus::kWrongResult) {
+    result["error"] = m.message;
+    return true;
+  }
+  result["median_us"] = m.median_us;
+  result["tflops"] = x.g.flops() / (m.median_us * 1e-6) / 1e12;
+  if (!args.verify) return false;
+  result["rel_l2"] = m.rel_l2;
+  result["tolerance"] = req.tolerance;
+  return m.status == MeasureStatus::kWrongResult;
+}
+
+void print_text(const nlohmann::json& result, const KernelSource& kernel, bool failed) {
+  std::printf("kernel %s: grid %lldx%lldx%lld, %d threads, %lld bytes of shared memory\n", kernel.name.c_str(),
+              (long long)kernel.grid[0], (long long)kernel.grid[1], (long long)kernel.grid[2], kernel.threads,
+              (long long)kernel.shared_bytes);
+  std::printf("schedule %s\ncompiled for %s in %.2f s\n", result["params"].dump().c_str(),
+              result["arch"].get<std::string>().c_str(), result["compile_seconds"].get<double>());
+  if (result.contains("error"))
+    std::printf("run failed (%s): %s\n", result["status"].get<std::string>().c_str(), result["error"].get<std::string>().c_str());
+  if (result.contains("median_us"))
+    std::printf("time %.2f us (median), %.2f TFLOP/s\n", result["median_us"].get<double>(), result["tflops"].get<double>());
+  if (result.contains("rel_l2"))
+    std::printf("relative L2 error %.3e (tolerance %.0e): %s\n", result["rel_l2"].get<double>(),
+                result["tolerance"].get<double>(), failed ? "WRONG" : "correct");
+}
+
+void run_command(RunArgs& args) {
+  Compute c = args.compute.build();
+  auto all = args.hw_dirs.all();
+  std::vector<HwAbstraction> chosen;
+  if (!args.hw.empty()) chosen.push_back(find_hw(all, args.hw));
+  else chosen = all;
+  MatchReport report = match_compute(c, chosen, Enumeration::kAll);
+  const Match& match = pick_match(args, report, c, all);
+  const HwAbstraction& hw = find_hw(all, match.hw_abs);
+  const Mapping& mapping = pick_mapping(args, match);
+  ImplicitGemm g = make_implicit_gemm(c, hw, match, mapping);
+  RuntimeInfo rt = query_runtime();
+  const int cc = target_arch(args, rt);
+  DeviceLimits limits = DeviceLimits::for_arch(cc);
+  if (!rt.devices.empty() && rt.devices.front().compute_capability == cc) limits.sm_count = rt.devices.front().sm_count;
+  const ScheduleParams params = schedule_of(args, g, limits);
+
+  KernelSource kernel = emit_kernel(g, params);
+  if (!args.emit_cuda.empty()) {
+    std::ofstream out(args.emit_cuda);
+    if (!(out << kernel.code)) bad("--emit-cuda", "cannot write '" + args.emit_cuda + "'", "check the path");
+  }
+  NvrtcCompiler compiler(cc);
+  CompileResult compiled = compiler.compile(kernel.code, kernel.name);
+  if (!compiled.ok)
+    throw InternalError("generated kernel " + kernel.name + " does not compile (a bug in tmap):\n" + compiled.log);
+  nlohmann::json result = {{"kernel", kernel.name},
+                           {"hw_abs", hw.name},
+                           {"layout", match.layout},
+                           {"shape", match.shape.extent},
+                           {"mapping", mapping.id},
+                           {"operands", {{"A", c.tensor_of(c.inputs[g.a_input]).name},
+                                         {"B", c.tensor_of(c.inputs[g.b_input]).name}}},
+                           {"params", to_json(params)},
+                           {"arch", "sm_" + std::to_string(cc)},
+                           {"grid", kernel.grid},
+                           {"threads", kernel.threads},
+                           {"shared_bytes", kernel.shared_bytes},
+                           {"compile_seconds", compiled.seconds}};
+  const bool failed =
+      !args.compile_only && measure(args, {c, hw, match, mapping, g, params, cc}, kernel, compiled, rt, result);
+  if (args.format == "json") std::cout << result.dump(2) << "\n";
+  else print_text(result, kernel, failed);
+  if (failed) throw std::runtime_error("the kernel failed or is wrong");
+}
+
 }  // namespace
 
 void register_run(CLI::App& app) {
@@ -65,169 +253,7 @@ void register_run(CLI::App& app) {
   cmd->add_option("--graph", args->graph_runs, "Time replays of a CUDA graph of this many runs (for short kernels)");
   cmd->add_flag("--flush-l2", args->flush_l2,
                "Flush the L2 cache before each run (cold cache); with --graph the flushes' own time is subtracted");
-  cmd->callback([args] {
-    Compute c = args->compute.build();
-    auto all = args->hw_dirs.all();
-    std::vector<HwAbstraction> chosen;
-    if (!args->hw.empty()) chosen.push_back(find_hw(all, args->hw));
-    else chosen = all;
-    MatchReport report = match_compute(c, chosen, Enumeration::kAll);
-    if (report.matches.empty())
-      bad("--hw", "'" + c.name + "' matches no abstraction" + (args->hw.empty() ? "" : " '" + args->hw + "'"),
-          report.rejected.empty() ? "see 'tmap hw list'" : report.rejected.front().hw_abs + ": " + report.rejected.front().reason);
-    // Without --hw, the first abstraction with a match of the asked layout and shape.
-    std::string hw_name = report.matches.front().hw_abs;
-    const Match* match = nullptr;
-    if (args->match >= 0) {
-      if (args->match >= static_cast<int>(report.matches.size()))
-        bad("--match", "no match " + std::to_string(args->match) + " of '" + c.name + "'",
-            "numbers run from 0 to " + std::to_string(report.matches.size() - 1) + " (see 'tmap map' with the same --hw)");
-      if (!args->layout.empty() || !args->shape.empty())
-        bad("--match", "--match picks the layout and shape itself", "drop --layout and --shape");
-    }
-    for (std::size_t i = 0; i < report.matches.size(); ++i) {
-      const Match& m = report.matches[i];
-      if (args->match >= 0 ? static_cast<int>(i) == args->match
-                           : (args->layout.empty() || m.layout == args->layout) &&
-                                 (args->shape.empty() || m.shape.str() == args->shape)) {
-        match = &m;
-        hw_name = m.hw_abs;
-        break;
-      }
-    }
-    const HwAbstraction& hw = find_hw(all, hw_name);
-    if (!match)
-      bad("--layout/--shape", "'" + hw_name + "' has no layout '" + args->layout + "' with shape '" + args->shape + "'",
-          "layouts: " + join(hw.layouts) + "; shapes: see 'tmap hw show " + hw_name + "'");
-    const Mapping* mapping = &match->mappings.back();
-    if (args->mapping >= 0) {
-      mapping = nullptr;
-      for (const auto& m : match->mappings)
-        if (m.id == args->mapping) mapping = &m;
-      if (!mapping)
-        bad("--mapping", "no mapping " + std::to_string(args->mapping) + " for this match",
-            "ids run from 0 to " + std::to_string(match->mappings.size() - 1) + " (see 'tmap map --enumerate all')");
-    }
-    ImplicitGemm g = make_implicit_gemm(c, hw, *match, *mapping);
-
-    RuntimeInfo rt = query_runtime();
-    int cc = 0;
-    if (!args->arch.empty()) cc = parse_arch(args->arch);
-    else if (!rt.devices.empty()) cc = rt.devices.front().compute_capability;
-    else bad("--arch", "no GPU to compile for (" + rt.status + ")", "give --arch sm_90 with --compile-only");
-    if (!args->compile_only && rt.devices.empty())
-      bad("tmap run", "cannot run without a GPU: " + rt.status, "add --compile-only to stop after compiling");
-    if (!args->log.empty() && args->compile_only)
-      bad("--log", "a compile-only run measures nothing to log", "drop --compile-only, or --log");
-    if (!args->log.empty() && (args->graph_runs > 0 || args->flush_l2))
-      bad("--log", "log records are timed as the tuner times them (warm, graphs of 10 runs)",
-          "drop --graph and --flush-l2, or --log");
-    if (!args->log.empty()) args->verify = true;  // a log holds verified measurements only
-    if (!args->compile_only && !rt.devices.empty() && cc != rt.devices.front().compute_capability)
-      bad("--arch", "sm_" + std::to_string(cc) + " is not the GPU's architecture (sm_" +
-                        std::to_string(rt.devices.front().compute_capability) + ")",
-          "drop --arch, or add --compile-only");
-    DeviceLimits limits = DeviceLimits::for_arch(cc);
-    if (!rt.devices.empty() && rt.devices.front().compute_capability == cc) limits.sm_count = rt.devices.front().sm_count;
-    ScheduleParams params = default_schedule(g, limits);
-    if (!args->params.empty()) {
-      const SourceText text("--params", args->params);
-      nlohmann::json j = parse_json_text(text, "for example --params '{\"block_m\": 64}'");
-      params = schedule_from_json(j, params);
-    }
-    auto issues = validate(g, params, limits);
-    if (!issues.empty()) {
-      std::string all_reasons;
-      for (const auto& i : issues) all_reasons += std::string("\n  - ") + std::string(message(i.error)) + ": " + i.detail;
-      bad("--params", "the schedule " + to_json(params).dump() + " is invalid:" + all_reasons,
-          "change the parameters, or omit --params for the default schedule");
-    }
-
-    KernelSource kernel = emit_kernel(g, params);
-    if (!args->emit_cuda.empty()) {
-      std::ofstream out(args->emit_cuda);
-      if (!(out << kernel.code)) bad("--emit-cuda", "cannot write '" + args->emit_cuda + "'", "check the path");
-    }
-    NvrtcCompiler compiler(cc);
-    CompileResult compiled = compiler.compile(kernel.code, kernel.name);
-    if (!compiled.ok)
-      throw InternalError("generated kernel " + kernel.name + " does not compile (a bug in tmap):\n" + compiled.log);
-
-    nlohmann::json result = {{"kernel", kernel.name},
-                             {"hw_abs", hw_name},
-                             {"layout", match->layout},
-                             {"shape", match->shape.extent},
-                             {"mapping", mapping->id},
-                             {"operands", {{"A", c.tensor_of(c.inputs[g.a_input]).name},
-                                           {"B", c.tensor_of(c.inputs[g.b_input]).name}}},
-                             {"params", to_json(params)},
-                             {"arch", "sm_" + std::to_string(cc)},
-                             {"grid", kernel.grid},
-                             {"threads", kernel.threads},
-                             {"shared_bytes", kernel.shared_bytes},
-                             {"compile_seconds", compiled.seconds}};
-    bool failed = false;
-    if (!args->compile_only) {
-      // Measured in the isolated worker: a kernel that faults or hangs cannot take tmap down.
-      std::filesystem::path cubin = std::filesystem::temp_directory_path() /
-                                    ("tmap_" + std::to_string(::getpid()) + "_" + kernel.name + ".cubin");
-      std::ofstream(cubin, std::ios::binary).write(compiled.cubin.data(), static_cast<std::streamsize>(compiled.cubin.size()));
-      MeasureRequest req = MeasureRequest::for_kernel(c, kernel, cubin.string(), c.inputs[g.a_input].tensor,
-                                                      c.inputs[g.b_input].tensor);
-      req.verify = args->verify;
-      if (!args->log.empty()) req.timing = tuning_timing();
-      req.timing.graph_runs = args->log.empty() ? args->graph_runs : req.timing.graph_runs;
-      req.timing.flush_l2 = args->flush_l2;
-      req.tolerance = verification_tolerance(hw);
-      req.seed = std::random_device{}();
-      MeasureWorker worker("/proc/self/exe", args->timeout);
-      MeasureResult m = worker.measure(req);
-      std::filesystem::remove(cubin);
-      if (!args->log.empty()) {
-        TuneResult measured;
-        measured.status = status_name(m.status);
-        measured.median_us = m.median_us;
-        measured.times_us = m.times_us;
-        measured.rel_l2 = m.rel_l2;
-        measured.compile_seconds = compiled.seconds;
-        measured.error = m.message;
-        const Target target{"sm_" + std::to_string(cc), rt.devices.front().name, cuda_version_text(rt.driver_version),
-                            cuda_version_text(rt.runtime_version), TMAP_VERSION};
-        LogWriter(args->log).append(
-            make_record(make_workload(c), target, candidate_ref(c, hw.name, *match, *mapping, params), std::move(measured)));
-        result["log"] = args->log;
-      }
-      result["status"] = status_name(m.status);
-      if (m.status != MeasureStatus::kOk && m.status != MeasureStatus::kWrongResult) {
-        result["error"] = m.message;
-        failed = true;
-      } else {
-        result["median_us"] = m.median_us;
-        result["tflops"] = g.flops() / (m.median_us * 1e-6) / 1e12;
-        if (args->verify) {
-          result["rel_l2"] = m.rel_l2;
-          result["tolerance"] = req.tolerance;
-          failed = m.status == MeasureStatus::kWrongResult;
-        }
-      }
-    }
-    if (args->format == "json") {
-      std::cout << result.dump(2) << "\n";
-    } else {
-      std::printf("kernel %s: grid %lldx%lldx%lld, %d threads, %lld bytes of shared memory\n", kernel.name.c_str(),
-                  (long long)kernel.grid[0], (long long)kernel.grid[1], (long long)kernel.grid[2], kernel.threads,
-                  (long long)kernel.shared_bytes);
-      std::printf("schedule %s\ncompiled for sm_%d in %.2f s\n", to_json(params).dump().c_str(), cc, compiled.seconds);
-      if (result.contains("error"))
-        std::printf("run failed (%s): %s\n", result["status"].get<std::string>().c_str(), result["error"].get<std::string>().c_str());
-      if (result.contains("median_us"))
-        std::printf("time %.2f us (median), %.2f TFLOP/s\n", result["median_us"].get<double>(), result["tflops"].get<double>());
-      if (result.contains("rel_l2"))
-        std::printf("relative L2 error %.3e (tolerance %.0e): %s\n", result["rel_l2"].get<double>(),
-                    result["tolerance"].get<double>(), failed ? "WRONG" : "correct");
-    }
-    if (failed) throw std::runtime_error("the kernel failed or is wrong");
-  });
+  cmd->callback([args] { run_command(*args); });
 }
 
 }  // namespace tmap::cli
