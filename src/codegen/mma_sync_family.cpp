@@ -92,6 +92,139 @@ FragmentAddressing plan_fragments(const StoredTile& s, const ScheduleParams& p, 
   return {};
 }
 
+/// The device helpers of an mma.sync kernel: ldmatrix (transposed where an operand is stored along
+/// m or n), the tf32 rounding, and the intrinsic on one accumulator fragment.
+void emit_mma_sync_helpers(std::ostringstream& os, const ImplicitGemm& g, bool a_trans, bool b_trans, bool tf32,
+                           const std::string& tfrag) {
+  os << "__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* p) {\n"
+     << "  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(p));\n"
+     << "  asm volatile(\"ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\\n\"\n"
+     << "               : \"=r\"(r[0]), \"=r\"(r[1]), \"=r\"(r[2]), \"=r\"(r[3]) : \"r\"(s));\n}\n";
+  if (a_trans || b_trans)
+    os << "__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], const void* p) {\n"
+       << "  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(p));\n"
+       << "  asm volatile(\"ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\\n\"\n"
+       << "               : \"=r\"(r[0]), \"=r\"(r[1]), \"=r\"(r[2]), \"=r\"(r[3]) : \"r\"(s));\n}\n";
+  if (tf32)
+    os << "// fp32 bits to tf32, rounded to nearest (as wmma::__float_to_tf32).\n"
+       << "__device__ __forceinline__ unsigned to_tf32(unsigned x) {\n"
+       << "  unsigned r;\n  asm(\"cvt.rna.tf32.f32 %0, %1;\\n\" : \"=r\"(r) : \"f\"(__uint_as_float(x)));\n"
+       << "  return r;\n}\n";
+  const char* c = tfrag == "int" ? "r" : "f";
+  os << "// " << g.hw->compute_intrinsic << ": d += a * b on one 16 x 8 accumulator fragment.\n"
+     << "__device__ __forceinline__ void mma(" << tfrag << " (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {\n"
+     << "  asm volatile(\"" << g.hw->compute_intrinsic
+     << " {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\\n\"\n"
+     << "               : \"+" << c << "\"(d[0]), \"+" << c << "\"(d[1]), \"+" << c << "\"(d[2]), \"+" << c
+     << "\"(d[3])\n"
+     << "               : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"r\"(b0), \"r\"(b1));\n}\n\n";
+}
+
+/// The expressions that address sub-step kk of fragment i (of A) and j (of B) in shared memory;
+/// their per-thread parts are declared in `bases` (see plan_fragments).
+std::pair<std::string, std::string> fragment_addresses(std::ostringstream& bases, const ImplicitGemm& g,
+                                                       const ScheduleParams& p, const StoredTile& sa,
+                                                       const StoredTile& sb, bool a_trans, bool b_trans) {
+  const auto ik = g.shape[Axis::kK];
+  // Fragment loads: A matrices (m 0-7, k lo), (m 8-15, k lo), (m 0-7, k hi), (m 8-15, k hi) are
+  // a0..a3; B matrices (n 0-7, k lo), (n 0-7, k hi), (n 8-15, k lo), (n 8-15, k hi) are b0, b1 of
+  // two neighbouring n fragments.
+  auto direct = [](bool trans, bool is_a, const std::string& f, const std::string& kk) {
+    const std::string w0 = is_a ? "wm0" : "wn0", at = is_a ? "a_at" : "b_at";
+    const std::string lo = is_a ? "(lj % 2) * 8" : "(lj / 2) * 8", kh = is_a ? "(lj / 2)" : "(lj % 2)";
+    if (trans) return at + "(" + kk + " + " + kh + " * 8 + lr, " + w0 + " + " + f + " * 16 + " + lo + ")";
+    return at + "(" + w0 + " + " + f + " * 16 + " + lo + " + lr, " + kk + " + " + kh + " * C8)";
+  };
+  const FragmentAddressing fa_plan = plan_fragments(sa, p, a_trans, true, static_cast<int>(ik), p.warp_m / 16,
+                                                    p.warp_m, p.block_m);
+  const FragmentAddressing fb_plan = plan_fragments(sb, p, b_trans, false, static_cast<int>(ik), p.warp_n / 16,
+                                                    p.warp_n, p.block_n);
+  // The per-thread part of the fragment addresses, and the expression used at each load.
+  auto addressing = [&](const FragmentAddressing& plan, bool trans, bool is_a) {
+    const std::string name = is_a ? "a_frag" : "b_frag", f = is_a ? "i" : "j", count = is_a ? "MI" : "NI / 2";
+    const std::string kk = "kk * " + std::to_string(plan.kk_scale);
+    switch (plan.form) {
+      case FragmentAddressing::kShared:
+        bases << "  const int " << name << " = " << direct(trans, is_a, "0", "0") << ";  // + " << f << " * "
+              << plan.fragment_step << " " << plan.op << " " << kk << "\n";
+        return "((" + name + " + " + f + " * " + std::to_string(plan.fragment_step) + ") " + plan.op + " (" + kk + "))";
+      case FragmentAddressing::kPerFragment:
+        bases << "  int " << name << "[" << count << "];\n  #pragma unroll\n  for (int " << f << " = 0; " << f << " < "
+              << count << "; ++" << f << ") " << name << "[" << f << "] = " << direct(trans, is_a, f, "0") << ";\n";
+        return "(" + name + "[" + f + "] " + plan.op + " (" + kk + "))";
+      case FragmentAddressing::kDirect: break;
+    }
+    return direct(trans, is_a, f, "kk");
+  };
+  std::string a_addr = addressing(fa_plan, a_trans, true);
+  return {a_addr, addressing(fb_plan, b_trans, false)};
+}
+
+/// Software pipeline in two levels: the cp.async ring, and fragments double-buffered in registers.
+void emit_mma_sync_pipelined_loop(std::ostringstream& os, const ScheduleParams& p, bool staged) {
+  os << "  // Software pipeline in two levels: a cp.async ring of STAGES shared buffers (the copies of step\n"
+     << "  // + STAGES - 1 are issued while step is multiplied), and fragments double-buffered in registers\n"
+     << "  // (the ldmatrix of sub-step kk + 1, or of the next buffer's first, before the mma of kk).\n"
+     << "  constexpr int KSTEPS = BK / IK;  // even\n"
+     << "  for (int t = 0; t < STAGES - 1; ++t) {\n"
+     << "    if (first + t < last) {\n      load_tiles(first + t, t);\n"
+     << (staged ? "      store_staged(t);\n" : "") << "    }\n"
+     << "    cp_async_commit();\n  }\n"
+     << "  cp_async_wait<STAGES - 2>();\n  __syncthreads();\n"
+     << "  unsigned fa[2][MI][4], fb[2][NI / 2][4];\n"
+     << "  load_fragments(0, 0, fa[0], fb[0]);\n"
+     << "  int read = 0;  // the shared buffer of `step`\n"
+     << "  for (int step = first; step < last; ++step) {\n"
+     << "    #pragma unroll\n    for (int kk = 0; kk < KSTEPS; ++kk) {\n"
+     << "      if (kk == 0) {  // every warp finished the buffer of step - 1 at the last barrier: refill it\n"
+     << "        if (step + STAGES - 1 < last) load_tiles(step + STAGES - 1, (read + STAGES - 1) % STAGES);\n"
+     << "        cp_async_commit();\n      }\n"
+     << "      if (kk == KSTEPS - 1) {  // the next buffer has landed (for every thread): move on to it\n"
+     << (staged && p.stages == 2
+             ? "        // The shifted copies of step + 1, for the barrier below to publish.\n"
+               "        if (step + 1 < last) store_staged((read + 1) % STAGES);\n"
+             : "")
+     << "        cp_async_wait<STAGES - 2>();\n        __syncthreads();\n"
+     << "        read = (read + 1) % STAGES;\n      }\n"
+     << "      load_fragments(read, ((kk + 1) % KSTEPS) * IK, fa[(kk + 1) % 2], fb[(kk + 1) % 2]);\n"
+     << "      multiply(fa[kk % 2], fb[kk % 2]);\n"
+     << (staged && p.stages > 2
+             ? "      // The shifted copies fetched at kk = 0, after a step's math: their buffer (that of step - 1)\n"
+               "      // has no readers since the barrier above; the next barrier publishes them.\n"
+               "      if (kk == KSTEPS - 1 && step + STAGES - 1 < last) store_staged((read + STAGES - 2) % STAGES);\n"
+             : "")
+     << "    }\n  }\n"
+     << "  cp_async_wait<0>();\n  __syncthreads();  // the epilogue reuses the buffers\n\n";
+}
+
+/// The kernel's lambdas that load the fragments of a sub-step into registers (addressed by
+/// `a_addr` and `b_addr`, see fragment_addresses) and multiply them into the accumulators.
+void emit_fragment_lambdas(std::ostringstream& os, const ImplicitGemm& g, const std::string& a_addr,
+                           const std::string& b_addr, bool a_trans, bool b_trans) {
+  const std::string ta = storage_type(g.hw->a_dtype), tb = storage_type(g.hw->b_dtype);
+  const bool tf32 = g.hw->a_dtype == DType::kTFloat32;
+  const std::string ldm_a = std::string("ldmatrix_x4") + (a_trans ? "_trans" : "");
+  const std::string ldm_b = std::string("ldmatrix_x4") + (b_trans ? "_trans" : "");
+  const std::string cvt =
+      tf32 ? "    #pragma unroll\n    for (int t = 0; t < 4; ++t) {\n"
+             "      #pragma unroll\n      for (int i = 0; i < MI; ++i) fa[i][t] = to_tf32(fa[i][t]);\n"
+             "      #pragma unroll\n      for (int j = 0; j < NI / 2; ++j) fb[j][t] = to_tf32(fb[j][t]);\n    }\n"
+           : "";
+  // Fragments of sub-step kk of shared buffer `buf` into registers fa, fb.
+  os << "  // Loads the fragments of sub-step kk of shared buffer `buf`.\n"
+     << "  auto load_fragments = [&](int buf, int kk, unsigned (&fa)[MI][4], unsigned (&fb)[NI / 2][4]) {\n"
+     << "    const " << ta << "* a = As + buf * (A_BYTES / (int)sizeof(" << ta << "));\n"
+     << "    const " << tb << "* b = Bs + buf * (B_BYTES / (int)sizeof(" << tb << "));\n"
+     << "    #pragma unroll\n    for (int i = 0; i < MI; ++i) " << ldm_a << "(fa[i], a + " << a_addr << ");\n"
+     << "    #pragma unroll\n    for (int j = 0; j < NI / 2; ++j) " << ldm_b << "(fb[j], b + " << b_addr << ");\n"
+     << cvt << "  };\n"
+     << "  auto multiply = [&](const unsigned (&fa)[MI][4], const unsigned (&fb)[NI / 2][4]) {\n"
+     << "    #pragma unroll\n    for (int i = 0; i < MI; ++i)\n"
+     << "      #pragma unroll\n      for (int j = 0; j < NI; ++j)\n"
+     << "        mma(acc[i][j], fa[i], fb[j / 2][(j % 2) * 2], fb[j / 2][(j % 2) * 2 + 1]);\n"
+     << "  };\n\n";
+}
+
 KernelSource emit_mma_sync(const ImplicitGemm& g, const ScheduleParams& p) {
   TMAP_CHECK(g.hw->family == "mma_sync", "the mma.sync emitter needs an mma_sync abstraction");
   const std::string ta = storage_type(g.hw->a_dtype), tb = storage_type(g.hw->b_dtype),
@@ -104,7 +237,6 @@ KernelSource emit_mma_sync(const ImplicitGemm& g, const ScheduleParams& p) {
   TMAP_CHECK(ab == elem_bytes(g.hw->b_dtype) && ik * ab == 32, "mma_sync operands of one size, k of 32 bytes");
   TMAP_CHECK((!a_trans && !b_trans) || ab == 2, "ldmatrix.trans needs 16-bit operands");
   const bool tf32 = g.hw->a_dtype == DType::kTFloat32;
-  const bool int_acc = tfrag == "int";
   const OutVector ov = out_vector(g, p);
   const bool c_row = ov.along == 'n';
 
@@ -124,28 +256,7 @@ KernelSource emit_mma_sync(const ImplicitGemm& g, const ScheduleParams& p) {
      << (b_trans ? "[BK][BN] (ldmatrix.trans)" : "[BN][BK]") << (p.swizzle ? ", XOR-swizzled" : ", padded")
      << "; epilogue " << (c_row ? "[BM][BN + 8]" : "[BN][BM + 4]") << "\n";
   emit_ring_helpers(os, g, p, sa, sb, c_row);
-  os << "__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* p) {\n"
-     << "  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(p));\n"
-     << "  asm volatile(\"ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\\n\"\n"
-     << "               : \"=r\"(r[0]), \"=r\"(r[1]), \"=r\"(r[2]), \"=r\"(r[3]) : \"r\"(s));\n}\n";
-  if (a_trans || b_trans)
-    os << "__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], const void* p) {\n"
-       << "  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(p));\n"
-       << "  asm volatile(\"ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\\n\"\n"
-       << "               : \"=r\"(r[0]), \"=r\"(r[1]), \"=r\"(r[2]), \"=r\"(r[3]) : \"r\"(s));\n}\n";
-  if (tf32)
-    os << "// fp32 bits to tf32, rounded to nearest (as wmma::__float_to_tf32).\n"
-       << "__device__ __forceinline__ unsigned to_tf32(unsigned x) {\n"
-       << "  unsigned r;\n  asm(\"cvt.rna.tf32.f32 %0, %1;\\n\" : \"=r\"(r) : \"f\"(__uint_as_float(x)));\n"
-       << "  return r;\n}\n";
-  const char* c = int_acc ? "r" : "f";
-  os << "// " << g.hw->compute_intrinsic << ": d += a * b on one 16 x 8 accumulator fragment.\n"
-     << "__device__ __forceinline__ void mma(" << tfrag << " (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {\n"
-     << "  asm volatile(\"" << g.hw->compute_intrinsic
-     << " {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\\n\"\n"
-     << "               : \"+" << c << "\"(d[0]), \"+" << c << "\"(d[1]), \"+" << c << "\"(d[2]), \"+" << c
-     << "\"(d[3])\n"
-     << "               : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"r\"(b0), \"r\"(b1));\n}\n\n";
+  emit_mma_sync_helpers(os, g, a_trans, b_trans, tf32, tfrag);
   emit_operand_loader(os, g, p, 0);
   emit_operand_loader(os, g, p, 1);
   emit_output_scatter(os, g, tout, ov.width, ov.along);
@@ -167,96 +278,14 @@ KernelSource emit_mma_sync(const ImplicitGemm& g, const ScheduleParams& p) {
       emit_tile_loads(os, g, p, k.threads, gather_a, gather_b,
                       ta + "* a = As + buf * (A_BYTES / (int)sizeof(" + ta + "))",
                       tb + "* b = Bs + buf * (B_BYTES / (int)sizeof(" + tb + "))");
-  // Fragment loads: A matrices (m 0-7, k lo), (m 8-15, k lo), (m 0-7, k hi), (m 8-15, k hi) are
-  // a0..a3; B matrices (n 0-7, k lo), (n 0-7, k hi), (n 8-15, k lo), (n 8-15, k hi) are b0, b1 of
-  // two neighbouring n fragments.
-  auto direct = [](bool trans, bool is_a, const std::string& f, const std::string& kk) {
-    const std::string w0 = is_a ? "wm0" : "wn0", at = is_a ? "a_at" : "b_at";
-    const std::string lo = is_a ? "(lj % 2) * 8" : "(lj / 2) * 8", kh = is_a ? "(lj / 2)" : "(lj % 2)";
-    if (trans) return at + "(" + kk + " + " + kh + " * 8 + lr, " + w0 + " + " + f + " * 16 + " + lo + ")";
-    return at + "(" + w0 + " + " + f + " * 16 + " + lo + " + lr, " + kk + " + " + kh + " * C8)";
-  };
-  const FragmentAddressing fa_plan = plan_fragments(sa, p, a_trans, true, static_cast<int>(ik), p.warp_m / 16,
-                                                    p.warp_m, p.block_m);
-  const FragmentAddressing fb_plan = plan_fragments(sb, p, b_trans, false, static_cast<int>(ik), p.warp_n / 16,
-                                                    p.warp_n, p.block_n);
-  // The per-thread part of the fragment addresses, and the expression used at each load.
   std::ostringstream bases;
-  auto addressing = [&](const FragmentAddressing& plan, bool trans, bool is_a) {
-    const std::string name = is_a ? "a_frag" : "b_frag", f = is_a ? "i" : "j", count = is_a ? "MI" : "NI / 2";
-    const std::string kk = "kk * " + std::to_string(plan.kk_scale);
-    switch (plan.form) {
-      case FragmentAddressing::kShared:
-        bases << "  const int " << name << " = " << direct(trans, is_a, "0", "0") << ";  // + " << f << " * "
-              << plan.fragment_step << " " << plan.op << " " << kk << "\n";
-        return "((" + name + " + " + f + " * " + std::to_string(plan.fragment_step) + ") " + plan.op + " (" + kk + "))";
-      case FragmentAddressing::kPerFragment:
-        bases << "  int " << name << "[" << count << "];\n  #pragma unroll\n  for (int " << f << " = 0; " << f << " < "
-              << count << "; ++" << f << ") " << name << "[" << f << "] = " << direct(trans, is_a, f, "0") << ";\n";
-        return "(" + name + "[" + f + "] " + plan.op + " (" + kk + "))";
-      case FragmentAddressing::kDirect: break;
-    }
-    return direct(trans, is_a, f, "kk");
-  };
-  const std::string a_addr = addressing(fa_plan, a_trans, true);
-  const std::string b_addr = addressing(fb_plan, b_trans, false);
+  const auto [a_addr, b_addr] = fragment_addresses(bases, g, p, sa, sb, a_trans, b_trans);
   os << "  // ldmatrix row addresses: this thread's part, computed once (see plan_fragments).\n"
      << bases.str();
-  const std::string ldm_a = std::string("ldmatrix_x4") + (a_trans ? "_trans" : "");
-  const std::string ldm_b = std::string("ldmatrix_x4") + (b_trans ? "_trans" : "");
-  const std::string cvt =
-      tf32 ? "    #pragma unroll\n    for (int t = 0; t < 4; ++t) {\n"
-             "      #pragma unroll\n      for (int i = 0; i < MI; ++i) fa[i][t] = to_tf32(fa[i][t]);\n"
-             "      #pragma unroll\n      for (int j = 0; j < NI / 2; ++j) fb[j][t] = to_tf32(fb[j][t]);\n    }\n"
-           : "";
-  // Fragments of sub-step kk of shared buffer `buf` into registers fa, fb.
-  os << "  // Loads the fragments of sub-step kk of shared buffer `buf`.\n"
-     << "  auto load_fragments = [&](int buf, int kk, unsigned (&fa)[MI][4], unsigned (&fb)[NI / 2][4]) {\n"
-     << "    const " << ta << "* a = As + buf * (A_BYTES / (int)sizeof(" << ta << "));\n"
-     << "    const " << tb << "* b = Bs + buf * (B_BYTES / (int)sizeof(" << tb << "));\n"
-     << "    #pragma unroll\n    for (int i = 0; i < MI; ++i) " << ldm_a << "(fa[i], a + " << a_addr << ");\n"
-     << "    #pragma unroll\n    for (int j = 0; j < NI / 2; ++j) " << ldm_b << "(fb[j], b + " << b_addr << ");\n"
-     << cvt << "  };\n"
-     << "  auto multiply = [&](const unsigned (&fa)[MI][4], const unsigned (&fb)[NI / 2][4]) {\n"
-     << "    #pragma unroll\n    for (int i = 0; i < MI; ++i)\n"
-     << "      #pragma unroll\n      for (int j = 0; j < NI; ++j)\n"
-     << "        mma(acc[i][j], fa[i], fb[j / 2][(j % 2) * 2], fb[j / 2][(j % 2) * 2 + 1]);\n"
-     << "  };\n\n";
+  emit_fragment_lambdas(os, g, a_addr, b_addr, a_trans, b_trans);
   const bool pipelined = p.async_copy && p.stages >= 2 && (p.block_k / ik) % 2 == 0;
   if (pipelined) {
-    os << "  // Software pipeline in two levels: a cp.async ring of STAGES shared buffers (the copies of step\n"
-       << "  // + STAGES - 1 are issued while step is multiplied), and fragments double-buffered in registers\n"
-       << "  // (the ldmatrix of sub-step kk + 1, or of the next buffer's first, before the mma of kk).\n"
-       << "  constexpr int KSTEPS = BK / IK;  // even\n"
-       << "  for (int t = 0; t < STAGES - 1; ++t) {\n"
-       << "    if (first + t < last) {\n      load_tiles(first + t, t);\n"
-       << (staged ? "      store_staged(t);\n" : "") << "    }\n"
-       << "    cp_async_commit();\n  }\n"
-       << "  cp_async_wait<STAGES - 2>();\n  __syncthreads();\n"
-       << "  unsigned fa[2][MI][4], fb[2][NI / 2][4];\n"
-       << "  load_fragments(0, 0, fa[0], fb[0]);\n"
-       << "  int read = 0;  // the shared buffer of `step`\n"
-       << "  for (int step = first; step < last; ++step) {\n"
-       << "    #pragma unroll\n    for (int kk = 0; kk < KSTEPS; ++kk) {\n"
-       << "      if (kk == 0) {  // every warp finished the buffer of step - 1 at the last barrier: refill it\n"
-       << "        if (step + STAGES - 1 < last) load_tiles(step + STAGES - 1, (read + STAGES - 1) % STAGES);\n"
-       << "        cp_async_commit();\n      }\n"
-       << "      if (kk == KSTEPS - 1) {  // the next buffer has landed (for every thread): move on to it\n"
-       << (staged && p.stages == 2
-               ? "        // The shifted copies of step + 1, for the barrier below to publish.\n"
-                 "        if (step + 1 < last) store_staged((read + 1) % STAGES);\n"
-               : "")
-       << "        cp_async_wait<STAGES - 2>();\n        __syncthreads();\n"
-       << "        read = (read + 1) % STAGES;\n      }\n"
-       << "      load_fragments(read, ((kk + 1) % KSTEPS) * IK, fa[(kk + 1) % 2], fb[(kk + 1) % 2]);\n"
-       << "      multiply(fa[kk % 2], fb[kk % 2]);\n"
-       << (staged && p.stages > 2
-               ? "      // The shifted copies fetched at kk = 0, after a step's math: their buffer (that of step - 1)\n"
-                 "      // has no readers since the barrier above; the next barrier publishes them.\n"
-                 "      if (kk == KSTEPS - 1 && step + STAGES - 1 < last) store_staged((read + STAGES - 2) % STAGES);\n"
-               : "")
-       << "    }\n  }\n"
-       << "  cp_async_wait<0>();\n  __syncthreads();  // the epilogue reuses the buffers\n\n";
+    emit_mma_sync_pipelined_loop(os, p, staged);
   } else {
     os << "  // Multiplies the tiles in shared buffer `buf` into the accumulators.\n"
        << "  auto compute = [&](int buf) {\n"

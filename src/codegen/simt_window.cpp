@@ -318,36 +318,12 @@ KnobChoices window_choices(const ImplicitGemm& g) {
   return c;
 }
 
-KernelSource emit_simt_window(const ImplicitGemm& g, const ScheduleParams& p) {
-  const WindowPlan w = window_plan(g);
-  TMAP_CHECK(w.why_not.empty(), "window staging of a mapping without a window: " + w.why_not);
-  const Compute& c = *g.compute;
-  const Access& img = c.inputs[g.a_input];
-  const Access& wts = c.inputs[g.b_input];
-  const Tensor& img_t = c.tensor_of(img);
-  const Tensor& wts_t = c.tensor_of(wts);
-  const DType out_dtype = c.tensor_of(c.output).dtype;
-  const std::string ta = storage_type(g.hw->a_dtype), tb = storage_type(g.hw->b_dtype), tout = storage_type(out_dtype);
-  const WindowTile t = window_tile(w, p);
+/// The window's constants: the block's outputs and batch entries, the window's geometry, the
+/// staged slice and, where segments are misaligned, the aligned chunks they are read in.
+void emit_window_constants(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p,
+                           const WindowPlan& w, const WindowTile& t) {
   const int threads = block_threads(g, p);
-  KernelSource k = kernel_shell(g, p, threads);
-  k.grid = {1, (g.M + p.block_m - 1) / p.block_m, (g.batch + p.block_n - 1) / p.block_n};
-  const int elem_bytes = std::max(1, dtype_bits(g.hw->a_dtype) / 8);
-  const int copy_bytes = p.vec_a * elem_bytes;
-  const bool async = p.async_copy == 1;
-  // Outputs of a thread's run stored together where consecutive m are contiguous in the output.
-  int out_vec = std::min(p.warp_m, output_vector_width(g, 'm', dtype_bits(out_dtype)));
-  while (out_vec > 1 && out_vec * dtype_bits(out_dtype) / 8 > 16) out_vec /= 2;
-
-  std::ostringstream os;
-  emit_header(os, g);
-  os << "// SIMT window staging: each block copies the input window its outputs read into shared memory\n"
-     << "// once; each thread computes TM neighbouring outputs of one row from it.\n";
-  auto uses = [&](DType d) { return g.hw->a_dtype == d || g.hw->b_dtype == d || out_dtype == d; };
-  if (uses(DType::kFloat16)) os << "#include <cuda_fp16.h>\n";
-  if (uses(DType::kBFloat16)) os << "#include <cuda_bf16.h>\n";
-  os << "\nnamespace {\n"
-     << "constexpr int M = " << g.M << ", N = 1;  // outputs per batch entry (rows x columns); one filter each\n"
+  os << "constexpr int M = " << g.M << ", N = 1;  // outputs per batch entry (rows x columns); one filter each\n"
      << "constexpr int BATCH = " << g.batch << ";\n"
      << "constexpr int BM = " << p.block_m << ", BZ = " << p.block_n << ";  // outputs and batch entries per block\n"
      << "constexpr int TM = " << p.warp_m << ";  // outputs per thread, along a row\n"
@@ -370,8 +346,16 @@ KernelSource emit_simt_window(const ImplicitGemm& g, const ScheduleParams& p) {
        << "constexpr int MIS = " << t.misalign << ", CHUNK = " << t.chunk << ", LEAD = " << t.lead
        << ", CHUNKS = " << t.chunks << ";\n";
   os << "\n";
-  if (async) emit_cp_async_helpers(os);
+}
 
+/// image_base (the image's offset for a batch entry) and tap (one filter tap, as float).
+void emit_window_accessors(std::ostringstream& os, const ImplicitGemm& g, const WindowPlan& w) {
+  const Compute& c = *g.compute;
+  const Access& img = c.inputs[g.a_input];
+  const Access& wts = c.inputs[g.b_input];
+  const Tensor& img_t = c.tensor_of(img);
+  const Tensor& wts_t = c.tensor_of(wts);
+  const std::string tb = storage_type(g.hw->b_dtype);
   // The image's part that the batch entry fixes: every dimension but the window's.
   {
     std::vector<bool> used = used_by(c, img);
@@ -403,16 +387,14 @@ KernelSource emit_simt_window(const ImplicitGemm& g, const ScheduleParams& p) {
     else
       os << "  return (" << ok << ") ? " << element_to_float(g.hw->b_dtype, at) << " : 0.f;\n}\n\n";
   }
-  emit_output_scatter(os, g, tout, out_vec, 'm');
-  os << "}  // namespace\n\n";
+}
 
-  os << "extern \"C\" __global__ void __launch_bounds__(THREADS)\n"
-     << k.name << "(const " << ta << "* __restrict__ a_src, const " << tb << "* __restrict__ b_src, " << tout
-     << "* __restrict__ out, float* __restrict__ partial) {\n"
-     << "  (void)partial;\n"
-     << "  extern __shared__ __align__(128) unsigned char smem[];\n"
-     << "  " << ta << "* X = reinterpret_cast<" << ta << "*>(smem);  // [BZ][IN_ROWS][LD]\n"
-     << "  const int m0 = blockIdx.y * BM, z0 = blockIdx.z * BZ;\n"
+/// The block copies the window its outputs read into shared memory (with cp.async, or vectors).
+void emit_window_staging(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p) {
+  const std::string ta = storage_type(g.hw->a_dtype);
+  const int copy_bytes = p.vec_a * std::max(1, dtype_bits(g.hw->a_dtype) / 8);
+  const bool async = p.async_copy == 1;
+  os << "  const int m0 = blockIdx.y * BM, z0 = blockIdx.z * BZ;\n"
      << "  // The block's first output row and column, and the window they read: image rows from h0,\n"
      << "  // columns from w_start, staged from w0 (aligned down to the copies' vectors).\n"
      << "  const int p_lo = m0 / OQ, c_lo = ONE_ROW ? m0 % OQ : 0;\n"
@@ -437,6 +419,15 @@ KernelSource emit_simt_window(const ImplicitGemm& g, const ScheduleParams& p) {
     os << "    *dst = ok ? a_src[offset] : static_cast<" << ta << ">(0.0f);\n";
   os << "  }\n";
   if (async) os << "  cp_async_commit();\n";
+}
+
+/// Each thread's run of TM outputs from the staged window and its filter taps, then the stores.
+void emit_window_math(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p, const WindowTile& t,
+                      int out_vec) {
+  const std::string ta = storage_type(g.hw->a_dtype), tb = storage_type(g.hw->b_dtype),
+                    tout = storage_type(g.compute->tensor_of(g.compute->output).dtype);
+  const int elem_bytes = std::max(1, dtype_bits(g.hw->a_dtype) / 8);
+  const bool async = p.async_copy == 1;
   os << "  // This thread's batch entry and run of outputs; its filter taps load while the window lands.\n"
      << "  const int zl = threadIdx.x / (BM / TM), mt = m0 + threadIdx.x % (BM / TM) * TM, z = z0 + zl;\n"
      << "  const bool active = z < BATCH && mt < M;\n"
@@ -480,6 +471,44 @@ KernelSource emit_simt_window(const ImplicitGemm& g, const ScheduleParams& p) {
   else
     os << "  #pragma unroll\n  for (int j = 0; j < TM; ++j) store_d(out, mt + j, 0, z, (" << tout << ")acc[j]);\n";
   os << "}\n";
+}
+
+KernelSource emit_simt_window(const ImplicitGemm& g, const ScheduleParams& p) {
+  const WindowPlan w = window_plan(g);
+  TMAP_CHECK(w.why_not.empty(), "window staging of a mapping without a window: " + w.why_not);
+  const DType out_dtype = g.compute->tensor_of(g.compute->output).dtype;
+  const std::string ta = storage_type(g.hw->a_dtype), tb = storage_type(g.hw->b_dtype), tout = storage_type(out_dtype);
+  const WindowTile t = window_tile(w, p);
+  KernelSource k = kernel_shell(g, p, block_threads(g, p));
+  k.grid = {1, (g.M + p.block_m - 1) / p.block_m, (g.batch + p.block_n - 1) / p.block_n};
+  const bool async = p.async_copy == 1;
+  // Outputs of a thread's run stored together where consecutive m are contiguous in the output.
+  int out_vec = std::min(p.warp_m, output_vector_width(g, 'm', dtype_bits(out_dtype)));
+  while (out_vec > 1 && out_vec * dtype_bits(out_dtype) / 8 > 16) out_vec /= 2;
+
+  std::ostringstream os;
+  emit_header(os, g);
+  os << "// SIMT window staging: each block copies the input window its outputs read into shared memory\n"
+     << "// once; each thread computes TM neighbouring outputs of one row from it.\n";
+  auto uses = [&](DType d) { return g.hw->a_dtype == d || g.hw->b_dtype == d || out_dtype == d; };
+  if (uses(DType::kFloat16)) os << "#include <cuda_fp16.h>\n";
+  if (uses(DType::kBFloat16)) os << "#include <cuda_bf16.h>\n";
+  os << "\nnamespace {\n";
+  emit_window_constants(os, g, p, w, t);
+  if (async) emit_cp_async_helpers(os);
+
+  emit_window_accessors(os, g, w);
+  emit_output_scatter(os, g, tout, out_vec, 'm');
+  os << "}  // namespace\n\n";
+
+  os << "extern \"C\" __global__ void __launch_bounds__(THREADS)\n"
+     << k.name << "(const " << ta << "* __restrict__ a_src, const " << tb << "* __restrict__ b_src, " << tout
+     << "* __restrict__ out, float* __restrict__ partial) {\n"
+     << "  (void)partial;\n"
+     << "  extern __shared__ __align__(128) unsigned char smem[];\n"
+     << "  " << ta << "* X = reinterpret_cast<" << ta << "*>(smem);  // [BZ][IN_ROWS][LD]\n";
+  emit_window_staging(os, g, p);
+  emit_window_math(os, g, p, t, out_vec);
   k.code = os.str();
   return k;
 }

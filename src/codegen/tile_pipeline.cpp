@@ -230,28 +230,53 @@ std::string staged_type(char op) { return op == 'a' ? "AStaged" : "BStaged"; }
 
 }  // namespace
 
-void emit_operand_loader(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p, int which) {
-  const Compute& c = *g.compute;
-  const bool is_a = which == 0;
-  const OperandSplit sp = split_operand(g, p, which);
-  const Access& acc = *sp.access;
-  const Tensor& t = c.tensor_of(acc);
-  const DType dtype = is_a ? g.hw->a_dtype : g.hw->b_dtype;
-  const std::string type = storage_type(dtype);
-  const bool packed = dtype_bits(dtype) < 8;
-  const int vec = is_a ? p.vec_a : p.vec_b;
-  const int elem_bytes = std::max(1, dtype_bits(dtype) / 8);
-  const bool async = copies_async(g, p, which);
-  const char op = is_a ? 'a' : 'b';
-  const char* fixed_name = is_a ? "m" : "n";
-  const std::string fixed_extent = is_a ? "M" : "N";
-  const std::int64_t fixed_total = is_a ? g.M : g.N, fixed_tile = is_a ? p.block_m : p.block_n;
-  const std::string ftype = fixed_type(op);
-  std::vector<bool> used = used_by(c, acc);
-  auto code = [&](const AffineExpr& e) { return affine_code(e, c); };
+namespace {
 
-  // The fixed part: the element's offset and bounds as far as its row m (A) or column n (B) and
-  // the batch decide them, computed once per copy and kept for every step.
+/// What the parts of an operand's loader share: the operand, its split into the part a row (or
+/// column) and batch entry fix and the part each reduction step moves, and its copies.
+struct OperandLoader {
+  OperandLoader(const ImplicitGemm& g, const ScheduleParams& p, int which)
+      : g(g), p(p), c(*g.compute), is_a(which == 0), sp(split_operand(g, p, which)), acc(*sp.access),
+        t(c.tensor_of(acc)), dtype(is_a ? g.hw->a_dtype : g.hw->b_dtype), type(storage_type(dtype)),
+        packed(dtype_bits(dtype) < 8), vec(is_a ? p.vec_a : p.vec_b), elem_bytes(std::max(1, dtype_bits(dtype) / 8)),
+        async(copies_async(g, p, which)), op(is_a ? 'a' : 'b'), ftype(fixed_type(op)), used(used_by(c, acc)),
+        load(sp.shifted ? shifted_load_width(g, p, which) : vec), strided(copies_strided(g, p, which)) {}
+  std::string code(const AffineExpr& e) const { return affine_code(e, c); }
+
+  const ImplicitGemm& g;
+  const ScheduleParams& p;
+  const Compute& c;
+  bool is_a;
+  OperandSplit sp;
+  const Access& acc;
+  const Tensor& t;
+  DType dtype;
+  std::string type;
+  bool packed;
+  int vec, elem_bytes;
+  bool async;
+  char op;
+  std::string ftype;
+  std::vector<bool> used;
+  int load;  ///< A shifted copy reads the two aligned vectors of `load` elements that cover its group.
+  bool strided;
+};
+
+/// The fixed part: the element's offset and bounds as far as its row m (A) or column n (B) and
+/// the batch decide them, computed once per copy and kept for every step.
+void emit_fixed_part(std::ostringstream& os, const OperandLoader& l) {
+  const ImplicitGemm& g = l.g;
+  const Compute& c = l.c;
+  const OperandSplit& sp = l.sp;
+  const Access& acc = l.acc;
+  const Tensor& t = l.t;
+  const char* fixed_name = l.is_a ? "m" : "n";
+  const std::string fixed_extent = l.is_a ? "M" : "N", ftype = l.ftype;
+  const std::int64_t fixed_total = l.is_a ? g.M : g.N, fixed_tile = l.is_a ? l.p.block_m : l.p.block_n;
+  const char op = l.op;
+  const bool is_a = l.is_a;
+  const std::vector<bool>& used = l.used;
+  auto code = [&](const AffineExpr& e) { return l.code(e); };
   os << "// " << t.name << ": the part of an element's address that its " << fixed_name
      << " and batch z fix for the whole reduction\n"
      << "struct " << ftype << " {\n  int offset;  // from the fixed iterators and the constants\n"
@@ -282,17 +307,19 @@ void emit_operand_loader(std::ostringstream& os, const ImplicitGemm& g, const Sc
     if (sp.kept(d)) os << "  f.d" << d << " = " << code(sp.fixed[d]) << ";\n";
   os << "  return f;\n}\n\n";
 
-  // The moving part, per step: the rest of the offset and of the bounds; out of bounds reads
-  // zero without a branch (cp.async with a source size of 0, or a select).
-  const std::string value_type = packed ? "int" : type;
-  const std::string vtype = vector_type(vec * elem_bytes);
-  const int bytes = vec * elem_bytes;
-  const std::string fname = std::string(is_a ? "load_a" : "load_b") + (vec > 1 ? "_vec" : "");
-  // A shifted copy reads the two aligned vectors of `load` elements that cover its group.
-  const int load = sp.shifted ? shifted_load_width(g, p, which) : vec;
-  const bool strided = copies_strided(g, p, which);
-  const std::string load_type = vector_type(load * elem_bytes);
-  if (sp.shifted) {
+}
+
+/// The loader's declaration: a shifted copy's fetch into registers, or a load (of one element, or
+/// of a vector into `dst`).
+void emit_loader_signature(std::ostringstream& os, const OperandLoader& l) {
+  const int vec = l.vec, bytes = vec * l.elem_bytes, load = l.load;
+  const std::string value_type = l.packed ? "int" : l.type, type = l.type, ftype = l.ftype;
+  const std::string fname = std::string(l.is_a ? "load_a" : "load_b") + (vec > 1 ? "_vec" : "");
+  const std::string load_type = vector_type(load * l.elem_bytes);
+  const Tensor& t = l.t;
+  const char op = l.op;
+  const bool strided = l.strided, async = l.async;
+  if (l.sp.shifted) {
     const std::string st = staged_type(op);
     os << "// " << vec << " elements of " << t.name
        << (strided ? " every other one in memory (stride 2), spanning the two aligned vectors of " +
@@ -314,6 +341,22 @@ void emit_operand_loader(std::ostringstream& os, const ImplicitGemm& g, const Sc
        << "* __restrict__ src, const " << ftype << "& f, int k, int s" << (vec > 1 ? ", " + type + "* dst" : "")
        << ") {\n";
   }
+}
+
+/// The moving part, per step: the rest of the offset and of the bounds; out of bounds reads
+/// zero without a branch (cp.async with a source size of 0, or a select).
+void emit_loader_body(std::ostringstream& os, const OperandLoader& l) {
+  const ImplicitGemm& g = l.g;
+  const ScheduleParams& p = l.p;
+  const Compute& c = l.c;
+  const OperandSplit& sp = l.sp;
+  const Access& acc = l.acc;
+  const Tensor& t = l.t;
+  const std::vector<bool>& used = l.used;
+  const int vec = l.vec, elem_bytes = l.elem_bytes, bytes = vec * elem_bytes, load = l.load;
+  const std::string type = l.type, vtype = vector_type(bytes), load_type = vector_type(load * elem_bytes);
+  const bool async = l.async, packed = l.packed;
+  auto code = [&](const AffineExpr& e) { return l.code(e); };
   decompose(os, c, g.k_iters, "k", used, "  ");
   decompose(os, c, g.serial_iters, "s", used, "  ");
   std::string valid = "f.ok";
@@ -358,6 +401,15 @@ void emit_operand_loader(std::ostringstream& os, const ImplicitGemm& g, const Sc
     os << "  return ok ? nibble(src, offset) : 0;\n}\n\n";
   else
     os << "  return ok ? src[offset] : static_cast<" << type << ">(0.0f);\n}\n\n";
+}
+
+}  // namespace
+
+void emit_operand_loader(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p, int which) {
+  const OperandLoader l(g, p, which);
+  emit_fixed_part(os, l);
+  emit_loader_signature(os, l);
+  emit_loader_body(os, l);
 }
 
 int output_vector_width(const ImplicitGemm& g, char along, int out_bits) {
@@ -994,12 +1046,8 @@ std::int64_t relayout_blocks(const OperandRelayout& r) {
   return r.outer * ((r.copy_moved() + 31) / 32) * ((r.inner + 31) / 32);
 }
 
-}  // namespace
-
-void emit_relayout(KernelSource& k, const ImplicitGemm& g) {
-  k.relayout_name = k.name + "_prologue";
-  std::int64_t offset = round_up(k.workspace_bytes, 256), blocks = 0;
-  std::ostringstream os;
+/// The relayout's general copy: 32 x 32 tiles transposed through shared memory.
+void emit_relayout_transpose(std::ostringstream& os) {
   os << "\n// The relayout prologue: copies operand tensors so that the reduction's dimension is innermost\n"
      << "// ([outer][moved][inner] -> [outer][inner][moved]) into the workspace, for the kernel above.\n"
      << "template <typename T>\n"
@@ -1017,90 +1065,107 @@ void emit_relayout(KernelSource& k, const ImplicitGemm& g) {
      << "  #pragma unroll\n  for (int j = 0; j < 32; j += 8) {  // rows of [inner], written along moved\n"
      << "    const long long i = ti * 32 + ty + j, m = tm * 32 + tx;\n"
      << "    if (m < moved && i < inner) dst[i * moved + m] = buf[tx][ty + j];\n  }\n}\n";
-  const auto uses = [&](RelayoutCopy c) { return relayout_copy(g.relayout[0]) == c || relayout_copy(g.relayout[1]) == c; };
-  if (uses(RelayoutCopy::kRows))
-    os << "// Rows shorter than 32 (a filter's taps): a block reads MC whole rows of [moved], one contiguous\n"
-       << "// run of 16-byte vectors, into shared memory (every load of a thread issued before the first is\n"
-       << "// stored, so that the block waits for memory once), then writes them as INNER runs of MC\n"
-       << "// elements along moved, 16-byte vectors gathered from the staged rows. [moved] is whole vectors.\n"
-       << "template <typename T, int INNER, int MC>\n"
-       << "__device__ __forceinline__ void relayout_rows(const T* __restrict__ src, T* __restrict__ dst, long long block,\n"
-       << "                                              long long moved) {\n"
-       << "  constexpr int THREADS = " << k.relayout_threads << ", V = 16 / sizeof(T);\n"
-       << "  constexpr int LOADS = (MC * INNER / V + THREADS - 1) / THREADS, STORES = (MC / V * INNER + THREADS - 1) / THREADS;\n"
-       << "  __shared__ uint4 stage[MC * INNER / V];\n"
-       << "  const T* rows = reinterpret_cast<const T*>(stage);\n"
-       << "  const long long chunks = (moved + MC - 1) / MC, o = block / chunks, m0 = block % chunks * MC;\n"
-       << "  const int mc = static_cast<int>(moved - m0 < MC ? moved - m0 : MC), loads = mc * INNER / V, runs = mc / V;\n"
-       << "  const uint4* from = reinterpret_cast<const uint4*>(src + (o * moved + m0) * INNER);\n"
-       << "  uint4 x[LOADS];\n"
-       << "  #pragma unroll\n  for (int j = 0; j < LOADS; ++j)\n"
-       << "    if (j * THREADS + threadIdx.x < loads) x[j] = from[j * THREADS + threadIdx.x];\n"
-       << "  #pragma unroll\n  for (int j = 0; j < LOADS; ++j)\n"
-       << "    if (j * THREADS + threadIdx.x < loads) stage[j * THREADS + threadIdx.x] = x[j];\n"
-       << "  __syncthreads();\n"
-       << "  dst += o * moved * INNER + m0;\n"
-       << "  #pragma unroll\n  for (int j = 0; j < STORES; ++j) {\n"
-       << "    const int u = j * THREADS + threadIdx.x;  // vector u % runs of destination row u / runs\n"
-       << "    if (u >= runs * INNER) break;\n"
-       << "    const int i = u / runs, m = u % runs * V;\n"
-       << "    union { uint4 v; T e[V]; } y;\n"
-       << "    #pragma unroll\n    for (int l = 0; l < V; ++l) y.e[l] = rows[(m + l) * INNER + i];\n"
-       << "    *reinterpret_cast<uint4*>(dst + i * moved + m) = y.v;\n  }\n}\n";
-  if (uses(RelayoutCopy::kGather))
-    os << "// Rows shorter than 32 of at most " << kRowsMinMoved - 1 << " elements along moved: gathered, " << kGatherPerBlock
-       << " destination elements a block.\n"
-       << "template <typename T>\n"
-       << "__device__ __forceinline__ void relayout_gather(const T* __restrict__ src, T* __restrict__ dst, long long block,\n"
-       << "                                               long long moved, long long inner, long long elements) {\n"
-       << "  constexpr int THREADS = " << k.relayout_threads << ", PER = (" << kGatherPerBlock << " + THREADS - 1) / THREADS;\n"
-       << "  T x[PER];\n"
-       << "  #pragma unroll\n  for (int j = 0; j < PER; ++j) {  // every load issued before the first store\n"
-       << "    const long long e = block * " << kGatherPerBlock << " + j * THREADS + threadIdx.x;\n"
-       << "    const long long m = e % moved, i = e / moved % inner, o = e / (moved * inner);\n"
-       << "    if (j * THREADS + threadIdx.x < " << kGatherPerBlock << " && e < elements) x[j] = src[(o * moved + m) * inner + i];\n  }\n"
-       << "  #pragma unroll\n  for (int j = 0; j < PER; ++j) {\n"
-       << "    const long long e = block * " << kGatherPerBlock << " + j * THREADS + threadIdx.x;\n"
-       << "    if (j * THREADS + threadIdx.x < " << kGatherPerBlock << " && e < elements) dst[e] = x[j];\n  }\n}\n";
-  if (uses(RelayoutCopy::kPadRows))
-    os << "// Copies with [moved] padded with zeros to PADDED elements, whole 16-byte vectors (a first\n"
-       << "// layer's channels): a thread builds " << kPadRowsPerThread << " destination rows ([inner] position i of [outer] o: the\n"
-       << "// [moved] values read along inner, consecutive threads at consecutive i, then zeros) and\n"
-       << "// stores each as 16-byte vectors, consecutive threads' rows side by side.\n"
-       << "template <typename T, int PADDED>\n"
-       << "__device__ __forceinline__ void relayout_pad_rows(const T* __restrict__ src, T* __restrict__ dst, long long block,\n"
-       << "                                                 long long moved, long long inner, long long rows) {\n"
-       << "  constexpr int PIX = " << kPadRowsPerThread << ", VECS = PADDED * sizeof(T) / 16;\n"
-       << "  union Row { uint4 v[VECS]; T e[PADDED]; };\n"
-       << "  Row x[PIX];\n"
-       << "  #pragma unroll\n  for (int j = 0; j < PIX; ++j) {\n"
-       << "    const long long row = (block * PIX + j) * blockDim.x + threadIdx.x, o = row / inner, i = row - o * inner;\n"
-       << "    #pragma unroll\n    for (int m = 0; m < PADDED; ++m)\n"
-       << "      x[j].e[m] = row < rows && m < moved ? src[(o * moved + m) * inner + i] : T();\n  }\n"
-       << "  #pragma unroll\n  for (int j = 0; j < PIX; ++j) {\n"
-       << "    const long long row = (block * PIX + j) * blockDim.x + threadIdx.x;\n"
-       << "    if (row < rows)\n"
-       << "      #pragma unroll\n      for (int v = 0; v < VECS; ++v) reinterpret_cast<uint4*>(dst)[row * VECS + v] = x[j].v[v];\n  }\n}\n";
-  if (uses(RelayoutCopy::kRegisterTranspose))
-    os << "// A lane per V x V block: V vectors of V elements read along inner (the 4 x 8 lanes of a warp\n"
-       << "// cover 4 V inner x 8 V moved: 64-byte runs of 8 rows), transposed in registers, written as V\n"
-       << "// vectors along moved (8 lanes write 8 V contiguous elements of one row). 8 warps a block, along inner.\n"
-       << "template <typename T, typename VT, int V>\n"
-       << "__device__ __forceinline__ void relayout_transpose_v(const T* __restrict__ src, T* __restrict__ dst, long long tile,\n"
-       << "                                                    long long moved, long long inner) {\n"
-       << "  constexpr int TM = 8 * V, TI = 32 * V;\n"
-       << "  const long long tiles_inner = (inner + TI - 1) / TI, tiles_moved = (moved + TM - 1) / TM;\n"
-       << "  const long long ti = tile % tiles_inner, tm = tile / tiles_inner % tiles_moved, o = tile / (tiles_inner * tiles_moved);\n"
-       << "  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;\n"
-       << "  const long long m0 = tm * TM + (lane % 8) * V, i0 = ti * TI + (warp * 4 + lane / 8) * V;\n"
-       << "  if (m0 >= moved || i0 >= inner) return;  // V divides both: a block is whole or absent\n"
-       << "  src += o * moved * inner;\n  dst += o * moved * inner;\n"
-       << "  union Vec { VT v; T e[V]; };\n"
-       << "  Vec in[V], out[V];\n"
-       << "  #pragma unroll\n  for (int j = 0; j < V; ++j) in[j].v = *reinterpret_cast<const VT*>(src + (m0 + j) * inner + i0);\n"
-       << "  #pragma unroll\n  for (int j = 0; j < V; ++j)\n"
-       << "    #pragma unroll\n    for (int l = 0; l < V; ++l) out[j].e[l] = in[l].e[j];\n"
-       << "  #pragma unroll\n  for (int j = 0; j < V; ++j) *reinterpret_cast<VT*>(dst + (i0 + j) * moved + m0) = out[j].v;\n}\n";
+}
+
+/// The copy of rows shorter than 32, staged whole and written as vectors along moved.
+void emit_relayout_rows(std::ostringstream& os, int threads) {
+  os << "// Rows shorter than 32 (a filter's taps): a block reads MC whole rows of [moved], one contiguous\n"
+     << "// run of 16-byte vectors, into shared memory (every load of a thread issued before the first is\n"
+     << "// stored, so that the block waits for memory once), then writes them as INNER runs of MC\n"
+     << "// elements along moved, 16-byte vectors gathered from the staged rows. [moved] is whole vectors.\n"
+     << "template <typename T, int INNER, int MC>\n"
+     << "__device__ __forceinline__ void relayout_rows(const T* __restrict__ src, T* __restrict__ dst, long long block,\n"
+     << "                                              long long moved) {\n"
+     << "  constexpr int THREADS = " << threads << ", V = 16 / sizeof(T);\n"
+     << "  constexpr int LOADS = (MC * INNER / V + THREADS - 1) / THREADS, STORES = (MC / V * INNER + THREADS - 1) / THREADS;\n"
+     << "  __shared__ uint4 stage[MC * INNER / V];\n"
+     << "  const T* rows = reinterpret_cast<const T*>(stage);\n"
+     << "  const long long chunks = (moved + MC - 1) / MC, o = block / chunks, m0 = block % chunks * MC;\n"
+     << "  const int mc = static_cast<int>(moved - m0 < MC ? moved - m0 : MC), loads = mc * INNER / V, runs = mc / V;\n"
+     << "  const uint4* from = reinterpret_cast<const uint4*>(src + (o * moved + m0) * INNER);\n"
+     << "  uint4 x[LOADS];\n"
+     << "  #pragma unroll\n  for (int j = 0; j < LOADS; ++j)\n"
+     << "    if (j * THREADS + threadIdx.x < loads) x[j] = from[j * THREADS + threadIdx.x];\n"
+     << "  #pragma unroll\n  for (int j = 0; j < LOADS; ++j)\n"
+     << "    if (j * THREADS + threadIdx.x < loads) stage[j * THREADS + threadIdx.x] = x[j];\n"
+     << "  __syncthreads();\n"
+     << "  dst += o * moved * INNER + m0;\n"
+     << "  #pragma unroll\n  for (int j = 0; j < STORES; ++j) {\n"
+     << "    const int u = j * THREADS + threadIdx.x;  // vector u % runs of destination row u / runs\n"
+     << "    if (u >= runs * INNER) break;\n"
+     << "    const int i = u / runs, m = u % runs * V;\n"
+     << "    union { uint4 v; T e[V]; } y;\n"
+     << "    #pragma unroll\n    for (int l = 0; l < V; ++l) y.e[l] = rows[(m + l) * INNER + i];\n"
+     << "    *reinterpret_cast<uint4*>(dst + i * moved + m) = y.v;\n  }\n}\n";
+}
+
+/// The copy of short rows of few elements along moved, gathered element by element.
+void emit_relayout_gather(std::ostringstream& os, int threads) {
+  os << "// Rows shorter than 32 of at most " << kRowsMinMoved - 1 << " elements along moved: gathered, " << kGatherPerBlock
+     << " destination elements a block.\n"
+     << "template <typename T>\n"
+     << "__device__ __forceinline__ void relayout_gather(const T* __restrict__ src, T* __restrict__ dst, long long block,\n"
+     << "                                               long long moved, long long inner, long long elements) {\n"
+     << "  constexpr int THREADS = " << threads << ", PER = (" << kGatherPerBlock << " + THREADS - 1) / THREADS;\n"
+     << "  T x[PER];\n"
+     << "  #pragma unroll\n  for (int j = 0; j < PER; ++j) {  // every load issued before the first store\n"
+     << "    const long long e = block * " << kGatherPerBlock << " + j * THREADS + threadIdx.x;\n"
+     << "    const long long m = e % moved, i = e / moved % inner, o = e / (moved * inner);\n"
+     << "    if (j * THREADS + threadIdx.x < " << kGatherPerBlock << " && e < elements) x[j] = src[(o * moved + m) * inner + i];\n  }\n"
+     << "  #pragma unroll\n  for (int j = 0; j < PER; ++j) {\n"
+     << "    const long long e = block * " << kGatherPerBlock << " + j * THREADS + threadIdx.x;\n"
+     << "    if (j * THREADS + threadIdx.x < " << kGatherPerBlock << " && e < elements) dst[e] = x[j];\n  }\n}\n";
+}
+
+/// The copy that pads [moved] with zeros to whole vectors.
+void emit_relayout_pad_rows(std::ostringstream& os) {
+  os << "// Copies with [moved] padded with zeros to PADDED elements, whole 16-byte vectors (a first\n"
+     << "// layer's channels): a thread builds " << kPadRowsPerThread << " destination rows ([inner] position i of [outer] o: the\n"
+     << "// [moved] values read along inner, consecutive threads at consecutive i, then zeros) and\n"
+     << "// stores each as 16-byte vectors, consecutive threads' rows side by side.\n"
+     << "template <typename T, int PADDED>\n"
+     << "__device__ __forceinline__ void relayout_pad_rows(const T* __restrict__ src, T* __restrict__ dst, long long block,\n"
+     << "                                                 long long moved, long long inner, long long rows) {\n"
+     << "  constexpr int PIX = " << kPadRowsPerThread << ", VECS = PADDED * sizeof(T) / 16;\n"
+     << "  union Row { uint4 v[VECS]; T e[PADDED]; };\n"
+     << "  Row x[PIX];\n"
+     << "  #pragma unroll\n  for (int j = 0; j < PIX; ++j) {\n"
+     << "    const long long row = (block * PIX + j) * blockDim.x + threadIdx.x, o = row / inner, i = row - o * inner;\n"
+     << "    #pragma unroll\n    for (int m = 0; m < PADDED; ++m)\n"
+     << "      x[j].e[m] = row < rows && m < moved ? src[(o * moved + m) * inner + i] : T();\n  }\n"
+     << "  #pragma unroll\n  for (int j = 0; j < PIX; ++j) {\n"
+     << "    const long long row = (block * PIX + j) * blockDim.x + threadIdx.x;\n"
+     << "    if (row < rows)\n"
+     << "      #pragma unroll\n      for (int v = 0; v < VECS; ++v) reinterpret_cast<uint4*>(dst)[row * VECS + v] = x[j].v[v];\n  }\n}\n";
+}
+
+/// The copy that transposes V x V blocks in registers, a lane each.
+void emit_relayout_transpose_v(std::ostringstream& os) {
+  os << "// A lane per V x V block: V vectors of V elements read along inner (the 4 x 8 lanes of a warp\n"
+     << "// cover 4 V inner x 8 V moved: 64-byte runs of 8 rows), transposed in registers, written as V\n"
+     << "// vectors along moved (8 lanes write 8 V contiguous elements of one row). 8 warps a block, along inner.\n"
+     << "template <typename T, typename VT, int V>\n"
+     << "__device__ __forceinline__ void relayout_transpose_v(const T* __restrict__ src, T* __restrict__ dst, long long tile,\n"
+     << "                                                    long long moved, long long inner) {\n"
+     << "  constexpr int TM = 8 * V, TI = 32 * V;\n"
+     << "  const long long tiles_inner = (inner + TI - 1) / TI, tiles_moved = (moved + TM - 1) / TM;\n"
+     << "  const long long ti = tile % tiles_inner, tm = tile / tiles_inner % tiles_moved, o = tile / (tiles_inner * tiles_moved);\n"
+     << "  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;\n"
+     << "  const long long m0 = tm * TM + (lane % 8) * V, i0 = ti * TI + (warp * 4 + lane / 8) * V;\n"
+     << "  if (m0 >= moved || i0 >= inner) return;  // V divides both: a block is whole or absent\n"
+     << "  src += o * moved * inner;\n  dst += o * moved * inner;\n"
+     << "  union Vec { VT v; T e[V]; };\n"
+     << "  Vec in[V], out[V];\n"
+     << "  #pragma unroll\n  for (int j = 0; j < V; ++j) in[j].v = *reinterpret_cast<const VT*>(src + (m0 + j) * inner + i0);\n"
+     << "  #pragma unroll\n  for (int j = 0; j < V; ++j)\n"
+     << "    #pragma unroll\n    for (int l = 0; l < V; ++l) out[j].e[l] = in[l].e[j];\n"
+     << "  #pragma unroll\n  for (int j = 0; j < V; ++j) *reinterpret_cast<VT*>(dst + (i0 + j) * moved + m0) = out[j].v;\n}\n";
+}
+
+/// The prologue kernel: each block copies its part of operand A's or B's copy; records where
+/// each copy lies in the workspace, how many blocks the kernel takes and the workspace's size.
+void emit_relayout_entry(std::ostringstream& os, KernelSource& k, const ImplicitGemm& g) {
+  std::int64_t offset = round_up(k.workspace_bytes, 256), blocks = 0;
   os << "extern \"C\" __global__ void __launch_bounds__(" << k.relayout_threads << ")\n"
      << k.relayout_name << "(const void* __restrict__ a_src, const void* __restrict__ b_src, unsigned char* __restrict__ workspace) {\n"
      << "  long long block = blockIdx.x;\n";
@@ -1150,6 +1215,20 @@ void emit_relayout(KernelSource& k, const ImplicitGemm& g) {
      << "  return;\n}\n";
   k.relayout_blocks = blocks;
   k.workspace_bytes = offset;
+}
+
+}  // namespace
+
+void emit_relayout(KernelSource& k, const ImplicitGemm& g) {
+  k.relayout_name = k.name + "_prologue";
+  std::ostringstream os;
+  emit_relayout_transpose(os);
+  const auto uses = [&](RelayoutCopy c) { return relayout_copy(g.relayout[0]) == c || relayout_copy(g.relayout[1]) == c; };
+  if (uses(RelayoutCopy::kRows)) emit_relayout_rows(os, k.relayout_threads);
+  if (uses(RelayoutCopy::kGather)) emit_relayout_gather(os, k.relayout_threads);
+  if (uses(RelayoutCopy::kPadRows)) emit_relayout_pad_rows(os);
+  if (uses(RelayoutCopy::kRegisterTranspose)) emit_relayout_transpose_v(os);
+  emit_relayout_entry(os, k, g);
   k.code += os.str();
 }
 

@@ -71,33 +71,11 @@ std::string fragment_type(DType t) {
   return storage_type(t);
 }
 
-KernelSource emit_wmma(const ImplicitGemm& g, const ScheduleParams& p) {
-  TMAP_CHECK(g.hw->family == "wmma", "the WMMA emitter needs a WMMA abstraction");
-  const std::string ta = storage_type(g.hw->a_dtype), tb = storage_type(g.hw->b_dtype),
-                    tacc = storage_type(g.hw->d_dtype),
-                    tout = storage_type(g.compute->tensor_of(g.compute->output).dtype);
-  const auto im = g.shape[Axis::kI], in = g.shape[Axis::kJ], ik = g.shape[Axis::kK];
-  const bool a_row = g.layout[0] == 'n', b_row = g.layout[1] == 'n', c_row = g.layout[2] == 'n';
-  // Sub-byte operands are packed two to a byte; shared tiles hold them packed too.
-  const int a_pack = dtype_bits(g.hw->a_dtype) < 8 ? 2 : 1, b_pack = dtype_bits(g.hw->b_dtype) < 8 ? 2 : 1;
-
-  KernelSource k = kernel_shell(g, p, block_threads(g, p));
-  const bool split = p.split_k > 1;
-  const std::string tpart = partial_type(g);
-
-  std::ostringstream os;
-  emit_header(os, g);
-  os << "#include <mma.h>\n#include <cuda_fp16.h>\n#include <cuda_bf16.h>\nusing namespace nvcuda;\n\n"
-     << "namespace {\n";
-  emit_common_constants(os, g, p, k.threads);
-  os << "constexpr int IM = " << im << ", IN = " << in << ", IK = " << ik << ";  // intrinsic shape\n"
-     << "constexpr int FM = WM / IM, FN = WN / IN;  // fragments per warp\n"
-     << "constexpr int VEC_A = " << p.vec_a << ", VEC_B = " << p.vec_b << ";  // elements per global load\n"
-     << "constexpr int PACK_A = " << a_pack << ", PACK_B = " << b_pack << ";  // elements per stored byte or more\n"
-     << "// Shared tiles: A " << (a_row ? "[BM][BK + pad] row-major" : "[BK][BM + pad] column-major") << ", B "
-     << (b_row ? "[BK][BN + pad] row-major" : "[BN][BK + pad] column-major") << ", D "
-     << (c_row ? "[BM][BN + pad] row-major" : "[BN][BM + pad] column-major") << "\n"
-     << "constexpr int C_LD = " << (c_row ? "BN" : "BM") << " + " << p.smem_pad << ";\n";
+/// Each operand's shared tile layout: its leading dimension, elements per stage, and the index
+/// function a_at / b_at.
+void emit_tile_layouts(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p) {
+  const bool a_row = g.layout[0] == 'n', b_row = g.layout[1] == 'n';
+  const std::string ta = storage_type(g.hw->a_dtype);
   // Each operand tile is R x C (rows x columns as stored); fragments are FR x FC. Rows layout:
   // element (r, c) at r * LD + c. Panels layout: columns cut into panels FC wide, element
   // (r, c) at (c / FC) * (R * LD) + r * LD + c % FC, so each fragment starts a panel.
@@ -121,6 +99,89 @@ KernelSource emit_wmma(const ImplicitGemm& g, const ScheduleParams& p) {
   if (b_row) tile_index("b_at", "B_LD", "B_TILE", "BK", "BN", "IN");
   else tile_index("b_at", "B_LD", "B_TILE", "BN", "BK", "IK");
   os << "constexpr int A_BYTES = (A_TILE / PACK_A * (int)sizeof(" << ta << ") + 127) / 128 * 128;\n\n";
+}
+
+/// The kernel's lambda that multiplies the tiles of one shared buffer into the accumulators.
+void emit_compute_lambda(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p) {
+  const bool a_row = g.layout[0] == 'n', b_row = g.layout[1] == 'n';
+  const std::string ta = storage_type(g.hw->a_dtype), tb = storage_type(g.hw->b_dtype);
+  const bool tf32 = g.hw->a_dtype == DType::kTFloat32;
+  const std::string unroll = unroll_pragma(p);
+  os << "  // Multiplies the tiles in shared buffer `buf` into the accumulators.\n"
+     << "  auto compute = [&](int buf) {\n"
+     << "    const " << ta << "* a = As + buf * (A_TILE / PACK_A);\n"
+     << "    const " << tb << "* b = Bs + buf * (B_TILE / PACK_B);\n"
+     << "    " << unroll << "    for (int kk = 0; kk < BK; kk += IK) {\n"
+     << "      wmma::fragment<wmma::matrix_a, IM, IN, IK, " << fragment_type(g.hw->a_dtype) << ", wmma::"
+     << (a_row ? "row_major" : "col_major") << "> fa[FM];\n"
+     << "      wmma::fragment<wmma::matrix_b, IM, IN, IK, " << fragment_type(g.hw->b_dtype) << ", wmma::"
+     << (b_row ? "row_major" : "col_major") << "> fb[FN];\n"
+     << "      " << unroll << "      for (int i = 0; i < FM; ++i) {\n"
+     << "        wmma::load_matrix_sync(fa[i], a + " << (a_row ? "a_at(wm0 + i * IM, kk)" : "a_at(kk, wm0 + i * IM)")
+     << " / PACK_A, A_LD);\n"
+     << (tf32 ? "        for (int t = 0; t < fa[i].num_elements; ++t) fa[i].x[t] = wmma::__float_to_tf32(fa[i].x[t]);\n" : "")
+     << "      }\n"
+     << "      " << unroll << "      for (int j = 0; j < FN; ++j) {\n"
+     << "        wmma::load_matrix_sync(fb[j], b + " << (b_row ? "b_at(kk, wn0 + j * IN)" : "b_at(wn0 + j * IN, kk)")
+     << " / PACK_B, B_LD);\n"
+     << (tf32 ? "        for (int t = 0; t < fb[j].num_elements; ++t) fb[j].x[t] = wmma::__float_to_tf32(fb[j].x[t]);\n" : "")
+     << "      }\n"
+     << "      " << unroll << "      for (int i = 0; i < FM; ++i)\n"
+     << "        for (int j = 0; j < FN; ++j) wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);\n"
+     << "    }\n  };\n\n";
+}
+
+/// Fragments to shared memory, then each element to the output (or, split, to the partial sums).
+void emit_wmma_epilogue(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p) {
+  const bool c_row = g.layout[2] == 'n', split = p.split_k > 1;
+  const std::string tacc = storage_type(g.hw->d_dtype), tpart = partial_type(g),
+                    tout = storage_type(g.compute->tensor_of(g.compute->output).dtype);
+  os << "  // Epilogue: fragments to shared memory, then scattered to the output.\n"
+     << "  " << tacc << "* Cs = reinterpret_cast<" << tacc << "*>(smem);\n"
+     << "  for (int i = 0; i < FM; ++i)\n    for (int j = 0; j < FN; ++j)\n"
+     << "      wmma::store_matrix_sync(Cs + "
+     << (c_row ? "(wm0 + i * IM) * C_LD + wn0 + j * IN" : "(wn0 + j * IN) * C_LD + wm0 + i * IM")
+     << ", acc[i][j], C_LD, wmma::" << (c_row ? "mem_row_major" : "mem_col_major") << ");\n"
+     << "  __syncthreads();\n"
+     << "  for (int e = threadIdx.x; e < BM * BN; e += THREADS) {\n"
+     << (c_row ? "    const int mm = e / BN, nn = e % BN;\n    const " + tacc + " value = Cs[mm * C_LD + nn];\n"
+               : "    const int nn = e / BM, mm = e % BM;\n    const " + tacc + " value = Cs[nn * C_LD + mm];\n");
+  if (split)
+    os << "    // Partial sum of this split: partial[split][z][m][n], summed by the reduce kernel.\n"
+       << "    const int m = m0 + mm, n = n0 + nn;\n"
+       << "    if (m < M && n < N) partial[((long long)(split * BATCH + z) * M + m) * N + n] = (" << tpart << ")value;\n";
+  else
+    os << "    store_d(out, m0 + mm, n0 + nn, z, " << (tout == tacc ? "value" : "(" + tout + ")value") << ");\n";
+  os << "  }\n}\n";
+}
+
+KernelSource emit_wmma(const ImplicitGemm& g, const ScheduleParams& p) {
+  TMAP_CHECK(g.hw->family == "wmma", "the WMMA emitter needs a WMMA abstraction");
+  const std::string ta = storage_type(g.hw->a_dtype), tb = storage_type(g.hw->b_dtype),
+                    tacc = storage_type(g.hw->d_dtype),
+                    tout = storage_type(g.compute->tensor_of(g.compute->output).dtype);
+  const auto im = g.shape[Axis::kI], in = g.shape[Axis::kJ], ik = g.shape[Axis::kK];
+  const bool a_row = g.layout[0] == 'n', b_row = g.layout[1] == 'n', c_row = g.layout[2] == 'n';
+  // Sub-byte operands are packed two to a byte; shared tiles hold them packed too.
+  const int a_pack = dtype_bits(g.hw->a_dtype) < 8 ? 2 : 1, b_pack = dtype_bits(g.hw->b_dtype) < 8 ? 2 : 1;
+
+  KernelSource k = kernel_shell(g, p, block_threads(g, p));
+  const std::string tpart = partial_type(g);
+
+  std::ostringstream os;
+  emit_header(os, g);
+  os << "#include <mma.h>\n#include <cuda_fp16.h>\n#include <cuda_bf16.h>\nusing namespace nvcuda;\n\n"
+     << "namespace {\n";
+  emit_common_constants(os, g, p, k.threads);
+  os << "constexpr int IM = " << im << ", IN = " << in << ", IK = " << ik << ";  // intrinsic shape\n"
+     << "constexpr int FM = WM / IM, FN = WN / IN;  // fragments per warp\n"
+     << "constexpr int VEC_A = " << p.vec_a << ", VEC_B = " << p.vec_b << ";  // elements per global load\n"
+     << "constexpr int PACK_A = " << a_pack << ", PACK_B = " << b_pack << ";  // elements per stored byte or more\n"
+     << "// Shared tiles: A " << (a_row ? "[BM][BK + pad] row-major" : "[BK][BM + pad] column-major") << ", B "
+     << (b_row ? "[BK][BN + pad] row-major" : "[BN][BK + pad] column-major") << ", D "
+     << (c_row ? "[BM][BN + pad] row-major" : "[BN][BM + pad] column-major") << "\n"
+     << "constexpr int C_LD = " << (c_row ? "BN" : "BM") << " + " << p.smem_pad << ";\n";
+  emit_tile_layouts(os, g, p);
   if (p.async_copy) emit_cp_async_helpers(os);
   emit_shift_helpers(os, g, p);
   if (a_pack > 1 || b_pack > 1)
@@ -133,8 +194,6 @@ KernelSource emit_wmma(const ImplicitGemm& g, const ScheduleParams& p) {
   emit_output_scatter(os, g, tout, 1, 'n');
   os << "}  // namespace\n\n";
 
-  const bool tf32 = g.hw->a_dtype == DType::kTFloat32;
-  const std::string unroll = unroll_pragma(p);
   os << "extern \"C\" __global__ void __launch_bounds__(THREADS)\n"
      << k.name << "(const " << ta << "* __restrict__ a_src, const " << tb << "* __restrict__ b_src, " << tout
      << "* __restrict__ out, " << tpart << "* __restrict__ partial) {\n"
@@ -158,47 +217,10 @@ KernelSource emit_wmma(const ImplicitGemm& g, const ScheduleParams& p) {
                    gather_b = gather_tile('b', b_row, p.vec_b, b_pack, copies_shifted(g, p, 1));
   const bool staged = emit_tile_loads(os, g, p, k.threads, gather_a, gather_b, ta + "* a = As + buf * (A_TILE / PACK_A)",
                                       tb + "* b = Bs + buf * (B_TILE / PACK_B)");
-  os << "  // Multiplies the tiles in shared buffer `buf` into the accumulators.\n"
-     << "  auto compute = [&](int buf) {\n"
-     << "    const " << ta << "* a = As + buf * (A_TILE / PACK_A);\n"
-     << "    const " << tb << "* b = Bs + buf * (B_TILE / PACK_B);\n"
-     << "    " << unroll << "    for (int kk = 0; kk < BK; kk += IK) {\n"
-     << "      wmma::fragment<wmma::matrix_a, IM, IN, IK, " << fragment_type(g.hw->a_dtype) << ", wmma::"
-     << (a_row ? "row_major" : "col_major") << "> fa[FM];\n"
-     << "      wmma::fragment<wmma::matrix_b, IM, IN, IK, " << fragment_type(g.hw->b_dtype) << ", wmma::"
-     << (b_row ? "row_major" : "col_major") << "> fb[FN];\n"
-     << "      " << unroll << "      for (int i = 0; i < FM; ++i) {\n"
-     << "        wmma::load_matrix_sync(fa[i], a + " << (a_row ? "a_at(wm0 + i * IM, kk)" : "a_at(kk, wm0 + i * IM)")
-     << " / PACK_A, A_LD);\n"
-     << (tf32 ? "        for (int t = 0; t < fa[i].num_elements; ++t) fa[i].x[t] = wmma::__float_to_tf32(fa[i].x[t]);\n" : "")
-     << "      }\n"
-     << "      " << unroll << "      for (int j = 0; j < FN; ++j) {\n"
-     << "        wmma::load_matrix_sync(fb[j], b + " << (b_row ? "b_at(kk, wn0 + j * IN)" : "b_at(wn0 + j * IN, kk)")
-     << " / PACK_B, B_LD);\n"
-     << (tf32 ? "        for (int t = 0; t < fb[j].num_elements; ++t) fb[j].x[t] = wmma::__float_to_tf32(fb[j].x[t]);\n" : "")
-     << "      }\n"
-     << "      " << unroll << "      for (int i = 0; i < FM; ++i)\n"
-     << "        for (int j = 0; j < FN; ++j) wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);\n"
-     << "    }\n  };\n\n";
+  emit_compute_lambda(os, g, p);
   emit_main_loop(os, p, staged);
   emit_dependents_trigger(os, p);
-  os << "  // Epilogue: fragments to shared memory, then scattered to the output.\n"
-     << "  " << tacc << "* Cs = reinterpret_cast<" << tacc << "*>(smem);\n"
-     << "  for (int i = 0; i < FM; ++i)\n    for (int j = 0; j < FN; ++j)\n"
-     << "      wmma::store_matrix_sync(Cs + "
-     << (c_row ? "(wm0 + i * IM) * C_LD + wn0 + j * IN" : "(wn0 + j * IN) * C_LD + wm0 + i * IM")
-     << ", acc[i][j], C_LD, wmma::" << (c_row ? "mem_row_major" : "mem_col_major") << ");\n"
-     << "  __syncthreads();\n"
-     << "  for (int e = threadIdx.x; e < BM * BN; e += THREADS) {\n"
-     << (c_row ? "    const int mm = e / BN, nn = e % BN;\n    const " + tacc + " value = Cs[mm * C_LD + nn];\n"
-               : "    const int nn = e / BM, mm = e % BM;\n    const " + tacc + " value = Cs[nn * C_LD + mm];\n");
-  if (split)
-    os << "    // Partial sum of this split: partial[split][z][m][n], summed by the reduce kernel.\n"
-       << "    const int m = m0 + mm, n = n0 + nn;\n"
-       << "    if (m < M && n < N) partial[((long long)(split * BATCH + z) * M + m) * N + n] = (" << tpart << ")value;\n";
-  else
-    os << "    store_d(out, m0 + mm, n0 + nn, z, " << (tout == tacc ? "value" : "(" + tout + ")value") << ");\n";
-  os << "  }\n}\n";
+  emit_wmma_epilogue(os, g, p);
   emit_split_reduce(os, k, tpart, tout);
   k.code = os.str();
   return k;
