@@ -800,37 +800,53 @@ void emit_persistent_loops(std::ostringstream& os, const ImplicitGemm& g, const 
      << (pair ? "  cluster_sync();  // no block leaves while the other may still arrive on its barriers\n" : "") << "}\n";
 }
 
-KernelSource emit_wgmma(const ImplicitGemm& g, const ScheduleParams& p) {
-  TMAP_CHECK(g.hw->family == "wgmma", "the wgmma emitter needs a wgmma abstraction");
-  const std::string ta = storage_type(g.hw->a_dtype), tb = storage_type(g.hw->b_dtype),
-                    tacc = accumulator_type(g.hw->d_dtype),
-                    tout = storage_type(g.compute->tensor_of(g.compute->output).dtype);
-  const auto im = g.shape[Axis::kI], ik = g.shape[Axis::kK];
-  TMAP_CHECK(im == 64, "wgmma kernels are written for m64 intrinsics");
-  const StoredTile sa = stored_tile(g, p, 0), sb = stored_tile(g, p, 1);
-  TMAP_CHECK(sa.bytes * ik == 32, "a wgmma step reads 32 bytes of k");
-  const bool a_mn = stored_along_mn(g, 0), b_mn = stored_along_mn(g, 1);
-  const OutVector ov = out_vector(g, p);
-  const bool c_row = ov.along == 'n';
+/// One wgmma kernel being emitted: its GEMM and schedule, its launch (the tensor maps go in it),
+/// the stored tiles, and with a producer each operand's TMA view.
+struct WgmmaKernel {
+  WgmmaKernel(const ImplicitGemm& g, const ScheduleParams& p)
+      : g(g), p(p), k(kernel_shell(g, p, block_threads(g, p))), sa(stored_tile(g, p, 0)), sb(stored_tile(g, p, 1)),
+        a_mn(stored_along_mn(g, 0)), b_mn(stored_along_mn(g, 1)), c_row(out_vector(g, p).along == 'n'),
+        ws(p.producer != 0), persistent(p.producer == 2), pair(pairs_blocks(p)), ta(storage_type(g.hw->a_dtype)),
+        tb(storage_type(g.hw->b_dtype)), tacc(accumulator_type(g.hw->d_dtype)),
+        tout(storage_type(g.compute->tensor_of(g.compute->output).dtype)), tpart(partial_type(g)) {}
 
-  KernelSource k = kernel_shell(g, p, block_threads(g, p));
-  const std::string tpart = partial_type(g);
-  const bool ws = p.producer != 0, persistent = p.producer == 2, pair = pairs_blocks(p);
-  if (pair) {  // pairs of blocks along x, each pair one tile twice as tall (cluster 2) or wide (3)
+  const ImplicitGemm& g;
+  const ScheduleParams& p;
+  KernelSource k;
+  StoredTile sa, sb;
+  bool a_mn, b_mn, c_row;
+  bool ws, persistent, pair;  ///< A producer warpgroup; a persistent one; pairs of blocks in a cluster.
+  std::string ta, tb, tacc, tout, tpart;
+  std::vector<TmaDim> views[2];  ///< With a producer, each operand's TMA view
+  Im2colView im2col[2];          ///< or its im2col view (im2col[which].rank > 0).
+};
+
+/// Pairs of blocks along x, each pair one tile twice as tall (cluster 2) or wide (3); a persistent
+/// kernel's tiles in one launch dimension, taken with a grid stride (split_k is 1).
+void configure_launch(WgmmaKernel& w) {
+  const ImplicitGemm& g = w.g;
+  const ScheduleParams& p = w.p;
+  KernelSource& k = w.k;
+  const bool pair = w.pair, persistent = w.persistent;
+  if (pair) {
     const std::int64_t pair_m = p.cluster == 2 ? 2 * p.block_m : p.block_m, pair_n = p.cluster == 3 ? 2 * p.block_n : p.block_n;
     k.grid = {2 * ((g.M + pair_m - 1) / pair_m) * ((g.N + pair_n - 1) / pair_n), 1, g.batch};
     k.cluster_x = 2;
   }
-  if (persistent) {  // one launch dimension of tiles, taken with a grid stride (split_k is 1)
+  if (persistent) {
     k.grid = {k.grid[0] * k.grid[1] * k.grid[2], 1, 1};
     k.persistent = true;
   }
+}
 
-  std::ostringstream os;
-  emit_header(os, g);
-  os << "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n\n"
-     << "namespace {\n";
-  emit_common_constants(os, g, p, k.threads);
+/// The kernel's constants: the intrinsic, the accumulators, each operand's swizzled tile and its
+/// index function, the stage sizes and the epilogue's leading dimension.
+void emit_constants(std::ostringstream& os, const WgmmaKernel& w) {
+  const ImplicitGemm& g = w.g;
+  const ScheduleParams& p = w.p;
+  const StoredTile &sa = w.sa, &sb = w.sb;
+  const bool a_mn = w.a_mn, b_mn = w.b_mn, c_row = w.c_row, persistent = w.persistent;
+  const auto ik = g.shape[Axis::kK];
   os << "constexpr int IK = " << ik << ";  // k of one wgmma (32 bytes)\n"
      << "constexpr int MI = WM / 64;  // m64 accumulators per warpgroup\n"
      << "constexpr int ACC = WN / 2;  // registers of one m64 x n" << p.warp_n << " accumulator per thread\n"
@@ -850,8 +866,17 @@ KernelSource emit_wgmma(const ImplicitGemm& g, const ScheduleParams& p) {
   os << "constexpr int A_BYTES = " << tile_bytes(g, p, 0) << ";  // one stage of A, whole 1024-byte atoms\n"
      << "constexpr int B_BYTES = " << tile_bytes(g, p, 1) << ";\n"
      << "constexpr int C_LD = " << (persistent ? persistent_c_ld(g, c_row) : c_row ? "BN + 8" : "BM + 4") << ";\n\n";
-  std::vector<TmaDim> views[2];  // with a producer, each operand's TMA view
-  Im2colView im2col[2];          // or its im2col view (im2col[which].rank > 0)
+}
+
+/// With a producer: each operand's tensor map (a pair's shared operand loads half the rows), the
+/// TMA and mbarrier helpers and the ring's offsets; without, the cp.async and shift helpers.
+void emit_copy_setup(std::ostringstream& os, WgmmaKernel& w) {
+  const ImplicitGemm& g = w.g;
+  const ScheduleParams& p = w.p;
+  KernelSource& k = w.k;
+  const bool pair = w.pair, persistent = w.persistent;
+  std::vector<TmaDim>* views = w.views;
+  Im2colView* im2col = w.im2col;
   if (p.producer) {
     for (int which = 0; which < 2; ++which) {
       const std::string why = tma_source(g, which, views[which], &im2col[which]);
@@ -879,7 +904,10 @@ KernelSource emit_wgmma(const ImplicitGemm& g, const ScheduleParams& p) {
     emit_cp_async_helpers(os);
     emit_shift_helpers(os, g, p);
   }
-  emit_cluster_helpers(os, p);
+}
+
+/// wgmma's own helpers: the shared-memory matrix descriptor, fences, commit and wait.
+void emit_wgmma_helpers(std::ostringstream& os, const ScheduleParams& p, const std::string& tacc) {
   os << "// A shared-memory matrix descriptor: start address, leading and stride byte offsets (each in\n"
      << "// 16-byte units), " << line_bytes(p) << "-byte swizzle (layout type " << p.swizzle << ").\n"
      << "__device__ __forceinline__ unsigned long long smem_desc(const void* p, unsigned lbo, unsigned sbo) {\n"
@@ -895,15 +923,14 @@ KernelSource emit_wgmma(const ImplicitGemm& g, const ScheduleParams& p) {
      << "// Keeps the compiler from moving reads or writes of r across the asynchronous wgmma.\n"
      << "__device__ __forceinline__ void fence_operand(" << tacc << "& r) { asm volatile(\"\" : \"+"
      << (tacc == "int" ? "r" : "f") << "\"(r) :: \"memory\"); }\n\n";
-  emit_wgmma_call(os, g, p);
-  if (p.a_regs == 1) emit_a_fragment_loader(os, g, ta);
-  if (!p.producer) {
-    emit_operand_loader(os, g, p, 0);
-    emit_operand_loader(os, g, p, 1);
-  }
-  emit_output_scatter(os, g, tout, ov.width, ov.along);
-  // Descriptor offsets (16-byte units) of accumulator i's A and of B at sub-step kk, from the
-  // warpgroup's base descriptor.
+}
+
+/// Descriptor offsets (16-byte units) of accumulator i's A and of B at sub-step kk, from the
+/// warpgroup's base descriptor.
+void emit_descriptor_offsets(std::ostringstream& os, const WgmmaKernel& w) {
+  const ScheduleParams& p = w.p;
+  const bool a_mn = w.a_mn, b_mn = w.b_mn;
+  const StoredTile &sa = w.sa, &sb = w.sb;
   os << "__device__ constexpr unsigned long long a_offset(int i, int kk) {\n";
   if (a_mn)
     os << "  return (((64 * i) / A_W * A_ROWS + kk) * " << line_bytes(p) << ") >> 4;\n}\n";
@@ -915,8 +942,16 @@ KernelSource emit_wgmma(const ImplicitGemm& g, const ScheduleParams& p) {
     os << "  return (kk * " << line_bytes(p) << ") >> 4;\n}\n";
   else
     os << "  return ((kk / B_W) * B_ROWS * " << line_bytes(p) << " + (kk % B_W) * " << sb.bytes << ") >> 4;\n}\n";
-  os << "}  // namespace\n\n";
+}
 
+/// The kernel's signature, shared tiles, block origin (a pair's, a persistent block's tiles),
+/// warpgroup origin, accumulators and share of the steps.
+void emit_entry(std::ostringstream& os, const WgmmaKernel& w) {
+  const ImplicitGemm& g = w.g;
+  const ScheduleParams& p = w.p;
+  const KernelSource& k = w.k;
+  const std::string &ta = w.ta, &tb = w.tb, &tacc = w.tacc, &tout = w.tout, &tpart = w.tpart;
+  const bool ws = w.ws, pair = w.pair, persistent = w.persistent;
   os << "extern \"C\" __global__ void " << cluster_attribute(p) << "__launch_bounds__(THREADS, 1)\n"
      << k.name << "(const " << ta << "* __restrict__ a_src, const " << tb << "* __restrict__ b_src, " << tout
      << "* __restrict__ out, " << tpart << "* __restrict__ partial"
@@ -957,14 +992,14 @@ KernelSource emit_wgmma(const ImplicitGemm& g, const ScheduleParams& p) {
   if (!persistent)
     os << "  // This block's share of the steps: [first, last).\n"
        << "  const int first = (int)((long long)STEPS * split / SPLIT_K), last = (int)((long long)STEPS * (split + 1) / SPLIT_K);\n";
-  bool staged = false;  // operands copied in shifted vectors: fetched into registers, stored later
-  if (!ws) {
-    const GatherTile gather_a = gather_tile('a', a_mn, p.vec_a, 1, copies_shifted(g, p, 0)),
-                     gather_b = gather_tile('b', b_mn, p.vec_b, 1, copies_shifted(g, p, 1));
-    staged = emit_tile_loads(os, g, p, k.threads, gather_a, gather_b,
-                             ta + "* a = As + buf * (A_BYTES / (int)sizeof(" + ta + "))",
-                             tb + "* b = Bs + buf * (B_BYTES / (int)sizeof(" + tb + "))");
-  }
+}
+
+/// The stage descriptors and the lambda that issues the wgmmas of one shared buffer (A from
+/// shared memory, or from registers loaded with ldmatrix).
+void emit_compute_lambda(std::ostringstream& os, const WgmmaKernel& w) {
+  const ScheduleParams& p = w.p;
+  const bool a_mn = w.a_mn, b_mn = w.b_mn;
+  const std::string& ta = w.ta;
   const int lb = line_bytes(p);
   const std::string a_base = a_mn ? "(wm0 / A_W) * A_ROWS * A_W" : "wm0 * A_W";
   const std::string b_base = b_mn ? "(wn0 / B_W) * B_ROWS * B_W" : "wn0 * B_W";
@@ -1002,97 +1037,114 @@ KernelSource emit_wgmma(const ImplicitGemm& g, const ScheduleParams& p) {
        << "    #pragma unroll\n    for (int kk = 0; kk < BK; kk += IK)\n"
        << "      #pragma unroll\n      for (int i = 0; i < MI; ++i) wgmma(acc[i], da + a_offset(i, kk), db + b_offset(kk));\n"
        << "    wgmma_commit();\n  };\n\n";
-  if (ws) {
-    // One TMA box per column block (one swizzled line wide) of each operand's stage.
-    auto loads = [&](int which) {
-      const TensorMapSpec& m = k.tensor_maps[which];
-      const StoredTile& t = which == 0 ? sa : sb;
-      if (m.im2col) return im2col_loads(g, im2col[which], static_cast<int>(t.cols / line(t, p)));
-      const std::string up = which == 0 ? "A" : "B", base = which == 0 ? "As" : "Bs";
-      // A pair's shared operand: this block loads rows [cta_rank, cta_rank + 1) x ROWS / 2 of each
-      // column block into both blocks.
-      const bool half = which == pair_shared_operand(p);
-      const std::string offset = half ? " + cta_rank * (" + up + "_ROWS / 2)" : "";
-      std::ostringstream l;
-      l << "        #pragma unroll\n        for (int blk = 0; blk < " << t.cols / line(t, p) << "; ++blk)\n"
-        << "          tma_" << (half ? "multicast_" : "load_") << m.rank << "d(" << base << " + buf * (" << up
-        << "_BYTES / (int)sizeof(*" << base << ")) + blk * " << up << "_ROWS * " << up << "_W"
-        << (half ? " + cta_rank * (" + up + "_ROWS / 2) * " + up + "_W" : "") << ", tma_" << (which == 0 ? "a" : "b")
-        << ", &full[buf]";
-      for (const TmaDim& d : views[which])
-        l << ",\n              " << tma_coordinate(g, which, d, "blk") << (d.role == TmaDim::kRows ? offset : "");
-      l << ");\n";
-      return l.str();
-    };
-    if (persistent) {
-      emit_persistent_loops(os, g, p, sa, sb, tacc, tout, c_row,
-                            (im2col[0].rank ? im2col_origin(g, im2col[0]) : "") + (im2col[1].rank ? im2col_origin(g, im2col[1]) : ""),
-                            loads(0) + loads(1));
-      k.code = os.str();
-      return k;
-    }
-    os << "  // Warp specialization: the last warpgroup produces, the others consume. Stage buffer b is\n"
-       << "  // full when full[b]'s phase completes (the producer's arrival and the bytes of its TMA boxes)\n"
-       << "  // and empty again when empty[b]'s does (one arrival per consumer warp after its wgmmas on b\n"
-       << "  // retired); the n-th use of a buffer waits for phase parity n % 2.\n"
-       << ring_barriers(sa, sb, pair)
-       << (pair ? "  cluster_sync();  // both blocks' mbarriers are initialized before either's copies reach them\n"
-                : "  __syncthreads();\n")
-       << "  if (wg == CONSUMERS) {\n"
-       << set_registers(g, p, true, "    ")
-       << "    if (threadIdx.x % 128 == 0) {  // one thread issues every copy\n"
-       << (im2col[0].rank ? im2col_origin(g, im2col[0]) : "") << (im2col[1].rank ? im2col_origin(g, im2col[1]) : "")
-       << "      for (int step = first; step < last; ++step) {\n"
-       << "        const int t = step - first, buf = t % STAGES;\n"
-       << "        if (t >= STAGES) mbar_wait(&empty[buf], (t / STAGES - 1) & 1);\n"
-       << "        mbar_expect_tx(&full[buf], STAGE_TX);\n"
-       << "        const int s = step / K_TILES, k0 = (step % K_TILES) * BK;\n"
-       << "        (void)s;\n"
-       << loads(0) << loads(1)
-       << "      }\n"
-       << "    }\n"
-       << "  } else {\n"
-       << set_registers(g, p, false, "    ")
-       << step_loop(p, "    ", "first", "last",
-                    "      const int t = step - first, buf = t % STAGES;\n      " + wait_call(p) +
-                        "(&full[buf], (t / STAGES) & 1);\n"
-                        "      compute(buf$A);\n"
-                        "      wgmma_wait<1>();  // the previous step's wgmmas are done: release its buffer\n"
-                        "      if (t > 0 && lane == 0) " +
-                        (pair ? "release_pair" : "mbar_arrive") + "(&empty[(t + STAGES - 1) % STAGES]);\n",
-                    false)
-       << "    wgmma_wait<0>();\n"
-       << "  }\n"
-       << "  #pragma unroll\n  for (int i = 0; i < MI; ++i)\n"
-       << "    #pragma unroll\n    for (int r = 0; r < ACC; ++r) fence_operand(acc[i][r]);\n"
-       << "  __syncthreads();  // every box was consumed: the epilogue reuses the buffers\n\n";
-  } else {
-    os << "  // The ring: copies run STAGES - 2 steps ahead; the buffer refilled at a step was read two steps\n"
-       << "  // before, whose wgmmas every warpgroup retired (wait_group 1) before this step's barrier.\n"
-       << (staged ? "  // Shifted copies are fetched into registers with the step's copies and stored into their\n"
-                    "  // buffer once the step's wgmmas are issued; the next step's fence and barrier make the\n"
-                    "  // stores visible to wgmma. (Stored a step later instead, c1d_a was no faster on the H100.)\n"
-                  : "")
-       << "  for (int t = 0; t < STAGES - 2; ++t) {\n"
-       << "    if (first + t < last) {\n      load_tiles(first + t, t);\n" << (staged ? "      store_staged(t);\n" : "")
-       << "    }\n"
-       << "    cp_async_commit();\n  }\n"
-       << step_loop(p, "  ", "first", "last",
-                    std::string("    const int t = step - first;\n"
-                                "    cp_async_wait<STAGES - 3>();  // this thread's copies of `step` have landed\n"
-                                "    fence_proxy_async();\n"
-                                "    __syncthreads();  // and every thread's\n"
-                                "    if (step + STAGES - 2 < last) load_tiles(step + STAGES - 2, (t + STAGES - 2) % STAGES);\n"
-                                "    cp_async_commit();\n"
-                                "    compute(t % STAGES$A);\n") +
-                        (staged ? "    if (step + STAGES - 2 < last) store_staged((t + STAGES - 2) % STAGES);\n" : "") +
-                        "    wgmma_wait<1>();  // the previous step's wgmmas are done\n",
-                    false)
-       << "  wgmma_wait<0>();\n"
-       << "  #pragma unroll\n  for (int i = 0; i < MI; ++i)\n"
-       << "    #pragma unroll\n    for (int r = 0; r < ACC; ++r) fence_operand(acc[i][r]);\n"
-       << "  cp_async_wait<0>();\n  __syncthreads();  // the epilogue reuses the buffers\n\n";
-  }
+}
+
+/// The producer's TMA boxes of operand `which` for stage `buf`: one box per column block (one
+/// swizzled line wide), or an im2col view's.
+std::string tma_loads(const WgmmaKernel& w, int which) {
+  const ImplicitGemm& g = w.g;
+  const ScheduleParams& p = w.p;
+  const TensorMapSpec& m = w.k.tensor_maps[which];
+  const StoredTile& t = which == 0 ? w.sa : w.sb;
+  if (m.im2col) return im2col_loads(g, w.im2col[which], static_cast<int>(t.cols / line(t, p)));
+  const std::string up = which == 0 ? "A" : "B", base = which == 0 ? "As" : "Bs";
+  // A pair's shared operand: this block loads rows [cta_rank, cta_rank + 1) x ROWS / 2 of each
+  // column block into both blocks.
+  const bool half = which == pair_shared_operand(p);
+  const std::string offset = half ? " + cta_rank * (" + up + "_ROWS / 2)" : "";
+  std::ostringstream l;
+  l << "        #pragma unroll\n        for (int blk = 0; blk < " << t.cols / line(t, p) << "; ++blk)\n"
+    << "          tma_" << (half ? "multicast_" : "load_") << m.rank << "d(" << base << " + buf * (" << up
+    << "_BYTES / (int)sizeof(*" << base << ")) + blk * " << up << "_ROWS * " << up << "_W"
+    << (half ? " + cta_rank * (" + up + "_ROWS / 2) * " + up + "_W" : "") << ", tma_" << (which == 0 ? "a" : "b")
+    << ", &full[buf]";
+  for (const TmaDim& d : w.views[which])
+    l << ",\n              " << tma_coordinate(g, which, d, "blk") << (d.role == TmaDim::kRows ? offset : "");
+  l << ");\n";
+  return l.str();
+}
+
+/// Main loop with a producer warpgroup: it issues each stage's TMA boxes into a ring of mbarriers
+/// while the consumer warpgroups run wgmma on the stages that have landed.
+void emit_warp_specialized_loop(std::ostringstream& os, const WgmmaKernel& w) {
+  const ImplicitGemm& g = w.g;
+  const ScheduleParams& p = w.p;
+  const bool pair = w.pair;
+  const Im2colView* im2col = w.im2col;
+  auto loads = [&](int which) { return tma_loads(w, which); };
+  os << "  // Warp specialization: the last warpgroup produces, the others consume. Stage buffer b is\n"
+     << "  // full when full[b]'s phase completes (the producer's arrival and the bytes of its TMA boxes)\n"
+     << "  // and empty again when empty[b]'s does (one arrival per consumer warp after its wgmmas on b\n"
+     << "  // retired); the n-th use of a buffer waits for phase parity n % 2.\n"
+     << ring_barriers(w.sa, w.sb, pair)
+     << (pair ? "  cluster_sync();  // both blocks' mbarriers are initialized before either's copies reach them\n"
+              : "  __syncthreads();\n")
+     << "  if (wg == CONSUMERS) {\n"
+     << set_registers(g, p, true, "    ")
+     << "    if (threadIdx.x % 128 == 0) {  // one thread issues every copy\n"
+     << (im2col[0].rank ? im2col_origin(g, im2col[0]) : "") << (im2col[1].rank ? im2col_origin(g, im2col[1]) : "")
+     << "      for (int step = first; step < last; ++step) {\n"
+     << "        const int t = step - first, buf = t % STAGES;\n"
+     << "        if (t >= STAGES) mbar_wait(&empty[buf], (t / STAGES - 1) & 1);\n"
+     << "        mbar_expect_tx(&full[buf], STAGE_TX);\n"
+     << "        const int s = step / K_TILES, k0 = (step % K_TILES) * BK;\n"
+     << "        (void)s;\n"
+     << loads(0) << loads(1)
+     << "      }\n"
+     << "    }\n"
+     << "  } else {\n"
+     << set_registers(g, p, false, "    ")
+     << step_loop(p, "    ", "first", "last",
+                  "      const int t = step - first, buf = t % STAGES;\n      " + wait_call(p) +
+                      "(&full[buf], (t / STAGES) & 1);\n"
+                      "      compute(buf$A);\n"
+                      "      wgmma_wait<1>();  // the previous step's wgmmas are done: release its buffer\n"
+                      "      if (t > 0 && lane == 0) " +
+                      (pair ? "release_pair" : "mbar_arrive") + "(&empty[(t + STAGES - 1) % STAGES]);\n",
+                  false)
+     << "    wgmma_wait<0>();\n"
+     << "  }\n"
+     << "  #pragma unroll\n  for (int i = 0; i < MI; ++i)\n"
+     << "    #pragma unroll\n    for (int r = 0; r < ACC; ++r) fence_operand(acc[i][r]);\n"
+     << "  __syncthreads();  // every box was consumed: the epilogue reuses the buffers\n\n";
+}
+
+/// Main loop without a producer: every thread issues cp.async copies STAGES - 2 steps ahead.
+void emit_cp_async_ring_loop(std::ostringstream& os, const WgmmaKernel& w, bool staged) {
+  const ScheduleParams& p = w.p;
+  os << "  // The ring: copies run STAGES - 2 steps ahead; the buffer refilled at a step was read two steps\n"
+     << "  // before, whose wgmmas every warpgroup retired (wait_group 1) before this step's barrier.\n"
+     << (staged ? "  // Shifted copies are fetched into registers with the step's copies and stored into their\n"
+                  "  // buffer once the step's wgmmas are issued; the next step's fence and barrier make the\n"
+                  "  // stores visible to wgmma. (Stored a step later instead, c1d_a was no faster on the H100.)\n"
+                : "")
+     << "  for (int t = 0; t < STAGES - 2; ++t) {\n"
+     << "    if (first + t < last) {\n      load_tiles(first + t, t);\n" << (staged ? "      store_staged(t);\n" : "")
+     << "    }\n"
+     << "    cp_async_commit();\n  }\n"
+     << step_loop(p, "  ", "first", "last",
+                  std::string("    const int t = step - first;\n"
+                              "    cp_async_wait<STAGES - 3>();  // this thread's copies of `step` have landed\n"
+                              "    fence_proxy_async();\n"
+                              "    __syncthreads();  // and every thread's\n"
+                              "    if (step + STAGES - 2 < last) load_tiles(step + STAGES - 2, (t + STAGES - 2) % STAGES);\n"
+                              "    cp_async_commit();\n"
+                              "    compute(t % STAGES$A);\n") +
+                      (staged ? "    if (step + STAGES - 2 < last) store_staged((t + STAGES - 2) % STAGES);\n" : "") +
+                      "    wgmma_wait<1>();  // the previous step's wgmmas are done\n",
+                  false)
+     << "  wgmma_wait<0>();\n"
+     << "  #pragma unroll\n  for (int i = 0; i < MI; ++i)\n"
+     << "    #pragma unroll\n    for (int r = 0; r < ACC; ++r) fence_operand(acc[i][r]);\n"
+     << "  cp_async_wait<0>();\n  __syncthreads();  // the epilogue reuses the buffers\n\n";
+}
+
+/// Accumulators to shared memory, then to the output; a pair waits for its partner.
+void emit_wgmma_epilogue(std::ostringstream& os, const WgmmaKernel& w) {
+  const ImplicitGemm& g = w.g;
+  const ScheduleParams& p = w.p;
+  const std::string &tacc = w.tacc, &tout = w.tout;
+  const bool ws = w.ws, pair = w.pair, c_row = w.c_row;
   os << "  // Epilogue: accumulators to shared memory, then to the output.\n"
      << "  " << tacc << "* Cs = reinterpret_cast<" << tacc << "*>(smem);\n"
      << "  const int row = (threadIdx.x % 128) / 32 * 16 + lane / 4, col = (lane % 4) * 2;\n"
@@ -1106,9 +1158,57 @@ KernelSource emit_wgmma(const ImplicitGemm& g, const ScheduleParams& p) {
   scope.close = !pair;
   emit_epilogue_stores(os, g, p, tacc, tout, scope);
   if (pair) os << "  cluster_sync();  // no block leaves while the other may still arrive on its barriers\n}\n";
-  emit_split_reduce(os, k, tpart, tout);
-  k.code = os.str();
-  return k;
+}
+
+KernelSource emit_wgmma(const ImplicitGemm& g, const ScheduleParams& p) {
+  TMAP_CHECK(g.hw->family == "wgmma", "the wgmma emitter needs a wgmma abstraction");
+  TMAP_CHECK(g.shape[Axis::kI] == 64, "wgmma kernels are written for m64 intrinsics");
+  WgmmaKernel w(g, p);
+  TMAP_CHECK(w.sa.bytes * g.shape[Axis::kK] == 32, "a wgmma step reads 32 bytes of k");
+  configure_launch(w);
+  std::ostringstream os;
+  emit_header(os, g);
+  os << "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n\n"
+     << "namespace {\n";
+  emit_common_constants(os, g, p, w.k.threads);
+  emit_constants(os, w);
+  emit_copy_setup(os, w);
+  emit_cluster_helpers(os, p);
+  emit_wgmma_helpers(os, p, w.tacc);
+  emit_wgmma_call(os, g, p);
+  if (p.a_regs == 1) emit_a_fragment_loader(os, g, w.ta);
+  if (!p.producer) {
+    emit_operand_loader(os, g, p, 0);
+    emit_operand_loader(os, g, p, 1);
+  }
+  const OutVector ov = out_vector(g, p);
+  emit_output_scatter(os, g, w.tout, ov.width, ov.along);
+  emit_descriptor_offsets(os, w);
+  os << "}  // namespace\n\n";
+  emit_entry(os, w);
+  bool staged = false;  // operands copied in shifted vectors: fetched into registers, stored later
+  if (!w.ws) {
+    const GatherTile gather_a = gather_tile('a', w.a_mn, p.vec_a, 1, copies_shifted(g, p, 0)),
+                     gather_b = gather_tile('b', w.b_mn, p.vec_b, 1, copies_shifted(g, p, 1));
+    staged = emit_tile_loads(os, g, p, w.k.threads, gather_a, gather_b,
+                             w.ta + "* a = As + buf * (A_BYTES / (int)sizeof(" + w.ta + "))",
+                             w.tb + "* b = Bs + buf * (B_BYTES / (int)sizeof(" + w.tb + "))");
+  }
+  emit_compute_lambda(os, w);
+  if (w.persistent) {
+    emit_persistent_loops(os, g, p, w.sa, w.sb, w.tacc, w.tout, w.c_row,
+                          (w.im2col[0].rank ? im2col_origin(g, w.im2col[0]) : "") +
+                              (w.im2col[1].rank ? im2col_origin(g, w.im2col[1]) : ""),
+                          tma_loads(w, 0) + tma_loads(w, 1));
+    w.k.code = os.str();
+    return w.k;
+  }
+  if (w.ws) emit_warp_specialized_loop(os, w);
+  else emit_cp_async_ring_loop(os, w, staged);
+  emit_wgmma_epilogue(os, w);
+  emit_split_reduce(os, w.k, w.tpart, w.tout);
+  w.k.code = os.str();
+  return w.k;
 }
 
 /// Whether lines narrower than 128 bytes (ScheduleParams::swizzle 2, 3) can do what 128-byte ones
