@@ -116,29 +116,9 @@ void read_expression(const JsonReader& r, const std::string& ptr, const std::str
   if (found != std::array<int, 3>{1, 1, 1}) fail("it must have one row, one column and one reduction iterator");
 }
 
-}  // namespace
-
-HwAbstraction parse_hw_abstraction(const SourceText& source) {
-  ordered_json doc = parse_json_text(source, "a hardware abstraction is one JSON object; see hw_abstractions/");
-  JsonLocations locs(source);
-  JsonReader r(locs);
-  HwAbstraction hw;
-  hw.source_file = source.file();
-  if (!doc.is_object()) r.fail_value("", "a hardware abstraction must be a JSON object, not " + std::string(doc.type_name()));
-  r.check_keys(doc, "", {"name", "family", "description", "scope", "min_compute_capability", "compute", "memory", "edges"},
-               "a hardware abstraction");
+/// The compute intrinsic: its names, expression and dtypes (the shapes and layouts follow).
+void read_compute(JsonReader& r, const ordered_json& doc, HwAbstraction& hw) {
   const std::string what = "the hardware abstraction";
-  hw.name = string_member(r, doc, "", "name", what);
-  hw.family = string_member(r, doc, "", "family", what);
-  if (doc.contains("description")) hw.description = string_member(r, doc, "", "description", what);
-  hw.scope = one_of(r, doc, "", "scope", what, kScopes);
-  r.require_key(doc, "", "min_compute_capability", what, "e.g. 70 for sm_70");
-  r.expect_type(doc["min_compute_capability"], "/min_compute_capability",
-                doc["min_compute_capability"].is_number_integer() && doc["min_compute_capability"].get<int>() > 0,
-                "\"min_compute_capability\"", "a positive integer such as 80");
-  hw.min_compute_capability = doc["min_compute_capability"].get<int>();
-
-  // The compute intrinsic.
   r.require_key(doc, "", "compute", what);
   const auto& comp = doc["compute"];
   r.expect_type(comp, "/compute", comp.is_object(), "\"compute\"", "an object");
@@ -158,7 +138,9 @@ HwAbstraction parse_hw_abstraction(const SourceText& source) {
   if (!dtype_accumulates(hw.a_dtype, hw.d_dtype) || !dtype_accumulates(hw.b_dtype, hw.d_dtype))
     r.fail_value("/compute/dtypes/" + hw.d, "operand " + hw.d + " (" + std::string(dtype_name(hw.d_dtype)) +
                                                 ") cannot accumulate products of the input operands");
+}
 
+void read_shapes(JsonReader& r, const ordered_json& comp, HwAbstraction& hw) {
   r.require_key(comp, "/compute", "shapes", "\"compute\"", "e.g. \"shapes\": [[16, 16, 16]]");
   const auto& shapes = comp["shapes"];
   r.expect_type(shapes, "/compute/shapes", shapes.is_array() && !shapes.empty(), "\"shapes\"",
@@ -175,6 +157,9 @@ HwAbstraction parse_hw_abstraction(const SourceText& source) {
     hw.shapes.push_back(shape);
   }
 
+}
+
+void read_layouts(JsonReader& r, const ordered_json& comp, HwAbstraction& hw) {
   r.require_key(comp, "/compute", "layouts", "\"compute\"", "e.g. \"layouts\": [\"nnn\", \"ntn\"]");
   const auto& layouts = comp["layouts"];
   r.expect_type(layouts, "/compute/layouts", layouts.is_array() && !layouts.empty(), "\"layouts\"",
@@ -190,12 +175,16 @@ HwAbstraction parse_hw_abstraction(const SourceText& source) {
     hw.layouts.push_back(l.get<std::string>());
   }
 
-  // Memory intrinsics.
+}
+
+/// Memory intrinsics: each a fill, load or store of one operand between two scopes; the node
+/// names (the compute's among them) are returned for the edges.
+std::set<std::string> read_memory(JsonReader& r, const ordered_json& doc, HwAbstraction& hw) {
+  const std::string what = "the hardware abstraction";
   r.require_key(doc, "", "memory", what);
   const auto& mem = doc["memory"];
   r.expect_type(mem, "/memory", mem.is_array(), "\"memory\"", "an array of memory intrinsics");
   std::set<std::string> nodes = {hw.compute_name};
-  std::map<std::string, MemoryKind> kind_of;
   for (std::size_t i = 0; i < mem.size(); ++i) {
     std::string ptr = "/memory/" + std::to_string(i);
     const auto& m = mem[i];
@@ -216,12 +205,16 @@ HwAbstraction parse_hw_abstraction(const SourceText& source) {
                                                                                   : "a fill or store must write the accumulator (") +
                                          (mi.kind == MemoryKind::kLoad ? hw.a + " or " + hw.b : hw.d) + ")");
     if (!nodes.insert(mi.name).second) r.fail_value(ptr + "/name", "node name '" + mi.name + "' is used twice");
-    kind_of[mi.name] = mi.kind;
     hw.memory.push_back(mi);
   }
 
-  // Edges: known nodes, acyclic, and the data path complete: a load of each input and the
-  // accumulator's fill feed the compute, and a store reads from it.
+  return nodes;
+}
+
+/// Edges between known nodes; returns each node's successors.
+std::map<std::string, std::vector<std::string>> read_edges(JsonReader& r, const ordered_json& doc,
+                                                           const std::set<std::string>& nodes, HwAbstraction& hw) {
+  const std::string what = "the hardware abstraction";
   r.require_key(doc, "", "edges", what, "e.g. \"edges\": [[\"load_a\", \"mma\"], [\"mma\", \"store_d\"]]");
   const auto& edges = doc["edges"];
   r.expect_type(edges, "/edges", edges.is_array(), "\"edges\"", "an array of [from, to] node names");
@@ -238,6 +231,13 @@ HwAbstraction parse_hw_abstraction(const SourceText& source) {
     hw.edges.emplace_back(e[0].get<std::string>(), e[1].get<std::string>());
     succ[hw.edges.back().first].push_back(hw.edges.back().second);
   }
+  return succ;
+}
+
+/// The DAG is acyclic and its data path complete: a load of each input and the accumulator's
+/// fill feed the compute, and a store reads from it.
+void check_dag(JsonReader& r, const std::set<std::string>& nodes, std::map<std::string, std::vector<std::string>>& succ,
+               const HwAbstraction& hw) {
   // Acyclic: depth-first search with colours.
   std::map<std::string, int> colour;
   std::function<bool(const std::string&)> cyclic = [&](const std::string& n) {
@@ -266,6 +266,36 @@ HwAbstraction parse_hw_abstraction(const SourceText& source) {
   for (const auto& m : hw.memory)
     if (m.kind == MemoryKind::kFill && !has_edge(m.name, hw.compute_name))
       r.fail_value("/edges", "fill '" + m.name + "' does not feed '" + hw.compute_name + "'");
+}
+
+}  // namespace
+
+HwAbstraction parse_hw_abstraction(const SourceText& source) {
+  ordered_json doc = parse_json_text(source, "a hardware abstraction is one JSON object; see hw_abstractions/");
+  JsonLocations locs(source);
+  JsonReader r(locs);
+  HwAbstraction hw;
+  hw.source_file = source.file();
+  if (!doc.is_object()) r.fail_value("", "a hardware abstraction must be a JSON object, not " + std::string(doc.type_name()));
+  r.check_keys(doc, "", {"name", "family", "description", "scope", "min_compute_capability", "compute", "memory", "edges"},
+               "a hardware abstraction");
+  const std::string what = "the hardware abstraction";
+  hw.name = string_member(r, doc, "", "name", what);
+  hw.family = string_member(r, doc, "", "family", what);
+  if (doc.contains("description")) hw.description = string_member(r, doc, "", "description", what);
+  hw.scope = one_of(r, doc, "", "scope", what, kScopes);
+  r.require_key(doc, "", "min_compute_capability", what, "e.g. 70 for sm_70");
+  r.expect_type(doc["min_compute_capability"], "/min_compute_capability",
+                doc["min_compute_capability"].is_number_integer() && doc["min_compute_capability"].get<int>() > 0,
+                "\"min_compute_capability\"", "a positive integer such as 80");
+  hw.min_compute_capability = doc["min_compute_capability"].get<int>();
+
+  read_compute(r, doc, hw);
+  read_shapes(r, doc["compute"], hw);
+  read_layouts(r, doc["compute"], hw);
+  const std::set<std::string> nodes = read_memory(r, doc, hw);
+  auto succ = read_edges(r, doc, nodes, hw);
+  check_dag(r, nodes, succ, hw);
   return hw;
 }
 
