@@ -201,8 +201,8 @@ void check_measurable(const TuneArgs& a, const Machine& m) {
     bad("--arch", "sm_" + std::to_string(m.cc) + " is not the GPU's architecture", "drop --arch, or add --measure model");
 }
 
-/// `tmap tune --model M.onnx` / `--table T.json`: every unique workload under one budget.
-void tune_model_command(const TuneArgs& a) {
+/// The workloads of --model (imported) or --table, after checking the options that go with them.
+WorkloadTable load_model_table(const TuneArgs& a) {
   if (!a.compute.file.empty() || !a.compute.op.empty())
     bad(a.model.empty() ? "--table" : "--model", "a model is tuned instead of one compute, not beside it",
         "drop the compute file or --op");
@@ -211,7 +211,6 @@ void tune_model_command(const TuneArgs& a) {
         "a table's workloads are fixed: re-import the model with these settings");
   if (!a.emit_cuda.empty()) bad("--emit-cuda", "one file cannot hold a model's kernels", "use 'tmap export LOG --out DIR'");
   WorkloadTable table;
-  std::string table_path = a.table;
   if (!a.model.empty()) {
     OnnxImportOptions io;
     io.batch = a.model_batch;
@@ -225,24 +224,12 @@ void tune_model_command(const TuneArgs& a) {
     if (!a.compute.out_dtype.empty()) table.out_dtype = a.compute.out_dtype;
   }
   for (const auto& u : table.unsupported) spdlog::warn("not tuned: {} ({}): {}", u.node, u.op_type, u.reason);
-  std::vector<Compute> computes;
-  computes.reserve(table.workloads.size());
-  for (const auto& w : table.workloads) computes.push_back(build_table_workload(w, table.out_dtype, "workload '" + w.name + "'"));
-  std::vector<ModelTask> tasks;
-  for (std::size_t i = 0; i < computes.size(); ++i) tasks.push_back({table.workloads[i].name, &computes[i], table.workloads[i].count});
+  return table;
+}
 
-  const std::vector<HwAbstraction> hws = a.hw.chosen(a.hw.all());
-  Machine m = detect(a.arch);
-  check_measurable(a, m);
-  const std::string stem = std::filesystem::path(a.model.empty() ? a.table : a.model).stem().string();
-  const std::string log_path = a.log.empty() ? "logs/" + stem + ".jsonl" : a.log;
-  ModelTuneOptions o;
-  o.tune = tune_options(a, m, log_path);
-  o.time_budget_s = a.time_budget;
-  o.trials = a.trials_option->count() ? a.trials : a.time_budget > 0 ? 0 : 64 * static_cast<int>(tasks.size());
-  const bool tty = ::isatty(STDERR_FILENO);
-  int last_printed = 0;
-  o.on_progress = [&](const ModelProgress& p) {
+/// Prints the run's progress on stderr: one line rewritten on a terminal, a line per batch else.
+std::function<void(const ModelProgress&)> progress_printer(const TuneArgs& a, bool tty) {
+  return [&a, tty, last_printed = 0](const ModelProgress& p) mutable {
     if (p.trials == last_printed) return;
     char line[512];
     std::snprintf(line, sizeof line, "[%5d%s] model %.2f us over %d/%d workloads | %s %s | %s elapsed, ~%s left",
@@ -255,107 +242,109 @@ void tune_model_command(const TuneArgs& a) {
     else return;
     last_printed = p.trials;
   };
-  ModelTuneSummary s;
-  {
-    StopOnSignals stop_on_signals;
-    if (a.measure == "model") {
-      // Without a GPU: each workload ranked by the analytic model, its share of the trials compiled.
-      spdlog::info("ranking with the analytic model for {} (no measurement)", m.target.arch);
-      const auto t0 = std::chrono::steady_clock::now();
-      for (const ModelTask& t : tasks) {
-        if (g_interrupted) break;
-        TuneOptions to = o.tune;
-        to.trials = std::max(1, (o.trials > 0 ? o.trials : 8 * static_cast<int>(tasks.size())) / static_cast<int>(tasks.size()));
-        ModelTaskResult r;
-        r.name = t.name;
-        r.count = t.count;
-        const Workload w = make_workload(*t.compute);
-        r.key = w.key;
-        r.flops = w.description["flops"].get<double>();
-        r.summary = rank_with_model(*t.compute, hws, to);
-        s.measured += r.summary.measured;
-        s.tasks.push_back(r);
-      }
-      s.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      s.stopped = g_interrupted;
-      s.stop_reason = s.stopped ? "stopped by the user" : "ranked by the analytic model";
-    } else {
-      WorkerMeasurer measurer("/proc/self/exe", a.timeout, tuning_timing(a.measure_ms), true, o.tune.seed);
-      s = tune_model(tasks, hws, o, measurer);
-    }
-  }
-  if (tty) std::fprintf(stderr, "\n");
-  if (g_signal) exit_status() = 128 + g_signal;
+}
 
-  const double total_flops = table.total_flops();
-  if (a.format == "json") {
-    nlohmann::json j;
-    j["title"] = table.title;
-    j["log"] = log_path;
-    j["measure"] = a.measure;
-    j["trials"] = s.measured;
-    j["transferred"] = s.transferred;
-    j["wall_s"] = s.wall_s;
-    j["stop_reason"] = s.stop_reason;
-    j["weighted_us"] = a.measure == "model" ? nlohmann::json() : nlohmann::json(s.weighted_us());
-    j["workloads"] = nlohmann::json::array();
-    for (const auto& t : s.tasks) {
-      const auto& b = t.summary.best;
-      j["workloads"].push_back({{"name", t.name}, {"workload", t.key}, {"count", t.count}, {"gflop", t.flops / 1e9},
-                                {"trials", t.summary.measured}, {"resumed", t.summary.resumed}, {"failed", t.summary.failed},
-                                {"seeds", {{"offered", t.summary.offered}, {"tried", t.summary.seeded},
-                                           {"improved", t.summary.seed_wins}}},
-                                {"best_us", b && b->result.ok() ? nlohmann::json(b->result.median_us) : nlohmann::json()},
-                                {"best", b ? to_json(*b) : nlohmann::json()}});
-    }
-    std::cout << j.dump(2) << "\n";
-  } else {
-    std::printf("%s: %zu workloads, %.3f GFLOP per inference; %d trials %s in %s (%d measurements of other workloads "
-                "warm-started the model); log %s\nstopped: %s\n",
-                table.title.c_str(), s.tasks.size(), total_flops / 1e9, s.measured,
-                a.measure == "model" ? "ranked and compiled" : "measured", duration_text(s.wall_s).c_str(), s.transferred,
-                log_path.c_str(), s.stop_reason.c_str());
-    if (a.measure != "model") {
-      double m = 0, w = 0, p = 0, f = 0;
-      for (const auto& t : s.tasks) m += t.summary.measure_s, w += t.summary.compile_wait_s, p += t.summary.propose_s, f += t.summary.fit_s;
-      std::printf("time: measuring %.1f s, waiting for compilation %.1f s, proposing %.1f s, fitting the model %.1f s\n", m, w, p, f);
-      int tried = 0, improved = 0;
-      for (const auto& t : s.tasks) tried += t.summary.seeded, improved += t.summary.seed_wins;
-      std::printf("seeds (other workloads' best schedules): %d tried, %d improved a workload's best\n", tried, improved);
-      int confirmed = 0;
-      double confirm_s = 0, once_us = 0, now_us = 0;
-      for (const auto& t : s.tasks) {
-        if (!t.summary.confirmed || !t.summary.best || !t.summary.best->result.ok()) continue;
-        confirmed += t.summary.confirmed, confirm_s += t.summary.confirm_s;
-        once_us += t.count * t.summary.unconfirmed_best_us, now_us += t.count * t.summary.best->result.median_us;
-      }
-      if (confirmed)
-        std::printf("confirmed: each workload's fastest candidates measured again in rounds (%d in all, %.1f s); model "
-                    "total %.2f us, %.2f us by single measurements\n",
-                    confirmed, confirm_s, now_us, once_us);
-    }
-    std::printf("%-28s %-16s %5s %7s %8s %10s %9s %12s %7s  %s\n", "workload", "key", "count", "trials", "resumed",
-                "best us", "TFLOP/s", "x count us", "time %", "kernel");
-    const double total_us = s.weighted_us();
-    for (const auto& t : s.tasks) {
-      const auto& b = t.summary.best;
-      const bool ok = b && b->result.ok();
-      std::printf("%-28s %-16s %5d %7d %8d %10s %9s %12s %6s%%  %s\n", t.name.c_str(), t.key.c_str(), t.count,
-                  t.summary.measured, t.summary.resumed,
-                  ok ? std::to_string(b->result.median_us).substr(0, 8).c_str() : "-",
-                  ok ? std::to_string(tflops(*b)).substr(0, 6).c_str() : "-",
-                  ok ? std::to_string(t.count * b->result.median_us).substr(0, 9).c_str() : "-",
-                  ok && total_us > 0 ? std::to_string(100 * t.count * b->result.median_us / total_us).substr(0, 4).c_str() : "-",
-                  b ? candidate_label(b->candidate).c_str() : "(no kernel)");
-    }
-    if (a.measure != "model")
-      std::printf("model total (sum of count x best): %.2f us, %.2f TFLOP/s%s\n", total_us,
-                  total_us > 0 ? total_flops / (total_us * 1e-6) / 1e12 : 0.0,
-                  std::any_of(s.tasks.begin(), s.tasks.end(), [](const ModelTaskResult& t) { return !t.summary.best || !t.summary.best->result.ok(); })
-                      ? " (workloads without a kernel left out)" : "");
+/// Without a GPU: each workload ranked by the analytic model, its share of the trials compiled.
+ModelTuneSummary rank_model(const std::vector<ModelTask>& tasks, const std::vector<HwAbstraction>& hws,
+                            const ModelTuneOptions& o, const Machine& m) {
+  ModelTuneSummary s;
+  spdlog::info("ranking with the analytic model for {} (no measurement)", m.target.arch);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (const ModelTask& t : tasks) {
+    if (g_interrupted) break;
+    TuneOptions to = o.tune;
+    to.trials = std::max(1, (o.trials > 0 ? o.trials : 8 * static_cast<int>(tasks.size())) / static_cast<int>(tasks.size()));
+    ModelTaskResult r;
+    r.name = t.name;
+    r.count = t.count;
+    const Workload w = make_workload(*t.compute);
+    r.key = w.key;
+    r.flops = w.description["flops"].get<double>();
+    r.summary = rank_with_model(*t.compute, hws, to);
+    s.measured += r.summary.measured;
+    s.tasks.push_back(r);
   }
-  // The same workloads against cuDNN and cuBLAS, timed by tmap_bench beside this binary.
-  if (a.measure == "model" || a.no_baselines || g_signal) return;
+  s.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  s.stopped = g_interrupted;
+  s.stop_reason = s.stopped ? "stopped by the user" : "ranked by the analytic model";
+  return s;
+}
+
+void print_model_json(const TuneArgs& a, const WorkloadTable& table, const ModelTuneSummary& s,
+                      const std::string& log_path) {
+  nlohmann::json j;
+  j["title"] = table.title;
+  j["log"] = log_path;
+  j["measure"] = a.measure;
+  j["trials"] = s.measured;
+  j["transferred"] = s.transferred;
+  j["wall_s"] = s.wall_s;
+  j["stop_reason"] = s.stop_reason;
+  j["weighted_us"] = a.measure == "model" ? nlohmann::json() : nlohmann::json(s.weighted_us());
+  j["workloads"] = nlohmann::json::array();
+  for (const auto& t : s.tasks) {
+    const auto& b = t.summary.best;
+    j["workloads"].push_back({{"name", t.name}, {"workload", t.key}, {"count", t.count}, {"gflop", t.flops / 1e9},
+                              {"trials", t.summary.measured}, {"resumed", t.summary.resumed}, {"failed", t.summary.failed},
+                              {"seeds", {{"offered", t.summary.offered}, {"tried", t.summary.seeded},
+                                         {"improved", t.summary.seed_wins}}},
+                              {"best_us", b && b->result.ok() ? nlohmann::json(b->result.median_us) : nlohmann::json()},
+                              {"best", b ? to_json(*b) : nlohmann::json()}});
+  }
+  std::cout << j.dump(2) << "\n";
+}
+
+void print_model_text(const TuneArgs& a, const WorkloadTable& table, const ModelTuneSummary& s,
+                      const std::string& log_path) {
+  const double total_flops = table.total_flops();
+  std::printf("%s: %zu workloads, %.3f GFLOP per inference; %d trials %s in %s (%d measurements of other workloads "
+              "warm-started the model); log %s\nstopped: %s\n",
+              table.title.c_str(), s.tasks.size(), total_flops / 1e9, s.measured,
+              a.measure == "model" ? "ranked and compiled" : "measured", duration_text(s.wall_s).c_str(), s.transferred,
+              log_path.c_str(), s.stop_reason.c_str());
+  if (a.measure != "model") {
+    double m = 0, w = 0, p = 0, f = 0;
+    for (const auto& t : s.tasks) m += t.summary.measure_s, w += t.summary.compile_wait_s, p += t.summary.propose_s, f += t.summary.fit_s;
+    std::printf("time: measuring %.1f s, waiting for compilation %.1f s, proposing %.1f s, fitting the model %.1f s\n", m, w, p, f);
+    int tried = 0, improved = 0;
+    for (const auto& t : s.tasks) tried += t.summary.seeded, improved += t.summary.seed_wins;
+    std::printf("seeds (other workloads' best schedules): %d tried, %d improved a workload's best\n", tried, improved);
+    int confirmed = 0;
+    double confirm_s = 0, once_us = 0, now_us = 0;
+    for (const auto& t : s.tasks) {
+      if (!t.summary.confirmed || !t.summary.best || !t.summary.best->result.ok()) continue;
+      confirmed += t.summary.confirmed, confirm_s += t.summary.confirm_s;
+      once_us += t.count * t.summary.unconfirmed_best_us, now_us += t.count * t.summary.best->result.median_us;
+    }
+    if (confirmed)
+      std::printf("confirmed: each workload's fastest candidates measured again in rounds (%d in all, %.1f s); model "
+                  "total %.2f us, %.2f us by single measurements\n",
+                  confirmed, confirm_s, now_us, once_us);
+  }
+  std::printf("%-28s %-16s %5s %7s %8s %10s %9s %12s %7s  %s\n", "workload", "key", "count", "trials", "resumed",
+              "best us", "TFLOP/s", "x count us", "time %", "kernel");
+  const double total_us = s.weighted_us();
+  for (const auto& t : s.tasks) {
+    const auto& b = t.summary.best;
+    const bool ok = b && b->result.ok();
+    std::printf("%-28s %-16s %5d %7d %8d %10s %9s %12s %6s%%  %s\n", t.name.c_str(), t.key.c_str(), t.count,
+                t.summary.measured, t.summary.resumed,
+                ok ? std::to_string(b->result.median_us).substr(0, 8).c_str() : "-",
+                ok ? std::to_string(tflops(*b)).substr(0, 6).c_str() : "-",
+                ok ? std::to_string(t.count * b->result.median_us).substr(0, 9).c_str() : "-",
+                ok && total_us > 0 ? std::to_string(100 * t.count * b->result.median_us / total_us).substr(0, 4).c_str() : "-",
+                b ? candidate_label(b->candidate).c_str() : "(no kernel)");
+  }
+  if (a.measure != "model")
+    std::printf("model total (sum of count x best): %.2f us, %.2f TFLOP/s%s\n", total_us,
+                total_us > 0 ? total_flops / (total_us * 1e-6) / 1e12 : 0.0,
+                std::any_of(s.tasks.begin(), s.tasks.end(), [](const ModelTaskResult& t) { return !t.summary.best || !t.summary.best->result.ok(); })
+                    ? " (workloads without a kernel left out)" : "");
+}
+
+/// The same workloads against cuDNN and cuBLAS, timed by tmap_bench beside this binary.
+void run_model_baselines(const TuneArgs& a, const WorkloadTable& table, const std::string& log_path) {
+  std::string table_path = a.table;
   const std::filesystem::path bench = std::filesystem::read_symlink("/proc/self/exe").parent_path() / "tmap_bench";
   if (!std::filesystem::exists(bench)) {
     spdlog::info("no tmap_bench beside tmap (built without cuDNN?): no cuDNN/cuBLAS comparison");
@@ -372,6 +361,128 @@ void tune_model_command(const TuneArgs& a) {
   const int rc = std::system(cmd.c_str());
   if (!a.model.empty()) std::filesystem::remove(table_path);
   if (rc != 0) spdlog::warn("tmap_bench failed (status {}); the tuning results above stand", rc);
+}
+
+/// `tmap tune --model M.onnx` / `--table T.json`: every unique workload under one budget.
+void tune_model_command(const TuneArgs& a) {
+  const WorkloadTable table = load_model_table(a);
+  std::vector<Compute> computes;
+  computes.reserve(table.workloads.size());
+  for (const auto& w : table.workloads) computes.push_back(build_table_workload(w, table.out_dtype, "workload '" + w.name + "'"));
+  std::vector<ModelTask> tasks;
+  for (std::size_t i = 0; i < computes.size(); ++i) tasks.push_back({table.workloads[i].name, &computes[i], table.workloads[i].count});
+
+  const std::vector<HwAbstraction> hws = a.hw.chosen(a.hw.all());
+  Machine m = detect(a.arch);
+  check_measurable(a, m);
+  const std::string stem = std::filesystem::path(a.model.empty() ? a.table : a.model).stem().string();
+  const std::string log_path = a.log.empty() ? "logs/" + stem + ".jsonl" : a.log;
+  ModelTuneOptions o;
+  o.tune = tune_options(a, m, log_path);
+  o.time_budget_s = a.time_budget;
+  o.trials = a.trials_option->count() ? a.trials : a.time_budget > 0 ? 0 : 64 * static_cast<int>(tasks.size());
+  const bool tty = ::isatty(STDERR_FILENO);
+  o.on_progress = progress_printer(a, tty);
+  ModelTuneSummary s;
+  {
+    StopOnSignals stop_on_signals;
+    if (a.measure == "model") {
+      s = rank_model(tasks, hws, o, m);
+    } else {
+      WorkerMeasurer measurer("/proc/self/exe", a.timeout, tuning_timing(a.measure_ms), true, o.tune.seed);
+      s = tune_model(tasks, hws, o, measurer);
+    }
+  }
+  if (tty) std::fprintf(stderr, "\n");
+  if (g_signal) exit_status() = 128 + g_signal;
+  if (a.format == "json") print_model_json(a, table, s, log_path);
+  else print_model_text(a, table, s, log_path);
+  if (a.measure == "model" || a.no_baselines || g_signal) return;
+  run_model_baselines(a, table, log_path);
+}
+
+/// Prints a tuning run's progress on stderr: one line rewritten on a terminal, a line per batch else.
+std::function<void(const TuneProgress&)> tune_progress_printer(const TuneArgs& args, bool tty) {
+  return [&args, tty, last_printed = 0](const TuneProgress& p) mutable {
+    char line[512];
+    std::snprintf(line, sizeof line, "[%4d/%d] best %s | %s | model %s | %s elapsed, ~%s left", p.trials, p.total,
+                  p.best_us > 0 ? (std::to_string(p.best_us).substr(0, 7) + " us, " +
+                                   std::to_string(p.best_tflops).substr(0, 6) + " TFLOP/s").c_str()
+                                : "none yet",
+                  p.arm.c_str(),
+                  p.model_trained ? ("rho " + std::to_string(p.rank_correlation).substr(0, 5)).c_str() : "analytic",
+                  duration_text(p.elapsed_s).c_str(), duration_text(p.eta_s).c_str());
+    if (tty) {
+      std::fprintf(stderr, "\r%s\033[K", line);
+    } else if (p.trials - last_printed >= args.batch || p.trials == p.total) {
+      std::fprintf(stderr, "%s\n", line);
+      last_printed = p.trials;
+    }
+  };
+}
+
+void print_tune_json(const TuneArgs& args, const TuneSummary& s, const Compute& c, const Workload& w,
+                     const std::string& log_path) {
+  nlohmann::json j;
+  j["workload"] = {{"key", w.key}, {"name", c.name}, {"statement", c.statement_text()}};
+  j["log"] = log_path;
+  j["measure"] = args.measure;
+  j["mappings"] = s.arms;
+  j["first_looks"] = s.first_looks;
+  j["trials"] = s.measured;
+  j["failed"] = s.failed;
+  j["resumed"] = s.resumed;
+  j["transferred"] = s.transferred;
+  j["seeds"] = {{"offered", s.offered}, {"tried", s.seeded}, {"improved", s.seed_wins}};
+  j["confirm"] = {{"candidates", s.confirmed}, {"best_measured_once_us", s.unconfirmed_best_us},
+                  {"seconds", s.confirm_s}};
+  j["wall_s"] = s.wall_s;
+  j["stop_reason"] = s.stop_reason;
+  j["seconds"] = {{"measure", s.measure_s}, {"compile_wait", s.compile_wait_s}, {"propose", s.propose_s}, {"fit", s.fit_s}};
+  j["signal"] = g_signal ? nlohmann::json(static_cast<int>(g_signal)) : nlohmann::json();
+  j["rank_correlations"] = s.rank_correlations;
+  j["history"] = nlohmann::json::array();
+  for (const auto& [trial, us] : s.history) j["history"].push_back({{"trials", trial}, {"best_us", us}});
+  j["best"] = s.best ? to_json(*s.best) : nlohmann::json();
+  if (s.best && s.best->result.ok()) j["best_tflops"] = tflops(*s.best);
+  std::cout << j.dump(2) << "\n";
+}
+
+/// `tmap tune`: one compute (or, with --model or --table, a model's workloads).
+void tune_command(TuneArgs& args) {
+  if (!args.model.empty() || !args.table.empty()) return tune_model_command(args);
+  Compute c = args.compute.build();
+  const std::vector<HwAbstraction> hws = args.hw.chosen(args.hw.all());
+  Machine m = detect(args.arch);
+  const bool model_only = args.measure == "model";
+  check_measurable(args, m);
+  TuneOptions o = tune_options(args, m, args.log.empty() ? "logs/" + c.name + ".jsonl" : args.log);
+  const bool tty = ::isatty(STDERR_FILENO);
+  o.on_progress = tune_progress_printer(args, tty);
+  TuneSummary s;
+  {
+    StopOnSignals stop_on_signals;
+    if (model_only) {
+      spdlog::info("ranking with the analytic model for {} (no measurement)", m.target.arch);
+      s = rank_with_model(c, hws, o);
+    } else {
+      WorkerMeasurer measurer("/proc/self/exe", args.timeout, tuning_timing(args.measure_ms), true, o.seed);
+      s = tune(c, hws, o, measurer);
+    }
+  }
+  if (tty) std::fprintf(stderr, "\n");
+  // Interrupted: the summary is printed, then the conventional status of death by that signal.
+  if (g_signal) exit_status() = 128 + g_signal;
+
+  if (!args.emit_cuda.empty() && s.best) {
+    Regenerated r = regenerate(*s.best, hws, m.cc);
+    std::ofstream out(args.emit_cuda);
+    if (!(out << r.kernel.code)) bad("--emit-cuda", "cannot write '" + args.emit_cuda + "'", "check the path");
+  }
+  const Workload w = make_workload(c);
+  if (args.format == "json") print_tune_json(args, s, c, w, o.log_path);
+  else print_tune_summary(s, c, w, o.log_path, model_only);
+  if (!s.best && !model_only && !g_signal) throw std::runtime_error("tuning found no correct kernel");
 }
 
 void register_tune(CLI::App& app) {
@@ -426,82 +537,7 @@ void register_tune(CLI::App& app) {
   cmd->add_flag("--no-baselines", args->no_baselines,
                 "With --model or --table: skip timing cuDNN/cuBLAS with tmap_bench after tuning");
   args->trials_option = cmd->get_option("--trials");
-  cmd->callback([args] {
-    if (!args->model.empty() || !args->table.empty()) return tune_model_command(*args);
-    Compute c = args->compute.build();
-    const std::vector<HwAbstraction> hws = args->hw.chosen(args->hw.all());
-    Machine m = detect(args->arch);
-    const bool model_only = args->measure == "model";
-    check_measurable(*args, m);
-    TuneOptions o = tune_options(*args, m, args->log.empty() ? "logs/" + c.name + ".jsonl" : args->log);
-    const bool tty = ::isatty(STDERR_FILENO);
-    int last_printed = 0;
-    o.on_progress = [&](const TuneProgress& p) {
-      char line[512];
-      std::snprintf(line, sizeof line, "[%4d/%d] best %s | %s | model %s | %s elapsed, ~%s left", p.trials, p.total,
-                    p.best_us > 0 ? (std::to_string(p.best_us).substr(0, 7) + " us, " +
-                                     std::to_string(p.best_tflops).substr(0, 6) + " TFLOP/s").c_str()
-                                  : "none yet",
-                    p.arm.c_str(),
-                    p.model_trained ? ("rho " + std::to_string(p.rank_correlation).substr(0, 5)).c_str() : "analytic",
-                    duration_text(p.elapsed_s).c_str(), duration_text(p.eta_s).c_str());
-      if (tty) {
-        std::fprintf(stderr, "\r%s\033[K", line);
-      } else if (p.trials - last_printed >= args->batch || p.trials == p.total) {
-        std::fprintf(stderr, "%s\n", line);
-        last_printed = p.trials;
-      }
-    };
-    TuneSummary s;
-    {
-      StopOnSignals stop_on_signals;
-      if (model_only) {
-        spdlog::info("ranking with the analytic model for {} (no measurement)", m.target.arch);
-        s = rank_with_model(c, hws, o);
-      } else {
-        WorkerMeasurer measurer("/proc/self/exe", args->timeout, tuning_timing(args->measure_ms), true, o.seed);
-        s = tune(c, hws, o, measurer);
-      }
-    }
-    if (tty) std::fprintf(stderr, "\n");
-    // Interrupted: the summary is printed, then the conventional status of death by that signal.
-    if (g_signal) exit_status() = 128 + g_signal;
-
-    if (!args->emit_cuda.empty() && s.best) {
-      Regenerated r = regenerate(*s.best, hws, m.cc);
-      std::ofstream out(args->emit_cuda);
-      if (!(out << r.kernel.code)) bad("--emit-cuda", "cannot write '" + args->emit_cuda + "'", "check the path");
-    }
-    const Workload w = make_workload(c);
-    if (args->format == "json") {
-      nlohmann::json j;
-      j["workload"] = {{"key", w.key}, {"name", c.name}, {"statement", c.statement_text()}};
-      j["log"] = o.log_path;
-      j["measure"] = args->measure;
-      j["mappings"] = s.arms;
-      j["first_looks"] = s.first_looks;
-      j["trials"] = s.measured;
-      j["failed"] = s.failed;
-      j["resumed"] = s.resumed;
-      j["transferred"] = s.transferred;
-      j["seeds"] = {{"offered", s.offered}, {"tried", s.seeded}, {"improved", s.seed_wins}};
-      j["confirm"] = {{"candidates", s.confirmed}, {"best_measured_once_us", s.unconfirmed_best_us},
-                      {"seconds", s.confirm_s}};
-      j["wall_s"] = s.wall_s;
-      j["stop_reason"] = s.stop_reason;
-      j["seconds"] = {{"measure", s.measure_s}, {"compile_wait", s.compile_wait_s}, {"propose", s.propose_s}, {"fit", s.fit_s}};
-      j["signal"] = g_signal ? nlohmann::json(static_cast<int>(g_signal)) : nlohmann::json();
-      j["rank_correlations"] = s.rank_correlations;
-      j["history"] = nlohmann::json::array();
-      for (const auto& [trial, us] : s.history) j["history"].push_back({{"trials", trial}, {"best_us", us}});
-      j["best"] = s.best ? to_json(*s.best) : nlohmann::json();
-      if (s.best && s.best->result.ok()) j["best_tflops"] = tflops(*s.best);
-      std::cout << j.dump(2) << "\n";
-    } else {
-      print_tune_summary(s, c, w, o.log_path, model_only);
-    }
-    if (!s.best && !model_only && !g_signal) throw std::runtime_error("tuning found no correct kernel");
-  });
+  cmd->callback([args] { tune_command(*args); });
 }
 
 struct ReplayArgs {
@@ -627,6 +663,111 @@ void register_replay(CLI::App& app) {
   });
 }
 
+/// `tmap logs list`: each workload of a log with its best record, then those without one.
+void logs_list(const std::string& path, const std::string& format) {
+  LogContents log = load_log(path);
+  std::map<std::string, std::pair<int, int>> counts;  // records, correct
+  for (const auto& r : log.records) {
+    auto& c = counts[r.workload.key];
+    ++c.first;
+    c.second += r.result.ok();
+  }
+  // Workloads with a correct record (their best), then those without one, in first-seen order.
+  nlohmann::json rows = nlohmann::json::array();
+  std::map<std::string, bool> shown;
+  for (const TuneRecord* r : best_records(log.records)) {
+    shown[r->workload.key] = true;
+    rows.push_back({{"workload", r->workload.key}, {"name", r->workload.description.value("name", "?")},
+                    {"records", counts[r->workload.key].first}, {"correct", counts[r->workload.key].second},
+                    {"best_us", r->result.median_us}, {"tflops", tflops(*r)},
+                    {"best_kernel", candidate_label(r->candidate)}, {"params", to_json(r->candidate.params)}});
+  }
+  for (const auto& r : log.records)
+    if (!shown[r.workload.key]) {
+      shown[r.workload.key] = true;
+      rows.push_back({{"workload", r.workload.key}, {"name", r.workload.description.value("name", "?")},
+                      {"records", counts[r.workload.key].first}, {"correct", 0}, {"best_us", nullptr},
+                      {"tflops", nullptr}, {"best_kernel", nullptr}, {"params", nullptr}});
+    }
+  if (format == "json") {
+    std::cout << nlohmann::json{{"log", path}, {"skipped_lines", log.warnings.size()}, {"workloads", rows}}.dump(2)
+              << "\n";
+    return;
+  }
+  std::printf("%-16s %-20s %8s %8s %10s %9s  %s\n", "workload", "name", "records", "correct", "best us", "TFLOP/s",
+              "best kernel");
+  for (const auto& row : rows) {
+    const std::string key = row["workload"], name = row["name"];
+    if (row["best_us"].is_null())
+      std::printf("%-16s %-20s %8d %8d %10s %9s  (no correct measurement)\n", key.c_str(), name.c_str(),
+                  row["records"].get<int>(), 0, "-", "-");
+    else
+      std::printf("%-16s %-20s %8d %8d %10.2f %9.2f  %s\n", key.c_str(), name.c_str(), row["records"].get<int>(),
+                  row["correct"].get<int>(), row["best_us"].get<double>(), row["tflops"].get<double>(),
+                  row["best_kernel"].get<std::string>().c_str());
+  }
+}
+
+/// `tmap logs rank`: the Spearman rank correlation of each cost model with a log's measured times.
+void logs_rank(const std::string& path, const std::string& format) {
+  const bool text = format == "text";
+  LogContents log = load_log(path);
+  if (log.records.empty()) bad(path, "the log holds no records", "tune something first");
+  const std::string arch = log.records.front().target.arch;  // the first record's architecture
+  const int cc = parse_arch(arch);
+  DeviceLimits limits = DeviceLimits::for_arch(cc);
+  const auto sets = measured_sets(log.records, load_hw_abstractions(), arch, limits, DeviceModel::for_arch(cc));
+  std::map<std::string, std::string> names;
+  for (const auto& r : log.records) names[r.workload.key] = r.workload.description.value("name", "?");
+  if (text) {
+    std::printf("records of %s; Spearman rank correlation with the measured times of each workload:\n", arch.c_str());
+    std::printf("  analytic: the analytic model; xgboost: trained on every other record of the workload, ranking the\n"
+                "  rest; transfer: trained on the other workloads only\n");
+    std::printf("%-16s %-12s %8s %10s %10s %10s\n", "workload", "name", "records", "analytic", "xgboost", "transfer");
+  }
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto& [key, set] : sets) {
+    CostModel own(1), others(1);
+    std::vector<Features> held_f;
+    std::vector<double> held_t;
+    for (std::size_t i = 0; i < set.features.size(); ++i) {
+      if (i % 2 == 0) own.add(set.features[i], set.times_us[i]);
+      else {
+        held_f.push_back(set.features[i]);
+        held_t.push_back(set.times_us[i]);
+      }
+    }
+    for (const auto& [other, x] : sets)
+      if (other != key)
+        for (std::size_t i = 0; i < x.features.size(); ++i) others.add(x.features[i], x.times_us[i]);
+    own.fit();
+    others.fit();
+    const double xgb = own.trained() && held_t.size() >= 4 ? spearman(own.predict(held_f), held_t) : 0;
+    const double transfer =
+        others.trained() && set.times_us.size() >= 4 ? spearman(others.predict(set.features), set.times_us) : 0;
+    const double analytic = spearman(set.analytic_us, set.times_us);
+    rows.push_back({{"workload", key}, {"name", names[key]}, {"records", set.times_us.size()},
+                    {"analytic", analytic}, {"xgboost", xgb}, {"transfer", transfer}});
+    if (text)
+      std::printf("%-16s %-12s %8zu %10.2f %10.2f %10.2f\n", key.c_str(), names[key].c_str(), set.times_us.size(),
+                  analytic, xgb, transfer);
+  }
+  if (!text) std::cout << nlohmann::json{{"log", path}, {"arch", arch}, {"workloads", rows}}.dump(2) << "\n";
+}
+
+/// `tmap logs prune`: the best record of each workload, written into a new log.
+void logs_prune(const std::string& path, const std::string& out) {
+  if (std::filesystem::exists(out) && std::filesystem::equivalent(path, out))
+    bad("--out", "the output is the log being pruned", "write the best records to another file");
+  LogContents log = load_log(path);
+  std::vector<const TuneRecord*> keep = best_records(log.records);
+  std::filesystem::remove(out);
+  LogWriter w(out);
+  for (const TuneRecord* r : keep) w.append(*r);
+  std::printf("kept %zu of %zu records (the best of each workload) in %s\n", keep.size(), log.records.size(),
+              out.c_str());
+}
+
 void register_logs(CLI::App& app) {
   auto* logs = app.add_subcommand("logs", "Inspect and prune tuning logs");
   logs->require_subcommand(1);
@@ -637,49 +778,7 @@ void register_logs(CLI::App& app) {
   list->add_option("log", *path, "The log")->required();
   list->add_option("--format", *list_format, "A text table or json (one document on stdout)")
       ->check(CLI::IsMember({"text", "json"}));
-  list->callback([path, list_format] {
-    LogContents log = load_log(*path);
-    std::map<std::string, std::pair<int, int>> counts;  // records, correct
-    for (const auto& r : log.records) {
-      auto& c = counts[r.workload.key];
-      ++c.first;
-      c.second += r.result.ok();
-    }
-    // Workloads with a correct record (their best), then those without one, in first-seen order.
-    nlohmann::json rows = nlohmann::json::array();
-    std::map<std::string, bool> shown;
-    for (const TuneRecord* r : best_records(log.records)) {
-      shown[r->workload.key] = true;
-      rows.push_back({{"workload", r->workload.key}, {"name", r->workload.description.value("name", "?")},
-                      {"records", counts[r->workload.key].first}, {"correct", counts[r->workload.key].second},
-                      {"best_us", r->result.median_us}, {"tflops", tflops(*r)},
-                      {"best_kernel", candidate_label(r->candidate)}, {"params", to_json(r->candidate.params)}});
-    }
-    for (const auto& r : log.records)
-      if (!shown[r.workload.key]) {
-        shown[r.workload.key] = true;
-        rows.push_back({{"workload", r.workload.key}, {"name", r.workload.description.value("name", "?")},
-                        {"records", counts[r.workload.key].first}, {"correct", 0}, {"best_us", nullptr},
-                        {"tflops", nullptr}, {"best_kernel", nullptr}, {"params", nullptr}});
-      }
-    if (*list_format == "json") {
-      std::cout << nlohmann::json{{"log", *path}, {"skipped_lines", log.warnings.size()}, {"workloads", rows}}.dump(2)
-                << "\n";
-      return;
-    }
-    std::printf("%-16s %-20s %8s %8s %10s %9s  %s\n", "workload", "name", "records", "correct", "best us", "TFLOP/s",
-                "best kernel");
-    for (const auto& row : rows) {
-      const std::string key = row["workload"], name = row["name"];
-      if (row["best_us"].is_null())
-        std::printf("%-16s %-20s %8d %8d %10s %9s  (no correct measurement)\n", key.c_str(), name.c_str(),
-                    row["records"].get<int>(), 0, "-", "-");
-      else
-        std::printf("%-16s %-20s %8d %8d %10.2f %9.2f  %s\n", key.c_str(), name.c_str(), row["records"].get<int>(),
-                    row["correct"].get<int>(), row["best_us"].get<double>(), row["tflops"].get<double>(),
-                    row["best_kernel"].get<std::string>().c_str());
-    }
-  });
+  list->callback([path, list_format] { logs_list(*path, *list_format); });
   auto* best = logs->add_subcommand("best", "Print the best record of each workload (JSON lines)");
   best->add_option("log", *path, "The log")->required();
   best->callback([path] {
@@ -691,65 +790,11 @@ void register_logs(CLI::App& app) {
   rank->add_option("log", *path, "The log")->required();
   rank->add_option("--format", *rank_format, "A text table or json (one document on stdout)")
       ->check(CLI::IsMember({"text", "json"}));
-  rank->callback([path, rank_format] {
-    const bool text = *rank_format == "text";
-    LogContents log = load_log(*path);
-    if (log.records.empty()) bad(*path, "the log holds no records", "tune something first");
-    const std::string arch = log.records.front().target.arch;  // the first record's architecture
-    const int cc = parse_arch(arch);
-    DeviceLimits limits = DeviceLimits::for_arch(cc);
-    const auto sets = measured_sets(log.records, load_hw_abstractions(), arch, limits, DeviceModel::for_arch(cc));
-    std::map<std::string, std::string> names;
-    for (const auto& r : log.records) names[r.workload.key] = r.workload.description.value("name", "?");
-    if (text) {
-      std::printf("records of %s; Spearman rank correlation with the measured times of each workload:\n", arch.c_str());
-      std::printf("  analytic: the analytic model; xgboost: trained on every other record of the workload, ranking the\n"
-                  "  rest; transfer: trained on the other workloads only\n");
-      std::printf("%-16s %-12s %8s %10s %10s %10s\n", "workload", "name", "records", "analytic", "xgboost", "transfer");
-    }
-    nlohmann::json rows = nlohmann::json::array();
-    for (const auto& [key, set] : sets) {
-      CostModel own(1), others(1);
-      std::vector<Features> held_f;
-      std::vector<double> held_t;
-      for (std::size_t i = 0; i < set.features.size(); ++i) {
-        if (i % 2 == 0) own.add(set.features[i], set.times_us[i]);
-        else {
-          held_f.push_back(set.features[i]);
-          held_t.push_back(set.times_us[i]);
-        }
-      }
-      for (const auto& [other, x] : sets)
-        if (other != key)
-          for (std::size_t i = 0; i < x.features.size(); ++i) others.add(x.features[i], x.times_us[i]);
-      own.fit();
-      others.fit();
-      const double xgb = own.trained() && held_t.size() >= 4 ? spearman(own.predict(held_f), held_t) : 0;
-      const double transfer =
-          others.trained() && set.times_us.size() >= 4 ? spearman(others.predict(set.features), set.times_us) : 0;
-      const double analytic = spearman(set.analytic_us, set.times_us);
-      rows.push_back({{"workload", key}, {"name", names[key]}, {"records", set.times_us.size()},
-                      {"analytic", analytic}, {"xgboost", xgb}, {"transfer", transfer}});
-      if (text)
-        std::printf("%-16s %-12s %8zu %10.2f %10.2f %10.2f\n", key.c_str(), names[key].c_str(), set.times_us.size(),
-                    analytic, xgb, transfer);
-    }
-    if (!text) std::cout << nlohmann::json{{"log", *path}, {"arch", arch}, {"workloads", rows}}.dump(2) << "\n";
-  });
+  rank->callback([path, rank_format] { logs_rank(*path, *rank_format); });
   auto* prune = logs->add_subcommand("prune", "Write the best record of each workload into a new log");
   prune->add_option("log", *path, "The log")->required();
   prune->add_option("--out", *out, "The new log")->required();
-  prune->callback([path, out] {
-    if (std::filesystem::exists(*out) && std::filesystem::equivalent(*path, *out))
-      bad("--out", "the output is the log being pruned", "write the best records to another file");
-    LogContents log = load_log(*path);
-    std::vector<const TuneRecord*> keep = best_records(log.records);
-    std::filesystem::remove(*out);
-    LogWriter w(*out);
-    for (const TuneRecord* r : keep) w.append(*r);
-    std::printf("kept %zu of %zu records (the best of each workload) in %s\n", keep.size(), log.records.size(),
-                out->c_str());
-  });
+  prune->callback([path, out] { logs_prune(*path, *out); });
 }
 
 void register_export(CLI::App& app) {
