@@ -210,7 +210,8 @@ std::string sanitized(const std::string& s) {
 
 bool onnx_import_available() { return true; }
 
-WorkloadTable import_onnx(const std::string& path, const OnnxImportOptions& o) {
+/// The model at `path`, parsed, after checking that it is a readable file under 2 GiB.
+void read_model(const std::string& path, onnx::ModelProto& model) {
   namespace fs = std::filesystem;
   const std::string hint = "give the path of an ONNX model (.onnx)";
   std::error_code ec;
@@ -222,13 +223,14 @@ WorkloadTable import_onnx(const std::string& path, const OnnxImportOptions& o) {
   if (size >= (std::uintmax_t{2} << 30)) fail(path, "the model is 2 GiB or larger", "protobuf reads models under 2 GiB; keep external data beside it");
   std::ifstream in(path, std::ios::binary);
   if (!in) fail(path, "cannot open the model", hint);
-  onnx::ModelProto model;
   if (!model.ParseFromIstream(&in) || !model.has_graph())
     fail(path, "not an ONNX model (the file does not parse as an ONNX ModelProto with a graph)",
          "export the model with torch.onnx.export or onnx.save");
-  onnx::GraphProto* g = model.mutable_graph();
+}
 
-  // Fix symbolic dimensions of the model's inputs.
+/// Fixes the symbolic dimensions of the model's inputs from --batch and --dim; each of those must
+/// be used, and none may be left unset.
+void fix_symbolic_dims(onnx::GraphProto* g, const OnnxImportOptions& o, const std::string& path) {
   std::set<std::string> initializers;
   for (const auto& t : g->initializer()) initializers.insert(t.name());
   std::set<std::string> used_dims, symbolic_names;
@@ -280,12 +282,10 @@ WorkloadTable import_onnx(const std::string& path, const OnnxImportOptions& o) {
          "give --batch N for the batch (first) dimension and --dim NAME=VALUE for the others");
   }
 
-  try {
-    onnx::shape_inference::InferShapes(model);
-  } catch (const std::exception& e) {
-    fail(path, std::string("ONNX shape inference failed: ") + e.what(), "check the model with onnx.checker.check_model");
-  }
+}
 
+/// Every value's shape after shape inference (-1 for a dimension still unknown).
+std::map<std::string, Shape> value_shapes(const onnx::GraphProto* g) {
   std::map<std::string, Shape> shapes;
   for (const auto& t : g->initializer()) shapes[t.name()] = Shape(t.dims().begin(), t.dims().end());
   auto add_value = [&](const onnx::ValueInfoProto& v) {
@@ -298,75 +298,93 @@ WorkloadTable import_onnx(const std::string& path, const OnnxImportOptions& o) {
   for (const auto& v : g->value_info()) add_value(v);
   for (const auto& v : g->output()) add_value(v);
 
+  return shapes;
+}
+
+/// Node `n` (the index-th) into the table: a Conv, Gemm or MatMul becomes a workload (or adds to
+/// the count of an equal one); other nodes are counted or listed as unsupported.
+void add_node(WorkloadTable& t, const onnx::NodeProto& n, int index, const std::map<std::string, Shape>& shapes,
+              std::map<std::string, std::size_t>& by_key, std::set<std::string>& names, const OnnxImportOptions& o) {
+  const std::string& type = n.op_type();
+  const std::string node_name = n.name().empty() ? type + "_" + std::to_string(index) : n.name();
+  const bool ai_onnx = n.domain().empty() || n.domain() == "ai.onnx";
+  const bool contraction = ai_onnx && (type == "Conv" || type == "Gemm" || type == "MatMul");
+  if (!contraction) {
+    static const std::set<std::string> unmapped = {"ConvTranspose", "ConvInteger", "QLinearConv", "MatMulInteger",
+                                                   "QLinearMatMul", "Einsum", "DeformConv"};
+    if (ai_onnx && unmapped.count(type))
+      t.unsupported.push_back({node_name, type, type + " is not supported yet (tmap maps Conv, Gemm and MatMul)"});
+    else if (!ai_onnx)
+      t.unsupported.push_back({node_name, n.domain() + "." + type, "operator of domain '" + n.domain() + "': not read"});
+    else
+      ++t.other_ops[type];
+    return;
+  }
+  try {
+    std::vector<Shape> operands;
+    for (int i = 0; i < std::min(n.input_size(), 2); ++i) {
+      auto it = shapes.find(n.input(i));
+      if (it == shapes.end()) throw Unsupported{"the shape of input '" + n.input(i) + "' is unknown after shape inference"};
+      for (std::int64_t d : it->second)
+        if (d < 0) throw Unsupported{"the shape of input '" + n.input(i) + "' " + shape_text(it->second) + " is not static"};
+      operands.push_back(it->second);
+    }
+    if (operands.size() < 2) throw Unsupported{"fewer than two inputs"};
+    const Attributes attrs(n);
+    Contraction c = type == "Conv"   ? read_conv(n, attrs, operands[0], operands[1], o.channels_last)
+                    : type == "Gemm" ? read_gemm(n, attrs, operands[0], operands[1])
+                                     : read_matmul(operands[0], operands[1]);
+    std::string key = c.op;
+    for (const auto& [p, v] : c.params) key += " " + p + "=" + std::to_string(v);
+    auto it = by_key.find(key);
+    if (it != by_key.end()) {
+      TableWorkload& w = t.workloads[it->second];
+      ++w.count;
+      w.nodes.push_back(node_name);
+      for (const auto& note : c.notes)
+        if (std::find(w.notes.begin(), w.notes.end(), note) == w.notes.end()) w.notes.push_back(note);
+      return;
+    }
+    TableWorkload w;
+    w.name = sanitized(node_name);
+    for (int k = 2; !names.insert(w.name).second; ++k) w.name = sanitized(node_name) + "_" + std::to_string(k);
+    w.op = c.op;
+    w.params = c.params;
+    w.nodes = {node_name};
+    w.notes = c.notes;
+    try {
+      w.flops = 2.0 * build_table_workload(w, o.out_dtype, "node '" + node_name + "'").iteration_points();
+    } catch (const UserError& e) {
+      names.erase(w.name);
+      throw Unsupported{std::string("no valid ") + c.op + ": " + e.what()};
+    }
+    by_key[key] = t.workloads.size();
+    t.workloads.push_back(std::move(w));
+  } catch (const Unsupported& u) {
+    t.unsupported.push_back({node_name, type, u.reason});
+  }
+}
+
+WorkloadTable import_onnx(const std::string& path, const OnnxImportOptions& o) {
+  onnx::ModelProto model;
+  read_model(path, model);
+  onnx::GraphProto* g = model.mutable_graph();
+  fix_symbolic_dims(g, o, path);
+  try {
+    onnx::shape_inference::InferShapes(model);
+  } catch (const std::exception& e) {
+    fail(path, std::string("ONNX shape inference failed: ") + e.what(), "check the model with onnx.checker.check_model");
+  }
+  const std::map<std::string, Shape> shapes = value_shapes(g);
   WorkloadTable t;
-  t.title = fs::path(path).filename().string() + (o.batch > 0 ? " (batch " + std::to_string(o.batch) + ")" : "");
+  t.title = std::filesystem::path(path).filename().string() + (o.batch > 0 ? " (batch " + std::to_string(o.batch) + ")" : "");
   t.source = path;
   t.batch = o.batch;
   t.out_dtype = o.out_dtype;
   std::map<std::string, std::size_t> by_key;  // op + parameters -> workload index
   std::set<std::string> names;
   int index = 0;
-  for (const auto& n : g->node()) {
-    ++index;
-    const std::string& type = n.op_type();
-    const std::string node_name = n.name().empty() ? type + "_" + std::to_string(index) : n.name();
-    const bool ai_onnx = n.domain().empty() || n.domain() == "ai.onnx";
-    const bool contraction = ai_onnx && (type == "Conv" || type == "Gemm" || type == "MatMul");
-    if (!contraction) {
-      static const std::set<std::string> unmapped = {"ConvTranspose", "ConvInteger", "QLinearConv", "MatMulInteger",
-                                                     "QLinearMatMul", "Einsum", "DeformConv"};
-      if (ai_onnx && unmapped.count(type))
-        t.unsupported.push_back({node_name, type, type + " is not supported yet (tmap maps Conv, Gemm and MatMul)"});
-      else if (!ai_onnx)
-        t.unsupported.push_back({node_name, n.domain() + "." + type, "operator of domain '" + n.domain() + "': not read"});
-      else
-        ++t.other_ops[type];
-      continue;
-    }
-    try {
-      std::vector<Shape> operands;
-      for (int i = 0; i < std::min(n.input_size(), 2); ++i) {
-        auto it = shapes.find(n.input(i));
-        if (it == shapes.end()) throw Unsupported{"the shape of input '" + n.input(i) + "' is unknown after shape inference"};
-        for (std::int64_t d : it->second)
-          if (d < 0) throw Unsupported{"the shape of input '" + n.input(i) + "' " + shape_text(it->second) + " is not static"};
-        operands.push_back(it->second);
-      }
-      if (operands.size() < 2) throw Unsupported{"fewer than two inputs"};
-      const Attributes attrs(n);
-      Contraction c = type == "Conv"   ? read_conv(n, attrs, operands[0], operands[1], o.channels_last)
-                      : type == "Gemm" ? read_gemm(n, attrs, operands[0], operands[1])
-                                       : read_matmul(operands[0], operands[1]);
-      std::string key = c.op;
-      for (const auto& [p, v] : c.params) key += " " + p + "=" + std::to_string(v);
-      auto it = by_key.find(key);
-      if (it != by_key.end()) {
-        TableWorkload& w = t.workloads[it->second];
-        ++w.count;
-        w.nodes.push_back(node_name);
-        for (const auto& note : c.notes)
-          if (std::find(w.notes.begin(), w.notes.end(), note) == w.notes.end()) w.notes.push_back(note);
-        continue;
-      }
-      TableWorkload w;
-      w.name = sanitized(node_name);
-      for (int k = 2; !names.insert(w.name).second; ++k) w.name = sanitized(node_name) + "_" + std::to_string(k);
-      w.op = c.op;
-      w.params = c.params;
-      w.nodes = {node_name};
-      w.notes = c.notes;
-      try {
-        w.flops = 2.0 * build_table_workload(w, o.out_dtype, "node '" + node_name + "'").iteration_points();
-      } catch (const UserError& e) {
-        names.erase(w.name);
-        throw Unsupported{std::string("no valid ") + c.op + ": " + e.what()};
-      }
-      by_key[key] = t.workloads.size();
-      t.workloads.push_back(std::move(w));
-    } catch (const Unsupported& u) {
-      t.unsupported.push_back({node_name, type, u.reason});
-    }
-  }
+  for (const auto& n : g->node()) add_node(t, n, ++index, shapes, by_key, names, o);
   return t;
 }
 

@@ -10,9 +10,14 @@ namespace {
 #define TMAP_CONV_REQUIRES "\"stride >= 1\", \"dil >= 1\", \"pad >= 0\""
 #define TMAP_GROUP_REQUIRES "\"groups >= 1\", \"C % groups == 0\", \"K % groups == 0\""
 
-const std::vector<std::pair<std::string, std::string>>& library() {
-  static const std::vector<std::pair<std::string, std::string>> ops = {
-      {"gemm", R"op({
+/// Each built-in op: its name and its definition in the compute JSON language.
+struct OpSource {
+  const char* name;
+  const char* json;
+};
+
+const OpSource kOps[] = {
+  {"gemm", R"op({
   "name": "gemm",
   "description": "C = A B with A stored [M, K] and B stored [K, N] (row-major, no transposition)",
   "compute": "C[m, n] += A[m, k] * B[k, n]",
@@ -23,7 +28,7 @@ const std::vector<std::pair<std::string, std::string>>& library() {
     "C": {"shape": ["M", "N"], "dtype": "float32"}
   }
 })op"},
-      {"gemm_nt", R"op({
+  {"gemm_nt", R"op({
   "name": "gemm_nt",
   "description": "C = A B^T with A stored [M, K] and B stored [N, K]",
   "compute": "C[m, n] += A[m, k] * B[n, k]",
@@ -34,7 +39,7 @@ const std::vector<std::pair<std::string, std::string>>& library() {
     "C": {"shape": ["M", "N"], "dtype": "float32"}
   }
 })op"},
-      {"gemm_tn", R"op({
+  {"gemm_tn", R"op({
   "name": "gemm_tn",
   "description": "C = A^T B with A stored [K, M] and B stored [K, N]",
   "compute": "C[m, n] += A[k, m] * B[k, n]",
@@ -45,7 +50,7 @@ const std::vector<std::pair<std::string, std::string>>& library() {
     "C": {"shape": ["M", "N"], "dtype": "float32"}
   }
 })op"},
-      {"gemm_tt", R"op({
+  {"gemm_tt", R"op({
   "name": "gemm_tt",
   "description": "C = A^T B^T with A stored [K, M] and B stored [N, K]",
   "compute": "C[m, n] += A[k, m] * B[n, k]",
@@ -56,7 +61,7 @@ const std::vector<std::pair<std::string, std::string>>& library() {
     "C": {"shape": ["M", "N"], "dtype": "float32"}
   }
 })op"},
-      {"batched_gemm", R"op({
+  {"batched_gemm", R"op({
   "name": "batched_gemm",
   "description": "BATCH independent products C[b] = A[b] B[b]",
   "compute": "C[b, m, n] += A[b, m, k] * B[b, k, n]",
@@ -67,7 +72,7 @@ const std::vector<std::pair<std::string, std::string>>& library() {
     "C": {"shape": ["BATCH", "M", "N"], "dtype": "float32"}
   }
 })op"},
-      {"gemv", R"op({
+  {"gemv", R"op({
   "name": "gemv",
   "description": "y = A x with A stored [M, K]",
   "compute": "y[m] += A[m, k] * x[k]",
@@ -78,7 +83,7 @@ const std::vector<std::pair<std::string, std::string>>& library() {
     "y": {"shape": ["M"], "dtype": "float32"}
   }
 })op"},
-      {"conv1d", R"op({
+  {"conv1d", R"op({
   "name": "conv1d",
   "description": "1-D convolution, input [N, C, W], weights [K, C, S], output [N, K, Q]",
   "compute": "Out[n, k, q] += I[n, c, q*stride + s*dil - pad] * Wt[k, c, s]",
@@ -90,7 +95,7 @@ const std::vector<std::pair<std::string, std::string>>& library() {
   },
   "requires": [)op" TMAP_CONV_REQUIRES R"op(]
 })op"},
-      {"conv2d", R"op({
+  {"conv2d", R"op({
   "name": "conv2d",
   "description": "2-D convolution in NCHW/KCRS: input [N, C, H, W], weights [K, C/groups, R, S], output [N, K, P, Q]",
   "compute": "Out[n, g*(K/groups) + k, p, q] += I[n, g*(C/groups) + c, p*stride + r*dil - pad, q*stride + s*dil - pad] * Wt[g*(K/groups) + k, c, r, s]",
@@ -104,7 +109,7 @@ const std::vector<std::pair<std::string, std::string>>& library() {
   "iterators": {"g": "groups", "k": "K/groups"},
   "requires": [)op" TMAP_GROUP_REQUIRES ", " TMAP_CONV_REQUIRES R"op(]
 })op"},
-      {"conv2d_nhwc", R"op({
+  {"conv2d_nhwc", R"op({
   "name": "conv2d_nhwc",
   "description": "2-D convolution in NHWC/KRSC: input [N, H, W, C], weights [K, R, S, C/groups], output [N, P, Q, K]",
   "compute": "Out[n, p, q, g*(K/groups) + k] += I[n, p*stride + r*dil - pad, q*stride + s*dil - pad, g*(C/groups) + c] * Wt[g*(K/groups) + k, r, s, c]",
@@ -118,7 +123,7 @@ const std::vector<std::pair<std::string, std::string>>& library() {
   "iterators": {"g": "groups", "k": "K/groups"},
   "requires": [)op" TMAP_GROUP_REQUIRES ", " TMAP_CONV_REQUIRES R"op(]
 })op"},
-      {"depthwise_conv2d", R"op({
+  {"depthwise_conv2d", R"op({
   "name": "depthwise_conv2d",
   "description": "Depthwise 2-D convolution in NCHW: input [N, C, H, W], weights [C, R, S], output [N, C, P, Q]",
   "compute": "Out[n, c, p, q] += I[n, c, p*stride + r*dil - pad, q*stride + s*dil - pad] * Wt[c, r, s]",
@@ -130,7 +135,7 @@ const std::vector<std::pair<std::string, std::string>>& library() {
   },
   "requires": [)op" TMAP_CONV_REQUIRES R"op(]
 })op"},
-      {"conv3d", R"op({
+  {"conv3d", R"op({
   "name": "conv3d",
   "description": "3-D convolution in NCDHW/KCTRS: input [N, C, D, H, W], weights [K, C, T, R, S], output [N, K, Z, P, Q]",
   "compute": "Out[n, k, z, p, q] += I[n, c, z*stride + t*dil - pad, p*stride + r*dil - pad, q*stride + s*dil - pad] * Wt[k, c, t, r, s]",
@@ -143,7 +148,14 @@ const std::vector<std::pair<std::string, std::string>>& library() {
   },
   "requires": [)op" TMAP_CONV_REQUIRES R"op(]
 })op"},
-  };
+};
+
+const std::vector<std::pair<std::string, std::string>>& library() {
+  static const std::vector<std::pair<std::string, std::string>> ops = [] {
+    std::vector<std::pair<std::string, std::string>> out;
+    for (const OpSource& op : kOps) out.emplace_back(op.name, op.json);
+    return out;
+  }();
   return ops;
 }
 
