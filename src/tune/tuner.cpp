@@ -282,13 +282,19 @@ std::vector<double> arm_shares(const std::vector<ArmStanding>& arms) {
   return score;
 }
 
-/// The state of one workload's search between steps: what tune() kept in locals.
-class TuneTask::Impl {
+namespace {
+
+/// A candidate's kernel and its binary.
+struct Compiled {
+  KernelSource kernel;
+  CompileResult binary;
+};
+
+/// The builder: batches of proposed candidates are emitted and compiled in the background on
+/// all cores, each candidate ready on its own, so that whichever has compiled is measured next
+/// and a batch's slowest kernel (1-9 s against 0.3 s on average on the H100) holds up no other.
+class CompilePipeline {
  public:
-  struct Compiled {
-    KernelSource kernel;
-    CompileResult binary;
-  };
   /// A proposed candidate, compiling or compiled, not yet measured.
   struct InFlight {
     Candidate candidate;
@@ -297,52 +303,163 @@ class TuneTask::Impl {
     bool model_trained = false;  ///< whether that model had been trained
   };
 
-  Impl(const Compute& c, const std::vector<HwAbstraction>& hws, const TuneOptions& o, CostModel& model,
-       const std::vector<TuneRecord>& own, LogWriter* log)
-      : c_(c), o_(o), search_(c, hws, o_), model_(model), log_(log),
-        flops_(search_.workload().description["flops"].get<double>()), compiler_(o.compute_capability, o.compile_cache_dir) {
-    const SearchSpace& space = search_.space();
+  CompilePipeline(const SearchSpace& space, const TuneOptions& o)
+      : space_(space), o_(o), compiler_(o.compute_capability, o.compile_cache_dir) {}
+  ~CompilePipeline() {
+    for (auto& f : compiling_) f.wait();  // compiled but never measured: nothing to record
+  }
+  CompilePipeline(const CompilePipeline&) = delete;
+  CompilePipeline& operator=(const CompilePipeline&) = delete;
+
+  NvrtcCompiler& compiler() { return compiler_; }
+  std::size_t size() const { return flight_.size(); }
+  bool empty() const { return flight_.empty(); }
+
+  /// Starts emitting and compiling `batch`; `predicted`: the model's estimate of each.
+  void start(std::vector<Candidate> batch, const std::vector<double>& predicted, bool model_trained) {
+    auto promises = std::make_shared<std::vector<std::promise<Compiled>>>(batch.size());
+    for (std::size_t i = 0; i < batch.size(); ++i)
+      flight_.push_back({batch[i], (*promises)[i].get_future().share(), predicted[i], model_trained});
+    std::erase_if(compiling_, [](const std::future<void>& f) {
+      return f.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+    });
+    compiling_.push_back(std::async(std::launch::async, [this, batch = std::move(batch), promises] {
+      std::vector<KernelSource> kernels;
+      std::vector<CompileJob> jobs;
+      for (const Candidate& c : batch) {
+        kernels.push_back(emit_kernel(space_.entries()[c.entry].gemm, c.params));
+        jobs.push_back({kernels.back().name, kernels.back().code});
+      }
+      compile_parallel(compiler_, jobs, o_.compile_threads, o_.stop, [&](std::size_t i, const CompileResult& r) {
+        (*promises)[i].set_value({std::move(kernels[i]), r});
+      });
+    }));
+  }
+
+  /// The first candidate in flight whose compilation has finished, waiting for one.
+  std::size_t wait_ready() {
+    for (;;) {
+      for (std::size_t i = 0; i < flight_.size(); ++i)
+        if (flight_[i].compiled.wait_for(std::chrono::seconds(0)) == std::future_status::ready) return i;
+      flight_.front().compiled.wait_for(std::chrono::milliseconds(2));
+    }
+  }
+
+  InFlight take(std::size_t at) {
+    InFlight f = std::move(flight_[at]);
+    flight_.erase(flight_.begin() + static_cast<std::ptrdiff_t>(at));
+    return f;
+  }
+
+ private:
+  const SearchSpace& space_;
+  const TuneOptions& o_;
+  NvrtcCompiler compiler_;
+  std::deque<InFlight> flight_;
+  std::vector<std::future<void>> compiling_;  ///< Batches being emitted and compiled.
+};
+
+/// The task's view of the database (the log): the fastest correct candidates, held for
+/// confirmation with their binaries when compiled in this run, and the confirmed records resumed
+/// from the log that confirmation ranks them with.
+class Podium {
+ public:
+  /// One of the fastest correct candidates: its latest record, and its binary when compiled in this run.
+  struct Contender {
+    TuneRecord rec;
+    int entry;
+    ScheduleParams params;
+    std::shared_future<Compiled> compiled;
+  };
+
+  explicit Podium(int confirm_top) : keep_(2 * static_cast<std::size_t>(std::max(0, confirm_top))) {}
+
+  std::vector<Contender>& contenders() { return podium_; }
+  std::size_t size() const { return podium_.size(); }
+  const std::optional<TuneRecord>& confirmed_best() const { return confirmed_best_; }
+
+  /// The records of this workload in the log: the best by the log's rule (a confirmed record
+  /// before faster single measurements), which it returns, and the latest record of each
+  /// candidate that was confirmed and correct, in log order.
+  std::optional<TuneRecord> resume(const std::vector<TuneRecord>& own, const SearchSpace& space) {
+    std::optional<TuneRecord> best;
+    if (const auto b = best_records(own); !b.empty() && space.find(b[0]->candidate) >= 0) {
+      best = *b[0];
+      if (b[0]->result.confirm_rounds) confirmed_best_ = *b[0];
+    }
+    std::map<std::string, const TuneRecord*> latest;
+    for (const auto& r : own)
+      if (r.result.measured() && space.find(r.candidate) >= 0) latest[candidate_signature(r.candidate)] = &r;
+    std::vector<const TuneRecord*> kept;
+    for (const auto& [sig, r] : latest)
+      if (r->result.confirm_rounds && r->result.ok()) kept.push_back(r);
+    std::sort(kept.begin(), kept.end());  // `own` is in log order
+    for (const TuneRecord* r : kept) resumed_confirmed_.push_back(*r);
+    return best;
+  }
+
+  /// Keeps the 2 x confirm_top fastest correct candidates (by their latest record).
+  void contend(const TuneRecord& rec, int entry, const ScheduleParams& p, std::shared_future<Compiled> compiled) {
+    if (keep_ == 0) return;
+    const std::string key = SearchSpace::key(entry, p);
+    std::erase_if(podium_, [&](const Contender& c) { return SearchSpace::key(c.entry, c.params) == key; });
+    if (!rec.result.ok()) return;
+    auto at = std::find_if(podium_.begin(), podium_.end(),
+                           [&](const Contender& c) { return rec.result.median_us < c.rec.result.median_us; });
+    if (at == podium_.end() && podium_.size() >= keep_) return;
+    podium_.insert(at, {rec, entry, p, std::move(compiled)});
+    if (podium_.size() > keep_) podium_.pop_back();
+  }
+
+  /// After the first `top` contenders were confirmed (their records replaced): the best by the
+  /// log's own rule (best_records), the latest record of each candidate, ties to the earlier
+  /// record. Confirmed records resumed from the log come first, except for the candidates
+  /// confirmed again just now, whose new records (last in the log) replace them. The contenders
+  /// are then ordered by their new records.
+  std::optional<TuneRecord> rank_confirmed(int top) {
+    std::set<std::string> again;
+    for (int i = 0; i < top; ++i) again.insert(candidate_signature(podium_[i].rec.candidate));
+    std::optional<TuneRecord> best;
+    for (const TuneRecord& r : resumed_confirmed_)
+      if (!again.count(candidate_signature(r.candidate)) && (!best || ranks_before(r, *best))) best = r;
+    for (const Contender& c : podium_)
+      if (c.rec.result.ok() && (!best || ranks_before(c.rec, *best))) best = c.rec;
+    std::stable_sort(podium_.begin(), podium_.end(), [](const Contender& a, const Contender& b) {
+      return a.rec.result.ok() && (!b.rec.result.ok() || a.rec.result.median_us < b.rec.result.median_us);
+    });
+    return best;
+  }
+
+ private:
+  std::size_t keep_;
+  std::vector<Contender> podium_;  ///< Fastest first.
+  std::optional<TuneRecord> confirmed_best_;   ///< Resumed.
+  std::vector<TuneRecord> resumed_confirmed_;  ///< The latest record of each, in log order.
+};
+
+/// The search strategy: which candidates are measured next. First looks at each arm (the model's
+/// best candidate of it), then seeds offered by other workloads, then each arm's share of a
+/// batch (arm_shares), filled with the model's best of samples, mutations and crossovers.
+class SearchStrategy {
+ public:
+  SearchStrategy(const Compute& c, const std::vector<HwAbstraction>& hws, const TuneOptions& o)
+      : o_(o), search_(c, hws, o) {}
+
+  Search& search() { return search_; }
+  const Search& search() const { return search_; }
+  int first_looks_taken() const { return first_looks_taken_; }
+
+  /// Each arm's best candidate by the model, arms in the model's order; as many as a quarter of
+  /// the trials allow (or, with a time budget, as its pace will allow: look_limit()).
+  void plan_first_looks(const CostModel& model) {
     auto& arms = search_.arms();
     const int n = static_cast<int>(arms.size());
-    s_.arms = n;
-    // Resume: records of this workload on this architecture warm the model and are not measured again.
-    for (const auto& r : own) {
-      const int entry = space.find(r.candidate);
-      if (entry < 0) continue;
-      search_.mark_seen(entry, r.candidate.params);
-      learn(entry, r.candidate.params, r.result);
-      consider_best(r);
-      contend(r, entry, r.candidate.params, {});
-      ++s_.resumed;
-    }
-    if (const auto best = best_records(own); !best.empty() && search_.space().find(best[0]->candidate) >= 0) {
-      s_.best = *best[0];  // a confirmed record, when there is one, before faster single measurements
-      if (best[0]->result.confirm_rounds) confirmed_best_ = *best[0];
-    }
-    // The latest record of each resumed candidate that was confirmed and correct, in log order:
-    // confirm() ranks them with its own records as best_records will rank the whole log.
-    {
-      std::map<std::string, const TuneRecord*> latest;
-      for (const auto& r : own)
-        if (r.result.measured() && space.find(r.candidate) >= 0) latest[candidate_signature(r.candidate)] = &r;
-      std::vector<const TuneRecord*> kept;
-      for (const auto& [sig, r] : latest)
-        if (r->result.confirm_rounds && r->result.ok()) kept.push_back(r);
-      std::sort(kept.begin(), kept.end());  // `own` is in log order
-      for (const TuneRecord* r : kept) resumed_confirmed_.push_back(*r);
-    }
-    if (s_.resumed) {
-      model_.fit();
-      note(o_, "resuming from " + std::to_string(s_.resumed) + " records in " + o_.log_path +
-                   (s_.best ? ", best " + std::to_string(s_.best->result.median_us) + " us" : ""));
-    }
-    // First looks: each arm's best candidate by the model, arms in the model's order.
     std::vector<std::pair<double, Candidate>> best_per_arm;
     for (int e = 0; e < n; ++e) {
       if (arms[e].looked) continue;
       std::vector<Candidate> pool = search_.pool(e, 12);
       if (pool.empty()) continue;
-      std::vector<double> pred = search_.predict(model_, pool);
+      std::vector<double> pred = search_.predict(model, pool);
       const std::size_t i = std::min_element(pred.begin(), pred.end()) - pred.begin();
       arms[e].predicted_us = std::exp2(pred[i]);
       best_per_arm.emplace_back(pred[i], pool[i]);
@@ -359,61 +476,185 @@ class TuneTask::Impl {
     }
   }
 
-  /// The first looks this run may take so far.
-  std::size_t look_limit() const {
-    return std::min(first_looks_.size(), first_look_limit(s_.arms, o_.batch, o_.trials, o_.time_budget_s,
-                                                          seconds_since(created_), s_.measured));
+  /// Another workload's schedule, kept as a seed when this space has its mapping, the schedule
+  /// is valid here and it was neither tried nor offered before.
+  bool offer(const CandidateRef& r) {
+    const SearchSpace& space = search_.space();
+    const int e = space.find(r);
+    if (e < 0 || !space.valid(e, r.params) || search_.seen(e, r.params)) return false;
+    if (!offered_.insert(SearchSpace::key(e, r.params)).second) return false;
+    seeds_.push_back(search_.candidate(e, r.params));
+    return true;
+  }
+  bool is_seed(int entry, const ScheduleParams& p) const { return seed_keys_.count(SearchSpace::key(entry, p)) > 0; }
+
+  /// A measurement of arm `entry`: its standing, its population, and a sample for the model.
+  void learn(int entry, const ScheduleParams& p, const TuneResult& res, CostModel& model) {
+    Arm& arm = search_.arms()[entry];
+    arm.looked = true;
+    if (!res.ok()) {
+      ++arm.failed;
+      return;
+    }
+    ++arm.measured;
+    arm.best_us = std::min(arm.best_us, res.median_us);
+    arm.population.emplace_back(res.median_us, p);
+    std::sort(arm.population.begin(), arm.population.end(),
+              [](const auto& a, const auto& b) { return a.first < b.first; });
+    model.add(search_.candidate(entry, p).features, res.median_us);
   }
 
-  ~Impl() {
-    for (auto& f : compiling_) f.wait();  // compiled but never measured: nothing to record
+  /// The next `size` candidates, none seen before: seeds first (at most a quarter), then first
+  /// looks (the whole first batch, half of later ones, within `look_limit`), then the arms'
+  /// shares. `best`: this workload's best record, which a seed must come within 2x of.
+  std::vector<Candidate> propose(int size, const CostModel& model, const std::optional<TuneRecord>& best,
+                                 std::size_t look_limit) {
+    std::vector<Candidate> out;
+    take_seeds(out, std::max(1, size / 4), model, best);
+    // Later batches keep half their slots for the arms that have proven good, so that
+    // exploitation starts before every arm has been looked at.
+    const int looks = next_look_ == 0 ? size : std::max(1, size / 2);
+    const std::size_t limit = std::min(look_limit, first_looks_.size());
+    while (static_cast<int>(out.size()) < looks && next_look_ < limit) {
+      const Candidate& c = first_looks_[next_look_++];
+      if (!search_.seen(c.entry, c.params)) {
+        search_.mark_seen(c.entry, c.params);
+        out.push_back(c);
+        ++first_looks_taken_;
+      }
+    }
+    if (static_cast<int>(out.size()) < size) by_arm_shares(out, size, model);
+    return out;
+  }
+
+  std::size_t first_looks() const { return first_looks_.size(); }
+
+ private:
+  /// Up to `n` seeds not yet tried, the model's best first, into `out`; once this workload has a
+  /// kernel, only seeds the model rates within 2x of it (the rest wait: the model may change).
+  void take_seeds(std::vector<Candidate>& out, int n, const CostModel& model, const std::optional<TuneRecord>& best) {
+    std::erase_if(seeds_, [&](const Candidate& c) { return search_.seen(c.entry, c.params); });
+    if (seeds_.empty() || n <= 0) return;
+    const std::vector<double> pred = search_.predict(model, seeds_);
+    std::vector<std::size_t> order(seeds_.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return pred[a] < pred[b]; });
+    const double limit = best && model.trained() ? std::log2(best->result.median_us) + 1 : kInf;
+    for (std::size_t i = 0; i < order.size() && static_cast<int>(out.size()) < n && pred[order[i]] <= limit; ++i) {
+      const Candidate& c = seeds_[order[i]];
+      search_.mark_seen(c.entry, c.params);
+      seed_keys_.insert(SearchSpace::key(c.entry, c.params));
+      out.push_back(c);
+    }
+    std::erase_if(seeds_, [&](const Candidate& c) { return search_.seen(c.entry, c.params); });
+  }
+
+  /// Arms' shares (arm_shares), with momentum.
+  void update_shares() {
+    auto& arms = search_.arms();
+    std::vector<ArmStanding> standing;
+    standing.reserve(arms.size());
+    for (const auto& a : arms) standing.push_back({a.best_us, a.predicted_us, a.best_us == kInf && a.failed > 0});
+    const std::vector<double> share = arm_shares(standing);
+    for (std::size_t e = 0; e < arms.size(); ++e) arms[e].share = 0.5 * arms[e].share + 0.5 * share[e];
+  }
+
+  /// Fills `out` up to `size`: each slot drawn among the arms by their shares, each arm's slots
+  /// given the model's best of a pool (or, with probability `explore`, a random member of it).
+  void by_arm_shares(std::vector<Candidate>& out, int size, const CostModel& model) {
+    update_shares();
+    std::vector<double> weights;
+    for (const auto& a : search_.arms()) weights.push_back(a.share);
+    std::discrete_distribution<int> pick(weights.begin(), weights.end());
+    std::map<int, int> slots;
+    for (int i = static_cast<int>(out.size()); i < size; ++i) ++slots[pick(search_.rng())];
+    for (const auto& [entry, count] : slots) {
+      std::vector<Candidate> pool = search_.pool(entry, 16 * count + 32);
+      if (pool.empty()) continue;
+      std::vector<double> pred = search_.predict(model, pool);
+      std::vector<std::size_t> order(pool.size());
+      for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+      std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return pred[a] < pred[b]; });
+      std::set<std::size_t> taken;
+      for (int k = 0; k < count && taken.size() < pool.size(); ++k) {
+        std::size_t choice = order[0];
+        const bool explore = std::uniform_real_distribution<double>(0, 1)(search_.rng()) < o_.explore;
+        if (explore) {
+          do choice = search_.rng()() % pool.size();
+          while (taken.count(choice));
+        } else {
+          for (std::size_t i : order)
+            if (!taken.count(i)) {
+              choice = i;
+              break;
+            }
+        }
+        taken.insert(choice);
+        search_.mark_seen(pool[choice].entry, pool[choice].params);
+        out.push_back(pool[choice]);
+      }
+    }
+  }
+
+  const TuneOptions& o_;
+  Search search_;
+  std::vector<Candidate> first_looks_;
+  std::size_t next_look_ = 0;
+  int first_looks_taken_ = 0;
+  std::vector<Candidate> seeds_;               ///< Offered, not yet tried.
+  std::set<std::string> offered_, seed_keys_;  ///< SearchSpace::key of every offer / of those tried.
+};
+
+}  // namespace
+
+/// One workload's search between runs, along the lines MetaSchedule draws: the search strategy
+/// proposes, the builder compiles, the runner (a Measurer) measures, the cost model learns, and
+/// the database (the log, and the podium confirmation ranks) keeps every record.
+class TuneTask::Impl {
+ public:
+  Impl(const Compute& c, const std::vector<HwAbstraction>& hws, const TuneOptions& o, CostModel& model,
+       const std::vector<TuneRecord>& own, LogWriter* log)
+      : c_(c), o_(o), strategy_(c, hws, o_), model_(model), log_(log),
+        flops_(strategy_.search().workload().description["flops"].get<double>()), podium_(o_.confirm_top),
+        pipeline_(strategy_.search().space(), o_) {
+    s_.arms = static_cast<int>(strategy_.search().arms().size());
+    resume(own);
+    strategy_.plan_first_looks(model_);
   }
 
   void run(int trials, Measurer& measurer, const std::function<bool()>& out_of_time) {
     const auto t0 = Clock::now();
     run_start_ = t0;
     const int target = s_.measured + trials;
-    auto stop_requested = [&] { return o_.stop && o_.stop->load(); };
     s_.stop_reason.clear();
-    // Candidates stream from compilation to measurement: up to compile_ahead batches are in
-    // flight, and whichever kernel has compiled is measured next, so that a batch's slowest
-    // kernel (1-9 s against 0.3 s on average on the H100) no longer holds up the others. A run
-    // plans up to one batch beyond its own trials; what it leaves compiling waits for the next.
+    // Up to compile_ahead batches are in flight, and whichever kernel has compiled is measured
+    // next. A run plans up to one batch beyond its own trials; what it leaves compiling waits
+    // for the next.
     auto fill = [&](bool first) {
-      while (!exhausted_ && static_cast<int>(flight_.size()) < std::max(1, o_.compile_ahead) * o_.batch &&
+      while (!exhausted_ && static_cast<int>(pipeline_.size()) < std::max(1, o_.compile_ahead) * o_.batch &&
              planned_ < target + o_.batch && (first || (!stop_requested() && !out_of_time())))
         start_compile(std::min(o_.batch, target + o_.batch - planned_));
     };
     fill(true);
     while (s_.measured < target) {
-      if (flight_.empty()) {
+      if (pipeline_.empty()) {
         if (exhausted_) s_.stop_reason = "the search space is exhausted";
         break;
       }
       const auto waited = Clock::now();
-      const std::size_t at = next_compiled();
+      const std::size_t at = pipeline_.wait_ready();
       s_.compile_wait_s += seconds_since(waited);
       if (stop_requested()) {  // compilations may have been cancelled: measure and record none of them
         s_.stopped = true;
         s_.stop_reason = "stopped by the user";
         break;
       }
-      InFlight f = std::move(flight_[at]);
-      flight_.erase(flight_.begin() + static_cast<std::ptrdiff_t>(at));
+      const CompilePipeline::InFlight f = pipeline_.take(at);
       if (!f.compiled.get().binary.ok && stop_requested()) continue;  // cancelled, not a failure: not recorded
       fill(false);
       measure_one(f, measurer);
       if (fit_due()) fit();
-      std::string reason;
-      if (stop_requested()) {
-        s_.stopped = true;
-        reason = "stopped by the user";
-      } else if (out_of_time()) {
-        reason = "time budget reached";
-      } else if (o_.early_stop > 0 && since_improvement_ >= o_.early_stop) {
-        reason = "no improvement in " + std::to_string(since_improvement_) + " trials";
-      }
-      if (!reason.empty()) {
+      if (const std::string reason = why_stop(out_of_time); !reason.empty()) {
         s_.stop_reason = reason;
         break;
       }
@@ -425,88 +666,23 @@ class TuneTask::Impl {
 
   void confirm(Measurer& measurer) {
     const int top = std::min(o_.confirm_top, static_cast<int>(podium_.size()));
-    if (top < 1 || o_.confirm_rounds < 1 || (o_.stop && o_.stop->load())) {
+    if (top < 1 || o_.confirm_rounds < 1 || stop_requested()) {
       // Nothing confirmed in this run: a confirmed record resumed from the log outranks the
       // single measurements of this run, as in best_records.
-      if (confirmed_best_ && s_.best && !s_.best->result.confirm_rounds) s_.best = confirmed_best_;
+      if (podium_.confirmed_best() && s_.best && !s_.best->result.confirm_rounds) s_.best = podium_.confirmed_best();
       return;
     }
     const auto t0 = Clock::now();
-    // Binaries: those measured in this run are at hand; resumed ones are compiled again.
-    std::vector<Compiled> bins(top);
-    std::vector<Candidate> resumed;
-    std::vector<int> missing;
-    for (int i = 0; i < top; ++i) {
-      if (podium_[i].compiled.valid()) {
-        bins[i] = podium_[i].compiled.get();
-        continue;
-      }
-      resumed.push_back(search_.candidate(podium_[i].entry, podium_[i].params));
-      missing.push_back(i);
-    }
-    if (!resumed.empty()) {
-      CompiledBatch b = compile_batch(search_.space(), compiler_, std::move(resumed), o_.compile_threads, o_.stop);
-      for (std::size_t j = 0; j < missing.size(); ++j) bins[missing[j]] = {std::move(b.kernels[j]), b.binaries[j]};
-    }
-    // Rounds in turn, so that a drift of the GPU falls on every candidate alike.
-    std::vector<std::vector<double>> medians(top), times(top);
-    std::vector<MeasureResult> last(top);
-    std::vector<bool> failed(top, false);
-    std::vector<std::string> status(top);
-    for (int round = 0; round < o_.confirm_rounds; ++round)
-      for (int i = 0; i < top; ++i) {
-        if (failed[i]) continue;
-        if (!bins[i].binary.ok) {
-          failed[i] = true;
-          status[i] = "compile_error";
-          last[i].message = "generated kernel does not compile (a bug in tmap): " + bins[i].binary.log.substr(0, 2000);
-          continue;
-        }
-        const auto tm = Clock::now();
-        last[i] = measurer.measure(c_, search_.space().entries()[podium_[i].entry].gemm, podium_[i].params,
-                                   bins[i].kernel, bins[i].binary);
-        s_.measure_s += seconds_since(tm);
-        if (last[i].status != MeasureStatus::kOk) {
-          failed[i] = true;
-          continue;
-        }
-        medians[i].push_back(last[i].median_us);
-        times[i].insert(times[i].end(), last[i].times_us.begin(), last[i].times_us.end());
-      }
+    const std::vector<Compiled> bins = contender_binaries(top);
     s_.unconfirmed_best_us = s_.best ? s_.best->result.median_us : 0;
+    const std::vector<TuneResult> results = measure_in_rounds(bins, measurer);
     for (int i = 0; i < top; ++i) {
-      Contender& c = podium_[i];
-      TuneResult res;
-      res.confirm_rounds = o_.confirm_rounds;
-      res.estimated_us = c.rec.result.estimated_us;
-      res.status = status[i].empty() ? status_name(last[i].status) : status[i];
-      if (!failed[i]) {
-        std::sort(medians[i].begin(), medians[i].end());
-        const std::size_t n = medians[i].size();
-        res.median_us = n % 2 ? medians[i][n / 2] : 0.5 * (medians[i][n / 2 - 1] + medians[i][n / 2]);
-        res.times_us = std::move(times[i]);
-        res.rel_l2 = last[i].rel_l2;
-      } else {
-        res.error = "confirmation: " + last[i].message;
-      }
-      c.rec = search_.record(c.entry, c.params, res);
+      Podium::Contender& c = podium_.contenders()[i];
+      c.rec = strategy_.search().record(c.entry, c.params, results[i]);
       if (log_) log_->append(c.rec);
     }
     s_.confirmed = top;
-    // The best by the log's own rule (best_records): the latest record of each candidate, ties to
-    // the earlier record. Confirmed records resumed from the log come first, except for the
-    // candidates confirmed again just now, whose new records (last in the log) replace them.
-    std::set<std::string> again;
-    for (int i = 0; i < top; ++i) again.insert(candidate_signature(podium_[i].rec.candidate));
-    std::optional<TuneRecord> best;
-    for (const TuneRecord& r : resumed_confirmed_)
-      if (!again.count(candidate_signature(r.candidate)) && (!best || ranks_before(r, *best))) best = r;
-    for (const Contender& c : podium_)
-      if (c.rec.result.ok() && (!best || ranks_before(c.rec, *best))) best = c.rec;
-    s_.best = best;
-    std::stable_sort(podium_.begin(), podium_.end(), [](const Contender& a, const Contender& b) {
-      return a.rec.result.ok() && (!b.rec.result.ok() || a.rec.result.median_us < b.rec.result.median_us);
-    });
+    s_.best = podium_.rank_confirmed(top);
     const double took = seconds_since(t0);
     s_.confirm_s += took;
     s_.wall_s += took;
@@ -530,26 +706,56 @@ class TuneTask::Impl {
   }
 
   bool offer(const CandidateRef& r) {
-    const SearchSpace& space = search_.space();
-    const int e = space.find(r);
-    if (e < 0 || !space.valid(e, r.params) || search_.seen(e, r.params)) return false;
-    if (!offered_.insert(SearchSpace::key(e, r.params)).second) return false;
-    seeds_.push_back(search_.candidate(e, r.params));
+    if (!strategy_.offer(r)) return false;
     ++s_.offered;
     return true;
   }
 
   /// Starts compiling one batch for the next run, unless candidates are compiling or compiled already.
   void prefetch() {
-    if (flight_.empty() && !exhausted_ && !(o_.stop && o_.stop->load())) start_compile(o_.batch);
+    if (pipeline_.empty() && !exhausted_ && !stop_requested()) start_compile(o_.batch);
   }
 
+  const Workload& workload() const { return strategy_.search().workload(); }
+
   TuneSummary s_;
-  std::vector<double> measure_durations_;  ///< Seconds of each measurement of a candidate, in order.
   bool exhausted_ = false;
-  const Workload& workload() const { return search_.workload(); }
 
  private:
+  bool stop_requested() const { return o_.stop && o_.stop->load(); }
+
+  /// Why the run ends after a measurement ("" to go on).
+  std::string why_stop(const std::function<bool()>& out_of_time) {
+    if (stop_requested()) {
+      s_.stopped = true;
+      return "stopped by the user";
+    }
+    if (out_of_time()) return "time budget reached";
+    if (o_.early_stop > 0 && since_improvement_ >= o_.early_stop)
+      return "no improvement in " + std::to_string(since_improvement_) + " trials";
+    return "";
+  }
+
+  /// Records of this workload on this architecture warm the model and are not measured again.
+  void resume(const std::vector<TuneRecord>& own) {
+    Search& search = strategy_.search();
+    for (const auto& r : own) {
+      const int entry = search.space().find(r.candidate);
+      if (entry < 0) continue;
+      search.mark_seen(entry, r.candidate.params);
+      strategy_.learn(entry, r.candidate.params, r.result, model_);
+      consider_best(r);
+      podium_.contend(r, entry, r.candidate.params, {});
+      ++s_.resumed;
+    }
+    if (auto best = podium_.resume(own, search.space())) s_.best = std::move(best);
+    if (s_.resumed) {
+      model_.fit();
+      note(o_, "resuming from " + std::to_string(s_.resumed) + " records in " + o_.log_path +
+                   (s_.best ? ", best " + std::to_string(s_.best->result.median_us) + " us" : ""));
+    }
+  }
+
   bool consider_best(const TuneRecord& r) {
     if (r.result.ok() && (!s_.best || r.result.median_us < s_.best->result.median_us)) {
       s_.best = r;
@@ -558,168 +764,30 @@ class TuneTask::Impl {
     return false;
   }
 
-  /// One of the fastest correct candidates, held for confirm(): its latest record, and its
-  /// binary when it was compiled in this run.
-  struct Contender {
-    TuneRecord rec;
-    int entry;
-    ScheduleParams params;
-    std::shared_future<Compiled> compiled;
-  };
-
-  /// Keeps the 2 x confirm_top fastest correct candidates (by their latest record).
-  void contend(const TuneRecord& rec, int entry, const ScheduleParams& p, std::shared_future<Compiled> compiled) {
-    const std::size_t keep = 2 * static_cast<std::size_t>(std::max(0, o_.confirm_top));
-    if (keep == 0) return;
-    const std::string key = SearchSpace::key(entry, p);
-    std::erase_if(podium_, [&](const Contender& c) { return SearchSpace::key(c.entry, c.params) == key; });
-    if (!rec.result.ok()) return;
-    auto at = std::find_if(podium_.begin(), podium_.end(),
-                           [&](const Contender& c) { return rec.result.median_us < c.rec.result.median_us; });
-    if (at == podium_.end() && podium_.size() >= keep) return;
-    podium_.insert(at, {rec, entry, p, std::move(compiled)});
-    if (podium_.size() > keep) podium_.pop_back();
+  /// The first looks this run may take so far.
+  std::size_t look_limit() const {
+    return first_look_limit(s_.arms, o_.batch, o_.trials, o_.time_budget_s, seconds_since(created_), s_.measured);
   }
 
-  void learn(int entry, const ScheduleParams& p, const TuneResult& res) {
-    Arm& arm = search_.arms()[entry];
-    arm.looked = true;
-    if (!res.ok()) {
-      ++arm.failed;
-      return;
-    }
-    ++arm.measured;
-    arm.best_us = std::min(arm.best_us, res.median_us);
-    arm.population.emplace_back(res.median_us, p);
-    std::sort(arm.population.begin(), arm.population.end(),
-              [](const auto& a, const auto& b) { return a.first < b.first; });
-    model_.add(search_.candidate(entry, p).features, res.median_us);
-  }
-
-  // Arms' shares (arm_shares), with momentum.
-  void update_shares() {
-    auto& arms = search_.arms();
-    std::vector<ArmStanding> standing;
-    standing.reserve(arms.size());
-    for (const auto& a : arms) standing.push_back({a.best_us, a.predicted_us, a.best_us == kInf && a.failed > 0});
-    const std::vector<double> share = arm_shares(standing);
-    for (std::size_t e = 0; e < arms.size(); ++e) arms[e].share = 0.5 * arms[e].share + 0.5 * share[e];
-  }
-
-  /// Up to `n` seeds not yet tried, the model's best first, into `out`; once this workload has a
-  /// kernel, only seeds the model rates within 2x of it (the rest wait: the model may change).
-  void take_seeds(std::vector<Candidate>& out, int n) {
-    std::erase_if(seeds_, [&](const Candidate& c) { return search_.seen(c.entry, c.params); });
-    if (seeds_.empty() || n <= 0) return;
-    const std::vector<double> pred = search_.predict(model_, seeds_);
-    std::vector<std::size_t> order(seeds_.size());
-    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return pred[a] < pred[b]; });
-    const double limit = s_.best && model_.trained() ? std::log2(s_.best->result.median_us) + 1 : kInf;
-    for (std::size_t i = 0; i < order.size() && static_cast<int>(out.size()) < n && pred[order[i]] <= limit; ++i) {
-      const Candidate& c = seeds_[order[i]];
-      search_.mark_seen(c.entry, c.params);
-      seed_keys_.insert(SearchSpace::key(c.entry, c.params));
-      out.push_back(c);
-    }
-    std::erase_if(seeds_, [&](const Candidate& c) { return search_.seen(c.entry, c.params); });
-  }
-
-  std::vector<Candidate> propose(int size) {
-    std::vector<Candidate> out;
-    // Seeds (other workloads' winners that fit) first, at most a quarter of the batch.
-    take_seeds(out, std::max(1, size / 4));
-    // The first batch is all first looks; later ones keep half their slots for the arms that
-    // have proven good, so that exploitation starts before every arm has been looked at.
-    const int looks = next_look_ == 0 ? size : std::max(1, size / 2);
-    const std::size_t limit = look_limit();
-    while (static_cast<int>(out.size()) < looks && next_look_ < limit) {
-      const Candidate& c = first_looks_[next_look_++];
-      if (!search_.seen(c.entry, c.params)) {
-        search_.mark_seen(c.entry, c.params);
-        out.push_back(c);
-        ++s_.first_looks;
-      }
-    }
-    if (static_cast<int>(out.size()) >= size) return out;
-    update_shares();
-    std::vector<double> weights;
-    for (const auto& a : search_.arms()) weights.push_back(a.share);
-    std::discrete_distribution<int> pick(weights.begin(), weights.end());
-    std::map<int, int> slots;
-    for (int i = static_cast<int>(out.size()); i < size; ++i) ++slots[pick(search_.rng())];
-    for (const auto& [entry, count] : slots) {
-      std::vector<Candidate> pool = search_.pool(entry, 16 * count + 32);
-      if (pool.empty()) continue;
-      std::vector<double> pred = search_.predict(model_, pool);
-      std::vector<std::size_t> order(pool.size());
-      for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-      std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return pred[a] < pred[b]; });
-      std::set<std::size_t> taken;
-      for (int k = 0; k < count && taken.size() < pool.size(); ++k) {
-        std::size_t choice = order[0];
-        const bool explore = std::uniform_real_distribution<double>(0, 1)(search_.rng()) < o_.explore;
-        if (explore) {
-          do choice = search_.rng()() % pool.size();
-          while (taken.count(choice));
-        } else {
-          for (std::size_t i : order)
-            if (!taken.count(i)) {
-              choice = i;
-              break;
-            }
-        }
-        taken.insert(choice);
-        search_.mark_seen(pool[choice].entry, pool[choice].params);
-        out.push_back(pool[choice]);
-      }
-    }
-    return out;
-  }
-
-  /// Proposes a batch and starts compiling it on all cores; each candidate is ready on its own.
+  /// Proposes a batch and starts compiling it; each candidate is ready on its own.
   void start_compile(int size) {
     const auto t0 = Clock::now();
-    std::vector<Candidate> batch = propose(size);
+    std::vector<Candidate> batch = strategy_.propose(size, model_, s_.best, look_limit());
+    s_.first_looks = strategy_.first_looks_taken();
     s_.propose_s += seconds_since(t0);
     if (batch.empty()) {
       exhausted_ = true;
       return;
     }
     planned_ += static_cast<int>(batch.size());
-    const std::vector<double> predicted = search_.predict(model_, batch);
-    auto promises = std::make_shared<std::vector<std::promise<Compiled>>>(batch.size());
-    for (std::size_t i = 0; i < batch.size(); ++i)
-      flight_.push_back({batch[i], (*promises)[i].get_future().share(), predicted[i], model_.trained()});
-    std::erase_if(compiling_, [](const std::future<void>& f) {
-      return f.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
-    });
-    compiling_.push_back(std::async(std::launch::async, [this, batch = std::move(batch), promises] {
-      std::vector<KernelSource> kernels;
-      std::vector<CompileJob> jobs;
-      for (const Candidate& c : batch) {
-        kernels.push_back(emit_kernel(search_.space().entries()[c.entry].gemm, c.params));
-        jobs.push_back({kernels.back().name, kernels.back().code});
-      }
-      compile_parallel(compiler_, jobs, o_.compile_threads, o_.stop, [&](std::size_t i, const CompileResult& r) {
-        (*promises)[i].set_value({std::move(kernels[i]), r});
-      });
-    }));
+    const std::vector<double> predicted = strategy_.search().predict(model_, batch);
+    pipeline_.start(std::move(batch), predicted, model_.trained());
   }
 
-  /// The first candidate in flight whose compilation has finished, waiting for one.
-  std::size_t next_compiled() {
-    for (;;) {
-      for (std::size_t i = 0; i < flight_.size(); ++i)
-        if (flight_[i].compiled.wait_for(std::chrono::seconds(0)) == std::future_status::ready) return i;
-      flight_.front().compiled.wait_for(std::chrono::milliseconds(2));
-    }
-  }
-
-  void measure_one(const InFlight& f, Measurer& measurer) {
+  /// Measures a compiled candidate, records it, and lets the strategy, the model and the podium learn.
+  void measure_one(const CompilePipeline::InFlight& f, Measurer& measurer) {
     const Candidate& cand = f.candidate;
     const Compiled& compiled = f.compiled.get();
-    const ImplicitGemm& g = search_.space().entries()[cand.entry].gemm;
     TuneResult res;
     res.estimated_us = std::exp2(f.predicted);
     res.compile_seconds = compiled.binary.seconds;
@@ -728,7 +796,8 @@ class TuneTask::Impl {
       res.error = "generated kernel does not compile (a bug in tmap): " + compiled.binary.log.substr(0, 2000);
     } else {
       const auto t0 = Clock::now();
-      MeasureResult m = measurer.measure(c_, g, cand.params, compiled.kernel, compiled.binary);
+      MeasureResult m = measurer.measure(c_, strategy_.search().space().entries()[cand.entry].gemm, cand.params,
+                                         compiled.kernel, compiled.binary);
       measure_durations_.push_back(seconds_since(t0));
       s_.measure_s += measure_durations_.back();
       res.status = status_name(m.status);
@@ -737,18 +806,18 @@ class TuneTask::Impl {
       res.rel_l2 = m.rel_l2;
       if (m.status != MeasureStatus::kOk) res.error = m.message;
     }
-    TuneRecord rec = search_.record(cand.entry, cand.params, res);
+    TuneRecord rec = strategy_.search().record(cand.entry, cand.params, res);
     if (log_) log_->append(rec);
     ++s_.measured;
-    const bool seed = seed_keys_.count(SearchSpace::key(cand.entry, cand.params)) > 0;
+    const bool seed = strategy_.is_seed(cand.entry, cand.params);
     s_.seeded += seed;
-    learn(cand.entry, cand.params, res);
+    strategy_.learn(cand.entry, cand.params, res, model_);
     if (!res.ok()) ++s_.failed;
     else if (f.model_trained) {
       pred_ok_.push_back(f.predicted);
       meas_ok_.push_back(std::log2(res.median_us));
     }
-    if (res.ok()) contend(rec, cand.entry, cand.params, f.compiled);
+    if (res.ok()) podium_.contend(rec, cand.entry, cand.params, f.compiled);
     if (consider_best(rec)) {
       s_.seed_wins += seed;
       since_improvement_ = 0;
@@ -756,21 +825,95 @@ class TuneTask::Impl {
     } else {
       ++since_improvement_;
     }
-    if (o_.on_progress) {
-      TuneProgress p;
-      p.trials = s_.measured;
-      p.total = o_.trials;
-      if (s_.best) {
-        p.best_us = s_.best->result.median_us;
-        p.best_tflops = flops_ / (p.best_us * 1e-6) / 1e12;
-      }
-      p.arm = search_.space().entries()[cand.entry].label;
-      p.elapsed_s = s_.wall_s + seconds_since(run_start_);
-      p.eta_s = p.elapsed_s / s_.measured * std::max(0, o_.trials - s_.measured);
-      p.rank_correlation = s_.rank_correlations.empty() ? 0 : s_.rank_correlations.back();
-      p.model_trained = f.model_trained;
-      o_.on_progress(p);
+    report_progress(cand, f.model_trained);
+  }
+
+  void report_progress(const Candidate& cand, bool model_trained) const {
+    if (!o_.on_progress) return;
+    TuneProgress p;
+    p.trials = s_.measured;
+    p.total = o_.trials;
+    if (s_.best) {
+      p.best_us = s_.best->result.median_us;
+      p.best_tflops = flops_ / (p.best_us * 1e-6) / 1e12;
     }
+    p.arm = strategy_.search().space().entries()[cand.entry].label;
+    p.elapsed_s = s_.wall_s + seconds_since(run_start_);
+    p.eta_s = p.elapsed_s / s_.measured * std::max(0, o_.trials - s_.measured);
+    p.rank_correlation = s_.rank_correlations.empty() ? 0 : s_.rank_correlations.back();
+    p.model_trained = model_trained;
+    o_.on_progress(p);
+  }
+
+  /// The binaries of the first `top` contenders: those measured in this run are at hand,
+  /// resumed ones are compiled again.
+  std::vector<Compiled> contender_binaries(int top) {
+    std::vector<Compiled> bins(top);
+    std::vector<Candidate> resumed;
+    std::vector<int> missing;
+    for (int i = 0; i < top; ++i) {
+      const Podium::Contender& c = podium_.contenders()[i];
+      if (c.compiled.valid()) {
+        bins[i] = c.compiled.get();
+        continue;
+      }
+      resumed.push_back(strategy_.search().candidate(c.entry, c.params));
+      missing.push_back(i);
+    }
+    if (!resumed.empty()) {
+      CompiledBatch b = compile_batch(strategy_.search().space(), pipeline_.compiler(), std::move(resumed),
+                                      o_.compile_threads, o_.stop);
+      for (std::size_t j = 0; j < missing.size(); ++j) bins[missing[j]] = {std::move(b.kernels[j]), b.binaries[j]};
+    }
+    return bins;
+  }
+
+  /// Measures each contender in confirm_rounds rounds in turn, so that a drift of the GPU falls
+  /// on every candidate alike; each result is the median of its rounds' medians.
+  std::vector<TuneResult> measure_in_rounds(const std::vector<Compiled>& bins, Measurer& measurer) {
+    const std::size_t top = bins.size();
+    std::vector<std::vector<double>> medians(top), times(top);
+    std::vector<MeasureResult> last(top);
+    std::vector<bool> failed(top, false);
+    std::vector<std::string> status(top);
+    for (int round = 0; round < o_.confirm_rounds; ++round)
+      for (std::size_t i = 0; i < top; ++i) {
+        if (failed[i]) continue;
+        if (!bins[i].binary.ok) {
+          failed[i] = true;
+          status[i] = "compile_error";
+          last[i].message = "generated kernel does not compile (a bug in tmap): " + bins[i].binary.log.substr(0, 2000);
+          continue;
+        }
+        const Podium::Contender& c = podium_.contenders()[i];
+        const auto tm = Clock::now();
+        last[i] = measurer.measure(c_, strategy_.search().space().entries()[c.entry].gemm, c.params, bins[i].kernel,
+                                   bins[i].binary);
+        s_.measure_s += seconds_since(tm);
+        if (last[i].status != MeasureStatus::kOk) {
+          failed[i] = true;
+          continue;
+        }
+        medians[i].push_back(last[i].median_us);
+        times[i].insert(times[i].end(), last[i].times_us.begin(), last[i].times_us.end());
+      }
+    std::vector<TuneResult> out(top);
+    for (std::size_t i = 0; i < top; ++i) {
+      TuneResult& res = out[i];
+      res.confirm_rounds = o_.confirm_rounds;
+      res.estimated_us = podium_.contenders()[i].rec.result.estimated_us;
+      res.status = status[i].empty() ? status_name(last[i].status) : status[i];
+      if (!failed[i]) {
+        std::sort(medians[i].begin(), medians[i].end());
+        const std::size_t n = medians[i].size();
+        res.median_us = n % 2 ? medians[i][n / 2] : 0.5 * (medians[i][n / 2 - 1] + medians[i][n / 2]);
+        res.times_us = std::move(times[i]);
+        res.rel_l2 = last[i].rel_l2;
+      } else {
+        res.error = "confirmation: " + last[i].message;
+      }
+    }
+    return out;
   }
 
   /// Whether the (possibly shared) model has enough new samples to refit: a batch's worth, and
@@ -795,22 +938,15 @@ class TuneTask::Impl {
 
   const Compute& c_;
   const TuneOptions o_;
-  Search search_;
+  SearchStrategy strategy_;  ///< Holds the search space, which the pipeline's compilations read.
   CostModel& model_;
   LogWriter* log_;
   double flops_;
-  NvrtcCompiler compiler_;
-  std::vector<Candidate> first_looks_;
-  std::size_t next_look_ = 0;
-  std::vector<Candidate> seeds_;             // offered, not yet tried
-  std::set<std::string> offered_, seed_keys_;  // SearchSpace::key of every offer / of those tried
+  Podium podium_;
+  CompilePipeline pipeline_;  ///< Last: destroyed first, once its compilations are done.
   int planned_ = 0, since_improvement_ = 0;
-  std::deque<InFlight> flight_;
-  std::vector<Contender> podium_;  // fastest first
-  std::optional<TuneRecord> confirmed_best_;  // resumed
-  std::vector<TuneRecord> resumed_confirmed_;  // the latest record of each, in log order
-  std::vector<std::future<void>> compiling_;  // batches being emitted and compiled
-  std::vector<double> pred_ok_, meas_ok_;     // of correct ones since then (log2 us)
+  std::vector<double> measure_durations_;  ///< Seconds of each measurement of a candidate, in order.
+  std::vector<double> pred_ok_, meas_ok_;  ///< Of correct ones since the last fit (log2 us).
   Clock::time_point run_start_ = Clock::now();
   const Clock::time_point created_ = Clock::now();  ///< The time budget counts from here.
 };
