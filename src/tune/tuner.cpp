@@ -527,8 +527,6 @@ class SearchStrategy {
     return out;
   }
 
-  std::size_t first_looks() const { return first_looks_.size(); }
-
  private:
   /// Up to `n` seeds not yet tried, the model's best first, into `out`; once this workload has a
   /// kernel, only seeds the model rates within 2x of it (the rest wait: the model may change).
