@@ -149,18 +149,18 @@ TEST(Relayout, PrologueTransposesInRegistersWhereVectorsDivideTheExtents) {
       // ResNet-18 l1 at batch 16: [16][64][3136] in blocks of 64 channels x 256 pixels; filters of
       // 64 channels gathered.
       {{"N=16", "C=64", "H=56", "W=56", "K=64", "pad=1"}, "relayout_transpose_v<unsigned short, uint4, 8>", 16 * 1 * 13,
-       "relayout_gather(", (64 * 64 * 9 + 2047) / 2048},
+       "relayout_gather<unsigned short, 256, 2048>(", (64 * 64 * 9 + 2047) / 2048},
       // 28 x 28 = 784 pixels, 128 channels: exactly 128 blocks of 64 x 256; a block per filter.
       {{"N=16", "C=128", "H=28", "W=28", "K=128", "pad=1"}, "relayout_transpose_v<unsigned short, uint4, 8>",
-       16 * 2 * 4, "relayout_rows<unsigned short, 9, 128>(", 128},
+       16 * 2 * 4, "relayout_rows<unsigned short, 9, 128, 256>(", 128},
       // 14 x 14 = 196 pixels: 4-element (8-byte) vectors, blocks of 32 x 128.
       {{"N=16", "C=256", "H=14", "W=14", "K=256", "pad=1"}, "relayout_transpose_v<unsigned short, uint2, 4>", 16 * 8 * 2,
-       "relayout_rows<unsigned short, 9, 256>(", 256},
+       "relayout_rows<unsigned short, 9, 256, 256>(", 256},
       // 7 x 7 = 49 pixels: no vector divides them.
-      {{"N=2", "C=64", "H=7", "W=7", "K=64", "pad=1"}, "relayout_transpose(", 2 * 2 * 2, "relayout_gather(",
+      {{"N=2", "C=64", "H=7", "W=7", "K=64", "pad=1"}, "relayout_transpose(", 2 * 2 * 2, "relayout_gather<unsigned short, 256, 2048>(",
        (64 * 64 * 9 + 2047) / 2048},
       // Batch 1 of the first: 13 register-transpose blocks would leave most SMs idle; 196 tiles.
-      {{"N=1", "C=64", "H=56", "W=56", "K=64", "pad=1"}, "relayout_transpose(", 1 * 2 * 98, "relayout_gather(",
+      {{"N=1", "C=64", "H=56", "W=56", "K=64", "pad=1"}, "relayout_transpose(", 1 * 2 * 98, "relayout_gather<unsigned short, 256, 2048>(",
        (64 * 64 * 9 + 2047) / 2048},
   };
   for (const Case& t : cases) {
@@ -225,7 +225,7 @@ TEST(Relayout, FewChannelsArePaddedToWholeVectors) {
       const KernelSource kernel = emit_kernel(g, view_schedule(g));
       // Each destination row (one pixel's or one tap's 8 channels) is built and stored as one
       // 16-byte vector, 4 rows a thread, 1024 a block: 1920 pixels, 64 x 49 filter taps.
-      EXPECT_NE(kernel.code.find("relayout_pad_rows<unsigned short, 8>(reinterpret_cast"), std::string::npos);
+      EXPECT_NE(kernel.code.find("relayout_pad_rows<unsigned short, 8, 4>(reinterpret_cast"), std::string::npos);
       EXPECT_NE(kernel.code.find("(zeros after 3)"), std::string::npos);
       EXPECT_EQ(in.outer * in.inner, 2 * 32 * 30);
       EXPECT_EQ(wt.outer * wt.inner, 64 * 49);

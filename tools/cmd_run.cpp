@@ -14,6 +14,7 @@
 
 #include "commands.h"
 #include "tmap/frontend/json_locations.h"
+#include "tmap/codegen/device_library.h"
 #include "tmap/codegen/emitter.h"
 #include "tmap/runtime/device.h"
 #include "tmap/runtime/kernel_runner.h"
@@ -198,7 +199,7 @@ void run_command(RunArgs& args) {
   KernelSource kernel = emit_kernel(g, params);
   if (!args.emit_cuda.empty()) {
     std::ofstream out(args.emit_cuda);
-    if (!(out << kernel.code)) bad("--emit-cuda", "cannot write '" + args.emit_cuda + "'", "check the path");
+    if (!(out << self_contained(kernel.code))) bad("--emit-cuda", "cannot write '" + args.emit_cuda + "'", "check the path");
   }
   NvrtcCompiler compiler(cc);
   CompileResult compiled = compiler.compile(kernel.code, kernel.name);

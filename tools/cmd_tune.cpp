@@ -17,6 +17,7 @@
 #include <spdlog/spdlog.h>
 
 #include "commands.h"
+#include "tmap/codegen/device_library.h"
 #include "tmap/export/export.h"
 #include "tmap/frontend/onnx_import.h"
 #include "tmap/frontend/workload_table.h"
@@ -477,7 +478,7 @@ void tune_command(TuneArgs& args) {
   if (!args.emit_cuda.empty() && s.best) {
     Regenerated r = regenerate(*s.best, hws, m.cc);
     std::ofstream out(args.emit_cuda);
-    if (!(out << r.kernel.code)) bad("--emit-cuda", "cannot write '" + args.emit_cuda + "'", "check the path");
+    if (!(out << self_contained(r.kernel.code))) bad("--emit-cuda", "cannot write '" + args.emit_cuda + "'", "check the path");
   }
   const Workload w = make_workload(c);
   if (args.format == "json") print_tune_json(args, s, c, w, o.log_path);
@@ -620,7 +621,7 @@ void register_replay(CLI::App& app) {
         std::filesystem::create_directories(args->emit_dir);
         const std::string file = args->emit_dir + "/" + g.kernel.name + "." + r->workload.key + ".cu";
         std::ofstream out(file);
-        if (!(out << g.kernel.code)) bad("--emit-cuda", "cannot write '" + file + "'", "check the directory");
+        if (!(out << self_contained(g.kernel.code))) bad("--emit-cuda", "cannot write '" + file + "'", "check the directory");
       }
       CompileResult bin = compiler.compile(g.kernel.code, g.kernel.name);
       if (!bin.ok) throw InternalError("regenerated kernel " + g.kernel.name + " does not compile:\n" + bin.log);

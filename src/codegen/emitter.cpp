@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "tile_pipeline.h"
+#include "tmap/codegen/device_library.h"
 #include "tmap/support/diagnostic.h"
 
 namespace tmap {
@@ -80,6 +81,7 @@ KernelSource emit_kernel(const ImplicitGemm& in, const ScheduleParams& p) {
   const ImplicitGemm& g = gemm_for(in, p, storage);
   KernelSource k = family_of(*g.hw).emit(g, p);
   if (g.relayouted()) pipeline::emit_relayout(k, g);
+  gather_device_includes(k.code);
   return k;
 }
 

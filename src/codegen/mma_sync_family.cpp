@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "tile_pipeline.h"
+#include "tmap/codegen/device_library.h"
 #include "tmap/codegen/reference_emitter.h"
 #include "tmap/support/diagnostic.h"
 
@@ -92,24 +93,10 @@ FragmentAddressing plan_fragments(const StoredTile& s, const ScheduleParams& p, 
   return {};
 }
 
-/// The device helpers of an mma.sync kernel: ldmatrix (transposed where an operand is stored along
-/// m or n), the tf32 rounding, and the intrinsic on one accumulator fragment.
-void emit_mma_sync_helpers(std::ostringstream& os, const ImplicitGemm& g, bool a_trans, bool b_trans, bool tf32,
-                           const std::string& tfrag) {
-  os << "__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* p) {\n"
-     << "  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(p));\n"
-     << "  asm volatile(\"ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\\n\"\n"
-     << "               : \"=r\"(r[0]), \"=r\"(r[1]), \"=r\"(r[2]), \"=r\"(r[3]) : \"r\"(s));\n}\n";
-  if (a_trans || b_trans)
-    os << "__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], const void* p) {\n"
-       << "  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(p));\n"
-       << "  asm volatile(\"ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\\n\"\n"
-       << "               : \"=r\"(r[0]), \"=r\"(r[1]), \"=r\"(r[2]), \"=r\"(r[3]) : \"r\"(s));\n}\n";
-  if (tf32)
-    os << "// fp32 bits to tf32, rounded to nearest (as wmma::__float_to_tf32).\n"
-       << "__device__ __forceinline__ unsigned to_tf32(unsigned x) {\n"
-       << "  unsigned r;\n  asm(\"cvt.rna.tf32.f32 %0, %1;\\n\" : \"=r\"(r) : \"f\"(__uint_as_float(x)));\n"
-       << "  return r;\n}\n";
+/// The device helpers of an mma.sync kernel: ldmatrix and the tf32 rounding (from the device
+/// library), and the intrinsic on one accumulator fragment.
+void emit_mma_sync_helpers(std::ostringstream& os, const ImplicitGemm& g, const std::string& tfrag) {
+  emit_device_include(os, "ldmatrix");
   const char* c = tfrag == "int" ? "r" : "f";
   os << "// " << g.hw->compute_intrinsic << ": d += a * b on one 16 x 8 accumulator fragment.\n"
      << "__device__ __forceinline__ void mma(" << tfrag << " (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {\n"
@@ -236,7 +223,6 @@ KernelSource emit_mma_sync(const ImplicitGemm& g, const ScheduleParams& p) {
   const int ab = elem_bytes(g.hw->a_dtype);
   TMAP_CHECK(ab == elem_bytes(g.hw->b_dtype) && ik * ab == 32, "mma_sync operands of one size, k of 32 bytes");
   TMAP_CHECK((!a_trans && !b_trans) || ab == 2, "ldmatrix.trans needs 16-bit operands");
-  const bool tf32 = g.hw->a_dtype == DType::kTFloat32;
   const OutVector ov = out_vector(g, p);
   const bool c_row = ov.along == 'n';
 
@@ -256,7 +242,7 @@ KernelSource emit_mma_sync(const ImplicitGemm& g, const ScheduleParams& p) {
      << (b_trans ? "[BK][BN] (ldmatrix.trans)" : "[BN][BK]") << (p.swizzle ? ", XOR-swizzled" : ", padded")
      << "; epilogue " << (c_row ? "[BM][BN + 8]" : "[BN][BM + 4]") << "\n";
   emit_ring_helpers(os, g, p, sa, sb, c_row);
-  emit_mma_sync_helpers(os, g, a_trans, b_trans, tf32, tfrag);
+  emit_mma_sync_helpers(os, g, tfrag);
   emit_operand_loader(os, g, p, 0);
   emit_operand_loader(os, g, p, 1);
   emit_output_scatter(os, g, tout, ov.width, ov.along);

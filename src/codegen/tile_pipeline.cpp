@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 
+#include "tmap/codegen/device_library.h"
 #include "tmap/codegen/reference_emitter.h"
 #include "tmap/support/diagnostic.h"
 
@@ -157,20 +158,7 @@ void emit_common_constants(std::ostringstream& os, const ImplicitGemm& g, const 
      << "constexpr int RASTER = " << p.raster << ";  // rows of M tiles walked together\n";
 }
 
-void emit_cp_async_helpers(std::ostringstream& os) {
-  // Through L1 (.ca): convolution windows re-read input elements that neighbouring tiles and
-  // taps have just fetched (bypassing L1 with .cg cost ResNet-18 batch-16 layers 2-5 up to 60%).
-  os << "// Copies BYTES bytes global -> shared without staging in registers (cp.async, sm_80+); with\n"
-     << "// `valid` false it writes zeros and reads nothing.\n"
-     << "template <int BYTES>\n"
-     << "__device__ __forceinline__ void cp_async(void* dst, const void* src, bool valid) {\n"
-     << "  const unsigned shared = static_cast<unsigned>(__cvta_generic_to_shared(dst));\n"
-     << "  asm volatile(\"cp.async.ca.shared.global [%0], [%1], %2, %3;\\n\" :: \"r\"(shared), \"l\"(src), \"n\"(BYTES),\n"
-     << "               \"r\"(valid ? BYTES : 0));\n}\n"
-     << "__device__ __forceinline__ void cp_async_commit() { asm volatile(\"cp.async.commit_group;\\n\" ::); }\n"
-     << "template <int N>\n"
-     << "__device__ __forceinline__ void cp_async_wait() { asm volatile(\"cp.async.wait_group %0;\\n\" :: \"n\"(N)); }\n\n";
-}
+void emit_cp_async_helpers(std::ostringstream& os) { emit_device_include(os, "cp_async"); }
 
 namespace {
 
@@ -494,16 +482,12 @@ void emit_tile_index(std::ostringstream& os, const char* op, const StoredTile& s
   const std::int64_t row_bytes = s.cols * s.bytes;
   const int chunk = 16 / s.bytes;  // elements per 16-byte chunk
   os << "constexpr int " << up << "_TILE = " << s.rows << " * " << s.cols << ";  // elements per stage, swizzled\n";
-  if (row_bytes >= 128)
-    // Rows of whole 128-byte lines: chunk c of row r moves to c ^ (r % 8) within its line.
-    os << "__device__ __forceinline__ int " << op << "_at(int r, int c) {\n"
-       << "  return r * " << s.cols << " + (((c / " << chunk << ") ^ (r & 7)) * " << chunk << ") + c % " << chunk
-       << ";\n}\n";
-  else
-    // Several rows share a 128-byte line: chunk c of line l moves to c ^ (l % 8).
-    os << "__device__ __forceinline__ int " << op << "_at(int r, int c) {\n"
-       << "  const int o = (r * " << s.cols << " + c) * " << s.bytes << ", line = o >> 7;\n"
-       << "  return ((line << 7) | ((((o >> 4) ^ line) & 7) << 4) | (o & 15)) / " << s.bytes << ";\n}\n";
+  if (row_bytes >= 128)  // rows of whole 128-byte lines
+    os << "__device__ __forceinline__ int " << op << "_at(int r, int c) { return swizzle_rows<" << s.cols << ", "
+       << chunk << ">(r, c); }\n";
+  else  // several rows share a 128-byte line
+    os << "__device__ __forceinline__ int " << op << "_at(int r, int c) { return swizzle_packed<" << s.cols << ", "
+       << s.bytes << ">(r, c); }\n";
 }
 
 void emit_kernel_entry(std::ostringstream& os, const ImplicitGemm& g, const KernelSource& k, const ScheduleParams& p, const std::string& ta,
@@ -666,39 +650,7 @@ void emit_staged_store(std::ostringstream& os, const GatherTile& t, const std::s
 }  // namespace
 
 void emit_shift_helpers(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p) {
-  if (!copies_shifted(g, p, 0) && !copies_shifted(g, p, 1)) return;
-  os << "// The N words that start `shift` bytes into lo:hi, two aligned vectors of N words each.\n"
-     << "template <typename V>\n"
-     << "__device__ __forceinline__ void shifted_words(const V& lo, const V& hi, int shift, unsigned (&y)[sizeof(V) / 4]) {\n"
-     << "  constexpr int N = sizeof(V) / 4;\n"
-     << "  unsigned w[2 * N];\n"
-     << "  #pragma unroll\n  for (int i = 0; i < N; ++i) {\n"
-     << "    w[i] = reinterpret_cast<const unsigned*>(&lo)[i];\n"
-     << "    w[N + i] = reinterpret_cast<const unsigned*>(&hi)[i];\n  }\n"
-     << "  const int q = shift >> 2, bits = (shift & 3) * 8;  // whole words, then bits within one\n"
-     << "  unsigned x[N + 1];  // x[j] = w[j + q], by selects (no indexing of registers)\n"
-     << "  #pragma unroll\n  for (int j = 0; j <= N; ++j) {\n    x[j] = w[j];\n"
-     << "    #pragma unroll\n    for (int t = 1; t < N; ++t) x[j] = q == t ? w[j + t] : x[j];\n  }\n"
-     << "  #pragma unroll\n  for (int i = 0; i < N; ++i) y[i] = __funnelshift_r(x[i], x[i + 1], bits);\n}\n"
-     << "// Stores the 4 * N bytes that start `shift` bytes into lo:hi.\n"
-     << "template <typename V>\n"
-     << "__device__ __forceinline__ void store_shifted(void* dst, const V& lo, const V& hi, int shift) {\n"
-     << "  unsigned y[sizeof(V) / 4];\n  shifted_words(lo, hi, shift, y);\n"
-     << "  V v;\n"
-     << "  #pragma unroll\n  for (int i = 0; i < (int)(sizeof(V) / 4); ++i) reinterpret_cast<unsigned*>(&v)[i] = y[i];\n"
-     << "  *reinterpret_cast<V*>(dst) = v;\n}\n";
-  if (copies_strided(g, p, 0) || copies_strided(g, p, 1))
-    os << "// Stores every other element (of EB bytes) of the 2 * sizeof(O) bytes that start `shift` bytes\n"
-       << "// into lo:hi: a group of a stride-2 operand.\n"
-       << "template <int EB, typename O, typename V>\n"
-       << "__device__ __forceinline__ void store_strided(void* dst, const V& lo, const V& hi, int shift) {\n"
-       << "  static_assert(2 * sizeof(O) <= sizeof(V), \"a group spans at most one loaded vector\");\n"
-       << "  unsigned y[sizeof(V) / 4];\n  shifted_words(lo, hi, shift, y);\n"
-       << "  O v;\n"
-       << "  #pragma unroll\n  for (int k = 0; k < (int)(sizeof(O) / 4); ++k)  // elements 0, 2, ... of words 2k and 2k + 1\n"
-       << "    reinterpret_cast<unsigned*>(&v)[k] = EB == 4 ? y[2 * k] : __byte_perm(y[2 * k], y[2 * k + 1], EB == 2 ? 0x5410 : 0x6420);\n"
-       << "  *reinterpret_cast<O*>(dst) = v;\n}\n";
-  os << "\n";
+  if (copies_shifted(g, p, 0) || copies_shifted(g, p, 1)) emit_device_include(os, "shift");
 }
 
 bool emit_tile_loads(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p, int threads,
@@ -797,6 +749,7 @@ std::int64_t ring_or_epilogue_bytes(const ImplicitGemm& g, const ScheduleParams&
 
 void emit_ring_helpers(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p, const StoredTile& sa,
                        const StoredTile& sb, bool c_row) {
+  if (p.swizzle) emit_device_include(os, "swizzle");
   emit_tile_index(os, "a", sa, p);
   emit_tile_index(os, "b", sb, p);
   os << "constexpr int A_BYTES = " << stage_bytes(g, p, 0) << ";  // one stage of A, 128-byte aligned\n"
@@ -891,29 +844,8 @@ void emit_cluster_helpers(std::ostringstream& os, const ScheduleParams& p) {
   if (!p.cluster) return;
   os << "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900\n"
      << "#error \"this kernel sums its splits in a thread block cluster, which needs sm_90 or newer\"\n"
-     << "#endif\n"
-     << "// The SPLIT_K blocks of a cluster (one output tile's splits) wait for each other; what each\n"
-     << "// wrote to shared memory before is visible to the others after (release / acquire).\n"
-     << "__device__ __forceinline__ void cluster_sync() {\n"
-     << "  asm volatile(\"barrier.cluster.arrive.release;\\n\"\n"
-     << "               \"barrier.cluster.wait.acquire;\" ::: \"memory\");\n"
-     << "}\n"
-     << "// The address in block `rank`'s shared memory of what lies at `local` in this block's.\n"
-     << "__device__ __forceinline__ unsigned cluster_address(unsigned local, int rank) {\n"
-     << "  unsigned remote;\n"
-     << "  asm volatile(\"mapa.shared::cluster.u32 %0, %1, %2;\" : \"=r\"(remote) : \"r\"(local), \"r\"(rank));\n"
-     << "  return remote;\n"
-     << "}\n"
-     << "// One 4-byte word, or four (16-byte aligned), at a shared::cluster address.\n"
-     << "__device__ __forceinline__ unsigned cluster_load(unsigned at) {\n"
-     << "  unsigned bits;\n"
-     << "  asm volatile(\"ld.shared::cluster.b32 %0, [%1];\" : \"=r\"(bits) : \"r\"(at) : \"memory\");\n"
-     << "  return bits;\n"
-     << "}\n"
-     << "__device__ __forceinline__ void cluster_load4(unsigned at, unsigned* bits) {\n"
-     << "  asm volatile(\"ld.shared::cluster.v4.b32 {%0, %1, %2, %3}, [%4];\"\n"
-     << "               : \"=r\"(bits[0]), \"=r\"(bits[1]), \"=r\"(bits[2]), \"=r\"(bits[3]) : \"r\"(at) : \"memory\");\n"
-     << "}\n\n";
+     << "#endif\n";
+  emit_device_include(os, "cluster");
 }
 
 void emit_dependents_trigger(std::ostringstream& os, const ScheduleParams& p) {
@@ -1046,122 +978,6 @@ std::int64_t relayout_blocks(const OperandRelayout& r) {
   return r.outer * ((r.copy_moved() + 31) / 32) * ((r.inner + 31) / 32);
 }
 
-/// The relayout's general copy: 32 x 32 tiles transposed through shared memory.
-void emit_relayout_transpose(std::ostringstream& os) {
-  os << "\n// The relayout prologue: copies operand tensors so that the reduction's dimension is innermost\n"
-     << "// ([outer][moved][inner] -> [outer][inner][moved]) into the workspace, for the kernel above.\n"
-     << "template <typename T>\n"
-     << "__device__ __forceinline__ void relayout_transpose(const T* __restrict__ src, T* __restrict__ dst, long long tile,\n"
-     << "                                                  long long moved, long long inner) {\n"
-     << "  __shared__ T buf[32][33];\n"
-     << "  const long long tiles_inner = (inner + 31) / 32, tiles_moved = (moved + 31) / 32;\n"
-     << "  const long long ti = tile % tiles_inner, tm = tile / tiles_inner % tiles_moved, o = tile / (tiles_inner * tiles_moved);\n"
-     << "  src += o * moved * inner;\n  dst += o * moved * inner;\n"
-     << "  const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;\n"
-     << "  #pragma unroll\n  for (int j = 0; j < 32; j += 8) {  // rows of [moved], read along inner\n"
-     << "    const long long m = tm * 32 + ty + j, i = ti * 32 + tx;\n"
-     << "    if (m < moved && i < inner) buf[ty + j][tx] = src[m * inner + i];\n  }\n"
-     << "  __syncthreads();\n"
-     << "  #pragma unroll\n  for (int j = 0; j < 32; j += 8) {  // rows of [inner], written along moved\n"
-     << "    const long long i = ti * 32 + ty + j, m = tm * 32 + tx;\n"
-     << "    if (m < moved && i < inner) dst[i * moved + m] = buf[tx][ty + j];\n  }\n}\n";
-}
-
-/// The copy of rows shorter than 32, staged whole and written as vectors along moved.
-void emit_relayout_rows(std::ostringstream& os, int threads) {
-  os << "// Rows shorter than 32 (a filter's taps): a block reads MC whole rows of [moved], one contiguous\n"
-     << "// run of 16-byte vectors, into shared memory (every load of a thread issued before the first is\n"
-     << "// stored, so that the block waits for memory once), then writes them as INNER runs of MC\n"
-     << "// elements along moved, 16-byte vectors gathered from the staged rows. [moved] is whole vectors.\n"
-     << "template <typename T, int INNER, int MC>\n"
-     << "__device__ __forceinline__ void relayout_rows(const T* __restrict__ src, T* __restrict__ dst, long long block,\n"
-     << "                                              long long moved) {\n"
-     << "  constexpr int THREADS = " << threads << ", V = 16 / sizeof(T);\n"
-     << "  constexpr int LOADS = (MC * INNER / V + THREADS - 1) / THREADS, STORES = (MC / V * INNER + THREADS - 1) / THREADS;\n"
-     << "  __shared__ uint4 stage[MC * INNER / V];\n"
-     << "  const T* rows = reinterpret_cast<const T*>(stage);\n"
-     << "  const long long chunks = (moved + MC - 1) / MC, o = block / chunks, m0 = block % chunks * MC;\n"
-     << "  const int mc = static_cast<int>(moved - m0 < MC ? moved - m0 : MC), loads = mc * INNER / V, runs = mc / V;\n"
-     << "  const uint4* from = reinterpret_cast<const uint4*>(src + (o * moved + m0) * INNER);\n"
-     << "  uint4 x[LOADS];\n"
-     << "  #pragma unroll\n  for (int j = 0; j < LOADS; ++j)\n"
-     << "    if (j * THREADS + threadIdx.x < loads) x[j] = from[j * THREADS + threadIdx.x];\n"
-     << "  #pragma unroll\n  for (int j = 0; j < LOADS; ++j)\n"
-     << "    if (j * THREADS + threadIdx.x < loads) stage[j * THREADS + threadIdx.x] = x[j];\n"
-     << "  __syncthreads();\n"
-     << "  dst += o * moved * INNER + m0;\n"
-     << "  #pragma unroll\n  for (int j = 0; j < STORES; ++j) {\n"
-     << "    const int u = j * THREADS + threadIdx.x;  // vector u % runs of destination row u / runs\n"
-     << "    if (u >= runs * INNER) break;\n"
-     << "    const int i = u / runs, m = u % runs * V;\n"
-     << "    union { uint4 v; T e[V]; } y;\n"
-     << "    #pragma unroll\n    for (int l = 0; l < V; ++l) y.e[l] = rows[(m + l) * INNER + i];\n"
-     << "    *reinterpret_cast<uint4*>(dst + i * moved + m) = y.v;\n  }\n}\n";
-}
-
-/// The copy of short rows of few elements along moved, gathered element by element.
-void emit_relayout_gather(std::ostringstream& os, int threads) {
-  os << "// Rows shorter than 32 of at most " << kRowsMinMoved - 1 << " elements along moved: gathered, " << kGatherPerBlock
-     << " destination elements a block.\n"
-     << "template <typename T>\n"
-     << "__device__ __forceinline__ void relayout_gather(const T* __restrict__ src, T* __restrict__ dst, long long block,\n"
-     << "                                               long long moved, long long inner, long long elements) {\n"
-     << "  constexpr int THREADS = " << threads << ", PER = (" << kGatherPerBlock << " + THREADS - 1) / THREADS;\n"
-     << "  T x[PER];\n"
-     << "  #pragma unroll\n  for (int j = 0; j < PER; ++j) {  // every load issued before the first store\n"
-     << "    const long long e = block * " << kGatherPerBlock << " + j * THREADS + threadIdx.x;\n"
-     << "    const long long m = e % moved, i = e / moved % inner, o = e / (moved * inner);\n"
-     << "    if (j * THREADS + threadIdx.x < " << kGatherPerBlock << " && e < elements) x[j] = src[(o * moved + m) * inner + i];\n  }\n"
-     << "  #pragma unroll\n  for (int j = 0; j < PER; ++j) {\n"
-     << "    const long long e = block * " << kGatherPerBlock << " + j * THREADS + threadIdx.x;\n"
-     << "    if (j * THREADS + threadIdx.x < " << kGatherPerBlock << " && e < elements) dst[e] = x[j];\n  }\n}\n";
-}
-
-/// The copy that pads [moved] with zeros to whole vectors.
-void emit_relayout_pad_rows(std::ostringstream& os) {
-  os << "// Copies with [moved] padded with zeros to PADDED elements, whole 16-byte vectors (a first\n"
-     << "// layer's channels): a thread builds " << kPadRowsPerThread << " destination rows ([inner] position i of [outer] o: the\n"
-     << "// [moved] values read along inner, consecutive threads at consecutive i, then zeros) and\n"
-     << "// stores each as 16-byte vectors, consecutive threads' rows side by side.\n"
-     << "template <typename T, int PADDED>\n"
-     << "__device__ __forceinline__ void relayout_pad_rows(const T* __restrict__ src, T* __restrict__ dst, long long block,\n"
-     << "                                                 long long moved, long long inner, long long rows) {\n"
-     << "  constexpr int PIX = " << kPadRowsPerThread << ", VECS = PADDED * sizeof(T) / 16;\n"
-     << "  union Row { uint4 v[VECS]; T e[PADDED]; };\n"
-     << "  Row x[PIX];\n"
-     << "  #pragma unroll\n  for (int j = 0; j < PIX; ++j) {\n"
-     << "    const long long row = (block * PIX + j) * blockDim.x + threadIdx.x, o = row / inner, i = row - o * inner;\n"
-     << "    #pragma unroll\n    for (int m = 0; m < PADDED; ++m)\n"
-     << "      x[j].e[m] = row < rows && m < moved ? src[(o * moved + m) * inner + i] : T();\n  }\n"
-     << "  #pragma unroll\n  for (int j = 0; j < PIX; ++j) {\n"
-     << "    const long long row = (block * PIX + j) * blockDim.x + threadIdx.x;\n"
-     << "    if (row < rows)\n"
-     << "      #pragma unroll\n      for (int v = 0; v < VECS; ++v) reinterpret_cast<uint4*>(dst)[row * VECS + v] = x[j].v[v];\n  }\n}\n";
-}
-
-/// The copy that transposes V x V blocks in registers, a lane each.
-void emit_relayout_transpose_v(std::ostringstream& os) {
-  os << "// A lane per V x V block: V vectors of V elements read along inner (the 4 x 8 lanes of a warp\n"
-     << "// cover 4 V inner x 8 V moved: 64-byte runs of 8 rows), transposed in registers, written as V\n"
-     << "// vectors along moved (8 lanes write 8 V contiguous elements of one row). 8 warps a block, along inner.\n"
-     << "template <typename T, typename VT, int V>\n"
-     << "__device__ __forceinline__ void relayout_transpose_v(const T* __restrict__ src, T* __restrict__ dst, long long tile,\n"
-     << "                                                    long long moved, long long inner) {\n"
-     << "  constexpr int TM = 8 * V, TI = 32 * V;\n"
-     << "  const long long tiles_inner = (inner + TI - 1) / TI, tiles_moved = (moved + TM - 1) / TM;\n"
-     << "  const long long ti = tile % tiles_inner, tm = tile / tiles_inner % tiles_moved, o = tile / (tiles_inner * tiles_moved);\n"
-     << "  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;\n"
-     << "  const long long m0 = tm * TM + (lane % 8) * V, i0 = ti * TI + (warp * 4 + lane / 8) * V;\n"
-     << "  if (m0 >= moved || i0 >= inner) return;  // V divides both: a block is whole or absent\n"
-     << "  src += o * moved * inner;\n  dst += o * moved * inner;\n"
-     << "  union Vec { VT v; T e[V]; };\n"
-     << "  Vec in[V], out[V];\n"
-     << "  #pragma unroll\n  for (int j = 0; j < V; ++j) in[j].v = *reinterpret_cast<const VT*>(src + (m0 + j) * inner + i0);\n"
-     << "  #pragma unroll\n  for (int j = 0; j < V; ++j)\n"
-     << "    #pragma unroll\n    for (int l = 0; l < V; ++l) out[j].e[l] = in[l].e[j];\n"
-     << "  #pragma unroll\n  for (int j = 0; j < V; ++j) *reinterpret_cast<VT*>(dst + (i0 + j) * moved + m0) = out[j].v;\n}\n";
-}
-
 /// The prologue kernel: each block copies its part of operand A's or B's copy; records where
 /// each copy lies in the workspace, how many blocks the kernel takes and the workspace's size.
 void emit_relayout_entry(std::ostringstream& os, KernelSource& k, const ImplicitGemm& g) {
@@ -1184,16 +1000,21 @@ void emit_relayout_entry(std::ostringstream& os, KernelSource& k, const Implicit
        << (r.pads() ? " (zeros after " + std::to_string(r.moved) + ")" : std::string()) << "\n";
     switch (relayout_copy(r)) {
       case RelayoutCopy::kPadRows:
-        os << "    relayout_pad_rows<" << t << ", " << r.copy_moved() << ">(" << args << ", " << r.outer * r.inner << "LL);\n";
+        os << "    relayout_pad_rows<" << t << ", " << r.copy_moved() << ", " << kPadRowsPerThread << ">(" << args << ", "
+           << r.outer * r.inner << "LL);\n";
         break;
       case RelayoutCopy::kRegisterTranspose: {
         const int v = relayout_vector(r);
         os << "    relayout_transpose_v<" << t << ", " << vector_type(v * r.bytes) << ", " << v << ">(" << args << ");\n";
         break;
       }
-      case RelayoutCopy::kGather: os << "    relayout_gather(" << args << ", " << r.elements() << "LL);\n"; break;
+      case RelayoutCopy::kGather:
+        os << "    relayout_gather<" << t << ", " << k.relayout_threads << ", " << kGatherPerBlock << ">(" << args << ", "
+           << r.elements() << "LL);\n";
+        break;
       case RelayoutCopy::kRows:
-        os << "    relayout_rows<" << t << ", " << r.inner << ", " << rows_per_block(r) << ">(" << head << ");\n";
+        os << "    relayout_rows<" << t << ", " << r.inner << ", " << rows_per_block(r) << ", " << k.relayout_threads << ">("
+           << head << ");\n";
         break;
       case RelayoutCopy::kTiles: os << "    relayout_transpose(" << args << ");\n"; break;
       case RelayoutCopy::kNone: break;  // not reached: operands not copied are skipped above
@@ -1222,12 +1043,9 @@ void emit_relayout_entry(std::ostringstream& os, KernelSource& k, const Implicit
 void emit_relayout(KernelSource& k, const ImplicitGemm& g) {
   k.relayout_name = k.name + "_prologue";
   std::ostringstream os;
-  emit_relayout_transpose(os);
-  const auto uses = [&](RelayoutCopy c) { return relayout_copy(g.relayout[0]) == c || relayout_copy(g.relayout[1]) == c; };
-  if (uses(RelayoutCopy::kRows)) emit_relayout_rows(os, k.relayout_threads);
-  if (uses(RelayoutCopy::kGather)) emit_relayout_gather(os, k.relayout_threads);
-  if (uses(RelayoutCopy::kPadRows)) emit_relayout_pad_rows(os);
-  if (uses(RelayoutCopy::kRegisterTranspose)) emit_relayout_transpose_v(os);
+  os << "\n// The relayout prologue: copies operand tensors so that the reduction's dimension is innermost\n"
+     << "// ([outer][moved][inner] -> [outer][inner][moved]) into the workspace, for the kernel above.\n";
+  emit_device_include(os, "relayout");
   emit_relayout_entry(os, k, g);
   k.code += os.str();
 }

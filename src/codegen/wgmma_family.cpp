@@ -45,6 +45,7 @@
 #include <sstream>
 
 #include "tile_pipeline.h"
+#include "tmap/codegen/device_library.h"
 #include "tmap/codegen/reference_emitter.h"
 #include "tmap/support/diagnostic.h"
 
@@ -60,16 +61,6 @@ int line_bytes(const ScheduleParams& p) { return 128 >> (std::clamp(p.swizzle, 1
 
 /// W: elements of operand tile `t` per swizzled line, the swizzle's row (see the file comment).
 std::int64_t line(const StoredTile& t, const ScheduleParams& p) { return line_bytes(p) / t.bytes; }
-
-/// The C++ expression of the 16-byte chunk XOR of line `r` (an int expression): the line's
-/// 128-byte row in its 1024-byte atom, masked to the chunks of a line.
-std::string swizzle_xor(const ScheduleParams& p, const std::string& r) {
-  switch (line_bytes(p)) {
-    case 128: return "(" + r + " & 7)";
-    case 64: return "((" + r + " >> 1) & 3)";
-    default: return "((" + r + " >> 2) & 1)";
-  }
-}
 
 /// One stage of an operand, rounded to whole 1024-byte atoms so that the next starts aligned.
 std::int64_t tile_bytes(const ImplicitGemm& g, const ScheduleParams& p, int which) {
@@ -577,94 +568,13 @@ std::string im2col_loads(const ImplicitGemm& g, const Im2colView& v, int blocks)
   return l.str();
 }
 
-/// The helpers of a warp-specialized kernel: mbarriers and TMA tile loads of each rank used.
-/// With `pair` (a pair of blocks sharing an operand, ScheduleParams::cluster 2 or 3),
-/// cluster_ctarank(), release_pair() and the multicast TMA loads of each tiled rank follow. The
-/// arrivals on the other block's barriers keep the default .release.cta semantics: what they
-/// order is the consumers' reads of a buffer by wgmma, retired before the arrival, against the
-/// other block's TMA writes into it. With .release.cluster (a cluster-wide fence before each
-/// arrival) the consumer warps spent half their cycles stalled on that fence (Nsight Compute,
-/// GEMM 4096^3: 430 us against 223 without a pair).
-void emit_producer_helpers(std::ostringstream& os, const std::vector<int>& ranks, const std::vector<int>& im2col_ranks,
-                           bool pair, bool uniform_wait) {
-  os << "// A CUtensorMap, passed by value as a __grid_constant__ parameter.\n"
-     << "struct __align__(64) TmaMap { unsigned long long bits[16]; };\n"
-     << "__device__ __forceinline__ unsigned smem_u32(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }\n"
-     << "__device__ __forceinline__ void mbar_init(unsigned long long* bar, unsigned count) {\n"
-     << "  asm volatile(\"mbarrier.init.shared::cta.b64 [%0], %1;\\n\" :: \"r\"(smem_u32(bar)), \"r\"(count) : \"memory\");\n}\n"
-     << "// Arrives on `bar` and adds `bytes` to the transaction count its phase waits for.\n"
-     << "__device__ __forceinline__ void mbar_expect_tx(unsigned long long* bar, unsigned bytes) {\n"
-     << "  asm volatile(\"mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\\n\" :: \"r\"(smem_u32(bar)), \"r\"(bytes) : \"memory\");\n}\n"
-     << "__device__ __forceinline__ void mbar_arrive(unsigned long long* bar) {\n"
-     << "  asm volatile(\"mbarrier.arrive.shared::cta.b64 _, [%0];\\n\" :: \"r\"(smem_u32(bar)) : \"memory\");\n}\n"
-     << "// Waits until the phase of parity `parity` of `bar` has completed.\n"
-     << "__device__ __forceinline__ void mbar_wait(unsigned long long* bar, unsigned parity) {\n"
-     << "  unsigned done = 0;\n"
-     << "  do {\n"
-     << "    asm volatile(\"{\\n.reg .pred p;\\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\\nselp.u32 %0, 1, 0, p;\\n}\\n\"\n"
-     << "                 : \"=r\"(done) : \"r\"(smem_u32(bar)), \"r\"(parity) : \"memory\");\n"
-     << "  } while (!done);\n}\n";
-  if (uniform_wait)
-    os << "// mbar_wait() for a whole warp: it polls until every lane has seen the phase complete, a\n"
-       << "// warp-uniform loop (the phase cannot move on before this warp releases the buffer).\n"
-       << "__device__ __forceinline__ void mbar_wait_warp(unsigned long long* bar, unsigned parity) {\n"
-       << "  unsigned done = 0;\n"
-       << "  do {\n"
-       << "    asm volatile(\"{\\n.reg .pred p;\\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\\nselp.u32 %0, 1, 0, p;\\n}\\n\"\n"
-       << "                 : \"=r\"(done) : \"r\"(smem_u32(bar)), \"r\"(parity) : \"memory\");\n"
-       << "  } while (!__all_sync(0xffffffffu, done));\n}\n";
-  // tma_load_<r>d, and with `multicast` tma_multicast_<r>d: the same box written into both blocks
-  // of the pair (CTA mask 0b11), completing on the barrier at the same offset in each.
-  auto tiled_load = [&](int r, bool multicast) {
-    if (multicast)
-      os << "// A TMA box of a " << r << "-D tensor map written into `dst` of both blocks of the pair,\n"
-         << "// completing a transaction of its bytes on `bar` of each.\n";
-    else
-      os << "// A TMA box of a " << r << "-D tensor map at the given coordinates (innermost first) into `dst`,\n"
-         << "// completing a transaction of its bytes on `bar`.\n";
-    os << "__device__ __forceinline__ void tma_" << (multicast ? "multicast_" : "load_") << r
-       << "d(void* dst, const TmaMap& map, unsigned long long* bar";
-    for (int i = 0; i < r; ++i) os << ", int c" << i;
-    os << ") {\n  asm volatile(\"cp.async.bulk.tensor." << r
-       << "d.shared::cluster.global.tile.mbarrier::complete_tx::bytes" << (multicast ? ".multicast::cluster" : "")
-       << " [%0], [%1, {";
-    for (int i = 0; i < r; ++i) os << (i ? ", " : "") << "%" << i + 3;
-    os << "}], [%2]";
-    if (multicast) os << ", %" << r + 3;
-    os << ";\\n\"\n               :: \"r\"(smem_u32(dst)), \"l\"(&map), \"r\"(smem_u32(bar))";
-    for (int i = 0; i < r; ++i) os << ", \"r\"(c" << i << ")";
-    os << (multicast ? ", \"h\"((unsigned short)3)" : "") << " : \"memory\");\n}\n";
-  };
-  for (int r : ranks) tiled_load(r, false);
-  if (pair) {
-    os << "// This block's rank in its pair (0 or 1).\n"
-       << "__device__ __forceinline__ int cluster_ctarank() {\n"
-       << "  unsigned r;\n  asm volatile(\"mov.u32 %0, %%cluster_ctarank;\" : \"=r\"(r));\n  return static_cast<int>(r);\n}\n"
-       << "// Arrives on `bar` in both blocks of the pair: a stage buffer, filled by both blocks'\n"
-       << "// multicasts, is refilled once the consumers of both released it.\n"
-       << "__device__ __forceinline__ void release_pair(unsigned long long* bar) {\n"
-       << "  #pragma unroll\n  for (unsigned cta = 0; cta < 2; ++cta)\n"
-       << "    asm volatile(\"{\\n.reg .b32 remote;\\nmapa.shared::cluster.u32 remote, %0, %1;\\n\"\n"
-       << "                 \"mbarrier.arrive.shared::cluster.b64 _, [remote];\\n}\\n\"\n"
-       << "                 :: \"r\"(smem_u32(bar)), \"r\"(cta) : \"memory\");\n}\n";
-    for (int r : ranks) tiled_load(r, true);
-  }
-  for (int r : im2col_ranks) {
-    os << "// An im2col box of a " << r << "-D tensor map: the pixels from coordinates c0.. (channel first,\n"
-       << "// innermost first) moved by the filter tap's offsets o1.., into `dst`, completing on `bar`.\n"
-       << "__device__ __forceinline__ void tma_im2col_" << r << "d(void* dst, const TmaMap& map, unsigned long long* bar";
-    for (int i = 0; i < r; ++i) os << ", int c" << i;
-    for (int i = 1; i < r - 1; ++i) os << ", unsigned short o" << i;
-    os << ") {\n  asm volatile(\"cp.async.bulk.tensor." << r
-       << "d.shared::cluster.global.im2col.mbarrier::complete_tx::bytes [%0], [%1, {";
-    for (int i = 0; i < r; ++i) os << (i ? ", " : "") << "%" << i + 3;
-    os << "}], [%2], {";
-    for (int i = 1; i < r - 1; ++i) os << (i > 1 ? ", " : "") << "%" << r + 2 + i;
-    os << "};\\n\"\n               :: \"r\"(smem_u32(dst)), \"l\"(&map), \"r\"(smem_u32(bar))";
-    for (int i = 0; i < r; ++i) os << ", \"r\"(c" << i << ")";
-    for (int i = 1; i < r - 1; ++i) os << ", \"h\"(o" << i << ")";
-    os << " : \"memory\");\n}\n";
-  }
+/// The helpers of a warp-specialized kernel: mbarriers and TMA loads, and with `pair` (a pair of
+/// blocks sharing an operand, ScheduleParams::cluster 2 or 3) the cluster's (mbar_arrive_pair()
+/// on both blocks' barriers, cluster_ctarank()).
+void emit_producer_helpers(std::ostringstream& os, bool pair) {
+  emit_device_include(os, "mbarrier");
+  emit_device_include(os, "tma");
+  if (pair) emit_device_include(os, "cluster");
 }
 
 /// A warp-specialized kernel's ring barriers: CONSUMERS, STAGE_TX, full[] and empty[] at
@@ -682,7 +592,7 @@ std::string ring_barriers(const StoredTile& sa, const StoredTile& sb, bool pair)
      << "    for (int b = 0; b < STAGES; ++b) {\n"
      << "      mbar_init(&full[b], 1);\n      mbar_init(&empty[b], 4 * CONSUMERS" << (pair ? " * 2);  // both blocks' consumers" : ");")
      << "\n    }\n"
-     << "    asm volatile(\"fence.mbarrier_init.release.cluster;\\n\" ::: \"memory\");\n"
+     << "    mbar_fence_init();\n"
      << "  }\n";
   return os.str();
 }
@@ -737,7 +647,7 @@ void emit_persistent_loops(std::ostringstream& os, const ImplicitGemm& g, const 
   const std::string cs = persistent_epilogue_bytes_per_element(g) == 2 ? tout : tacc;
   const bool pair = pairs_blocks(p);
   // A pair's blocks walk the same tiles (the pair's), each its half.
-  const std::string release = pair ? "release_pair" : "mbar_arrive", wait = wait_call(p);
+  const std::string release = pair ? "mbar_arrive_pair" : "mbar_arrive", wait = wait_call(p);
   const std::string walk = pair ? "for (int tile = blockIdx.x / 2; tile < TILES; tile += gridDim.x / 2)"
                                 : "for (int tile = blockIdx.x; tile < TILES; tile += gridDim.x)";
   os << ring_barriers(sa, sb, pair)
@@ -853,15 +763,15 @@ void emit_constants(std::ostringstream& os, const WgmmaKernel& w) {
      << "// Shared tiles, " << line_bytes(p) << "-byte swizzled: A " << (a_mn ? "[BK][BM] (m contiguous)" : "[BM][BK] (k contiguous)")
      << ", B " << (b_mn ? "[BK][BN] (n contiguous)" : "[BN][BK] (k contiguous)") << "; epilogue "
      << (c_row ? "[BM][BN + 8]" : "[BN][BM + 4]") << "\n";
+  emit_device_include(os, "swizzle");
   for (int which = 0; which < 2; ++which) {
     const StoredTile& t = which == 0 ? sa : sb;
     const std::string up = which == 0 ? "A" : "B", op = which == 0 ? "a" : "b";
     os << "constexpr int " << up << "_ROWS = " << t.rows << ", " << up << "_W = " << line(t, p) << ", " << up
        << "_T = " << 16 / t.bytes << ";  // rows; elements per " << line_bytes(p)
        << "-byte line and per 16-byte chunk\n"
-       << "__device__ __forceinline__ int " << op << "_at(int r, int c) {\n"
-       << "  return ((c / " << up << "_W) * " << up << "_ROWS + r) * " << up << "_W + ((((c % " << up << "_W) / " << up
-       << "_T) ^ " << swizzle_xor(p, "r") << ") * " << up << "_T) + c % " << up << "_T;\n}\n";
+       << "__device__ __forceinline__ int " << op << "_at(int r, int c) { return swizzle_atoms<" << up << "_ROWS, " << up
+       << "_W, " << up << "_T, " << line_bytes(p) << ">(r, c); }\n";
   }
   os << "constexpr int A_BYTES = " << tile_bytes(g, p, 0) << ";  // one stage of A, whole 1024-byte atoms\n"
      << "constexpr int B_BYTES = " << tile_bytes(g, p, 1) << ";\n"
@@ -888,12 +798,7 @@ void emit_copy_setup(std::ostringstream& os, WgmmaKernel& w) {
         k.tensor_maps.back().box[1] /= 2;
       }
     }
-    std::vector<int> ranks, im2col_ranks;
-    for (const TensorMapSpec& m : k.tensor_maps) {
-      std::vector<int>& r = m.im2col ? im2col_ranks : ranks;
-      if (!contains(r, m.rank)) r.push_back(m.rank);
-    }
-    emit_producer_helpers(os, ranks, im2col_ranks, pair, p.uniform_wait == 1);
+    emit_producer_helpers(os, pair);
     os << "constexpr int BAR_OFFSET = " << barrier_offset(g, p) << ";  // the ring's mbarriers, past tiles and epilogue\n";
     if (persistent)
       os << "constexpr int CS_OFFSET = " << ring_bytes(g, p) << ";  // the epilogue tile, past the ring\n"
@@ -904,25 +809,6 @@ void emit_copy_setup(std::ostringstream& os, WgmmaKernel& w) {
     emit_cp_async_helpers(os);
     emit_shift_helpers(os, g, p);
   }
-}
-
-/// wgmma's own helpers: the shared-memory matrix descriptor, fences, commit and wait.
-void emit_wgmma_helpers(std::ostringstream& os, const ScheduleParams& p, const std::string& tacc) {
-  os << "// A shared-memory matrix descriptor: start address, leading and stride byte offsets (each in\n"
-     << "// 16-byte units), " << line_bytes(p) << "-byte swizzle (layout type " << p.swizzle << ").\n"
-     << "__device__ __forceinline__ unsigned long long smem_desc(const void* p, unsigned lbo, unsigned sbo) {\n"
-     << "  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));\n"
-     << "  return (unsigned long long)((a & 0x3FFFF) >> 4) | ((unsigned long long)(lbo >> 4) << 16) |\n"
-     << "         ((unsigned long long)(sbo >> 4) << 32) | (" << p.swizzle << "ull << 62);\n}\n"
-     << "__device__ __forceinline__ void wgmma_fence() { asm volatile(\"wgmma.fence.sync.aligned;\\n\" ::: \"memory\"); }\n"
-     << "__device__ __forceinline__ void wgmma_commit() { asm volatile(\"wgmma.commit_group.sync.aligned;\\n\" ::: \"memory\"); }\n"
-     << "template <int N>\n"
-     << "__device__ __forceinline__ void wgmma_wait() { asm volatile(\"wgmma.wait_group.sync.aligned %0;\\n\" :: \"n\"(N) : \"memory\"); }\n"
-     << "// Makes this thread's shared-memory writes (stores and cp.async) visible to wgmma's reads.\n"
-     << "__device__ __forceinline__ void fence_proxy_async() { asm volatile(\"fence.proxy.async.shared::cta;\\n\" ::: \"memory\"); }\n"
-     << "// Keeps the compiler from moving reads or writes of r across the asynchronous wgmma.\n"
-     << "__device__ __forceinline__ void fence_operand(" << tacc << "& r) { asm volatile(\"\" : \"+"
-     << (tacc == "int" ? "r" : "f") << "\"(r) :: \"memory\"); }\n\n";
 }
 
 /// Descriptor offsets (16-byte units) of accumulator i's A and of B at sub-step kk, from the
@@ -1010,9 +896,9 @@ void emit_compute_lambda(std::ostringstream& os, const WgmmaKernel& w) {
     os << "  // This warpgroup's descriptors of stage 0: A " << (a_mn ? "MN-major (LBO: one block of A_W m)" : "K-major")
        << ", B " << (b_mn ? "MN-major (LBO: one block of B_W n)" : "K-major") << "; SBO: 8 lines of " << lb
        << " bytes.\n"
-       << "  const unsigned long long a_desc = smem_desc(As + " << a_base << ", "
+       << "  const unsigned long long a_desc = smem_desc<" << p.swizzle << ">(As + " << a_base << ", "
        << (a_mn ? "A_ROWS * " + std::to_string(lb) : "16") << ", " << 8 * lb << ");\n";
-  os << "  const unsigned long long b_desc = smem_desc(Bs + " << b_base << ", "
+  os << "  const unsigned long long b_desc = smem_desc<" << p.swizzle << ">(Bs + " << b_base << ", "
      << (b_mn ? "B_ROWS * " + std::to_string(lb) : "16") << ", " << 8 * lb << ");\n"
      << "  // Issues the wgmmas of shared buffer `buf` as one commit group.\n";
   if (p.a_regs == 1)
@@ -1100,7 +986,7 @@ void emit_warp_specialized_loop(std::ostringstream& os, const WgmmaKernel& w) {
                       "      compute(buf$A);\n"
                       "      wgmma_wait<1>();  // the previous step's wgmmas are done: release its buffer\n"
                       "      if (t > 0 && lane == 0) " +
-                      (pair ? "release_pair" : "mbar_arrive") + "(&empty[(t + STAGES - 1) % STAGES]);\n",
+                      (pair ? "mbar_arrive_pair" : "mbar_arrive") + "(&empty[(t + STAGES - 1) % STAGES]);\n",
                   false)
      << "    wgmma_wait<0>();\n"
      << "  }\n"
@@ -1174,7 +1060,7 @@ KernelSource emit_wgmma(const ImplicitGemm& g, const ScheduleParams& p) {
   emit_constants(os, w);
   emit_copy_setup(os, w);
   emit_cluster_helpers(os, p);
-  emit_wgmma_helpers(os, p, w.tacc);
+  emit_device_include(os, "wgmma");
   emit_wgmma_call(os, g, p);
   if (p.a_regs == 1) emit_a_fragment_loader(os, g, w.ta);
   if (!p.producer) {

@@ -6,6 +6,7 @@
 #include <set>
 #include <sstream>
 
+#include "tmap/codegen/device_library.h"
 #include "tmap/codegen/reference_emitter.h"
 #include "tmap/runtime/launch.h"
 #include "tmap/support/diagnostic.h"
@@ -382,7 +383,7 @@ std::vector<ExportedKernel> export_kernels(const std::vector<const TuneRecord*>&
   }
   const fs::path out_dir(dir);
   std::error_code ec;
-  for (const char* sub : {"kernels", "torch", "reference", "tmap/runtime"}) fs::create_directories(out_dir / sub, ec);
+  for (const char* sub : {"kernels", "torch", "reference", "tmap/runtime", "tmap/device"}) fs::create_directories(out_dir / sub, ec);
   if (ec) throw UserError(format_diagnostic(SourceLoc::whole(dir), "cannot create the directory: " + ec.message(), "check the --out path"));
   const std::string arch = std::to_string(cc) + (cc >= 90 ? "a" : "");
   std::vector<ExportedKernel> out;
@@ -397,6 +398,8 @@ std::vector<ExportedKernel> export_kernels(const std::vector<const TuneRecord*>&
   // The code that executes launch plans, as tmap itself runs it.
   write(out_dir / "tmap/runtime/launch_plan.h", embedded::kLaunchPlanHeader);
   write(out_dir / "tmap_runtime.cu", embedded::kLaunchPlanSource);
+  // The device library the kernels include.
+  for (const DeviceHeader& h : device_headers()) write(out_dir / std::string(h.file), std::string(h.text));
   write(out_dir / "check.cu", check_program(pieces));
   write(out_dir / "CMakeLists.txt", cmake_text(arch));
   write_torch_example(out_dir, pieces.front());

@@ -19,6 +19,7 @@
 #include <condition_variable>
 #include <optional>
 
+#include "tmap/codegen/device_library.h"
 #include "tmap/support/diagnostic.h"
 
 namespace tmap {
@@ -27,7 +28,15 @@ CompileResult compile_here(const std::string& source, const std::string& name, c
   auto start = std::chrono::steady_clock::now();
   CompileResult r;
   nvrtcProgram prog = nullptr;
-  nvrtcResult rc = nvrtcCreateProgram(&prog, source.c_str(), (name + ".cu").c_str(), 0, nullptr, nullptr);
+  // Every header of the device library, which kernels include by name (tmap/device/*.cuh); both
+  // strings of each come from string literals, so they end in a NUL.
+  std::vector<const char*> texts, files;
+  for (const DeviceHeader& h : device_headers()) {
+    texts.push_back(h.text.data());
+    files.push_back(h.file.data());
+  }
+  nvrtcResult rc = nvrtcCreateProgram(&prog, source.c_str(), (name + ".cu").c_str(), static_cast<int>(texts.size()),
+                                      texts.data(), files.data());
   if (rc != NVRTC_SUCCESS) {
     r.log = std::string("nvrtcCreateProgram failed: ") + nvrtcGetErrorString(rc);
     return r;
@@ -324,6 +333,7 @@ NvrtcCompiler::NvrtcCompiler(int compute_capability, std::string cache_dir)
 CompileResult NvrtcCompiler::compile(const std::string& source, const std::string& name) {
   std::string key;
   for (const auto& o : options_) key += o + "\n";
+  key += device_library_fingerprint() + "\n";
   key += source;
   {
     std::lock_guard<std::mutex> lock(mutex_);
