@@ -137,6 +137,11 @@ TEST(HwAbstraction, RejectsBrokenFilesWithReasons) {
       {"load not feeding compute", [](ordered_json& j) { j["edges"].erase(1); }, "has no load of operand A feeding 'mma'"},
       {"store not fed", [](ordered_json& j) { j["edges"].erase(3); }, "has no store of operand D fed by 'mma'"},
       {"fill not feeding", [](ordered_json& j) { j["edges"].erase(0); }, "fill 'fill_d' does not feed 'mma'"},
+      {"text after the intrinsic", [](ordered_json& j) { j["compute"]["intrinsic"] = "nvcuda::wmma::mma_sync\n#error x"; },
+       "intrinsic \"nvcuda::wmma::mma_sync\\n#error x\" is not the instruction family wmma issues for float16 x float16 "
+       "into float32"},
+      {"name not an identifier", [](ordered_json& j) { j["name"] = "wmma\n#error x"; },
+       "name \"wmma\\n#error x\" is not an identifier"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name);
@@ -148,6 +153,42 @@ TEST(HwAbstraction, RejectsBrokenFilesWithReasons) {
   SourceText not_json("broken.json", "{\"name\": \"x\",,}");
   EXPECT_NE(user_error_of([&] { parse_hw_abstraction(not_json); }).find("broken.json:1:14: error: invalid JSON"),
             std::string::npos);
+}
+
+// A file chooses its instruction among those its family issues; the emitter writes the text. An
+// instruction with anything added (here a PTX trap) or another shape is refused at load.
+TEST(HwAbstraction, IntrinsicsFollowTheFamilysGrammar) {
+  auto parse_edited = [](const std::string& file, const std::function<void(ordered_json&)>& edit) {
+    std::ifstream in(kHwDir + "/" + file);
+    ordered_json j = ordered_json::parse(in);
+    edit(j);
+    return user_error_of([&] { parse_hw_abstraction(SourceText("edited.json", j.dump(2))); });
+  };
+  EXPECT_NE(parse_edited("mma_sync_fp16_fp32.json",
+                         [](ordered_json& j) {
+                           j["compute"]["intrinsic"] = "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0}, {%1};\n\ttrap;\n//";
+                         })
+                .find("write \"intrinsic\": \"mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32\""),
+            std::string::npos);
+  EXPECT_NE(parse_edited("wgmma_fp16_fp32.json",
+                         [](ordered_json& j) { j["compute"]["intrinsic"] = "wgmma.mma_async.sync.aligned.m64nNk32.f32.f16.f16"; })
+                .find("is not the instruction family wgmma issues for float16 x float16 into float32"),
+            std::string::npos);
+  EXPECT_NE(parse_edited("mma_sync_fp16_fp32.json",
+                         [](ordered_json& j) {
+                           for (const char* op : {"A", "B", "D"}) j["compute"]["dtypes"][op] = "float32";
+                         })
+                .find("family mma_sync has no instruction that multiplies float32 x float32 into float32"),
+            std::string::npos);
+  for (const HwAbstraction& hw : load_hw_directory(kHwDir)) {
+    EXPECT_EQ(hw.compute_intrinsic, family_intrinsic(hw)) << hw.name;
+    EXPECT_FALSE(family_intrinsic(hw).empty()) << hw.name;
+  }
+  EXPECT_EQ(family_intrinsic("mma_sync", DType::kInt8, DType::kInt8, DType::kInt32),
+            "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32");
+  EXPECT_EQ(family_intrinsic("wgmma", DType::kTFloat32, DType::kTFloat32, DType::kFloat32),
+            "wgmma.mma_async.sync.aligned.m64nNk8.f32.tf32.tf32");
+  EXPECT_EQ(family_intrinsic("no_such_family", DType::kFloat16, DType::kFloat16, DType::kFloat32), "");
 }
 
 class HwDirectory : public ::testing::Test {

@@ -98,9 +98,11 @@ FragmentAddressing plan_fragments(const StoredTile& s, const ScheduleParams& p, 
 void emit_mma_sync_helpers(std::ostringstream& os, const ImplicitGemm& g, const std::string& tfrag) {
   emit_device_include(os, "ldmatrix");
   const char* c = tfrag == "int" ? "r" : "f";
-  os << "// " << g.hw->compute_intrinsic << ": d += a * b on one 16 x 8 accumulator fragment.\n"
+  const std::string instruction = family_intrinsic(*g.hw);
+  TMAP_CHECK(!instruction.empty(), "abstraction files name an mma.sync instruction for their dtypes (checked at load)");
+  os << "// " << instruction << ": d += a * b on one 16 x 8 accumulator fragment.\n"
      << "__device__ __forceinline__ void mma(" << tfrag << " (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {\n"
-     << "  asm volatile(\"" << g.hw->compute_intrinsic
+     << "  asm volatile(\"" << instruction
      << " {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\\n\"\n"
      << "               : \"+" << c << "\"(d[0]), \"+" << c << "\"(d[1]), \"+" << c << "\"(d[2]), \"+" << c
      << "\"(d[3])\n"

@@ -86,7 +86,7 @@ KernelSource emit_simt(const ImplicitGemm& g, const ScheduleParams& p) {
   os << "constexpr int TM = WM, TN = WN;  // outputs per thread (its register tile)\n"
      << "constexpr int KL = " << p.k_lanes << ";  // lanes sharing one output's reduction\n"
      << "constexpr int TILES_N = BN / TN;\n"
-     << "constexpr int P = " << pack << ";  // elements of k per multiply-add (" << g.hw->compute_intrinsic << ")\n"
+     << "constexpr int P = " << pack << ";  // elements of k per multiply-add (" << family_intrinsic(*g.hw) << ")\n"
      << "// Shared tiles (padded rows): A " << (a_trans ? "[BK][BM]" : "[BM][BK]") << ", B "
      << (b_trans ? "[BK][BN]" : "[BN][BK]") << "; epilogue " << (c_row ? "[BM][BN + 8]" : "[BN][BM + 4]") << "\n";
   emit_ring_helpers(os, g, p, sa, sb, c_row);

@@ -147,9 +147,9 @@ std::string set_registers(const ImplicitGemm& g, const ScheduleParams& p, bool p
          (producer ? "the producer gives registers back" : "the consumers take them") + "\n";
 }
 
-/// The wgmma instruction for N = n: the abstraction's intrinsic with its "nN" made concrete.
+/// The wgmma instruction for N = n: the family's instruction for the dtypes, "nN" made concrete.
 std::string instruction(const ImplicitGemm& g, int n) {
-  std::string s = g.hw->compute_intrinsic;
+  std::string s = family_intrinsic(*g.hw);
   const auto at = s.find("nNk");
   TMAP_CHECK(at != std::string::npos, "a wgmma intrinsic names its shape m64nNk<K>");
   return s.replace(at, 2, "n" + std::to_string(n));

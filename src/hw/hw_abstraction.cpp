@@ -1,6 +1,7 @@
 #include "tmap/hw/hw_abstraction.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
@@ -138,6 +139,30 @@ void read_compute(JsonReader& r, const ordered_json& doc, HwAbstraction& hw) {
   if (!dtype_accumulates(hw.a_dtype, hw.d_dtype) || !dtype_accumulates(hw.b_dtype, hw.d_dtype))
     r.fail_value("/compute/dtypes/" + hw.d, "operand " + hw.d + " (" + std::string(dtype_name(hw.d_dtype)) +
                                                 ") cannot accumulate products of the input operands");
+}
+
+/// The compute intrinsic must be the very instruction the family's kernels issue for the operand
+/// dtypes: a file chooses the instruction, the emitter writes it (family_intrinsic()). A family
+/// the grammar does not know has no emitter either and is refused where a kernel is asked for.
+void check_intrinsic(const JsonReader& r, const HwAbstraction& hw) {
+  if (!known_intrinsic_family(hw.family)) return;
+  const std::string want = family_intrinsic(hw);
+  const std::string types = std::string(dtype_name(hw.a_dtype)) + " x " + std::string(dtype_name(hw.b_dtype)) +
+                            " into " + std::string(dtype_name(hw.d_dtype));
+  if (want.empty())
+    r.fail_value("/compute/dtypes", "family " + hw.family + " has no instruction that multiplies " + types,
+                 "see the shipped " + hw.family + "_*.json files for the dtypes it takes");
+  if (hw.compute_intrinsic != want)
+    r.fail_value("/compute/intrinsic",
+                 "intrinsic " + nlohmann::json(hw.compute_intrinsic).dump() + " is not the instruction family " +
+                     hw.family + " issues for " + types,
+                 "write \"intrinsic\": \"" + want + "\"");
+}
+
+/// Whether `s` is a C identifier: the abstraction's name appears in generated source.
+bool is_identifier(const std::string& s) {
+  if (s.empty() || std::isdigit(static_cast<unsigned char>(s[0]))) return false;
+  return std::all_of(s.begin(), s.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
 }
 
 void read_shapes(JsonReader& r, const ordered_json& comp, HwAbstraction& hw) {
@@ -281,6 +306,9 @@ HwAbstraction parse_hw_abstraction(const SourceText& source) {
                "a hardware abstraction");
   const std::string what = "the hardware abstraction";
   hw.name = string_member(r, doc, "", "name", what);
+  if (!is_identifier(hw.name))
+    r.fail_value("/name", "name " + nlohmann::json(hw.name).dump() + " is not an identifier",
+                 "use letters, digits and '_', not starting with a digit, e.g. \"mma_sync_fp16_fp32\"");
   hw.family = string_member(r, doc, "", "family", what);
   if (doc.contains("description")) hw.description = string_member(r, doc, "", "description", what);
   hw.scope = one_of(r, doc, "", "scope", what, kScopes);
@@ -291,6 +319,7 @@ HwAbstraction parse_hw_abstraction(const SourceText& source) {
   hw.min_compute_capability = doc["min_compute_capability"].get<int>();
 
   read_compute(r, doc, hw);
+  check_intrinsic(r, hw);
   read_shapes(r, doc["compute"], hw);
   read_layouts(r, doc["compute"], hw);
   const std::set<std::string> nodes = read_memory(r, doc, hw);

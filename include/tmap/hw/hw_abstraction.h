@@ -69,6 +69,15 @@ struct HwAbstraction {
   std::vector<std::pair<std::string, std::string>> edges;  ///< (from, to) node names.
 };
 
+/// The compute instruction the kernels of `family` issue for operands of these dtypes, as an
+/// abstraction file must name it in "compute.intrinsic" (wgmma's "nN" stands for the N each
+/// schedule picks); empty where the family has no instruction for them. The emitters write
+/// this text, never the file's: a file chooses an instruction, it cannot write one.
+std::string family_intrinsic(const std::string& family, DType a, DType b, DType d);
+std::string family_intrinsic(const HwAbstraction& hw);
+/// Whether family_intrinsic() knows `family`'s instructions.
+bool known_intrinsic_family(const std::string& family);
+
 /// Parses and validates one abstraction; errors name the file, line and column.
 HwAbstraction parse_hw_abstraction(const SourceText& source);
 HwAbstraction load_hw_file(const std::string& path);
