@@ -1002,7 +1002,7 @@ void emit_cp_async_ring_loop(std::ostringstream& os, const WgmmaKernel& w, bool 
      << "  // before, whose wgmmas every warpgroup retired (wait_group 1) before this step's barrier.\n"
      << (staged ? "  // Shifted copies are fetched into registers with the step's copies and stored into their\n"
                   "  // buffer once the step's wgmmas are issued; the next step's fence and barrier make the\n"
-                  "  // stores visible to wgmma. (Stored a step later instead, c1d_a was no faster on the H100.)\n"
+                  "  // stores visible to wgmma.\n"
                 : "")
      << "  for (int t = 0; t < STAGES - 2; ++t) {\n"
      << "    if (first + t < last) {\n      load_tiles(first + t, t);\n" << (staged ? "      store_staged(t);\n" : "")

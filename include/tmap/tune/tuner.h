@@ -154,9 +154,8 @@ std::vector<double> arm_shares(const std::vector<ArmStanding>& arms);
 /// arm when the trials leave as many for the arms that prove good, else a quarter of the trials
 /// (at least a batch). Under a time budget (budget_s > 0) the trials are those the rate so far
 /// allows, `measured` in `elapsed_s` (two batches until a batch is measured), `trials` being only
-/// a cap: with every arm's look planned because of a cap of 100000, #15's 20 s runs spent half
-/// of every batch on first looks to the end (about 350 of 700 trials, against 250 of the 1000 of
-/// a trial-budget run).
+/// a cap: planning every arm's look from a large cap would spend about half of every batch of a
+/// short budgeted run on first looks.
 std::size_t first_look_limit(int arms, int batch, int trials, double budget_s, double elapsed_s, int measured);
 
 /// Tunes on the GPU through `measurer`. Throws UserError when nothing matches.
