@@ -5,6 +5,7 @@
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <string_view>
 
 #include "tmap/codegen/device_library.h"
 #include "tmap/codegen/reference_emitter.h"
@@ -43,6 +44,15 @@ std::string identifier(const std::string& s) {
   for (char c : s) out += ident_char(c) ? c : '_';
   if (out.empty() || std::isdigit(static_cast<unsigned char>(out[0]))) out = "w" + out;
   return out.substr(0, 48);
+}
+
+/// Text from a log (a device name) as it may appear in a generated comment: letters, digits and
+/// plain punctuation, nothing that ends a line or a comment.
+std::string comment_text(const std::string& s) {
+  std::string out;
+  for (char c : s.substr(0, 80))
+    out += std::isalnum(static_cast<unsigned char>(c)) || std::string_view(" _.,:()+-").find(c) != std::string_view::npos ? c : '?';
+  return out;
 }
 
 /// The type a launch function takes tensor `t` as: a device pointer, const for inputs.
@@ -234,11 +244,12 @@ std::string header_text(const std::vector<Piece>& pieces, const std::string& sou
   for (const Piece& x : pieces) {
     const Compute& c = *x.g.compute;
     const TuneRecord& r = *x.record;
-    header << "/// " << r.workload.description.value("name", "?") << " (workload " << r.workload.key << "): "
+    header << "/// " << identifier(r.workload.description.value("name", "kernel")) << " (workload " << r.workload.key << "): "
            << c.statement_text() << "\n";
     for (const auto& t : c.tensors) header << "///   " << t.name << " " << shape_text(t) << "\n";
     header << "///   kernel " << candidate_label(r.candidate) << ", "
-           << (r.result.ok() ? std::to_string(r.result.median_us) + " us on " + (r.target.device.empty() ? r.target.arch : r.target.device)
+           << (r.result.ok() ? std::to_string(r.result.median_us) + " us on " +
+                                   comment_text(r.target.device.empty() ? r.target.arch : r.target.device)
                              : std::string("unmeasured (ranked by the analytic model)"))
            << "\n" << signature(c, x.fn) << ";\n\n";
   }
