@@ -280,20 +280,24 @@ TEST(Reliability, AFailingLogWriteIsAClearErrorAndLosesNothing) {
   }
 }
 
-/// The commands of the README's "The command line" section, as written.
+/// The tmap commands of the first code block of each of the README's "A five-minute tour" and
+/// "The command line" sections, as written.
 std::vector<std::string> readme_commands() {
   std::ifstream in(std::string(TMAP_SOURCE_DIR) + "/README.md");
   std::vector<std::string> out;
-  bool section = false, block = false;
+  bool section = false, block = false, done = false;
   for (std::string line; std::getline(in, line);) {
-    if (line.rfind("## ", 0) == 0) section = line == "## The command line";
-    if (!section) continue;
+    if (line.rfind("## ", 0) == 0) {
+      section = line == "## The command line" || line == "## A five-minute tour";
+      block = done = false;
+    }
+    if (!section || done) continue;
     if (line.rfind("```", 0) == 0) {
-      if (block) break;  // the first block of the section
-      block = true;
+      done = block;  // the first block of the section
+      block = !block;
       continue;
     }
-    if (!block || line.empty()) continue;
+    if (!block || line.rfind("tmap ", 0) != 0) continue;
     if (auto hash = line.find("  #"); hash != std::string::npos) line = line.substr(0, hash);
     while (!line.empty() && line.back() == ' ') line.pop_back();
     out.push_back(line);
@@ -309,7 +313,7 @@ bool needs_gpu(const std::string& c) {
 
 TEST(Cli, EveryReadmeCommandRunsAsWritten) {
   const auto commands = readme_commands();
-  ASSERT_GE(commands.size(), 20u) << "the README's command-line block was not found";
+  ASSERT_GE(commands.size(), 28u) << "the README's tour and command-line blocks were not found";
   ScratchDir dir("tmap_readme");
   // The files the examples name: a compute of the user's, a directory of their abstractions (one
   // written the documented way, from `hw show`), and logs that hold measured records, as after
