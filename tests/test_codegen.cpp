@@ -1677,7 +1677,17 @@ TEST(Schedule, ParamsRoundTripAndRejectUnknownKeys) {
   EXPECT_NE(user_error_of([] { schedule_from_json(nlohmann::json{{"stages", "two"}}); }).find("must be an integer"),
             std::string::npos);
   EXPECT_EQ(parse_arch("sm_90"), 90);
+  EXPECT_EQ(parse_arch("sm_90a"), 90);
   EXPECT_NE(user_error_of([] { parse_arch("hopper"); }).find("not of the form sm_XY"), std::string::npos);
+  // Architectures NVRTC cannot compile for are named as such, with the ones it can.
+  for (const char* arch : {"sm_99", "sm_1000", "sm_00", "sm_70"}) {
+    const std::string said = user_error_of([&] { parse_arch(arch); });
+    EXPECT_NE(said.find("is not one NVRTC compiles for"), std::string::npos) << arch << ": " << said;
+    EXPECT_NE(said.find("sm_90"), std::string::npos) << said;
+    EXPECT_EQ(said.find("bug in tmap"), std::string::npos) << said;
+  }
+  const std::vector<int> archs = supported_archs();
+  EXPECT_NE(std::find(archs.begin(), archs.end(), 90), archs.end());
 }
 
 TEST(Codegen, ReferenceKernelsCompileForEveryOpAndDtype) {

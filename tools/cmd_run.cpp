@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <random>
 
@@ -89,6 +90,23 @@ int target_arch(RunArgs& args, const RuntimeInfo& rt) {
   return cc;
 }
 
+/// The abstractions whose instructions sm_`cc` has; an error saying what each needs if none.
+std::vector<HwAbstraction> runnable_on(const std::vector<HwAbstraction>& all, int cc) {
+  std::vector<HwAbstraction> out;
+  std::map<std::string, int> needs;  // family -> the lowest architecture of its abstractions
+  for (const HwAbstraction& h : all) {
+    if (h.min_compute_capability <= cc) out.push_back(h);
+    auto [it, fresh] = needs.emplace(h.family, h.min_compute_capability);
+    if (!fresh) it->second = std::min(it->second, h.min_compute_capability);
+  }
+  if (out.empty()) {
+    std::string list;
+    for (const auto& [family, min_cc] : needs) list += (list.empty() ? "" : ", ") + family + " sm_" + std::to_string(min_cc);
+    bad("--arch", "no hardware abstraction runs on sm_" + std::to_string(cc), "the families need: " + list);
+  }
+  return out;
+}
+
 /// The default schedule changed by --params; every reason against it is an error.
 ScheduleParams schedule_of(const RunArgs& args, const ImplicitGemm& g, const DeviceLimits& limits) {
   ScheduleParams params = default_schedule(g, limits);
@@ -101,6 +119,9 @@ ScheduleParams schedule_of(const RunArgs& args, const ImplicitGemm& g, const Dev
   if (!issues.empty()) {
     std::string all_reasons;
     for (const auto& i : issues) all_reasons += std::string("\n  - ") + std::string(message(i.error)) + ": " + i.detail;
+    if (args.params.empty())
+      bad("--arch", "the default schedule of " + g.hw->name + " is invalid for sm_" + std::to_string(limits.compute_capability) + ":" + all_reasons,
+          "choose another abstraction with --hw (tmap hw list shows which run on a GPU)");
     bad("--params", "the schedule " + to_json(params).dump() + " is invalid:" + all_reasons,
         "change the parameters, or omit --params for the default schedule");
   }
@@ -181,17 +202,15 @@ void print_text(const nlohmann::json& result, const KernelSource& kernel, bool f
 
 void run_command(RunArgs& args) {
   Compute c = args.compute.build();
+  RuntimeInfo rt = query_runtime();
+  const int cc = target_arch(args, rt);
   auto all = args.hw_dirs.all();
-  std::vector<HwAbstraction> chosen;
-  if (!args.hw.empty()) chosen.push_back(find_hw(all, args.hw));
-  else chosen = all;
+  const std::vector<HwAbstraction> chosen = args.hw.empty() ? runnable_on(all, cc) : std::vector{find_hw(all, args.hw)};
   MatchReport report = match_compute(c, chosen, Enumeration::kAll);
   const Match& match = pick_match(args, report, c, all);
   const HwAbstraction& hw = find_hw(all, match.hw_abs);
   const Mapping& mapping = pick_mapping(args, match);
   ImplicitGemm g = make_implicit_gemm(c, hw, match, mapping);
-  RuntimeInfo rt = query_runtime();
-  const int cc = target_arch(args, rt);
   DeviceLimits limits = DeviceLimits::for_arch(cc);
   if (!rt.devices.empty() && rt.devices.front().compute_capability == cc) limits.sm_count = rt.devices.front().sm_count;
   const ScheduleParams params = schedule_of(args, g, limits);

@@ -301,14 +301,30 @@ int run_compile_worker(std::FILE* in, std::FILE* out) {
   return 0;
 }
 
+std::vector<int> supported_archs() {
+  int n = 0;
+  if (nvrtcGetNumSupportedArchs(&n) != NVRTC_SUCCESS || n <= 0) return {};
+  std::vector<int> out(static_cast<std::size_t>(n));
+  if (nvrtcGetSupportedArchs(out.data()) != NVRTC_SUCCESS) return {};
+  return out;
+}
+
 int parse_arch(const std::string& arch) {
   // sm_90a names sm_90 with its architecture-specific instructions (wgmma, setmaxnreg), which
   // tmap always compiles sm_90 kernels with: the two are one target here.
   const std::string digits = arch == "sm_90a" ? "sm_90" : arch;
-  if (digits.size() >= 5 && digits.rfind("sm_", 0) == 0 && digits.find_first_not_of("0123456789", 3) == std::string::npos)
-    return std::stoi(digits.substr(3));
-  throw UserError(format_diagnostic(SourceLoc::whole("--arch"), "architecture '" + arch + "' is not of the form sm_XY",
-                                    "for example --arch sm_90 (H100) or --arch sm_80 (A100)"));
+  const std::vector<int> known = supported_archs();
+  std::string list;
+  for (int cc : known) list += (list.empty() ? "" : ", ") + ("sm_" + std::to_string(cc));
+  const std::string hint = "this NVRTC compiles for " + (list.empty() ? std::string("none it can name") : list) +
+                           "; for example --arch sm_90 (H100) or --arch sm_80 (A100)";
+  if (digits.size() < 5 || digits.size() > 7 || digits.rfind("sm_", 0) != 0 ||
+      digits.find_first_not_of("0123456789", 3) != std::string::npos)
+    throw UserError(format_diagnostic(SourceLoc::whole("--arch"), "architecture '" + arch + "' is not of the form sm_XY", hint));
+  const int cc = std::stoi(digits.substr(3));
+  if (!known.empty() && std::find(known.begin(), known.end(), cc) == known.end())
+    throw UserError(format_diagnostic(SourceLoc::whole("--arch"), "architecture '" + arch + "' is not one NVRTC compiles for", hint));
+  return cc;
 }
 
 std::string cuda_include_dir() {

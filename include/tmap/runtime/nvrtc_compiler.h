@@ -21,8 +21,11 @@ struct CompileResult {
   bool cached = false;
 };
 
-/// "sm_90" -> 90; a UserError for anything else.
+/// "sm_90" -> 90; a UserError naming the supported architectures for anything else, including an
+/// architecture this NVRTC cannot compile for.
 int parse_arch(const std::string& arch);
+/// The compute capabilities this NVRTC compiles for (75, 80, ..., 120).
+std::vector<int> supported_archs();
 
 /// The CUDA include directory NVRTC needs for <mma.h>: $CUDA_HOME/include, else the toolkit's
 /// directory found when tmap was built.
