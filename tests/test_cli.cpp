@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -14,10 +15,13 @@
 
 #include "cli_util.h"
 #include "test_util.h"
+#include "tmap/runtime/nvrtc_compiler.h"
 
 namespace {
 
 using tmap::testing::CliRun;
+using tmap::testing::ScratchDir;
+using tmap::supported_archs;
 using tmap::testing::shipped;
 using tmap::testing::tmap;
 
@@ -87,6 +91,15 @@ struct BadCase {
   std::string message;
 };
 
+/// Runs a bad command line: exit 2, the message on stderr; returns the run for more checks.
+CliRun expect_refused(const BadCase& c) {
+  SCOPED_TRACE(c.args);
+  CliRun r = tmap(c.args);
+  EXPECT_EQ(r.code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find(c.message), std::string::npos) << r.err;
+  return r;
+}
+
 TEST(Cli, BadInputExitsTwoWithTheMessageOnStderr) {
   const BadCase cases[] = {
       {"map", "no compute given"},
@@ -103,11 +116,76 @@ TEST(Cli, BadInputExitsTwoWithTheMessageOnStderr) {
       {"frobnicate", "unknown command 'frobnicate'\n  hint: commands are: map, hw, ops, knobs, run, import, tune, replay, logs, export, version"},
   };
   for (const auto& c : cases) {
-    SCOPED_TRACE(c.args);
-    CliRun r = tmap(c.args);
-    EXPECT_EQ(r.code, 2) << r.out << r.err;
-    EXPECT_NE(r.err.find(c.message), std::string::npos) << r.err;
+    const CliRun r = expect_refused(c);
     if (c.args.rfind("map --op gemm --", 0) != 0 && c.args.rfind("frob", 0) != 0) EXPECT_TRUE(r.out.empty()) << r.out;
+  }
+}
+
+// Number options say their range as a person reads it, not the parser's internals; the tuner's
+// trials per batch has its own name, and its old spelling still works, with a warning.
+TEST(Cli, NumberOptionsSayTheirRangeAndTheBatchHasOneMeaning) {
+  const BadCase cases[] = {
+      {"tune --op gemm --trials 0", "--trials: must be at least 1 (got 0)"},
+      {"tune --op gemm --time-budget -1", "--time-budget: must be at least 0 (got -1)"},
+      {"tune --op gemm --measure-ms -3", "--measure-ms: must be at least 1 (got -3)"},
+      {"tune --op gemm --trials-per-batch 2000", "--trials-per-batch: must be 1 to 1024 (got 2000)"},
+      {"tune --op gemm --trials x", "--trials: must be a number (got x)"},
+      {"tune --op gemm --batch 4000 --measure model", "--batch: error: must be at most 1024 trials per batch (got 4000)"},
+      {"tune --table t.json --batch 4", "--batch: error: only applies to --model"},
+  };
+  for (const auto& c : cases) EXPECT_EQ(expect_refused(c).err.find("not in range"), std::string::npos) << c.args;
+  ScratchDir dir("tmap_batch_spelling");
+  CliRun old = tmap("tune --op gemm --measure model --trials 2 --batch 2 --log " + (dir / "g.jsonl"));
+  EXPECT_EQ(old.code, 0) << old.err;
+  EXPECT_NE(old.err.find("deprecated spelling: use --trials-per-batch"), std::string::npos) << old.err;
+  CliRun now = tmap("tune --op gemm --measure model --trials 2 --trials-per-batch 2 --log " + (dir / "g.jsonl"));
+  EXPECT_EQ(now.code, 0) << now.err;
+  EXPECT_EQ(now.err.find("deprecated"), std::string::npos) << now.err;
+}
+
+// --time-budget bounds a run ranked by the analytic model as it bounds a measured one: conv2d's
+// 1477 mappings and 200 trials take far longer than the budget, which ends the run.
+TEST(Cli, TimeBudgetEndsARunRankedByTheModel) {
+  ScratchDir dir("tmap_model_budget");
+  CliRun r = tmap("tune --op conv2d --measure model --trials 200 --time-budget 1 --log " + (dir / "c.jsonl"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("stopped: time budget reached"), std::string::npos) << r.out;
+  std::ifstream log(dir / "c.jsonl");
+  int records = 0;
+  for (std::string line; std::getline(log, line);) ++records;
+  EXPECT_GT(records, 0);
+  EXPECT_LT(records, 200) << "the budget ended the compiling";
+}
+
+// A subcommand's options may come before it, as the README says.
+TEST(Cli, OptionsGoBeforeOrAfterTheSubcommand) {
+  for (const auto& [before, after] : std::vector<std::pair<std::string, std::string>>{
+           {"--format json hw list", "hw list --format json"},
+           {"--op gemm --set M=32 map", "map --op gemm --set M=32"},
+           {"-q --format json ops list", "ops list -q --format json"},
+           {"--enumerate all --op gemm map", "map --op gemm --enumerate all"}}) {
+    SCOPED_TRACE(before);
+    CliRun a = tmap(before), b = tmap(after);
+    EXPECT_EQ(a.code, b.code) << a.err;
+    EXPECT_EQ(a.out, b.out);
+    EXPECT_EQ(a.code, 0) << a.err;
+  }
+}
+
+// Without --hw, tmap run picks among the abstractions the target architecture has; an
+// architecture NVRTC cannot compile for is named, with those it can, and never blamed on tmap.
+TEST(Cli, TheTargetArchitectureChoosesTheAbstraction) {
+  const std::vector<int> archs = supported_archs();
+  if (std::find(archs.begin(), archs.end(), 75) != archs.end()) {
+    CliRun r = tmap("run --op gemm --arch sm_75 --compile-only");
+    EXPECT_EQ(r.code, 0) << r.err;
+    EXPECT_EQ(r.err.find("--params"), std::string::npos) << r.err;
+  }
+  for (const char* arch : {"sm_99", "sm_1000", "sm_00"}) {
+    CliRun r = tmap(std::string("run --op gemm --compile-only --arch ") + arch);
+    EXPECT_EQ(r.code, 2) << r.err;
+    EXPECT_NE(r.err.find("is not one NVRTC compiles for"), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("bug in tmap"), std::string::npos) << r.err;
   }
 }
 
@@ -152,12 +230,7 @@ TEST(Cli, RunCompilesWithoutAGpu) {
       {"run --op gemm --arch sm_90 --compile-only --layout xyz", "has no layout 'xyz'"},
       {"run --op gemm --set K=64 --hw wmma_int8_int32 --arch sm_90 --compile-only", "matches no abstraction 'wmma_int8_int32'"},
   };
-  for (const auto& c : cases) {
-    SCOPED_TRACE(c.args);
-    CliRun bad = tmap(c.args);
-    EXPECT_EQ(bad.code, 2) << bad.out << bad.err;
-    EXPECT_NE(bad.err.find(c.message), std::string::npos) << bad.err;
-  }
+  for (const auto& c : cases) expect_refused(c);
 }
 
 TEST(Cli, HwOpsAndVersion) {

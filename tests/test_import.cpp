@@ -220,7 +220,7 @@ TEST(Cli, ImportPrintsTheTableAndWritesJson) {
   r = testing::tmap("import r.onnx --dim seq=x", dir.str());
   EXPECT_EQ(r.code, 2) << r.err;
   // tune --model reads --dim the same way: a dimension must be positive.
-  r = testing::tmap("tune --model r.onnx --model-batch 1 --dim batch=0 --measure model", dir.str());
+  r = testing::tmap("tune --model r.onnx --batch 1 --dim batch=0 --measure model", dir.str());
   EXPECT_EQ(r.code, 2) << r.err;
   EXPECT_NE(r.err.find("a dimension must be positive"), std::string::npos) << r.err;
 }

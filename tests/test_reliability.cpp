@@ -214,7 +214,7 @@ TEST(Cli, FormatJsonPrintsOneDocumentForEveryListingAndResult) {
 /// run; the log is `log`.
 CliRun tune_and_signal(const std::string& log, const char* sig, int after_s) {
   // Enough candidates (every schedule of 32 mappings) that the run outlasts the delay.
-  return shell("tmap tune --op gemm --measure model --trials 700 --batch 8 --log " + log +
+  return shell("tmap tune --op gemm --measure model --trials 700 --trials-per-batch 8 --log " + log +
                " & pid=$!; sleep " + std::to_string(after_s) + "; kill -" + sig + " $pid; wait $pid");
 }
 

@@ -54,7 +54,7 @@ void register_model(CLI::App& app) {
   auto* cmd = app.add_subcommand("import", "List an ONNX model's convolutions and matrix products as a workload table");
   cmd->add_option("model", args->model, "The ONNX model (.onnx)")->required();
   cmd->add_option("--batch", args->batch, "The value of the inputs' symbolic batch (first) dimension")
-      ->check(CLI::PositiveNumber);
+      ->check(at_least(1));
   cmd->add_option("--dim", args->dims, "NAME=VALUE: the value of a symbolic input dimension (repeatable)")
       ->allow_extra_args(false);
   cmd->add_option("--layout", args->layout, "2-D convolutions as nchw (the model's layout, default) or nhwc "

@@ -1,6 +1,9 @@
 // `tmap ops list|show`: the built-in op library; `tmap knobs`: the schedule knobs.
+#include <cstdlib>
 #include <iostream>
+#include <limits>
 #include <memory>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -49,6 +52,35 @@ std::vector<HwAbstraction> HwSelection::chosen(const std::vector<HwAbstraction>&
   for (const auto& name : names) out.push_back(find_hw(all, name));
   return out;
 }
+
+namespace {
+
+std::string number_text(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
+/// A validator of numbers in [min, max] (max infinite: no upper bound).
+CLI::Validator number_check(double min, double max) {
+  const std::string want = max == std::numeric_limits<double>::infinity()
+                               ? "must be at least " + number_text(min)
+                               : "must be " + number_text(min) + " to " + number_text(max);
+  return CLI::Validator(
+      [min, max, want](std::string& text) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(text.c_str(), &end);
+        if (end == text.c_str() || *end != '\0') return "must be a number (got " + text + ")";
+        if (!(v >= min && v <= max)) return want + " (got " + text + ")";
+        return {};
+      },
+      want.substr(8), "");
+}
+
+}  // namespace
+
+CLI::Validator at_least(double min) { return number_check(min, std::numeric_limits<double>::infinity()); }
+CLI::Validator between(double min, double max) { return number_check(min, max); }
 
 void bad(const std::string& option, const std::string& msg, const std::string& hint) {
   throw UserError(format_diagnostic(SourceLoc::whole(option), msg, hint));

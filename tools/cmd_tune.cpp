@@ -112,10 +112,11 @@ struct TuneArgs {
   std::vector<std::string> prior, dims;
   std::string log, arch, measure = "gpu", enumerate = "amos", emit_cuda, cache_dir, format = "text";
   std::string model, table, layout = "nchw";
-  std::int64_t model_batch = 0;
+  std::int64_t batch = 0;        ///< --batch: the model's batch, as in tmap import.
+  std::int64_t model_batch = 0;  ///< --model-batch: the old spelling of --batch.
   bool no_baselines = false;
   CLI::Option* trials_option = nullptr;
-  int trials = 200, early_stop = 0, batch = 16, compile_ahead = 3, confirm = 4;
+  int trials = 200, early_stop = 0, trials_per_batch = 16, compile_ahead = 3, confirm = 4;
   double time_budget = 0, timeout = 10, measure_ms = kTuneMeasureMs;
   std::uint64_t seed = 0;
 };
@@ -173,7 +174,7 @@ TuneOptions tune_options(const TuneArgs& a, const Machine& m, const std::string&
   o.trials = a.trials;
   o.time_budget_s = a.time_budget;
   o.early_stop = a.early_stop;
-  o.batch = a.batch;
+  o.batch = a.trials_per_batch;
   o.confirm_top = a.confirm;
   o.seed = a.seed ? a.seed : std::random_device{}();
   o.enumeration = a.enumerate == "all" ? Enumeration::kAll : Enumeration::kAmos;
@@ -207,14 +208,14 @@ WorkloadTable load_model_table(const TuneArgs& a) {
   if (!a.compute.file.empty() || !a.compute.op.empty())
     bad(a.model.empty() ? "--table" : "--model", "a model is tuned instead of one compute, not beside it",
         "drop the compute file or --op");
-  if (a.model.empty() && (a.model_batch || !a.dims.empty() || a.layout != "nchw"))
-    bad(a.model_batch ? "--model-batch" : a.dims.empty() ? "--layout" : "--dim", "only applies to --model",
+  if (a.model.empty() && (a.batch || !a.dims.empty() || a.layout != "nchw"))
+    bad(a.batch ? "--batch" : a.dims.empty() ? "--layout" : "--dim", "only applies to --model",
         "a table's workloads are fixed: re-import the model with these settings");
   if (!a.emit_cuda.empty()) bad("--emit-cuda", "one file cannot hold a model's kernels", "use 'tmap export LOG --out DIR'");
   WorkloadTable table;
   if (!a.model.empty()) {
     OnnxImportOptions io;
-    io.batch = a.model_batch;
+    io.batch = a.batch;
     io.dims = parse_dims(a.dims);
     io.channels_last = a.layout == "nhwc";
     io.out_dtype = a.compute.out_dtype.empty() ? "float16" : a.compute.out_dtype;
@@ -239,7 +240,7 @@ std::function<void(const ModelProgress&)> progress_printer(const TuneArgs& a, bo
                   p.task_best_us > 0 ? (std::to_string(p.task_best_us).substr(0, 7) + " us").c_str() : "(none yet)",
                   duration_text(p.elapsed_s).c_str(), duration_text(p.eta_s).c_str());
     if (tty) std::fprintf(stderr, "\r%s\033[K", line);
-    else if (p.trials - last_printed >= a.batch || p.trials == p.total_trials) std::fprintf(stderr, "%s\n", line);
+    else if (p.trials - last_printed >= a.trials_per_batch || p.trials == p.total_trials) std::fprintf(stderr, "%s\n", line);
     else return;
     last_printed = p.trials;
   };
@@ -251,9 +252,19 @@ ModelTuneSummary rank_model(const std::vector<ModelTask>& tasks, const std::vect
   ModelTuneSummary s;
   spdlog::info("ranking with the analytic model for {} (no measurement)", m.target.arch);
   const auto t0 = std::chrono::steady_clock::now();
-  for (const ModelTask& t : tasks) {
+  const auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  // A time budget is shared by the workloads left; none starts once it is spent.
+  const double budget = o.tune.time_budget_s;
+  bool budget_reached = false;
+  for (std::size_t i = 0; i < tasks.size(); ++i) {
+    const ModelTask& t = tasks[i];
     if (g_interrupted) break;
+    if (budget > 0 && i > 0 && elapsed() >= budget) {
+      budget_reached = true;
+      break;
+    }
     TuneOptions to = o.tune;
+    if (budget > 0) to.time_budget_s = (budget - elapsed()) / static_cast<double>(tasks.size() - i);
     to.trials = std::max(1, (o.trials > 0 ? o.trials : 8 * static_cast<int>(tasks.size())) / static_cast<int>(tasks.size()));
     ModelTaskResult r;
     r.name = t.name;
@@ -265,9 +276,11 @@ ModelTuneSummary rank_model(const std::vector<ModelTask>& tasks, const std::vect
     s.measured += r.summary.measured;
     s.tasks.push_back(r);
   }
-  s.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  s.wall_s = elapsed();
   s.stopped = g_interrupted;
-  s.stop_reason = s.stopped ? "stopped by the user" : "ranked by the analytic model";
+  s.stop_reason = s.stopped         ? "stopped by the user"
+                  : budget_reached ? "time budget reached (ranked by the analytic model)"
+                                   : "ranked by the analytic model";
   return s;
 }
 
@@ -415,7 +428,7 @@ std::function<void(const TuneProgress&)> tune_progress_printer(const TuneArgs& a
                   duration_text(p.elapsed_s).c_str(), duration_text(p.eta_s).c_str());
     if (tty) {
       std::fprintf(stderr, "\r%s\033[K", line);
-    } else if (p.trials - last_printed >= args.batch || p.trials == p.total) {
+    } else if (p.trials - last_printed >= args.trials_per_batch || p.trials == p.total) {
       std::fprintf(stderr, "%s\n", line);
       last_printed = p.trials;
     }
@@ -450,7 +463,25 @@ void print_tune_json(const TuneArgs& args, const TuneSummary& s, const Compute& 
 }
 
 /// `tmap tune`: one compute (or, with --model or --table, a model's workloads).
+/// --batch is the model's batch, as in tmap import. Its spellings of old keep working for now:
+/// --model-batch, and --batch without --model or --table, which set the trials per batch.
+void resolve_batch_options(TuneArgs& a) {
+  if (a.model_batch) {
+    if (a.batch) bad("--model-batch", "is the old spelling of --batch, and both are given", "drop --model-batch");
+    spdlog::warn("--model-batch is deprecated: use --batch");
+    a.batch = a.model_batch;
+  }
+  if (a.batch && a.model.empty() && a.table.empty()) {
+    if (a.batch > 1024) bad("--batch", "must be at most 1024 trials per batch (got " + std::to_string(a.batch) + ")",
+                            "give --trials-per-batch N; --batch is the model's batch with --model");
+    spdlog::warn("--batch without --model sets the trials per batch, a deprecated spelling: use --trials-per-batch");
+    a.trials_per_batch = static_cast<int>(a.batch);
+    a.batch = 0;
+  }
+}
+
 void tune_command(TuneArgs& args) {
+  resolve_batch_options(args);
   if (!args.model.empty() || !args.table.empty()) return tune_model_command(args);
   Compute c = args.compute.build();
   const std::vector<HwAbstraction> hws = args.hw.chosen(args.hw.all());
@@ -491,19 +522,19 @@ void register_tune(CLI::App& app) {
   auto* cmd = app.add_subcommand("tune", "Search mappings and schedules for the fastest kernel, logging every trial");
   args->compute.add_to(*cmd);
   args->hw.add_to(*cmd, "Only these abstractions (repeatable; default: every one that matches)");
-  cmd->add_option("--trials", args->trials, "Candidates to measure (default 200)")->check(CLI::PositiveNumber);
-  cmd->add_option("--time-budget", args->time_budget, "Stop after this many seconds")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--trials", args->trials, "Candidates to measure (default 200)")->check(at_least(1));
+  cmd->add_option("--time-budget", args->time_budget, "Stop after this many seconds")->check(at_least(0));
   cmd->add_option("--early-stop", args->early_stop, "Stop after this many trials without improvement (0: never)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(at_least(0));
   cmd->add_option("--confirm", args->confirm,
                   "At the end, measure this many of the fastest candidates again, 3 rounds in turn, and keep the "
                   "fastest of those (default 4; 0: off)")
-      ->check(CLI::Range(0, 64));
-  cmd->add_option("--batch", args->batch, "Candidates compiled and measured per batch (default 16)")
-      ->check(CLI::Range(1, 1024));
+      ->check(between(0, 64));
+  cmd->add_option("--trials-per-batch", args->trials_per_batch, "Candidates compiled and measured per batch (default 16)")
+      ->check(between(1, 1024));
   cmd->add_option("--compile-ahead", args->compile_ahead,
                   "Batches compiled ahead of the one being measured (default 3; NVRTC bounds the trial rate)")
-      ->check(CLI::Range(1, 16));
+      ->check(between(1, 16));
   cmd->add_option("--log", args->log, "JSON-lines log to append to; its records of this workload resume the search "
                                       "(default logs/<op>.jsonl)");
   cmd->add_option("--prior", args->prior, "Also warm-start the cost model from this log's other workloads (repeatable)")
@@ -519,7 +550,7 @@ void register_tune(CLI::App& app) {
   cmd->add_option("--timeout", args->timeout, "Seconds before a hanging kernel is stopped (default 10)");
   cmd->add_option("--measure-ms", args->measure_ms,
                   "Time each candidate for at least this many milliseconds of runs (default 3)")
-      ->check(CLI::PositiveNumber);
+      ->check(at_least(1));
   cmd->add_option("--emit-cuda", args->emit_cuda, "Write the best kernel's CUDA source to this file");
   cmd->add_option("--cache-dir", args->cache_dir, "Keep compiled binaries in this directory across runs");
   cmd->add_option("--format", args->format, "The summary as text or json (one document on stdout)")
@@ -529,8 +560,9 @@ void register_tune(CLI::App& app) {
                                                         "or --time-budget");
   auto* table = cmd->add_option("--table", args->table, "The same for a workload table ('tmap import --format json')");
   model->excludes(table);
-  cmd->add_option("--model-batch", args->model_batch, "With --model: the value of its symbolic batch dimension")
-      ->check(CLI::PositiveNumber);
+  cmd->add_option("--batch", args->batch, "With --model: the value of its symbolic batch dimension (as in tmap import)")
+      ->check(at_least(1));
+  cmd->add_option("--model-batch", args->model_batch, "Deprecated spelling of --batch")->check(at_least(1));
   cmd->add_option("--dim", args->dims, "With --model: NAME=VALUE for a symbolic input dimension (repeatable)")
       ->allow_extra_args(false);
   cmd->add_option("--layout", args->layout, "With --model: 2-D convolutions as nchw (default) or nhwc")

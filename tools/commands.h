@@ -53,6 +53,11 @@ struct HwSelection {
 /// SIGTERM stopped `tmap tune`); 0 unless set. main() returns it.
 int& exit_status();
 
+/// Checks of a number option whose refusals read "must be at least 1 (got 0)", not the
+/// parser's "Value 0 not in range 0.000000 to 1.79e308".
+CLI::Validator at_least(double min);
+CLI::Validator between(double min, double max);
+
 /// A UserError for a bad command-line value, naming the option and the fix.
 [[noreturn]] void bad(const std::string& option, const std::string& msg, const std::string& hint);
 

@@ -3,6 +3,7 @@
 #include <iostream>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 #include <spdlog/sinks/stdout_color_sinks.h>
@@ -54,14 +55,39 @@ int& exit_status() {
   static int status = 0;
   return status;
 }
+/// The arguments with a subcommand's options that precede it moved after it (after the deepest
+/// subcommand named: `tmap --format json hw list` -> `tmap hw list --format json`), so that options
+/// go before or after the command alike. The program's own flags stay where they are.
+std::vector<std::string> subcommand_options_last(const CLI::App& app, int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc), out, leading;
+  const auto is_sub = [](const CLI::App* parent, const std::string& name) {
+    return !parent->get_subcommands([&](const CLI::App* c) { return c->get_name() == name; }).empty();
+  };
+  std::size_t at = 0;
+  for (; at < args.size() && !is_sub(&app, args[at]); ++at) {
+    const std::string& a = args[at];
+    const bool own = a == "-v" || a == "--verbose" || a == "-q" || a == "--quiet" || a == "-h" || a == "--help";
+    (own ? out : leading).push_back(a);
+  }
+  if (leading.empty() || at == args.size()) return args;
+  const CLI::App* sub = app.get_subcommand(args[at]);
+  out.push_back(args[at++]);
+  for (; at < args.size() && is_sub(sub, args[at]); ++at) {
+    sub = sub->get_subcommand(args[at]);
+    out.push_back(args[at]);
+  }
+  out.insert(out.end(), leading.begin(), leading.end());
+  out.insert(out.end(), args.begin() + static_cast<std::ptrdiff_t>(at), args.end());
+  return out;
+}
 }  // namespace tmap::cli
 
 int main(int argc, char** argv) {
   CLI::App app{"tmap: maps tensor computations (GEMM, convolutions, ...) onto hardware intrinsics such as "
                "NVIDIA Tensor Cores"};
   app.require_subcommand(1);
-  // Options of the program and of command groups are accepted anywhere after the program name
-  // (`tmap tune -q ...`, `tmap hw list --hw-dir D`): subcommands inherit this before they exist.
+  // The program's flags are accepted anywhere (`tmap tune -q ...`): subcommands inherit this
+  // before they exist. A subcommand's options that precede it are moved after it (below).
   app.fallthrough();
   bool verbose = false, quiet = false;
   app.add_flag("-v,--verbose", verbose, "Log debugging detail to stderr");
@@ -99,8 +125,11 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  const std::vector<std::string> args = tmap::cli::subcommand_options_last(app, argc, argv);
+  std::vector<char*> reordered{argv[0]};
+  for (const std::string& a : args) reordered.push_back(const_cast<char*>(a.c_str()));
   try {
-    app.parse(argc, argv);
+    app.parse(static_cast<int>(reordered.size()), reordered.data());
   } catch (const CLI::ParseError& e) {
     int code = app.exit(e);
     return code == 0 ? 0 : 2;

@@ -991,12 +991,20 @@ TuneSummary rank_with_model(const Compute& c, const std::vector<HwAbstraction>& 
   TuneSummary s;
   s.arms = static_cast<int>(space.entries().size());
   // Every arm's default and a pool of samples, ranked by the analytic estimate.
+  // A time budget bounds the ranking and the compiling (the first batch is always compiled).
+  const auto over_budget = [&] { return o.time_budget_s > 0 && seconds_since(t0) > o.time_budget_s; };
+  bool budget_reached = false;
   std::vector<std::pair<double, Candidate>> ranked;
-  for (int e = 0; e < s.arms; ++e)
+  for (int e = 0; e < s.arms; ++e) {
+    if (e > 0 && over_budget()) {
+      budget_reached = true;
+      break;
+    }
     for (const Candidate& cand : search.pool(e, 24)) {
       search.mark_seen(e, cand.params);
       ranked.emplace_back(analytic_time_us(space.entries()[e].gemm, cand.params, o.device), cand);
     }
+  }
   std::sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   ranked.resize(std::min<std::size_t>(ranked.size(), static_cast<std::size_t>(std::max(1, o.trials))));
   std::vector<Candidate> chosen;
@@ -1009,6 +1017,10 @@ TuneSummary rank_with_model(const Compute& c, const std::vector<HwAbstraction>& 
   for (std::size_t begin = 0; begin < chosen.size(); begin += batch) {
     if (o.stop && o.stop->load()) {
       s.stopped = true;
+      break;
+    }
+    if (begin > 0 && over_budget()) {
+      budget_reached = true;
       break;
     }
     const std::size_t end = std::min(chosen.size(), begin + batch);
@@ -1039,7 +1051,9 @@ TuneSummary rank_with_model(const Compute& c, const std::vector<HwAbstraction>& 
       }
     }
   }
-  s.stop_reason = s.stopped ? "stopped by the user" : "ranked by the analytic model";
+  s.stop_reason = s.stopped         ? "stopped by the user"
+                  : budget_reached ? "time budget reached (ranked by the analytic model)"
+                                   : "ranked by the analytic model";
   s.wall_s = seconds_since(t0);
   return s;
 }
