@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -17,6 +18,7 @@
 
 #include "cli_util.h"
 #include "test_util.h"
+#include "tmap/support/files.h"
 
 namespace {
 
@@ -242,11 +244,10 @@ TEST(Reliability, SigintOrSigtermStopsTuneWithAValidLogAndTheConventionalStatus)
 
 TEST(Reliability, AFailingLogWriteIsAClearErrorAndLosesNothing) {
   ScratchDir dir("tmap_write_faults");
-  // A full disk.
+  // A device is no log: refused before anything is tuned (the file-size limit below is the full disk).
   CliRun full = tmap("tune --op gemm --measure model --trials 2 --log /dev/full");
-  EXPECT_EQ(full.code, 1);
-  EXPECT_NE(full.err.find("cannot append to log '/dev/full': No space left on device"), std::string::npos) << full.err;
-  EXPECT_NE(full.err.find("the records already in the log are intact"), std::string::npos) << full.err;
+  EXPECT_EQ(full.code, 2);
+  EXPECT_NE(full.err.find("'/dev/full' is a device, not a regular file"), std::string::npos) << full.err;
 
   // A file-size limit that a record crosses half way: the half record is cut off again.
   const std::string log = dir / "limited.jsonl";
@@ -309,6 +310,54 @@ std::vector<std::string> readme_commands() {
 bool needs_gpu(const std::string& c) {
   return (c.rfind("tmap run", 0) == 0 && c.find("--compile-only") == std::string::npos) ||
          (c.rfind("tmap tune", 0) == 0 && c.find("--measure model") == std::string::npos);
+}
+
+// tmap replaces regular files only, and whole: a device, FIFO, directory or dangling link named
+// as an output is refused (a FIFO without a reader would block the open); a link to a regular
+// file is written through and stays a link; a replaced file is never seen half written.
+TEST(Reliability, WritesReplaceRegularFilesOnlyAndWhole) {
+  ScratchDir dir("tmap_writes");
+  const std::string fifo = dir / "fifo", sub = dir / "sub", dangling = dir / "dangling", file = dir / "file.txt",
+                    link = dir / "link.txt";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  std::filesystem::create_directories(sub);
+  std::filesystem::create_symlink(dir / "missing", dangling);
+  write(file, "old");
+  std::filesystem::create_symlink(file, link);
+  for (const auto& [target, says] : std::vector<std::pair<std::string, std::string>>{
+           {"/dev/null", "is a device"}, {fifo, "is a FIFO"}, {sub, "is a directory"}, {dangling, "is a symbolic link to nothing"}}) {
+    SCOPED_TRACE(target);
+    const std::string err = tmap::testing::user_error_of([&] { tmap::write_file(target, "x", "--out"); });
+    EXPECT_NE(err.find(says), std::string::npos) << err;
+    EXPECT_NE(err.find("--out"), std::string::npos) << err;
+  }
+  EXPECT_TRUE(std::filesystem::is_fifo(fifo));
+  tmap::write_file(link, "new", "--out");
+  EXPECT_TRUE(std::filesystem::is_symlink(link));
+  EXPECT_EQ(slurp(file), "new");
+  tmap::write_file(dir / "fresh.txt", "made", "--out");
+  EXPECT_EQ(slurp(dir / "fresh.txt"), "made");
+  for (const auto& e : std::filesystem::directory_iterator(dir.str()))
+    EXPECT_EQ(e.path().filename().string().rfind(".", 0), std::string::npos) << "a temporary file was left: " << e.path();
+  // The commands that write: logs prune, import --out, tune --log, run --emit-cuda.
+  const std::string log = dir / "g.jsonl";
+  {
+    std::ifstream in(std::string(TMAP_SOURCE_DIR) + "/logs/h100_gemm.jsonl");
+    std::string line;
+    std::getline(in, line);
+    write(log, line + "\n");
+  }
+  for (const std::string& cmd : {"logs prune " + log + " --out " + fifo, "tune --op gemm --measure model --trials 1 --log " + fifo,
+                                 "run --op gemm --arch sm_90 --compile-only --emit-cuda " + sub}) {
+    SCOPED_TRACE(cmd);
+    CliRun r = tmap(cmd);
+    EXPECT_EQ(r.code, 2) << r.err;
+    EXPECT_NE(r.err.find("not a regular file"), std::string::npos) << r.err;
+  }
+  EXPECT_TRUE(std::filesystem::is_fifo(fifo));
+  CliRun pruned = tmap("logs prune " + log + " --out " + link);
+  EXPECT_EQ(pruned.code, 0) << pruned.err;
+  EXPECT_EQ(log_lines(file).size(), 1u);
 }
 
 TEST(Cli, EveryReadmeCommandRunsAsWritten) {

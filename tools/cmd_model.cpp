@@ -6,6 +6,7 @@
 
 #include "commands.h"
 #include "tmap/frontend/onnx_import.h"
+#include "tmap/support/files.h"
 
 namespace tmap::cli {
 namespace {
@@ -79,10 +80,7 @@ void register_model(CLI::App& app) {
                                              : std::to_string(t.unsupported.size()) + " contraction node(s), none that tmap maps",
           t.unsupported.empty() ? "tmap tunes convolutions and matrix products" : reasons);
     }
-    if (!args->out.empty()) {
-      std::ofstream out(args->out);
-      if (!(out << workload_table_json(t))) bad("--out", "cannot write '" + args->out + "'", "check the path");
-    }
+    if (!args->out.empty()) write_file(args->out, workload_table_json(t), "--out");
     if (args->format == "json") std::cout << workload_table_json(t);
     else print_table(t);
   });

@@ -21,6 +21,7 @@
 #include "tmap/runtime/kernel_runner.h"
 #include "tmap/runtime/measure_worker.h"
 #include "tmap/runtime/nvrtc_compiler.h"
+#include "tmap/support/files.h"
 #include "tmap/tune/tune_log.h"
 #include "tmap/tune/tuner.h"
 
@@ -216,10 +217,7 @@ void run_command(RunArgs& args) {
   const ScheduleParams params = schedule_of(args, g, limits);
 
   KernelSource kernel = emit_kernel(g, params);
-  if (!args.emit_cuda.empty()) {
-    std::ofstream out(args.emit_cuda);
-    if (!(out << self_contained(kernel.code))) bad("--emit-cuda", "cannot write '" + args.emit_cuda + "'", "check the path");
-  }
+  if (!args.emit_cuda.empty()) write_file(args.emit_cuda, self_contained(kernel.code), "--emit-cuda");
   NvrtcCompiler compiler(cc);
   CompileResult compiled = compiler.compile(kernel.code, kernel.name);
   if (!compiled.ok)

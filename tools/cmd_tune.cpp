@@ -22,6 +22,7 @@
 #include "tmap/frontend/onnx_import.h"
 #include "tmap/frontend/workload_table.h"
 #include "tmap/runtime/device.h"
+#include "tmap/support/files.h"
 #include "tmap/tune/cost_model.h"
 #include "tmap/tune/model_tuner.h"
 #include "tmap/tune/tuner.h"
@@ -179,6 +180,7 @@ TuneOptions tune_options(const TuneArgs& a, const Machine& m, const std::string&
   o.seed = a.seed ? a.seed : std::random_device{}();
   o.enumeration = a.enumerate == "all" ? Enumeration::kAll : Enumeration::kAmos;
   o.log_path = log_path;
+  check_writable_target(log_path, "--log");  // before the log is read: a FIFO would block
   o.prior_logs = a.prior;
   o.target = m.target;
   o.compute_capability = m.cc;
@@ -508,8 +510,7 @@ void tune_command(TuneArgs& args) {
 
   if (!args.emit_cuda.empty() && s.best) {
     Regenerated r = regenerate(*s.best, hws, m.cc);
-    std::ofstream out(args.emit_cuda);
-    if (!(out << self_contained(r.kernel.code))) bad("--emit-cuda", "cannot write '" + args.emit_cuda + "'", "check the path");
+    write_file(args.emit_cuda, self_contained(r.kernel.code), "--emit-cuda");
   }
   const Workload w = make_workload(c);
   if (args.format == "json") print_tune_json(args, s, c, w, o.log_path);
@@ -650,10 +651,11 @@ void register_replay(CLI::App& app) {
       Regenerated g = regenerate(*r, hws, m.cc);
       if (!args->emit_dir.empty()) {
         // Named by workload too: workloads of one op share kernel names (the shape is baked into the code).
-        std::filesystem::create_directories(args->emit_dir);
-        const std::string file = args->emit_dir + "/" + g.kernel.name + "." + r->workload.key + ".cu";
-        std::ofstream out(file);
-        if (!(out << self_contained(g.kernel.code))) bad("--emit-cuda", "cannot write '" + file + "'", "check the directory");
+        std::error_code ec;
+        std::filesystem::create_directories(args->emit_dir, ec);
+        if (ec) bad("--emit-cuda", "cannot create the directory '" + args->emit_dir + "': " + ec.message(), "check the path");
+        write_file(args->emit_dir + "/" + g.kernel.name + "." + r->workload.key + ".cu", self_contained(g.kernel.code),
+                   "--emit-cuda");
       }
       CompileResult bin = compiler.compile(g.kernel.code, g.kernel.name);
       if (!bin.ok) throw InternalError("regenerated kernel " + g.kernel.name + " does not compile:\n" + bin.log);
@@ -794,9 +796,9 @@ void logs_prune(const std::string& path, const std::string& out) {
     bad("--out", "the output is the log being pruned", "write the best records to another file");
   LogContents log = load_log(path);
   std::vector<const TuneRecord*> keep = best_records(log.records);
-  std::filesystem::remove(out);
-  LogWriter w(out);
-  for (const TuneRecord* r : keep) w.append(*r);
+  std::string text;
+  for (const TuneRecord* r : keep) text += to_json(*r).dump() + "\n";
+  write_file(out, text, "--out");
   std::printf("kept %zu of %zu records (the best of each workload) in %s\n", keep.size(), log.records.size(),
               out.c_str());
 }

@@ -11,6 +11,7 @@
 #include "tmap/codegen/reference_emitter.h"
 #include "tmap/runtime/launch.h"
 #include "tmap/support/diagnostic.h"
+#include "tmap/support/files.h"
 #include "tmap/tune/tuner.h"
 
 namespace tmap {
@@ -85,10 +86,7 @@ struct Piece {
   const TuneRecord* record = nullptr;
 };
 
-void write(const fs::path& p, const std::string& text) {
-  std::ofstream out(p);
-  if (!(out << text)) throw UserError(format_diagnostic(SourceLoc::whole(p.string()), "cannot write the file", "check the --out directory"));
-}
+void write(const fs::path& p, const std::string& text) { write_file(p.string(), text, "--out"); }
 
 /// The launch plan as a constant and the function that hands it, with the caller's pointers, to
 /// tmap_plan_launch (launch_plan.cpp, copied beside the kernels): tmap's runner executes the same.

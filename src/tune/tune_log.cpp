@@ -15,6 +15,7 @@
 #include <type_traits>
 
 #include "tmap/support/diagnostic.h"
+#include "tmap/support/files.h"
 #include "tmap/support/json_integer.h"
 
 namespace tmap {
@@ -199,6 +200,7 @@ LogWriter::LogWriter(const std::string& path) : path_(path) {
   const std::filesystem::path parent = std::filesystem::path(path).parent_path();
   std::error_code ec;
   if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  check_writable_target(path, "--log");  // a FIFO would block the open, a device swallow the records
   fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd_ < 0)
     throw UserError(format_diagnostic(SourceLoc::whole("--log"),

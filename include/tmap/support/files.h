@@ -1,0 +1,20 @@
+// Writing files that may name anything: a path from the command line can be a device, a FIFO,
+// a directory or a link, and a write can fail half way. tmap replaces only regular files, and
+// replaces them whole.
+#pragma once
+
+#include <string>
+
+namespace tmap {
+
+/// Refuses (UserError naming `option` and the path) a target that exists and is not a regular
+/// file: a device, FIFO, socket or directory, or a symbolic link to anything but a regular file.
+void check_writable_target(const std::string& path, const std::string& option);
+
+/// Writes `text` to `path` whole: into a temporary file in the target's directory, then renamed
+/// over it, so that a reader never sees half a file and a failed write keeps the old one. A
+/// symbolic link to a regular file is written through (the link stays). Refuses what
+/// check_writable_target() refuses; a failed write is a UserError naming `option`.
+void write_file(const std::string& path, const std::string& text, const std::string& option);
+
+}  // namespace tmap
