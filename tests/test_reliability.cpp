@@ -98,6 +98,10 @@ TEST(Hostile, DeepNestingLongTextAndWrongKindsOfPathGetAClearError) {
       {"hw_dir_is_file", "{}", "hw list --hw-dir {f}", "is not a directory"},
       {"log_is_dir", "", "logs list {d}", "is a directory, not a log"},
       {"huge_extent", "", "map --op gemm --set M=4611686018427387904", "more than 32-bit indexing allows"},
+      // Inputs that never end are cut off at the cap, whatever kind of file they are.
+      {"endless_device", "", "map /dev/zero", "goes on past 64 MiB, the most tmap reads"},
+      {"endless_table", "", "tune --table /dev/zero --measure model", "goes on past 64 MiB"},
+      {"endless_log", "", "logs list /dev/zero", "cannot read log '/dev/zero': it goes on past 256 MiB"},
   };
   std::filesystem::create_directories(dir / "hw");
   write(dir / "hw/deep.json", deep);
@@ -111,6 +115,14 @@ TEST(Hostile, DeepNestingLongTextAndWrongKindsOfPathGetAClearError) {
     EXPECT_NE(r.err.find(c.expect), std::string::npos) << r.err.substr(0, 2000);
     EXPECT_LT(r.err.size(), 2000u) << "the excerpt of a long line is a window, not the whole line";
   }
+  // A pipe that never ends, and a FIFO without a writer, end too.
+  CliRun piped = shell("yes | tmap map /dev/stdin");
+  EXPECT_EQ(piped.code, 2);
+  EXPECT_NE(piped.err.find("goes on past 64 MiB"), std::string::npos) << piped.err.substr(0, 2000);
+  ASSERT_EQ(::mkfifo((dir / "fifo").c_str(), 0644), 0);
+  CliRun fifo = tmap("map " + (dir / "fifo"));
+  EXPECT_EQ(fifo.code, 2);
+  EXPECT_NE(fifo.err.find("is empty"), std::string::npos) << fifo.err;
   // A deep line in a log is one skipped line with a warning, not a crash.
   write(dir / "deep.jsonl", deep + "\n");
   CliRun r = tmap("logs list " + (dir / "deep.jsonl"));

@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "tmap/support/files.h"
+
 namespace tmap {
 
 class JsonScanner {
@@ -152,17 +154,10 @@ SourceText read_source_file(const std::string& path, const std::string& what, co
   if (std::filesystem::is_directory(path, ec))
     fail("'" + path + "' is a directory, not a " + what, "name a file; " + hint);
   if (!std::filesystem::exists(path, ec)) fail(what + " '" + path + "' does not exist", hint);
-  if (auto size = std::filesystem::file_size(path, ec); !ec && size > kMaxSourceFileBytes)
-    fail(what + " '" + path + "' is " + std::to_string(size >> 20) + " MiB; tmap reads at most " +
-             std::to_string(kMaxSourceFileBytes >> 20) + " MiB",
-         "name the right file; " + what + "s are small JSON documents");
-  errno = 0;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("cannot read " + what + " '" + path + "'" + (errno ? std::string(": ") + std::strerror(errno) : ""), hint);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) fail("cannot read " + what + " '" + path + "'", hint);
-  return SourceText(path, ss.str());
+  std::string text, why;
+  if (!read_bounded(path, kMaxSourceFileBytes, text, why))
+    fail("cannot read " + what + " '" + path + "': " + why, "name the right file; " + what + "s are small JSON documents");
+  return SourceText(path, text);
 }
 
 std::size_t json_nesting_violation(std::string_view text, int max_depth) {

@@ -1,6 +1,7 @@
 #include "tmap/support/files.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -75,6 +76,58 @@ void write_file(const std::string& path, const std::string& text, const std::str
     ::unlink(tmp.c_str());
     refuse(option, path, "cannot be written: " + why, "check the disk and the directory");
   }
+}
+
+bool read_bounded(const std::string& path, std::uintmax_t max_bytes, std::string& text, std::string& error,
+                  double idle_seconds) {
+  text.clear();
+  // Non-blocking: opening a FIFO without a writer does not wait, and reads wait in poll() only.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    error = std::strerror(errno);
+    return false;
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+    ::close(fd);
+    error = "it is a directory";
+    return false;
+  }
+  const std::string limit = std::to_string(max_bytes >> 20) + " MiB";
+  if (S_ISREG(st.st_mode) && static_cast<std::uintmax_t>(st.st_size) > max_bytes) {
+    ::close(fd);
+    error = "it is " + std::to_string(static_cast<std::uintmax_t>(st.st_size) >> 20) + " MiB; tmap reads at most " + limit;
+    return false;
+  }
+  char buf[65536];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n > 0) {
+      text.append(buf, static_cast<std::size_t>(n));
+      if (text.size() > max_bytes) {
+        error = "it goes on past " + limit + ", the most tmap reads";
+        break;
+      }
+      continue;
+    }
+    if (n == 0) {
+      ::close(fd);
+      return true;
+    }
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) {
+      error = std::strerror(errno);
+      break;
+    }
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(idle_seconds * 1000)) == 0) {
+      error = "no data came for " + std::to_string(static_cast<int>(idle_seconds)) + " s";
+      break;
+    }
+  }
+  ::close(fd);
+  text.clear();
+  return false;
 }
 
 }  // namespace tmap

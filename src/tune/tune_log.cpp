@@ -242,9 +242,13 @@ void LogWriter::append(const TuneRecord& r) {
 }
 
 LogContents read_log(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return {};
-  return parse_log_text(std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()), path);
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return {};
+  std::string text, why;
+  if (!read_bounded(path, kMaxLogBytes, text, why))
+    throw UserError(format_diagnostic(SourceLoc::whole(path), "cannot read log '" + path + "': " + why,
+                                      "give the path of a tuning log (JSON lines)"));
+  return parse_log_text(text, path);
 }
 
 LogContents parse_log_text(const std::string& text, const std::string& path) {

@@ -3,6 +3,7 @@
 // replaces them whole.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace tmap {
@@ -16,5 +17,12 @@ void check_writable_target(const std::string& path, const std::string& option);
 /// symbolic link to a regular file is written through (the link stays). Refuses what
 /// check_writable_target() refuses; a failed write is a UserError naming `option`.
 void write_file(const std::string& path, const std::string& text, const std::string& option);
+
+/// The whole content of `path`, read with bounds that hold for any kind of file: at most
+/// `max_bytes` (a device such as /dev/zero never ends), and no more than `idle_seconds` without
+/// data (a FIFO or a pipe whose writer stalls). Returns false with `error` set (without the path)
+/// when a bound is crossed, the path is a directory, or it cannot be read.
+bool read_bounded(const std::string& path, std::uintmax_t max_bytes, std::string& text, std::string& error,
+                  double idle_seconds = 10);
 
 }  // namespace tmap

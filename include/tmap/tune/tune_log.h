@@ -32,6 +32,8 @@
 namespace tmap {
 
 inline constexpr int kLogSchemaVersion = 1;
+/// The largest log tmap reads: about 180,000 records.
+inline constexpr std::uintmax_t kMaxLogBytes = std::uintmax_t{256} << 20;
 
 /// What a workload is, independent of how it is computed.
 struct Workload {
