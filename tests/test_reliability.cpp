@@ -336,8 +336,10 @@ TEST(Reliability, WritesReplaceRegularFilesOnlyAndWhole) {
   std::filesystem::create_symlink(dir / "missing", dangling);
   write(file, "old");
   std::filesystem::create_symlink(file, link);
-  for (const auto& [target, says] : std::vector<std::pair<std::string, std::string>>{
+  for (const auto& refused : std::vector<std::pair<std::string, std::string>>{
            {"/dev/null", "is a device"}, {fifo, "is a FIFO"}, {sub, "is a directory"}, {dangling, "is a symbolic link to nothing"}}) {
+    const std::string& target = refused.first;  // a plain name: lambdas cannot capture structured bindings in Clang's C++20
+    const std::string& says = refused.second;
     SCOPED_TRACE(target);
     const std::string err = tmap::testing::user_error_of([&] { tmap::write_file(target, "x", "--out"); });
     EXPECT_NE(err.find(says), std::string::npos) << err;
