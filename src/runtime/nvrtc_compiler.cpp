@@ -21,6 +21,7 @@
 
 #include "tmap/codegen/device_library.h"
 #include "tmap/support/diagnostic.h"
+#include "tmap/support/files.h"
 
 namespace tmap {
 
@@ -205,17 +206,6 @@ class CompilePool {
     }
     cv_.notify_all();
     return std::nullopt;
-  }
-
-  static bool write_all(int fd, const std::string& data) {
-    std::size_t done = 0;
-    while (done < data.size()) {
-      const ssize_t n = write(fd, data.data() + done, data.size() - done);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return false;
-      done += static_cast<std::size_t>(n);
-    }
-    return true;
   }
 
   /// Reads the next blob from `p`, waiting until `deadline`.

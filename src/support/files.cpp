@@ -29,8 +29,9 @@ const char* kind_of(mode_t mode) {
   return "not a regular file";
 }
 
-/// Writes all of `text` to `fd`.
-bool write_all(int fd, const std::string& text) {
+}  // namespace
+
+bool write_all(int fd, std::string_view text) {
   std::size_t done = 0;
   while (done < text.size()) {
     const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
@@ -40,8 +41,6 @@ bool write_all(int fd, const std::string& text) {
   }
   return true;
 }
-
-}  // namespace
 
 void check_writable_target(const std::string& path, const std::string& option) {
   struct stat link {}, target {};

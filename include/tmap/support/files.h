@@ -5,8 +5,13 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 namespace tmap {
+
+/// Writes all of `text` to the descriptor `fd`, retrying short and interrupted writes; false
+/// (errno set by the failing write) if it cannot.
+bool write_all(int fd, std::string_view text);
 
 /// Refuses (UserError naming `option` and the path) a target that exists and is not a regular
 /// file: a device, FIFO, socket or directory, or a symbolic link to anything but a regular file.
