@@ -33,18 +33,24 @@ struct Job {
   KernelSource kernel;
 };
 
-/// Compiles every job for each architecture (sm_90 as sm_90a) on all cores; returns the failures.
+/// Compiles the jobs for each architecture (sm_90 as sm_90a) on all cores: every job for each in
+/// the full suite, else each job for one of them (testing::sweep_compiles); returns the failures.
 std::vector<std::string> compile_all(const std::vector<Job>& jobs, const std::vector<int>& archs = {80, 90}) {
-  std::vector<CompileJob> sources;
-  for (const auto& j : jobs) sources.push_back({j.kernel.name, j.kernel.code});
   std::vector<std::string> out;
-  for (int cc : archs) {
+  for (std::size_t a = 0; a < archs.size(); ++a) {
+    const int cc = archs[a];
+    std::vector<CompileJob> sources;
+    std::vector<const Job*> which;
+    for (std::size_t i = 0; i < jobs.size(); ++i)
+      if (testing::sweep_compiles(i, a, archs.size()))
+        sources.push_back({jobs[i].kernel.name, jobs[i].kernel.code}), which.push_back(&jobs[i]);
+    if (sources.empty()) continue;
     NvrtcCompiler compiler(cc);
     std::vector<CompileResult> results = compile_parallel(compiler, sources);
     double total = 0;
     for (std::size_t i = 0; i < results.size(); ++i) {
       total += results[i].seconds;
-      if (!results[i].ok) out.push_back(jobs[i].label + " sm_" + std::to_string(cc) + ":\n" + results[i].log);
+      if (!results[i].ok) out.push_back(which[i]->label + " sm_" + std::to_string(cc) + ":\n" + results[i].log);
     }
     std::cout << "sm_" << cc << ": " << results.size() << " kernels, " << total / results.size() << " s each on average\n";
   }

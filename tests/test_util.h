@@ -1,6 +1,7 @@
 // Small helpers shared by the table-driven tests.
 #pragma once
 
+#include <cstdlib>
 #include <functional>
 #include <string>
 #include <utility>
@@ -17,6 +18,17 @@
 #include "tmap/support/diagnostic.h"
 
 namespace tmap::testing {
+
+/// Whether the whole suite runs (TMAP_TEST_FULL=1: `tools/test.sh --full`, which CI runs). The
+/// NVRTC sweeps then compile every kernel for every architecture they name; otherwise each
+/// kernel is compiled for one of them, in turn, so that every kernel still compiles once and
+/// each architecture sees its share.
+inline bool full_suite() {
+  const char* v = std::getenv("TMAP_TEST_FULL");
+  return v != nullptr && std::string(v) == "1";
+}
+/// Whether a sweep compiles its kernel number `i` for architecture number `a` of the `n` it names.
+inline bool sweep_compiles(std::size_t i, std::size_t a, std::size_t n) { return full_suite() || i % n == a; }
 
 /// Runs f and returns the UserError's message, or "<no error>" when none was thrown.
 template <typename F>

@@ -1,16 +1,27 @@
 #!/usr/bin/env bash
-# Every test of tmap (what CI runs, on a machine without a GPU):
-#   1. the Release build (build/) and its suite;
-#   2. the same suite built with AddressSanitizer + UndefinedBehaviorSanitizer by Clang
-#      (build-san/), which also builds the libFuzzer targets;
-#   3. each fuzz target for TMAP_FUZZ_SECONDS (default 45) seconds (tools/fuzz.sh).
-# GPU tests skip without a GPU. TMAP_TEST_QUICK=1 runs step 1 only.
+# tmap's tests, on a machine with or without a GPU (GPU tests skip without one):
+#   bash tools/test.sh          the Release build (build/) and its suite, in which the NVRTC
+#                               sweeps compile each kernel for one of the architectures they name
+#   bash tools/test.sh --full   what CI runs: that suite with every sweep kernel compiled for every
+#                               architecture, then the same suite built with AddressSanitizer and
+#                               UndefinedBehaviorSanitizer by Clang (build-san/, which also builds
+#                               the libFuzzer targets), then each fuzz target for TMAP_FUZZ_SECONDS
+#                               (default 45) seconds (tools/fuzz.sh)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+full=0
+for arg in "$@"; do
+  case "$arg" in
+    --full) full=1 ;;
+    -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "tools/test.sh: unknown argument '$arg'; the only option is --full" >&2; exit 2 ;;
+  esac
+done
+export TMAP_TEST_FULL=$full
 [ -f build/build.ninja ] || cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build
 ctest --test-dir build --output-on-failure -j2
-[ "${TMAP_TEST_QUICK:-0}" = 1 ] && exit 0
+[ "$full" = 1 ] || exit 0
 
 if [ ! -f build-san/build.ninja ]; then
   CC=clang CXX=clang++ cmake -S . -B build-san -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
