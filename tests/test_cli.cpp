@@ -5,8 +5,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -119,6 +121,122 @@ TEST(Cli, BadInputExitsTwoWithTheMessageOnStderr) {
     const CliRun r = expect_refused(c);
     if (c.args.rfind("map --op gemm --", 0) != 0 && c.args.rfind("frob", 0) != 0) EXPECT_TRUE(r.out.empty()) << r.out;
   }
+}
+
+/// The options a hint names (`--name`), each with the command it belongs to: the one that printed
+/// it, or the one a quoted 'tmap COMMAND ...' in the hint names.
+std::vector<std::pair<std::string, std::string>> hinted_options(const std::string& hint, const std::string& command) {
+  static const std::set<std::string> groups = {"hw", "ops", "logs"};
+  std::vector<std::pair<std::string, std::string>> out;
+  auto scan = [&](const std::string& text, const std::string& cmd) {
+    for (std::size_t i = text.find("--"); i != std::string::npos; i = text.find("--", i + 2)) {
+      std::size_t e = i + 2;
+      while (e < text.size() && (std::islower(static_cast<unsigned char>(text[e])) || std::isdigit(static_cast<unsigned char>(text[e])) || text[e] == '-')) ++e;
+      if (e > i + 2) out.emplace_back(cmd, text.substr(i, e - i));
+    }
+  };
+  std::string rest;
+  for (std::size_t i = 0; i < hint.size();) {
+    if (hint.compare(i, 6, "'tmap ") == 0) {
+      const std::size_t end = hint.find('\'', i + 1);
+      std::istringstream words(hint.substr(i + 6, end - i - 6));
+      std::string cmd, sub;
+      words >> cmd;
+      if (groups.count(cmd) && words >> sub && sub.rfind("--", 0) != 0) cmd += " " + sub;
+      scan(hint.substr(i, end - i), cmd.rfind("--", 0) == 0 ? "" : cmd);
+      i = end == std::string::npos ? hint.size() : end + 1;
+    } else {
+      rest += hint[i++];
+    }
+  }
+  scan(rest, command);
+  return out;
+}
+
+// Every user error we know of ends with status 2 and a message for a person: never "a bug in
+// tmap", a parser's internals or a raw exception; and every option a hint names exists in the
+// command it names it for.
+TEST(Cli, UserErrorsAreNotBugsAndTheirHintsNameRealOptions) {
+  ScratchDir dir("tmap_user_errors");
+  auto write = [&](const std::string& name, const std::string& text) { std::ofstream(dir / name) << text; };
+  write("bad.json", R"({"name": "x"})");
+  write("nj.json", "not json");
+  write("dup.json", R"({"name": "g", "name": "h", "compute": "C[m, n] += A[m, k] * B[k, n]"})");
+  write("empty.jsonl", "");
+  write("junk.jsonl", "{\"x\": 1}\n");
+  write("table.json", R"({"format": "tmap-workloads", "workloads": []})");
+  std::filesystem::create_directories(dir.path() / "evil");
+  {
+    std::ifstream in(std::string(TMAP_SOURCE_DIR) + "/hw_abstractions/wmma_fp16_fp32.json");
+    std::stringstream text;
+    text << in.rdbuf();
+    std::string j = text.str();
+    j.replace(j.find("\"wmma_fp16_fp32\""), 16, "\"evil name\"");
+    std::ofstream(dir.path() / "evil" / "evil.json") << j;
+  }
+  const std::string c = " --arch sm_90 --compile-only";
+  std::vector<std::string> cases = {
+      "run --op gemm" + c + " --log x.jsonl", "run --op gemm" + c + " --match 99",
+      "run --op gemm" + c + " --match 0 --layout nnn", "run --op gemm" + c + " --mapping 999",
+      "run --op gemm" + c + " --layout zzz", "run --op gemm" + c + " --params '{\"block_m\": 7}'",
+      "run --op gemm" + c + " --params '{\"block_m\": 64, \"block_m\": 128}'", "run --op gemm" + c + " --params nope",
+      "run --op gemm" + c + " --params '{\"frob\": 1}'", "run --op gemm --arch sm_99 --compile-only",
+      "run --op gemm --arch sm_1000 --compile-only", "run --op gemm --arch gpu --compile-only",
+      "run --op gemm --arch sm_75 --compile-only --hw wgmma_fp16_fp32", "run --op gemm" + c + " --set M=0",
+      "run --op gemm" + c + " --set M=1 --set M=2", "run --op gemm" + c + " --set M=99999999999999999999",
+      "run --op gemm" + c + " --emit-cuda /dev/null", "run bad.json" + c, "run nj.json" + c, "run dup.json" + c,
+      "map", "map --op gemm bad.json", "map --op nope", "map /nonexistent.json", "map --op gemm --set M=x",
+      "map --op gemm --set Q=1", "map --op gemm --set M", "map --op gemm --hw nope", "map --op gemm --enumerate some",
+      "map --op gemm --format yaml", "map --op gemm --hw-dir /nonexistent", "map --op gemm --hw-dir bad.json",
+      "map --op gemm --hw-dir evil", "map /dev/zero", "hw show nope", "hw list --hw-dir /nonexistent", "ops show nope",
+      "tune --op gemm --trials 0", "tune --op gemm --time-budget -1", "tune --op gemm --measure-ms -3",
+      "tune --op gemm --trials-per-batch 2000", "tune --op gemm --trials x", "tune --op gemm --measure model --batch 4000",
+      "tune --table table.json --batch 4", "tune --op gemm --measure nope", "tune --table /nonexistent.json",
+      "tune --table bad.json --measure model", "tune --op gemm --table bad.json", "tune --model /nonexistent.onnx",
+      "tune --op gemm --measure model --log /dev/null", "tune --op gemm --measure model --log evil",
+      "replay /nonexistent.jsonl", "replay empty.jsonl", "replay junk.jsonl", "replay evil",
+      "logs list /nonexistent.jsonl", "logs prune junk.jsonl", "logs prune junk.jsonl --out /dev/null",
+      "export /nonexistent.jsonl --out exp", "export junk.jsonl --out exp", "export empty.jsonl",
+      "import /nonexistent.onnx", "import bad.json", "import bad.json --batch 0", "knobs --format nope",
+      "knobs nope", "frobnicate", "version --bogus"};
+  if (!tmap::testing::have_gpu())
+    for (const char* gpu_only : {"run --op gemm", "run --op gemm --compile-only", "tune --op gemm", "tune --op gemm --arch sm_90"})
+      cases.push_back(gpu_only);
+  static const std::set<std::string> commands = {"map", "hw", "ops", "knobs", "run", "import", "tune", "replay", "logs", "export", "version"};
+  std::map<std::string, std::string> helps;  // command -> its --help
+  auto has_option = [&](const std::string& command, const std::string& option) {
+    auto [it, fresh] = helps.try_emplace(command);
+    if (fresh) it->second = tmap(command + (command.empty() ? "" : " ") + "--help").out;
+    for (std::size_t at = it->second.find(option); at != std::string::npos; at = it->second.find(option, at + 1)) {
+      const char after = at + option.size() < it->second.size() ? it->second[at + option.size()] : ' ';
+      if (!std::islower(static_cast<unsigned char>(after)) && after != '-') return true;
+    }
+    return false;
+  };
+  int hinted = 0;  // options named by hints, all checked
+  for (const std::string& args : cases) {
+    SCOPED_TRACE(args);
+    const CliRun r = tmap(args, dir.str());
+    EXPECT_EQ(r.code, 2) << r.err;
+    for (const char* internal : {"bug in tmap", "not in range", "terminate called", "what()", "json.exception", "std::"})
+      EXPECT_EQ(r.err.find(internal), std::string::npos) << internal << " in:\n" << r.err;
+    std::istringstream words(args);
+    std::string command, sub;
+    words >> command;
+    if (!commands.count(command)) command.clear();
+    else if ((command == "hw" || command == "ops" || command == "logs") && words >> sub) command += " " + sub;
+    std::istringstream lines(r.err);
+    for (std::string line; std::getline(lines, line);)
+      if (const std::size_t h = line.find("hint: "); h != std::string::npos)
+        for (const auto& [cmd, option] : hinted_options(line.substr(h + 6), command)) {
+          EXPECT_TRUE(has_option(cmd, option)) << "'tmap " << cmd << "' has no " << option << "; hint: " << line;
+          ++hinted;
+        }
+  }
+  EXPECT_GE(hinted, 20);
+  EXPECT_TRUE(has_option("run", "--compile-only"));
+  EXPECT_FALSE(has_option("run", "--compile")) << "an option's prefix is not the option";
+  EXPECT_FALSE(has_option("map", "--compile-only"));
 }
 
 // Number options say their range as a person reads it, not the parser's internals; the tuner's

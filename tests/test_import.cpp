@@ -196,6 +196,8 @@ TEST(WorkloadTable, JsonRoundTripAndValidation) {
   EXPECT_NE(e.find("not a valid gemm"), std::string::npos) << e;
   e = bad(R"({"format": "tmap-workloads/1", "workloads": [{"name": "a", "op": "gemm"}, {"name": "a", "op": "gemv"}]})");
   EXPECT_NE(e.find("appears twice"), std::string::npos) << e;
+  e = bad(R"({"format": "tmap-workloads/1", "workloads": [{"name": ")" + std::string(5000, 'w') + R"(", "op": "gemm"}]})");
+  EXPECT_NE(e.find("a name of 5000 characters; at most 256 are allowed"), std::string::npos) << e;
   e = bad(R"({"format": "tmap-workloads/1", "workloads": [{"name": "a", "op": "gemm", "count": 0}]})");
   EXPECT_NE(e.find("\"count\" must be an integer from 1"), std::string::npos) << e;
 }

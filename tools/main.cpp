@@ -1,5 +1,6 @@
 // tmap: maps tensor computations onto hardware intrinsics.
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -136,8 +137,14 @@ int main(int argc, char** argv) {
   } catch (const tmap::UserError& e) {
     std::cerr << e.what() << "\n";
     return 2;
-  } catch (const std::exception& e) {
+  } catch (const tmap::InternalError& e) {
     std::cerr << e.what() << "\n";
+    return 1;
+  } catch (const std::filesystem::filesystem_error& e) {
+    std::cerr << "tmap: error: " << tmap::exception_text(e) << "\n";  // an I/O failure: disk, permissions
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "tmap: internal error (a bug in tmap): " << tmap::exception_text(e) << "\n";
     return 1;
   }
   return tmap::cli::exit_status();

@@ -35,6 +35,9 @@ ComputeDef parse_compute_json(const SourceText& source, const std::string& defau
   if (doc.contains("name")) {
     r.expect_type(doc["name"], "/name", doc["name"].is_string(), "\"name\"", "a string");
     def.name = doc["name"].get<std::string>();
+    if (def.name.size() > kMaxNameLength)
+      r.fail_value("/name", "a name of " + std::to_string(def.name.size()) + " characters; at most " +
+                                std::to_string(kMaxNameLength) + " are allowed");
   }
   if (doc.contains("description")) {
     r.expect_type(doc["description"], "/description", doc["description"].is_string(), "\"description\"", "a string");
@@ -158,6 +161,11 @@ std::vector<ParamOverride> parse_param_overrides(const std::vector<std::string>&
     if (value.empty() || ec != std::errc() || p != value.data() + value.size())
       throw_user_error(src.at(eq + 1, std::max<std::size_t>(1, value.size())),
                        "the value of parameter '" + name + "' must be an integer, got '" + value + "'");
+    for (const ParamOverride& earlier : out)
+      if (earlier.name == name)
+        throw_user_error(src.at(0, eq), "parameter '" + name + "' is set twice (" + name + "=" +
+                                            std::to_string(earlier.value) + ", then " + arg + ")",
+                         "give each parameter once");
     out.push_back({name, v, src.at(0, eq)});
   }
   return out;

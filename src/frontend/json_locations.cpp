@@ -35,7 +35,7 @@ class JsonScanner {
       if (s_[i_] == '\\' && i_ + 1 < s_.size()) {
         char e = s_[i_ + 1];
         if (e == 'u') {
-          out += '?';  // keys with \u escapes are not used by tmap's schemas
+          out += s_.substr(i_, 6);  // kept as written: tmap's schemas use no such keys
           i_ += 6;
           continue;
         }
@@ -61,7 +61,9 @@ class JsonScanner {
         std::size_t key_begin = i_;
         std::string key = string_token();
         std::string child = JsonLocations::child(ptr, key);
-        out_.keys_[child] = {key_begin, i_ - key_begin};
+        const JsonLocations::Span span{key_begin, i_ - key_begin};
+        if (!out_.keys_.try_emplace(child, span).second && !out_.duplicate_)
+          out_.duplicate_ = std::make_pair(key, span);
         skip_ws();
         ++i_;  // ':'
         value(child);
@@ -108,6 +110,11 @@ std::string JsonLocations::child(const std::string& pointer, std::string_view to
     else out += c;
   }
   return out;
+}
+
+std::optional<JsonLocations::DuplicateKey> JsonLocations::duplicate_key() const {
+  if (!duplicate_) return std::nullopt;
+  return DuplicateKey{duplicate_->first, source_.at(duplicate_->second.begin, duplicate_->second.length)};
 }
 
 SourceLoc JsonLocations::value(const std::string& pointer) const {
@@ -186,7 +193,11 @@ nlohmann::ordered_json parse_json_text(const SourceText& source, const std::stri
   if (std::size_t at = json_nesting_violation(source.text(), kMaxJsonDepth); at != std::string_view::npos)
     throw_user_error(source.at(at), "JSON nested more than " + std::to_string(kMaxJsonDepth) + " levels deep", hint);
   try {
-    return nlohmann::ordered_json::parse(source.text());
+    nlohmann::ordered_json doc = nlohmann::ordered_json::parse(source.text());
+    // Readers differ on which copy of a repeated key counts (nlohmann keeps the last): refuse it.
+    if (const auto dup = JsonLocations(source).duplicate_key())
+      throw_user_error(dup->loc, "key \"" + dup->key + "\" appears twice in one object", "give each key once");
+    return doc;
   } catch (const nlohmann::json::parse_error& e) {
     std::size_t at = e.byte > 0 ? e.byte - 1 : 0;
     std::string msg = e.what();

@@ -272,7 +272,6 @@ class Parser {
   }
 
   static constexpr std::size_t kMaxTokens = 4096;
-  static constexpr std::size_t kMaxNameLength = 256;
   static constexpr int kMaxNesting = 64;
 
   std::string_view text_;

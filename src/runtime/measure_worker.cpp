@@ -138,7 +138,7 @@ int run_measure_worker(std::FILE* in, std::FILE* out) {
       fatal = run.failure != FailureKind::kNone;
     } catch (const std::exception& e) {
       result.status = MeasureStatus::kWorkerError;
-      result.message = e.what();
+      result.message = exception_text(e);
       fatal = true;
     }
     std::string text = to_json(result).dump() + "\n";

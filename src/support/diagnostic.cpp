@@ -1,5 +1,7 @@
 #include "tmap/support/diagnostic.h"
 
+#include <filesystem>
+
 #include <algorithm>
 
 namespace tmap {
@@ -79,6 +81,19 @@ std::string join(const std::vector<std::string>& items, std::string_view separat
 
 void throw_user_error(const SourceLoc& loc, std::string_view message, std::string_view hint) {
   throw UserError(format_diagnostic(loc, message, hint));
+}
+
+std::string exception_text(const std::exception& e) {
+  if (const auto* fs = dynamic_cast<const std::filesystem::filesystem_error*>(&e)) {
+    std::string out = fs->code().message();
+    if (!fs->path1().empty()) out += ": '" + fs->path1().string() + "'";
+    if (!fs->path2().empty()) out += " and '" + fs->path2().string() + "'";
+    return out;
+  }
+  std::string what = e.what();
+  if (what.rfind("[json.exception.", 0) == 0)
+    if (const std::size_t end = what.find("] "); end != std::string::npos) return what.substr(end + 2);
+  return what;
 }
 
 void internal_check_failed(const char* condition, const char* file, int line,

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -31,6 +32,13 @@ class JsonLocations {
   /// string back to the file (escape sequences included).
   Locator string_locator(const std::string& pointer) const;
 
+  /// The first key that its object already holds (compared as written, escapes undecoded).
+  struct DuplicateKey {
+    std::string key;
+    SourceLoc loc;
+  };
+  std::optional<DuplicateKey> duplicate_key() const;
+
   /// Appends one reference token to a pointer, escaping '~' and '/'.
   static std::string child(const std::string& pointer, std::string_view token);
 
@@ -42,6 +50,7 @@ class JsonLocations {
   const SourceText& source_;
   std::map<std::string, Span> values_;
   std::map<std::string, Span> keys_;
+  std::optional<std::pair<std::string, Span>> duplicate_;
   friend class JsonScanner;
 };
 

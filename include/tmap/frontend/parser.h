@@ -20,6 +20,10 @@
 
 namespace tmap {
 
+/// The longest name accepted anywhere in an input: iterators, tensors, parameters, computes and
+/// workloads.
+inline constexpr std::size_t kMaxNameLength = 256;
+
 /// Maps a byte range of the text being parsed to a location in the user's file (the text may
 /// be a string inside a JSON file, or a command-line argument).
 using Locator = std::function<SourceLoc(std::size_t offset, std::size_t length)>;

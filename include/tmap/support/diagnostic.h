@@ -66,6 +66,10 @@ class InternalError : public std::logic_error {
 std::string format_diagnostic(const SourceLoc& loc, std::string_view message,
                               std::string_view hint = {});
 
+/// What an exception says, as a person reads it: a filesystem error as "<the system's reason>:
+/// '<path>'", a JSON library error without its "[json.exception...]" tag; others as they are.
+std::string exception_text(const std::exception& e);
+
 /// "a, b, c": the items of a list in a message.
 std::string join(const std::vector<std::string>& items, std::string_view separator = ", ");
 
