@@ -187,6 +187,8 @@ TEST(Compute, EveryUserErrorNamesItsInput) {
        {}, "extent conflict for iterator 'k'", "test.json:5:64"},
       {"assign with reduction", file("C[m, n] = A[m, k] * B[k, n]"), {}, "iterator 'k' does not index the output",
        "test.json:2:28"},
+      {"index beyond 32 bits", file("C[m, n] += A[m, 1000000000*k] * B[k, n]"), {},
+       "the indices of 'A' reach offsets of 15000001008 elements, more than 32-bit indexing allows", "test.json:2:24"},
       {"output out of bounds", file("C[m + 1, n] += A[m, k] * B[k, n]"), {},
        "index 0 of output 'C' ranges over [1, 64], outside its dimension [0, 63]", "test.json:2:15"},
       {"output not fully written", file("C[2*m, n] += A[m, k] * B[k, n]", R"(["M", "K"])", R"(["K", "N"])", R"(["2*M", "N"])"), {},

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -17,6 +18,7 @@
 #include <thread>
 
 #include "test_util.h"
+#include "tmap/frontend/compute_loader.h"
 #include "tmap/frontend/op_library.h"
 #include "tmap/tune/cost_model.h"
 #include "tmap/tune/model_tuner.h"
@@ -157,6 +159,56 @@ TEST(TuneLog, MalformedLinesAreSkippedWithTheirLineNumber) {
     EXPECT_NE(log.warnings[i].find(expected[i].second), std::string::npos) << log.warnings[i];
   }
   EXPECT_TRUE(read_log(temp_path("missing.jsonl")).records.empty());
+  std::filesystem::remove(path);
+}
+
+// A record's compute is trusted no further than a compute file: it is rebuilt from its
+// statement, tensors and extents, must equal what was recorded and hash to the record's key.
+// Each altered record below is refused when the log is read, with its line, before any kernel.
+TEST(TuneLog, RecordsWhoseComputeTmapWouldNotBuildAreRefused) {
+  const Compute c = build_compute(builtin_op("gemm"), parse_param_overrides({"M=16", "N=64", "K=32"}));
+  const nlohmann::json good = to_json(sample_record(c, "ok", 10));
+  using Change = std::function<void(nlohmann::json&)>;
+  auto compute = [](nlohmann::json& j) -> nlohmann::json& { return j["workload"]["compute"]; };
+  const std::vector<std::pair<Change, std::string>> altered = {
+      {[&](nlohmann::json& j) { compute(j)["output"]["indices"][0]["constant"] = 5; },
+       "index 0 of output 'C' ranges over [5, 20], outside its dimension [0, 15]"},
+      {[&](nlohmann::json& j) { compute(j)["tensors"][2]["shape"][0] = 8; }, "extent conflict for iterator 'm'"},
+      {[&](nlohmann::json& j) { compute(j)["iterators"][0]["extent"] = -16; }, "extent"},
+      {[&](nlohmann::json& j) { compute(j)["iterators"][1]["extent"] = 0; }, "extent"},
+      {[&](nlohmann::json& j) { compute(j)["iterators"][2]["kind"] = "spatial"; },
+       "differs from the one its statement, tensors and extents build"},
+      {[&](nlohmann::json& j) { compute(j)["inputs"][0]["indices"][1]["terms"][0][1] = std::int64_t{1} << 62; },
+       "more than 32-bit indexing allows"},
+      {[&](nlohmann::json& j) { compute(j)["inputs"][0]["indices"][1]["terms"][0][1] = 1 << 28; },
+       "more than 32-bit indexing allows"},
+      {[&](nlohmann::json& j) { compute(j)["tensors"][0]["name"] = "A[0]; asm(\"trap;\"); //"; }, "not one tmap builds"},
+      {[&](nlohmann::json& j) { compute(j)["iterators"][0]["name"] = "m\n#error injected"; }, "not one tmap builds"},
+      {[&](nlohmann::json& j) { compute(j)["update"] = "="; }, "not one tmap builds"},
+      {[&](nlohmann::json& j) { j["workload"]["key"] = "0123456789abcdef"; }, "is not its compute's"},
+  };
+  const std::string path = temp_path("altered.jsonl");
+  {
+    std::ofstream out(path);
+    out << good.dump() << "\n";
+    for (const auto& [change, why] : altered) {
+      nlohmann::json j = good;
+      change(j);
+      out << j.dump() << "\n";
+    }
+  }
+  const LogContents log = read_log(path);
+  EXPECT_EQ(log.records.size(), 1u);
+  ASSERT_EQ(log.warnings.size(), altered.size());
+  for (std::size_t i = 0; i < altered.size(); ++i) {
+    EXPECT_NE(log.warnings[i].find(path + ":" + std::to_string(i + 2) + ": "), std::string::npos) << log.warnings[i];
+    EXPECT_NE(log.warnings[i].find(altered[i].second), std::string::npos) << log.warnings[i];
+    EXPECT_NE(log.warnings[i].find("skipped"), std::string::npos) << log.warnings[i];
+  }
+  // The same checks stand before any kernel is regenerated from a record held in memory.
+  TuneRecord r = log.records[0];
+  r.workload.compute["output"]["indices"][0]["constant"] = 5;
+  EXPECT_NE(testing::user_error_of([&] { regenerate(r, shipped(), 90); }).find("outside its dimension"), std::string::npos);
   std::filesystem::remove(path);
 }
 

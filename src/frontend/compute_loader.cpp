@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <climits>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -182,6 +183,12 @@ struct ExtentSource {
 std::int64_t checked_mul(std::int64_t a, std::int64_t b, bool& overflow) {
   std::int64_t r = 0;
   if (__builtin_mul_overflow(a, b, &r)) overflow = true;
+  return r;
+}
+
+std::int64_t checked_add(std::int64_t a, std::int64_t b, bool& overflow) {
+  std::int64_t r = 0;
+  if (__builtin_add_overflow(a, b, &r)) overflow = true;
   return r;
 }
 
@@ -438,6 +445,36 @@ void check_output_written_once(const ComputeBuilder& b) {
 
 }
 
+/// Index arithmetic stays within 32 bits, which the kernels compute in: for each access, the
+/// sum over its dimensions of the largest magnitude any partial sum of the index can take, times
+/// the dimension's stride, is at most INT32_MAX. This bounds every offset the kernels form, also
+/// where a padded read leaves its tensor before the read is masked. Every product and sum is
+/// checked in 64 bits.
+void check_index_arithmetic(const ComputeBuilder& b) {
+  const Compute& c = b.c;
+  for (std::size_t ai = 0; ai < b.accesses.size(); ++ai) {
+    const Access& a = ai == 0 ? c.output : c.inputs[ai - 1];
+    const Tensor& t = c.tensor_of(a);
+    bool overflow = false;
+    std::int64_t reach = 0;
+    for (std::size_t d = 0; d < a.indices.size(); ++d) {
+      const AffineExpr& e = a.indices[d];
+      std::int64_t widest = e.constant == INT64_MIN ? (overflow = true, 0) : std::abs(e.constant);
+      for (const auto& [it, coef] : e.terms) {
+        const std::int64_t term = checked_mul(coef, c.iters[it].extent - 1, overflow);
+        widest = checked_add(widest, term == INT64_MIN ? (overflow = true, 0) : std::abs(term), overflow);
+      }
+      reach = checked_add(reach, checked_mul(widest, t.stride(d), overflow), overflow);
+    }
+    if (overflow || reach > kMaxElements32)
+      throw_user_error(b.accesses[ai]->loc,
+                       "the indices of '" + t.name + "' reach offsets of " +
+                           (overflow ? std::string("more than 2^63") : std::to_string(reach)) +
+                           " elements, more than 32-bit indexing allows (2147483647)",
+                       "tmap's kernels index with 32-bit integers; check the coefficients and the iterators' extents");
+  }
+}
+
 /// Dtypes: products are summed in the accumulation dtype (the output's unless "accumulate" says
 /// otherwise), and the output stores the sums in it or, for floats, in a narrower float.
 void check_dtypes(ComputeBuilder& b) {
@@ -479,8 +516,48 @@ Compute build_compute(const ComputeDef& def, const std::vector<ParamOverride>& o
   build_iterators_and_accesses(b);
   infer_extents(b);
   check_output_written_once(b);
+  check_index_arithmetic(b);
   check_dtypes(b);
   return std::move(b.c);
+}
+
+namespace {
+
+/// A compute definition (compute-file JSON) that builds `c`: its statement, tensors, every
+/// iterator's extent and its accumulation dtype; parameters are already folded into these.
+std::string definition_of(const Compute& c) {
+  ordered_json tensors = ordered_json::object(), iters = ordered_json::object();
+  for (const Tensor& t : c.tensors) tensors[t.name] = {{"shape", t.shape}, {"dtype", dtype_name(t.dtype)}};
+  for (const Iterator& it : c.iters) iters[it.name] = it.extent;
+  ordered_json def = {{"name", c.name}, {"compute", c.statement_text()}, {"tensors", tensors}, {"iterators", iters}};
+  if (c.accumulate != c.tensor_of(c.output).dtype) def["accumulate"] = dtype_name(c.accumulate);
+  return def.dump();
+}
+
+}  // namespace
+
+Compute rebuild_recorded_compute(const nlohmann::json& recorded, const std::string& key, const std::string& what) {
+  const std::string hint = "the record was altered or written by another tool; tune the workload again";
+  auto refuse = [&](const std::string& why) {
+    throw UserError(format_diagnostic(SourceLoc::whole(what), why, hint));
+  };
+  const Compute claimed = compute_from_json(recorded, what);
+  Compute built;
+  try {
+    built = build_compute(parse_compute_json(SourceText(what, definition_of(claimed)), claimed.name));
+  } catch (const UserError& e) {
+    // The first line of the message, without the location in the text made above.
+    std::string msg = e.what();
+    msg = msg.substr(0, msg.find('\n'));
+    if (const std::size_t at = msg.find("error: "); at != std::string::npos) msg = msg.substr(at + 7);
+    refuse("the record's compute is not one tmap builds: " + msg);
+  }
+  built.params = claimed.params;  // labels only: their values are folded into the shapes and indices
+  if (to_json(built) != to_json(claimed))
+    refuse("the record's compute differs from the one its statement, tensors and extents build");
+  if (!key.empty() && workload_key(built) != key)
+    refuse("the record's key " + key + " is not its compute's (" + workload_key(built) + ")");
+  return built;
 }
 
 }  // namespace tmap

@@ -1,5 +1,6 @@
 #include "tmap/ir/compute.h"
 
+#include <cstdio>
 #include <stdexcept>
 
 #include <nlohmann/json.hpp>
@@ -94,6 +95,24 @@ nlohmann::json to_json(const Compute& c) {
   return j;
 }
 
+std::string workload_key(const Compute& c) {
+  nlohmann::json tensors = nlohmann::json::array();
+  for (const auto& t : c.tensors)
+    tensors.push_back({{"name", t.name}, {"shape", t.shape}, {"dtype", std::string(dtype_name(t.dtype))}});
+  nlohmann::json iters = nlohmann::json::array();
+  for (const auto& it : c.iters) iters.push_back({it.name, it.extent});
+  nlohmann::json canonical = {{"statement", c.statement_text()}, {"tensors", tensors}, {"iterators", iters}};
+  if (c.accumulate != c.tensor_of(c.output).dtype) canonical["accumulate"] = dtype_name(c.accumulate);
+  std::uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (unsigned char ch : canonical.dump()) {
+    h ^= ch;
+    h *= 1099511628211ull;
+  }
+  char key[17];
+  std::snprintf(key, sizeof key, "%016llx", static_cast<unsigned long long>(h));
+  return key;
+}
+
 Compute compute_from_json(const nlohmann::json& j, const std::string& what) {
   try {
     Compute c;
@@ -131,7 +150,7 @@ Compute compute_from_json(const nlohmann::json& j, const std::string& what) {
     for (const auto& in : j.at("inputs")) c.inputs.push_back(access(in));
     return c;
   } catch (const std::exception& e) {
-    throw UserError(format_diagnostic(SourceLoc::whole(what), std::string("malformed compute description: ") + e.what(),
+    throw UserError(format_diagnostic(SourceLoc::whole(what), "malformed compute description: " + exception_text(e),
                                       "it must be a document written by tmap (to_json of a compute)"));
   }
 }

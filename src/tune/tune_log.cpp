@@ -1,5 +1,7 @@
 #include "tmap/tune/tune_log.h"
 
+#include "tmap/frontend/compute_loader.h"
+
 #include <fcntl.h>
 #include <sys/file.h>
 #include <unistd.h>
@@ -14,21 +16,13 @@
 #include <stdexcept>
 #include <type_traits>
 
+#include "tmap/frontend/compute_loader.h"
 #include "tmap/support/diagnostic.h"
 #include "tmap/support/files.h"
 #include "tmap/support/json_integer.h"
 
 namespace tmap {
 namespace {
-
-std::uint64_t fnv1a(const std::string& s) {
-  std::uint64_t h = 1469598103934665603ull;
-  for (unsigned char ch : s) {
-    h ^= ch;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
 
 /// `v` as an integer of type T: a JSON integer within T's range (a float such as 8e23 converted
 /// unchecked was undefined behaviour, found by fuzz_log).
@@ -59,17 +53,10 @@ Workload make_workload(const Compute& c) {
   nlohmann::json tensors = nlohmann::json::array();
   for (const auto& t : c.tensors)
     tensors.push_back({{"name", t.name}, {"shape", t.shape}, {"dtype", std::string(dtype_name(t.dtype))}});
-  nlohmann::json iters = nlohmann::json::array();
-  for (const auto& it : c.iters) iters.push_back({it.name, it.extent});
-  // What decides the computation: the statement, the tensors and the iteration space.
-  nlohmann::json canonical = {{"statement", c.statement_text()}, {"tensors", tensors}, {"iterators", iters}};
-  if (c.accumulate != c.tensor_of(c.output).dtype) canonical["accumulate"] = dtype_name(c.accumulate);
-  char key[17];
-  std::snprintf(key, sizeof key, "%016llx", static_cast<unsigned long long>(fnv1a(canonical.dump())));
   nlohmann::json params = nlohmann::json::object();
   for (const auto& [name, value] : c.params) params[name] = value;
   Workload w;
-  w.key = key;
+  w.key = workload_key(c);
   w.description = {{"name", c.name},
                    {"statement", c.statement_text()},
                    {"params", params},
@@ -251,8 +238,21 @@ LogContents read_log(const std::string& path) {
   return parse_log_text(text, path);
 }
 
+namespace {
+
+/// A UserError's message without its location and hint: "error: X\n  hint: Y" -> "X".
+std::string bare_message(const std::string& what) {
+  std::string msg = what.substr(0, what.find('\n'));
+  if (const std::size_t at = msg.find("error: "); at != std::string::npos) msg = msg.substr(at + 7);
+  return msg;
+}
+
+}  // namespace
+
 LogContents parse_log_text(const std::string& text, const std::string& path) {
   LogContents out;
+  // Each distinct (key, compute) is rebuilt once: a log holds many trials of few workloads.
+  std::set<std::string> rebuilt;
   std::size_t line_no = 0, pos = 0;
   while (pos < text.size()) {
     std::size_t end = text.find('\n', pos);
@@ -270,11 +270,24 @@ LogContents parse_log_text(const std::string& text, const std::string& path) {
                                                 : "not valid JSON, skipped"));
       continue;
     }
+    TuneRecord r;
     try {
-      out.records.push_back(record_from_json(j));
+      r = record_from_json(j);
     } catch (const std::exception& e) {
-      out.warnings.push_back(where + "not a tuning record (" + e.what() + "), skipped");
+      out.warnings.push_back(where + "not a tuning record (" + exception_text(e) + "), skipped");
+      continue;
     }
+    const std::string workload = r.workload.key + "\n" + r.workload.compute.dump();
+    if (!rebuilt.count(workload)) {
+      try {
+        rebuild_recorded_compute(r.workload.compute, r.workload.key, path + ":" + std::to_string(line_no));
+      } catch (const UserError& e) {
+        out.warnings.push_back(where + bare_message(e.what()) + "; skipped");
+        continue;
+      }
+      rebuilt.insert(workload);
+    }
+    out.records.push_back(std::move(r));
   }
   return out;
 }

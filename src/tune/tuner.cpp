@@ -14,6 +14,7 @@
 #include <set>
 
 #include "tmap/codegen/emitter.h"
+#include "tmap/frontend/compute_loader.h"
 #include "tmap/support/diagnostic.h"
 #include "tmap/tune/cost_model.h"
 
@@ -1068,7 +1069,7 @@ std::map<std::string, MeasuredSet> measured_sets(const std::vector<TuneRecord>& 
   for (const auto& [key, group] : by_workload) {
     std::unique_ptr<Compute> c;
     try {
-      c = std::make_unique<Compute>(compute_from_json(group.front()->workload.compute, "log record"));
+      c = std::make_unique<Compute>(rebuild_recorded_compute(group.front()->workload.compute, key, "log record"));
     } catch (const std::exception&) {
       continue;
     }
@@ -1088,12 +1089,8 @@ std::map<std::string, MeasuredSet> measured_sets(const std::vector<TuneRecord>& 
 
 Regenerated regenerate(const TuneRecord& r, const std::vector<HwAbstraction>& hws, int cc) {
   Regenerated out;
-  try {
-    out.compute = std::make_unique<Compute>(compute_from_json(r.workload.compute, "the log record"));
-  } catch (const std::exception& e) {
-    throw UserError(format_diagnostic(SourceLoc::whole("log"), std::string("the record's compute is unreadable: ") + e.what(),
-                                      "was the log written by another tmap version?"));
-  }
+  out.compute = std::make_unique<Compute>(
+      rebuild_recorded_compute(r.workload.compute, r.workload.key, "the record of workload " + r.workload.key));
   out.space = std::make_unique<SearchSpace>(*out.compute, hws, Enumeration::kAll, DeviceLimits::for_arch(cc), cc);
   out.entry = out.space->find(r.candidate);
   const CandidateRef& c = r.candidate;

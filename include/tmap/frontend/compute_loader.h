@@ -91,4 +91,11 @@ std::vector<ParamOverride> parse_param_overrides(const std::vector<std::string>&
 /// iterator extents (which must agree), and checks that the output is written exactly once.
 Compute build_compute(const ComputeDef& def, const std::vector<ParamOverride>& overrides = {});
 
+/// The compute of a log record or other file written by tmap (`recorded`, to_json of a compute),
+/// trusted no further than a compute file: it is rebuilt from its statement, tensors and
+/// extents by build_compute, with every check that implies (output in bounds and written once,
+/// 32-bit index arithmetic, extents and shapes positive, names identifiers), and must equal what
+/// was recorded and, unless `key` is empty, hash to `key`. A UserError naming `what` otherwise.
+Compute rebuild_recorded_compute(const nlohmann::json& recorded, const std::string& key, const std::string& what);
+
 }  // namespace tmap

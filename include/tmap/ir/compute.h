@@ -80,6 +80,11 @@ struct Compute {
 /// (name, extent, kind), and the accesses with their affine indices (enough to rebuild it).
 nlohmann::json to_json(const Compute& c);
 
+/// The workload key of a log record: 16 hex digits of a 64-bit FNV-1a hash of what decides the
+/// computation (the statement, the tensors, the iterators' names and extents, the accumulation
+/// dtype), not of its labels (name, parameters).
+std::string workload_key(const Compute& c);
+
 /// Rebuilds a compute from to_json()'s document (logs, the measurement worker). Malformed
 /// documents are user errors that name `what`.
 Compute compute_from_json(const nlohmann::json& j, const std::string& what);
