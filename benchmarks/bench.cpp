@@ -20,6 +20,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -723,6 +724,16 @@ struct Row {
   }
 };
 
+/// Today's date in UTC, as YYYY-MM-DD.
+std::string utc_date() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[16];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d", &tm);
+  return buf;
+}
+
 std::string fixed(double v, int digits = 2) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.*f", digits, v);
@@ -733,7 +744,7 @@ std::string fixed(double v, int digits = 2) {
 
 int main(int argc, char** argv) {
   CLI::App app{"tmap_bench: tmap's tuned kernels against cuDNN and cuBLAS, measured the same way"};
-  std::string table_path, log_path, layout = "nhwc", csv_path, md_path, only, out_dtype = "float16";
+  std::string table_path, log_path, layout = "nhwc", csv_path, md_path, only, out_dtype = "float16", commit;
   int batch = 1, graph_runs = 20;
   double peak_tflops = 989.4;
   app.add_option("--table", table_path,
@@ -757,6 +768,7 @@ int main(int argc, char** argv) {
   app.add_flag("--print-workloads", print_workloads,
                "Print each workload as 'name key op --set ...' (for run.sh) and exit; no GPU needed. The key is "
                "that of the log record the benchmark would replay, when there is one");
+  app.add_option("--commit", commit, "The tmap commit being measured, for the table's header (run.sh passes git's)");
   app.add_option("--peak", peak_tflops, "The GPU's dense fp16 peak in TFLOP/s, for '% of peak' (H100 SXM: 989.4)");
   CLI11_PARSE(app, argc, argv);
   const bool table_out_dtype_given = app.get_option("--out-dtype")->count() > 0;
@@ -983,7 +995,8 @@ int main(int argc, char** argv) {
     md << "### " << what << "\n\n"
        << "Device " << rt.devices.front().name << ", driver " << tmap::cuda_version_text(rt.driver_version) << ", CUDA "
        << tmap::cuda_version_text(rt.runtime_version) << ", cuDNN " << cudnn_version / 10000 << "."
-       << cudnn_version % 10000 / 100 << "." << cudnn_version % 100 << ", cuBLAS " << cublas_version
+       << cudnn_version % 10000 / 100 << "." << cudnn_version % 100 << ", cuBLAS " << cublas_version << "; tmap "
+       << (commit.empty() ? "(commit unknown)" : commit) << ", " << utc_date()
        << ". Times in us: median of CUDA-graph replays of " << graph_runs
        << " runs (warm L2); cold: the same with an L2 flush (a read of twice the L2's size) before each run, the "
           "flushes' own time subtracted. "

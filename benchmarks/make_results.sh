@@ -38,15 +38,18 @@ check_table() {
     }' "$results/$t.csv"
 }
 
-# "| title | workloads | warm | cold | vs faster layout |" from a table's geometric-mean line.
+# "| title | workloads | warm | cold | vs faster layout | tmap, date |" from a table's
+# geometric-mean line and the commit and date in its header ("; tmap COMMIT ..., YYYY-MM-DD.").
 summary_row() {
-  local t=$1 title line
+  local t=$1 title line measured
   title=$(sed -n 's/^### //p' "$results/$t.md" | head -1)
   line=$(grep -m1 '^Geometric-mean speedup' "$results/$t.md")
-  echo "$line" | awk -v t="$t" -v title="$title" '{
+  measured=$(sed -n 's/^Device .*; tmap \([^ ,]*\)[^.]*, \([0-9-]\{10\}\)\. Times.*/\1, \2/p' "$results/$t.md" | head -1)
+  [ -n "$measured" ] || { echo "$t.md: its header names no tmap commit and date" >&2; return 1; }
+  echo "$line" | awk -v t="$t" -v title="$title" -v measured="$measured" '{
     n = $4; warm = $6; cold = $9; sub(/\)[;.]?$/, "", cold)
     fast = "-"; if (match($0, /fastest layout: [0-9]+\.[0-9]+/)) fast = substr($0, RSTART + 16, RLENGTH - 16) "x"
-    printf "| [%s](results/%s.md) | %s | %sx | %sx | %s |\n", title, t, n, warm, cold, fast }'
+    printf "| [%s](results/%s.md) | %s | %sx | %sx | %s | %s |\n", title, t, n, warm, cold, fast, measured }'
 }
 
 # Workloads below 0.95 of the baseline (warm), with the winning baseline.
@@ -81,6 +84,9 @@ by hand. Each table is written by one run of `benchmarks/run.sh` on the GPU mach
 - **Dtypes.** float16 operands, float32 sums, float16 outputs for tmap and the baselines.
 - **Speedup** = baseline time / tmap time; a table's figure is the geometric mean over its
   workloads.
+- **Provenance.** Each table's header names the device, driver and libraries, the tmap commit
+  measured (`run.sh` passes git's; "+changes" when the working tree differed from it; for tables
+  recorded before tmap_bench wrote it, the commit that recorded the table) and the date.
 
 Reproduce: `benchmarks/run.sh gemm`, `benchmarks/run.sh conv --batch B --layout L` (B 1, 16,
 256; L nhwc, nchw), `benchmarks/run.sh conv1d --batch B`, `conv3d --batch 1`, `skinny`,
@@ -89,8 +95,8 @@ benchmarks/workloads/resnet50_b1_nhwc.json`; then `benchmarks/make_results.sh`.
 
 ## Summary
 
-| table | workloads | warm | cold | vs faster layout |
-| --- | ---: | ---: | ---: | ---: |
+| table | workloads | warm | cold | vs faster layout | tmap, date |
+| --- | ---: | ---: | ---: | ---: | --- |
 EOF
   for t in $order; do summary_row "$t"; done
   echo

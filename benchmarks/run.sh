@@ -21,6 +21,12 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=${TMAP_BIN:-$root/build/bin}
+# The commit measured, for the table's header: TMAP_COMMIT (a copy without .git, e.g. on the GPU
+# machine), else git's, marked "+changes" when the working tree differs from it.
+commit=${TMAP_COMMIT:-$(git -C "$root" rev-parse --short=7 HEAD 2>/dev/null || echo unknown)}
+if [ -z "${TMAP_COMMIT:-}" ] && [ "$commit" != unknown ] && ! git -C "$root" diff --quiet HEAD 2>/dev/null; then
+  commit="$commit+changes"
+fi
 table=${1:?"usage: benchmarks/run.sh conv|conv1d|conv3d|gemm|skinny|depthwise|grouped|table [FILE] [--batch B] [--layout L] [--trials N] [--log LOG] [--out DIR]"}
 shift
 if [ "$table" = table ]; then
@@ -44,7 +50,7 @@ if [ "$table" = table ]; then
   "$bin/tmap" tune --table "$json" --log "$log" --seed 1 --no-baselines \
     $([ -n "$trials" ] && echo --trials "$trials") $([ "$budget" != 0 ] && echo --time-budget "$budget") > "$out/$name.tune.txt"
   tuned=$(( $(date +%s) - start ))
-  "$bin/tmap_bench" --table "$json" --log "$log" --csv "$out/$name.csv" --md "$out/$name.md"
+  "$bin/tmap_bench" --table "$json" --log "$log" --csv "$out/$name.csv" --md "$out/$name.md" --commit "$commit"
   { echo; echo "Model-level tuning before this run took $tuned s ($(grep -m1 -o '[0-9]* trials measured' "$out/$name.tune.txt" || echo 'see the tune output'))."; } >> "$out/$name.md"
   "$root/benchmarks/plot.sh" "$out/$name.csv"
   exit 0
@@ -101,7 +107,7 @@ done
 tuned=$(( $(date +%s) - start ))
 echo "tuning took $tuned s" >&2
 "$bin/tmap_bench" --table "$json" --batch "$batch" --layout "$layout" --log "$log" --out-dtype "$out_dtype" \
-  --csv "$out/$name.csv" --md "$out/$name.md"
+  --csv "$out/$name.csv" --md "$out/$name.md" --commit "$commit"
 {
   echo
   echo "Tuning before this run took $tuned s (workloads already in $(basename "$log") are replayed, not tuned;" \
