@@ -19,11 +19,13 @@
 #include <cuda_runtime_api.h>
 
 #include "gpu_cases.h"
+#include "record_mutations.h"
 #include "test_util.h"
 #include "tmap/frontend/op_library.h"
 #include "tmap/runtime/device.h"
 #include "tmap/runtime/kernel_runner.h"
 #include "tmap/runtime/nvrtc_compiler.h"
+#include "tmap/tune/tuner.h"
 
 namespace tmap {
 namespace {
@@ -1198,4 +1200,36 @@ TEST(Gpu, GemmShapesLayoutsAndDtypes) {
 }
 
 }  // namespace
+// Altered log records that validation accepts (record_mutations.h, the same draw as the CPU
+// test TuneLog.AlteredRecordsThatValidationAcceptsStayInBounds) regenerate kernels that run
+// correctly: every one against the reference on fresh inputs, outputs poisoned. Run under
+// `compute-sanitizer --tool memcheck`, this is the memory check of #48's corpus.
+TEST(GpuHostile, AlteredRecordsThatValidationAcceptsRunCorrectly) {
+  if (!have_gpu()) GTEST_SKIP() << "no GPU: " << query_runtime().status;
+  const LogContents log = parse_log_text(testing::altered_shipped_records(TMAP_SOURCE_DIR), "altered.jsonl");
+  NvrtcCompiler compiler(device_cc());
+  int ran = 0;
+  for (const TuneRecord& r : log.records) {
+    std::unique_ptr<Regenerated> g;
+    try {
+      g = std::make_unique<Regenerated>(regenerate(r, shipped(), device_cc()));
+    } catch (const UserError&) {
+      continue;
+    }
+    SCOPED_TRACE(candidate_label(r.candidate) + " of " + r.workload.compute.dump());
+    Workspace ws(*g->compute, 500 + ran);
+    const std::vector<double> reference = gpu_reference(ws, compiler);
+    const CompileResult compiled = compiler.compile(g->kernel.code, g->kernel.name);
+    ASSERT_TRUE(compiled.ok) << compiled.log;
+    const Compute& c = *g->compute;
+    const KernelRun run = run_candidate(ws, reference, c.inputs[g->gemm().a_input].tensor,
+                                        c.inputs[g->gemm().b_input].tensor, g->kernel, compiled.cubin);
+    ASSERT_TRUE(run.ok) << run.error;
+    EXPECT_LT(run.rel_l2, verification_tolerance(*g->gemm().hw));
+    ++ran;
+  }
+  std::printf("%zu altered records accepted, %d ran correctly\n", log.records.size(), ran);
+  EXPECT_GT(ran, 10);
+}
+
 }  // namespace tmap

@@ -17,6 +17,8 @@
 #include <set>
 #include <thread>
 
+#include "corner_check.h"
+#include "record_mutations.h"
 #include "test_util.h"
 #include "tmap/frontend/compute_loader.h"
 #include "tmap/frontend/op_library.h"
@@ -210,6 +212,25 @@ TEST(TuneLog, RecordsWhoseComputeTmapWouldNotBuildAreRefused) {
   r.workload.compute["output"]["indices"][0]["constant"] = 5;
   EXPECT_NE(testing::user_error_of([&] { regenerate(r, shipped(), 90); }).find("outside its dimension"), std::string::npos);
   std::filesystem::remove(path);
+}
+
+// What validation accepts of altered records (record_mutations.h) stays in bounds by an
+// independent check (corner_check.h), and regenerates a kernel or is refused with a UserError.
+TEST(TuneLog, AlteredRecordsThatValidationAcceptsStayInBounds) {
+  const LogContents log = parse_log_text(testing::altered_shipped_records(TMAP_SOURCE_DIR), "altered.jsonl");
+  int regenerated = 0, refused_later = 0;
+  for (const TuneRecord& r : log.records) {
+    EXPECT_EQ(testing::corner_fault(compute_from_json(r.workload.compute, "accepted")), "") << r.workload.compute.dump();
+    try {
+      regenerated += !regenerate(r, shipped(), 90).kernel.code.empty();
+    } catch (const UserError&) {
+      ++refused_later;  // a schedule or mapping that does not fit the compute
+    }
+  }
+  std::printf("%zu altered records: %zu refused on reading, %zu accepted; %d regenerated, %d refused then\n",
+              log.records.size() + log.warnings.size(), log.warnings.size(), log.records.size(), regenerated, refused_later);
+  EXPECT_GT(log.warnings.size(), 0u);
+  EXPECT_GT(regenerated, 10);
 }
 
 TEST(TuneLog, TwoProcessesAppendingNeverInterleaveLines) {
