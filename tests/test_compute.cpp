@@ -187,6 +187,8 @@ TEST(Compute, EveryUserErrorNamesItsInput) {
        {}, "extent conflict for iterator 'k'", "test.json:5:64"},
       {"assign with reduction", file("C[m, n] = A[m, k] * B[k, n]"), {}, "iterator 'k' does not index the output",
        "test.json:2:28"},
+      {"dimension beyond 64 bits", file(kStmt, R"([9223372036854775808, "K"])"), {},
+       "dimension 0 of \"A\" is beyond 64-bit integers", "test.json:3:"},
       {"index beyond 32 bits", file("C[m, n] += A[m, 1000000000*k] * B[k, n]"), {},
        "the indices of 'A' reach offsets of 15000001008 elements, more than 32-bit indexing allows", "test.json:2:24"},
       {"output out of bounds", file("C[m + 1, n] += A[m, k] * B[k, n]"), {},

@@ -130,6 +130,8 @@ TEST(TuneLog, MalformedLinesAreSkippedWithTheirLineNumber) {
   float_shape["candidate"]["shape"][0] = 2.5;
   nlohmann::json wide_param = nlohmann::json::parse(good);
   wide_param["candidate"]["params"]["block_m"] = std::int64_t{1} << 40;
+  nlohmann::json string_time = nlohmann::json::parse(good);
+  string_time["result"]["median_us"] = "fast";
   const std::string path = temp_path("malformed.jsonl");
   {
     std::ofstream out(path);
@@ -145,7 +147,8 @@ TEST(TuneLog, MalformedLinesAreSkippedWithTheirLineNumber) {
         << huge_id.dump() << "\n"              // 10
         << float_shape.dump() << "\n"          // 11
         << wide_param.dump() << "\n"           // 12
-        << good.substr(0, good.size() / 2);     // 13 truncated by a crash
+        << string_time.dump() << "\n"          // 13
+        << good.substr(0, good.size() / 2);     // 14 truncated by a crash
   }
   LogContents log = read_log(path);
   EXPECT_EQ(log.records.size(), 2u);
@@ -153,7 +156,8 @@ TEST(TuneLog, MalformedLinesAreSkippedWithTheirLineNumber) {
       {2, "not valid JSON"},         {4, "not a JSON object"}, {5, "schema version 99"},
       {6, "missing field \"candidate\""}, {7, "without a median time"}, {8, "unknown schedule parameter"},
       {10, "field \"id\" is not an integer"}, {11, "field \"shape\" is not an integer"},
-      {12, "\"block_m\" is out of range"},  {13, "truncated last line"}};
+      {12, "\"block_m\" is out of range"},  {13, "field \"median_us\" has the wrong type"},
+      {14, "truncated last line"}};
   ASSERT_EQ(log.warnings.size(), expected.size());
   for (std::size_t i = 0; i < expected.size(); ++i) {
     EXPECT_NE(log.warnings[i].find(path + ":" + std::to_string(expected[i].first) + ":"), std::string::npos)

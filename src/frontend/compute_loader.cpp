@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tmap/frontend/json_locations.h"
+#include "tmap/support/json_integer.h"
 
 namespace tmap {
 namespace {
@@ -56,8 +57,9 @@ ComputeDef parse_compute_json(const SourceText& source, const std::string& defau
     r.expect_type(params, "/params", params.is_object(), "\"params\"", "an object of integer defaults");
     for (const auto& [name, v] : params.items()) {
       std::string ptr = JsonLocations::child("/params", name);
-      if (!v.is_number_integer())
-        r.fail_value(ptr, "parameter \"" + name + "\" must have an integer default, not " + std::string(v.type_name()));
+      if (!is_integer_of<std::int64_t>(v))
+        r.fail_value(ptr, "parameter \"" + name + "\" must have an integer default, not " +
+                              (v.is_number_integer() ? std::string("one beyond 64 bits") : std::string(v.type_name())));
       def.params.push_back({name, v.get<std::int64_t>(), r.key_loc(ptr)});
     }
   }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "tmap/support/files.h"
+#include "tmap/support/json_integer.h"
 
 namespace tmap {
 
@@ -245,7 +246,8 @@ void JsonReader::require_key(const nlohmann::ordered_json& obj, const std::strin
 
 Expr JsonReader::expression(const nlohmann::ordered_json& v, const std::string& ptr, const std::string& what,
                             bool allow_comparison) const {
-  if (v.is_number_integer()) return ExprNode::make_int(v.get<std::int64_t>(), locs_.value(ptr));
+  if (is_integer_of<std::int64_t>(v)) return ExprNode::make_int(v.get<std::int64_t>(), locs_.value(ptr));
+  if (v.is_number_integer()) fail_value(ptr, what + " is beyond 64-bit integers");
   if (v.is_string()) return parse_expression(v.get_ref<const std::string&>(), locs_.string_locator(ptr), allow_comparison);
   fail_value(ptr, what + " must be an integer or a string with an expression, not " + std::string(v.type_name()));
 }

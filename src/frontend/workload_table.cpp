@@ -10,6 +10,7 @@
 #include "tmap/frontend/json_locations.h"
 #include "tmap/frontend/op_library.h"
 #include "tmap/support/diagnostic.h"
+#include "tmap/support/json_integer.h"
 
 namespace tmap {
 namespace {
@@ -117,7 +118,7 @@ WorkloadTable parse_workload_table(const SourceText& source) {
     r.fail_value("/out_dtype", "unknown dtype '" + t.out_dtype + "'", "supported dtypes: " + supported_dtype_names());
   if (doc.contains("batch")) {
     r.expect_type(doc["batch"], "/batch",
-                  doc["batch"].is_number_integer() && doc["batch"].get<std::int64_t>() > 0 &&
+                  is_integer_of<std::int64_t>(doc["batch"]) && doc["batch"].get<std::int64_t>() > 0 &&
                       doc["batch"].get<std::int64_t>() <= INT32_MAX,
                   "\"batch\"", "a positive 32-bit integer");
     t.batch = doc["batch"].get<std::int64_t>();
@@ -155,13 +156,13 @@ WorkloadTable parse_workload_table(const SourceText& source) {
       r.expect_type(x["params"], ptr + "/params", x["params"].is_object(), "\"params\"", "an object of integers");
       for (const auto& [name, v] : x["params"].items()) {
         const std::string p = JsonLocations::child(ptr + "/params", name);
-        r.expect_type(v, p, v.is_number_integer(), "parameter \"" + name + "\"", "an integer");
+        r.expect_type(v, p, is_integer_of<std::int64_t>(v), "parameter \"" + name + "\"", "an integer");
         w.params.emplace_back(name, v.get<std::int64_t>());
       }
     }
     if (x.contains("count")) {
       r.expect_type(x["count"], ptr + "/count",
-                    x["count"].is_number_integer() && x["count"].get<std::int64_t>() >= 1 &&
+                    is_integer_of<std::int64_t>(x["count"]) && x["count"].get<std::int64_t>() >= 1 &&
                         x["count"].get<std::int64_t>() <= 1000000,
                     "\"count\"", "an integer from 1 to 1000000");
       w.count = x["count"].get<int>();
@@ -203,7 +204,7 @@ WorkloadTable parse_workload_table(const SourceText& source) {
     r.expect_type(doc["other_ops"], "/other_ops", doc["other_ops"].is_object(), "\"other_ops\"", "an object of counts");
     for (const auto& [op, n] : doc["other_ops"].items()) {
       r.expect_type(n, JsonLocations::child("/other_ops", op),
-                    n.is_number_integer() && n.get<std::int64_t>() >= 0 && n.get<std::int64_t>() <= 1000000000, "a count",
+                    is_integer_of<std::int64_t>(n) && n.get<std::int64_t>() >= 0 && n.get<std::int64_t>() <= 1000000000, "a count",
                     "an integer from 0 to 10^9");
       t.other_ops[op] = n.get<int>();
     }

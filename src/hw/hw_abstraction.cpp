@@ -12,6 +12,7 @@
 
 #include "tmap/frontend/json_locations.h"
 #include "tmap/frontend/parser.h"
+#include "tmap/support/json_integer.h"
 
 namespace tmap {
 namespace fs = std::filesystem;
@@ -174,7 +175,7 @@ void read_shapes(JsonReader& r, const ordered_json& comp, HwAbstraction& hw) {
     std::string ptr = "/compute/shapes/" + std::to_string(i);
     const auto& s = shapes[i];
     bool ok = s.is_array() && s.size() == 3 &&
-              std::all_of(s.begin(), s.end(), [](const auto& v) { return v.is_number_integer() && v.template get<std::int64_t>() > 0; });
+              std::all_of(s.begin(), s.end(), [](const auto& v) { return is_integer_of<std::int64_t>(v) && v.template get<std::int64_t>() > 0; });
     r.expect_type(s, ptr, ok, "a shape", "[m, n, k] with three positive integers");
     IntrinsicShape shape{{s[0].get<std::int64_t>(), s[1].get<std::int64_t>(), s[2].get<std::int64_t>()}};
     if (std::find(hw.shapes.begin(), hw.shapes.end(), shape) != hw.shapes.end())
@@ -314,7 +315,7 @@ HwAbstraction parse_hw_abstraction(const SourceText& source) {
   hw.scope = one_of(r, doc, "", "scope", what, kScopes);
   r.require_key(doc, "", "min_compute_capability", what, "e.g. 70 for sm_70");
   r.expect_type(doc["min_compute_capability"], "/min_compute_capability",
-                doc["min_compute_capability"].is_number_integer() && doc["min_compute_capability"].get<int>() > 0,
+                is_integer_of<int>(doc["min_compute_capability"]) && doc["min_compute_capability"].get<int>() > 0,
                 "\"min_compute_capability\"", "a positive integer such as 80");
   hw.min_compute_capability = doc["min_compute_capability"].get<int>();
 

@@ -47,6 +47,13 @@ T field(const nlohmann::json& j, const char* name) {
   }
 }
 
+/// Field `name` of `j` as a T, or `fallback` when absent; an error naming the field when it has
+/// another type.
+template <typename T>
+T optional_field(const nlohmann::json& j, const char* name, T fallback) {
+  return j.contains(name) ? field<T>(j, name) : fallback;
+}
+
 }  // namespace
 
 Workload make_workload(const Compute& c) {
@@ -152,12 +159,12 @@ TuneRecord record_from_json(const nlohmann::json& j) {
   }
   const auto& res = field<nlohmann::json>(j, "result");
   r.result.status = field<std::string>(res, "status");
-  r.result.median_us = res.value("median_us", 0.0);
-  r.result.times_us = res.value("times_us", std::vector<double>{});
-  r.result.rel_l2 = res.value("rel_l2", 0.0);
-  r.result.estimated_us = res.value("estimated_us", 0.0);
-  r.result.compile_seconds = res.value("compile_seconds", 0.0);
-  r.result.error = res.value("error", std::string());
+  r.result.median_us = optional_field(res, "median_us", 0.0);
+  r.result.times_us = optional_field(res, "times_us", std::vector<double>{});
+  r.result.rel_l2 = optional_field(res, "rel_l2", 0.0);
+  r.result.estimated_us = optional_field(res, "estimated_us", 0.0);
+  r.result.compile_seconds = optional_field(res, "compile_seconds", 0.0);
+  r.result.error = optional_field(res, "error", std::string());
   if (res.contains("confirm_rounds")) r.result.confirm_rounds = integer<int>(res["confirm_rounds"], "field \"confirm_rounds\"");
   if (r.result.ok() && !(r.result.median_us > 0)) throw std::runtime_error("an \"ok\" result without a median time");
   return r;

@@ -1096,14 +1096,14 @@ Regenerated regenerate(const TuneRecord& r, const std::vector<HwAbstraction>& hw
   const CandidateRef& c = r.candidate;
   if (out.entry < 0)
     throw UserError(format_diagnostic(
-        SourceLoc::whole("log"),
+        SourceLoc::whole("the record of workload " + r.workload.key),
         "no mapping of '" + out.compute->name + "' matches the record's " + c.hw_abs + " " + c.layout + " mapping " +
             std::to_string(c.mapping_id) + " on sm_" + std::to_string(cc),
         "the abstraction may be missing (add --hw-dir) or newer than this GPU"));
   out.params = c.params;
   auto issues = validate(out.gemm(), out.params, DeviceLimits::for_arch(cc));
   if (!issues.empty())
-    throw UserError(format_diagnostic(SourceLoc::whole("log"),
+    throw UserError(format_diagnostic(SourceLoc::whole("the record of workload " + r.workload.key),
                                       "the record's schedule is invalid on sm_" + std::to_string(cc) + ": " +
                                           std::string(message(issues[0].error)) + " (" + issues[0].detail + ")",
                                       "replay it on the architecture it was recorded on"));

@@ -9,12 +9,12 @@
 
 namespace tmap {
 
-/// Whether `v` is a JSON integer that T holds.
-template <typename T>
-bool is_integer_of(const nlohmann::json& v) {
+/// Whether `v` (a nlohmann::json or ordered_json) is a JSON integer that T holds.
+template <typename T, typename Json>
+bool is_integer_of(const Json& v) {
   if (!v.is_number_integer()) return false;
-  if (v.is_number_unsigned()) return v.get<std::uint64_t>() <= static_cast<std::uint64_t>(std::numeric_limits<T>::max());
-  const std::int64_t x = v.get<std::int64_t>();
+  if (v.is_number_unsigned()) return v.template get<std::uint64_t>() <= static_cast<std::uint64_t>(std::numeric_limits<T>::max());
+  const std::int64_t x = v.template get<std::int64_t>();
   return x >= static_cast<std::int64_t>(std::numeric_limits<T>::min()) &&
          x <= static_cast<std::int64_t>(std::numeric_limits<T>::max());
 }
