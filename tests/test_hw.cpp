@@ -180,6 +180,13 @@ TEST(HwAbstraction, IntrinsicsFollowTheFamilysGrammar) {
                          })
                 .find("family mma_sync has no instruction that multiplies float32 x float32 into float32"),
             std::string::npos);
+  // Shapes too: the emitters are written for the shapes their instruction has (wgmma's m64).
+  const std::string m32 = parse_edited("wgmma_bf16_fp32.json", [](ordered_json& j) { j["compute"]["shapes"][0] = {32, 8, 16}; });
+  EXPECT_NE(m32.find("shape 32x8x16 is not one family wgmma issues for bfloat16 operands"), std::string::npos) << m32;
+  EXPECT_NE(m32.find("its shapes are: [64, 8, 16]"), std::string::npos) << m32;
+  EXPECT_NE(parse_edited("wmma_fp16_fp32.json", [](ordered_json& j) { j["compute"]["shapes"][0] = {16, 16, 8}; })
+                .find("shape 16x16x8 is not one family wmma issues for float16 operands"),
+            std::string::npos);
   for (const HwAbstraction& hw : load_hw_directory(kHwDir)) {
     EXPECT_EQ(hw.compute_intrinsic, family_intrinsic(hw)) << hw.name;
     EXPECT_FALSE(family_intrinsic(hw).empty()) << hw.name;

@@ -178,6 +178,15 @@ void read_shapes(JsonReader& r, const ordered_json& comp, HwAbstraction& hw) {
               std::all_of(s.begin(), s.end(), [](const auto& v) { return is_integer_of<std::int64_t>(v) && v.template get<std::int64_t>() > 0; });
     r.expect_type(s, ptr, ok, "a shape", "[m, n, k] with three positive integers");
     IntrinsicShape shape{{s[0].get<std::int64_t>(), s[1].get<std::int64_t>(), s[2].get<std::int64_t>()}};
+    const std::vector<IntrinsicShape> issued = family_shapes(hw.family, hw.a_dtype);
+    if (std::find(issued.begin(), issued.end(), shape) == issued.end()) {
+      std::vector<std::string> names;
+      for (const IntrinsicShape& x : issued) names.push_back("[" + std::to_string(x.extent[0]) + ", " +
+                                                           std::to_string(x.extent[1]) + ", " + std::to_string(x.extent[2]) + "]");
+      r.fail_value(ptr, "shape " + shape.str() + " is not one family " + hw.family + " issues for " +
+                            std::string(dtype_name(hw.a_dtype)) + " operands",
+                   "its shapes are: " + join(names));
+    }
     if (std::find(hw.shapes.begin(), hw.shapes.end(), shape) != hw.shapes.end())
       r.fail_value(ptr, "shape " + shape.str() + " is listed twice");
     hw.shapes.push_back(shape);

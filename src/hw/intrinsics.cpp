@@ -60,6 +60,27 @@ std::string family_intrinsic(const HwAbstraction& hw) {
   return family_intrinsic(hw.family, hw.a_dtype, hw.b_dtype, hw.d_dtype);
 }
 
+std::vector<IntrinsicShape> family_shapes(const std::string& family, DType a) {
+  const std::int64_t k32 = 256 / dtype_bits(a);  // 32 bytes of k
+  if (family == "wgmma") return {{{64, 8, k32}}};
+  if (family == "mma_sync") return {{{16, 8, k32}}};
+  if (family == "simt") {
+    if (a == DType::kFloat16) return {{{1, 1, 1}}, {{1, 1, 2}}};
+    if (a == DType::kInt8) return {{{1, 1, 4}}};
+    return {{{1, 1, 1}}};
+  }
+  if (family != "wmma") return {};
+  switch (a) {
+    case DType::kFloat16:
+    case DType::kBFloat16:
+    case DType::kInt8: return {{{16, 16, 16}}, {{32, 8, 16}}, {{8, 32, 16}}};
+    case DType::kTFloat32: return {{{16, 16, 8}}};
+    case DType::kFloat64: return {{{8, 8, 4}}};
+    case DType::kInt4: return {{{8, 8, 32}}};
+    default: return {};
+  }
+}
+
 bool known_intrinsic_family(const std::string& family) {
   return family == "wmma" || family == "simt" || family == "mma_sync" || family == "wgmma";
 }

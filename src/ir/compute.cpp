@@ -5,6 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tmap/support/json_integer.h"
+
 namespace tmap {
 
 std::int64_t Tensor::num_elements() const {
@@ -113,27 +115,45 @@ std::string workload_key(const Compute& c) {
   return key;
 }
 
+namespace {
+
+/// `v` as a T, when it is a JSON integer that T holds (a float or a wider integer converted
+/// unchecked is undefined behaviour).
+template <typename T>
+T integer(const nlohmann::json& v, const char* what) {
+  if (!is_integer_of<T>(v)) throw std::runtime_error(std::string(what) + " is not an integer in range");
+  return v.get<T>();
+}
+
+}  // namespace
+
 Compute compute_from_json(const nlohmann::json& j, const std::string& what) {
   try {
     Compute c;
     c.name = j.at("name").get<std::string>();
-    for (const auto& [k, v] : j.at("params").items()) c.params.emplace_back(k, v.get<std::int64_t>());
+    for (const auto& [k, v] : j.at("params").items()) c.params.emplace_back(k, integer<std::int64_t>(v, "a parameter"));
     for (const auto& t : j.at("tensors")) {
       auto dtype = parse_dtype(t.at("dtype").get<std::string>());
       if (!dtype) throw std::runtime_error("unknown dtype " + t.at("dtype").get<std::string>());
-      c.tensors.push_back({t.at("name").get<std::string>(), t.at("shape").get<std::vector<std::int64_t>>(), *dtype});
+      std::vector<std::int64_t> shape;
+      for (const auto& d : t.at("shape")) shape.push_back(integer<std::int64_t>(d, "a dimension"));
+      c.tensors.push_back({t.at("name").get<std::string>(), std::move(shape), *dtype});
     }
     for (const auto& it : j.at("iterators"))
-      c.iters.push_back({it.at("name").get<std::string>(), it.at("extent").get<std::int64_t>(),
+      c.iters.push_back({it.at("name").get<std::string>(), integer<std::int64_t>(it.at("extent"), "an extent"),
                          it.at("kind").get<std::string>() == "spatial" ? IterKind::kSpatial : IterKind::kReduction});
     auto access = [&](const nlohmann::json& a) {
       Access out;
-      out.tensor = a.at("tensor").get<int>();
+      out.tensor = integer<int>(a.at("tensor"), "a tensor number");
       if (out.tensor < 0 || out.tensor >= static_cast<int>(c.tensors.size())) throw std::runtime_error("bad tensor index");
       for (const auto& idx : a.at("indices")) {
-        AffineExpr e{idx.at("constant").get<std::int64_t>(), idx.at("terms").get<std::vector<std::pair<int, std::int64_t>>>()};
-        for (const auto& [it, coef] : e.terms)
+        AffineExpr e{integer<std::int64_t>(idx.at("constant"), "an index constant"), {}};
+        for (const auto& term : idx.at("terms")) {
+          if (!term.is_array() || term.size() != 2) throw std::runtime_error("an index term is not [iterator, coefficient]");
+          const int it = integer<int>(term[0], "an iterator number");
           if (it < 0 || it >= static_cast<int>(c.iters.size())) throw std::runtime_error("bad iterator index");
+          e.terms.push_back({it, integer<std::int64_t>(term[1], "a coefficient")});
+        }
         out.indices.push_back(std::move(e));
       }
       if (out.indices.size() != c.tensors[out.tensor].shape.size()) throw std::runtime_error("rank mismatch");

@@ -75,6 +75,10 @@ struct HwAbstraction {
 /// this text, never the file's: a file chooses an instruction, it cannot write one.
 std::string family_intrinsic(const std::string& family, DType a, DType b, DType d);
 std::string family_intrinsic(const HwAbstraction& hw);
+/// The shapes (m, n, k) family `family`'s emitter issues for operands of dtype `a`: wgmma m64 and
+/// mma.sync m16n8 with k of 32 bytes (wgmma's n is the schedule's, listed as 8), WMMA's fragment
+/// shapes for the dtype, SIMT's 1 x 1 x (elements packed in one instruction). Empty for none.
+std::vector<IntrinsicShape> family_shapes(const std::string& family, DType a);
 /// Whether family_intrinsic() knows `family`'s instructions.
 bool known_intrinsic_family(const std::string& family);
 
