@@ -659,6 +659,7 @@ class TuneTask::Impl {
       }
     }
     if (fit_due()) fit();
+    close_rank_window();  // what a refit still running left open is ranked too
     if (s_.stop_reason.empty()) s_.stop_reason = "trial budget reached";
     s_.wall_s += seconds_since(t0);
   }
@@ -927,12 +928,18 @@ class TuneTask::Impl {
   /// the next waits for it to end.
   void fit() {
     if (model_.fitting()) return;
-    if (pred_ok_.size() >= 4) s_.rank_correlations.push_back(spearman(pred_ok_, meas_ok_));
-    pred_ok_.clear();
-    meas_ok_.clear();
+    close_rank_window();
     const auto t0 = Clock::now();
     model_.fit_in_background();
     s_.fit_s += seconds_since(t0);
+  }
+
+  /// Ends the window of held-out predictions: its rank correlation is recorded once it holds
+  /// enough correct measurements to rank (four).
+  void close_rank_window() {
+    if (pred_ok_.size() >= 4) s_.rank_correlations.push_back(spearman(pred_ok_, meas_ok_));
+    pred_ok_.clear();
+    meas_ok_.clear();
   }
 
   const Compute& c_;
