@@ -5,6 +5,8 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -212,9 +214,21 @@ extern "C" __global__ void k_pad_rows(const unsigned short* s, unsigned short* d
   relayout_pad_rows<unsigned short, 8, 2>(s, d, blockIdx.x, moved, inner, 2 * inner);
 })")};
 
+// Every epilogue function at n points of [-8, 8]: out[f * n + i].
+const Primitive kEpilogue{"k_epilogue", with_library("epilogue", R"(
+extern "C" __global__ void k_epilogue(float* out, int n) {
+  const int i = threadIdx.x;
+  if (i >= n) return;
+  const float x = -8.0f + 16.0f * i / (n - 1);
+  const float y[] = {epi_relu(x), epi_leaky_relu(x, 0.125f), epi_clamp(x, -1.5f, 2.5f), epi_sigmoid(x), epi_tanh(x),
+                     epi_silu(x), epi_gelu(x), epi_gelu_tanh(x)};
+  for (int f = 0; f < 8; ++f) out[f * n + i] = y[f];
+})")};
+
 const std::vector<const Primitive*>& primitives() {
   static const std::vector<const Primitive*> all = {&kSmem,    &kCpAsync, &kLdmatrix, &kMbarrier, &kCluster,
-                                                    &kShift,   &kSwizzle, &kWgmma,    &kTma,      &kRelayout};
+                                                    &kShift,   &kSwizzle, &kWgmma,    &kTma,      &kRelayout,
+                                                    &kEpilogue};
   return all;
 }
 
@@ -269,7 +283,7 @@ TEST(DeviceLibrary, CompileCacheKeysCoverTheLibrary) {
     EXPECT_TRUE(files.insert(h.file).second) << h.file;
     EXPECT_NE(h.text.find("namespace device"), std::string_view::npos) << h.file;
   }
-  EXPECT_EQ(files.size(), 10u);
+  EXPECT_EQ(files.size(), 11u);
 }
 
 // --- On the GPU -------------------------------------------------------------------------------
@@ -542,6 +556,25 @@ TEST_F(DeviceTest, RelayoutCopiesPutTheMovedDimensionInnermost) {
                           << ", expected " << want;
         }
     EXPECT_EQ(wrong, 0);
+  }
+}
+
+TEST_F(DeviceTest, EpilogueFunctionsFollowTheirDefinitions) {
+  const int n = 257;
+  cudaKernel_t k = load(kEpilogue, "k_epilogue");
+  float* out = poisoned<float>(8 * n);
+  int count = n;
+  launch(k, 1, 288, {&out, &count});
+  const std::vector<float> got = download(out, 8 * n);
+  const double pi = 3.14159265358979323846;
+  for (int i = 0; i < n; ++i) {
+    const double x = -8.0 + 16.0 * static_cast<float>(i) / (n - 1);
+    const double sig = 1.0 / (1.0 + std::exp(-x));
+    const double want[] = {std::max(x, 0.0), x >= 0 ? x : x * 0.125, std::min(std::max(x, -1.5), 2.5), sig, std::tanh(x),
+                           x * sig, 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))),
+                           0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / pi) * (x + 0.044715 * x * x * x)))};
+    for (int f = 0; f < 8; ++f)
+      EXPECT_NEAR(got[f * n + i], want[f], 1e-5 * (1.0 + std::fabs(want[f]))) << "function " << f << " at " << x;
   }
 }
 

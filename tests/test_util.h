@@ -59,6 +59,17 @@ inline Compute narrowed_op(const std::string& op, const std::string& out_dtype, 
   return build_compute(def, parse_param_overrides(sets));
 }
 
+/// Built-in op `op` stored as `out_dtype` (summed in its own dtype) with `epilogue` appended, as
+/// `--out-dtype` and `--epilogue` do.
+inline Compute fused_op(const std::string& op, const std::string& out_dtype, const std::string& epilogue,
+                        const std::vector<std::string>& sets) {
+  ComputeDef def = builtin_op(op);
+  set_output_dtype(def, *parse_dtype(out_dtype), SourceLoc::whole("--out-dtype"));
+  SourceText text("--epilogue", epilogue);
+  set_epilogue(def, epilogue, locator_for(text), SourceLoc::whole("--epilogue"));
+  return build_compute(def, parse_param_overrides(sets));
+}
+
 /// A compute of a built-in op with the inputs' dtype replaced and its output stored as `out_t`,
 /// summed in the op's own accumulation dtype (as --out-dtype does).
 inline Compute stored_as_op(const std::string& op, const std::string& in_t, const std::string& out_t,

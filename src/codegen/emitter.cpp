@@ -81,6 +81,7 @@ KernelSource emit_kernel(const ImplicitGemm& in, const ScheduleParams& p) {
   const ImplicitGemm& g = gemm_for(in, p, storage);
   KernelSource k = family_of(*g.hw).emit(g, p);
   if (g.relayouted()) pipeline::emit_relayout(k, g);
+  k.epilogue_operands = static_cast<int>(g.compute->epilogue.operands.size());
   gather_device_includes(k.code);
   return k;
 }

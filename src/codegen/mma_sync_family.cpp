@@ -292,7 +292,7 @@ KernelSource emit_mma_sync(const ImplicitGemm& g, const ScheduleParams& p) {
   emit_accumulator_quad(os, c_row, "acc[i][j][#]");
   os << "    }\n";
   emit_epilogue_stores(os, g, p, tfrag, tout);
-  emit_split_reduce(os, k, tpart, tout);
+  emit_split_reduce(os, g, k, tpart, tout);
   k.code = os.str();
   return k;
 }

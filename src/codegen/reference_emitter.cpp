@@ -1,5 +1,6 @@
 #include "tmap/codegen/reference_emitter.h"
 
+#include <functional>
 #include <sstream>
 
 namespace tmap {
@@ -42,6 +43,48 @@ void offset_code(std::ostringstream& os, const Compute& c, const Access& a, cons
      << indent << "const long long " << var << " = " << offset << ";\n";
 }
 
+/// The epilogue's functions in double precision, written from their definitions (independently
+/// of the kernels' float32 device library).
+const char* kReferenceFunctions = R"(__device__ double ref_relu(double x) { return x > 0.0 ? x : 0.0; }
+__device__ double ref_leaky_relu(double x, double s) { return x >= 0.0 ? x : x * s; }
+__device__ double ref_min(double a, double b) { return a < b ? a : b; }
+__device__ double ref_max(double a, double b) { return a > b ? a : b; }
+__device__ double ref_clamp(double x, double lo, double hi) { return ref_min(ref_max(x, lo), hi); }
+__device__ double ref_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
+__device__ double ref_tanh(double x) { return tanh(x); }
+__device__ double ref_silu(double x) { return x / (1.0 + exp(-x)); }
+__device__ double ref_gelu(double x) { return 0.5 * x * (1.0 + erf(x / sqrt(2.0))); }
+__device__ double ref_gelu_tanh(double x) {
+  const double pi = 3.14159265358979323846;
+  return 0.5 * x * (1.0 + tanh(sqrt(2.0 / pi) * (x + 0.044715 * x * x * x)));
+}
+
+)";
+
+/// The epilogue applied to `sum` in double: operand i read at its indices into e<i>.
+std::string reference_epilogue(std::ostringstream& os, const Compute& c) {
+  const Epilogue& e = c.epilogue;
+  for (std::size_t i = 0; i < e.operands.size(); ++i) {
+    const std::string var = "e" + std::to_string(i);
+    offset_code(os, c, e.operands[i], var + "_at", "  ");
+    os << "  const double " << var << " = (double)(float)t_" << c.tensor_of(e.operands[i]).name << "[" << var << "_at];\n";
+  }
+  std::function<std::string(const EpiNode&)> leaf = [](const EpiNode& n) -> std::string {
+    if (n.op == EpiOp::kAcc) return "(double)sum";
+    if (n.op == EpiOp::kOperand) return "e" + std::to_string(n.operand);
+    return epi_constant_code(n.value, true);
+  };
+  std::function<std::string(EpiOp, std::vector<std::string>&)> apply = [](EpiOp op, std::vector<std::string>& a) {
+    const char* sym = op == EpiOp::kAdd ? " + " : op == EpiOp::kSub ? " - " : op == EpiOp::kMul ? " * " : op == EpiOp::kDiv ? " / " : nullptr;
+    if (sym) return "(" + a[0] + sym + a[1] + ")";
+    if (op == EpiOp::kNeg) return "(-" + a[0] + ")";
+    std::string call = "ref_" + std::string(epi_function_name(op)) + "(";
+    for (std::size_t i = 0; i < a.size(); ++i) call += (i ? ", " : "") + a[i];
+    return call + ")";
+  };
+  return fold_epilogue<std::string>(e.program, leaf, apply);
+}
+
 }  // namespace
 
 KernelSource emit_reference_kernel(const Compute& c) {
@@ -57,7 +100,7 @@ KernelSource emit_reference_kernel(const Compute& c) {
     }
   }
   const Tensor& out = c.tensor_of(c.output);
-  const bool is_float = dtype_is_float(out.dtype);
+  const bool is_float = dtype_is_float(c.accumulate);
   const std::string acc = is_float ? "double" : "long long";
   KernelSource k;
   k.name = "tmap_reference";
@@ -72,6 +115,7 @@ KernelSource emit_reference_kernel(const Compute& c) {
      << "__device__ __forceinline__ int nibble(const unsigned char* p, long long i) {\n"
      << "  const int byte = p[i >> 1];\n"
      << "  return (i & 1) ? (signed char)(byte & 0xF0) >> 4 : (signed char)(byte << 4) >> 4;\n}\n\n"
+     << (c.epilogue.empty() ? "" : kReferenceFunctions)
      << "extern \"C\" __global__ void tmap_reference(";
   for (std::size_t t = 0; t < c.tensors.size(); ++t) {
     bool is_out = static_cast<int>(t) == c.output.tensor;
@@ -99,8 +143,9 @@ KernelSource emit_reference_kernel(const Compute& c) {
   }
   os << "    sum += " << product << ";\n  }\n";
   offset_code(os, c, c.output, "y", "  ");
+  const std::string value = c.epilogue.empty() ? "sum" : reference_epilogue(os, c);
   os << "  t_" << out.name << "[y] = (" << storage_type(out.dtype) << ")(" << (out.dtype == DType::kFloat16 || out.dtype == DType::kBFloat16 ? "(float)" : "")
-     << "sum);\n}\n";
+     << value << ");\n}\n";
   k.code = os.str();
   return k;
 }

@@ -155,7 +155,7 @@ KernelSource emit_simt(const ImplicitGemm& g, const ScheduleParams& p) {
      << (c_row ? "Cs[(tm0 + i) * C_LD + tn0 + j]" : "Cs[(tn0 + j) * C_LD + tm0 + i]") << " = acc[i][j];\n"
      << "  }\n";
   emit_epilogue_stores(os, g, p, cs_type, tout);
-  emit_split_reduce(os, k, tpart, tout);
+  emit_split_reduce(os, g, k, tpart, tout);
   k.code = os.str();
   return k;
 }

@@ -464,12 +464,14 @@ void emit_window_math(std::ostringstream& os, const ImplicitGemm& g, const Sched
      << "    #pragma unroll\n    for (int j = 0; j < TM; ++j)\n"
      << "      #pragma unroll\n      for (int ts = 0; ts < TAPS_C; ++ts) acc[j] += wt[tr][ts] * seg[j * ST_C + ts * DIL_C];\n"
      << "  }\n";
-  if (out_vec > 1)
+  if (out_vec > 1 && !g.compute->epilogue.empty())  // the epilogue rounds its result
+    os << "  #pragma unroll\n  for (int j = 0; j < TM; j += " << out_vec << ") store_d_vec(out, mt + j, 0, z, acc + j);\n";
+  else if (out_vec > 1)
     os << "  __align__(16) " << tout << " values[TM];  // rounded to the output's dtype\n"
        << "  #pragma unroll\n  for (int j = 0; j < TM; ++j) values[j] = (" << tout << ")acc[j];\n"
        << "  #pragma unroll\n  for (int j = 0; j < TM; j += " << out_vec << ") store_d_vec(out, mt + j, 0, z, values + j);\n";
   else
-    os << "  #pragma unroll\n  for (int j = 0; j < TM; ++j) store_d(out, mt + j, 0, z, (" << tout << ")acc[j]);\n";
+    os << "  #pragma unroll\n  for (int j = 0; j < TM; ++j) store_d(out, mt + j, 0, z, " << stored_value(g, tout, "acc[j]") << ");\n";
   os << "}\n";
 }
 
@@ -502,9 +504,9 @@ KernelSource emit_simt_window(const ImplicitGemm& g, const ScheduleParams& p) {
   os << "}  // namespace\n\n";
 
   os << "extern \"C\" __global__ void __launch_bounds__(THREADS)\n"
-     << k.name << "(const " << ta << "* __restrict__ a_src, const " << tb << "* __restrict__ b_src, " << tout
-     << "* __restrict__ out, float* __restrict__ partial) {\n"
-     << "  (void)partial;\n"
+     << k.name << "(const " << ta << "* __restrict__ a_src, const " << tb << "* __restrict__ b_src, "
+     << output_params(g, tout) << ", float* __restrict__ partial) {\n"
+     << output_bundle(g) << "  (void)partial;\n"
      << "  extern __shared__ __align__(128) unsigned char smem[];\n"
      << "  " << ta << "* X = reinterpret_cast<" << ta << "*>(smem);  // [BZ][IN_ROWS][LD]\n";
   emit_window_staging(os, g, p);

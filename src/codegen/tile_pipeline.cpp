@@ -400,6 +400,16 @@ void emit_operand_loader(std::ostringstream& os, const ImplicitGemm& g, const Sc
   emit_loader_body(os, l);
 }
 
+void emit_output_offset(std::ostringstream& os, const ImplicitGemm& g) {
+  const Compute& c = *g.compute;
+  const std::vector<bool> used = used_by(c, c.output);
+  os << "  if (m >= M || n >= N) return;\n";
+  decompose(os, c, g.m_iters, "m", used, "  ");
+  decompose(os, c, g.n_iters, "n", used, "  ");
+  decompose(os, c, g.batch_iters, "z", used, "  ");
+  access_code(os, c, c.output, "  ");
+}
+
 int output_vector_width(const ImplicitGemm& g, char along, int out_bits) {
   const std::vector<int>& axis = along == 'm' ? g.m_iters : g.n_iters;
   if (axis.empty() || out_bits < 8) return 1;
@@ -409,15 +419,8 @@ int output_vector_width(const ImplicitGemm& g, char along, int out_bits) {
 void emit_output_scatter(std::ostringstream& os, const ImplicitGemm& g, const std::string& out_type, int vec,
                          char along) {
   const Compute& c = *g.compute;
-  std::vector<bool> used = used_by(c, c.output);
-  // The output's offset from (m, n, z); outside the GEMM nothing is written.
-  auto offset = [&] {
-    os << "  if (m >= M || n >= N) return;\n";
-    decompose(os, c, g.m_iters, "m", used, "  ");
-    decompose(os, c, g.n_iters, "n", used, "  ");
-    decompose(os, c, g.batch_iters, "z", used, "  ");
-    access_code(os, c, c.output, "  ");
-  };
+  if (!c.epilogue.empty()) return emit_epilogue_scatter(os, g, out_type, vec, along);
+  auto offset = [&] { emit_output_offset(os, g); };
   os << "// " << c.tensor_of(c.output).name << " element at virtual (m, n) of batch z\n"
      << "__device__ __forceinline__ void store_d(" << out_type << "* __restrict__ out, int m, int n, int z, "
      << out_type << " value) {\n";
@@ -493,9 +496,9 @@ void emit_tile_index(std::ostringstream& os, const char* op, const StoredTile& s
 void emit_kernel_entry(std::ostringstream& os, const ImplicitGemm& g, const KernelSource& k, const ScheduleParams& p, const std::string& ta,
                        const std::string& tb, const std::string& tout, const std::string& tpart) {
   os << "extern \"C\" __global__ void " << cluster_attribute(p) << "__launch_bounds__(THREADS)\n"
-     << k.name << "(const " << ta << "* __restrict__ a_src, const " << tb << "* __restrict__ b_src, " << tout
-     << "* __restrict__ out, " << tpart << "* __restrict__ partial) {\n"
-     << "  extern __shared__ __align__(128) unsigned char smem[];\n"
+     << k.name << "(const " << ta << "* __restrict__ a_src, const " << tb << "* __restrict__ b_src, "
+     << output_params(g, tout) << ", " << tpart << "* __restrict__ partial) {\n"
+     << output_bundle(g) << "  extern __shared__ __align__(128) unsigned char smem[];\n"
      << "  " << ta << "* As = reinterpret_cast<" << ta << "*>(smem);                    // [STAGES][A_TILE]\n"
      << "  " << tb << "* Bs = reinterpret_cast<" << tb << "*>(smem + STAGES * A_BYTES);  // [STAGES][B_TILE]\n";
   emit_prologue_wait(os, g);
@@ -822,14 +825,14 @@ void emit_epilogue_stores(std::ostringstream& os, const ImplicitGemm& g, const S
        << "    const int m = m0 + mm, n = n0 + nn;\n"
        << "    if (m < M && n < N) partial[((long long)(split * BATCH + z) * M + m) * N + n] = (" << partial_type(g)
        << ")values[0];\n";
-  else if (v > 1 && out_type == acc_type)
+  else if (v > 1 && (out_type == acc_type || !g.compute->epilogue.empty()))  // the epilogue rounds its result
     os << "    store_d_vec(out, m0 + mm, n0 + nn, z, values);\n";
   else if (v > 1)
     os << "    __align__(16) " << out_type << " converted[" << V << "];  // the sums, rounded to the output's dtype\n"
        << "    #pragma unroll\n    for (int t = 0; t < " << V << "; ++t) converted[t] = (" << out_type << ")values[t];\n"
        << "    store_d_vec(out, m0 + mm, n0 + nn, z, converted);\n";
   else
-    os << "    store_d(out, m0 + mm, n0 + nn, z, (" << out_type << ")values[0]);\n";
+    os << "    store_d(out, m0 + mm, n0 + nn, z, " << stored_value(g, out_type, "values[0]") << ");\n";
   os << "  }\n";
   if (p.cluster == 1) os << "  cluster_sync();  // no block leaves while another may still read its Cs\n";
   if (scope.close) os << "}\n";
@@ -857,12 +860,12 @@ void emit_dependents_trigger(std::ostringstream& os, const ScheduleParams& p) {
      << "#endif\n";
 }
 
-void emit_split_reduce(std::ostringstream& os, const KernelSource& k, const std::string& part_type,
+void emit_split_reduce(std::ostringstream& os, const ImplicitGemm& g, const KernelSource& k, const std::string& part_type,
                        const std::string& out_type) {
   if (k.reduce_name.empty()) return;
   os << "\n// Sums the SPLIT_K partial results of each element and scatters them to the output.\n"
      << "extern \"C\" __global__ void " << k.reduce_name << "(const " << part_type << "* __restrict__ partial, "
-     << out_type << "* __restrict__ out) {\n"
+     << output_params(g, out_type) << ") {\n" << output_bundle(g)
      << "#if __CUDA_ARCH__ >= 900\n"
      << "  // Launched as a programmatic dependent of the main kernel (sm_90): its blocks start while\n"
      << "  // the main kernel's last blocks finish and wait here until its partial sums are in memory.\n"
@@ -874,7 +877,7 @@ void emit_split_reduce(std::ostringstream& os, const KernelSource& k, const std:
      << "  " << part_type << " sum = 0;\n"
      << "  for (int s = 0; s < SPLIT_K; ++s) sum += partial[s * PLANE + e];\n"
      << "  const int z = (int)(e / ((long long)M * N)), m = (int)(e / N % M), n = (int)(e % N);\n"
-     << "  store_d(out, m, n, z, (" << out_type << ")sum);\n}\n";
+     << "  store_d(out, m, n, z, " << stored_value(g, out_type, "sum") << ");\n}\n";
 }
 
 void emit_prologue_wait(std::ostringstream& os, const ImplicitGemm& g) {

@@ -90,11 +90,29 @@ void emit_cp_async_helpers(std::ostringstream& os);
 /// where copies_async()). Out of the GEMM or the tensor reads zero, without branching.
 void emit_operand_loader(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p, int which);
 
-/// `store_d(out, m, n, z, value)`: the output element at virtual (m, n) of batch z; and when
+/// `store_d(out, m, n, z, value)`: the output element at virtual (m, n) of batch z (with an
+/// epilogue, emit_epilogue_scatter's); and when
 /// `vec` > 1, `store_d_vec<VEC>(out, m, n, z, values)` writing `vec` outputs contiguous along
 /// the virtual axis `along` ('m' or 'n') with one store (see output_vector_width()).
 void emit_output_scatter(std::ostringstream& os, const ImplicitGemm& g, const std::string& out_type, int vec,
                          char along);
+
+/// In a function of (m, n, z): returns when outside the GEMM, else `const int offset` of the
+/// output element (its iterators it_<name> in scope).
+void emit_output_offset(std::ostringstream& os, const ImplicitGemm& g);
+/// With a fused epilogue (epilogue_stage.cpp): the struct Output that `out` is in kernels (the
+/// output's data and the epilogue's operands), and store_d / store_d_vec templates over the
+/// accumulator type that apply the epilogue in float32 and round its result to `out_type`.
+void emit_epilogue_scatter(std::ostringstream& os, const ImplicitGemm& g, const std::string& out_type, int vec,
+                           char along);
+/// A kernel's output parameters: "OUT* __restrict__ out", or with an epilogue the output's data
+/// and each operand's pointer, which output_bundle() gathers into `out` at the kernel's top
+/// ("" without an epilogue). Launches pass them in this order (runtime/launch.h).
+std::string output_params(const ImplicitGemm& g, const std::string& out_type);
+std::string output_bundle(const ImplicitGemm& g);
+/// What a kernel passes store_d / store_d_vec for accumulator `value`: rounded to `out_type`
+/// without an epilogue; as it is with one, whose result is rounded.
+std::string stored_value(const ImplicitGemm& g, const std::string& out_type, const std::string& value);
 
 /// The widest vector (elements, at most 16 bytes of `out_bits`-bit elements) in which outputs
 /// consecutive along virtual axis `along` ('m' or 'n') are contiguous and aligned in the output
@@ -202,7 +220,7 @@ void emit_dependents_trigger(std::ostringstream& os, const ScheduleParams& p);
 
 /// The split-K reduce kernel (when p.split_k > 1), summing partial[split][z][m][n]; on sm_90 it
 /// waits for the main kernel with griddepcontrol.wait (launched as its programmatic dependent).
-void emit_split_reduce(std::ostringstream& os, const KernelSource& k, const std::string& part_type,
+void emit_split_reduce(std::ostringstream& os, const ImplicitGemm& g, const KernelSource& k, const std::string& part_type,
                        const std::string& out_type);
 
 /// In a relayout view's kernel (ImplicitGemm::relayouted()), at the top of the main kernel: on

@@ -839,10 +839,10 @@ void emit_entry(std::ostringstream& os, const WgmmaKernel& w) {
   const std::string &ta = w.ta, &tb = w.tb, &tacc = w.tacc, &tout = w.tout, &tpart = w.tpart;
   const bool ws = w.ws, pair = w.pair, persistent = w.persistent;
   os << "extern \"C\" __global__ void " << cluster_attribute(p) << "__launch_bounds__(THREADS, 1)\n"
-     << k.name << "(const " << ta << "* __restrict__ a_src, const " << tb << "* __restrict__ b_src, " << tout
-     << "* __restrict__ out, " << tpart << "* __restrict__ partial"
+     << k.name << "(const " << ta << "* __restrict__ a_src, const " << tb << "* __restrict__ b_src, "
+     << output_params(g, tout) << ", " << tpart << "* __restrict__ partial"
      << (ws ? ",\n    const __grid_constant__ TmaMap tma_a, const __grid_constant__ TmaMap tma_b" : "") << ") {\n"
-     << "  extern __shared__ __align__(1024) unsigned char smem_raw[];\n"
+     << output_bundle(g) << "  extern __shared__ __align__(1024) unsigned char smem_raw[];\n"
      << "  // Swizzled tiles start on 1024-byte boundaries (the launch adds 1 KiB of slack).\n"
      << "  unsigned char* smem = smem_raw + ((1024 - static_cast<unsigned>(__cvta_generic_to_shared(smem_raw)) % 1024) % 1024);\n"
      << "  " << ta << "* As = reinterpret_cast<" << ta << "*>(smem);                    // [STAGES][A_BYTES]\n"
@@ -1092,7 +1092,7 @@ KernelSource emit_wgmma(const ImplicitGemm& g, const ScheduleParams& p) {
   if (w.ws) emit_warp_specialized_loop(os, w);
   else emit_cp_async_ring_loop(os, w, staged);
   emit_wgmma_epilogue(os, w);
-  emit_split_reduce(os, w.k, w.tpart, w.tout);
+  emit_split_reduce(os, w.g, w.k, w.tpart, w.tout);
   w.k.code = os.str();
   return w.k;
 }

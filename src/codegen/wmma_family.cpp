@@ -151,7 +151,7 @@ void emit_wmma_epilogue(std::ostringstream& os, const ImplicitGemm& g, const Sch
        << "    const int m = m0 + mm, n = n0 + nn;\n"
        << "    if (m < M && n < N) partial[((long long)(split * BATCH + z) * M + m) * N + n] = (" << tpart << ")value;\n";
   else
-    os << "    store_d(out, m0 + mm, n0 + nn, z, " << (tout == tacc ? "value" : "(" + tout + ")value") << ");\n";
+    os << "    store_d(out, m0 + mm, n0 + nn, z, " << (tout == tacc ? "value" : stored_value(g, tout, "value")) << ");\n";
   os << "  }\n}\n";
 }
 
@@ -195,9 +195,9 @@ KernelSource emit_wmma(const ImplicitGemm& g, const ScheduleParams& p) {
   os << "}  // namespace\n\n";
 
   os << "extern \"C\" __global__ void __launch_bounds__(THREADS)\n"
-     << k.name << "(const " << ta << "* __restrict__ a_src, const " << tb << "* __restrict__ b_src, " << tout
-     << "* __restrict__ out, " << tpart << "* __restrict__ partial) {\n"
-     << "  extern __shared__ __align__(128) unsigned char smem[];\n"
+     << k.name << "(const " << ta << "* __restrict__ a_src, const " << tb << "* __restrict__ b_src, "
+     << output_params(g, tout) << ", " << tpart << "* __restrict__ partial) {\n"
+     << output_bundle(g) << "  extern __shared__ __align__(128) unsigned char smem[];\n"
      << "  " << ta << "* As = reinterpret_cast<" << ta << "*>(smem);                  // [STAGES][A_TILE / PACK_A]\n"
      << "  " << tb << "* Bs = reinterpret_cast<" << tb << "*>(smem + STAGES * A_BYTES);  // [STAGES][B_TILE / PACK_B]\n";
   emit_prologue_wait(os, g);
@@ -221,7 +221,7 @@ KernelSource emit_wmma(const ImplicitGemm& g, const ScheduleParams& p) {
   emit_main_loop(os, p, staged);
   emit_dependents_trigger(os, p);
   emit_wmma_epilogue(os, g, p);
-  emit_split_reduce(os, k, tpart, tout);
+  emit_split_reduce(os, g, k, tpart, tout);
   k.code = os.str();
   return k;
 }

@@ -28,7 +28,8 @@ ComputeDef parse_compute_json(const SourceText& source, const std::string& defau
   JsonLocations locs(source);
   JsonReader r(locs);
   if (!doc.is_object()) r.fail_value("", "a compute file must hold a JSON object, not " + std::string(doc.type_name()));
-  r.check_keys(doc, "", {"name", "description", "compute", "params", "tensors", "iterators", "requires", "accumulate"},
+  r.check_keys(doc, "", {"name", "description", "compute", "params", "tensors", "iterators", "requires", "accumulate",
+                                "epilogue"},
                "a compute definition");
 
   ComputeDef def;
@@ -125,7 +126,18 @@ ComputeDef parse_compute_json(const SourceText& source, const std::string& defau
     def.accumulate = *parsed;
     def.accumulate_loc = r.value_loc("/accumulate");
   }
+  if (doc.contains("epilogue")) {
+    r.expect_type(doc["epilogue"], "/epilogue", doc["epilogue"].is_string(), "\"epilogue\"",
+                  "a string such as \"Y[m, n] = relu(C[m, n] + bias[n])\"");
+    def.epilogue = parse_epilogue(doc["epilogue"].get<std::string>(), r.string_locator("/epilogue"));
+  }
   return def;
+}
+
+void set_epilogue(ComputeDef& def, std::string_view text, const Locator& locate, const SourceLoc& loc) {
+  if (def.epilogue)
+    throw_user_error(loc, "compute '" + def.name + "' has an epilogue already", "give one epilogue");
+  def.epilogue = parse_epilogue(text, locate);
 }
 
 void set_output_dtype(ComputeDef& def, DType dtype, const SourceLoc& loc) {
@@ -204,6 +216,11 @@ struct ComputeBuilder {
   std::vector<std::string> tensor_names;
   std::map<std::string, SourceLoc> first_seen;  ///< Where each iterator first appears.
   std::vector<const AccessDecl*> accesses;      ///< The output's, then the inputs'.
+  /// The tensors to build: the definition's, with an epilogue's result in place of the
+  /// statement's output (declared, or shaped as it), which is then a name of that tensor.
+  std::vector<TensorDecl> decls;
+  const TensorDecl* out_decl = nullptr;  ///< The statement's output as declared.
+  std::set<std::string> epilogue_tensors;  ///< Names the epilogue reads or writes.
   Compute c;
 };
 
@@ -246,9 +263,46 @@ void bind_params(ComputeBuilder& b, const std::vector<ParamOverride>& overrides)
   }
 }
 
+/// Calls f(access) for every tensor access of an epilogue expression.
+template <typename F>
+void visit_epilogue_accesses(const EpiExprDecl& e, F&& f) {
+  if (e.op == EpiOp::kOperand) f(e.access);
+  for (const auto& a : e.args) visit_epilogue_accesses(*a, f);
+}
+
+/// The tensor declarations to build (ComputeBuilder::decls).
+void prepare_decls(ComputeBuilder& b) {
+  const ComputeDef& def = b.def;
+  const std::string& out = def.statement.output.tensor;
+  b.decls = def.tensors;
+  auto find = [&](const std::string& name) {
+    return std::find_if(b.decls.begin(), b.decls.end(), [&](const TensorDecl& t) { return t.name == name; });
+  };
+  const auto out_at = std::find_if(def.tensors.begin(), def.tensors.end(), [&](const TensorDecl& t) { return t.name == out; });
+  if (out_at == def.tensors.end()) return;  // check_accesses names the missing tensor
+  b.out_decl = &*out_at;
+  if (!def.epilogue) return;
+  const AccessDecl& result = def.epilogue->output;
+  b.epilogue_tensors.insert(result.tensor);
+  visit_epilogue_accesses(*def.epilogue->expr, [&](const AccessDecl& a) {
+    if (a.tensor != out) b.epilogue_tensors.insert(a.tensor);
+  });
+  if (result.tensor == out)
+    throw_user_error(result.loc, "the epilogue writes '" + out + "', the contraction's own output",
+                     "name its result differently, e.g. 'Y[...] = relu(" + out + "[...])'");
+  TensorDecl y = *b.out_decl;  // an undeclared result: the output's shape and dtype
+  y.name = result.tensor;
+  y.loc = result.loc;
+  if (const auto declared = find(result.tensor); declared != b.decls.end()) {
+    y = *declared;
+    b.decls.erase(declared);
+  }
+  *find(out) = y;
+}
+
 /// Each declared tensor's shape, evaluated: positive dimensions, 32-bit indexable.
 void build_tensors(ComputeBuilder& b) {
-  for (const auto& t : b.def.tensors) {
+  for (const auto& t : b.decls) {
     Tensor tensor;
     tensor.name = t.name;
     tensor.dtype = t.dtype;
@@ -278,6 +332,7 @@ void build_tensors(ComputeBuilder& b) {
     b.tensor_names.push_back(t.name);
     b.c.tensors.push_back(std::move(tensor));
   }
+  if (b.def.epilogue && b.out_decl) b.tensor_ids[b.def.statement.output.tensor] = b.tensor_ids.at(b.def.epilogue->output.tensor);
 }
 
 /// The statement's accesses: at most kMaxTensors, tensors exist, ranks agree, each tensor used once.
@@ -309,7 +364,7 @@ void check_accesses(ComputeBuilder& b) {
                        "write one index per dimension");
   }
   for (const auto& t : def.tensors)
-    if (!used.count(t.name))
+    if (!used.count(t.name) && !b.epilogue_tensors.count(t.name))
       throw_user_error(t.loc, "tensor '" + t.name + "' is declared but not used in the statement",
                        "remove it, or check the statement for a misspelt name");
 }
@@ -447,6 +502,139 @@ void check_output_written_once(const ComputeBuilder& b) {
 
 }
 
+/// The most tensors an epilogue reads (each is one more kernel argument).
+constexpr std::size_t kMaxEpilogueOperands = 8;
+
+/// An epilogue's index: affine in the output's iterators and the parameters.
+AffineExpr epilogue_index(const ComputeBuilder& b, const AccessDecl& a, std::size_t d) {
+  const Expr& e = a.indices[d];
+  const std::string what = "index " + std::to_string(d) + " of '" + a.tensor + "'";
+  visit_vars(e, [&](const std::string& n, const SourceLoc& loc) {
+    if (b.params.count(n)) return;
+    const auto it = b.iter_ids.find(n);
+    if (it == b.iter_ids.end() || b.c.iters[it->second].kind != IterKind::kSpatial)
+      throw_user_error(loc, "'" + n + "' in " + what + " is " + (it == b.iter_ids.end() ? "not an iterator" : "a reduction iterator") +
+                                ": an epilogue is indexed by the output's iterators",
+                       "use the iterators that index the output: " + join([&] {
+                         std::vector<std::string> names;
+                         for (const auto& i : b.c.iters)
+                           if (i.kind == IterKind::kSpatial) names.push_back(i.name);
+                         return names;
+                       }()));
+  });
+  return to_affine(e, b.params, b.iter_ids, what);
+}
+
+/// Whether two indices take the same values over the iteration space (terms of iterators of
+/// extent 1 are zero: a convolution's group iterator when groups is 1).
+bool same_index(const Compute& c, const AffineExpr& x, const AffineExpr& y) {
+  auto live = [&](AffineExpr e) {
+    std::erase_if(e.terms, [&](const auto& t) { return c.iters[t.first].extent == 1; });
+    return e;
+  };
+  return live(x) == live(y);
+}
+
+/// The operand an epilogue access reads (its index in c.epilogue.operands): a declared tensor,
+/// or one shaped by the reach of its indices; in bounds; equal accesses share an operand.
+int epilogue_operand(ComputeBuilder& b, const AccessDecl& a) {
+  Compute& c = b.c;
+  const std::string& out = b.def.statement.output.tensor;
+  if (a.tensor == b.def.epilogue->output.tensor)
+    throw_user_error(a.loc, "the epilogue reads its own result '" + a.tensor + "'", "read '" + out + "' instead");
+  for (const auto& in : b.def.statement.inputs)
+    if (in.tensor == a.tensor)
+      throw_user_error(a.loc, "'" + a.tensor + "' is an input of the contraction; an epilogue reads other tensors",
+                       "give the epilogue's operand its own name");
+  Access acc;
+  for (std::size_t d = 0; d < a.indices.size(); ++d) acc.indices.push_back(epilogue_index(b, a, d));
+  auto id = b.tensor_ids.find(a.tensor);
+  if (id == b.tensor_ids.end()) {  // undeclared: the smallest shape the indices fit in
+    Tensor t{a.tensor, {}, c.tensor_of(c.output).dtype};
+    for (const auto& e : acc.indices) t.shape.push_back(std::max<std::int64_t>(1, c.index_range(e).second + 1));
+    if (c.tensors.size() == static_cast<std::size_t>(Compute::kMaxTensors))
+      throw_user_error(a.loc, "more than " + std::to_string(Compute::kMaxTensors) + " tensors", "fuse fewer operands");
+    id = b.tensor_ids.emplace(a.tensor, static_cast<int>(c.tensors.size())).first;
+    c.tensors.push_back(std::move(t));
+  }
+  acc.tensor = id->second;
+  const Tensor& t = c.tensors[acc.tensor];
+  if (acc.indices.size() != t.shape.size())
+    throw_user_error(a.loc, "tensor '" + a.tensor + "' has " + std::to_string(t.shape.size()) +
+                                " dimensions but is indexed with " + std::to_string(acc.indices.size()),
+                     "write one index per dimension");
+  for (std::size_t d = 0; d < acc.indices.size(); ++d) {
+    const auto [lo, hi] = c.index_range(acc.indices[d]);
+    if (lo < 0 || hi > t.shape[d] - 1)
+      throw_user_error(a.indices[d]->loc, "index " + std::to_string(d) + " of '" + a.tensor + "' ranges over [" +
+                                              std::to_string(lo) + ", " + std::to_string(hi) + "], outside its dimension [0, " +
+                                              std::to_string(t.shape[d] - 1) + "]",
+                       "an epilogue reads its operands in bounds; check the shape and the indices");
+  }
+  for (std::size_t i = 0; i < c.epilogue.operands.size(); ++i)
+    if (c.epilogue.operands[i] == acc) return static_cast<int>(i);
+  if (c.epilogue.operands.size() == kMaxEpilogueOperands)
+    throw_user_error(a.loc, "the epilogue reads more than " + std::to_string(kMaxEpilogueOperands) + " tensor accesses",
+                     "fold constant operands together before tuning");
+  c.epilogue.operands.push_back(std::move(acc));
+  return static_cast<int>(c.epilogue.operands.size() - 1);
+}
+
+/// Appends an epilogue expression to the program, postfix.
+void append_epilogue(ComputeBuilder& b, const EpiExprDecl& e) {
+  Compute& c = b.c;
+  for (const auto& a : e.args) append_epilogue(b, *a);
+  EpiNode n{e.op, -1, e.value};
+  if (e.op == EpiOp::kOperand && e.access.tensor == b.def.statement.output.tensor) {
+    for (std::size_t d = 0; d < e.access.indices.size(); ++d)
+      if (e.access.indices.size() != c.output.indices.size() || !same_index(c, epilogue_index(b, e.access, d), c.output.indices[d]))
+        throw_user_error(e.access.loc, "the epilogue reads '" + e.access.tensor + "' at other indices than the contraction writes",
+                         "read the contraction's value where it is: '" + c.statement_text().substr(0, c.statement_text().find(" +=")) + "'");
+    n.op = EpiOp::kAcc;
+  } else if (e.op == EpiOp::kOperand) {
+    n.operand = epilogue_operand(b, e.access);
+  }
+  if (c.epilogue.program.size() == kMaxEpilogueNodes)
+    throw_user_error(e.loc, "the epilogue has more than " + std::to_string(kMaxEpilogueNodes) + " terms",
+                     "an epilogue is a short elementwise expression");
+  c.epilogue.program.push_back(n);
+}
+
+/// The epilogue: its result indexed as the output, its operands, its program; then every
+/// dtype it reads and writes is a float it computes in float32.
+void build_epilogue(ComputeBuilder& b) {
+  if (!b.def.epilogue) return;
+  const EpilogueDecl& e = *b.def.epilogue;
+  Compute& c = b.c;
+  c.epilogue.acc = b.def.statement.output.tensor;
+  for (const auto& in : b.def.statement.inputs)
+    if (in.tensor == e.output.tensor)
+      throw_user_error(e.output.loc, "the epilogue's result '" + in.tensor + "' is an input of the contraction",
+                       "name the result differently");
+  bool same = e.output.indices.size() == c.output.indices.size();
+  for (std::size_t d = 0; same && d < e.output.indices.size(); ++d)
+    same = same_index(c, epilogue_index(b, e.output, d), c.output.indices[d]);
+  if (!same)
+    throw_user_error(e.output.loc, "the epilogue's result '" + e.output.tensor + "' is not indexed as the contraction's output",
+                     "index it exactly as '" + c.epilogue.acc + "' in the statement");
+  append_epilogue(b, *e.expr);
+  bool reads_sum = false;
+  for (const EpiNode& n : c.epilogue.program) reads_sum = reads_sum || n.op == EpiOp::kAcc;
+  if (!reads_sum)
+    throw_user_error(e.expr->loc, "the epilogue does not read the contraction's value '" + c.epilogue.acc + "'",
+                     "apply it to the contraction, e.g. 'relu(" + c.epilogue.acc + "[...])'");
+  auto check_float = [&](const Tensor& t, const SourceLoc& loc, const char* role) {
+    if (t.dtype != DType::kFloat16 && t.dtype != DType::kBFloat16 && t.dtype != DType::kFloat32)
+      throw_user_error(loc, std::string(role) + " '" + t.name + "' is " + std::string(dtype_name(t.dtype)) +
+                                "; an epilogue computes in float32 and reads and writes float16, bfloat16 or float32",
+                       "declare it float16, bfloat16 or float32");
+  };
+  check_float(c.tensor_of(c.output), e.output.loc, "the epilogue's result");
+  visit_epilogue_accesses(*e.expr, [&](const AccessDecl& a) {
+    if (a.tensor != c.epilogue.acc) check_float(c.tensors[b.tensor_ids.at(a.tensor)], a.loc, "epilogue operand");
+  });
+}
+
 /// Index arithmetic stays within 32 bits, which the kernels compute in: for each access, the
 /// sum over its dimensions of the largest magnitude any partial sum of the index can take, times
 /// the dimension's stride, is at most INT32_MAX. This bounds every offset the kernels form, also
@@ -454,9 +642,11 @@ void check_output_written_once(const ComputeBuilder& b) {
 /// checked in 64 bits.
 void check_index_arithmetic(const ComputeBuilder& b) {
   const Compute& c = b.c;
-  for (std::size_t ai = 0; ai < b.accesses.size(); ++ai) {
-    const Access& a = ai == 0 ? c.output : c.inputs[ai - 1];
+  const std::size_t statement = b.accesses.size();
+  for (std::size_t ai = 0; ai < statement + c.epilogue.operands.size(); ++ai) {
+    const Access& a = ai == 0 ? c.output : ai < statement ? c.inputs[ai - 1] : c.epilogue.operands[ai - statement];
     const Tensor& t = c.tensor_of(a);
+    const SourceLoc& loc = ai < statement ? b.accesses[ai]->loc : b.def.epilogue->output.loc;
     bool overflow = false;
     std::int64_t reach = 0;
     for (std::size_t d = 0; d < a.indices.size(); ++d) {
@@ -469,7 +659,7 @@ void check_index_arithmetic(const ComputeBuilder& b) {
       reach = checked_add(reach, checked_mul(widest, t.stride(d), overflow), overflow);
     }
     if (overflow || reach > kMaxElements32)
-      throw_user_error(b.accesses[ai]->loc,
+      throw_user_error(loc,
                        "the indices of '" + t.name + "' reach offsets of " +
                            (overflow ? std::string("more than 2^63") : std::to_string(reach)) +
                            " elements, more than 32-bit indexing allows (2147483647)",
@@ -482,9 +672,9 @@ void check_index_arithmetic(const ComputeBuilder& b) {
 void check_dtypes(ComputeBuilder& b) {
   const ComputeDef& def = b.def;
   Compute& c = b.c;
-  const Tensor& out = c.tensor_of(c.output);
-  const auto& out_decl_dtype =
-      *std::find_if(def.tensors.begin(), def.tensors.end(), [&](const auto& d) { return d.name == out.name; });
+  // With an epilogue the statement's output is not stored: its dtype only names the sums'.
+  const TensorDecl& out_decl_dtype = *b.out_decl;
+  const Tensor out{out_decl_dtype.name, {}, out_decl_dtype.dtype};
   c.accumulate = def.accumulate.value_or(out.dtype);
   const SourceLoc& acc_loc = def.accumulate ? def.accumulate_loc : out_decl_dtype.dtype_loc;
   for (const auto& in : c.inputs) {
@@ -513,11 +703,13 @@ Compute build_compute(const ComputeDef& def, const std::vector<ParamOverride>& o
   b.c.name = def.name;
   b.c.update = def.statement.update;
   bind_params(b, overrides);
+  prepare_decls(b);
   build_tensors(b);
   check_accesses(b);
   build_iterators_and_accesses(b);
   infer_extents(b);
   check_output_written_once(b);
+  build_epilogue(b);
   check_index_arithmetic(b);
   check_dtypes(b);
   return std::move(b.c);
@@ -529,10 +721,21 @@ namespace {
 /// iterator's extent and its accumulation dtype; parameters are already folded into these.
 std::string definition_of(const Compute& c) {
   ordered_json tensors = ordered_json::object(), iters = ordered_json::object();
-  for (const Tensor& t : c.tensors) tensors[t.name] = {{"shape", t.shape}, {"dtype", dtype_name(t.dtype)}};
+  auto declare = [&](const std::string& name, const Tensor& t, DType dtype) {
+    tensors[name] = {{"shape", t.shape}, {"dtype", dtype_name(dtype)}};
+  };
+  // An epilogue's result takes the place of the statement's output, declared as its sums; the
+  // result follows the other tensors, which the build puts back in the output's place.
+  for (std::size_t i = 0; i < c.tensors.size(); ++i) {
+    const bool out = static_cast<int>(i) == c.output.tensor;
+    if (out && !c.epilogue.empty()) declare(c.epilogue.acc, c.tensors[i], c.accumulate);
+    else declare(c.tensors[i].name, c.tensors[i], c.tensors[i].dtype);
+  }
+  if (!c.epilogue.empty()) declare(c.tensor_of(c.output).name, c.tensor_of(c.output), c.tensor_of(c.output).dtype);
   for (const Iterator& it : c.iters) iters[it.name] = it.extent;
   ordered_json def = {{"name", c.name}, {"compute", c.statement_text()}, {"tensors", tensors}, {"iterators", iters}};
-  if (c.accumulate != c.tensor_of(c.output).dtype) def["accumulate"] = dtype_name(c.accumulate);
+  if (c.epilogue.empty() && c.accumulate != c.tensor_of(c.output).dtype) def["accumulate"] = dtype_name(c.accumulate);
+  if (!c.epilogue.empty()) def["epilogue"] = c.epilogue_text();
   return def.dump();
 }
 

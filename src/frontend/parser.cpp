@@ -2,12 +2,13 @@
 
 #include <cctype>
 #include <charconv>
+#include <optional>
 
 namespace tmap {
 namespace {
 
 enum class Tok {
-  kEnd, kName, kInt, kLBracket, kRBracket, kLParen, kRParen, kComma,
+  kEnd, kName, kInt, kNumber, kLBracket, kRBracket, kLParen, kRParen, kComma,
   kPlus, kMinus, kStar, kSlash, kPercent, kPlusAssign, kAssign,
   kEq, kNe, kLt, kLe, kGt, kGe,
 };
@@ -24,6 +25,7 @@ const char* describe(Tok t) {
     case Tok::kEnd: return "end of text";
     case Tok::kName: return "a name";
     case Tok::kInt: return "an integer";
+    case Tok::kNumber: return "a number";
     case Tok::kLBracket: return "'['";
     case Tok::kRBracket: return "']'";
     case Tok::kLParen: return "'('";
@@ -48,7 +50,22 @@ const char* describe(Tok t) {
 
 class Parser {
  public:
-  Parser(std::string_view text, const Locator& locate) : text_(text), locate_(locate) { lex(); }
+  /// `numbers`: decimal fractions and exponents are read as kNumber (epilogue text).
+  Parser(std::string_view text, const Locator& locate, bool numbers = false)
+      : text_(text), locate_(locate), numbers_(numbers) {
+    lex();
+  }
+
+  EpilogueDecl epilogue() {
+    EpilogueDecl e;
+    e.output = access("the epilogue's result (e.g. 'Y[i, j]')");
+    if (!accept(Tok::kAssign))
+      fail(peek(), "expected '=' after the epilogue's result, found " + found(peek()),
+           "an epilogue is 'Y[...] = f(Out[...], ...)' with Out the contraction's output");
+    e.expr = value();
+    if (peek().kind != Tok::kEnd) fail(peek(), "unexpected " + found(peek()) + " after the epilogue");
+    return e;
+  }
 
   StatementDecl statement() {
     StatementDecl s;
@@ -92,6 +109,11 @@ class Parser {
         while (j < text_.size() && (std::isalnum(static_cast<unsigned char>(text_[j])) || text_[j] == '_')) ++j;
         t.kind = Tok::kName;
         t.length = j - i;
+      } else if (numbers_ && std::isdigit(static_cast<unsigned char>(c))) {
+        t.length = number_length(i);
+        // Whole numbers are integers, which indices take too.
+        t.kind = text_.substr(i, t.length).find_first_not_of("0123456789") == std::string_view::npos ? Tok::kInt
+                                                                                                    : Tok::kNumber;
       } else if (std::isdigit(static_cast<unsigned char>(c))) {
         std::size_t j = i;
         while (j < text_.size() && std::isdigit(static_cast<unsigned char>(text_[j]))) ++j;
@@ -133,6 +155,41 @@ class Parser {
       i += t.length;
     }
     tokens_.push_back(Token{Tok::kEnd, text_.size(), 1, {}});
+  }
+
+  /// Bytes of the decimal number at `i`: digits, an optional fraction, an optional exponent.
+  std::size_t number_length(std::size_t i) const {
+    auto digit = [&](std::size_t j) { return j < text_.size() && std::isdigit(static_cast<unsigned char>(text_[j])); };
+    std::size_t j = i;
+    while (digit(j)) ++j;
+    if (j < text_.size() && text_[j] == '.')
+      for (++j; digit(j);) ++j;
+    if (j < text_.size() && (text_[j] == 'e' || text_[j] == 'E')) {
+      std::size_t k = j + 1;
+      if (k < text_.size() && (text_[k] == '+' || text_[k] == '-')) ++k;
+      if (digit(k)) {
+        for (j = k; digit(j);) ++j;
+      }
+    }
+    if (j < text_.size() && (std::isalpha(static_cast<unsigned char>(text_[j])) || text_[j] == '_' || text_[j] == '.'))
+      fail_at(i, j + 1 - i, "malformed number '" + std::string(text_.substr(i, j + 1 - i)) + "'",
+              "numbers are decimal, such as 0.5, 6 or 1e-3");
+    return j - i;
+  }
+
+  /// One level deeper while it lives; `recurses` (the token opens a nested expression) at the
+  /// deepest level allowed is an error.
+  struct Nest {
+    int& d;
+    explicit Nest(int& depth) : d(++depth) {}
+    Nest(const Nest&) = delete;
+    ~Nest() { --d; }
+  };
+  Nest nested(const Token& t, bool recurses) {
+    if (recurses && depth_ == kMaxNesting)
+      fail(t, "an expression nested more than " + std::to_string(kMaxNesting) + " levels deep",
+           "remove redundant parentheses and signs");
+    return Nest(depth_);
   }
 
   const Token& peek() const { return tokens_[pos_]; }
@@ -233,14 +290,7 @@ class Parser {
   Expr unary() {
     const Token t = peek();
     // Parentheses and signs recurse; everything that walks the expression later does too.
-    if ((t.kind == Tok::kMinus || t.kind == Tok::kLParen) && depth_ == kMaxNesting)
-      fail(t, "an expression nested more than " + std::to_string(kMaxNesting) + " levels deep",
-           "remove redundant parentheses and signs");
-    struct Nest {
-      int& d;
-      explicit Nest(int& depth) : d(++depth) {}
-      ~Nest() { --d; }
-    } nest(depth_);
+    const Nest nest = nested(t, t.kind == Tok::kMinus || t.kind == Tok::kLParen);
     switch (t.kind) {
       case Tok::kMinus: {
         next();
@@ -271,12 +321,108 @@ class Parser {
     }
   }
 
+  // ---- Epilogue values ----
+
+  using Node = EpiExprDecl;
+  EpiExprPtr make(EpiOp op, std::vector<EpiExprPtr> args, std::size_t begin) {
+    auto n = std::make_shared<Node>();
+    n->op = op;
+    n->args = std::move(args);
+    n->loc = loc(begin, prev_end());
+    return n;
+  }
+
+  EpiExprPtr value() {
+    const std::size_t begin = peek().offset;
+    EpiExprPtr e = product();
+    for (;;) {
+      EpiOp op;
+      if (accept(Tok::kPlus)) op = EpiOp::kAdd;
+      else if (accept(Tok::kMinus)) op = EpiOp::kSub;
+      else return e;
+      EpiExprPtr rhs = product();
+      e = make(op, {e, rhs}, begin);
+    }
+  }
+
+  EpiExprPtr product() {
+    const std::size_t begin = peek().offset;
+    EpiExprPtr e = factor();
+    for (;;) {
+      EpiOp op;
+      if (accept(Tok::kStar)) op = EpiOp::kMul;
+      else if (accept(Tok::kSlash)) op = EpiOp::kDiv;
+      else return e;
+      EpiExprPtr rhs = factor();
+      e = make(op, {e, rhs}, begin);
+    }
+  }
+
+  EpiExprPtr number(const Token& t, bool negative, std::size_t begin) {
+    auto n = std::make_shared<Node>();
+    n->op = EpiOp::kConst;
+    auto [p, ec] = std::from_chars(t.text.data(), t.text.data() + t.text.size(), n->value);
+    if (ec != std::errc() || !(n->value <= 3.4028234663852886e38))
+      fail(t, "number '" + std::string(t.text) + "' is beyond float32's range");
+    if (negative) n->value = -n->value;
+    n->loc = loc(begin, t.offset + t.length);
+    return n;
+  }
+
+  EpiExprPtr factor() {
+    const Token t = peek();
+    const Nest nest = nested(t, t.kind == Tok::kMinus || t.kind == Tok::kLParen || t.kind == Tok::kName);
+    switch (t.kind) {
+      case Tok::kMinus: {
+        next();
+        if (peek().kind == Tok::kNumber || peek().kind == Tok::kInt) return number(next(), true, t.offset);
+        EpiExprPtr a = factor();
+        return make(EpiOp::kNeg, {a}, t.offset);
+      }
+      case Tok::kNumber:
+      case Tok::kInt: return number(next(), false, t.offset);
+      case Tok::kLParen: {
+        next();
+        EpiExprPtr e = value();
+        expect(Tok::kRParen, "to close '('");
+        return e;
+      }
+      case Tok::kName: {
+        if (tokens_[pos_ + 1].kind == Tok::kLBracket) {
+          auto n = std::make_shared<Node>();
+          n->op = EpiOp::kOperand;
+          n->access = access("a tensor access");
+          n->loc = n->access.loc;
+          return n;
+        }
+        next();
+        const std::optional<EpiOp> f = epi_function(t.text);
+        if (!f)
+          fail(t, "'" + std::string(t.text) + "' is neither a function nor a tensor access",
+               "an epilogue reads tensors as 'X[i, j]' and calls " + epi_function_list());
+        expect(Tok::kLParen, "after function '" + std::string(t.text) + "'");
+        std::vector<EpiExprPtr> args{value()};
+        while (accept(Tok::kComma)) args.push_back(value());
+        expect(Tok::kRParen, "to close the arguments of '" + std::string(t.text) + "'");
+        const int arity = epi_arity(*f);
+        if (static_cast<int>(args.size()) != arity)
+          fail(t, "'" + std::string(t.text) + "' takes " + std::to_string(arity) + " argument" + (arity == 1 ? "" : "s") +
+                      ", not " + std::to_string(args.size()),
+               "the functions are " + epi_function_list());
+        return make(*f, std::move(args), t.offset);
+      }
+      default:
+        fail(t, "expected a number, a tensor access, a function call or '(', found " + found(t));
+    }
+  }
+
   static constexpr std::size_t kMaxTokens = 4096;
   static constexpr int kMaxNesting = 64;
 
   std::string_view text_;
   const Locator& locate_;
   std::vector<Token> tokens_;
+  bool numbers_ = false;
   std::size_t pos_ = 0;
   int depth_ = 0;
 };
@@ -289,6 +435,10 @@ Locator locator_for(const SourceText& text) {
 
 StatementDecl parse_statement(std::string_view text, const Locator& locate) {
   return Parser(text, locate).statement();
+}
+
+EpilogueDecl parse_epilogue(std::string_view text, const Locator& locate) {
+  return Parser(text, locate, true).epilogue();
 }
 
 Expr parse_expression(std::string_view text, const Locator& locate, bool allow_comparison) {

@@ -1,6 +1,7 @@
 #include "tmap/ir/compute.h"
 
 #include <cstdio>
+#include <functional>
 #include <stdexcept>
 
 #include <nlohmann/json.hpp>
@@ -62,12 +63,60 @@ std::string access_text(const Compute& c, const Access& a) {
     out += (d ? ", " : "") + to_string(a.indices[d], names);
   return out + "]";
 }
+
+/// The text of an access with `name` in place of its tensor's.
+std::string renamed_access_text(const Compute& c, const Access& a, const std::string& name) {
+  const std::string text = access_text(c, a);
+  return name + text.substr(text.find('['));
+}
+
+/// Infix text of an epilogue program with the fewest parentheses that keep its tree: operators
+/// bind as in C, an operand of the same precedence on the right is parenthesized, and a negative
+/// constant is written as one (the parser reads '-' before a number as part of it).
+std::string program_text(const Compute& c) {
+  struct Text {
+    std::string s;
+    int prec;  // 1: + -, 2: * /, 3: unary minus, 4: leaves and calls
+  };
+  const Epilogue& e = c.epilogue;
+  std::function<Text(const EpiNode&)> leaf = [&](const EpiNode& n) -> Text {
+    if (n.op == EpiOp::kAcc) return {renamed_access_text(c, c.output, e.acc), 4};
+    if (n.op == EpiOp::kOperand) return {access_text(c, e.operands[n.operand]), 4};
+    char buf[40];
+    std::snprintf(buf, sizeof buf, "%.17g", n.value);
+    return {buf, n.value < 0 ? 3 : 4};
+  };
+  std::function<Text(EpiOp, std::vector<Text>&)> apply = [](EpiOp op, std::vector<Text>& a) -> Text {
+    auto wrap = [](const Text& t, bool paren) { return paren ? "(" + t.s + ")" : t.s; };
+    auto binary = [&](const char* sym, int prec) -> Text {
+      return {wrap(a[0], a[0].prec < prec) + sym + wrap(a[1], a[1].prec <= prec), prec};
+    };
+    switch (op) {
+      case EpiOp::kNeg: return {"-" + wrap(a[0], a[0].prec < 3), 3};
+      case EpiOp::kAdd: return binary(" + ", 1);
+      case EpiOp::kSub: return binary(" - ", 1);
+      case EpiOp::kMul: return binary(" * ", 2);
+      case EpiOp::kDiv: return binary(" / ", 2);
+      default: break;
+    }
+    std::string call = std::string(epi_function_name(op)) + "(";
+    for (std::size_t i = 0; i < a.size(); ++i) call += (i ? ", " : "") + a[i].s;
+    return {call + ")", 4};
+  };
+  return fold_epilogue<Text>(e.program, leaf, apply).s;
+}
 }  // namespace
 
 std::string Compute::statement_text() const {
-  std::string out = access_text(*this, output) + (update == UpdateKind::kAccumulate ? " += " : " = ");
+  std::string out = (epilogue.empty() ? access_text(*this, output) : renamed_access_text(*this, output, epilogue.acc)) +
+                    (update == UpdateKind::kAccumulate ? " += " : " = ");
   for (std::size_t i = 0; i < inputs.size(); ++i) out += (i ? " * " : "") + access_text(*this, inputs[i]);
   return out;
+}
+
+std::string Compute::epilogue_text() const {
+  if (epilogue.empty()) return {};
+  return access_text(*this, output) + " = " + program_text(*this);
 }
 
 nlohmann::json to_json(const Compute& c) {
@@ -94,6 +143,12 @@ nlohmann::json to_json(const Compute& c) {
   j["output"] = access(c.output);
   j["inputs"] = nlohmann::json::array();
   for (const auto& in : c.inputs) j["inputs"].push_back(access(in));
+  if (!c.epilogue.empty()) {
+    nlohmann::json program = nlohmann::json::array(), operands = nlohmann::json::array();
+    for (const EpiNode& n : c.epilogue.program) program.push_back({static_cast<int>(n.op), n.operand, n.value});
+    for (const auto& a : c.epilogue.operands) operands.push_back(access(a));
+    j["epilogue"] = {{"text", c.epilogue_text()}, {"acc", c.epilogue.acc}, {"operands", operands}, {"program", program}};
+  }
   return j;
 }
 
@@ -104,6 +159,7 @@ std::string workload_key(const Compute& c) {
   nlohmann::json iters = nlohmann::json::array();
   for (const auto& it : c.iters) iters.push_back({it.name, it.extent});
   nlohmann::json canonical = {{"statement", c.statement_text()}, {"tensors", tensors}, {"iterators", iters}};
+  if (!c.epilogue.empty()) canonical["epilogue"] = c.epilogue_text();
   if (c.accumulate != c.tensor_of(c.output).dtype) canonical["accumulate"] = dtype_name(c.accumulate);
   std::uint64_t h = 1469598103934665603ull;  // FNV-1a
   for (unsigned char ch : canonical.dump()) {
@@ -168,6 +224,18 @@ Compute compute_from_json(const nlohmann::json& j, const std::string& what) {
       c.accumulate = *acc;
     }
     for (const auto& in : j.at("inputs")) c.inputs.push_back(access(in));
+    if (j.contains("epilogue")) {
+      const nlohmann::json& e = j.at("epilogue");
+      c.epilogue.acc = e.at("acc").get<std::string>();
+      for (const auto& a : e.at("operands")) c.epilogue.operands.push_back(access(a));
+      for (const auto& n : e.at("program")) {
+        if (!n.is_array() || n.size() != 3 || !n[2].is_number()) throw std::runtime_error("an epilogue node is not [op, operand, value]");
+        c.epilogue.program.push_back({static_cast<EpiOp>(integer<int>(n[0], "an epilogue op")),
+                                      integer<int>(n[1], "an epilogue operand"), n[2].get<double>()});
+      }
+      if (const std::string why = epilogue_program_error(c.epilogue.program, c.epilogue.operands.size()); !why.empty())
+        throw std::runtime_error("an epilogue with " + why);
+    }
     return c;
   } catch (const std::exception& e) {
     throw UserError(format_diagnostic(SourceLoc::whole(what), "malformed compute description: " + exception_text(e),

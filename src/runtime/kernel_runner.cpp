@@ -194,10 +194,12 @@ std::size_t bytes_of(const Tensor& t) {
 Workspace::Workspace(const Compute& c, std::uint64_t seed) : compute_(c), values_(c.tensors.size()), device_(c.tensors.size(), nullptr) {
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<double> uniform(-1.0, 1.0);
-  for (const auto& in : c.inputs) {
-    const Tensor& t = c.tensor_of(in);
-    values_[in.tensor].resize(static_cast<std::size_t>(t.num_elements()));
-    for (auto& v : values_[in.tensor]) v = quantize(uniform(rng), t.dtype);
+  // Every tensor read, the epilogue's operands too, holds fresh values in [-1, 1].
+  for (std::size_t i = 0; i < c.tensors.size(); ++i) {
+    if (static_cast<int>(i) == c.output.tensor) continue;
+    const Tensor& t = c.tensors[i];
+    values_[i].resize(static_cast<std::size_t>(t.num_elements()));
+    for (auto& v : values_[i]) v = quantize(uniform(rng), t.dtype);
   }
   try {
     for (std::size_t i = 0; i < c.tensors.size(); ++i) {
@@ -489,6 +491,8 @@ KernelRun run_candidate(Workspace& ws, const std::vector<double>& reference, int
     slots[kSlotB] = ws.device(b_tensor);
     slots[kSlotOut] = ws.device(ws.compute().output.tensor);
     slots[plan.workspace_slot] = workspace;
+    const std::vector<Access>& epilogue = ws.compute().epilogue.operands;
+    for (std::size_t i = 0; i < epilogue.size(); ++i) slots[kSlotEpilogue + i] = ws.device(epilogue[i].tensor);
     tmap_tensor_map maps[TMAP_PLAN_MAX_MAPS];
     encode_maps(plan, slots, maps);
     tmap_launch_cache cache{-1, 0};

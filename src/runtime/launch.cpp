@@ -79,7 +79,15 @@ LaunchPlan plan_launch(const KernelSource& k) {
   };
   const bool prologue = !k.relayout_name.empty();
   if (prologue) add_step(out, k.relayout_name, k.relayout_blocks, k.relayout_threads, {a_in, b_in, workspace});
-  tmap_launch_step& main = add_step(out, k.name, k.grid[0], k.threads, {operand(0), operand(1), output, workspace});
+  TMAP_CHECK(k.epilogue_operands >= 0 && kSlotEpilogue + k.epilogue_operands <= TMAP_PLAN_MAX_SLOTS &&
+                 4 + k.epilogue_operands + TMAP_PLAN_MAX_MAPS <= TMAP_PLAN_MAX_ARGS,
+             "more epilogue operands than a plan passes");
+  auto epilogue_args = [&](tmap_launch_step& s) {
+    for (int i = 0; i < k.epilogue_operands; ++i) s.args[s.num_args++] = {kSlotEpilogue + i, 0};
+  };
+  tmap_launch_step& main = add_step(out, k.name, k.grid[0], k.threads, {operand(0), operand(1), output});
+  epilogue_args(main);
+  main.args[main.num_args++] = workspace;
   main.grid[1] = k.grid[1];
   main.grid[2] = k.grid[2];
   main.shared_bytes = k.shared_bytes;
@@ -91,7 +99,11 @@ LaunchPlan plan_launch(const KernelSource& k) {
     main.args[main.num_args++] = {TMAP_SLOT_MAP + p.num_maps, 0};
     p.maps[p.num_maps++] = map_of(m, operand(m.operand));
   }
-  if (!k.reduce_name.empty()) add_step(out, k.reduce_name, k.reduce_blocks, k.reduce_threads, {workspace, output}).dependent = 1;
+  if (!k.reduce_name.empty()) {
+    tmap_launch_step& reduce = add_step(out, k.reduce_name, k.reduce_blocks, k.reduce_threads, {workspace, output});
+    reduce.dependent = 1;
+    epilogue_args(reduce);
+  }
   return out;
 }
 

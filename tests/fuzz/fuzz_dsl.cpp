@@ -1,4 +1,5 @@
-// The compute language: a statement, and an expression with comparisons (as in "requires").
+// The compute language: a statement, an epilogue, and an expression with comparisons (as in
+// "requires").
 #include "fuzz_util.h"
 #include "tmap/frontend/parser.h"
 #include "tmap/ir/expr.h"
@@ -8,6 +9,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const SourceText src("fuzz.dsl", fuzz::text_of(data, size));
   const Locator at = locator_for(src);
   fuzz::expect_clean([&] { parse_statement(src.text(), at); });
+  fuzz::expect_clean([&] { parse_epilogue(src.text(), at); });
   fuzz::expect_clean([&] {
     Expr e = parse_expression(src.text(), at, true);
     (void)to_string(e);

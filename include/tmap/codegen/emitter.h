@@ -81,6 +81,8 @@ struct KernelSource {
   std::int64_t relayout_blocks = 0;
   int relayout_threads = 256;
   std::array<std::int64_t, 2> relayout_offset{-1, -1};
+  /// Pointers the main and reduce kernels take after the output: the epilogue's operands, in order.
+  int epilogue_operands = 0;
 };
 
 class EmitterFamily {

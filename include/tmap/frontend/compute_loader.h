@@ -11,9 +11,15 @@
 //     "iterators": {"k": "K / groups"},                  (extents of iterators that index no
 //                                                         dimension directly; optional)
 //     "requires": ["K % groups == 0"],                   (conditions on parameters; optional)
-//     "accumulate": "float32"                            (the dtype sums are kept in when the output
+//     "accumulate": "float32",                           (the dtype sums are kept in when the output
 //                                                         is narrower; optional, default the output's)
+//     "epilogue": "Y[n, k, q] = relu(Out[n, k, q] + bias[k])"
+//                                                        (elementwise work on the sums before they are
+//                                                         stored, see ir/epilogue.h; optional)
 //   }
+//
+// An epilogue's tensors may be left undeclared: its result then takes the output's shape and
+// dtype, and an operand the output's dtype and the smallest shape its indices fit in.
 #pragma once
 
 #include <cstdint>
@@ -65,6 +71,7 @@ struct ComputeDef {
   /// float16, say).
   std::optional<DType> accumulate;
   SourceLoc accumulate_loc;
+  std::optional<EpilogueDecl> epilogue;
   SourceLoc loc;  ///< The file.
 };
 
@@ -76,6 +83,9 @@ ComputeDef load_compute_file(const std::string& path);
 /// Stores the output in `dtype` (an --out-dtype override, located at `loc`), keeping the sums in
 /// the dtype the definition accumulates in: float32 sums of a built-in op written as float16.
 void set_output_dtype(ComputeDef& def, DType dtype, const SourceLoc& loc);
+
+/// Appends the epilogue `text` (located by `locate`) to a definition that has none.
+void set_epilogue(ComputeDef& def, std::string_view text, const Locator& locate, const SourceLoc& loc);
 
 /// A "--set NAME=VALUE" parameter override.
 struct ParamOverride {

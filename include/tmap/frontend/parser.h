@@ -10,11 +10,13 @@
 
 #include <cstddef>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "tmap/ir/compute.h"
+#include "tmap/ir/epilogue.h"
 #include "tmap/ir/expr.h"
 #include "tmap/support/diagnostic.h"
 
@@ -42,6 +44,31 @@ struct StatementDecl {
   UpdateKind update = UpdateKind::kAccumulate;
   std::vector<AccessDecl> inputs;
 };
+
+/// A node of an epilogue expression as written (kAcc is not used: the contraction's value is an
+/// access whose tensor the loader recognizes).
+struct EpiExprDecl {
+  EpiOp op = EpiOp::kConst;
+  AccessDecl access;  ///< kOperand: a tensor access.
+  double value = 0;   ///< kConst.
+  std::vector<std::shared_ptr<const EpiExprDecl>> args;
+  SourceLoc loc;
+};
+using EpiExprPtr = std::shared_ptr<const EpiExprDecl>;
+
+/// "Y[n, k] = relu(Out[n, k] * scale[k] + bias[k])": the epilogue's result and its expression.
+struct EpilogueDecl {
+  AccessDecl output;
+  EpiExprPtr expr;
+};
+
+/// Parses an epilogue statement:
+///   epilogue := access '=' value
+///   value    := product (('+' | '-') product)*
+///   product  := factor (('*' | '/') factor)*
+///   factor   := '-' factor | NUMBER | NAME '(' value (',' value)* ')' | access | '(' value ')'
+/// NUMBER is decimal with an optional fraction and exponent; '-' before a number is its sign.
+EpilogueDecl parse_epilogue(std::string_view text, const Locator& locate);
 
 /// Parses a statement such as "Out[n, k, p, q] += I[n, c, p*stride + r, q + s] * W[k, c, r, s]".
 StatementDecl parse_statement(std::string_view text, const Locator& locate);

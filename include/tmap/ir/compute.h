@@ -18,6 +18,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "tmap/ir/dtype.h"
+#include "tmap/ir/epilogue.h"
 #include "tmap/ir/expr.h"
 
 namespace tmap {
@@ -50,6 +51,17 @@ struct Access {
   bool operator==(const Access&) const = default;
 };
 
+/// Elementwise work applied to the contraction's value before it is stored (ir/epilogue.h).
+struct Epilogue {
+  /// The name the text gives the contraction's value ("Out"); empty when there is no epilogue.
+  std::string acc;
+  std::vector<Access> operands;  ///< In order of first appearance; indexed by spatial iterators.
+  std::vector<EpiNode> program;  ///< Postfix; leaves one value.
+
+  bool empty() const { return program.empty(); }
+  bool operator==(const Epilogue&) const = default;
+};
+
 struct Compute {
   /// The most tensors (output and inputs) a statement takes: a kernel passes each as a pointer.
   static constexpr int kMaxTensors = 16;
@@ -64,6 +76,9 @@ struct Compute {
   DType accumulate = DType::kFloat32;
   Access output;
   std::vector<Access> inputs;   ///< The factors of the product, left to right.
+  /// With an epilogue, `output` is its result (indexed as the contraction's value, which is not
+  /// stored) and the operands' tensors follow the statement's in `tensors`.
+  Epilogue epilogue;
 
   const Tensor& tensor_of(const Access& a) const { return tensors.at(a.tensor); }
   std::vector<std::string> iterator_names() const;
@@ -74,6 +89,8 @@ struct Compute {
   std::int64_t iteration_points() const;
   /// The statement with concrete indices, e.g. "Out[n, k, p, q] += I[n, c, p + r - 1, q + s - 1] * W[k, c, r, s]".
   std::string statement_text() const;
+  /// The epilogue as text, e.g. "Y[n, k] = relu(Out[n, k] + bias[k])"; empty without one.
+  std::string epilogue_text() const;
 };
 
 /// A plain JSON description: name, statement, params, tensors (name, shape, dtype), iterators

@@ -13,8 +13,9 @@
 
 namespace tmap {
 
-/// The pointer slots of a GEMM-shaped kernel's plan: operand A, operand B, the output, the workspace.
-enum PlanSlot { kSlotA = 0, kSlotB = 1, kSlotOut = 2, kSlotWorkspace = 3 };
+/// The pointer slots of a GEMM-shaped kernel's plan: operand A, operand B, the output, the
+/// workspace, then the epilogue's operands in order.
+enum PlanSlot { kSlotA = 0, kSlotB = 1, kSlotOut = 2, kSlotWorkspace = 3, kSlotEpilogue = 4 };
 
 struct LaunchPlan {
   std::vector<std::string> kernels;  ///< The names the steps' `kernel` indices refer to.
@@ -22,8 +23,8 @@ struct LaunchPlan {
 };
 
 /// The plan of a generated kernel: its relayout prologue (operands into the workspace), the main
-/// kernel (A, B, output, workspace, then its tensor maps) and its split-K reduction (workspace,
-/// output), each dependent on the one before; pointers in PlanSlot order.
+/// kernel (A, B, output, epilogue operands, workspace, then its tensor maps) and its split-K
+/// reduction (workspace, output, epilogue operands), each dependent on the one before.
 LaunchPlan plan_launch(const KernelSource& k);
 /// The plan of a kernel that takes each of `tensors` pointers in order (the reference kernel).
 LaunchPlan plan_plain_launch(const KernelSource& k, int tensors);

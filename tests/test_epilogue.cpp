@@ -1,0 +1,240 @@
+// Fused epilogues (ir/epilogue.h): the text and its checks, the compute's round trip through
+// logs, every function compiled on every family by NVRTC, and fused kernels on the GPU against
+// the reference kernel, which computes the epilogue in double independently.
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "gpu_cases.h"
+#include "test_util.h"
+#include "tmap/codegen/emitter.h"
+#include "tmap/codegen/reference_emitter.h"
+#include "tmap/frontend/op_library.h"
+#include "tmap/match/matcher.h"
+#include "tmap/runtime/nvrtc_compiler.h"
+
+namespace tmap {
+namespace {
+
+using testing::have_gpu;
+using testing::shipped;
+using testing::user_error_of;
+
+Compute fused(const std::string& op, const std::string& out_dtype, const std::string& epilogue,
+              const std::vector<std::string>& sets) {
+  return testing::fused_op(op, out_dtype, epilogue, sets);
+}
+
+/// Every function, operator and kind of operand (per column, per tensor, full shape) at once.
+const char* kEveryFunction =
+    "Y[m, n] = clamp(gelu(C[m, n] * scale[n] + bias[n]), -6, 6.5) + silu(R[m, n]) - tanh(leaky_relu(C[m, n], 0.1)) * "
+    "sigmoid(alpha[0]) + max(gelu_tanh(C[m, n]), min(relu(R[m, n]), 2.5)) / 3 - -0.25";
+
+TEST(Epilogue, TextBuildsOperandsAndPrintsBack) {
+  const Compute c = fused("gemm", "float16", kEveryFunction, {"M=96", "N=80", "K=64"});
+  EXPECT_EQ(c.tensor_of(c.output).name, "Y");
+  EXPECT_EQ(c.tensor_of(c.output).dtype, DType::kFloat16);
+  EXPECT_EQ(c.accumulate, DType::kFloat32);
+  EXPECT_EQ(c.epilogue.acc, "C");
+  ASSERT_EQ(c.epilogue.operands.size(), 4u) << "scale, bias, R and alpha, each access once";
+  const std::vector<std::pair<std::string, std::vector<std::int64_t>>> shapes = {
+      {"scale", {80}}, {"bias", {80}}, {"R", {96, 80}}, {"alpha", {1}}};
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    const Tensor& t = c.tensor_of(c.epilogue.operands[i]);
+    EXPECT_EQ(t.name, shapes[i].first);
+    EXPECT_EQ(t.shape, shapes[i].second) << t.name << ": the smallest shape its indices fit in";
+    EXPECT_EQ(t.dtype, DType::kFloat16) << "undeclared operands take the output's dtype";
+  }
+  EXPECT_EQ(c.statement_text(), "C[m, n] += A[m, k] * B[k, n]");
+  EXPECT_EQ(c.epilogue_text(),
+            "Y[m, n] = clamp(gelu(C[m, n] * scale[n] + bias[n]), -6, 6.5) + silu(R[m, n]) - tanh(leaky_relu(C[m, n], "
+            "0.10000000000000001)) * sigmoid(alpha[0]) + max(gelu_tanh(C[m, n]), min(relu(R[m, n]), 2.5)) / 3 - -0.25");
+  // The text parses back to the same program: a log's record rebuilds to the same compute.
+  const Compute again = rebuild_recorded_compute(to_json(c), workload_key(c), "record");
+  EXPECT_EQ(to_json(again), to_json(c));
+  EXPECT_EQ(again.epilogue, c.epilogue);
+  EXPECT_EQ(again.tensors, c.tensors);
+  // The epilogue is part of what a workload is.
+  const Compute plain = testing::narrowed_op("gemm", "float16", {"M=96", "N=80", "K=64"});
+  EXPECT_NE(workload_key(plain), workload_key(c));
+  EXPECT_FALSE(to_json(plain).contains("epilogue"));
+}
+
+TEST(Epilogue, ParenthesesKeepTheTree) {
+  for (const std::string e : {"Y[m, n] = C[m, n] - (bias[n] - 1)", "Y[m, n] = C[m, n] / (2 * bias[n])",
+                              "Y[m, n] = -(C[m, n] + 1) * 2", "Y[m, n] = (C[m, n] - 1) - 2",
+                              "Y[m, n] = -2 * -C[m, n]", "Y[m, n] = 1e-3 * C[m, n] + 1.5e+2"}) {
+    const Compute c = fused("gemm", "float32", e, {"M=16", "N=16", "K=16"});
+    const Compute again = rebuild_recorded_compute(to_json(c), "", "record");
+    EXPECT_EQ(again.epilogue.program, c.epilogue.program) << e << " printed as " << c.epilogue_text();
+  }
+  const Compute c = fused("gemm", "float32", "Y[m, n] = C[m, n] - (bias[n] - 1)", {"M=16", "N=16", "K=16"});
+  EXPECT_EQ(c.epilogue_text(), "Y[m, n] = C[m, n] - (bias[n] - 1)");
+}
+
+TEST(Epilogue, DeclaredTensorsKeepTheirShapeAndDtype) {
+  const Compute c = testing::build_json(R"json({
+    "compute": "Out[n, k] += I[n, c] * W[k, c]",
+    "params": {"N": 8, "C": 32, "K": 48},
+    "tensors": {"I": {"shape": ["N", "C"], "dtype": "float16"}, "W": {"shape": ["K", "C"], "dtype": "float16"},
+                "Out": {"shape": ["N", "K"], "dtype": "float32"},
+                "Y": {"shape": ["N", "K"], "dtype": "bfloat16"}, "b": {"shape": [1, "K"], "dtype": "float32"}},
+    "epilogue": "Y[n, k] = relu(Out[n, k] + b[0, k])"
+  })json");
+  EXPECT_EQ(c.tensor_of(c.output).name, "Y");
+  EXPECT_EQ(c.tensor_of(c.output).dtype, DType::kBFloat16);
+  EXPECT_EQ(c.accumulate, DType::kFloat32);
+  ASSERT_EQ(c.epilogue.operands.size(), 1u);
+  EXPECT_EQ(c.tensor_of(c.epilogue.operands[0]).dtype, DType::kFloat32);
+  EXPECT_EQ(c.tensor_of(c.epilogue.operands[0]).shape, (std::vector<std::int64_t>{1, 48}));
+  EXPECT_EQ(to_json(rebuild_recorded_compute(to_json(c), workload_key(c), "record")), to_json(c));
+}
+
+TEST(Epilogue, MistakesAreNamedWithTheFix) {
+  const std::vector<std::string> gemm = {"M=16", "N=24", "K=16"};
+  auto error = [&](const std::string& e, const std::string& out = "float32") {
+    return user_error_of([&] { fused("gemm", out, e, gemm); });
+  };
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"Y[m, n] = relu(C[m, n], 2)", "'relu' takes 1 argument, not 2"},
+      {"Y[m, n] = swish(C[m, n])", "'swish' is neither a function nor a tensor access"},
+      {"Y[m, n] = C[m, n] + b[k]", "'k' in index 0 of 'b' is a reduction iterator"},
+      {"Y[m, n] = C[m, n] + b[q]", "'q' in index 0 of 'b' is not an iterator"},
+      {"Y[n, m] = C[m, n]", "is not indexed as the contraction's output"},
+      {"Y[m, n] = C[n, m]", "reads 'C' at other indices"},
+      {"Y[m, n] = bias[n]", "does not read the contraction's value"},
+      {"Y[m, n] = C[m, n] + A[m, 0]", "'A' is an input of the contraction"},
+      {"Y[m, n] = C[m, n] + Y[m, n]", "reads its own result"},
+      {"C[m, n] = relu(C[m, n])", "writes 'C', the contraction's own output"},
+      {"Y[m, n] = C[m, n] * 1e39", "beyond float32's range"},
+      {"Y[m, n] = C[m, n] * 1.5.2", "malformed number"},
+      {"Y[m, n] = C[m, n] + b[m - 1]", "ranges over [-1, 14]"},
+      {"Y[m, n] relu(C[m, n])", "expected '=' after the epilogue's result"},
+      {"Y[m, n] = C[m, n] +", "expected a number, a tensor access"},
+  };
+  for (const auto& [text, expected] : cases) EXPECT_NE(error(text).find(expected), std::string::npos) << text << "\n" << error(text);
+  EXPECT_NE(user_error_of([&] { fused("gemm", "int32", "Y[m, n] = C[m, n]", gemm); }).find("float16, bfloat16 or float32"),
+            std::string::npos);
+  std::string many = "Y[m, n] = C[m, n]";
+  for (int i = 0; i < 9; ++i) many += " + t" + std::to_string(i) + "[n]";
+  EXPECT_NE(error(many).find("more than 8 tensor accesses"), std::string::npos);
+  std::string deep = "Y[m, n] = C[m, n]";
+  for (int i = 0; i < 300; ++i) deep += " + 1";
+  EXPECT_NE(error(deep).find("more than 256 terms"), std::string::npos);
+}
+
+TEST(Epilogue, AlteredRecordsAreRefused) {
+  const Compute c = fused("gemm", "float16", "Y[m, n] = relu(C[m, n] + bias[n])", {"M=32", "N=32", "K=32"});
+  const nlohmann::json good = to_json(c);
+  auto refused = [&](const std::function<void(nlohmann::json&)>& alter) {
+    nlohmann::json j = good;
+    alter(j);
+    return user_error_of([&] { rebuild_recorded_compute(j, "", "record"); });
+  };
+  EXPECT_NE(refused([](auto& j) { j["epilogue"]["program"][0][0] = 99; }).find("an unknown operation"), std::string::npos);
+  EXPECT_NE(refused([](auto& j) { j["epilogue"]["program"][1][1] = 7; }).find("operand 7 of 1"), std::string::npos);
+  EXPECT_NE(refused([](auto& j) { j["epilogue"]["program"].erase(2); }).find("leaves 2 values"), std::string::npos);
+  EXPECT_NE(refused([](auto& j) { j["epilogue"]["program"][0][2] = 1e300; }).find("record"), std::string::npos);
+  // A bias read past its end: a well-formed document whose compute does not build.
+  EXPECT_NE(refused([](auto& j) { j["epilogue"]["operands"][0]["indices"][0]["constant"] = 5; }).find("not one tmap builds"),
+            std::string::npos);
+  // Renaming the sums builds, but is another workload than the record's key says.
+  nlohmann::json renamed = good;
+  renamed["epilogue"]["acc"] = "Q";
+  EXPECT_NE(user_error_of([&] { rebuild_recorded_compute(renamed, workload_key(c), "record"); }).find("is not its compute's"),
+            std::string::npos);
+}
+
+/// Kernels of `c` for each family: the default schedule of the first full mapping, and variants
+/// (split-K, split-K summed in a cluster, wgmma's producer) where valid.
+std::vector<testing::GpuCase> family_cases(const Compute& c, const std::string& label, int cc) {
+  std::vector<testing::GpuCase> out;
+  for (const std::string hw_name : {"wmma_fp16_fp32", "mma_sync_fp16_fp32", "wgmma_fp16_fp32", "simt_fp16_fp32"}) {
+    if (cc < 90 && hw_name.rfind("wgmma", 0) == 0) continue;
+    const HwAbstraction& hw = find_hw(shipped(), hw_name);
+    static std::vector<MatchReport> keep;
+    keep.push_back(match_compute(c, {hw}, Enumeration::kAll));
+    if (keep.back().matches.empty()) continue;
+    const Match& m = keep.back().matches.front();
+    const ImplicitGemm g = make_implicit_gemm(c, hw, m, m.mappings.back());
+    const DeviceLimits limits = DeviceLimits::for_arch(cc);
+    const ScheduleParams base = default_schedule(g, limits);
+    std::vector<std::pair<std::string, ScheduleParams>> schedules = {{"default", base}};
+    ScheduleParams split = base;
+    split.split_k = 2;
+    schedules.push_back({"split_k 2", split});
+    if (cc >= 90) {
+      ScheduleParams cluster = split;
+      cluster.cluster = 1;
+      schedules.push_back({"split_k 2 in a cluster", cluster});
+    }
+    if (hw_name.rfind("wgmma", 0) == 0) {
+      ScheduleParams producer = base;
+      producer.producer = 1;
+      schedules.push_back({"producer", producer});
+    }
+    for (const auto& [what, p] : schedules)
+      if (validate(g, p, limits).empty()) out.push_back({label + " " + hw_name + " " + what, g, p, 1e-2});
+  }
+  return out;
+}
+
+/// The fused computes the tests run: every function on a GEMM, a convolution's bias, residual and
+/// ReLU in NHWC (vector stores along the channels) and NCHW (along the image).
+std::vector<std::pair<std::string, Compute>> fused_computes() {
+  return {{"gemm every function", fused("gemm", "float16", kEveryFunction, {"M=96", "N=80", "K=64"})},
+          {"conv2d_nhwc bias residual relu",
+           fused("conv2d_nhwc", "float16", "Y[n, p, q, k] = relu(Out[n, p, q, k] * s[k] + b[k] + R[n, p, q, k])",
+                 {"N=2", "C=32", "H=9", "W=9", "K=64"})},
+          {"conv2d bias silu", fused("conv2d", "bfloat16", "Y[n, k, p, q] = silu(Out[n, k, p, q] + b[k])",
+                                     {"N=2", "C=32", "H=8", "W=16", "K=48"})}};
+}
+
+TEST(Epilogue, EveryFunctionCompilesOnEveryFamily) {
+  std::vector<std::string> failures;
+  std::size_t kernels = 0;
+  std::vector<std::string> families_seen;
+  for (int cc : {80, 90}) {
+    NvrtcCompiler compiler(cc);
+    std::vector<CompileJob> jobs;
+    std::vector<std::string> labels;
+    for (const auto& [label, c] : fused_computes()) {
+      const KernelSource ref = emit_reference_kernel(c);
+      jobs.push_back({ref.name, ref.code});
+      labels.push_back(label + " reference");
+      for (const auto& gc : family_cases(c, label, cc)) {
+        const KernelSource k = emit_kernel(gc.g, gc.p);
+        EXPECT_EQ(k.epilogue_operands, static_cast<int>(c.epilogue.operands.size()));
+        EXPECT_NE(k.code.find("struct Output"), std::string::npos) << gc.label;
+        jobs.push_back({k.name, k.code});
+        labels.push_back(gc.label + " sm_" + std::to_string(cc));
+        if (cc == 90) families_seen.push_back(gc.g.hw->family);
+      }
+    }
+    const std::vector<CompileResult> results = compile_parallel(compiler, jobs);
+    kernels += results.size();
+    for (std::size_t i = 0; i < results.size(); ++i)
+      if (!results[i].ok) failures.push_back(labels[i] + ":\n" + results[i].log.substr(0, 3000));
+  }
+  for (const std::string f : {"wmma", "mma_sync", "wgmma", "simt"})
+    EXPECT_NE(std::find(families_seen.begin(), families_seen.end(), f), families_seen.end()) << f << " not compiled";
+  EXPECT_GE(kernels, 30u);
+  EXPECT_TRUE(failures.empty()) << failures.size() << " failed, first: " << failures.front();
+}
+
+TEST(GpuEpilogue, FusedKernelsMatchTheReference) {
+  if (!have_gpu()) GTEST_SKIP() << "no GPU: " << query_runtime().status;
+  std::uint64_t seed = 4900;
+  for (const auto& [label, c] : fused_computes()) {
+    const std::vector<testing::GpuCase> cases = family_cases(c, label, testing::device_cc());
+    EXPECT_GE(cases.size(), 4u) << label;
+    testing::run_cases(c, cases, seed++);
+  }
+}
+
+}  // namespace
+}  // namespace tmap
