@@ -820,6 +820,12 @@ int main(int argc, char** argv) {
       if (!table_out_dtype_given) out_dtype = model->out_dtype;
       for (const auto& w : model->workloads) {
         if (!only.empty() && w.name != only) continue;
+        if (!w.epilogue.empty()) {
+          // Timing a fused kernel against an unfused baseline would compare different work.
+          std::cerr << "tmap_bench: error: workload '" << w.name << "' has a fused epilogue (" << w.epilogue
+                    << "); fused baselines are not measured yet\n  hint: import the model with --no-fuse for this benchmark\n";
+          return 2;
+        }
         Entry e{w.name, w.op, {}, w.count};
         for (const auto& [k, v] : w.params) e.sets.push_back(k + "=" + std::to_string(v));
         entries.push_back(e);

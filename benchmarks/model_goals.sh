@@ -44,7 +44,7 @@ table="$out/resnet50_b1_nhwc.json"
 make_table() {
   [ -f "$table" ] && return
   "$bin/tmap_make_model" resnet50 "$out/resnet50.onnx" --shapes-only
-  "$bin/tmap" import "$out/resnet50.onnx" --batch 1 --layout nhwc --out "$table" > "$out/resnet50_b1_nhwc.txt"
+  "$bin/tmap" import "$out/resnet50.onnx" --batch 1 --layout nhwc --no-fuse --out "$table" > "$out/resnet50_b1_nhwc.txt"
   rm -f "$out/resnet50.onnx"
 }
 # Each workload key of a log, one per line.

@@ -1,6 +1,6 @@
 // tmap export: kernels of every family (WMMA, mma.sync with a split-K reduction, wgmma with its
 // TMA producer, on a GEMM and on a convolution read in im2col boxes, SIMT, mma.sync reading
-// channels-last copies of an NCHW convolution) written as a standalone CMake project; nvcc builds it here (no GPU
+// channels-last copies of an NCHW convolution, a fused epilogue) written as a standalone CMake project; nvcc builds it here (no GPU
 // needed) and its launch functions refuse null and misaligned pointers, and on a GPU its checking
 // program runs each kernel against the reference kernel.
 #include <gtest/gtest.h>
@@ -79,6 +79,10 @@ std::vector<TuneRecord> every_family() {
   pair.name = "gemm_pair";  // persistent pairs of blocks sharing B: whole clusters resident at once
   r.push_back(record_of(pair, "wgmma", [](ScheduleParams& p) { p.producer = 2; p.cluster = 2; p.block_m = 64; p.warp_m = 64; p.stages = 3; }));
   EXPECT_EQ(r.back().candidate.params.cluster, 2);
+  Compute fused = fused_op("gemm", "float16", "Y[m, n] = gelu(C[m, n] + bias[n]) + R[m, n]", {"M=96", "N=128", "K=512"});
+  fused.name = "gemm_fused";  // epilogue operands passed to the main and the reduce kernel
+  r.push_back(record_of(fused, "mma_sync", [](ScheduleParams& p) { p.split_k = 2; }));
+  EXPECT_EQ(r.back().candidate.params.split_k, 2);
   return r;
 }
 
@@ -95,7 +99,7 @@ std::string export_and_build(const ScratchDir& dir) {
   std::vector<const TuneRecord*> ptrs;
   for (const auto& r : records) ptrs.push_back(&r);
   const auto kernels = export_kernels(ptrs, shipped(), 90, dir / "out", "test records");
-  EXPECT_EQ(kernels.size(), 9u);
+  EXPECT_EQ(kernels.size(), 10u);
   const std::string header = read(dir / "out/tmap_kernels.h");
   for (const auto& k : kernels) {
     EXPECT_TRUE(std::filesystem::exists(dir / ("out/" + k.file))) << k.file;
@@ -129,6 +133,8 @@ std::string export_and_build(const ScratchDir& dir) {
   EXPECT_TRUE(plans[8].steps[0].persistent);
   EXPECT_EQ(plans[8].steps[0].cluster_x, 2) << "pairs are resident as whole clusters";
   EXPECT_NE(read(dir / ("out/" + kernels[8].file)).find("__cluster_dims__(2, 1, 1)"), std::string::npos);
+  EXPECT_EQ(plans[9].steps[0].num_args, 6) << "A, B, the output, bias, R, the workspace";
+  EXPECT_EQ(plans[9].steps[1].num_args, 4) << "the reduction applies the epilogue: workspace, output, bias, R";
   const auto r = testing::shell("cmake -S out -B build -G Ninja -DCMAKE_CUDA_COMPILER=" TMAP_NVCC
                                 " -DCMAKE_BUILD_TYPE=Release >/dev/null && cmake --build build 2>&1",
                                 dir.str());
@@ -147,7 +153,7 @@ TEST(Export, EveryFamilyBuildsAsAStandaloneLibraryWithNvcc) {
   // The launch functions check their pointers before touching the GPU, so this part runs here.
   const auto r = testing::shell("./build/tmap_kernels_check --arguments-only", dir.str());
   EXPECT_EQ(r.code, 0) << r.out << r.err;
-  EXPECT_NE(r.out.find("9 of 9 launch functions refuse null and misaligned pointers"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("10 of 10 launch functions refuse null and misaligned pointers"), std::string::npos) << r.out;
 }
 
 TEST(Export, CheckProgramPassesOnTheGpu) {
@@ -156,7 +162,7 @@ TEST(Export, CheckProgramPassesOnTheGpu) {
   ASSERT_EQ(export_and_build(dir), "");
   const auto r = testing::shell("./build/tmap_kernels_check", dir.str());
   EXPECT_EQ(r.code, 0) << r.out << r.err;
-  EXPECT_NE(r.out.find("9 passed, 0 failed"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("10 passed, 0 failed"), std::string::npos) << r.out;
 }
 
 TEST(Cli, ExportRefusesLogsWithoutCorrectRecords) {

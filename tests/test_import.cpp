@@ -2,6 +2,7 @@
 // counts and FLOPs against hand-derived values, what is left out and why, and bad input.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 
 #include "cli_util.h"
@@ -40,6 +41,7 @@ TEST(Import, ResNetStyleUniqueLayersCountsAndFlops) {
   ScratchDir dir("tmap_import_resnet");
   OnnxImportOptions o;
   o.batch = 2;
+  o.fuse = false;  // the bare contractions (Import.FusedPatterns covers fusion)
   const WorkloadTable t = import_onnx(save(dir, testing::resnet_style(), "r.onnx"), o);
   ASSERT_EQ(t.workloads.size(), 6u);
   const auto* stem = find(t, "conv2d", "N=2 C=3 H=64 W=64 K=16 R=7 S=7 stride=2 pad=3 dil=1 groups=1");
@@ -98,6 +100,7 @@ TEST(Import, BertStyleMatMulBatchedMatMulAndGemm) {
   OnnxImportOptions o;
   o.batch = 2;
   o.dims["seq"] = 32;
+  o.fuse = false;
   const WorkloadTable t = import_onnx(save(dir, testing::bert_style(), "b.onnx"), o);
   const auto* proj = find(t, "gemm", "M=64 N=64 K=64");
   ASSERT_NE(proj, nullptr);
@@ -110,6 +113,60 @@ TEST(Import, BertStyleMatMulBatchedMatMulAndGemm) {
   EXPECT_EQ(t.workloads.size(), 6u);
   EXPECT_TRUE(t.unsupported.empty());
   EXPECT_EQ(t.other_ops.at("Softmax"), 1);
+}
+
+/// The workload of node `node`.
+const TableWorkload* of_node(const WorkloadTable& t, const std::string& node) {
+  for (const auto& w : t.workloads)
+    if (std::find(w.nodes.begin(), w.nodes.end(), node) != w.nodes.end()) return &w;
+  return nullptr;
+}
+
+TEST(Import, FusedPatterns) {
+  ScratchDir dir("tmap_import_fused");
+  OnnxImportOptions o;
+  o.batch = 2;
+  const std::string path = save(dir, testing::fused_patterns(), "f.onnx");
+  const WorkloadTable t = import_onnx(path, o);
+  const std::vector<std::pair<std::string, std::string>> expected = {
+      // Conv + BatchNormalization (folded) + Relu; the conv's own bias first.
+      {"bn_relu", "Y[n, 16*g + k, p, q] = relu((Out[n, 16*g + k, p, q] + bias[16*g + k]) * scale[16*g + k] + bias_bn[16*g + k])"},
+      // Conv + BN + Add (a residual of the output's shape) + Clip(0, 6).
+      {"bn_add_clip", "Y[n, 16*g + k, p, q] = clamp((Out[n, 16*g + k, p, q]) * scale[16*g + k] + bias[16*g + k] + "
+                      "residual[n, 16*g + k, p, q], 0, 6)"},
+      {"hardswish", "Y[n, 16*g + k, p, q] = (Out[n, 16*g + k, p, q]) * clamp((Out[n, 16*g + k, p, q]) / 6 + 0.5, 0, 1)"},
+      {"leaky", "Y[n, 16*g + k, p, q] = leaky_relu(Out[n, 16*g + k, p, q], 0.100000001)"},
+      {"hardsigmoid", "Y[n, 16*g + k, p, q] = clamp(0.2 * (Out[n, 16*g + k, p, q]) + 0.5, 0, 1)"},
+      {"silu", "Y[m, n] = silu(C[m, n] + bias[n])"},
+      {"gelu_erf", "Y[m, n] = gelu(C[m, n] + bias[n])"},
+      {"tanh", "Y[m, n] = tanh(C[m, n])"},
+      // Gemm's alpha and beta with its bias C, then a Sigmoid.
+      {"gemm_ab", "Y[m, n] = sigmoid((C[m, n]) * 0.500000 + 2.000000 * bias[n])"},
+      // A per-channel Add of a [1, K, 1, 1] constant.
+      {"channel_add", "Y[n, 16*g + k, p, q] = Out[n, 16*g + k, p, q] + bias[16*g + k]"},
+  };
+  for (const auto& [node, epilogue] : expected) {
+    const TableWorkload* w = of_node(t, node);
+    ASSERT_NE(w, nullptr) << node;
+    EXPECT_EQ(w->epilogue, epilogue) << node;
+    EXPECT_TRUE(w->notes.empty()) << node << ": " << w->notes.front();
+    // Every fused workload builds, with its epilogue's operands inferred.
+    const Compute c = build_table_workload(*w, t.out_dtype, node);
+    EXPECT_FALSE(c.epilogue.empty()) << node;
+  }
+  // Its value read twice (by a Relu and the graph's output): nothing fused, the Relu outside.
+  const TableWorkload* shared = of_node(t, "shared");
+  ASSERT_NE(shared, nullptr);
+  EXPECT_TRUE(shared->epilogue.empty());
+  EXPECT_EQ(t.other_ops.at("Relu"), 1);
+  for (const std::string absorbed : {"BatchNormalization", "Erf", "Sigmoid", "Mul", "Clip", "HardSwish", "LeakyRelu",
+                                     "HardSigmoid", "Tanh", "Add", "Div"})
+    EXPECT_EQ(t.other_ops.count(absorbed), 0u) << absorbed << " left outside a kernel";
+  // --no-fuse: the same contractions, bare.
+  o.fuse = false;
+  const WorkloadTable bare = import_onnx(path, o);
+  for (const auto& w : bare.workloads) EXPECT_TRUE(w.epilogue.empty()) << w.name;
+  EXPECT_GE(bare.other_ops.at("Relu"), 2);
 }
 
 TEST(Import, ConvolutionsOfOtherRanks) {
@@ -170,6 +227,7 @@ TEST(WorkloadTable, JsonRoundTripAndValidation) {
   OnnxImportOptions o;
   o.batch = 2;
   o.dims["seq"] = 32;
+  o.fuse = false;
   const WorkloadTable t = import_onnx(save(dir, testing::bert_style(), "b.onnx"), o);
   std::ofstream(dir / "t.json") << workload_table_json(t);
   const WorkloadTable back = load_workload_table(dir / "t.json");
@@ -207,13 +265,24 @@ TEST(Cli, ImportPrintsTheTableAndWritesJson) {
   save(dir, testing::resnet_style(), "r.onnx");
   auto r = testing::tmap("import r.onnx --batch 2", dir.str());
   ASSERT_EQ(r.code, 0) << r.err;
+  // Fused by default: a residual block's second convolution takes its Add and ReLU.
+  EXPECT_NE(r.out.find("11 contraction node(s) -> 8 unique workload(s)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("fused: Y[n, 16*g + k, p, q] = relu(Out[n, 16*g + k, p, q] + bias[16*g + k] + residual[n, 16*g + k, p, q])"),
+            std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("13 node(s) computed in the workloads' epilogues"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("other nodes (outside any kernel from tmap): Flatten 1, GlobalAveragePool 1, MaxPool 1"), std::string::npos)
+      << r.out;
+  r = testing::tmap("import r.onnx --batch 2 --no-fuse", dir.str());
   EXPECT_NE(r.out.find("11 contraction node(s) -> 6 unique workload(s)"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("other nodes (not contractions; no kernel from tmap): Add 4"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("other nodes (outside any kernel from tmap): Add 4"), std::string::npos) << r.out;
   r = testing::tmap("import r.onnx --batch 2 --format json > t.json && tmap import r.onnx --batch 2 --out t2.json >/dev/null"
                     " && cmp t.json t2.json",
                     dir.str());
   ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_EQ(load_workload_table(dir / "t.json").workloads.size(), 6u);
+  const WorkloadTable read = load_workload_table(dir / "t.json");
+  ASSERT_EQ(read.workloads.size(), 8u);
+  EXPECT_NE(read.workloads[2].epilogue.find("residual"), std::string::npos) << "the epilogue is in the file";
+  EXPECT_EQ(read.workloads[2].absorbed.size(), 4u);
   r = testing::tmap("import r.onnx", dir.str());
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("give --batch N"), std::string::npos) << r.err;

@@ -37,6 +37,7 @@ std::string names_text(const Compute& c, const std::vector<int>& ids) {
 
 void print_text(const Compute& c, const MatchReport& r) {
   std::printf("workload %s: %s\n", c.name.c_str(), c.statement_text().c_str());
+  if (!c.epilogue.empty()) std::printf("  epilogue: %s\n", c.epilogue_text().c_str());
   std::string spatial, reduction;
   for (const auto& it : c.iters)
     (it.kind == IterKind::kSpatial ? spatial : reduction) += " " + it.name + "=" + std::to_string(it.extent);

@@ -15,6 +15,7 @@ struct ImportArgs {
   std::string model, format = "text", out, layout = "nchw", out_dtype = "float16";
   std::int64_t batch = 0;
   std::vector<std::string> dims;
+  bool no_fuse = false;
 };
 
 /// A workload table as text: one line per workload (count, GFLOP, share), then what was left out.
@@ -25,9 +26,15 @@ void print_table(const WorkloadTable& t) {
               t.title.c_str(), nodes, t.workloads.size(), t.total_flops() / 1e9, t.out_dtype.c_str());
   std::printf("%-3s %-28s %-17s %5s %10s %7s  %s\n", "#", "name", "op", "count", "GFLOP", "share", "parameters");
   int i = 0;
-  for (const auto& w : t.workloads)
+  int absorbed = 0;
+  for (const auto& w : t.workloads) {
     std::printf("%-3d %-28s %-17s %5d %10.4f %6.1f%%  %s%s\n", i++, w.name.c_str(), w.op.c_str(), w.count, w.flops / 1e9,
                 100 * t.share(w), params_text(w).c_str(), w.notes.empty() ? "" : ("  [" + w.notes.front() + (w.notes.size() > 1 ? ", ..." : "") + "]").c_str());
+    if (!w.epilogue.empty())
+      std::printf("    fused: %s  (absorbs %zu node(s))\n", w.epilogue.c_str(), w.absorbed.size());
+    absorbed += static_cast<int>(w.absorbed.size());
+  }
+  if (absorbed > 0) std::printf("%d node(s) computed in the workloads' epilogues\n", absorbed);
   if (!t.unsupported.empty()) {
     std::printf("unsupported (%zu), not in the table:\n", t.unsupported.size());
     for (const auto& u : t.unsupported) std::printf("  %s (%s): %s\n", u.node.c_str(), u.op_type.c_str(), u.reason.c_str());
@@ -35,7 +42,7 @@ void print_table(const WorkloadTable& t) {
   if (!t.other_ops.empty()) {
     std::string line;
     for (const auto& [op, n] : t.other_ops) line += (line.empty() ? "" : ", ") + op + " " + std::to_string(n);
-    std::printf("other nodes (not contractions; no kernel from tmap): %s\n", line.c_str());
+    std::printf("other nodes (outside any kernel from tmap): %s\n", line.c_str());
   }
 }
 
@@ -62,6 +69,8 @@ void register_model(CLI::App& app) {
                                             "(conv2d_nhwc: channels-last tensors)")
       ->check(CLI::IsMember({"nchw", "nhwc"}));
   cmd->add_option("--out-dtype", args->out_dtype, "The workloads' output dtype (default float16, sums in float32)");
+  cmd->add_flag("--no-fuse", args->no_fuse,
+                "Bare contractions: no bias, BatchNormalization, Add or activation fused into their epilogues");
   cmd->add_option("--format", args->format, "text (a table) or json (the workload table that tune --table reads)")
       ->check(CLI::IsMember({"text", "json"}));
   cmd->add_option("--out", args->out, "Write the JSON workload table to this file (and print the text table)");
@@ -71,6 +80,7 @@ void register_model(CLI::App& app) {
     o.dims = parse_dims(args->dims);
     o.channels_last = args->layout == "nhwc";
     o.out_dtype = args->out_dtype;
+    o.fuse = !args->no_fuse;
     const WorkloadTable t = import_onnx(args->model, o);
     if (t.workloads.empty()) {
       std::string reasons;

@@ -20,6 +20,9 @@ void ComputeArgs::add_to(CLI::App& cmd) {
   cmd.add_option("--set", sets, "Override a parameter: --set N=16 (repeatable)")->allow_extra_args(false);
   cmd.add_option("--out-dtype", out_dtype,
                  "Store the output as this dtype, e.g. float16, summing in the compute's own accumulation dtype");
+  cmd.add_option("--epilogue", epilogue,
+                 "Fuse elementwise work after the contraction, e.g. 'Y[m, n] = relu(C[m, n] + bias[n])' (undeclared "
+                 "tensors take the output's dtype; functions: " + epi_function_list() + ")");
 }
 
 Compute ComputeArgs::build() const {
@@ -35,6 +38,8 @@ Compute ComputeArgs::build() const {
     if (!dtype) throw_user_error(loc, "unknown dtype '" + out_dtype + "'", "supported dtypes: " + supported_dtype_names());
     set_output_dtype(def, *dtype, loc);
   }
+  SourceText epilogue_text("--epilogue", epilogue);
+  if (!epilogue.empty()) set_epilogue(def, epilogue, locator_for(epilogue_text), SourceLoc::whole("--epilogue"));
   return build_compute(def, parse_param_overrides(sets));
 }
 

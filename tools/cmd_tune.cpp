@@ -125,6 +125,7 @@ struct TuneArgs {
 void print_tune_summary(const TuneSummary& s, const Compute& c, const Workload& w, const std::string& log_path,
                         bool model_only) {
   std::printf("workload %s (%s): %s\n", w.key.c_str(), c.name.c_str(), c.statement_text().c_str());
+  if (!c.epilogue.empty()) std::printf("  epilogue: %s\n", c.epilogue_text().c_str());
   std::printf("%d mappings searched; %d trials %s in %s (%d failed)%s; log %s\n", s.arms, s.measured,
               model_only ? "ranked and compiled" : "measured", duration_text(s.wall_s).c_str(), s.failed,
               s.resumed ? (", " + std::to_string(s.resumed) + " resumed").c_str() : "", log_path.c_str());
@@ -441,6 +442,7 @@ void print_tune_json(const TuneArgs& args, const TuneSummary& s, const Compute& 
                      const std::string& log_path) {
   nlohmann::json j;
   j["workload"] = {{"key", w.key}, {"name", c.name}, {"statement", c.statement_text()}};
+  if (!c.epilogue.empty()) j["workload"]["epilogue"] = c.epilogue_text();
   j["log"] = log_path;
   j["measure"] = args.measure;
   j["mappings"] = s.arms;

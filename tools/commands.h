@@ -30,7 +30,8 @@ struct ComputeArgs {
   std::string op;
   std::vector<std::string> sets;
   std::string out_dtype;  ///< --out-dtype: store the output in this dtype (sums stay in theirs)
-  /// Adds the positional file, --op, --set and --out-dtype to a subcommand.
+  std::string epilogue;   ///< --epilogue: elementwise work fused after the contraction
+  /// Adds the positional file, --op, --set, --out-dtype and --epilogue to a subcommand.
   void add_to(CLI::App& cmd);
   /// Loads and builds the compute; a UserError when neither or both are given.
   Compute build() const;

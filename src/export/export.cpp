@@ -105,10 +105,16 @@ std::string launcher(const Piece& x) {
   os << "  const void* const kernels[] = {";
   for (std::size_t i = 0; i < x.plan.kernels.size(); ++i)
     os << (i ? ", " : "") << "reinterpret_cast<const void*>(" << x.plan.kernels[i] << ")";
-  const auto slot = [&](int input) { return "const_cast<void*>(static_cast<const void*>(" + identifier(c.tensors[c.inputs[input].tensor].name) + "))"; };
-  os << "};\n  // Operand A, operand B, the output; the workspace goes in the fourth.\n"
-     << "  void* slots[TMAP_PLAN_MAX_SLOTS] = {" << slot(gm.a_input) << ", " << slot(gm.b_input) << ", "
-     << identifier(c.tensors[c.output.tensor].name) << "};\n"
+  const auto slot = [&](int tensor) { return "const_cast<void*>(static_cast<const void*>(" + identifier(c.tensors[tensor].name) + "))"; };
+  os << "};\n  // Operand A, operand B, the output; the workspace goes in the fourth"
+     << (c.epilogue.empty() ? "" : ", the epilogue's operands after it") << ".\n"
+     << "  void* slots[TMAP_PLAN_MAX_SLOTS] = {" << slot(c.inputs[gm.a_input].tensor) << ", " << slot(c.inputs[gm.b_input].tensor)
+     << ", " << identifier(c.tensors[c.output.tensor].name);
+  if (!c.epilogue.empty()) {
+    os << ", nullptr";
+    for (const Access& a : c.epilogue.operands) os << ", " << slot(a.tensor);
+  }
+  os << "};\n"
      << "  return tmap_plan_launch(&" << x.fn << "_plan, kernels, slots, stream);\n}\n";
   return os.str();
 }
@@ -155,6 +161,7 @@ std::string check_function(const Piece& x, int index) {
   const double tol = verification_tolerance(*x.g.gemm().hw);
   std::ostringstream os;
   os << "// " << x.fn << ": " << c.statement_text() << "\n";
+  if (!c.epilogue.empty()) os << "//   then " << c.epilogue_text() << "\n";
   os << "static bool check_" << index << "(unsigned seed) {\n";
   for (std::size_t t = 0; t < c.tensors.size(); ++t) {
     const std::string ty = storage_type(c.tensors[t].dtype);
@@ -335,7 +342,8 @@ void write_torch_example(const fs::path& dir, const Piece& first) {
   const Compute& c = *first.g.compute;
   std::ostringstream ext;
   ext << "// A PyTorch C++ extension calling one exported kernel (" << first.fn << "):\n//   "
-      << c.statement_text() << "\n// Build and run: see setup.py and test.py beside this file.\n"
+      << c.statement_text() << "\n" << (c.epilogue.empty() ? "" : "//   then " + c.epilogue_text() + "\n")
+      << "// Build and run: see setup.py and test.py beside this file.\n"
       << "#include <ATen/cuda/CUDAContext.h>\n#include <torch/extension.h>\n\n#include \"tmap_kernels.h\"\n\n"
       << "torch::Tensor run(";
   std::vector<int> ins;

@@ -1,6 +1,9 @@
 #include "tmap/frontend/onnx_import.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -8,6 +11,7 @@
 #include <set>
 
 #include "tmap/support/diagnostic.h"
+#include "tmap/frontend/compute_loader.h"
 
 #ifdef TMAP_HAVE_ONNX
 #include <onnx/defs/schema.h>
@@ -200,6 +204,286 @@ Contraction read_matmul(const Shape& A, const Shape& B) {
   return c;
 }
 
+// ---- Fusing what follows a contraction into its epilogue ----
+
+/// The graph's wiring: each value's consumers, the graph's outputs, and constant tensors
+/// (initializers and Constant nodes).
+struct Wiring {
+  std::map<std::string, std::vector<const onnx::NodeProto*>> consumers;
+  std::set<std::string> outputs;
+  std::map<std::string, const onnx::TensorProto*> constants;
+
+  explicit Wiring(const onnx::GraphProto& g) {
+    for (const auto& n : g.node()) {
+      for (const auto& in : n.input()) consumers[in].push_back(&n);
+      if (n.op_type() == "Constant" && n.output_size() == 1)
+        for (const auto& a : n.attribute())
+          if (a.name() == "value" && a.has_t()) constants[n.output(0)] = &a.t();
+    }
+    for (const auto& t : g.initializer()) constants[t.name()] = &t;
+    for (const auto& o : g.output()) outputs.insert(o.name());
+  }
+  /// The one node that reads `value`, when it has exactly one and is no graph output.
+  const onnx::NodeProto* sole_consumer(const std::string& value) const {
+    auto it = consumers.find(value);
+    if (it == consumers.end() || it->second.size() != 1 || outputs.count(value)) return nullptr;
+    return it->second.front();
+  }
+  /// The value of a one-element float or double constant.
+  std::optional<double> scalar(const std::string& name) const {
+    auto it = constants.find(name);
+    if (it == constants.end()) return std::nullopt;
+    const onnx::TensorProto& t = *it->second;
+    std::int64_t n = 1;
+    for (auto d : t.dims()) n *= d;
+    if (n != 1) return std::nullopt;
+    if (t.data_type() == onnx::TensorProto::FLOAT) {
+      if (t.float_data_size() == 1) return t.float_data(0);
+      if (t.raw_data().size() == 4) {
+        float f;
+        std::memcpy(&f, t.raw_data().data(), 4);
+        return f;
+      }
+    }
+    if (t.data_type() == onnx::TensorProto::DOUBLE) {
+      if (t.double_data_size() == 1) return t.double_data(0);
+      if (t.raw_data().size() == 8) {
+        double d;
+        std::memcpy(&d, t.raw_data().data(), 8);
+        return d;
+      }
+    }
+    return std::nullopt;
+  }
+};
+
+/// How the contraction's output in tmap's layout covers the ONNX output's dimensions: each of
+/// tmap's output dimensions, in its order, with its index text and the ONNX dimensions it spans.
+struct OutputDims {
+  std::string acc;  ///< "Out[n, k, p, q]": the contraction's value as an epilogue reads it.
+  std::vector<std::pair<std::string, std::vector<int>>> dims;
+  Shape onnx_shape;
+};
+
+OutputDims output_dims(const Compute& c, const std::string& op, const Shape& onnx_shape) {
+  OutputDims o;
+  o.onnx_shape = onnx_shape;
+  const std::string statement = c.statement_text();
+  o.acc = statement.substr(0, statement.find(" +="));
+  std::vector<std::string> idx;
+  const std::vector<std::string> names = c.iterator_names();
+  for (const auto& e : c.output.indices) idx.push_back(to_string(e, names));
+  const int r = static_cast<int>(onnx_shape.size());
+  auto range = [](int from, int to) {
+    std::vector<int> v;
+    for (int d = from; d < to; ++d) v.push_back(d);
+    return v;
+  };
+  if (op == "conv2d_nhwc") {  // ONNX [N, K, P, Q] stored [N, P, Q, K]
+    o.dims = {{idx[0], {0}}, {idx[1], {2}}, {idx[2], {3}}, {idx[3], {1}}};
+  } else if (op.rfind("conv", 0) == 0 || op == "depthwise_conv2d") {
+    for (int d = 0; d < r; ++d) o.dims.push_back({idx[d], {d}});
+  } else if (op == "batched_gemm") {  // [batch..., M, N]: the batch dimensions flattened
+    o.dims = {{idx[0], range(0, r - 2)}, {idx[1], {r - 2}}, {idx[2], {r - 1}}};
+  } else if (op == "gemv") {
+    o.dims = {{idx[0], range(0, r)}};
+  } else {  // gemm: A's leading dimensions flattened into M
+    o.dims = {{idx[0], range(0, r - 1)}, {idx[1], {r - 1}}};
+  }
+  return o;
+}
+
+/// `name`[...] reading an ONNX operand of `shape` broadcast against the output, or nothing when
+/// the broadcast is not affine in tmap's output (part of a flattened dimension).
+std::optional<std::string> operand_access(const OutputDims& o, const std::string& name, const Shape& shape) {
+  const std::size_t r = o.onnx_shape.size();
+  if (shape.size() > r) return std::nullopt;
+  Shape aligned(r - shape.size(), 1);
+  aligned.insert(aligned.end(), shape.begin(), shape.end());
+  std::string index;
+  for (const auto& [text, spans] : o.dims) {
+    int full = 0, ones = 0;
+    for (int d : spans) {
+      if (aligned[d] == 1 && o.onnx_shape[d] != 1) ++ones;
+      else if (aligned[d] == o.onnx_shape[d]) ++full;
+      else return std::nullopt;
+    }
+    if (full > 0 && ones > 0) return std::nullopt;
+    if (full > 0) index += (index.empty() ? "" : ", ") + text;
+  }
+  return name + "[" + (index.empty() ? "0" : index) + "]";
+}
+
+/// What an import fuses into one contraction: the epilogue's text (empty: nothing) and the
+/// nodes it computes.
+struct Fused {
+  std::string epilogue;
+  std::vector<const onnx::NodeProto*> absorbed;
+  bool own = false;  ///< The contraction's own terms (bias, Gemm's alpha and beta) are in it.
+};
+
+/// The activation node `n` applied to expression `e`, or nothing when it is none tmap fuses (or
+/// its constants are not known).
+std::optional<std::string> activation(const onnx::NodeProto& n, const std::string& e, const Wiring& w) {
+  const Attributes a(n);
+  const std::string& t = n.op_type();
+  auto number = [](double v) {
+    char buf[40];
+    std::snprintf(buf, sizeof buf, "%.9g", v);
+    return std::string(buf);
+  };
+  if (t == "Relu") return "relu(" + e + ")";
+  if (t == "Sigmoid") return "sigmoid(" + e + ")";
+  if (t == "Tanh") return "tanh(" + e + ")";
+  if (t == "LeakyRelu") return "leaky_relu(" + e + ", " + number(a.real("alpha", 0.01)) + ")";
+  if (t == "HardSigmoid")
+    return "clamp(" + number(a.real("alpha", 0.2)) + " * (" + e + ") + " + number(a.real("beta", 0.5)) + ", 0, 1)";
+  if (t == "HardSwish") return "(" + e + ") * clamp((" + e + ") / 6 + 0.5, 0, 1)";
+  if (t == "Gelu") {
+    const std::string approximate = a.text("approximate", "none");
+    if (approximate != "none" && approximate != "tanh") return std::nullopt;
+    return (approximate == "tanh" ? "gelu_tanh(" : "gelu(") + e + ")";
+  }
+  if (t == "Clip") {
+    std::optional<double> lo, hi;
+    if (n.input_size() > 1 && !n.input(1).empty()) lo = w.scalar(n.input(1));
+    if (n.input_size() > 2 && !n.input(2).empty()) hi = w.scalar(n.input(2));
+    if ((n.input_size() > 1 && !n.input(1).empty() && !lo) || (n.input_size() > 2 && !n.input(2).empty() && !hi))
+      return std::nullopt;  // bounds computed in the graph
+    for (const auto& at : n.attribute()) {  // opset 6's attributes
+      if (at.name() == "min") lo = at.f();
+      if (at.name() == "max") hi = at.f();
+    }
+    if (lo && hi) return "clamp(" + e + ", " + number(*lo) + ", " + number(*hi) + ")";
+    if (lo) return "max(" + e + ", " + number(*lo) + ")";
+    if (hi) return "min(" + e + ", " + number(*hi) + ")";
+    return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+/// x * Sigmoid(x) on `value` (SiLU): its two consumers are a Sigmoid read only by a Mul of both.
+const onnx::NodeProto* silu_at(const std::string& value, const Wiring& w, std::vector<const onnx::NodeProto*>& nodes) {
+  auto it = w.consumers.find(value);
+  if (it == w.consumers.end() || it->second.size() != 2 || w.outputs.count(value)) return nullptr;
+  for (const onnx::NodeProto* s : it->second) {
+    if (s->op_type() != "Sigmoid") continue;
+    const onnx::NodeProto* m = w.sole_consumer(s->output(0));
+    const onnx::NodeProto* other = it->second[0] == s ? it->second[1] : it->second[0];
+    if (m != other || m->op_type() != "Mul" || m->input_size() != 2) return nullptr;
+    if (!((m->input(0) == value && m->input(1) == s->output(0)) || (m->input(1) == value && m->input(0) == s->output(0))))
+      return nullptr;
+    nodes = {s, m};
+    return m;
+  }
+  return nullptr;
+}
+
+/// GELU's Erf form on `value`: Div(x, sqrt 2) -> Erf -> Add(1) -> Mul(x, .) -> Mul(., 0.5).
+const onnx::NodeProto* erf_gelu_at(const std::string& value, const Wiring& w, std::vector<const onnx::NodeProto*>& nodes) {
+  auto it = w.consumers.find(value);
+  if (it == w.consumers.end() || it->second.size() != 2 || w.outputs.count(value)) return nullptr;
+  auto near = [](std::optional<double> v, double want) { return v && std::fabs(*v - want) < 1e-3; };
+  auto other_input = [](const onnx::NodeProto& n, const std::string& x) {
+    return n.input_size() == 2 ? (n.input(0) == x ? n.input(1) : n.input(1) == x ? n.input(0) : "") : "";
+  };
+  for (const onnx::NodeProto* div : it->second) {
+    if (div->op_type() != "Div" || div->input_size() != 2 || div->input(0) != value || !near(w.scalar(div->input(1)), std::sqrt(2.0)))
+      continue;
+    const onnx::NodeProto* erf = w.sole_consumer(div->output(0));
+    if (!erf || erf->op_type() != "Erf") return nullptr;
+    const onnx::NodeProto* add = w.sole_consumer(erf->output(0));
+    if (!add || add->op_type() != "Add" || !near(w.scalar(other_input(*add, erf->output(0))), 1.0)) return nullptr;
+    const onnx::NodeProto* mul = w.sole_consumer(add->output(0));
+    const onnx::NodeProto* other = it->second[0] == div ? it->second[1] : it->second[0];
+    if (mul != other || mul->op_type() != "Mul" || other_input(*mul, add->output(0)) != value) return nullptr;
+    const onnx::NodeProto* half = w.sole_consumer(mul->output(0));
+    if (!half || half->op_type() != "Mul" || !near(w.scalar(other_input(*half, mul->output(0))), 0.5)) return nullptr;
+    nodes = {div, erf, add, mul, half};
+    return half;
+  }
+  return nullptr;
+}
+
+/// Follows contraction node `n`'s output through what tmap fuses, building the epilogue.
+Fused fuse_after(const onnx::NodeProto& n, const OutputDims& o, const Wiring& w,
+                 const std::map<std::string, Shape>& shapes, const std::set<const onnx::NodeProto*>& taken) {
+  Fused f;
+  std::string e = o.acc, value = n.output(0);
+  std::set<std::string> names;
+  auto operand = [&](const std::string& base, const Shape& shape) -> std::optional<std::string> {
+    std::string name = base;
+    for (int k = 2; names.count(name); ++k) name = base + std::to_string(k);
+    auto access = operand_access(o, name, shape);
+    if (access) names.insert(name);
+    return access;
+  };
+  Shape channel(o.onnx_shape.size(), 1);  // [1, K, 1, ...]: per output channel
+  if (channel.size() > 1) channel[1] = o.onnx_shape[1];
+  const bool conv = n.op_type() == "Conv";
+  if (conv && n.input_size() > 2 && !n.input(2).empty()) {
+    if (auto b = operand("bias", channel)) e = e + " + " + *b, f.own = true;
+  }
+  if (n.op_type() == "Gemm") {
+    const Attributes a(n);
+    if (a.real("alpha", 1.0) != 1.0) e = "(" + e + ") * " + std::to_string(a.real("alpha", 1.0)), f.own = true;
+    if (n.input_size() > 2 && !n.input(2).empty() && a.real("beta", 1.0) != 0.0) {
+      auto s = shapes.find(n.input(2));
+      auto b = s == shapes.end() ? std::nullopt : operand("bias", s->second);
+      if (!b) return {};  // alpha and beta stay unfused with it
+      e = e + " + " + (a.real("beta", 1.0) == 1.0 ? "" : std::to_string(a.real("beta", 1.0)) + " * ") + *b;
+      f.own = true;
+    }
+  }
+  bool normalized = false, activated = false;
+  while (!activated) {
+    std::vector<const onnx::NodeProto*> pattern;
+    if (const onnx::NodeProto* m = silu_at(value, w, pattern)) {
+      e = "silu(" + e + ")";
+      f.absorbed.insert(f.absorbed.end(), pattern.begin(), pattern.end());
+      value = m->output(0);
+      break;
+    }
+    if (const onnx::NodeProto* m = erf_gelu_at(value, w, pattern)) {
+      e = "gelu(" + e + ")";
+      f.absorbed.insert(f.absorbed.end(), pattern.begin(), pattern.end());
+      value = m->output(0);
+      break;
+    }
+    const onnx::NodeProto* next = w.sole_consumer(value);
+    // An Add of two contractions' values is fused into the first: the other's value is its residual.
+    if (!next || taken.count(next) || (!next->domain().empty() && next->domain() != "ai.onnx") || next->output_size() < 1) break;
+    const std::string& t = next->op_type();
+    auto out_shape = shapes.find(next->output(0));
+    if (out_shape == shapes.end() || out_shape->second != o.onnx_shape) break;  // it broadcasts the output
+    if (t == "BatchNormalization" && conv && !normalized && next->output_size() == 1 && next->input_size() == 5 &&
+        Attributes(*next).integer("training_mode", 0) == 0) {
+      auto s = operand("scale", channel), b = operand(f.own ? "bias_bn" : "bias", channel);
+      if (!s || !b) break;
+      e = "(" + e + ") * " + *s + " + " + *b;
+      normalized = true;
+    } else if (t == "Add" && next->input_size() == 2) {
+      const std::string& other = next->input(0) == value ? next->input(1) : next->input(0);
+      auto s = shapes.find(other);
+      if (s == shapes.end()) break;
+      const bool full = s->second == o.onnx_shape;
+      auto x = operand(full ? "residual" : "bias", s->second);
+      if (!x) break;
+      e = e + " + " + *x;
+    } else if (auto a = activation(*next, e, w)) {
+      e = *a;
+      activated = true;
+    } else {
+      break;
+    }
+    f.absorbed.push_back(next);
+    value = next->output(0);
+  }
+  if (f.absorbed.empty() && !f.own) return {};
+  f.epilogue = "Y" + o.acc.substr(o.acc.find('[')) + " = " + e;
+  return f;
+}
+
 std::string sanitized(const std::string& s) {
   std::string out;
   for (char ch : s) out += std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '-' || ch == '.' ? ch : '_';
@@ -303,10 +587,50 @@ std::map<std::string, Shape> value_shapes(const onnx::GraphProto* g) {
 
 /// Node `n` (the index-th) into the table: a Conv, Gemm or MatMul becomes a workload (or adds to
 /// the count of an equal one); other nodes are counted or listed as unsupported.
-void add_node(WorkloadTable& t, const onnx::NodeProto& n, int index, const std::map<std::string, Shape>& shapes,
-              std::map<std::string, std::size_t>& by_key, std::set<std::string>& names, const OnnxImportOptions& o) {
+/// What add_node reads and keeps across nodes.
+struct ImportState {
+  const std::map<std::string, Shape>& shapes;
+  const Wiring& wiring;
+  std::map<std::string, std::size_t> by_key;  ///< op + parameters + epilogue -> workload index
+  std::set<std::string> names;
+  std::set<const onnx::NodeProto*> absorbed;  ///< Nodes an epilogue computes.
+};
+
+std::string node_name(const onnx::NodeProto& n, int index) {
+  return n.name().empty() ? n.op_type() + "_" + std::to_string(index) : n.name();
+}
+
+/// Fuses what follows contraction `n` (read as `c`) into workload `w`, when the fused compute
+/// builds; else `w` stays the bare contraction with a note saying why.
+void fuse_into(TableWorkload& w, const onnx::NodeProto& n, const Contraction& c, ImportState& s, const OnnxImportOptions& o) {
+  const Compute bare = build_table_workload(w, o.out_dtype, "node '" + w.nodes.front() + "'");
+  auto onnx_shape = s.shapes.find(n.output(0));
+  if (onnx_shape == s.shapes.end()) return;
+  const Fused f = fuse_after(n, output_dims(bare, c.op, onnx_shape->second), s.wiring, s.shapes, s.absorbed);
+  if (f.epilogue.empty()) return;
+  TableWorkload fused = w;
+  fused.epilogue = f.epilogue;
+  try {
+    build_table_workload(fused, o.out_dtype, "node '" + w.nodes.front() + "'");
+  } catch (const UserError& e) {
+    std::string msg = e.what();
+    w.notes.push_back("epilogue not fused: " + msg.substr(0, msg.find('\n')));
+    return;
+  }
+  w.epilogue = f.epilogue;
+  // The bias and scaling read_conv and read_gemm noted as left out are in the epilogue now.
+  if (f.own) std::erase_if(w.notes, [](const std::string& note) { return note.find("not fused") != std::string::npos; });
+  for (const onnx::NodeProto* a : f.absorbed) {
+    w.absorbed.push_back(a->name().empty() ? a->op_type() + " of " + a->input(0) : a->name());
+    s.absorbed.insert(a);
+  }
+}
+
+void add_node(WorkloadTable& t, const onnx::NodeProto& n, int index, ImportState& s, const OnnxImportOptions& o) {
   const std::string& type = n.op_type();
-  const std::string node_name = n.name().empty() ? type + "_" + std::to_string(index) : n.name();
+  const std::string node_name = tmap::node_name(n, index);
+  const std::map<std::string, Shape>& shapes = s.shapes;
+  if (s.absorbed.count(&n)) return;
   const bool ai_onnx = n.domain().empty() || n.domain() == "ai.onnx";
   const bool contraction = ai_onnx && (type == "Conv" || type == "Gemm" || type == "MatMul");
   if (!contraction) {
@@ -334,20 +658,7 @@ void add_node(WorkloadTable& t, const onnx::NodeProto& n, int index, const std::
     Contraction c = type == "Conv"   ? read_conv(n, attrs, operands[0], operands[1], o.channels_last)
                     : type == "Gemm" ? read_gemm(n, attrs, operands[0], operands[1])
                                      : read_matmul(operands[0], operands[1]);
-    std::string key = c.op;
-    for (const auto& [p, v] : c.params) key += " " + p + "=" + std::to_string(v);
-    auto it = by_key.find(key);
-    if (it != by_key.end()) {
-      TableWorkload& w = t.workloads[it->second];
-      ++w.count;
-      w.nodes.push_back(node_name);
-      for (const auto& note : c.notes)
-        if (std::find(w.notes.begin(), w.notes.end(), note) == w.notes.end()) w.notes.push_back(note);
-      return;
-    }
     TableWorkload w;
-    w.name = sanitized(node_name);
-    for (int k = 2; !names.insert(w.name).second; ++k) w.name = sanitized(node_name) + "_" + std::to_string(k);
     w.op = c.op;
     w.params = c.params;
     w.nodes = {node_name};
@@ -355,10 +666,24 @@ void add_node(WorkloadTable& t, const onnx::NodeProto& n, int index, const std::
     try {
       w.flops = 2.0 * build_table_workload(w, o.out_dtype, "node '" + node_name + "'").iteration_points();
     } catch (const UserError& e) {
-      names.erase(w.name);
       throw Unsupported{std::string("no valid ") + c.op + ": " + e.what()};
     }
-    by_key[key] = t.workloads.size();
+    if (o.fuse) fuse_into(w, n, c, s, o);
+    std::string key = c.op + " | " + w.epilogue;
+    for (const auto& [p, v] : c.params) key += " " + p + "=" + std::to_string(v);
+    auto it = s.by_key.find(key);
+    if (it != s.by_key.end()) {
+      TableWorkload& same = t.workloads[it->second];
+      ++same.count;
+      same.nodes.push_back(node_name);
+      same.absorbed.insert(same.absorbed.end(), w.absorbed.begin(), w.absorbed.end());
+      for (const auto& note : w.notes)
+        if (std::find(same.notes.begin(), same.notes.end(), note) == same.notes.end()) same.notes.push_back(note);
+      return;
+    }
+    w.name = sanitized(node_name);
+    for (int k = 2; !s.names.insert(w.name).second; ++k) w.name = sanitized(node_name) + "_" + std::to_string(k);
+    s.by_key[key] = t.workloads.size();
     t.workloads.push_back(std::move(w));
   } catch (const Unsupported& u) {
     t.unsupported.push_back({node_name, type, u.reason});
@@ -381,10 +706,10 @@ WorkloadTable import_onnx(const std::string& path, const OnnxImportOptions& o) {
   t.source = path;
   t.batch = o.batch;
   t.out_dtype = o.out_dtype;
-  std::map<std::string, std::size_t> by_key;  // op + parameters -> workload index
-  std::set<std::string> names;
+  const Wiring wiring(*g);
+  ImportState state{shapes, wiring, {}, {}, {}};
   int index = 0;
-  for (const auto& n : g->node()) add_node(t, n, ++index, shapes, by_key, names, o);
+  for (const auto& n : g->node()) add_node(t, n, ++index, state, o);
   return t;
 }
 

@@ -42,6 +42,8 @@ Compute build_table_workload(const TableWorkload& w, const std::string& out_dtyp
                                  "supported dtypes: " + supported_dtype_names());
     set_output_dtype(def, *dtype, src.at(0, out_dtype.size()));
   }
+  SourceText epilogue(where + ": epilogue", w.epilogue);
+  if (!w.epilogue.empty()) set_epilogue(def, w.epilogue, locator_for(epilogue), SourceLoc::whole(where));
   std::vector<ParamOverride> overrides;
   for (const auto& [name, value] : w.params) overrides.push_back({name, value, SourceLoc::whole(where)});
   Compute c = build_compute(def, overrides);
@@ -77,7 +79,9 @@ std::string workload_table_json(const WorkloadTable& t) {
     x["count"] = w.count;
     x["gflop"] = w.flops / 1e9;  // informational: recomputed when read
     x["share"] = t.share(w);
+    if (!w.epilogue.empty()) x["epilogue"] = w.epilogue;
     if (!w.nodes.empty()) x["nodes"] = w.nodes;
+    if (!w.absorbed.empty()) x["absorbed"] = w.absorbed;
     if (!w.notes.empty()) x["notes"] = w.notes;
     j["workloads"].push_back(x);
   }
@@ -133,7 +137,8 @@ WorkloadTable parse_workload_table(const SourceText& source) {
     const std::string ptr = "/workloads/" + std::to_string(i);
     const auto& x = ws[i];
     r.expect_type(x, ptr, x.is_object(), "a workload", "an object");
-    r.check_keys(x, ptr, {"name", "op", "params", "count", "gflop", "share", "nodes", "notes"}, "a workload");
+    r.check_keys(x, ptr, {"name", "op", "params", "count", "gflop", "share", "epilogue", "nodes", "absorbed", "notes"},
+                 "a workload");
     TableWorkload w;
     r.require_key(x, ptr, "name", "a workload");
     r.expect_type(x["name"], ptr + "/name", x["name"].is_string() && !x["name"].get<std::string>().empty(), "\"name\"",
@@ -167,13 +172,19 @@ WorkloadTable parse_workload_table(const SourceText& source) {
                     "\"count\"", "an integer from 1 to 1000000");
       w.count = x["count"].get<int>();
     }
-    for (const char* key : {"nodes", "notes"}) {
+    if (x.contains("epilogue")) {
+      r.expect_type(x["epilogue"], ptr + "/epilogue", x["epilogue"].is_string(), "\"epilogue\"",
+                    "a string such as \"Y[m, n] = relu(C[m, n] + bias[n])\"");
+      w.epilogue = x["epilogue"].get<std::string>();
+    }
+    for (auto [key, list] : {std::pair<const char*, std::vector<std::string>*>{"nodes", &w.nodes},
+                             {"absorbed", &w.absorbed}, {"notes", &w.notes}}) {
       if (!x.contains(key)) continue;
       const std::string p = ptr + "/" + key;
       r.expect_type(x[key], p, x[key].is_array(), "\"" + std::string(key) + "\"", "an array of strings");
       for (std::size_t k = 0; k < x[key].size(); ++k) {
         r.expect_type(x[key][k], p + "/" + std::to_string(k), x[key][k].is_string(), "an entry", "a string");
-        (std::string(key) == "nodes" ? w.nodes : w.notes).push_back(x[key][k].get<std::string>());
+        list->push_back(x[key][k].get<std::string>());
       }
     }
     try {

@@ -112,6 +112,26 @@ class GraphBuilder {
     return n->output(0);
   }
   std::string op(const std::string& type, const std::vector<std::string>& in) { return node(type, in)->output(0); }
+  /// A one-element float initializer.
+  std::string scalar(float v) {
+    const std::string name = "s" + std::to_string(weights_++);
+    auto* t = m_.mutable_graph()->add_initializer();
+    t->set_name(name);
+    t->set_data_type(onnx::TensorProto::FLOAT);
+    t->add_float_data(v);
+    return name;
+  }
+  static void real_attr(onnx::NodeProto* n, const std::string& name, float v) {
+    auto* a = n->add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::FLOAT);
+    a->set_f(v);
+  }
+  /// Renames the node that writes `value`.
+  void name_producer(const std::string& value, const std::string& name) {
+    for (auto& n : *m_.mutable_graph()->mutable_node())
+      if (n.output_size() > 0 && n.output(0) == value) n.set_name(name);
+  }
   std::string maxpool(const std::string& x, std::int64_t k, std::int64_t s, std::int64_t p) {
     auto* n = node("MaxPool", {x});
     attr(n, "kernel_shape", Ints{k, k});
@@ -244,6 +264,62 @@ onnx::ModelProto bert_style(const ModelOptions& o) {
   const std::string ffn = linear(b.op("Relu", {linear(h, 64, 256)}), 256, 64);
   h = b.op("Add", {h, ffn});
   b.output(b.gemm(b.reshape(h, {-1, 64}), 64, 2));                // per-token classifier
+  return b.model();
+}
+
+onnx::ModelProto fused_patterns(const ModelOptions& o) {
+  GraphBuilder b("fused_patterns", o);
+  b.model().mutable_opset_import(0)->set_version(14);  // HardSwish
+  auto image = [&](const std::string& name) { return b.input(name, {-1, 8, 8, 8}); };
+  auto conv = [&](const std::string& x, const std::string& name, bool bias) {
+    const std::string y = b.conv(x, 8, 16, 2, 3, 1, 1, 1, bias);
+    b.name_producer(y, name);
+    return y;
+  };
+  auto bn = [&](const std::string& x) {
+    return b.op("BatchNormalization", {x, b.weight({16}), b.weight({16}), b.weight({16}), b.weight({16})});
+  };
+  b.output(b.op("Relu", {bn(conv(image("x0"), "bn_relu", true))}));
+  {
+    const std::string x = image("x1");
+    const std::string sum = b.op("Add", {bn(conv(x, "bn_add_clip", false)), b.op("Identity", {b.input("r1", {-1, 16, 8, 8})})});
+    b.output(b.op("Clip", {sum, b.scalar(0.f), b.scalar(6.f)}));
+  }
+  b.output(b.op("HardSwish", {conv(image("x2"), "hardswish", false)}));
+  {
+    auto* n = b.node("LeakyRelu", {conv(image("x3"), "leaky", false)});
+    GraphBuilder::real_attr(n, "alpha", 0.1f);
+    b.output(n->output(0));
+  }
+  b.output(b.op("HardSigmoid", {conv(image("x4"), "hardsigmoid", false)}));
+  auto matmul = [&](const std::string& x, const std::string& name) {
+    const std::string y = b.op("MatMul", {x, b.weight({32, 32})});
+    b.name_producer(y, name);
+    return y;
+  };
+  {
+    const std::string v = b.op("Add", {matmul(b.input("x5", {-1, 32}), "silu"), b.weight({32})});
+    b.output(b.op("Mul", {v, b.op("Sigmoid", {v})}));
+  }
+  {
+    const std::string v = b.op("Add", {matmul(b.input("x6", {-1, 32}), "gelu_erf"), b.weight({32})});
+    const std::string erf = b.op("Erf", {b.op("Div", {v, b.scalar(1.4142135f)})});
+    b.output(b.op("Mul", {b.op("Mul", {v, b.op("Add", {erf, b.scalar(1.f)})}), b.scalar(0.5f)}));
+  }
+  b.output(b.op("Tanh", {matmul(b.input("x7", {-1, 32}), "tanh")}));
+  {
+    auto* n = b.node("Gemm", {b.input("x8", {-1, 32}), b.weight({32, 32}), b.weight({32})});
+    GraphBuilder::real_attr(n, "alpha", 0.5f);
+    GraphBuilder::real_attr(n, "beta", 2.0f);
+    n->set_name("gemm_ab");
+    b.output(b.op("Sigmoid", {n->output(0)}));
+  }
+  b.output(b.op("Add", {conv(image("x9"), "channel_add", false), b.weight({1, 16, 1, 1})}));
+  {
+    const std::string y = conv(image("x10"), "shared", false);
+    b.output(b.op("Relu", {y}));
+    b.output(y);
+  }
   return b.model();
 }
 

@@ -1,6 +1,7 @@
 // ONNX graphs built in code for the import tests and benchmarks (no downloads): a ResNet-style
 // and a real ResNet-50, a MobileNet-style (depthwise, grouped, plus nodes tmap cannot map), a
-// BERT-style encoder layer (MatMul, batched MatMul, Gemm) and 1-D/3-D convolutions.
+// BERT-style encoder layer (MatMul, batched MatMul, Gemm), 1-D/3-D convolutions, and the patterns
+// an import fuses into epilogues.
 #pragma once
 
 #include <cstdint>
@@ -34,6 +35,13 @@ onnx::ModelProto bert_style(const ModelOptions& o = {});
 /// Conv1d (8 -> 16, k 3) on [batch, 8, 32], a grouped conv1d (unsupported), conv3d (4 -> 8,
 /// k 3) on [batch, 4, 8, 16, 16].
 onnx::ModelProto conv_nd(const ModelOptions& o = {});
+
+/// What an import fuses into epilogues, each on its own input [batch, 8, 8, 8] (convolutions
+/// 8 -> 16, 3x3) or [batch, 32] (Gemm and MatMul 32 -> 32), nodes named after the pattern:
+/// Conv+BatchNormalization+Relu, Conv+BN+Add+Clip(0, 6), Conv+HardSwish, Conv+LeakyRelu(0.1),
+/// Conv+HardSigmoid, MatMul+Add+x*Sigmoid(x), MatMul+Add+GELU's Erf form, MatMul+Tanh,
+/// Gemm(alpha 0.5, beta 2)+Sigmoid, Conv+Add([1, 16, 1, 1]), and a Conv whose value is read twice.
+onnx::ModelProto fused_patterns(const ModelOptions& o = {});
 
 /// Writes a model; throws std::runtime_error when it cannot.
 void save_model(const onnx::ModelProto& m, const std::string& path);

@@ -1,7 +1,8 @@
 // ONNX import: the tensor contractions of a model (Conv 1-D/2-D/3-D with groups, strides, pads
 // and dilations; Gemm; MatMul, batched or not) as a workload table (workload_table.h). Shapes
 // come from ONNX's shape inference after symbolic dimensions are fixed (--batch, --dim); nodes
-// that are contractions tmap cannot map are listed with the reason, the others counted by type.
+// that are contractions tmap cannot map are listed with the reason, the others counted by type
+// unless a workload's epilogue absorbed them.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +18,11 @@ struct OnnxImportOptions {
   std::map<std::string, std::int64_t> dims;   ///< Symbolic dimensions by name (--dim seq=128).
   bool channels_last = false;                 ///< 2-D convolutions as conv2d_nhwc (the model's math, NHWC tensors).
   std::string out_dtype = "float16";
+  /// Fuse what follows a contraction into its epilogue (ir/epilogue.h): a Conv's bias, a folded
+  /// BatchNormalization, an Add of a bias or a residual, then one activation (Relu, LeakyRelu,
+  /// Clip, Sigmoid, Tanh, HardSigmoid, HardSwish, Gelu or its Erf form, x * Sigmoid(x) as SiLU),
+  /// each only where the contraction's value has no other consumer.
+  bool fuse = true;
 };
 
 /// Whether this build reads ONNX (libonnx was found when it was configured).

@@ -10,7 +10,8 @@
 //     "out_dtype": "float16",                            (optional: outputs of float32 sums)
 //     "workloads": [
 //       {"name": "conv1", "op": "conv2d", "params": {"N": 1, "C": 3, ...}, "count": 1,
-//        "nodes": ["conv1"], "notes": ["bias add not fused"]},             (nodes, notes optional)
+//        "epilogue": "Y[n, k, p, q] = relu(Out[n, k, p, q] + bias[k])",    (optional, see ir/epilogue.h)
+//        "nodes": ["conv1"], "absorbed": ["relu1"], "notes": ["..."]},       (nodes, absorbed, notes optional)
 //       ...],
 //     "unsupported": [{"node": "up1", "op_type": "ConvTranspose", "reason": "..."}],   (optional)
 //     "other_ops": {"Relu": 49, "Add": 16}                                             (optional)
@@ -34,7 +35,9 @@ struct TableWorkload {
   std::string op;                                           ///< A built-in op (tmap ops list).
   std::vector<std::pair<std::string, std::int64_t>> params; ///< Overrides of the op's parameters.
   int count = 1;                                            ///< Runs per model inference.
+  std::string epilogue;                                     ///< Fused after the op ("": none).
   std::vector<std::string> nodes;                           ///< The model's nodes it stands for.
+  std::vector<std::string> absorbed;                        ///< The nodes its epilogue computes.
   std::vector<std::string> notes;                           ///< What the kernel leaves to others.
   double flops = 0;                                         ///< Of one run (2 per multiply-add).
 };
@@ -57,8 +60,8 @@ struct WorkloadTable {
   double share(const TableWorkload& w) const;
 };
 
-/// The built-in op of `w` with its parameters and the table's output dtype; a UserError naming
-/// the workload when its op or parameters are invalid.
+/// The built-in op of `w` with its parameters, the table's output dtype and its epilogue; a
+/// UserError naming the workload when its op, parameters or epilogue are invalid.
 Compute build_table_workload(const TableWorkload& w, const std::string& out_dtype, const std::string& where);
 
 /// Fills in each workload's flops from its op.
