@@ -1,7 +1,9 @@
 // The output stage of a kernel with a fused epilogue (ir/epilogue.h): where every family stores
 // an output, store_d / store_d_vec read the epilogue's operands at the element's indices, apply
 // the expression to the accumulator in float32 and round the result to the output's dtype once.
-// Split-K and cluster sums reach store_d only after the sum, so the epilogue runs once.
+// Split-K and cluster sums reach store_d only after the sum, so the epilogue runs once. Operands
+// are read through the read-only path (__ldg): the loads are then not ordered after the output's
+// stores, so that an unrolled epilogue loop issues them ahead instead of waiting on each.
 
 #include <functional>
 
@@ -83,7 +85,7 @@ void emit_operand_loads(std::ostringstream& os, const ImplicitGemm& g, int i, in
   const Tensor& t = c.tensor_of(a);
   const std::string name = operand_name(i), type = storage_type(t.dtype);
   if (vec == 1) {
-    os << "  const float " << name << " = (float)out." << name << "[" << name << "_offset(m, n, z)];\n";
+    os << "  const float " << name << " = (float)__ldg(out." << name << " + " << name << "_offset(m, n, z));\n";
     return;
   }
   const int w = operand_load_width(g, a, along, vec);
@@ -91,19 +93,19 @@ void emit_operand_loads(std::ostringstream& os, const ImplicitGemm& g, int i, in
   os << "  float " << name << "[" << vec << "];\n";
   if (w == 0) {
     os << "  {  // one value for the whole vector\n"
-       << "    const float v = (float)out." << name << "[" << name << "_offset(m, n, z)];\n"
+       << "    const float v = (float)__ldg(out." << name << " + " << name << "_offset(m, n, z));\n"
        << "    #pragma unroll\n    for (int t = 0; t < " << vec << "; ++t) " << name << "[t] = v;\n  }\n";
     return;
   }
   const int bytes = w * dtype_bits(t.dtype) / 8;
   os << "  #pragma unroll\n  for (int p = 0; p < " << vec << "; p += " << w << ") {\n";
   if (w == 1) {
-    os << "    " << name << "[p] = (float)out." << name << "[" << name << "_offset(" << at << ", z)];\n  }\n";
+    os << "    " << name << "[p] = (float)__ldg(out." << name << " + " << name << "_offset(" << at << ", z));\n  }\n";
     return;
   }
   os << "    // " << w << " contiguous, aligned elements: one " << bytes << "-byte load\n"
-     << "    const " << vector_type(bytes) << " v = *reinterpret_cast<const " << vector_type(bytes) << "*>(out." << name
-     << " + " << name << "_offset(" << at << ", z));\n"
+     << "    const " << vector_type(bytes) << " v = __ldg(reinterpret_cast<const " << vector_type(bytes) << "*>(out." << name
+     << " + " << name << "_offset(" << at << ", z)));\n"
      << "    const " << type << "* e = reinterpret_cast<const " << type << "*>(&v);\n"
      << "    #pragma unroll\n    for (int t = 0; t < " << w << "; ++t) " << name << "[p + t] = (float)e[t];\n  }\n";
 }

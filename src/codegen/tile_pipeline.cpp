@@ -798,6 +798,8 @@ void emit_epilogue_stores(std::ostringstream& os, const ImplicitGemm& g, const S
     os << scope.barrier;
   }
   const std::string at = ov.along == 'n' ? "mm * C_LD + nn" : "nn * C_LD + mm";
+  // An epilogue's operand loads of several vectors in flight at once.
+  if (!g.compute->epilogue.empty()) os << "  #pragma unroll 4\n";
   os << "  for (int e = " << first << "; e < " << end << "; e += " << scope.threads << ") {\n";
   if (ov.along == 'n')
     os << "    const int mm = e / (BN / " << V << "), nn = e % (BN / " << V << ") * " << V << ";\n";
