@@ -119,6 +119,14 @@ TEST(Epilogue, MistakesAreNamedWithTheFix) {
   for (const auto& [text, expected] : cases) EXPECT_NE(error(text).find(expected), std::string::npos) << text << "\n" << error(text);
   EXPECT_NE(user_error_of([&] { fused("gemm", "int32", "Y[m, n] = C[m, n]", gemm); }).find("float16, bfloat16 or float32"),
             std::string::npos);
+  const std::string declared = user_error_of([] {
+    testing::build_json(R"json({"compute": "C[m, n] += A[m, k] * B[k, n]", "params": {"M": 16, "N": 8, "K": 4},
+      "tensors": {"A": {"shape": ["M", "K"], "dtype": "float16"}, "B": {"shape": ["K", "N"], "dtype": "float16"},
+                  "C": {"shape": ["M", "N"], "dtype": "float32"}, "Y": {"shape": ["M"], "dtype": "float16"}},
+      "epilogue": "Y[m, n] = C[m, n]"})json");
+  });
+  EXPECT_NE(declared.find("the epilogue's result 'Y' is declared [16], but the contraction's output 'C' is [16, 8]"),
+            std::string::npos) << declared;
   std::string many = "Y[m, n] = C[m, n]";
   for (int i = 0; i < 9; ++i) many += " + t" + std::to_string(i) + "[n]";
   EXPECT_NE(error(many).find("more than 8 tensor accesses"), std::string::npos);

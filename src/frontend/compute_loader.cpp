@@ -335,6 +335,25 @@ void build_tensors(ComputeBuilder& b) {
   if (b.def.epilogue && b.out_decl) b.tensor_ids[b.def.statement.output.tensor] = b.tensor_ids.at(b.def.epilogue->output.tensor);
 }
 
+/// A declared epilogue result has the shape of the statement's output, whose place it takes.
+void check_result_shape(const ComputeBuilder& b) {
+  if (!b.def.epilogue || !b.out_decl) return;
+  const Tensor& y = b.c.tensors[b.tensor_ids.at(b.def.epilogue->output.tensor)];
+  std::vector<std::int64_t> out;
+  for (std::size_t d = 0; d < b.out_decl->shape.size(); ++d)
+    out.push_back(evaluate(b.out_decl->shape[d], b.params, "dimension " + std::to_string(d) + " of tensor '" + b.out_decl->name + "'"));
+  if (y.shape != out) {
+    auto text = [](const std::vector<std::int64_t>& s) {
+      std::vector<std::string> v;
+      for (auto d : s) v.push_back(std::to_string(d));
+      return "[" + join(v) + "]";
+    };
+    throw_user_error(b.def.epilogue->output.loc, "the epilogue's result '" + y.name + "' is declared " + text(y.shape) +
+                                                     ", but the contraction's output '" + b.out_decl->name + "' is " + text(out),
+                     "declare it with the output's shape, or leave it undeclared");
+  }
+}
+
 /// The statement's accesses: at most kMaxTensors, tensors exist, ranks agree, each tensor used once.
 void check_accesses(ComputeBuilder& b) {
   const ComputeDef& def = b.def;
@@ -699,12 +718,13 @@ void check_dtypes(ComputeBuilder& b) {
 }  // namespace
 
 Compute build_compute(const ComputeDef& def, const std::vector<ParamOverride>& overrides) {
-  ComputeBuilder b{def, " of compute '" + def.name + "'", {}, {}, {}, {}, {}, {}, {}};
+  ComputeBuilder b{def, " of compute '" + def.name + "'", {}, {}, {}, {}, {}, {}, {}, nullptr, {}, {}};
   b.c.name = def.name;
   b.c.update = def.statement.update;
   bind_params(b, overrides);
   prepare_decls(b);
   build_tensors(b);
+  check_result_shape(b);
   check_accesses(b);
   build_iterators_and_accesses(b);
   infer_extents(b);
@@ -751,11 +771,8 @@ Compute rebuild_recorded_compute(const nlohmann::json& recorded, const std::stri
   try {
     built = build_compute(parse_compute_json(SourceText(what, definition_of(claimed)), claimed.name));
   } catch (const UserError& e) {
-    // The first line of the message, without the location in the text made above.
-    std::string msg = e.what();
-    msg = msg.substr(0, msg.find('\n'));
-    if (const std::size_t at = msg.find("error: "); at != std::string::npos) msg = msg.substr(at + 7);
-    refuse("the record's compute is not one tmap builds: " + msg);
+    // Without the location in the text made above.
+    refuse("the record's compute is not one tmap builds: " + diagnostic_message(e.what()));
   }
   built.params = claimed.params;  // labels only: their values are folded into the shapes and indices
   if (to_json(built) != to_json(claimed))

@@ -613,8 +613,7 @@ void fuse_into(TableWorkload& w, const onnx::NodeProto& n, const Contraction& c,
   try {
     build_table_workload(fused, o.out_dtype, "node '" + w.nodes.front() + "'");
   } catch (const UserError& e) {
-    std::string msg = e.what();
-    w.notes.push_back("epilogue not fused: " + msg.substr(0, msg.find('\n')));
+    w.notes.push_back("epilogue not fused: " + diagnostic_message(e.what()));
     return;
   }
   w.epilogue = f.epilogue;

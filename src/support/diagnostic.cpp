@@ -83,6 +83,12 @@ void throw_user_error(const SourceLoc& loc, std::string_view message, std::strin
   throw UserError(format_diagnostic(loc, message, hint));
 }
 
+std::string diagnostic_message(const std::string& diagnostic) {
+  std::string msg = diagnostic.substr(0, diagnostic.find('\n'));
+  if (const std::size_t at = msg.find("error: "); at != std::string::npos) msg = msg.substr(at + 7);
+  return msg;
+}
+
 std::string exception_text(const std::exception& e) {
   if (const auto* fs = dynamic_cast<const std::filesystem::filesystem_error*>(&e)) {
     std::string out = fs->code().message();

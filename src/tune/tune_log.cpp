@@ -248,12 +248,6 @@ LogContents read_log(const std::string& path) {
 namespace {
 
 /// A UserError's message without its location and hint: "error: X\n  hint: Y" -> "X".
-std::string bare_message(const std::string& what) {
-  std::string msg = what.substr(0, what.find('\n'));
-  if (const std::size_t at = msg.find("error: "); at != std::string::npos) msg = msg.substr(at + 7);
-  return msg;
-}
-
 }  // namespace
 
 LogContents parse_log_text(const std::string& text, const std::string& path) {
@@ -289,7 +283,7 @@ LogContents parse_log_text(const std::string& text, const std::string& path) {
       try {
         rebuild_recorded_compute(r.workload.compute, r.workload.key, path + ":" + std::to_string(line_no));
       } catch (const UserError& e) {
-        out.warnings.push_back(where + bare_message(e.what()) + "; skipped");
+        out.warnings.push_back(where + diagnostic_message(e.what()) + "; skipped");
         continue;
       }
       rebuilt.insert(workload);

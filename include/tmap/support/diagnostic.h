@@ -70,6 +70,10 @@ std::string format_diagnostic(const SourceLoc& loc, std::string_view message,
 /// '<path>'", a JSON library error without its "[json.exception...]" tag; others as they are.
 std::string exception_text(const std::exception& e);
 
+/// The message of a diagnostic without its location, caret and hint: "unknown tensor 'X'" of
+/// "file:1:2: error: unknown tensor 'X'\n...", for a message that quotes another.
+std::string diagnostic_message(const std::string& diagnostic);
+
 /// "a, b, c": the items of a list in a message.
 std::string join(const std::vector<std::string>& items, std::string_view separator = ", ");
 
