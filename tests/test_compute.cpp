@@ -151,6 +151,8 @@ TEST(Compute, EveryUserErrorNamesItsInput) {
       {"missing compute", R"({"tensors": {}})", {}, "missing \"compute\"", "test.json:1:1"},
       {"long name", "{\"name\": \"" + std::string(5000, 'x') + "\", \"compute\": \"C[m] += A[m]\", \"tensors\": {}}", {},
        "a name of 5000 characters; at most 256 are allowed", "test.json:1:10"},
+      {"terminal escape in the name", R"({"name": "\u001b[2Jx", "compute": "C[m] += A[m]", "tensors": {}})", {},
+       "a name with a control character (0x1b at byte 0)", "test.json:1:10"},
       {"missing tensors", R"({"compute": "C[m] += A[m]"})", {}, "missing \"tensors\"", "test.json:1:1"},
       {"param not integer", R"({"params": {"M": "8"}, "compute": "C[m] += A[m]", "tensors": {}})", {},
        "parameter \"M\" must have an integer default, not string", "test.json:1:18"},

@@ -192,6 +192,8 @@ TEST(TuneLog, RecordsWhoseComputeTmapWouldNotBuildAreRefused) {
       {[&](nlohmann::json& j) { compute(j)["iterators"][0]["name"] = "m\n#error injected"; }, "not one tmap builds"},
       {[&](nlohmann::json& j) { compute(j)["update"] = "="; }, "not one tmap builds"},
       {[&](nlohmann::json& j) { j["workload"]["key"] = "0123456789abcdef"; }, "is not its compute's"},
+      // A label printed to the terminal by 'tmap logs list' and replay: no escape sequences.
+      {[&](nlohmann::json& j) { j["workload"]["name"] = "gemm\x1b]0;owned\x07"; }, "a control character (0x1b at byte 4)"},
   };
   const std::string path = temp_path("altered.jsonl");
   {

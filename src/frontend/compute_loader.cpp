@@ -38,9 +38,7 @@ ComputeDef parse_compute_json(const SourceText& source, const std::string& defau
   if (doc.contains("name")) {
     r.expect_type(doc["name"], "/name", doc["name"].is_string(), "\"name\"", "a string");
     def.name = doc["name"].get<std::string>();
-    if (def.name.size() > kMaxNameLength)
-      r.fail_value("/name", "a name of " + std::to_string(def.name.size()) + " characters; at most " +
-                                std::to_string(kMaxNameLength) + " are allowed");
+    if (const std::string why = name_problem(def.name); !why.empty()) r.fail_value("/name", why);
   }
   if (doc.contains("description")) {
     r.expect_type(doc["description"], "/description", doc["description"].is_string(), "\"description\"", "a string");
@@ -158,7 +156,11 @@ ComputeDef load_compute_file(const std::string& path) {
   SourceText src = read_source_file(path, "compute file",
                                      "give the path of a JSON compute definition, or a built-in op with --op "
                                      "(see 'tmap ops list')");
-  return parse_compute_json(src, std::filesystem::path(path).stem().string());
+  // The file's stem names a compute without "name": its control characters, if any, become '_'.
+  std::string stem = std::filesystem::path(path).stem().string();
+  for (char& ch : stem)
+    if (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f) ch = '_';
+  return parse_compute_json(src, stem.substr(0, kMaxNameLength));
 }
 
 std::vector<ParamOverride> parse_param_overrides(const std::vector<std::string>& args) {

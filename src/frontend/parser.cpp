@@ -2,6 +2,7 @@
 
 #include <cctype>
 #include <charconv>
+#include <cstdio>
 #include <optional>
 
 namespace tmap {
@@ -428,6 +429,21 @@ class Parser {
 };
 
 }  // namespace
+
+std::string name_problem(std::string_view name) {
+  if (name.size() > kMaxNameLength)
+    return "a name of " + std::to_string(name.size()) + " characters; at most " + std::to_string(kMaxNameLength) +
+           " are allowed";
+  for (std::size_t i = 0; i < name.size(); ++i) {
+    const auto c = static_cast<unsigned char>(name[i]);
+    if (c < 0x20 || c == 0x7f) {
+      char code[8];
+      std::snprintf(code, sizeof code, "0x%02x", c);
+      return "a name with a control character (" + std::string(code) + " at byte " + std::to_string(i) + ")";
+    }
+  }
+  return {};
+}
 
 Locator locator_for(const SourceText& text) {
   return [&text](std::size_t offset, std::size_t length) { return text.at(offset, length); };

@@ -144,9 +144,7 @@ WorkloadTable parse_workload_table(const SourceText& source) {
     r.expect_type(x["name"], ptr + "/name", x["name"].is_string() && !x["name"].get<std::string>().empty(), "\"name\"",
                   "a non-empty string");
     w.name = x["name"].get<std::string>();
-    if (w.name.size() > kMaxNameLength)
-      r.fail_value(ptr + "/name", "a name of " + std::to_string(w.name.size()) + " characters; at most " +
-                                      std::to_string(kMaxNameLength) + " are allowed");
+    if (const std::string why = name_problem(w.name); !why.empty()) r.fail_value(ptr + "/name", why);
     if (!names.insert(w.name).second)
       r.fail_value(ptr + "/name", "workload name '" + w.name + "' appears twice", "give every workload its own name");
     r.require_key(x, ptr, "op", "a workload", "add \"op\": one of 'tmap ops list'");

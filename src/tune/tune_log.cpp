@@ -132,6 +132,8 @@ TuneRecord record_from_json(const nlohmann::json& j) {
   r.workload.key = field<std::string>(w, "key");
   if (r.workload.key.size() != 16 || r.workload.key.find_first_not_of("0123456789abcdef") != std::string::npos)
     throw std::runtime_error("field \"key\" is not 16 lowercase hex digits");
+  if (const std::string why = name_problem(field<std::string>(w, "name")); !why.empty())
+    throw std::runtime_error("field \"name\" is " + why);
   r.workload.compute = field<nlohmann::json>(w, "compute");
   r.workload.description = w;
   r.workload.description.erase("key");

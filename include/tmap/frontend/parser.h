@@ -26,6 +26,11 @@ namespace tmap {
 /// workloads.
 inline constexpr std::size_t kMaxNameLength = 256;
 
+/// Why a name (of a compute, a workload or a log record) cannot be taken, or "" when it can: at
+/// most kMaxNameLength bytes, and no control characters, which would reach a terminal when the
+/// name is printed.
+std::string name_problem(std::string_view name);
+
 /// Maps a byte range of the text being parsed to a location in the user's file (the text may
 /// be a string inside a JSON file, or a command-line argument).
 using Locator = std::function<SourceLoc(std::size_t offset, std::size_t length)>;
