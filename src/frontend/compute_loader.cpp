@@ -556,6 +556,14 @@ bool same_index(const Compute& c, const AffineExpr& x, const AffineExpr& y) {
   return live(x) == live(y);
 }
 
+/// Whether an epilogue access is indexed as the contraction writes its output.
+bool indexed_as_output(const ComputeBuilder& b, const AccessDecl& a) {
+  if (a.indices.size() != b.c.output.indices.size()) return false;
+  for (std::size_t d = 0; d < a.indices.size(); ++d)
+    if (!same_index(b.c, epilogue_index(b, a, d), b.c.output.indices[d])) return false;
+  return true;
+}
+
 /// The operand an epilogue access reads (its index in c.epilogue.operands): a declared tensor,
 /// or one shaped by the reach of its indices; in bounds; equal accesses share an operand.
 int epilogue_operand(ComputeBuilder& b, const AccessDecl& a) {
@@ -607,9 +615,8 @@ void append_epilogue(ComputeBuilder& b, const EpiExprDecl& e) {
   for (const auto& a : e.args) append_epilogue(b, *a);
   EpiNode n{e.op, -1, e.value};
   if (e.op == EpiOp::kOperand && e.access.tensor == b.def.statement.output.tensor) {
-    for (std::size_t d = 0; d < e.access.indices.size(); ++d)
-      if (e.access.indices.size() != c.output.indices.size() || !same_index(c, epilogue_index(b, e.access, d), c.output.indices[d]))
-        throw_user_error(e.access.loc, "the epilogue reads '" + e.access.tensor + "' at other indices than the contraction writes",
+    if (!indexed_as_output(b, e.access))
+      throw_user_error(e.access.loc, "the epilogue reads '" + e.access.tensor + "' at other indices than the contraction writes",
                          "read the contraction's value where it is: '" + c.statement_text().substr(0, c.statement_text().find(" +=")) + "'");
     n.op = EpiOp::kAcc;
   } else if (e.op == EpiOp::kOperand) {
@@ -632,10 +639,7 @@ void build_epilogue(ComputeBuilder& b) {
     if (in.tensor == e.output.tensor)
       throw_user_error(e.output.loc, "the epilogue's result '" + in.tensor + "' is an input of the contraction",
                        "name the result differently");
-  bool same = e.output.indices.size() == c.output.indices.size();
-  for (std::size_t d = 0; same && d < e.output.indices.size(); ++d)
-    same = same_index(c, epilogue_index(b, e.output, d), c.output.indices[d]);
-  if (!same)
+  if (!indexed_as_output(b, e.output))
     throw_user_error(e.output.loc, "the epilogue's result '" + e.output.tensor + "' is not indexed as the contraction's output",
                      "index it exactly as '" + c.epilogue.acc + "' in the statement");
   append_epilogue(b, *e.expr);
