@@ -132,7 +132,7 @@ TEST(Import, FusedPatterns) {
       // Conv + BatchNormalization (folded) + Relu; the conv's own bias first.
       {"bn_relu", "Y[n, 16*g + k, p, q] = relu((Out[n, 16*g + k, p, q] + bias[16*g + k]) * scale[16*g + k] + bias_bn[16*g + k])"},
       // Conv + BN + Add (a residual of the output's shape) + Clip(0, 6).
-      {"bn_add_clip", "Y[n, 16*g + k, p, q] = clamp((Out[n, 16*g + k, p, q]) * scale[16*g + k] + bias[16*g + k] + "
+      {"bn_add_clip", "Y[n, 16*g + k, p, q] = clamp(Out[n, 16*g + k, p, q] * scale[16*g + k] + bias[16*g + k] + "
                       "residual[n, 16*g + k, p, q], 0, 6)"},
       {"hardswish", "Y[n, 16*g + k, p, q] = (Out[n, 16*g + k, p, q]) * clamp((Out[n, 16*g + k, p, q]) / 6 + 0.5, 0, 1)"},
       {"leaky", "Y[n, 16*g + k, p, q] = leaky_relu(Out[n, 16*g + k, p, q], 0.100000001)"},
@@ -141,7 +141,7 @@ TEST(Import, FusedPatterns) {
       {"gelu_erf", "Y[m, n] = gelu(C[m, n] + bias[n])"},
       {"tanh", "Y[m, n] = tanh(C[m, n])"},
       // Gemm's alpha and beta with its bias C, then a Sigmoid.
-      {"gemm_ab", "Y[m, n] = sigmoid((C[m, n]) * 0.500000 + 2.000000 * bias[n])"},
+      {"gemm_ab", "Y[m, n] = sigmoid(C[m, n] * 0.500000 + 2.000000 * bias[n])"},
       // A per-channel Add of a [1, K, 1, 1] constant.
       {"channel_add", "Y[n, 16*g + k, p, q] = Out[n, 16*g + k, p, q] + bias[16*g + k]"},
   };

@@ -25,19 +25,7 @@ std::string epilogue_code(const Epilogue& e, const std::string& acc, const std::
     return epi_constant_code(n.value, false);
   };
   std::function<std::string(EpiOp, std::vector<std::string>&)> apply = [](EpiOp op, std::vector<std::string>& a) {
-    switch (op) {
-      case EpiOp::kNeg: return "(-" + a[0] + ")";
-      case EpiOp::kAdd: return "(" + a[0] + " + " + a[1] + ")";
-      case EpiOp::kSub: return "(" + a[0] + " - " + a[1] + ")";
-      case EpiOp::kMul: return "(" + a[0] + " * " + a[1] + ")";
-      case EpiOp::kDiv: return "(" + a[0] + " / " + a[1] + ")";
-      case EpiOp::kMin: return "fminf(" + a[0] + ", " + a[1] + ")";
-      case EpiOp::kMax: return "fmaxf(" + a[0] + ", " + a[1] + ")";
-      default: break;
-    }
-    std::string call = "epi_" + std::string(epi_function_name(op)) + "(";
-    for (std::size_t i = 0; i < a.size(); ++i) call += (i ? ", " : "") + a[i];
-    return call + ")";
+    return epi_op_code(op, a, "epi_");
   };
   return fold_epilogue<std::string>(e.program, leaf, apply);
 }

@@ -75,12 +75,7 @@ std::string reference_epilogue(std::ostringstream& os, const Compute& c) {
     return epi_constant_code(n.value, true);
   };
   std::function<std::string(EpiOp, std::vector<std::string>&)> apply = [](EpiOp op, std::vector<std::string>& a) {
-    const char* sym = op == EpiOp::kAdd ? " + " : op == EpiOp::kSub ? " - " : op == EpiOp::kMul ? " * " : op == EpiOp::kDiv ? " / " : nullptr;
-    if (sym) return "(" + a[0] + sym + a[1] + ")";
-    if (op == EpiOp::kNeg) return "(-" + a[0] + ")";
-    std::string call = "ref_" + std::string(epi_function_name(op)) + "(";
-    for (std::size_t i = 0; i < a.size(); ++i) call += (i ? ", " : "") + a[i];
-    return call + ")";
+    return epi_op_code(op, a, "ref_");
   };
   return fold_epilogue<std::string>(e.program, leaf, apply);
 }

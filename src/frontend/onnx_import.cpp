@@ -304,7 +304,8 @@ std::optional<std::string> operand_access(const OutputDims& o, const std::string
   for (const auto& [text, spans] : o.dims) {
     int full = 0, ones = 0;
     for (int d : spans) {
-      if (aligned[d] == 1 && o.onnx_shape[d] != 1) ++ones;
+      if (o.onnx_shape[d] == 1) continue;  // index 0 either way (a batch of 1): no index term
+      if (aligned[d] == 1) ++ones;
       else if (aligned[d] == o.onnx_shape[d]) ++full;
       else return std::nullopt;
     }
@@ -418,6 +419,9 @@ Fused fuse_after(const onnx::NodeProto& n, const OutputDims& o, const Wiring& w,
     if (access) names.insert(name);
     return access;
   };
+  // e as a factor: in parentheses once it is more than the contraction's value.
+  const std::string value_access = e;
+  auto factor = [&] { return e == value_access ? e : "(" + e + ")"; };
   Shape channel(o.onnx_shape.size(), 1);  // [1, K, 1, ...]: per output channel
   if (channel.size() > 1) channel[1] = o.onnx_shape[1];
   const bool conv = n.op_type() == "Conv";
@@ -426,7 +430,7 @@ Fused fuse_after(const onnx::NodeProto& n, const OutputDims& o, const Wiring& w,
   }
   if (n.op_type() == "Gemm") {
     const Attributes a(n);
-    if (a.real("alpha", 1.0) != 1.0) e = "(" + e + ") * " + std::to_string(a.real("alpha", 1.0)), f.own = true;
+    if (a.real("alpha", 1.0) != 1.0) e = factor() + " * " + std::to_string(a.real("alpha", 1.0)), f.own = true;
     if (n.input_size() > 2 && !n.input(2).empty() && a.real("beta", 1.0) != 0.0) {
       auto s = shapes.find(n.input(2));
       auto b = s == shapes.end() ? std::nullopt : operand("bias", s->second);
@@ -460,7 +464,7 @@ Fused fuse_after(const onnx::NodeProto& n, const OutputDims& o, const Wiring& w,
         Attributes(*next).integer("training_mode", 0) == 0) {
       auto s = operand("scale", channel), b = operand(f.own ? "bias_bn" : "bias", channel);
       if (!s || !b) break;
-      e = "(" + e + ") * " + *s + " + " + *b;
+      e = factor() + " * " + *s + " + " + *b;
       normalized = true;
     } else if (t == "Add" && next->input_size() == 2) {
       const std::string& other = next->input(0) == value ? next->input(1) : next->input(0);

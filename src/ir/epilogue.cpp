@@ -84,6 +84,20 @@ std::string epilogue_program_error(const std::vector<EpiNode>& program, std::siz
   return {};
 }
 
+std::string epi_op_code(EpiOp op, const std::vector<std::string>& a, std::string_view prefix) {
+  switch (op) {
+    case EpiOp::kNeg: return "(-" + a[0] + ")";
+    case EpiOp::kAdd: return "(" + a[0] + " + " + a[1] + ")";
+    case EpiOp::kSub: return "(" + a[0] + " - " + a[1] + ")";
+    case EpiOp::kMul: return "(" + a[0] + " * " + a[1] + ")";
+    case EpiOp::kDiv: return "(" + a[0] + " / " + a[1] + ")";
+    default: break;
+  }
+  std::string call = std::string(prefix) + std::string(epi_function_name(op)) + "(";
+  for (std::size_t i = 0; i < a.size(); ++i) call += (i ? ", " : "") + a[i];
+  return call + ")";
+}
+
 std::string epi_constant_code(double v, bool wide) {
   char buf[64];
   if (wide) {

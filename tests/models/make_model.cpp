@@ -12,7 +12,7 @@ int main(int argc, char** argv) {
   using namespace tmap::testing;
   if (argc < 3) {
     std::cerr << "usage: tmap_make_model resnet_style|resnet50|mobilenet_style|bert_style|conv_nd|fused_patterns OUT.onnx "
-                 "[--batch N] [--shapes-only]\n";
+                 "[--batch N] [--shapes-only] [--batchnorm]\n";
     return 2;
   }
   ModelOptions o;
@@ -22,6 +22,8 @@ int main(int argc, char** argv) {
       o.batch = std::stoll(argv[++i]);
     } else if (!std::strcmp(argv[i], "--shapes-only")) {
       o.random_weights = false;
+    } else if (!std::strcmp(argv[i], "--batchnorm")) {
+      o.batchnorm = true;
     } else {
       std::cerr << "tmap_make_model: unknown argument " << argv[i] << "\n";
       return 2;

@@ -176,12 +176,20 @@ std::string basic_block(GraphBuilder& b, const std::string& x, std::int64_t C, s
   return b.op("Relu", {b.op("Add", {y, skip})});
 }
 
-std::string bottleneck(GraphBuilder& b, const std::string& x, std::int64_t C, std::int64_t width, std::int64_t stride) {
+/// A 2-D convolution with a bias, or without one and followed by a BatchNormalization.
+std::string conv_bn(GraphBuilder& b, bool batchnorm, const std::string& x, std::int64_t C, std::int64_t K, std::int64_t k,
+                    std::int64_t stride, std::int64_t pad) {
+  const std::string y = b.conv(x, C, K, 2, k, stride, pad, 1, !batchnorm);
+  return batchnorm ? b.op("BatchNormalization", {y, b.weight({K}), b.weight({K}), b.weight({K}), b.weight({K})}) : y;
+}
+
+std::string bottleneck(GraphBuilder& b, bool bn, const std::string& x, std::int64_t C, std::int64_t width,
+                       std::int64_t stride) {
   const std::int64_t K = 4 * width;
-  std::string y = b.op("Relu", {b.conv(x, C, width, 2, 1, 1, 0)});
-  y = b.op("Relu", {b.conv(y, width, width, 2, 3, stride, 1)});
-  y = b.conv(y, width, K, 2, 1, 1, 0);
-  const std::string skip = stride != 1 || C != K ? b.conv(x, C, K, 2, 1, stride, 0) : x;
+  std::string y = b.op("Relu", {conv_bn(b, bn, x, C, width, 1, 1, 0)});
+  y = b.op("Relu", {conv_bn(b, bn, y, width, width, 3, stride, 1)});
+  y = conv_bn(b, bn, y, width, K, 1, 1, 0);
+  const std::string skip = stride != 1 || C != K ? conv_bn(b, bn, x, C, K, 1, stride, 0) : x;
   return b.op("Relu", {b.op("Add", {y, skip})});
 }
 
@@ -203,13 +211,13 @@ onnx::ModelProto resnet_style(const ModelOptions& o) {
 onnx::ModelProto resnet50(const ModelOptions& o) {
   GraphBuilder b("resnet50", o);
   std::string x = b.input("image", {-1, 3, 224, 224});
-  x = b.maxpool(b.op("Relu", {b.conv(x, 3, 64, 2, 7, 2, 3)}), 3, 2, 1);
+  x = b.maxpool(b.op("Relu", {conv_bn(b, o.batchnorm, x, 3, 64, 7, 2, 3)}), 3, 2, 1);
   std::int64_t C = 64;
   const int blocks[4] = {3, 4, 6, 3};
   for (int stage = 0; stage < 4; ++stage) {
     const std::int64_t width = 64 << stage;
     for (int i = 0; i < blocks[stage]; ++i) {
-      x = bottleneck(b, x, C, width, i == 0 && stage > 0 ? 2 : 1);
+      x = bottleneck(b, o.batchnorm, x, C, width, i == 0 && stage > 0 ? 2 : 1);
       C = 4 * width;
     }
   }

@@ -16,6 +16,9 @@ struct ModelOptions {
   std::int64_t batch = 1;
   bool random_weights = true;  ///< Initializers with random values; else weights are graph inputs of fixed shape.
   std::uint64_t seed = 1;
+  /// ResNet-50: convolutions without bias, each followed by a BatchNormalization (as a model is
+  /// exported without folding them); else each convolution has a bias.
+  bool batchnorm = false;
 };
 
 /// Stem conv 7x7/2 (3 -> 16) and max-pool, two stages of two basic blocks (16 and 32 channels,

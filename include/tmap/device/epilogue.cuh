@@ -7,6 +7,8 @@
 namespace tmap {
 namespace device {
 
+__device__ __forceinline__ float epi_min(float a, float b) { return fminf(a, b); }
+__device__ __forceinline__ float epi_max(float a, float b) { return fmaxf(a, b); }
 __device__ __forceinline__ float epi_relu(float x) { return fmaxf(x, 0.0f); }
 __device__ __forceinline__ float epi_leaky_relu(float x, float slope) { return x >= 0.0f ? x : x * slope; }
 __device__ __forceinline__ float epi_clamp(float x, float lo, float hi) { return fminf(fmaxf(x, lo), hi); }

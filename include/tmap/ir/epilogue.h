@@ -75,6 +75,10 @@ T fold_epilogue(const std::vector<EpiNode>& program, const std::function<T(const
   return stack.back();
 }
 
+/// Op `op` applied to C expressions `args`: + - * / and unary - as operators, every function as a
+/// call of `prefix` + its name ("epi_relu(x)"); each code generator defines its own functions.
+std::string epi_op_code(EpiOp op, const std::vector<std::string>& args, std::string_view prefix);
+
 /// A float32 (or double, with `wide`) constant in C source: exact round-trip digits.
 std::string epi_constant_code(double v, bool wide);
 

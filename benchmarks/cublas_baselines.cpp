@@ -1,0 +1,183 @@
+// tmap_bench's cuBLAS baselines (cublas_baselines.h).
+#include "cublas_baselines.h"
+
+#include <cublasLt.h>
+#include <cuda_fp16.h>
+
+#include <memory>
+
+namespace bench {
+
+namespace {
+
+/// A GEMM as cuBLASLt runs it: row-major C[M,N] = op(A) op(B) as column-major
+/// C^T = op(B)^T op(A)^T, D = epilogue(alpha op(A) op(B) + beta C + bias).
+struct LtGemm {
+  int M = 0, N = 0, K = 0;
+  bool ta = false, tb = false;  ///< A stored [K, M]; B stored [N, K].
+  const void* A = nullptr;
+  const void* B = nullptr;
+  const void* C = nullptr;
+  void* D = nullptr;
+  cudaDataType_t out_type = CUDA_R_16F;
+  float alpha = 1, beta = 0;
+  cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  const void* bias = nullptr;
+};
+
+/// cublasLt's heuristic candidates for `g`, each offered to `s` as "`label` #i"; how many it found.
+int lt_candidates(const LtGemm& g, void* scratch, std::size_t ws_bytes, const std::string& label, Search& s) {
+  cublasLtHandle_t lt;
+  cublas_ok(cublasLtCreate(&lt), "cublasLtCreate");
+  std::unique_ptr<cublasLtContext, decltype(&cublasLtDestroy)> lt_owner(lt, &cublasLtDestroy);
+  cublasLtMatmulDesc_t op;
+  cublas_ok(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul desc");
+  const cublasOperation_t opa = g.tb ? CUBLAS_OP_T : CUBLAS_OP_N, opb = g.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+  cublas_ok(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa), "transa");
+  cublas_ok(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb), "transb");
+  cublas_ok(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &g.epilogue, sizeof g.epilogue), "epilogue");
+  if (g.bias)
+    cublas_ok(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof g.bias), "bias");
+  cublasLtMatrixLayout_t la, lb, lc;  // B^T (N x K), A^T (K x M), C^T (N x M), column-major
+  cublas_ok(g.tb ? cublasLtMatrixLayoutCreate(&la, CUDA_R_16F, g.K, g.N, g.K)
+                 : cublasLtMatrixLayoutCreate(&la, CUDA_R_16F, g.N, g.K, g.N),
+            "layout");
+  cublas_ok(g.ta ? cublasLtMatrixLayoutCreate(&lb, CUDA_R_16F, g.M, g.K, g.M)
+                 : cublasLtMatrixLayoutCreate(&lb, CUDA_R_16F, g.K, g.M, g.K),
+            "layout");
+  cublas_ok(cublasLtMatrixLayoutCreate(&lc, g.out_type, g.N, g.M, g.N), "layout");
+  cublasLtMatmulPreference_t pref;
+  cublas_ok(cublasLtMatmulPreferenceCreate(&pref), "preference");
+  cublas_ok(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
+                                                 sizeof ws_bytes),
+            "preference");
+  cublasLtMatmulHeuristicResult_t results[8];
+  int found = 0;
+  cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, lc, lc, pref, 8, results, &found);
+  for (int i = 0; i < found; ++i) {
+    if (results[i].state != CUBLAS_STATUS_SUCCESS) continue;
+    s.consider(label + " #" + std::to_string(i), [&, i](void* stream) {
+      return cublasLtMatmul(lt, op, &g.alpha, g.B, la, g.A, lb, &g.beta, g.C, lc, g.D, lc, &results[i].algo, scratch,
+                            ws_bytes, static_cast<cudaStream_t>(stream)) == CUBLAS_STATUS_SUCCESS
+                 ? 0
+                 : static_cast<int>(cudaErrorUnknown);
+    });
+  }
+  cublasLtMatmulPreferenceDestroy(pref);
+  cublasLtMatrixLayoutDestroy(la);
+  cublasLtMatrixLayoutDestroy(lb);
+  cublasLtMatrixLayoutDestroy(lc);
+  cublasLtMatmulDescDestroy(op);
+  return found;
+}
+
+}  // namespace
+
+std::optional<Baseline> cublas_baseline(const Compute& c, tmap::Workspace& ws, const std::vector<double>& ref,
+                                        const std::vector<double>& tmap_out, int graph_runs, const PostOps* post) {
+  auto param = [&](const std::string& name) { return param_of(c, name); };
+  // The op (c.name) says how A and B are stored: gemm_tn / gemm_tt keep A as [K, M], gemm_nt /
+  // gemm_tt keep B as [N, K]; batched_gemm has BATCH such products, gemv is N = 1.
+  const std::string& opname = c.name;
+  const bool ta = opname == "gemm_tn" || opname == "gemm_tt", tb = opname == "gemm_nt" || opname == "gemm_tt";
+  const int batch = opname == "batched_gemm" ? param("BATCH") : 1;
+  const int M = param("M"), N = opname == "gemv" ? 1 : param("N"), K = param("K");
+  const void* A = ws.device(c.inputs[0].tensor);
+  const void* B = ws.device(c.inputs[1].tensor);
+  const std::size_t out_elems = static_cast<std::size_t>(M) * N * batch;
+  const bool half_out = c.tensor_of(c.output).dtype == tmap::DType::kFloat16;
+  const cudaDataType_t out_type = half_out ? CUDA_R_16F : CUDA_R_32F;
+  const std::size_t out_bytes = half_out ? sizeof(__half) : sizeof(float);
+  Buffer out(out_elems * out_bytes);
+  const std::size_t ws_bytes = 32u << 20;
+  Buffer scratch(ws_bytes);
+  const float alpha = 1, beta = 0;
+  Search s{ref, tmap_out, graph_runs, out.p, out_elems * out_bytes,
+           [&] { return read_output(out.p, out_elems, half_out); }};
+  s.post = post;
+  auto consider = [&](const std::string& name, const std::function<int(void*)>& launch) { s.consider(name, launch); };
+
+  cublasHandle_t blas;
+  cublas_ok(cublasCreate(&blas), "cublasCreate");
+  std::unique_ptr<cublasContext, decltype(&cublasDestroy)> blas_owner(blas, &cublasDestroy);
+  cublas_ok(cublasSetWorkspace(blas, scratch.p, ws_bytes), "cublasSetWorkspace");
+  if (opname != "gemm") {  // row-major C = op(A) op(B) as column-major C^T = op(B)^T op(A)^T
+    consider("cublasGemmStridedBatchedEx", [&](void* stream) {
+      cublasSetStream(blas, static_cast<cudaStream_t>(stream));
+      return cublasGemmStridedBatchedEx(blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K,
+                                        &alpha, B, CUDA_R_16F, tb ? K : N, static_cast<long long>(K) * N, A, CUDA_R_16F,
+                                        ta ? M : K, static_cast<long long>(M) * K, &beta, out.p, out_type, N,
+                                        static_cast<long long>(M) * N, batch, CUBLAS_COMPUTE_32F,
+                                        CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS
+                 ? 0
+                 : static_cast<int>(cudaErrorUnknown);
+    });
+    return s.result();
+  }
+  consider("cublasGemmEx", [&](void* stream) {
+    cublasSetStream(blas, static_cast<cudaStream_t>(stream));
+    return cublasGemmEx(blas, CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &alpha, B, CUDA_R_16F, N, A, CUDA_R_16F, K, &beta,
+                        out.p, out_type, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS
+               ? 0
+               : static_cast<int>(cudaErrorUnknown);
+  });
+
+  LtGemm g;
+  g.M = M, g.N = N, g.K = K, g.A = A, g.B = B, g.C = out.p, g.D = out.p, g.out_type = out_type;
+  lt_candidates(g, scratch.p, ws_bytes, "cublasLt heuristic", s);
+  return s.result();
+}
+
+namespace {
+
+/// The cuBLASLt epilogue of an activation, with or without a bias vector.
+std::optional<cublasLtEpilogue_t> lt_epilogue(tmap::EpiOp act, bool bias) {
+  switch (act) {
+    case tmap::EpiOp::kAcc: return bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    case tmap::EpiOp::kRelu: return bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
+    case tmap::EpiOp::kGeluTanh: return bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
+    default: return std::nullopt;  // cuBLASLt's GELU is the tanh form; no erf GELU, SiLU, ...
+  }
+}
+
+}  // namespace
+
+std::optional<Baseline> cublaslt_fused_baseline(const Compute& c, tmap::Workspace& ws, const EpilogueView& v,
+                                                const std::vector<double>& ref, const std::vector<double>& tmap_out,
+                                                int graph_runs, std::string& note) {
+  const std::string& opname = c.name;
+  if (opname != "gemm" && opname != "gemm_nt" && opname != "gemm_tn" && opname != "gemm_tt") {
+    note = "cuBLASLt epilogue: not for " + opname;
+    return std::nullopt;
+  }
+  const std::optional<BiasActForm> form = bias_act_form(c, v, 1);
+  const std::optional<cublasLtEpilogue_t> epilogue = form ? lt_epilogue(form->act, form->bias != -1) : std::nullopt;
+  const tmap::DType out_dtype = c.tensor_of(c.output).dtype;
+  auto same_dtype = [&](int operand) { return operand == -1 || c.tensors[v.operands[operand].tensor].dtype == out_dtype; };
+  if (!epilogue || form->scale != -1 || !same_dtype(form->bias) || !same_dtype(form->residual)) {
+    note = "cuBLASLt epilogue: not act(alpha * A B + bias + residual) with relu or gelu_tanh";
+    return std::nullopt;
+  }
+  const bool ta = opname == "gemm_tn" || opname == "gemm_tt", tb = opname == "gemm_nt" || opname == "gemm_tt";
+  const int M = param_of(c, "M"), N = param_of(c, "N"), K = param_of(c, "K");
+  const void* A = ws.device(c.inputs[0].tensor);
+  const void* B = ws.device(c.inputs[1].tensor);
+  const bool half_out = out_dtype == tmap::DType::kFloat16;
+  const cudaDataType_t out_type = half_out ? CUDA_R_16F : CUDA_R_32F;
+  const std::size_t out_elems = static_cast<std::size_t>(M) * N, out_bytes = out_elems * (half_out ? 2 : 4);
+  Buffer out(out_bytes);
+  const std::size_t ws_bytes = 32u << 20;
+  Buffer scratch(ws_bytes);
+  Search s{ref, tmap_out, graph_runs, out.p, out_bytes, [&] { return read_output(out.p, out_elems, half_out); }};
+  const void* C = form->residual == -1 ? out.p : ws.device(v.operands[form->residual].tensor);
+  const void* bias = form->bias == -1 ? nullptr : ws.device(v.operands[form->bias].tensor);
+
+  LtGemm g;
+  g.M = M, g.N = N, g.K = K, g.ta = ta, g.tb = tb, g.A = A, g.B = B, g.C = C, g.D = out.p, g.out_type = out_type;
+  g.alpha = static_cast<float>(form->alpha), g.beta = form->residual == -1 ? 0.0f : 1.0f;
+  g.epilogue = *epilogue, g.bias = bias;
+  if (!lt_candidates(g, scratch.p, ws_bytes, "cublasLt fused epilogue", s)) note = "cuBLASLt epilogue: no heuristic result";
+  return s.result();
+}
+
+}  // namespace bench
