@@ -10,7 +10,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 results=$root/benchmarks/results
 order="resnet18_b1_nhwc resnet18_b1_nchw resnet18_b16_nhwc resnet18_b16_nchw resnet18_b256_nhwc resnet18_b256_nchw
-resnet50_b1_nhwc gemm skinny_gemm conv1d_b1_ncw conv1d_b16_ncw conv3d_b1_ncdhw depthwise_b1_nchw depthwise_b16_nchw
+resnet50_b1_nhwc resnet50_fused_b1_nhwc resnet50_fused_b16_nhwc transformer_ffn gemm skinny_gemm conv1d_b1_ncw conv1d_b16_ncw conv3d_b1_ncdhw depthwise_b1_nchw depthwise_b16_nchw
 grouped_b1_nchw grouped_b16_nchw"
 
 # Every workload's speedups in the Markdown table agree with the CSV's, to the two decimals shown.
@@ -38,7 +38,7 @@ check_table() {
     }' "$results/$t.csv"
 }
 
-# "| title | workloads | warm | cold | vs faster layout | tmap, date |" from a table's
+# "| title | workloads | warm | cold | vs faster layout | vs unfused | tmap, date |" from a table's
 # geometric-mean line and the commit and date in its header ("; tmap COMMIT ..., YYYY-MM-DD.").
 summary_row() {
   local t=$1 title line measured
@@ -49,7 +49,8 @@ summary_row() {
   echo "$line" | awk -v t="$t" -v title="$title" -v measured="$measured" '{
     n = $4; warm = $6; cold = $9; sub(/\)[;.]?$/, "", cold)
     fast = "-"; if (match($0, /fastest layout: [0-9]+\.[0-9]+/)) fast = substr($0, RSTART + 16, RLENGTH - 16) "x"
-    printf "| [%s](results/%s.md) | %s | %sx | %sx | %s | %s |\n", title, t, n, warm, cold, fast, measured }'
+    unfused = "-"; if (match($0, /unfused sequence: [0-9]+\.[0-9]+/)) unfused = substr($0, RSTART + 18, RLENGTH - 18) "x"
+    printf "| [%s](results/%s.md) | %s | %sx | %sx | %s | %s | %s |\n", title, t, n, warm, cold, fast, unfused, measured }'
 }
 
 # Workloads below 0.95 of the baseline (warm), with the winning baseline.
@@ -75,6 +76,13 @@ by hand. Each table is written by one run of `benchmarks/run.sh` on the GPU mach
   API: heuristic modes A and B and the full engine list), in tmap's layout and in the other one
   on the same values transposed ("vs faster layout"). GEMMs: cuBLASLt's heuristic candidates and
   cublasGemmEx. The fastest correct one wins; the tables name it.
+- **Fused epilogues** (the `fused` and `transformer_ffn` tables: bias, folded BatchNorm, residual
+  and activation computed in the kernel). In tmap's layout, the fastest of: cuDNN's backend graph
+  of the convolution followed by the epilogue's pointwise operations (its heuristics' engines,
+  runtime-fused ones among them), `cudnnConvolutionBiasActivationForward` (a per-channel scale
+  folded into the filter), cuBLASLt's BIAS, RELU_BIAS and GELU_BIAS epilogues (a residual as C),
+  and the unfused sequence: the strongest bare contraction, then one elementwise kernel per
+  operation through memory, as a framework without fusion runs them ("vs unfused").
 - **Timing.** One function times everyone: a CUDA graph of 20 runs replayed after warm-up, the
   median over repeats (warm L2). Cold: the same with an L2 flush (a read of twice the L2's size)
   before each run, the flush's own time subtracted.
@@ -90,13 +98,15 @@ by hand. Each table is written by one run of `benchmarks/run.sh` on the GPU mach
 
 Reproduce: `benchmarks/run.sh gemm`, `benchmarks/run.sh conv --batch B --layout L` (B 1, 16,
 256; L nhwc, nchw), `benchmarks/run.sh conv1d --batch B`, `conv3d --batch 1`, `skinny`,
-`depthwise --batch B`, `grouped --batch B`, and `benchmarks/run.sh table
-benchmarks/workloads/resnet50_b1_nhwc.json`; then `benchmarks/make_results.sh`.
+`depthwise --batch B`, `grouped --batch B`, `benchmarks/run.sh table
+benchmarks/workloads/resnet50_b1_nhwc.json` and likewise `resnet50_fused_b16_nhwc.json` and
+`transformer_ffn.json` (the fused batch-1 table replays `logs/h100_resnet50_b1.jsonl` with
+`tmap_bench` alone); then `benchmarks/make_results.sh`.
 
 ## Summary
 
-| table | workloads | warm | cold | vs faster layout | tmap, date |
-| --- | ---: | ---: | ---: | ---: | --- |
+| table | workloads | warm | cold | vs faster layout | vs unfused | tmap, date |
+| --- | ---: | ---: | ---: | ---: | ---: | --- |
 EOF
   for t in $order; do summary_row "$t"; done
   echo

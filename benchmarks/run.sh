@@ -4,10 +4,12 @@
 #   benchmarks/run.sh conv1d|conv3d [--batch 1|16 (conv1d), 1|8 (conv3d)] [--trials N] [--time-budget S] [--log LOG] [--out DIR]
 #   benchmarks/run.sh gemm|skinny [--trials N] [--time-budget S] [--log LOG] [--out DIR]
 #   benchmarks/run.sh depthwise|grouped [--batch 1|16] [--trials N] [--time-budget S] [--log LOG] [--out DIR]
-#   benchmarks/run.sh table FILE.json [--trials N] [--time-budget S] [--log LOG] [--out DIR]
+#   benchmarks/run.sh table FILE.json [--trials N] [--time-budget S] [--log LOG] [--prior LOG]... [--out DIR]
 # A workload table (tmap import MODEL --format json) is tuned as one model: tmap tune --table,
-# --trials in all (default 64 per workload) or --time-budget seconds in all; then tmap_bench
-# times every workload against cuDNN or cuBLAS and adds the model's weighted total.
+# --trials in all (default 64 per workload) or --time-budget seconds in all, the cost model and
+# the first candidates seeded from each --prior log; then tmap_bench times every workload against
+# cuDNN or cuBLAS (a fused one against their fused calls and the unfused sequence) and adds the
+# model's weighted total.
 # plus [--out-dtype float16|float32] everywhere: the output dtype of tmap and the baselines (default
 # float16, sums in float32). A workload whose log holds only a record of the other output dtype
 # replays that record's schedule (noted in the table) instead of being tuned again.
@@ -30,12 +32,13 @@ fi
 table=${1:?"usage: benchmarks/run.sh conv|conv1d|conv3d|gemm|skinny|depthwise|grouped|table [FILE] [--batch B] [--layout L] [--trials N] [--log LOG] [--out DIR]"}
 shift
 if [ "$table" = table ]; then
-  json=${1:?"usage: benchmarks/run.sh table FILE.json [--trials N] [--time-budget S] [--log LOG] [--out DIR]"}
+  json=${1:?"usage: benchmarks/run.sh table FILE.json [--trials N] [--time-budget S] [--log LOG] [--prior LOG]... [--out DIR]"}
   shift
-  trials="" budget=0 log="" out="$root/benchmarks/results"
+  trials="" budget=0 log="" out="$root/benchmarks/results" priors=()
   while [ $# -gt 0 ]; do
     case "$1" in
       --trials) trials=$2; shift 2 ;;
+      --prior) priors+=(--prior "$2"); shift 2 ;;
       --time-budget) budget=$2; shift 2 ;;
       --log) log=$2; shift 2 ;;
       --out) out=$2; shift 2 ;;
@@ -47,7 +50,7 @@ if [ "$table" = table ]; then
   mkdir -p "$out" "$(dirname "$log")"
   start=$(date +%s)
   # shellcheck disable=SC2046
-  "$bin/tmap" tune --table "$json" --log "$log" --seed 1 --no-baselines \
+  "$bin/tmap" tune --table "$json" --log "$log" --seed 1 --no-baselines "${priors[@]}" \
     $([ -n "$trials" ] && echo --trials "$trials") $([ "$budget" != 0 ] && echo --time-budget "$budget") > "$out/$name.tune.txt"
   tuned=$(( $(date +%s) - start ))
   "$bin/tmap_bench" --table "$json" --log "$log" --csv "$out/$name.csv" --md "$out/$name.md" --commit "$commit"

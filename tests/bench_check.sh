@@ -43,6 +43,17 @@ for t in skinny_gemm:skinny_gemm:9 depthwise_conv2d:depthwise_b1:7 depthwise_con
     grep -q "\"key\":\"$key\"" "$src/$log" || { echo "$name ($key) is not in $log"; exit 1; }
   done <<<"$rows"
 done
+# Workload tables with fused epilogues: each workload has a record to replay (the fused batch-1
+# table's are the bare batch-1 log's schedules, which tmap_bench applies with the epilogue).
+for t in resnet50_fused_b1_nhwc:resnet50_b1:25 resnet50_fused_b16_nhwc:resnet50_fused_b16:25 transformer_ffn:transformer_ffn:6; do
+  IFS=: read -r table logname count <<<"$t"
+  log=logs/h100_$logname.jsonl
+  rows=$("$bench" --table "$src/benchmarks/workloads/$table.json" --log "$src/$log" --print-workloads)
+  [ "$(wc -l <<<"$rows")" -eq "$count" ] || { echo "expected $count $table workloads"; exit 1; }
+  while read -r name key op sets; do
+    grep -q "\"key\":\"$key\"" "$src/$log" || { echo "$name ($key) is not in $log"; exit 1; }
+  done <<<"$rows"
+done
 refusal=$("$bench" --table "$src/benchmarks/workloads/conv1d.json" --layout nhwc --log /dev/null --print-workloads 2>&1 || true)
 grep -q "no channels-last conv1d op" <<<"$refusal" || { echo "conv1d --layout nhwc should be refused with a reason"; exit 1; }
 # Without a record, the key tmap_bench prints is the one tmap tune records (run.sh relies on it).
