@@ -24,6 +24,7 @@
 #include "tmap/frontend/op_library.h"
 #include "tmap/tune/cost_model.h"
 #include "tmap/tune/model_tuner.h"
+#include "tmap/tune/shards.h"
 #include "tmap/tune/tuner.h"
 
 namespace tmap {
@@ -988,6 +989,109 @@ TEST(ModelTuner, OneBudgetGoesWhereTheModelTimeIsAndResumes) {
   EXPECT_TRUE(u.stopped);
   EXPECT_EQ(fourth.calls, 0);
   std::filesystem::remove(log);
+}
+
+}  // namespace
+}  // namespace tmap
+
+namespace tmap {
+namespace {
+
+EnvLookup env_of(std::map<std::string, std::string> vars) {
+  return [vars = std::move(vars)](const char* name) -> const char* {
+    auto it = vars.find(name);
+    return it == vars.end() ? nullptr : it->second.c_str();
+  };
+}
+
+TEST(Shards, NamedByNumberOrByTheScheduler) {
+  const EnvLookup none = env_of({});
+  EXPECT_EQ(parse_shard("2/5", none).index, 2);
+  EXPECT_EQ(parse_shard("2/5", none).count, 5);
+  // A Slurm array --array=4-6: task 5 is shard 1 of 3.
+  const Shard slurm = parse_shard("auto", env_of({{"SLURM_ARRAY_TASK_ID", "5"}, {"SLURM_ARRAY_TASK_MIN", "4"},
+                                                  {"SLURM_ARRAY_TASK_COUNT", "3"}}));
+  EXPECT_EQ(slurm.index, 1);
+  EXPECT_EQ(slurm.count, 3);
+  const Shard k8s = parse_shard("auto/4", env_of({{"JOB_COMPLETION_INDEX", "3"}}));
+  EXPECT_EQ(k8s.index, 3);
+  EXPECT_EQ(k8s.count, 4);
+  struct Bad {
+    std::string text;
+    std::map<std::string, std::string> env;
+    std::string says;
+  };
+  for (const Bad& b : std::vector<Bad>{
+           {"5/5", {}, "does not exist"},
+           {"-1/2", {}, "is no shard"},
+           {"1/0", {}, "does not exist"},
+           {"two/3", {}, "is no shard"},
+           {"3", {}, "is no shard"},
+           {"auto", {}, "SLURM_ARRAY_TASK_ID and SLURM_ARRAY_TASK_COUNT"},
+           {"auto", {{"JOB_COMPLETION_INDEX", "1"}}, "--shard auto/N"},
+           {"auto/2", {}, "JOB_COMPLETION_INDEX"},
+           {"auto/2", {{"JOB_COMPLETION_INDEX", "2"}}, "does not exist"},
+           {"auto/2", {{"JOB_COMPLETION_INDEX", "x1"}}, "not a number"},
+       }) {
+    try {
+      parse_shard(b.text, env_of(b.env));
+      ADD_FAILURE() << b.text << " was accepted";
+    } catch (const UserError& e) {
+      EXPECT_NE(std::string(e.what()).find(b.says), std::string::npos) << b.text << ": " << e.what();
+      EXPECT_NE(std::string(e.what()).find("--shard"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(Shards, SplitEveryWorkloadOnceBalancedByCost) {
+  std::vector<double> costs;
+  for (int i = 0; i < 23; ++i) costs.push_back(tuning_cost_estimate(1e9 * ((i * 7919) % 97 + 1) * (i % 5 == 0 ? 1000 : 1)));
+  for (int n : {1, 2, 3, 7, 30}) {
+    std::vector<int> owner(costs.size(), -1);
+    std::vector<double> load(static_cast<std::size_t>(n), 0);
+    for (int s = 0; s < n; ++s)
+      for (std::size_t w : shard_workloads(costs, {s, n})) {
+        EXPECT_EQ(owner[w], -1) << "workload " << w << " in two shards of " << n;
+        owner[w] = s;
+        load[static_cast<std::size_t>(s)] += costs[w];
+      }
+    for (std::size_t w = 0; w < costs.size(); ++w) EXPECT_NE(owner[w], -1) << "workload " << w << " in no shard of " << n;
+    // Greedy largest-first: no shard exceeds another by more than its largest workload.
+    const double most = *std::max_element(costs.begin(), costs.end());
+    EXPECT_LE(*std::max_element(load.begin(), load.end()) - *std::min_element(load.begin(), load.end()), most + 1e-9);
+    EXPECT_EQ(shard_workloads(costs, {0, n}), shard_workloads(costs, {0, n})) << "the split is deterministic";
+  }
+  EXPECT_GT(tuning_cost_estimate(1e13), tuning_cost_estimate(1e9)) << "a long kernel costs more to measure";
+}
+
+TEST(TuneLog, MergeKeepsEachRecordOnceAndRefusesOtherSchemas) {
+  const Compute a = build_compute(builtin_op("gemm"), parse_param_overrides({"M=128", "N=128", "K=64"}));
+  const Compute b = build_compute(builtin_op("gemm"), parse_param_overrides({"M=256", "N=128", "K=64"}));
+  const std::string p1 = temp_path("merge1.jsonl"), p2 = temp_path("merge2.jsonl"), p3 = temp_path("merge3.jsonl");
+  const TuneRecord slow = sample_record(a, "ok", 20), fast = sample_record(a, "ok", 10), other = sample_record(b, "ok", 5);
+  std::ofstream(p1) << to_json(slow).dump() << "\n" << to_json(fast).dump() << "\n";
+  std::ofstream(p2) << to_json(fast).dump() << "\n" << to_json(other).dump() << "\n";  // `fast` again
+  const MergedLogs all = merge_logs({p1, p2}, false);
+  EXPECT_EQ(all.read, 4u);
+  EXPECT_EQ(all.duplicates, 1u);
+  ASSERT_EQ(all.records.size(), 3u);
+  EXPECT_EQ(to_json(all.records[2]).dump(), to_json(other).dump()) << "first-seen order";
+  const MergedLogs best = merge_logs({p1, p2}, true);
+  ASSERT_EQ(best.records.size(), 2u);
+  EXPECT_DOUBLE_EQ(best.records[0].result.median_us, 10);
+  nlohmann::json future = to_json(other);
+  future["schema"] = kLogSchemaVersion + 1;
+  std::ofstream(p3) << to_json(slow).dump() << "\n" << future.dump() << "\n";
+  try {
+    merge_logs({p1, p3}, false);
+    ADD_FAILURE() << "a record of another schema version was merged";
+  } catch (const UserError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find(p3 + ":2"), std::string::npos) << m;
+    EXPECT_NE(m.find("schema version " + std::to_string(kLogSchemaVersion + 1)), std::string::npos) << m;
+    EXPECT_NE(m.find("hint:"), std::string::npos) << m;
+  }
+  for (const auto& p : {p1, p2, p3}) std::filesystem::remove(p);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <numeric>
 #include <random>
 #include <set>
 
@@ -25,6 +26,7 @@
 #include "tmap/support/files.h"
 #include "tmap/tune/cost_model.h"
 #include "tmap/tune/model_tuner.h"
+#include "tmap/tune/shards.h"
 #include "tmap/tune/tuner.h"
 
 namespace tmap::cli {
@@ -112,7 +114,7 @@ struct TuneArgs {
   HwSelection hw;
   std::vector<std::string> prior, dims;
   std::string log, arch, measure = "gpu", enumerate = "amos", emit_cuda, cache_dir, format = "text";
-  std::string model, table, layout = "nchw";
+  std::string model, table, layout = "nchw", shard;
   std::int64_t batch = 0;        ///< --batch: the model's batch, as in tmap import.
   std::int64_t model_batch = 0;  ///< --model-batch: the old spelling of --batch.
   bool no_baselines = false;
@@ -204,6 +206,20 @@ void check_measurable(const TuneArgs& a, const Machine& m) {
         "add --measure model to rank candidates with the analytic model and check that they compile");
   if (m.cc != m.rt.devices.front().compute_capability)
     bad("--arch", "sm_" + std::to_string(m.cc) + " is not the GPU's architecture", "drop --arch, or add --measure model");
+}
+
+/// Keeps shard `s`'s workloads of `table` (shards.h), saying which.
+void keep_shard(WorkloadTable& table, Shard s) {
+  std::vector<double> costs;
+  for (const auto& w : table.workloads) costs.push_back(tuning_cost_estimate(w.flops));
+  const double total = std::accumulate(costs.begin(), costs.end(), 0.0);
+  std::vector<TableWorkload> kept;
+  double mine = 0;
+  for (std::size_t i : shard_workloads(costs, s)) kept.push_back(table.workloads[i]), mine += costs[i];
+  spdlog::info("shard {}/{}: {} of the {} workloads, {:.0f}% of the estimated tuning cost", s.index, s.count, kept.size(),
+               table.workloads.size(), total > 0 ? 100 * mine / total : 0.0);
+  table.workloads = std::move(kept);
+  table.title += " (shard " + std::to_string(s.index) + "/" + std::to_string(s.count) + ")";
 }
 
 /// The workloads of --model (imported) or --table, after checking the options that go with them.
@@ -382,7 +398,13 @@ void run_model_baselines(const TuneArgs& a, const WorkloadTable& table, const st
 
 /// `tmap tune --model M.onnx` / `--table T.json`: every unique workload under one budget.
 void tune_model_command(const TuneArgs& a) {
-  const WorkloadTable table = load_model_table(a);
+  WorkloadTable table = load_model_table(a);
+  const std::size_t whole = table.workloads.size();
+  if (!a.shard.empty()) keep_shard(table, parse_shard(a.shard));
+  if (table.workloads.empty()) {  // more shards than workloads: this one has nothing to do
+    std::printf("%s: no workload in this shard\n", table.title.c_str());
+    return;
+  }
   std::vector<Compute> computes;
   computes.reserve(table.workloads.size());
   for (const auto& w : table.workloads) computes.push_back(build_table_workload(w, table.out_dtype, "workload '" + w.name + "'"));
@@ -397,7 +419,9 @@ void tune_model_command(const TuneArgs& a) {
   ModelTuneOptions o;
   o.tune = tune_options(a, m, log_path);
   o.time_budget_s = a.time_budget;
-  o.trials = a.trials_option->count() ? a.trials : a.time_budget > 0 ? 0 : 64 * static_cast<int>(tasks.size());
+  // --trials are the whole table's: a shard measures its workloads' share of them.
+  const int given = a.trials_option->count() ? std::max(1, static_cast<int>(a.trials * tasks.size() / whole)) : 0;
+  o.trials = given ? given : a.time_budget > 0 ? 0 : 64 * static_cast<int>(tasks.size());
   const bool tty = ::isatty(STDERR_FILENO);
   o.on_progress = progress_printer(a, tty);
   ModelTuneSummary s;
@@ -486,6 +510,8 @@ void resolve_batch_options(TuneArgs& a) {
 
 void tune_command(TuneArgs& args) {
   resolve_batch_options(args);
+  if (!args.shard.empty() && args.model.empty() && args.table.empty())
+    bad("--shard", "only applies to --model or --table", "shard a model's workloads, or tune the one compute whole");
   if (!args.model.empty() || !args.table.empty()) return tune_model_command(args);
   Compute c = args.compute.build();
   const std::vector<HwAbstraction> hws = args.hw.chosen(args.hw.all());
@@ -525,7 +551,7 @@ void register_tune(CLI::App& app) {
   auto* cmd = app.add_subcommand("tune", "Search mappings and schedules for the fastest kernel, logging every trial");
   args->compute.add_to(*cmd);
   args->hw.add_to(*cmd, "Only these abstractions (repeatable; default: every one that matches)");
-  cmd->add_option("--trials", args->trials, "Candidates to measure (default 200)")->check(at_least(1));
+  cmd->add_option("--trials", args->trials, "Candidates to measure (default 200; with --model or --table, in all, 64 per workload by default, a --shard its share)")->check(at_least(1));
   cmd->add_option("--time-budget", args->time_budget, "Stop after this many seconds")->check(at_least(0));
   cmd->add_option("--early-stop", args->early_stop, "Stop after this many trials without improvement (0: never)")
       ->check(at_least(0));
@@ -562,6 +588,9 @@ void register_tune(CLI::App& app) {
                                                         "under one budget: --trials in all (default 64 per workload) "
                                                         "or --time-budget");
   auto* table = cmd->add_option("--table", args->table, "The same for a workload table ('tmap import --format json')");
+  cmd->add_option("--shard", args->shard,
+                  "With --model or --table: tune only shard I/N of the workloads, balanced by estimated cost; 'auto' "
+                  "in a Slurm array job, 'auto/N' in a Kubernetes Indexed Job (docs/scale.md)");
   model->excludes(table);
   cmd->add_option("--batch", args->batch, "With --model: the value of its symbolic batch dimension (as in tmap import)")
       ->check(at_least(1));
@@ -604,20 +633,11 @@ void register_replay(CLI::App& app) {
     LogContents log = load_log(args->log);
     std::string key = args->workload;
     if (!args->compute.file.empty() || !args->compute.op.empty()) key = make_workload(args->compute.build()).key;
-    std::vector<const TuneRecord*> chosen;
-    std::set<std::string> measured;  // workloads with a correct measured record
+    std::vector<const TuneRecord*> chosen, unmeasured;  // unmeasured: the model's choices
     for (const TuneRecord* r : best_records(log.records))
-      if (key.empty() || r->workload.key == key) {
-        chosen.push_back(r);
-        measured.insert(r->workload.key);
-      }
-    // Workloads with only unmeasured records: their best estimate, when allowed.
-    std::map<std::string, const TuneRecord*> unmeasured;
-    for (const auto& r : log.records) {
-      if (r.result.measured() || (!key.empty() && r.workload.key != key) || measured.count(r.workload.key)) continue;
-      auto [it, inserted] = unmeasured.emplace(r.workload.key, &r);
-      if (!inserted && r.result.estimated_us < it->second->result.estimated_us) it->second = &r;
-    }
+      if (key.empty() || r->workload.key == key) chosen.push_back(r);
+    for (const TuneRecord* r : model_choices(log.records))
+      if (key.empty() || r->workload.key == key) unmeasured.push_back(r);
     if (!unmeasured.empty() && !args->allow_unmeasured) {
       const std::string what =
           std::to_string(unmeasured.size()) + " workload(s) have only unmeasured records (ranked by the model)";
@@ -625,7 +645,7 @@ void register_replay(CLI::App& app) {
         bad("--allow-unmeasured", what, "tune them on a GPU, or add --allow-unmeasured to replay the model's choice");
       spdlog::warn("{}: skipped (add --allow-unmeasured to replay the model's choice)", what);
     } else {
-      for (const auto& [k, r] : unmeasured) chosen.push_back(r);
+      chosen.insert(chosen.end(), unmeasured.begin(), unmeasured.end());
     }
     if (chosen.empty())
       bad(args->log, key.empty() ? "the log holds no correct measured record" : "no record of workload " + key,
@@ -797,12 +817,26 @@ void logs_prune(const std::string& path, const std::string& out) {
   if (std::filesystem::exists(out) && std::filesystem::equivalent(path, out))
     bad("--out", "the output is the log being pruned", "write the best records to another file");
   LogContents log = load_log(path);
-  std::vector<const TuneRecord*> keep = best_records(log.records);
+  std::vector<const TuneRecord*> keep = kept_records(log.records);
   std::string text;
   for (const TuneRecord* r : keep) text += to_json(*r).dump() + "\n";
   write_file(out, text, "--out");
   std::printf("kept %zu of %zu records (the best of each workload) in %s\n", keep.size(), log.records.size(),
               out.c_str());
+}
+
+/// `tmap logs merge`: the records of several logs (shards of one table) in one.
+void logs_merge(const std::vector<std::string>& paths, const std::string& out, bool best_only) {
+  for (const std::string& p : paths)
+    if (std::filesystem::exists(out) && std::filesystem::exists(p) && std::filesystem::equivalent(p, out))
+      bad("--out", "the output is one of the logs being merged", "write the merged log to another file");
+  const MergedLogs m = merge_logs(paths, best_only);
+  for (const auto& w : m.warnings) spdlog::warn("{}", w);
+  std::string text;
+  for (const TuneRecord& r : m.records) text += to_json(r).dump() + "\n";
+  write_file(out, text, "--out");
+  std::printf("merged %zu of %zu records from %zu logs into %s (%zu duplicates dropped%s)\n", m.records.size(), m.read,
+              paths.size(), out.c_str(), m.duplicates, best_only ? "; the best of each workload only" : "");
 }
 
 void register_logs(CLI::App& app) {
@@ -816,11 +850,12 @@ void register_logs(CLI::App& app) {
   list->add_option("--format", *list_format, "A text table or json (one document on stdout)")
       ->check(CLI::IsMember({"text", "json"}));
   list->callback([path, list_format] { logs_list(*path, *list_format); });
-  auto* best = logs->add_subcommand("best", "Print the best record of each workload (JSON lines)");
+  auto* best = logs->add_subcommand("best", "Print the best record of each workload (JSON lines; the model's choice "
+                                            "where none was measured)");
   best->add_option("log", *path, "The log")->required();
   best->callback([path] {
     LogContents log = load_log(*path);
-    for (const TuneRecord* r : best_records(log.records)) std::cout << to_json(*r).dump() << "\n";
+    for (const TuneRecord* r : kept_records(log.records)) std::cout << to_json(*r).dump() << "\n";
   });
   auto* rank = logs->add_subcommand("rank", "How well the cost models rank a log's measured candidates");
   auto rank_format = std::make_shared<std::string>("text");
@@ -832,6 +867,13 @@ void register_logs(CLI::App& app) {
   prune->add_option("log", *path, "The log")->required();
   prune->add_option("--out", *out, "The new log")->required();
   prune->callback([path, out] { logs_prune(*path, *out); });
+  auto* merge = logs->add_subcommand("merge", "Merge logs (e.g. of --shard runs) into one, each record once");
+  auto paths = std::make_shared<std::vector<std::string>>();
+  auto best_only = std::make_shared<bool>(false);
+  merge->add_option("logs", *paths, "The logs")->required();
+  merge->add_option("--out", *out, "The merged log")->required();
+  merge->add_flag("--best", *best_only, "Keep only the best record of each workload");
+  merge->callback([paths, out, best_only] { logs_merge(*paths, *out, *best_only); });
 }
 
 void register_export(CLI::App& app) {
@@ -852,26 +894,16 @@ void register_export(CLI::App& app) {
   args->hw_dirs.add_to(*cmd);
   cmd->callback([args] {
     LogContents log = load_log(args->log);
-    std::vector<const TuneRecord*> chosen;
-    std::set<std::string> have;
+    std::vector<const TuneRecord*> chosen, unmeasured;  // unmeasured: the model's choices
     for (const TuneRecord* r : best_records(log.records))
-      if (args->workload.empty() || r->workload.key == args->workload) {
-        chosen.push_back(r);
-        have.insert(r->workload.key);
-      }
-    std::map<std::string, const TuneRecord*> unmeasured;
-    for (const auto& r : log.records) {
-      if (r.result.measured() || r.result.status == "compile_error" || have.count(r.workload.key) ||
-          (!args->workload.empty() && r.workload.key != args->workload))
-        continue;
-      auto [it, inserted] = unmeasured.emplace(r.workload.key, &r);
-      if (!inserted && r.result.estimated_us < it->second->result.estimated_us) it->second = &r;
-    }
+      if (args->workload.empty() || r->workload.key == args->workload) chosen.push_back(r);
+    for (const TuneRecord* r : model_choices(log.records))
+      if (args->workload.empty() || r->workload.key == args->workload) unmeasured.push_back(r);
     if (!unmeasured.empty() && !args->allow_unmeasured)
       spdlog::warn("{} workload(s) have only unmeasured records: skipped (add --allow-unmeasured to export the model's choice)",
                    unmeasured.size());
     else
-      for (const auto& [k, r] : unmeasured) chosen.push_back(r);
+      chosen.insert(chosen.end(), unmeasured.begin(), unmeasured.end());
     if (chosen.empty())
       bad(args->log, args->workload.empty() ? "the log holds no correct measured record" : "no record of workload " + args->workload,
           "see 'tmap logs list " + args->log + "'");

@@ -247,11 +247,6 @@ LogContents read_log(const std::string& path) {
   return parse_log_text(text, path);
 }
 
-namespace {
-
-/// A UserError's message without its location and hint: "error: X\n  hint: Y" -> "X".
-}  // namespace
-
 LogContents parse_log_text(const std::string& text, const std::string& path) {
   LogContents out;
   // Each distinct (key, compute) is rebuilt once: a log holds many trials of few workloads.
@@ -295,6 +290,57 @@ LogContents parse_log_text(const std::string& text, const std::string& path) {
   return out;
 }
 
+namespace {
+
+/// A UserError when a line of `text` is a record of another schema version than this tmap's.
+void check_schema_versions(const std::string& text, const std::string& path) {
+  std::size_t line_no = 0, pos = 0;
+  while (pos < text.size()) {
+    const std::size_t end = std::min(text.find('\n', pos), text.size());
+    const std::string line = text.substr(pos, end - pos);
+    pos = end + 1;
+    ++line_no;
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (!j.is_object() || !j.contains("schema")) continue;  // malformed lines are warned about later
+    if (j["schema"] != kLogSchemaVersion) {
+      SourceLoc loc = SourceLoc::whole(path);
+      loc.line = static_cast<int>(line_no);
+      throw_user_error(loc, "a record of schema version " + j["schema"].dump() + "; this tmap reads and writes version " +
+                                std::to_string(kLogSchemaVersion),
+                       "merge logs of one schema version: tune again with this tmap, or merge with the tmap that "
+                       "wrote the log");
+    }
+  }
+}
+
+}  // namespace
+
+MergedLogs merge_logs(const std::vector<std::string>& paths, bool best_only) {
+  MergedLogs m;
+  std::set<std::string> seen;
+  std::vector<TuneRecord> all;
+  for (const std::string& path : paths) {
+    std::string text, why;
+    if (!read_bounded(path, kMaxLogBytes, text, why))
+      throw UserError(format_diagnostic(SourceLoc::whole(path), "cannot read log '" + path + "': " + why,
+                                        "give the paths of tuning logs (JSON lines)"));
+    check_schema_versions(text, path);
+    LogContents log = parse_log_text(text, path);
+    m.warnings.insert(m.warnings.end(), log.warnings.begin(), log.warnings.end());
+    m.read += log.records.size();
+    for (TuneRecord& r : log.records) {
+      if (seen.insert(to_json(r).dump()).second) all.push_back(std::move(r));
+      else ++m.duplicates;
+    }
+  }
+  if (!best_only) {
+    m.records = std::move(all);
+    return m;
+  }
+  for (const TuneRecord* r : kept_records(all)) m.records.push_back(*r);
+  return m;
+}
+
 bool ranks_before(const TuneRecord& a, const TuneRecord& b) {
   const bool ca = a.result.confirm_rounds > 0, cb = b.result.confirm_rounds > 0;
   return ca != cb ? ca : a.result.median_us < b.result.median_us;
@@ -321,6 +367,28 @@ std::vector<const TuneRecord*> best_records(const std::vector<TuneRecord>& recor
   for (const auto& key : order)
     if (auto it = best_of.find(key); it != best_of.end()) best.push_back(it->second);
   return best;
+}
+
+std::vector<const TuneRecord*> model_choices(const std::vector<TuneRecord>& records) {
+  std::set<std::string> measured;
+  for (const TuneRecord* r : best_records(records)) measured.insert(r->workload.key);
+  std::map<std::string, const TuneRecord*> choice;
+  std::vector<std::string> order;
+  for (const auto& r : records) {
+    if (r.result.measured() || measured.count(r.workload.key)) continue;
+    auto [it, inserted] = choice.emplace(r.workload.key, &r);
+    if (inserted) order.push_back(r.workload.key);
+    else if (r.result.estimated_us < it->second->result.estimated_us) it->second = &r;
+  }
+  std::vector<const TuneRecord*> out;
+  for (const auto& key : order) out.push_back(choice[key]);
+  return out;
+}
+
+std::vector<const TuneRecord*> kept_records(const std::vector<TuneRecord>& records) {
+  std::vector<const TuneRecord*> kept = best_records(records);
+  for (const TuneRecord* r : model_choices(records)) kept.push_back(r);
+  return kept;
 }
 
 }  // namespace tmap

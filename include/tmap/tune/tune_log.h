@@ -143,7 +143,26 @@ LogContents parse_log_text(const std::string& text, const std::string& path);
 /// luckiest as much as the fastest: on the H100 the best of a run replayed 2-3% slower than
 /// logged, up to 8%.
 std::vector<const TuneRecord*> best_records(const std::vector<TuneRecord>& records);
+/// The model's choice for each workload without a correct measured record (none that
+/// best_records returns): its unmeasured record of the lowest estimated time, first seen first.
+std::vector<const TuneRecord*> model_choices(const std::vector<TuneRecord>& records);
+/// Each workload's best record: its best measured one (best_records), else the model's choice
+/// (model_choices). What `tmap logs best`, `logs prune` and `logs merge --best` keep.
+std::vector<const TuneRecord*> kept_records(const std::vector<TuneRecord>& records);
 /// The order best_records ranks two correct records of a workload by: whether `a` beats `b`.
 bool ranks_before(const TuneRecord& a, const TuneRecord& b);
+
+struct MergedLogs {
+  std::vector<TuneRecord> records;  ///< In order of first appearance.
+  std::size_t read = 0;             ///< Records read from all the logs.
+  std::size_t duplicates = 0;       ///< Records equal to one read before, dropped.
+  std::vector<std::string> warnings;
+};
+
+/// The records of the logs at `paths` (`tmap logs merge`, e.g. of shards): each distinct record
+/// once (a record copied into two logs, such as a prior log every shard resumed, is one), or with
+/// `best_only` the best of each workload only (kept_records). A record of another schema version is a
+/// UserError naming its file and line: two tmap versions' records are not comparable.
+MergedLogs merge_logs(const std::vector<std::string>& paths, bool best_only);
 
 }  // namespace tmap
