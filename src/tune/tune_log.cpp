@@ -237,17 +237,37 @@ void LogWriter::append(const TuneRecord& r) {
         "rerunning the same command resumes from them"));
 }
 
-LogContents read_log(const std::string& path) {
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) return {};
+namespace {
+
+/// The text of the log at `path`, read within the bounds that hold for any kind of file.
+std::string log_text(const std::string& path) {
   std::string text, why;
   if (!read_bounded(path, kMaxLogBytes, text, why))
     throw UserError(format_diagnostic(SourceLoc::whole(path), "cannot read log '" + path + "': " + why,
                                       "give the path of a tuning log (JSON lines)"));
-  return parse_log_text(text, path);
+  return text;
 }
 
-LogContents parse_log_text(const std::string& text, const std::string& path) {
+/// A UserError when `j`, line `line_no` of log `path`, is a record of another schema version.
+void refuse_other_schema(const nlohmann::json& j, const std::string& path, std::size_t line_no) {
+  if (!j.is_object() || !j.contains("schema") || j["schema"] == kLogSchemaVersion) return;
+  SourceLoc loc = SourceLoc::whole(path);
+  loc.line = static_cast<int>(line_no);
+  throw_user_error(loc, "a record of schema version " + j["schema"].dump() + "; this tmap reads and writes version " +
+                            std::to_string(kLogSchemaVersion),
+                   "merge logs of one schema version: tune again with this tmap, or merge with the tmap that "
+                   "wrote the log");
+}
+
+}  // namespace
+
+LogContents read_log(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return {};
+  return parse_log_text(log_text(path), path);
+}
+
+LogContents parse_log_text(const std::string& text, const std::string& path, bool refuse_other_schemas) {
   LogContents out;
   // Each distinct (key, compute) is rebuilt once: a log holds many trials of few workloads.
   std::set<std::string> rebuilt;
@@ -268,6 +288,7 @@ LogContents parse_log_text(const std::string& text, const std::string& path) {
                                                 : "not valid JSON, skipped"));
       continue;
     }
+    if (refuse_other_schemas) refuse_other_schema(j, path, line_no);
     TuneRecord r;
     try {
       r = record_from_json(j);
@@ -290,42 +311,12 @@ LogContents parse_log_text(const std::string& text, const std::string& path) {
   return out;
 }
 
-namespace {
-
-/// A UserError when a line of `text` is a record of another schema version than this tmap's.
-void check_schema_versions(const std::string& text, const std::string& path) {
-  std::size_t line_no = 0, pos = 0;
-  while (pos < text.size()) {
-    const std::size_t end = std::min(text.find('\n', pos), text.size());
-    const std::string line = text.substr(pos, end - pos);
-    pos = end + 1;
-    ++line_no;
-    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-    if (!j.is_object() || !j.contains("schema")) continue;  // malformed lines are warned about later
-    if (j["schema"] != kLogSchemaVersion) {
-      SourceLoc loc = SourceLoc::whole(path);
-      loc.line = static_cast<int>(line_no);
-      throw_user_error(loc, "a record of schema version " + j["schema"].dump() + "; this tmap reads and writes version " +
-                                std::to_string(kLogSchemaVersion),
-                       "merge logs of one schema version: tune again with this tmap, or merge with the tmap that "
-                       "wrote the log");
-    }
-  }
-}
-
-}  // namespace
-
 MergedLogs merge_logs(const std::vector<std::string>& paths, bool best_only) {
   MergedLogs m;
   std::set<std::string> seen;
   std::vector<TuneRecord> all;
   for (const std::string& path : paths) {
-    std::string text, why;
-    if (!read_bounded(path, kMaxLogBytes, text, why))
-      throw UserError(format_diagnostic(SourceLoc::whole(path), "cannot read log '" + path + "': " + why,
-                                        "give the paths of tuning logs (JSON lines)"));
-    check_schema_versions(text, path);
-    LogContents log = parse_log_text(text, path);
+    LogContents log = parse_log_text(log_text(path), path, true);
     m.warnings.insert(m.warnings.end(), log.warnings.begin(), log.warnings.end());
     m.read += log.records.size();
     for (TuneRecord& r : log.records) {

@@ -133,8 +133,9 @@ struct LogContents {
 /// names the line. A missing file is an empty log.
 LogContents read_log(const std::string& path);
 
-/// The same for a log's text; `path` names it in the warnings.
-LogContents parse_log_text(const std::string& text, const std::string& path);
+/// The same for a log's text; `path` names it in the warnings. With `refuse_other_schemas`, a
+/// record of another schema version is a UserError naming its line instead of a warning.
+LogContents parse_log_text(const std::string& text, const std::string& path, bool refuse_other_schemas = false);
 
 /// The best record of each workload, in first-seen order. A candidate measured more than once
 /// counts by its latest record (a confirmation that failed rules it out), and confirmed
