@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <memory>
+#include <set>
 
 #include "test_util.h"
 #include "tmap/frontend/op_library.h"
@@ -21,10 +23,10 @@ struct Tuned {
   MeasureResult replay;
 };
 
-/// Tunes `trials` candidates into a fresh log, then replays the log's best record as `tmap
-/// replay` does (regenerated from the record alone, compiled, verified, timed in a new worker
-/// on new random inputs).
-Tuned tune_and_replay(const Compute& c, int trials, const std::string& name) {
+/// Tunes `trials` candidates on the first `gpus` GPUs into a fresh log, then replays the log's
+/// best record as `tmap replay` does (regenerated from the record alone, compiled, verified,
+/// timed in a new worker on new random inputs).
+Tuned tune_and_replay(const Compute& c, int trials, const std::string& name, std::size_t gpus = 1) {
   const RuntimeInfo rt = query_runtime();
   const DeviceInfo& dev = rt.devices.front();
   const std::vector<HwAbstraction>& hws = testing::shipped();
@@ -42,11 +44,30 @@ Tuned tune_and_replay(const Compute& c, int trials, const std::string& name) {
   const TimingOptions timing = tuning_timing();  // as `tmap tune` and `tmap replay` time
   Tuned t;
   {
-    WorkerMeasurer measurer(TMAP_BINARY, 10, timing, true, 7);
-    t.summary = tune(c, hws, o, measurer);
+    std::vector<std::unique_ptr<WorkerMeasurer>> measurers;
+    std::vector<Measurer*> pool;
+    for (std::size_t i = 0; i < gpus; ++i) {
+      const DeviceInfo& d = rt.devices.at(i);
+      measurers.push_back(std::make_unique<WorkerMeasurer>(TMAP_BINARY, 10, timing, true, 7,
+                                                           MeasureGpu{d.index, d.uuid, d.name}));
+      pool.push_back(measurers.back().get());
+    }
+    MeasurePool on(pool);
+    t.summary = tune(c, hws, o, on);
   }
   LogContents log = read_log(o.log_path);
   EXPECT_TRUE(log.warnings.empty());
+  // Each record names the GPU that measured it; the confirmations ran on the first.
+  std::set<int> measured_on;
+  for (const TuneRecord& r : log.records) {
+    const bool known = r.result.gpu >= 0 && r.result.gpu < static_cast<int>(gpus);
+    EXPECT_TRUE(known) << r.result.gpu;
+    if (!known) continue;
+    EXPECT_EQ(r.result.gpu_uuid, rt.devices[r.result.gpu].uuid);
+    if (r.result.confirm_rounds) EXPECT_EQ(r.result.gpu, 0);
+    else measured_on.insert(r.result.gpu);
+  }
+  EXPECT_EQ(measured_on.size(), gpus) << "a GPU measured nothing";
   // Every trial, and the confirmations of the fastest (measured again at the end, see TuneOptions).
   EXPECT_EQ(static_cast<int>(log.records.size()), t.summary.measured + t.summary.confirmed);
   EXPECT_EQ(t.summary.confirmed, std::min(o.confirm_top, t.summary.measured - t.summary.failed));
@@ -82,6 +103,16 @@ TEST(GpuTune, Gemm1024TunesAndReplaysWithinTenPercent) {
   Compute c = build_compute(builtin_op("gemm"), parse_param_overrides({"M=1024", "N=1024", "K=1024"}));
   Tuned t = tune_and_replay(c, 64, "gemm1024");
   EXPECT_EQ(t.summary.measured, 64);
+  ASSERT_EQ(t.replay.status, MeasureStatus::kOk) << t.replay.message;
+  EXPECT_LT(t.replay.rel_l2, 1e-2);
+  EXPECT_LT(std::abs(t.replay.median_us / t.summary.best->result.median_us - 1), 0.10);
+}
+
+TEST(GpuTune, TwoGpusTuneAtOnceAndTheBestReplays) {
+  if (query_runtime().devices.size() < 2) GTEST_SKIP() << "needs two GPUs";
+  Compute c = build_compute(builtin_op("gemm"), parse_param_overrides({"M=1024", "N=1024", "K=1024"}));
+  Tuned t = tune_and_replay(c, 96, "gemm1024_two_gpus", 2);
+  EXPECT_EQ(t.summary.measured, 96);
   ASSERT_EQ(t.replay.status, MeasureStatus::kOk) << t.replay.message;
   EXPECT_LT(t.replay.rel_l2, 1e-2);
   EXPECT_LT(std::abs(t.replay.median_us / t.summary.best->result.median_us - 1), 0.10);

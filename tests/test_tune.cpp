@@ -89,6 +89,8 @@ TEST(TuneLog, TheBestIsTheFastestConfirmedCandidateByItsLatestRecord) {
 TEST(TuneLog, RecordRoundTripsAndRegeneratesItsKernel) {
   Compute c = build_compute(builtin_op("conv2d"));
   TuneRecord r = sample_record(c, "ok", 21.5);
+  r.result.gpu = 1;
+  r.result.gpu_uuid = "GPU-5a1b0c2d-0000-4e5f-8a9b-0c1d2e3f4a5b";
   const std::string path = temp_path("roundtrip.jsonl");
   std::filesystem::remove(path);
   {
@@ -103,6 +105,9 @@ TEST(TuneLog, RecordRoundTripsAndRegeneratesItsKernel) {
   EXPECT_EQ(to_json(x), to_json(r));
   EXPECT_EQ(x.candidate.params, r.candidate.params);
   EXPECT_EQ(x.result.times_us, r.result.times_us);
+  EXPECT_EQ(x.result.gpu, 1);
+  EXPECT_EQ(x.result.gpu_uuid, r.result.gpu_uuid);
+  EXPECT_EQ(back.records[1].result.gpu, -1) << "no GPU recorded, none read back";
   EXPECT_EQ(back.records[1].result.error, "cudaErrorIllegalAddress");
   EXPECT_FALSE(back.records[1].result.ok());
   // The record alone regenerates the kernel: the same source as from the original compute.
@@ -133,6 +138,11 @@ TEST(TuneLog, MalformedLinesAreSkippedWithTheirLineNumber) {
   wide_param["candidate"]["params"]["block_m"] = std::int64_t{1} << 40;
   nlohmann::json string_time = nlohmann::json::parse(good);
   string_time["result"]["median_us"] = "fast";
+  // The GPU a record was measured on is checked as strictly as the rest.
+  nlohmann::json bad_gpu = nlohmann::json::parse(good);
+  bad_gpu["result"]["gpu"] = {{"index", -1}, {"uuid", ""}};
+  nlohmann::json bad_uuid = nlohmann::json::parse(good);
+  bad_uuid["result"]["gpu"] = {{"index", 0}, {"uuid", "GPU-1234\"; rm -rf /"}};
   const std::string path = temp_path("malformed.jsonl");
   {
     std::ofstream out(path);
@@ -149,7 +159,9 @@ TEST(TuneLog, MalformedLinesAreSkippedWithTheirLineNumber) {
         << float_shape.dump() << "\n"          // 11
         << wide_param.dump() << "\n"           // 12
         << string_time.dump() << "\n"          // 13
-        << good.substr(0, good.size() / 2);     // 14 truncated by a crash
+        << bad_gpu.dump() << "\n"              // 14
+        << bad_uuid.dump() << "\n"             // 15
+        << good.substr(0, good.size() / 2);     // 16 truncated by a crash
   }
   LogContents log = read_log(path);
   EXPECT_EQ(log.records.size(), 2u);
@@ -158,7 +170,8 @@ TEST(TuneLog, MalformedLinesAreSkippedWithTheirLineNumber) {
       {6, "missing field \"candidate\""}, {7, "without a median time"}, {8, "unknown schedule parameter"},
       {10, "field \"id\" is not an integer"}, {11, "field \"shape\" is not an integer"},
       {12, "\"block_m\" is out of range"},  {13, "field \"median_us\" has the wrong type"},
-      {14, "truncated last line"}};
+      {14, "\"gpu.index\" is not a GPU index"}, {15, "\"gpu.uuid\" is not a GPU UUID"},
+      {16, "truncated last line"}};
   ASSERT_EQ(log.warnings.size(), expected.size());
   for (std::size_t i = 0; i < expected.size(); ++i) {
     EXPECT_NE(log.warnings[i].find(path + ":" + std::to_string(expected[i].first) + ":"), std::string::npos)
@@ -1092,6 +1105,163 @@ TEST(TuneLog, MergeKeepsEachRecordOnceAndRefusesOtherSchemas) {
     EXPECT_NE(m.find("hint:"), std::string::npos) << m;
   }
   for (const auto& p : {p1, p2, p3}) std::filesystem::remove(p);
+}
+
+}  // namespace
+}  // namespace tmap
+
+namespace tmap {
+namespace {
+
+/// The synthetic measurer as GPU `index` of a host. With `wait_for`, its first measurement waits
+/// (up to 20 s) until that GPU has measured, so that a test sees both at work.
+class HostGpu : public Measurer {
+ public:
+  explicit HostGpu(int index, const HostGpu* wait_for = nullptr) : index_(index), wait_for_(wait_for) {}
+  MeasureResult measure(const Compute& c, const ImplicitGemm& g, const ScheduleParams& p, const KernelSource& k,
+                        const CompileResult& bin) override {
+    const auto t0 = std::chrono::steady_clock::now();
+    while (wait_for_ && calls == 0 && wait_for_->calls == 0 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(20))
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    MeasureResult r = synthetic_.measure(c, g, p, k, bin);
+    ++calls;
+    return r;
+  }
+  MeasureGpu gpu() const override { return {index_, uuid(index_), "synthetic"}; }
+  static std::string uuid(int index) { return "GPU-0000000" + std::to_string(index) + "-0000-4000-8000-000000000000"; }
+  std::atomic<int> calls{0};
+
+ private:
+  int index_;
+  const HostGpu* wait_for_;
+  SyntheticMeasurer synthetic_;
+};
+
+TEST(MeasurePool, EachGpuRunsOneJobAndAllRunAtOnce) {
+  HostGpu g0(0), g1(1), g2(2);
+  MeasurePool pool({&g0, &g1, &g2});
+  std::atomic<int> running{0}, peak{0};
+  auto job = [&](Measurer& m) {
+    const int now = ++running;
+    for (int seen = peak; now > seen && !peak.compare_exchange_weak(seen, now);) {}
+    const auto t0 = std::chrono::steady_clock::now();  // all three must be running to go on
+    while (peak < 3 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(20))
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    --running;
+    MeasureResult r;
+    r.status = MeasureStatus::kOk;
+    r.median_us = m.gpu().index + 1;
+    return r;
+  };
+  std::set<std::size_t> used;
+  for (std::uint64_t tag = 0; tag < 3; ++tag) used.insert(pool.submit(tag, job));
+  EXPECT_EQ(used.size(), 3u);
+  EXPECT_EQ(pool.idle(), 0u);
+  std::set<std::uint64_t> tags;
+  for (int i = 0; i < 3; ++i) {
+    std::optional<MeasurePool::Done> d = pool.collect(-1);
+    ASSERT_TRUE(d);
+    tags.insert(d->tag);
+    EXPECT_EQ(d->result.median_us, d->gpu + 1) << "a job ran on the GPU it was given";
+    EXPECT_GE(d->seconds, 0.019);
+  }
+  EXPECT_EQ(tags.size(), 3u);
+  EXPECT_EQ(peak, 3) << "the GPUs did not measure at once";
+  EXPECT_FALSE(pool.collect(0)) << "nothing is in flight";
+  // A job that throws (the worker could not be started) is a worker error, not the tuner's death.
+  pool.submit(9, [](Measurer&) -> MeasureResult { throw std::runtime_error("fork: Resource temporarily unavailable"); });
+  std::optional<MeasurePool::Done> failed = pool.collect(-1);
+  ASSERT_TRUE(failed);
+  EXPECT_EQ(failed->result.status, MeasureStatus::kWorkerError);
+  EXPECT_NE(failed->result.message.find("fork"), std::string::npos) << failed->result.message;
+  // What bounded the rate, from the GPUs' busy time.
+  double busy = 0;
+  int measured = 0;
+  for (const MeasurePool::Usage& u : pool.usage()) busy += u.busy_s, measured += u.measured;
+  EXPECT_EQ(measured, 4);
+  EXPECT_EQ(bound_by(pool, busy / 3, 0), "measurement");
+  EXPECT_EQ(bound_by(pool, busy * 10, 0), "the search");
+  EXPECT_EQ(bound_by(pool, busy * 10, busy * 10 * 3 * 0.5), "compilation");
+}
+
+TEST(MeasurePool, GpusAreChosenByIndexAndOfOneModel) {
+  const std::vector<DeviceInfo> host = {{0, "NVIDIA H100 80GB HBM3", 90, 132, 0, "GPU-a"},
+                                        {1, "NVIDIA H100 80GB HBM3", 90, 132, 0, "GPU-b"},
+                                        {2, "NVIDIA H100 80GB HBM3", 90, 132, 0, "GPU-c"}};
+  EXPECT_EQ(choose_gpus("all", host).size(), 3u);
+  EXPECT_EQ(choose_gpus("", host).size(), 3u);
+  const std::vector<DeviceInfo> two = choose_gpus("2,0", host);
+  ASSERT_EQ(two.size(), 2u);
+  EXPECT_EQ(two[0].uuid, "GPU-c");
+  EXPECT_EQ(two[1].uuid, "GPU-a");
+  auto refusal = [&](const std::string& spec, const std::vector<DeviceInfo>& devices) {
+    try {
+      choose_gpus(spec, devices);
+    } catch (const UserError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_NE(refusal("3", host).find("there is no GPU 3 (3 visible"), std::string::npos) << refusal("3", host);
+  EXPECT_NE(refusal("0,0", host).find("named twice"), std::string::npos);
+  EXPECT_NE(refusal("0,,1", host).find("'' is not a GPU index"), std::string::npos);
+  EXPECT_NE(refusal("-1", host).find("'-1' is not a GPU index"), std::string::npos);
+  EXPECT_NE(refusal("99999999999", host).find("is not a GPU index"), std::string::npos);
+  std::vector<DeviceInfo> mixed = host;
+  mixed[1] = {1, "NVIDIA A100-SXM4-80GB", 80, 108, 0, "GPU-d"};
+  EXPECT_NE(refusal("all", mixed).find("are different models"), std::string::npos) << refusal("all", mixed);
+  EXPECT_NE(refusal("all", mixed).find("--gpus 1"), std::string::npos) << "the fix names a GPU";
+  EXPECT_EQ(choose_gpus("0,2", mixed).size(), 2u) << "GPUs of one model on a mixed host";
+}
+
+// Tuning on two GPUs: both measure, every record names its GPU, and the confirmation of the
+// fastest candidates runs on the first alone, so that the winner is ranked on one device.
+TEST(Tuner, SeveralGpusMeasureAtOnceAndTheFirstConfirms) {
+  Compute c = build_compute(builtin_op("gemm"), parse_param_overrides({"M=512", "N=256", "K=512"}));
+  const std::string log = temp_path("two_gpus.jsonl");
+  std::filesystem::remove(log);
+  HostGpu g1(1);
+  HostGpu g0(0, &g1);  // GPU 0 waits for GPU 1's first measurement
+  MeasurePool pool({&g0, &g1});
+  TuneOptions o = synthetic_options(log, 24);
+  o.confirm_top = 2;
+  int progress = 0;
+  o.on_progress = [&](const TuneProgress& p) {
+    ++progress;
+    ASSERT_EQ(p.gpus, &pool);
+  };
+  TuneSummary s = tune(c, shipped(), o, pool);
+  EXPECT_EQ(s.measured, 24);
+  EXPECT_EQ(s.confirmed, 2);
+  EXPECT_EQ(progress, 24);
+  EXPECT_GT(g1.calls, 0);
+  EXPECT_GT(g0.calls, 0);
+  LogContents l = read_log(log);
+  ASSERT_EQ(l.records.size(), 24u + 2u);
+  std::map<int, int> trials_on;
+  for (const TuneRecord& r : l.records) {
+    ASSERT_TRUE(r.result.gpu == 0 || r.result.gpu == 1) << r.result.gpu;
+    EXPECT_EQ(r.result.gpu_uuid, HostGpu::uuid(r.result.gpu));
+    if (r.result.confirm_rounds) EXPECT_EQ(r.result.gpu, 0) << "a confirmation ran on another GPU";
+    else ++trials_on[r.result.gpu];
+  }
+  EXPECT_EQ(trials_on[0] + trials_on[1], 24);
+  EXPECT_EQ(pool.usage()[0].measured + pool.usage()[1].measured, 24 + 2 * o.confirm_rounds);
+  EXPECT_EQ(pool.usage()[1].workload, c.name);
+
+  // A model's workloads on the same two GPUs: the total's history is kept for the scale-out goals.
+  Compute other = build_compute(builtin_op("gemm"), parse_param_overrides({"M=256", "N=256", "K=512"}));
+  ModelTuneOptions mo;
+  mo.tune = synthetic_options(log, 0);
+  mo.trials = 16;
+  mo.warmup_batches = 1;
+  ModelTuneSummary m = tune_model({{"a", &c, 1}, {"b", &other, 2}}, shipped(), mo, pool);
+  EXPECT_EQ(m.measured, 16);
+  ASSERT_FALSE(m.history.empty());
+  EXPECT_DOUBLE_EQ(m.history.back().second, m.weighted_us());
+  for (std::size_t i = 1; i < m.history.size(); ++i) EXPECT_LT(m.history[i].second, m.history[i - 1].second);
+  std::filesystem::remove(log);
 }
 
 }  // namespace

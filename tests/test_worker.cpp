@@ -249,3 +249,21 @@ TEST(Worker, FaultingAndHangingKernelsAreErrorsAndTheNextCandidateRuns) {
 
 }  // namespace
 }  // namespace tmap
+
+namespace tmap {
+namespace {
+
+// `tmap tune --gpus` starts a worker per GPU (`tmap worker --device N`); one for a GPU that is
+// not there answers every candidate with an error that names it.
+TEST(Worker, AWorkerForAMissingGpuSaysWhichGpu) {
+  MeasureWorker worker(TMAP_BINARY, 30.0, 37);
+  MeasureResult r = worker.measure(gemm_request());
+  EXPECT_EQ(r.status, MeasureStatus::kWorkerError);
+  EXPECT_NE(r.message.find("device 37 is not one of the"), std::string::npos) << r.message;
+  MeasureResult again = worker.measure(gemm_request());  // a fresh worker, after the error
+  EXPECT_EQ(again.message, r.message);
+  EXPECT_EQ(worker.restarts(), 1);
+}
+
+}  // namespace
+}  // namespace tmap

@@ -1,5 +1,6 @@
 // tmap: maps tensor computations onto hardware intrinsics.
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -28,7 +29,7 @@ void register_version(CLI::App& app) {
       nlohmann::json devices = nlohmann::json::array();
       for (const auto& d : rt.devices)
         devices.push_back({{"index", d.index}, {"name", d.name}, {"arch", "sm_" + std::to_string(d.compute_capability)},
-                           {"sms", d.sm_count}, {"memory_mib", d.global_memory_bytes >> 20}});
+                           {"sms", d.sm_count}, {"memory_mib", d.global_memory_bytes >> 20}, {"uuid", d.uuid}});
       nlohmann::json j = {{"tmap", TMAP_VERSION},
                           {"cuda_runtime", tmap::cuda_version_text(rt.runtime_version)},
                           {"nvrtc", std::to_string(rt.nvrtc_major) + "." + std::to_string(rt.nvrtc_minor)},
@@ -44,7 +45,7 @@ void register_version(CLI::App& app) {
               << "\n";
     for (const auto& d : rt.devices)
       std::cout << "device " << d.index << ": " << d.name << ", sm_" << d.compute_capability << ", " << d.sm_count
-                << " SMs, " << (d.global_memory_bytes >> 20) << " MiB\n";
+                << " SMs, " << (d.global_memory_bytes >> 20) << " MiB, " << d.uuid << "\n";
     if (!rt.status.empty()) std::cout << rt.status << "\n";
   });
 }
@@ -110,6 +111,8 @@ int main(int argc, char** argv) {
 
   // The measurement worker (started by tmap itself): JSON lines on stdin and stdout.
   if (argc == 2 && std::string(argv[1]) == "worker") return tmap::run_measure_worker(stdin, stdout);
+  if (argc == 4 && std::string(argv[1]) == "worker" && std::string(argv[2]) == "--device")
+    return tmap::run_measure_worker(stdin, stdout, std::atoi(argv[3]));
   // The compile workers of tuning (started by tmap itself): NVRTC requests on stdin.
   if (argc == 2 && std::string(argv[1]) == "compile-worker") return tmap::run_compile_worker(stdin, stdout);
   // Name an unknown command plainly (CLI11 would only say that a subcommand is required).

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <fstream>
@@ -85,7 +86,16 @@ MeasureResult result_from_json(const nlohmann::json& j) {
 
 // ---- The worker process ------------------------------------------------------------------
 
-int run_measure_worker(std::FILE* in, std::FILE* out) {
+int run_measure_worker(std::FILE* in, std::FILE* out, int device) {
+  std::string device_error;  // answers every request: the parent reports it per candidate
+  int cc_of_device = 0;
+  try {
+    if (device >= 0) select_device(device);
+    for (const DeviceInfo& d : query_runtime().devices)
+      if (d.index == std::max(0, device)) cc_of_device = d.compute_capability;
+  } catch (const std::exception& e) {
+    device_error = exception_text(e);
+  }
   // Tensors and the reference are kept per compute and seed, so candidates of one workload
   // share inputs and the reference runs once.
   struct Prepared {
@@ -104,6 +114,7 @@ int run_measure_worker(std::FILE* in, std::FILE* out) {
     MeasureResult result;
     bool fatal = false;
     try {
+      if (!device_error.empty()) throw UserError(device_error);
       MeasureRequest req = request_from_json(nlohmann::json::parse(line));
       std::string key = req.compute.dump() + "#" + std::to_string(req.seed);
       auto it = prepared.find(key);
@@ -112,7 +123,7 @@ int run_measure_worker(std::FILE* in, std::FILE* out) {
         p.compute = std::make_unique<Compute>(compute_from_json(req.compute, "measure request"));
         p.workspace = std::make_unique<Workspace>(*p.compute, req.seed);
         if (req.verify) {
-          if (!compiler) compiler = std::make_unique<NvrtcCompiler>(query_runtime().devices.at(0).compute_capability);
+          if (!compiler) compiler = std::make_unique<NvrtcCompiler>(cc_of_device);
           p.reference = gpu_reference(*p.workspace, *compiler);
         }
         it = prepared.emplace(key, std::move(p)).first;
@@ -152,8 +163,8 @@ int run_measure_worker(std::FILE* in, std::FILE* out) {
 
 // ---- The parent's side -------------------------------------------------------------------
 
-MeasureWorker::MeasureWorker(std::string binary, double timeout_seconds)
-    : binary_(std::move(binary)), timeout_(timeout_seconds) {}
+MeasureWorker::MeasureWorker(std::string binary, double timeout_seconds, int device)
+    : binary_(std::move(binary)), timeout_(timeout_seconds), device_(device) {}
 
 MeasureWorker::~MeasureWorker() { stop(false); }
 
@@ -161,6 +172,7 @@ void MeasureWorker::start() {
   int to[2], from[2];
   if (pipe2(to, O_CLOEXEC) != 0 || pipe2(from, O_CLOEXEC) != 0)
     throw std::runtime_error(std::string("pipe2: ") + std::strerror(errno));
+  const std::string device = std::to_string(device_);  // before fork: the child only execs
   pid_t pid = fork();
   if (pid < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
   if (pid == 0) {
@@ -171,7 +183,8 @@ void MeasureWorker::start() {
     // ignored signal stays ignored across exec). It exits when the parent closes its input.
     signal(SIGINT, SIG_IGN);
     signal(SIGTERM, SIG_IGN);
-    execl(binary_.c_str(), binary_.c_str(), "worker", static_cast<char*>(nullptr));
+    if (device_ >= 0) execl(binary_.c_str(), binary_.c_str(), "worker", "--device", device.c_str(), static_cast<char*>(nullptr));
+    else execl(binary_.c_str(), binary_.c_str(), "worker", static_cast<char*>(nullptr));
     _exit(127);
   }
   close(to[0]);

@@ -67,7 +67,7 @@ namespace {
 /// the log, given batches by a warm-up in order of FLOP share and then by expected gain.
 class ModelScheduler {
  public:
-  ModelScheduler(const ModelTuneOptions& o, Measurer& measurer) : o_(o), base_(o.tune), measurer_(measurer) {
+  ModelScheduler(const ModelTuneOptions& o, MeasurePool& gpus) : o_(o), base_(o.tune), gpus_(gpus) {
     base_.on_progress = nullptr;
     base_.time_budget_s = 0;
     batch_ = std::max(1, base_.batch);
@@ -80,6 +80,7 @@ class ModelScheduler {
     if (!base_.log_path.empty()) log_ = std::make_unique<LogWriter>(base_.log_path);
     start_tasks(hws, history);
     for (const Slot& s : slots_) share_best(s);
+    note_total();  // what the log resumed
     bool go = warm_up();
     std::string reason = go ? spend_by_gain() : "";
     finish(reason);
@@ -179,6 +180,7 @@ class ModelScheduler {
     p.task = current.result.name;
     const double b = best_of(current.task->summary());
     p.task_best_us = b < kInf ? b : 0;
+    p.gpus = &gpus_;
     o_.on_progress(p);
   }
 
@@ -187,16 +189,23 @@ class ModelScheduler {
   bool give_round(Slot& s, Slot* next) {
     const int n = std::min(batch_, trials_left());
     if (n <= 0) return false;
-    if (next && next != &s && !next->retired && trials_left() > n) next->task->prefetch();
     ++s.result.rounds;
     const int before = s.task->summary().measured;
     const double best_before = best_of(s.task->summary());
-    s.task->run(n, measurer_, [&] {
+    // The next workload's batch is proposed once this one's first measurement is back, while
+    // the GPUs measure the rest: proposing it first would hold them all up.
+    bool prefetched = !next || next == &s || next->retired || trials_left() <= n;
+    s.task->run(n, gpus_, [&] {
+      if (!prefetched) next->task->prefetch();
+      prefetched = true;
       progress(s);
       return out_of_time();
     });
     const TuneSummary& x = s.task->summary();
-    if (best_of(x) < best_before) share_best(s);
+    if (best_of(x) < best_before) {
+      share_best(s);
+      note_total();
+    }
     if (s.task->exhausted()) s.retired = true;
     if (base_.early_stop > 0 && x.stop_reason.rfind("no improvement", 0) == 0) s.retired = true;
     if (best_of(x) == kInf && s.result.rounds >= kRoundsWithoutKernel) {
@@ -205,6 +214,17 @@ class ModelScheduler {
     }
     if (x.measured == before && !s.task->exhausted() && !stop_requested() && !out_of_time()) s.retired = true;
     return !stop_requested() && !out_of_time();
+  }
+
+  /// Adds the model total to the history when every workload has a kernel and it improved.
+  void note_total() {
+    double sum = 0;
+    for (const Slot& s : slots_) {
+      const double b = best_of(s.task->summary());
+      if (b == kInf && !s.retired) return;  // not comparable yet
+      if (b < kInf) sum += s.result.count * b;
+    }
+    if (out_.history.empty() || sum < out_.history.back().second) out_.history.emplace_back(seconds_since(t0_), sum);
   }
 
   /// Rounds of one batch each, largest share first, until every workload has had
@@ -269,7 +289,7 @@ class ModelScheduler {
       reason = "trial budget reached";
     }
     out_.stop_reason = reason;
-    for (Slot& s : slots_) s.task->confirm(measurer_);
+    for (Slot& s : slots_) s.task->confirm(gpus_);
     for (Slot& s : slots_) {
       s.result.summary = s.task->summary();
       out_.measured += s.result.summary.measured;
@@ -281,7 +301,7 @@ class ModelScheduler {
 
   const ModelTuneOptions& o_;
   TuneOptions base_;
-  Measurer& measurer_;
+  MeasurePool& gpus_;
   const Clock::time_point t0_ = Clock::now();
   int batch_ = 1;
   CostModel model_;
@@ -293,9 +313,15 @@ class ModelScheduler {
 }  // namespace
 
 ModelTuneSummary tune_model(const std::vector<ModelTask>& tasks, const std::vector<HwAbstraction>& hws,
-                            const ModelTuneOptions& o, Measurer& measurer) {
+                            const ModelTuneOptions& o, MeasurePool& gpus) {
   if (o.trials <= 0 && o.time_budget_s <= 0) throw InternalError("tune_model needs a trial or a time budget");
-  return ModelScheduler(o, measurer).run(tasks, hws);
+  return ModelScheduler(o, gpus).run(tasks, hws);
+}
+
+ModelTuneSummary tune_model(const std::vector<ModelTask>& tasks, const std::vector<HwAbstraction>& hws,
+                            const ModelTuneOptions& o, Measurer& measurer) {
+  MeasurePool gpus({&measurer});
+  return tune_model(tasks, hws, o, gpus);
 }
 
 }  // namespace tmap

@@ -104,6 +104,7 @@ nlohmann::json to_json(const TuneRecord& r) {
   result["compile_seconds"] = r.result.compile_seconds;
   if (!r.result.error.empty()) result["error"] = r.result.error;
   if (r.result.confirm_rounds > 0) result["confirm_rounds"] = r.result.confirm_rounds;
+  if (r.result.gpu >= 0) result["gpu"] = {{"index", r.result.gpu}, {"uuid", r.result.gpu_uuid}};
   const CandidateRef& c = r.candidate;
   return {{"schema", kLogSchemaVersion},
           {"recorded_at", r.recorded_at},
@@ -119,6 +120,21 @@ nlohmann::json to_json(const TuneRecord& r) {
             {"params", to_json(c.params)}}},
           {"result", result}};
 }
+
+namespace {
+
+/// A result's "gpu": {"index": 0..1023, "uuid": "GPU-" and hex digits in groups, or ""}.
+void read_gpu(const nlohmann::json& g, TuneResult& r) {
+  if (!g.is_object()) throw std::runtime_error("field \"gpu\" is not an object");
+  r.gpu = field<int>(g, "index");
+  if (r.gpu < 0 || r.gpu > 1023) throw std::runtime_error("field \"gpu.index\" is not a GPU index (0 to 1023)");
+  r.gpu_uuid = field<std::string>(g, "uuid");
+  const bool uuid_ok = r.gpu_uuid.empty() || (r.gpu_uuid.size() <= 64 && r.gpu_uuid.rfind("GPU-", 0) == 0 &&
+                                              r.gpu_uuid.find_first_not_of("0123456789abcdef-", 4) == std::string::npos);
+  if (!uuid_ok) throw std::runtime_error("field \"gpu.uuid\" is not a GPU UUID (GPU- and hex digits)");
+}
+
+}  // namespace
 
 TuneRecord record_from_json(const nlohmann::json& j) {
   if (!j.is_object()) throw std::runtime_error("not a JSON object");
@@ -169,6 +185,7 @@ TuneRecord record_from_json(const nlohmann::json& j) {
   r.result.error = optional_field(res, "error", std::string());
   if (res.contains("confirm_rounds")) r.result.confirm_rounds = integer<int>(res["confirm_rounds"], "field \"confirm_rounds\"");
   if (r.result.ok() && !(r.result.median_us > 0)) throw std::runtime_error("an \"ok\" result without a median time");
+  if (res.contains("gpu")) read_gpu(field<nlohmann::json>(res, "gpu"), r.result);
   return r;
 }
 

@@ -11,6 +11,7 @@
 #include <future>
 #include <limits>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "tmap/codegen/emitter.h"
@@ -31,8 +32,9 @@ TimingOptions tuning_timing(double min_total_ms) {
 }
 
 WorkerMeasurer::WorkerMeasurer(std::string binary, double timeout_seconds, TimingOptions timing, bool verify,
-                               std::uint64_t seed)
-    : worker_(std::move(binary), timeout_seconds), timing_(timing), verify_(verify), seed_(seed) {
+                               std::uint64_t seed, MeasureGpu gpu)
+    : gpu_(std::move(gpu)), worker_(std::move(binary), timeout_seconds, gpu_.index), timing_(timing), verify_(verify),
+      seed_(seed) {
   std::string templ = (std::filesystem::temp_directory_path() / "tmap_tune_XXXXXX").string();
   if (!::mkdtemp(templ.data())) throw std::runtime_error("cannot create a temporary directory for kernel binaries");
   dir_ = templ;
@@ -337,11 +339,17 @@ class CompilePipeline {
     }));
   }
 
+  /// The first candidate in flight whose compilation has finished, if any.
+  std::optional<std::size_t> ready() const {
+    for (std::size_t i = 0; i < flight_.size(); ++i)
+      if (flight_[i].compiled.wait_for(std::chrono::seconds(0)) == std::future_status::ready) return i;
+    return std::nullopt;
+  }
+
   /// The first candidate in flight whose compilation has finished, waiting for one.
   std::size_t wait_ready() {
     for (;;) {
-      for (std::size_t i = 0; i < flight_.size(); ++i)
-        if (flight_[i].compiled.wait_for(std::chrono::seconds(0)) == std::future_status::ready) return i;
+      if (const auto i = ready()) return *i;
       flight_.front().compiled.wait_for(std::chrono::milliseconds(2));
     }
   }
@@ -621,41 +629,57 @@ class TuneTask::Impl {
     strategy_.plan_first_looks(model_);
   }
 
-  void run(int trials, Measurer& measurer, const std::function<bool()>& out_of_time) {
+  void run(int trials, MeasurePool& gpus, const std::function<bool()>& out_of_time) {
     const auto t0 = Clock::now();
     run_start_ = t0;
     const int target = s_.measured + trials;
     s_.stop_reason.clear();
-    // Up to compile_ahead batches are in flight, and whichever kernel has compiled is measured
-    // next. A run plans up to one batch beyond its own trials; what it leaves compiling waits
-    // for the next.
+    // Up to compile_ahead batches per GPU are in flight, and whichever kernel has compiled is
+    // measured next, on whichever GPU is free. A run plans up to one batch beyond its own trials;
+    // what it leaves compiling waits for the next.
+    const int ahead = std::max(1, o_.compile_ahead) * o_.batch * static_cast<int>(gpus.size());
     auto fill = [&](bool first) {
-      while (!exhausted_ && static_cast<int>(pipeline_.size()) < std::max(1, o_.compile_ahead) * o_.batch &&
-             planned_ < target + o_.batch && (first || (!stop_requested() && !out_of_time())))
+      while (!exhausted_ && static_cast<int>(pipeline_.size()) < ahead && planned_ < target + o_.batch &&
+             (first || (!stop_requested() && !out_of_time())))
         start_compile(std::min(o_.batch, target + o_.batch - planned_));
     };
+    // Should anything throw, the measurements in flight end before this task can: they read its space.
+    struct Drain {
+      MeasurePool& gpus;
+      ~Drain() {
+        while (gpus.in_flight() > 0) gpus.collect(-1);
+      }
+    } drain{gpus};
+    bool ending = dispatch(gpus, target, fill);  // what was compiled ahead starts before anything is proposed
     fill(true);
-    while (s_.measured < target) {
-      if (pipeline_.empty()) {
-        if (exhausted_) s_.stop_reason = "the search space is exhausted";
-        break;
+    for (;;) {
+      if (!ending) ending = dispatch(gpus, target, fill);
+      const bool wants = !ending && s_.measured + static_cast<int>(measuring_.size()) < target && gpus.idle() > 0;
+      if (measuring_.empty()) {
+        if (!wants) break;
+        if (pipeline_.empty()) {
+          if (exhausted_) s_.stop_reason = "the search space is exhausted";
+          break;
+        }
+        const auto waited = Clock::now();
+        pipeline_.wait_ready();
+        s_.compile_wait_s += gpus.size() * seconds_since(waited);
+        continue;
       }
+      // A GPU is free and candidates are compiling: look at them again soon.
+      const bool poll = wants && !pipeline_.empty();
       const auto waited = Clock::now();
-      const std::size_t at = pipeline_.wait_ready();
-      s_.compile_wait_s += seconds_since(waited);
-      if (stop_requested()) {  // compilations may have been cancelled: measure and record none of them
-        s_.stopped = true;
-        s_.stop_reason = "stopped by the user";
-        break;
-      }
-      const CompilePipeline::InFlight f = pipeline_.take(at);
-      if (!f.compiled.get().binary.ok && stop_requested()) continue;  // cancelled, not a failure: not recorded
-      fill(false);
-      measure_one(f, measurer);
+      const std::size_t idle = gpus.idle();
+      std::optional<MeasurePool::Done> done = gpus.collect(poll ? 0.002 : -1);
+      if (poll) s_.compile_wait_s += idle * seconds_since(waited);
+      if (!done) continue;
+      if (!ending) ending = dispatch(gpus, target, fill);  // the GPU starts its next candidate first
+      finish_measurement(std::move(*done), gpus);
       if (fit_due()) fit();
+      if (ending) continue;
       if (const std::string reason = why_stop(out_of_time); !reason.empty()) {
         s_.stop_reason = reason;
-        break;
+        ending = true;
       }
     }
     if (fit_due()) fit();
@@ -664,7 +688,7 @@ class TuneTask::Impl {
     s_.wall_s += seconds_since(t0);
   }
 
-  void confirm(Measurer& measurer) {
+  void confirm(MeasurePool& gpus) {
     const int top = std::min(o_.confirm_top, static_cast<int>(podium_.size()));
     if (top < 1 || o_.confirm_rounds < 1 || stop_requested()) {
       // Nothing confirmed in this run: a confirmed record resumed from the log outranks the
@@ -675,7 +699,7 @@ class TuneTask::Impl {
     const auto t0 = Clock::now();
     const std::vector<Compiled> bins = contender_binaries(top);
     s_.unconfirmed_best_us = s_.best ? s_.best->result.median_us : 0;
-    const std::vector<TuneResult> results = measure_in_rounds(bins, measurer);
+    const std::vector<TuneResult> results = measure_in_rounds(bins, gpus);
     for (int i = 0; i < top; ++i) {
       Podium::Contender& c = podium_.contenders()[i];
       c.rec = strategy_.search().record(c.entry, c.params, results[i]);
@@ -696,13 +720,20 @@ class TuneTask::Impl {
   double confirm_seconds() const {
     const int top = std::min(o_.confirm_top, static_cast<int>(podium_.size()));
     if (top < 1 || o_.confirm_rounds < 1) return 0;
-    double per = 0.05;
-    if (measure_durations_.size() >= 2) {
+    return top * o_.confirm_rounds * typical_measure_s();
+  }
+
+  /// The median measurement after the first (0.05 s until there are two). Model-level tuning
+  /// asks after every measurement for every workload: it is recomputed only when it has changed.
+  double typical_measure_s() const {
+    if (measure_durations_.size() < 2) return 0.05;
+    if (typical_of_ != measure_durations_.size()) {
       std::vector<double> later(measure_durations_.begin() + 1, measure_durations_.end());
       std::nth_element(later.begin(), later.begin() + later.size() / 2, later.end());
-      per = later[later.size() / 2];
+      typical_ = later[later.size() / 2];
+      typical_of_ = measure_durations_.size();
     }
-    return top * o_.confirm_rounds * per;
+    return typical_;
   }
 
   bool offer(const CandidateRef& r) {
@@ -784,27 +815,69 @@ class TuneTask::Impl {
     pipeline_.start(std::move(batch), predicted, model_.trained());
   }
 
-  /// Measures a compiled candidate, records it, and lets the strategy, the model and the podium learn.
-  void measure_one(const CompilePipeline::InFlight& f, Measurer& measurer) {
-    const Candidate& cand = f.candidate;
-    const Compiled& compiled = f.compiled.get();
+  /// Starts compiled candidates on the free GPUs, up to the run's target; a candidate that did not
+  /// compile is recorded at once. True when the user asked to stop (nothing more starts).
+  bool dispatch(MeasurePool& gpus, int target, const std::function<void(bool)>& fill) {
+    bool took = false;
+    for (; s_.measured + static_cast<int>(measuring_.size()) < target && gpus.idle() > 0; took = true) {
+      const std::optional<std::size_t> at = pipeline_.ready();
+      if (!at) break;
+      if (stop_requested()) {  // compilations may have been cancelled: measure and record none of them
+        s_.stopped = true;
+        s_.stop_reason = "stopped by the user";
+        return true;
+      }
+      CompilePipeline::InFlight f = pipeline_.take(*at);
+      if (!f.compiled.get().binary.ok && stop_requested()) continue;  // cancelled, not a failure: not recorded
+      if (!f.compiled.get().binary.ok) {
+        TuneResult res = result_before_measuring(f);
+        res.status = "compile_error";
+        res.error = "generated kernel does not compile (a bug in tmap): " + f.compiled.get().binary.log.substr(0, 2000);
+        record(f, res, -1, gpus);
+        continue;
+      }
+      const std::uint64_t tag = next_tag_++;
+      const ImplicitGemm& g = strategy_.search().space().entries()[f.candidate.entry].gemm;
+      gpus.submit(tag, [this, &g, params = f.candidate.params, compiled = f.compiled](Measurer& m) {
+        return m.measure(c_, g, params, compiled.get().kernel, compiled.get().binary);
+      });
+      measuring_.emplace(tag, std::move(f));
+    }
+    if (took) fill(false);  // proposing more overlaps the measurements just started
+    return false;
+  }
+
+  TuneResult result_before_measuring(const CompilePipeline::InFlight& f) const {
     TuneResult res;
     res.estimated_us = std::exp2(f.predicted);
-    res.compile_seconds = compiled.binary.seconds;
-    if (!compiled.binary.ok) {
-      res.status = "compile_error";
-      res.error = "generated kernel does not compile (a bug in tmap): " + compiled.binary.log.substr(0, 2000);
-    } else {
-      const auto t0 = Clock::now();
-      MeasureResult m = measurer.measure(c_, strategy_.search().space().entries()[cand.entry].gemm, cand.params,
-                                         compiled.kernel, compiled.binary);
-      measure_durations_.push_back(seconds_since(t0));
-      s_.measure_s += measure_durations_.back();
-      res.status = status_name(m.status);
-      res.median_us = m.median_us;
-      res.times_us = m.times_us;
-      res.rel_l2 = m.rel_l2;
-      if (m.status != MeasureStatus::kOk) res.error = m.message;
+    res.compile_seconds = f.compiled.get().binary.seconds;
+    return res;
+  }
+
+  /// A measurement has finished on `d.gpu`: records it.
+  void finish_measurement(MeasurePool::Done d, MeasurePool& gpus) {
+    auto it = measuring_.find(d.tag);
+    if (it == measuring_.end()) throw InternalError("a measurement of another task came back");
+    const CompilePipeline::InFlight f = std::move(it->second);
+    measuring_.erase(it);
+    measure_durations_.push_back(d.seconds);
+    s_.measure_s += d.seconds;
+    TuneResult res = result_before_measuring(f);
+    res.status = status_name(d.result.status);
+    res.median_us = d.result.median_us;
+    res.times_us = d.result.times_us;
+    res.rel_l2 = d.result.rel_l2;
+    if (d.result.status != MeasureStatus::kOk) res.error = d.result.message;
+    record(f, res, static_cast<int>(d.gpu), gpus);
+  }
+
+  /// Records a trial, and lets the strategy, the model and the podium learn from it.
+  void record(const CompilePipeline::InFlight& f, TuneResult res, int gpu, MeasurePool& gpus) {
+    const Candidate& cand = f.candidate;
+    if (gpu >= 0) {
+      const MeasureGpu on = gpus.measurer(gpu).gpu();
+      res.gpu = on.index;
+      res.gpu_uuid = on.uuid;
     }
     TuneRecord rec = strategy_.search().record(cand.entry, cand.params, res);
     if (log_) log_->append(rec);
@@ -825,10 +898,11 @@ class TuneTask::Impl {
     } else {
       ++since_improvement_;
     }
-    report_progress(cand, f.model_trained);
+    if (gpu >= 0) gpus.label(gpu, c_.name, s_.best && s_.best->result.ok() ? s_.best->result.median_us : 0);
+    report_progress(cand, f.model_trained, gpus);
   }
 
-  void report_progress(const Candidate& cand, bool model_trained) const {
+  void report_progress(const Candidate& cand, bool model_trained, const MeasurePool& gpus) const {
     if (!o_.on_progress) return;
     TuneProgress p;
     p.trials = s_.measured;
@@ -842,6 +916,7 @@ class TuneTask::Impl {
     p.eta_s = p.elapsed_s / s_.measured * std::max(0, o_.trials - s_.measured);
     p.rank_correlation = s_.rank_correlations.empty() ? 0 : s_.rank_correlations.back();
     p.model_trained = model_trained;
+    p.gpus = &gpus;
     o_.on_progress(p);
   }
 
@@ -870,7 +945,7 @@ class TuneTask::Impl {
 
   /// Measures each contender in confirm_rounds rounds in turn, so that a drift of the GPU falls
   /// on every candidate alike; each result is the median of its rounds' medians.
-  std::vector<TuneResult> measure_in_rounds(const std::vector<Compiled>& bins, Measurer& measurer) {
+  std::vector<TuneResult> measure_in_rounds(const std::vector<Compiled>& bins, MeasurePool& gpus) {
     const std::size_t top = bins.size();
     std::vector<std::vector<double>> medians(top), times(top);
     std::vector<MeasureResult> last(top);
@@ -886,10 +961,10 @@ class TuneTask::Impl {
           continue;
         }
         const Podium::Contender& c = podium_.contenders()[i];
-        const auto tm = Clock::now();
-        last[i] = measurer.measure(c_, strategy_.search().space().entries()[c.entry].gemm, c.params, bins[i].kernel,
-                                   bins[i].binary);
-        s_.measure_s += seconds_since(tm);
+        const ImplicitGemm& g = strategy_.search().space().entries()[c.entry].gemm;
+        MeasurePool::Done d = gpus.run_on(0, [&](Measurer& m) { return m.measure(c_, g, c.params, bins[i].kernel, bins[i].binary); });
+        last[i] = std::move(d.result);
+        s_.measure_s += d.seconds;
         if (last[i].status != MeasureStatus::kOk) {
           failed[i] = true;
           continue;
@@ -903,6 +978,9 @@ class TuneTask::Impl {
       res.confirm_rounds = o_.confirm_rounds;
       res.estimated_us = podium_.contenders()[i].rec.result.estimated_us;
       res.status = status[i].empty() ? status_name(last[i].status) : status[i];
+      const MeasureGpu on = gpus.measurer(0).gpu();
+      res.gpu = on.index;
+      res.gpu_uuid = on.uuid;
       if (!failed[i]) {
         std::sort(medians[i].begin(), medians[i].end());
         const std::size_t n = medians[i].size();
@@ -952,7 +1030,11 @@ class TuneTask::Impl {
   CompilePipeline pipeline_;  ///< Last: destroyed first, once its compilations are done.
   int planned_ = 0, since_improvement_ = 0;
   std::vector<double> measure_durations_;  ///< Seconds of each measurement of a candidate, in order.
+  mutable double typical_ = 0;             ///< typical_measure_s() of the first typical_of_ of them.
+  mutable std::size_t typical_of_ = 0;
   std::vector<double> pred_ok_, meas_ok_;  ///< Of correct ones since the last fit (log2 us).
+  std::map<std::uint64_t, CompilePipeline::InFlight> measuring_;  ///< On a GPU now, by the pool's tag.
+  std::uint64_t next_tag_ = 1;
   Clock::time_point run_start_ = Clock::now();
   const Clock::time_point created_ = Clock::now();  ///< The time budget counts from here.
 };
@@ -961,18 +1043,23 @@ TuneTask::TuneTask(const Compute& c, const std::vector<HwAbstraction>& hws, cons
                    const std::vector<TuneRecord>& own, LogWriter* log)
     : impl_(std::make_unique<Impl>(c, hws, o, model, own, log)) {}
 TuneTask::~TuneTask() = default;
-void TuneTask::run(int trials, Measurer& measurer, const std::function<bool()>& out_of_time) {
-  impl_->run(trials, measurer, out_of_time);
+void TuneTask::run(int trials, MeasurePool& gpus, const std::function<bool()>& out_of_time) {
+  impl_->run(trials, gpus, out_of_time);
 }
 void TuneTask::prefetch() { impl_->prefetch(); }
 bool TuneTask::offer(const CandidateRef& seed) { return impl_->offer(seed); }
-void TuneTask::confirm(Measurer& measurer) { impl_->confirm(measurer); }
+void TuneTask::confirm(MeasurePool& gpus) { impl_->confirm(gpus); }
 double TuneTask::confirm_seconds() const { return impl_->confirm_seconds(); }
 const TuneSummary& TuneTask::summary() const { return impl_->s_; }
 bool TuneTask::exhausted() const { return impl_->exhausted_; }
 const Workload& TuneTask::workload() const { return impl_->workload(); }
 
 TuneSummary tune(const Compute& c, const std::vector<HwAbstraction>& hws, const TuneOptions& o, Measurer& measurer) {
+  MeasurePool gpus({&measurer});
+  return tune(c, hws, o, gpus);
+}
+
+TuneSummary tune(const Compute& c, const std::vector<HwAbstraction>& hws, const TuneOptions& o, MeasurePool& gpus) {
   const auto t0 = Clock::now();
   CostModel model;
   const std::string key = make_workload(c).key;
@@ -982,10 +1069,10 @@ TuneSummary tune(const Compute& c, const std::vector<HwAbstraction>& hws, const 
   TuneTask task(c, hws, o, model, history.own[key], log.get());
   for (const CandidateRef& seed : history.seeds) task.offer(seed);
   // The confirmation's time is kept out of the time budget's search.
-  task.run(o.trials, measurer, [&] {
+  task.run(o.trials, gpus, [&] {
     return o.time_budget_s > 0 && seconds_since(t0) + task.confirm_seconds() > o.time_budget_s;
   });
-  task.confirm(measurer);
+  task.confirm(gpus);
   TuneSummary s = task.summary();
   s.transferred = history.transferred;
   s.wall_s = seconds_since(t0);

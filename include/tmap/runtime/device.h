@@ -14,6 +14,7 @@ struct DeviceInfo {
   int compute_capability = 0;  ///< e.g. 90 for sm_90.
   int sm_count = 0;
   std::size_t global_memory_bytes = 0;
+  std::string uuid;  ///< "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", as nvidia-smi prints it.
 };
 
 struct RuntimeInfo {
@@ -26,6 +27,10 @@ struct RuntimeInfo {
 
 /// Queries the runtime once; never fails (problems land in `status`).
 RuntimeInfo query_runtime();
+
+/// Makes `index` (of the visible devices) the calling thread's device; a UserError naming it
+/// when there is no such device.
+void select_device(int index);
 
 /// "13.0" from 13000.
 std::string cuda_version_text(int version);

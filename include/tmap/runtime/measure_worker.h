@@ -49,10 +49,11 @@ MeasureRequest request_from_json(const nlohmann::json& j);
 nlohmann::json to_json(const MeasureResult& r);
 MeasureResult result_from_json(const nlohmann::json& j);
 
-/// The parent's side: starts `binary worker` on first use and after any failure.
+/// The parent's side: starts `binary worker` on first use and after any failure, on CUDA device
+/// `device` (of the visible ones; -1: the runtime's default).
 class MeasureWorker {
  public:
-  MeasureWorker(std::string binary, double timeout_seconds);
+  MeasureWorker(std::string binary, double timeout_seconds, int device = -1);
   ~MeasureWorker();
   MeasureWorker(const MeasureWorker&) = delete;
   MeasureWorker& operator=(const MeasureWorker&) = delete;
@@ -66,6 +67,7 @@ class MeasureWorker {
 
   std::string binary_;
   double timeout_;
+  int device_;
   pid_t pid_ = -1;
   int to_child_ = -1, from_child_ = -1;
   std::string pending_;  ///< Bytes read past the last line.
@@ -73,7 +75,8 @@ class MeasureWorker {
 };
 
 /// The worker's loop: reads requests from `in`, writes results to `out`, until end of input.
-/// Exits (returns 3) after a failure that may have corrupted the CUDA context.
-int run_measure_worker(std::FILE* in, std::FILE* out);
+/// Exits (returns 3) after a failure that may have corrupted the CUDA context. `device` >= 0
+/// selects the CUDA device first.
+int run_measure_worker(std::FILE* in, std::FILE* out, int device = -1);
 
 }  // namespace tmap

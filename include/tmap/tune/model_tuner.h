@@ -32,6 +32,7 @@ struct ModelProgress {
   int with_kernel = 0, tasks = 0;
   std::string task;                  ///< The workload of the latest trial.
   double task_best_us = 0;
+  const MeasurePool* gpus = nullptr; ///< Each GPU's measurements, workload and best so far.
 };
 
 struct ModelTuneOptions {
@@ -58,11 +59,16 @@ struct ModelTuneSummary {
   double wall_s = 0;
   bool stopped = false;
   std::string stop_reason;
+  /// (seconds into the run, weighted_us) whenever the model total improved.
+  std::vector<std::pair<double, double>> history;
   /// Sum of count x best time over the workloads with a correct kernel.
   double weighted_us() const;
 };
 
-/// Tunes the tasks; a UserError when one has nothing to tune (see tune()).
+/// Tunes the tasks on the pool's GPUs (or one measurer's); a UserError when one has nothing to
+/// tune (see tune()).
+ModelTuneSummary tune_model(const std::vector<ModelTask>& tasks, const std::vector<HwAbstraction>& hws,
+                            const ModelTuneOptions& o, MeasurePool& gpus);
 ModelTuneSummary tune_model(const std::vector<ModelTask>& tasks, const std::vector<HwAbstraction>& hws,
                             const ModelTuneOptions& o, Measurer& measurer);
 

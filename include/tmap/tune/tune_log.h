@@ -81,6 +81,10 @@ struct TuneResult {
   /// taken in turn with the other fastest candidates; median_us is the median of the rounds'
   /// medians. See best_records.
   int confirm_rounds = 0;
+  /// The GPU it was measured on (of those visible to the tuner; -1: not measured on a GPU, or
+  /// recorded before tmap said), and that GPU's UUID, which stays the same under any numbering.
+  int gpu = -1;
+  std::string gpu_uuid;
   bool ok() const { return status == "ok"; }
   bool measured() const { return status != "unmeasured"; }
 };

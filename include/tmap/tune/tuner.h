@@ -29,19 +29,11 @@
 #include "tmap/runtime/measure_worker.h"
 #include "tmap/runtime/nvrtc_compiler.h"
 #include "tmap/tune/features.h"
+#include "tmap/tune/measure_pool.h"
 #include "tmap/tune/search_space.h"
 #include "tmap/tune/tune_log.h"
 
 namespace tmap {
-
-/// Measures compiled candidates. The GPU implementation runs them in the isolated worker;
-/// tests substitute their own.
-class Measurer {
- public:
-  virtual ~Measurer() = default;
-  virtual MeasureResult measure(const Compute& c, const ImplicitGemm& g, const ScheduleParams& p,
-                                const KernelSource& k, const CompileResult& binary) = 0;
-};
 
 /// How the tuner and `tmap replay` time candidates: two warm-up runs, then CUDA-graph replays of
 /// 10 runs until 5 repeats and `min_total_ms`; a candidate whose verifying run exceeds 2 ms gets
@@ -52,17 +44,21 @@ class Measurer {
 TimingOptions tuning_timing(double min_total_ms = 10);
 constexpr double kTuneMeasureMs = 3;
 
-/// Runs candidates in `tmap worker` processes (see MeasureWorker), verifying each against the
-/// reference on the same random inputs (one seed per tuning run).
+/// Runs candidates in `tmap worker` processes (see MeasureWorker) on one GPU (`gpu.index`; -1:
+/// the runtime's default), verifying each against the reference on the same random inputs (one
+/// seed per tuning run).
 class WorkerMeasurer : public Measurer {
  public:
-  WorkerMeasurer(std::string binary, double timeout_seconds, TimingOptions timing, bool verify, std::uint64_t seed);
+  WorkerMeasurer(std::string binary, double timeout_seconds, TimingOptions timing, bool verify, std::uint64_t seed,
+                 MeasureGpu gpu = {});
   ~WorkerMeasurer() override;
   MeasureResult measure(const Compute& c, const ImplicitGemm& g, const ScheduleParams& p, const KernelSource& k,
                         const CompileResult& binary) override;
+  MeasureGpu gpu() const override { return gpu_; }
   int restarts() const { return worker_.restarts(); }
 
  private:
+  MeasureGpu gpu_;
   MeasureWorker worker_;
   TimingOptions timing_;
   bool verify_;
@@ -77,6 +73,7 @@ struct TuneProgress {
   double elapsed_s = 0, eta_s = 0;
   double rank_correlation = 0;          ///< Of the latest batch (held out), 0 before the model trains.
   bool model_trained = false;
+  const MeasurePool* gpus = nullptr;    ///< Each GPU's measurements, workload and best so far.
 };
 
 struct TuneOptions {
@@ -126,9 +123,9 @@ struct TuneSummary {
   std::string stop_reason;
   std::vector<double> rank_correlations;       ///< Per batch, once the model trains.
   std::vector<std::pair<int, double>> history; ///< (trials so far, best us) at each improvement.
-  /// Where the wall time went: measuring (the worker: load, verify, time), waiting for a batch's
-  /// compilation beyond what overlapped with measuring, proposing batches (pools ranked by the
-  /// model) and refitting the cost model.
+  /// Where the time went: measuring (the worker: load, verify, time; summed over the GPUs),
+  /// GPUs waiting for compiled candidates (GPU-seconds, beyond what overlapped with measuring),
+  /// proposing batches (pools ranked by the model) and refitting the cost model.
   double measure_s = 0, compile_wait_s = 0, propose_s = 0, fit_s = 0;
   /// The confirmation: candidates measured again, the best time before it (single measurements)
   /// and its wall time (within wall_s).
@@ -158,8 +155,9 @@ std::vector<double> arm_shares(const std::vector<ArmStanding>& arms);
 /// short budgeted run on first looks.
 std::size_t first_look_limit(int arms, int batch, int trials, double budget_s, double elapsed_s, int measured);
 
-/// Tunes on the GPU through `measurer`. Throws UserError when nothing matches.
+/// Tunes on the pool's GPUs, or one measurer's. Throws UserError when nothing matches.
 /// (One TuneTask run to its end, with its own cost model warm-started by read_history.)
+TuneSummary tune(const Compute& c, const std::vector<HwAbstraction>& hws, const TuneOptions& o, MeasurePool& gpus);
 TuneSummary tune(const Compute& c, const std::vector<HwAbstraction>& hws, const TuneOptions& o, Measurer& measurer);
 
 class CostModel;
@@ -189,9 +187,11 @@ class TuneTask {
   ~TuneTask();
   TuneTask(const TuneTask&) = delete;
   TuneTask& operator=(const TuneTask&) = delete;
-  /// Stops early on o.stop, on `out_of_time()` (checked after each measurement), on o.early_stop,
-  /// or when the space is exhausted; a batch compiled ahead is kept for the next run.
-  void run(int trials, Measurer& measurer, const std::function<bool()>& out_of_time);
+  /// Candidates are measured on every GPU of the pool at once, each as soon as it has compiled
+  /// and a GPU is free; the run returns once its measurements are all recorded. Stops early on
+  /// o.stop, on `out_of_time()` (checked after each measurement), on o.early_stop, or when the
+  /// space is exhausted; a batch compiled ahead is kept for the next run.
+  void run(int trials, MeasurePool& gpus, const std::function<bool()>& out_of_time);
   /// Starts compiling one batch (o.batch) in the background for the next run, unless one is
   /// already compiling: model-level tuning compiles the next workload's batch while measuring.
   void prefetch();
@@ -201,10 +201,10 @@ class TuneTask {
   /// Each batch gives at most a quarter of its slots to seeds, the model's best first. Returns
   /// whether it was taken.
   bool offer(const CandidateRef& seed);
-  /// Measures the o.confirm_top fastest correct candidates again (see TuneOptions), logs the
-  /// confirmations and makes the best the fastest confirmed one. Estimated seconds it takes:
-  /// confirm_seconds().
-  void confirm(Measurer& measurer);
+  /// Measures the o.confirm_top fastest correct candidates again (see TuneOptions) on the pool's
+  /// first GPU, logs the confirmations and makes the best the fastest confirmed one. Estimated
+  /// seconds it takes: confirm_seconds().
+  void confirm(MeasurePool& gpus);
   double confirm_seconds() const;
   /// Counts over every run so far (wall_s: their time; transferred is not filled in).
   const TuneSummary& summary() const;
