@@ -28,6 +28,7 @@
 #include "tmap/tune/model_tuner.h"
 #include "tmap/tune/shards.h"
 #include "tmap/tune/tuner.h"
+#include "tune_gpus.h"
 
 namespace tmap::cli {
 namespace {
@@ -84,6 +85,7 @@ std::string duration_text(double s) {
 /// The target of this machine: its GPU, or the named architecture without one.
 struct Machine {
   RuntimeInfo rt;
+  std::vector<DeviceInfo> gpus;  ///< Those to measure on (--gpus), of one model; the first is the target.
   int cc = 0;
   bool has_gpu = false;
   Target target;
@@ -91,18 +93,20 @@ struct Machine {
   DeviceModel model;
 };
 
-Machine detect(const std::string& arch) {
+/// `gpus`: --gpus of `tmap tune` ("" elsewhere: the first GPU).
+Machine detect(const std::string& arch, const std::string& gpus = "") {
   Machine m;
   m.rt = query_runtime();
   m.has_gpu = !m.rt.devices.empty();
+  if (m.has_gpu) m.gpus = gpus.empty() ? std::vector<DeviceInfo>{m.rt.devices.front()} : choose_gpus(gpus, m.rt.devices);
   if (!arch.empty()) m.cc = parse_arch(arch);
-  else if (m.has_gpu) m.cc = m.rt.devices.front().compute_capability;
+  else if (m.has_gpu) m.cc = m.gpus.front().compute_capability;
   else m.cc = 90;
-  const bool on_gpu = m.has_gpu && m.rt.devices.front().compute_capability == m.cc;
+  const bool on_gpu = m.has_gpu && m.gpus.front().compute_capability == m.cc;
   m.limits = DeviceLimits::for_arch(m.cc);
-  if (on_gpu) m.limits.sm_count = m.rt.devices.front().sm_count;
-  m.model = DeviceModel::for_arch(m.cc, on_gpu ? m.rt.devices.front().sm_count : 0);
-  m.target = {"sm_" + std::to_string(m.cc), on_gpu ? m.rt.devices.front().name : "",
+  if (on_gpu) m.limits.sm_count = m.gpus.front().sm_count;
+  m.model = DeviceModel::for_arch(m.cc, on_gpu ? m.gpus.front().sm_count : 0);
+  m.target = {"sm_" + std::to_string(m.cc), on_gpu ? m.gpus.front().name : "",
               cuda_version_text(m.rt.driver_version), cuda_version_text(m.rt.runtime_version), TMAP_VERSION};
   return m;
 }
@@ -114,11 +118,13 @@ struct TuneArgs {
   HwSelection hw;
   std::vector<std::string> prior, dims;
   std::string log, arch, measure = "gpu", enumerate = "amos", emit_cuda, cache_dir, format = "text";
-  std::string model, table, layout = "nchw", shard;
+  std::string model, table, layout = "nchw", shard, gpus = "all";
   std::int64_t batch = 0;        ///< --batch: the model's batch, as in tmap import.
   std::int64_t model_batch = 0;  ///< --model-batch: the old spelling of --batch.
   bool no_baselines = false;
   CLI::Option* trials_option = nullptr;
+  CLI::Option* trials_per_batch_option = nullptr;
+  bool per_batch_given = false;  ///< By the deprecated --batch without --model.
   int trials = 200, early_stop = 0, trials_per_batch = 16, compile_ahead = 3, confirm = 4;
   double time_budget = 0, timeout = 10, measure_ms = kTuneMeasureMs;
   std::uint64_t seed = 0;
@@ -178,7 +184,10 @@ TuneOptions tune_options(const TuneArgs& a, const Machine& m, const std::string&
   o.trials = a.trials;
   o.time_budget_s = a.time_budget;
   o.early_stop = a.early_stop;
-  o.batch = a.trials_per_batch;
+  // A batch per GPU by default: a batch's end waits for its last measurement, and each batch's
+  // proposal has a fixed cost on the tuner's thread, which several GPUs would otherwise wait on.
+  const bool batch_given = a.per_batch_given || (a.trials_per_batch_option && a.trials_per_batch_option->count());
+  o.batch = a.trials_per_batch * (batch_given || a.measure == "model" ? 1 : std::max<int>(1, m.gpus.size()));
   o.confirm_top = a.confirm;
   o.seed = a.seed ? a.seed : std::random_device{}();
   o.enumeration = a.enumerate == "all" ? Enumeration::kAll : Enumeration::kAmos;
@@ -204,7 +213,7 @@ void check_measurable(const TuneArgs& a, const Machine& m) {
   if (!m.has_gpu)
     bad("tmap tune", "no GPU to measure on: " + m.rt.status,
         "add --measure model to rank candidates with the analytic model and check that they compile");
-  if (m.cc != m.rt.devices.front().compute_capability)
+  if (m.cc != m.gpus.front().compute_capability)
     bad("--arch", "sm_" + std::to_string(m.cc) + " is not the GPU's architecture", "drop --arch, or add --measure model");
 }
 
@@ -248,20 +257,41 @@ WorkloadTable load_model_table(const TuneArgs& a) {
   return table;
 }
 
-/// Prints the run's progress on stderr: one line rewritten on a terminal, a line per batch else.
-std::function<void(const ModelProgress&)> progress_printer(const TuneArgs& a, bool tty) {
-  return [&a, tty, last_printed = 0](const ModelProgress& p) mutable {
-    if (p.trials == last_printed) return;
+/// Whether a progress line is due: on a terminal at every trial; else once per batch, and with
+/// several GPUs (a line each) at most every 10 s.
+struct ProgressPace {
+  int last_trials = 0;
+  double last_s = -1e9;
+  bool due(const TuneArgs& a, bool tty, int trials, int total, double elapsed_s, std::size_t gpus) {
+    if (trials == last_trials) return false;
+    const bool last = trials == total;
+    if (!tty && !last && (trials - last_trials < a.trials_per_batch || (gpus > 1 && elapsed_s - last_s < 10)))
+      return false;
+    last_trials = trials;
+    last_s = elapsed_s;
+    return true;
+  }
+};
+
+/// The progress lines of a run: the total, then one per GPU when there are several.
+std::vector<std::string> progress_lines(const char* total, const MeasurePool* gpus, double elapsed_s) {
+  std::vector<std::string> lines{total};
+  if (gpus && gpus->size() > 1)
+    for (std::string& l : gpu_lines(*gpus, elapsed_s)) lines.push_back(std::move(l));
+  return lines;
+}
+
+/// Prints the run's progress on stderr: rewritten in place on a terminal, a line per batch else.
+std::function<void(const ModelProgress&)> progress_printer(const TuneArgs& a, ProgressBlock& block, bool tty) {
+  return [&a, &block, tty, pace = ProgressPace{}](const ModelProgress& p) mutable {
+    if (!pace.due(a, tty, p.trials, p.total_trials, p.elapsed_s, p.gpus ? p.gpus->size() : 1)) return;
     char line[512];
     std::snprintf(line, sizeof line, "[%5d%s] model %.2f us over %d/%d workloads | %s %s | %s elapsed, ~%s left",
                   p.trials, p.total_trials ? ("/" + std::to_string(p.total_trials)).c_str() : " trials", p.weighted_us,
                   p.with_kernel, p.tasks, p.task.c_str(),
                   p.task_best_us > 0 ? (std::to_string(p.task_best_us).substr(0, 7) + " us").c_str() : "(none yet)",
                   duration_text(p.elapsed_s).c_str(), duration_text(p.eta_s).c_str());
-    if (tty) std::fprintf(stderr, "\r%s\033[K", line);
-    else if (p.trials - last_printed >= a.trials_per_batch || p.trials == p.total_trials) std::fprintf(stderr, "%s\n", line);
-    else return;
-    last_printed = p.trials;
+    block.show(progress_lines(line, p.gpus, p.elapsed_s));
   };
 }
 
@@ -304,7 +334,7 @@ ModelTuneSummary rank_model(const std::vector<ModelTask>& tasks, const std::vect
 }
 
 void print_model_json(const TuneArgs& a, const WorkloadTable& table, const ModelTuneSummary& s,
-                      const std::string& log_path) {
+                      const std::string& log_path, const nlohmann::json& gpus) {
   nlohmann::json j;
   j["title"] = table.title;
   j["log"] = log_path;
@@ -314,6 +344,9 @@ void print_model_json(const TuneArgs& a, const WorkloadTable& table, const Model
   j["wall_s"] = s.wall_s;
   j["stop_reason"] = s.stop_reason;
   j["weighted_us"] = a.measure == "model" ? nlohmann::json() : nlohmann::json(s.weighted_us());
+  j["gpus"] = gpus;
+  j["history"] = nlohmann::json::array();  // the model total as the run went
+  for (const auto& [at, us] : s.history) j["history"].push_back({{"seconds", at}, {"weighted_us", us}});
   j["workloads"] = nlohmann::json::array();
   for (const auto& t : s.tasks) {
     const auto& b = t.summary.best;
@@ -321,6 +354,8 @@ void print_model_json(const TuneArgs& a, const WorkloadTable& table, const Model
                               {"trials", t.summary.measured}, {"resumed", t.summary.resumed}, {"failed", t.summary.failed},
                               {"seeds", {{"offered", t.summary.offered}, {"tried", t.summary.seeded},
                                          {"improved", t.summary.seed_wins}}},
+                              {"seconds", {{"measure", t.summary.measure_s}, {"compile_wait", t.summary.compile_wait_s},
+                                           {"propose", t.summary.propose_s}, {"fit", t.summary.fit_s}}},
                               {"best_us", b && b->result.ok() ? nlohmann::json(b->result.median_us) : nlohmann::json()},
                               {"best", b ? to_json(*b) : nlohmann::json()}});
   }
@@ -412,7 +447,7 @@ void tune_model_command(const TuneArgs& a) {
   for (std::size_t i = 0; i < computes.size(); ++i) tasks.push_back({table.workloads[i].name, &computes[i], table.workloads[i].count});
 
   const std::vector<HwAbstraction> hws = a.hw.chosen(a.hw.all());
-  Machine m = detect(a.arch);
+  Machine m = detect(a.arch, a.gpus);
   check_measurable(a, m);
   const std::string stem = std::filesystem::path(a.model.empty() ? a.table : a.model).stem().string();
   const std::string log_path = a.log.empty() ? "logs/" + stem + ".jsonl" : a.log;
@@ -423,28 +458,37 @@ void tune_model_command(const TuneArgs& a) {
   const int given = a.trials_option->count() ? std::max(1, static_cast<int>(a.trials * tasks.size() / whole)) : 0;
   o.trials = given ? given : a.time_budget > 0 ? 0 : 64 * static_cast<int>(tasks.size());
   const bool tty = ::isatty(STDERR_FILENO);
-  o.on_progress = progress_printer(a, tty);
+  ProgressBlock block(tty);
+  o.on_progress = progress_printer(a, block, tty);
   ModelTuneSummary s;
+  TuneGpus gpus;
   {
     StopOnSignals stop_on_signals;
     if (a.measure == "model") {
       s = rank_model(tasks, hws, o, m);
     } else {
-      WorkerMeasurer measurer("/proc/self/exe", a.timeout, tuning_timing(a.measure_ms), true, o.tune.seed);
-      s = tune_model(tasks, hws, o, measurer);
+      gpus = open_gpus(m.gpus, a.timeout, a.measure_ms, o.tune.seed);
+      s = tune_model(tasks, hws, o, *gpus.pool);
     }
   }
-  if (tty) std::fprintf(stderr, "\n");
+  block.end();
   if (g_signal) exit_status() = 128 + g_signal;
-  if (a.format == "json") print_model_json(a, table, s, log_path);
-  else print_model_text(a, table, s, log_path);
+  double compile_wait = 0;
+  for (const ModelTaskResult& t : s.tasks) compile_wait += t.summary.compile_wait_s;
+  if (a.format == "json") {
+    print_model_json(a, table, s, log_path, gpus.pool ? gpu_summary_json(gpus, s.wall_s, compile_wait) : nlohmann::json());
+  } else {
+    print_model_text(a, table, s, log_path);
+    if (gpus.pool) print_gpu_summary(gpus, s.wall_s, compile_wait);
+  }
   if (a.measure == "model" || a.no_baselines || g_signal) return;
   run_model_baselines(a, table, log_path);
 }
 
 /// Prints a tuning run's progress on stderr: one line rewritten on a terminal, a line per batch else.
-std::function<void(const TuneProgress&)> tune_progress_printer(const TuneArgs& args, bool tty) {
-  return [&args, tty, last_printed = 0](const TuneProgress& p) mutable {
+std::function<void(const TuneProgress&)> tune_progress_printer(const TuneArgs& args, ProgressBlock& block, bool tty) {
+  return [&args, &block, tty, pace = ProgressPace{}](const TuneProgress& p) mutable {
+    if (!pace.due(args, tty, p.trials, p.total, p.elapsed_s, p.gpus ? p.gpus->size() : 1)) return;
     char line[512];
     std::snprintf(line, sizeof line, "[%4d/%d] best %s | %s | model %s | %s elapsed, ~%s left", p.trials, p.total,
                   p.best_us > 0 ? (std::to_string(p.best_us).substr(0, 7) + " us, " +
@@ -453,17 +497,12 @@ std::function<void(const TuneProgress&)> tune_progress_printer(const TuneArgs& a
                   p.arm.c_str(),
                   p.model_trained ? ("rho " + std::to_string(p.rank_correlation).substr(0, 5)).c_str() : "analytic",
                   duration_text(p.elapsed_s).c_str(), duration_text(p.eta_s).c_str());
-    if (tty) {
-      std::fprintf(stderr, "\r%s\033[K", line);
-    } else if (p.trials - last_printed >= args.trials_per_batch || p.trials == p.total) {
-      std::fprintf(stderr, "%s\n", line);
-      last_printed = p.trials;
-    }
+    block.show(progress_lines(line, p.gpus, p.elapsed_s));
   };
 }
 
 void print_tune_json(const TuneArgs& args, const TuneSummary& s, const Compute& c, const Workload& w,
-                     const std::string& log_path) {
+                     const std::string& log_path, const nlohmann::json& gpus) {
   nlohmann::json j;
   j["workload"] = {{"key", w.key}, {"name", c.name}, {"statement", c.statement_text()}};
   if (!c.epilogue.empty()) j["workload"]["epilogue"] = c.epilogue_text();
@@ -481,6 +520,7 @@ void print_tune_json(const TuneArgs& args, const TuneSummary& s, const Compute& 
   j["wall_s"] = s.wall_s;
   j["stop_reason"] = s.stop_reason;
   j["seconds"] = {{"measure", s.measure_s}, {"compile_wait", s.compile_wait_s}, {"propose", s.propose_s}, {"fit", s.fit_s}};
+  j["gpus"] = gpus;
   j["signal"] = g_signal ? nlohmann::json(static_cast<int>(g_signal)) : nlohmann::json();
   j["rank_correlations"] = s.rank_correlations;
   j["history"] = nlohmann::json::array();
@@ -504,6 +544,7 @@ void resolve_batch_options(TuneArgs& a) {
                             "give --trials-per-batch N; --batch is the model's batch with --model");
     spdlog::warn("--batch without --model sets the trials per batch, a deprecated spelling: use --trials-per-batch");
     a.trials_per_batch = static_cast<int>(a.batch);
+    a.per_batch_given = true;
     a.batch = 0;
   }
 }
@@ -515,24 +556,26 @@ void tune_command(TuneArgs& args) {
   if (!args.model.empty() || !args.table.empty()) return tune_model_command(args);
   Compute c = args.compute.build();
   const std::vector<HwAbstraction> hws = args.hw.chosen(args.hw.all());
-  Machine m = detect(args.arch);
+  Machine m = detect(args.arch, args.gpus);
   const bool model_only = args.measure == "model";
   check_measurable(args, m);
   TuneOptions o = tune_options(args, m, args.log.empty() ? "logs/" + c.name + ".jsonl" : args.log);
   const bool tty = ::isatty(STDERR_FILENO);
-  o.on_progress = tune_progress_printer(args, tty);
+  ProgressBlock block(tty);
+  o.on_progress = tune_progress_printer(args, block, tty);
   TuneSummary s;
+  TuneGpus gpus;
   {
     StopOnSignals stop_on_signals;
     if (model_only) {
       spdlog::info("ranking with the analytic model for {} (no measurement)", m.target.arch);
       s = rank_with_model(c, hws, o);
     } else {
-      WorkerMeasurer measurer("/proc/self/exe", args.timeout, tuning_timing(args.measure_ms), true, o.seed);
-      s = tune(c, hws, o, measurer);
+      gpus = open_gpus(m.gpus, args.timeout, args.measure_ms, o.seed);
+      s = tune(c, hws, o, *gpus.pool);
     }
   }
-  if (tty) std::fprintf(stderr, "\n");
+  block.end();
   // Interrupted: the summary is printed, then the conventional status of death by that signal.
   if (g_signal) exit_status() = 128 + g_signal;
 
@@ -541,8 +584,12 @@ void tune_command(TuneArgs& args) {
     write_file(args.emit_cuda, self_contained(r.kernel.code), "--emit-cuda");
   }
   const Workload w = make_workload(c);
-  if (args.format == "json") print_tune_json(args, s, c, w, o.log_path);
-  else print_tune_summary(s, c, w, o.log_path, model_only);
+  if (args.format == "json") {
+    print_tune_json(args, s, c, w, o.log_path, gpus.pool ? gpu_summary_json(gpus, s.wall_s, s.compile_wait_s) : nlohmann::json());
+  } else {
+    print_tune_summary(s, c, w, o.log_path, model_only);
+    if (gpus.pool) print_gpu_summary(gpus, s.wall_s, s.compile_wait_s);
+  }
   if (!s.best && !model_only && !g_signal) throw std::runtime_error("tuning found no correct kernel");
 }
 
@@ -559,7 +606,8 @@ void register_tune(CLI::App& app) {
                   "At the end, measure this many of the fastest candidates again, 3 rounds in turn, and keep the "
                   "fastest of those (default 4; 0: off)")
       ->check(between(0, 64));
-  cmd->add_option("--trials-per-batch", args->trials_per_batch, "Candidates compiled and measured per batch (default 16)")
+  args->trials_per_batch_option = cmd->add_option("--trials-per-batch", args->trials_per_batch,
+                                                  "Candidates compiled and measured per batch (default 16 per GPU)")
       ->check(between(1, 1024));
   cmd->add_option("--compile-ahead", args->compile_ahead,
                   "Batches compiled ahead of the one being measured (default 3; NVRTC bounds the trial rate)")
@@ -592,6 +640,9 @@ void register_tune(CLI::App& app) {
                   "With --model or --table: tune only shard I/N of the workloads, balanced by estimated cost; 'auto' "
                   "in a Slurm array job, 'auto/N' in a Kubernetes Indexed Job (docs/scale.md)");
   model->excludes(table);
+  cmd->add_option("--gpus", args->gpus,
+                  "GPUs to measure on, all at once: 'all' (default: every visible one; CUDA_VISIBLE_DEVICES narrows "
+                  "them) or indices such as 0,2. They must be of one model; confirmations run on the first");
   cmd->add_option("--batch", args->batch, "With --model: the value of its symbolic batch dimension (as in tmap import)")
       ->check(at_least(1));
   cmd->add_option("--model-batch", args->model_batch, "Deprecated spelling of --batch")->check(at_least(1));
