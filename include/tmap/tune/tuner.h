@@ -14,7 +14,8 @@
 // model-level tuning each workload's new bests) are seeds: where one fits this space (the same
 // mapping by iterator names, a valid schedule) it is tried early, at most a quarter of a batch.
 // The next batch is compiled on all cores (in compile-worker processes, see use_compile_workers)
-// while the current one is measured, one candidate at a time, in the isolated worker.
+// while the current one is measured, a candidate at a time on each GPU of the pool, each GPU's
+// in its own isolated worker (measure_pool.h).
 #pragma once
 
 #include <atomic>
@@ -102,8 +103,8 @@ struct TuneOptions {
   int confirm_top = 4, confirm_rounds = 3;
   std::function<void(const TuneProgress&)> on_progress;
   std::function<void(const std::string&)> on_note;  ///< Informational lines (resume, first looks, ...).
-  /// Set (e.g. by SIGINT): stop after the measurement in flight, which is recorded; compilations
-  /// not yet started are cancelled and nothing else of the batch is measured.
+  /// Set (e.g. by SIGINT): stop after the measurements in flight (one per GPU), which are
+  /// recorded; compilations not yet started are cancelled and nothing else of the batch is measured.
   const std::atomic<bool>* stop = nullptr;
 };
 
