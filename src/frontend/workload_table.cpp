@@ -96,11 +96,10 @@ WorkloadTable load_workload_table(const std::string& path) {
   return parse_workload_table(read_source_file(path, "workload table", kHint));
 }
 
-WorkloadTable parse_workload_table(const SourceText& source) {
-  const std::string& path = source.file();
-  const ordered_json doc = parse_json_text(source, kHint);
-  JsonLocations locs(source);
-  JsonReader r(locs);
+namespace {
+
+/// The table's own members: format, title, source, out_dtype and batch.
+void read_table_header(const JsonReader& r, const ordered_json& doc, WorkloadTable& t) {
   if (!doc.is_object()) r.fail_value("", "a workload table must hold a JSON object, not " + std::string(doc.type_name()), kHint);
   r.check_keys(doc, "", {"format", "title", "source", "batch", "out_dtype", "total_gflop", "workloads", "unsupported", "other_ops"},
                "a workload table");
@@ -108,7 +107,6 @@ WorkloadTable parse_workload_table(const SourceText& source) {
   if (doc["format"] != kFormat)
     r.fail_value("/format", "unknown table format " + doc["format"].dump(),
                  "this tmap reads \"" + std::string(kFormat) + "\"; re-run 'tmap import'");
-  WorkloadTable t;
   auto string_member = [&](const char* key, std::string& out) {
     if (!doc.contains(key)) return;
     const std::string ptr = std::string("/") + key;
@@ -127,11 +125,69 @@ WorkloadTable parse_workload_table(const SourceText& source) {
                   "\"batch\"", "a positive 32-bit integer");
     t.batch = doc["batch"].get<std::int64_t>();
   }
+}
+
+/// A workload's name (an identifier, unique in `names`) and its op (a built-in one).
+void read_workload_identity(const JsonReader& r, const ordered_json& x, const std::string& ptr, TableWorkload& w,
+                            std::set<std::string>& names) {
+  r.require_key(x, ptr, "name", "a workload");
+  r.expect_type(x["name"], ptr + "/name", x["name"].is_string() && !x["name"].get<std::string>().empty(), "\"name\"",
+                "a non-empty string");
+  w.name = x["name"].get<std::string>();
+  if (const std::string why = name_problem(w.name); !why.empty()) r.fail_value(ptr + "/name", why);
+  if (!names.insert(w.name).second)
+    r.fail_value(ptr + "/name", "workload name '" + w.name + "' appears twice", "give every workload its own name");
+  r.require_key(x, ptr, "op", "a workload", "add \"op\": one of 'tmap ops list'");
+  r.expect_type(x["op"], ptr + "/op", x["op"].is_string(), "\"op\"", "a string");
+  w.op = x["op"].get<std::string>();
+  const std::vector<std::string> ops = builtin_op_names();
+  if (std::find(ops.begin(), ops.end(), w.op) == ops.end()) {
+    std::string known;
+    for (const auto& o : ops) known += (known.empty() ? "" : ", ") + o;
+    r.fail_value(ptr + "/op", "unknown op '" + w.op + "'", "built-in ops: " + known);
+  }
+}
+
+/// A workload's params, count, epilogue and the import's lists (nodes, absorbed, notes).
+void read_workload_members(const JsonReader& r, const ordered_json& x, const std::string& ptr, TableWorkload& w) {
+  if (x.contains("params")) {
+    r.expect_type(x["params"], ptr + "/params", x["params"].is_object(), "\"params\"", "an object of integers");
+    for (const auto& [name, v] : x["params"].items()) {
+      const std::string p = JsonLocations::child(ptr + "/params", name);
+      r.expect_type(v, p, is_integer_of<std::int64_t>(v), "parameter \"" + name + "\"", "an integer");
+      w.params.emplace_back(name, v.get<std::int64_t>());
+    }
+  }
+  if (x.contains("count")) {
+    r.expect_type(x["count"], ptr + "/count",
+                  is_integer_of<std::int64_t>(x["count"]) && x["count"].get<std::int64_t>() >= 1 &&
+                      x["count"].get<std::int64_t>() <= 1000000,
+                  "\"count\"", "an integer from 1 to 1000000");
+    w.count = x["count"].get<int>();
+  }
+  if (x.contains("epilogue")) {
+    r.expect_type(x["epilogue"], ptr + "/epilogue", x["epilogue"].is_string(), "\"epilogue\"",
+                  "a string such as \"Y[m, n] = relu(C[m, n] + bias[n])\"");
+    w.epilogue = x["epilogue"].get<std::string>();
+  }
+  for (auto [key, list] : {std::pair<const char*, std::vector<std::string>*>{"nodes", &w.nodes},
+                           {"absorbed", &w.absorbed}, {"notes", &w.notes}}) {
+    if (!x.contains(key)) continue;
+    const std::string p = ptr + "/" + key;
+    r.expect_type(x[key], p, x[key].is_array(), "\"" + std::string(key) + "\"", "an array of strings");
+    for (std::size_t k = 0; k < x[key].size(); ++k) {
+      r.expect_type(x[key][k], p + "/" + std::to_string(k), x[key][k].is_string(), "an entry", "a string");
+      list->push_back(x[key][k].get<std::string>());
+    }
+  }
+}
+
+/// The workloads, each checked and built (a workload tmap cannot build is an error at its place).
+void read_workloads(const JsonReader& r, const ordered_json& doc, const std::string& path, WorkloadTable& t) {
   r.require_key(doc, "", "workloads", "a workload table");
   const auto& ws = doc["workloads"];
   r.expect_type(ws, "/workloads", ws.is_array(), "\"workloads\"", "an array");
   if (ws.empty()) r.fail_value("/workloads", "the table has no workloads", "import a model with convolutions or matrix products");
-  const std::vector<std::string> ops = builtin_op_names();
   std::set<std::string> names;
   for (std::size_t i = 0; i < ws.size(); ++i) {
     const std::string ptr = "/workloads/" + std::to_string(i);
@@ -140,51 +196,8 @@ WorkloadTable parse_workload_table(const SourceText& source) {
     r.check_keys(x, ptr, {"name", "op", "params", "count", "gflop", "share", "epilogue", "nodes", "absorbed", "notes"},
                  "a workload");
     TableWorkload w;
-    r.require_key(x, ptr, "name", "a workload");
-    r.expect_type(x["name"], ptr + "/name", x["name"].is_string() && !x["name"].get<std::string>().empty(), "\"name\"",
-                  "a non-empty string");
-    w.name = x["name"].get<std::string>();
-    if (const std::string why = name_problem(w.name); !why.empty()) r.fail_value(ptr + "/name", why);
-    if (!names.insert(w.name).second)
-      r.fail_value(ptr + "/name", "workload name '" + w.name + "' appears twice", "give every workload its own name");
-    r.require_key(x, ptr, "op", "a workload", "add \"op\": one of 'tmap ops list'");
-    r.expect_type(x["op"], ptr + "/op", x["op"].is_string(), "\"op\"", "a string");
-    w.op = x["op"].get<std::string>();
-    if (std::find(ops.begin(), ops.end(), w.op) == ops.end()) {
-      std::string known;
-      for (const auto& o : ops) known += (known.empty() ? "" : ", ") + o;
-      r.fail_value(ptr + "/op", "unknown op '" + w.op + "'", "built-in ops: " + known);
-    }
-    if (x.contains("params")) {
-      r.expect_type(x["params"], ptr + "/params", x["params"].is_object(), "\"params\"", "an object of integers");
-      for (const auto& [name, v] : x["params"].items()) {
-        const std::string p = JsonLocations::child(ptr + "/params", name);
-        r.expect_type(v, p, is_integer_of<std::int64_t>(v), "parameter \"" + name + "\"", "an integer");
-        w.params.emplace_back(name, v.get<std::int64_t>());
-      }
-    }
-    if (x.contains("count")) {
-      r.expect_type(x["count"], ptr + "/count",
-                    is_integer_of<std::int64_t>(x["count"]) && x["count"].get<std::int64_t>() >= 1 &&
-                        x["count"].get<std::int64_t>() <= 1000000,
-                    "\"count\"", "an integer from 1 to 1000000");
-      w.count = x["count"].get<int>();
-    }
-    if (x.contains("epilogue")) {
-      r.expect_type(x["epilogue"], ptr + "/epilogue", x["epilogue"].is_string(), "\"epilogue\"",
-                    "a string such as \"Y[m, n] = relu(C[m, n] + bias[n])\"");
-      w.epilogue = x["epilogue"].get<std::string>();
-    }
-    for (auto [key, list] : {std::pair<const char*, std::vector<std::string>*>{"nodes", &w.nodes},
-                             {"absorbed", &w.absorbed}, {"notes", &w.notes}}) {
-      if (!x.contains(key)) continue;
-      const std::string p = ptr + "/" + key;
-      r.expect_type(x[key], p, x[key].is_array(), "\"" + std::string(key) + "\"", "an array of strings");
-      for (std::size_t k = 0; k < x[key].size(); ++k) {
-        r.expect_type(x[key][k], p + "/" + std::to_string(k), x[key][k].is_string(), "an entry", "a string");
-        list->push_back(x[key][k].get<std::string>());
-      }
-    }
+    read_workload_identity(r, x, ptr, w, names);
+    read_workload_members(r, x, ptr, w);
     try {
       w.flops = 2.0 * build_table_workload(w, t.out_dtype, path + ": workload '" + w.name + "'").iteration_points();
     } catch (const UserError& e) {
@@ -193,6 +206,10 @@ WorkloadTable parse_workload_table(const SourceText& source) {
     }
     t.workloads.push_back(std::move(w));
   }
+}
+
+/// What the import left outside any kernel: unsupported nodes and counts of other ops.
+void read_leftovers(const JsonReader& r, const ordered_json& doc, WorkloadTable& t) {
   if (doc.contains("unsupported")) {
     const auto& us = doc["unsupported"];
     r.expect_type(us, "/unsupported", us.is_array(), "\"unsupported\"", "an array");
@@ -218,6 +235,18 @@ WorkloadTable parse_workload_table(const SourceText& source) {
       t.other_ops[op] = n.get<int>();
     }
   }
+}
+
+}  // namespace
+
+WorkloadTable parse_workload_table(const SourceText& source) {
+  const ordered_json doc = parse_json_text(source, kHint);
+  JsonLocations locs(source);
+  JsonReader r(locs);
+  WorkloadTable t;
+  read_table_header(r, doc, t);
+  read_workloads(r, doc, source.file(), t);
+  read_leftovers(r, doc, t);
   return t;
 }
 
