@@ -481,6 +481,8 @@ void tune_model_command(const TuneArgs& a) {
     print_model_text(a, table, s, log_path);
     if (gpus.pool) print_gpu_summary(gpus, s.wall_s, compile_wait);
   }
+  gpus.pool.reset();  // the measurement workers leave the GPUs before the baselines are timed
+  gpus.measurers.clear();
   if (a.measure == "model" || a.no_baselines || g_signal) return;
   run_model_baselines(a, table, log_path);
 }
