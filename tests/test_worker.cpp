@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "test_util.h"
+#include "tmap/codegen/reference_emitter.h"
 #include "tmap/frontend/op_library.h"
 #include "tmap/runtime/device.h"
 #include "tmap/runtime/measure_worker.h"
@@ -112,9 +113,14 @@ TEST(Worker, RequestsAndResultsRoundTrip) {
   r.seed = 42;
   r.timing.min_repeats = 7;
   r.timing.long_run_ms = 2.5;
+  r.reference_cubin_path = "/tmp/reference0.cubin";
   MeasureRequest back = request_from_json(nlohmann::json::parse(to_json(r).dump()));
   EXPECT_EQ(to_json(back), to_json(r));
   EXPECT_EQ(back.seed, 42u);
+  EXPECT_EQ(back.reference_cubin_path, r.reference_cubin_path);
+  nlohmann::json older = to_json(r);
+  older.erase("reference_cubin");
+  EXPECT_EQ(request_from_json(older).reference_cubin_path, "") << "without one the worker compiles the reference";
   EXPECT_EQ(back.timing.min_repeats, 7);
   const tmap_launch_plan& p = back.launch.plan;
   ASSERT_EQ(p.num_maps, 2);
@@ -136,6 +142,32 @@ TEST(Worker, RequestsAndResultsRoundTrip) {
   MeasureResult res_back = result_from_json(to_json(res));
   EXPECT_EQ(res_back.status, MeasureStatus::kTimeout);
   EXPECT_EQ(res_back.times_us, res.times_us);
+}
+
+// A run's measurers share the reference kernels: each compute's is compiled once (in the
+// background, from prepare) and every GPU's worker loads the same file.
+TEST(Worker, EachReferenceKernelIsCompiledOnceForEveryGpu) {
+  const Compute a = build_compute(builtin_op("gemm"), parse_param_overrides({"M=64", "N=64", "K=64"}));
+  const Compute b = build_compute(builtin_op("gemm"), parse_param_overrides({"M=128", "N=64", "K=64"}));
+  std::string dir;
+  {
+    ReferenceBinaries refs(90);
+    refs.prepare(to_json(a));
+    const std::string pa = refs.path(to_json(a)), pb = refs.path(to_json(b));
+    ASSERT_FALSE(pa.empty());
+    ASSERT_FALSE(pb.empty());
+    EXPECT_NE(pa, pb);
+    EXPECT_EQ(refs.path(to_json(a)), pa) << "compiled once";
+    EXPECT_GT(std::filesystem::file_size(pa), 0u);
+    const KernelSource k = emit_reference_kernel(a);
+    const CompileResult here = NvrtcCompiler(90).compile(k.code, k.name);
+    ASSERT_TRUE(here.ok) << here.log;
+    std::ifstream in(pa, std::ios::binary);
+    const std::vector<char> file((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(file.size(), here.cubin.size()) << "the binary of emit_reference_kernel(compute)";
+    dir = std::filesystem::path(pa).parent_path();
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir)) << "the files go with the run";
 }
 
 /// Plans arrive as JSON and index fixed arrays: every count, index, slot and offset is checked.

@@ -299,11 +299,16 @@ double Workspace::output_error(const std::vector<double>& reference) const {
 }
 
 std::vector<double> gpu_reference(Workspace& ws, NvrtcCompiler& compiler) {
-  KernelSource k = emit_reference_kernel(ws.compute());
+  const KernelSource k = emit_reference_kernel(ws.compute());
   CompileResult compiled = compiler.compile(k.code, k.name);
   TMAP_CHECK(compiled.ok, "the reference kernel does not compile:\n" + compiled.log);
+  return gpu_reference(ws, compiled.cubin);
+}
+
+std::vector<double> gpu_reference(Workspace& ws, const std::vector<char>& cubin) {
+  const KernelSource k = emit_reference_kernel(ws.compute());
   const LaunchPlan plan = plan_plain_launch(k, static_cast<int>(ws.compute().tensors.size()));
-  LoadedModule module(compiled.cubin, plan.kernels);
+  LoadedModule module(cubin, plan.kernels);
   void* slots[TMAP_PLAN_MAX_SLOTS] = {};
   for (std::size_t i = 0; i < ws.compute().tensors.size(); ++i) slots[i] = ws.device(static_cast<int>(i));
   ws.poison_output();

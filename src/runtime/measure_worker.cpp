@@ -8,16 +8,28 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <map>
 #include <memory>
 
-#include "tmap/runtime/nvrtc_compiler.h"
+#include "tmap/codegen/reference_emitter.h"
 #include "tmap/runtime/device.h"
+#include "tmap/runtime/nvrtc_compiler.h"
 
 namespace tmap {
+namespace {
+
+/// A binary the parent wrote (empty when it cannot be read: loading it then fails and says so).
+std::vector<char> read_binary(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::vector<char>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+}  // namespace
 
 const char* status_name(MeasureStatus s) {
   switch (s) {
@@ -45,6 +57,7 @@ MeasureRequest MeasureRequest::for_kernel(const Compute& c, const KernelSource& 
 
 nlohmann::json to_json(const MeasureRequest& r) {
   return {{"compute", r.compute},         {"launch", to_json(r.launch)}, {"cubin", r.cubin_path},
+          {"reference_cubin", r.reference_cubin_path},
           {"a_tensor", r.a_tensor},       {"b_tensor", r.b_tensor},      {"verify", r.verify},
           {"tolerance", r.tolerance},     {"warmup", r.timing.warmup},   {"min_repeats", r.timing.min_repeats},
           {"min_total_ms", r.timing.min_total_ms}, {"graph_runs", r.timing.graph_runs},
@@ -56,6 +69,7 @@ MeasureRequest request_from_json(const nlohmann::json& j) {
   r.compute = j.at("compute");
   r.launch = launch_plan_from_json(j.at("launch"));
   r.cubin_path = j.at("cubin");
+  r.reference_cubin_path = j.value("reference_cubin", std::string());
   r.a_tensor = j.at("a_tensor");
   r.b_tensor = j.at("b_tensor");
   r.verify = j.at("verify");
@@ -82,6 +96,47 @@ MeasureResult result_from_json(const nlohmann::json& j) {
   r.median_us = j.at("median_us");
   r.times_us = j.at("times_us").get<std::vector<double>>();
   return r;
+}
+
+// ---- Reference binaries --------------------------------------------------------------------
+
+ReferenceBinaries::ReferenceBinaries(int compute_capability) : compiler_(compute_capability) {
+  std::string templ = (std::filesystem::temp_directory_path() / "tmap_reference_XXXXXX").string();
+  if (!::mkdtemp(templ.data())) throw std::runtime_error("cannot create a temporary directory for reference kernels");
+  dir_ = templ;
+}
+
+ReferenceBinaries::~ReferenceBinaries() {
+  for (auto& [key, path] : paths_) path.wait();
+  std::error_code ec;
+  std::filesystem::remove_all(dir_, ec);
+}
+
+std::shared_future<std::string> ReferenceBinaries::start(const nlohmann::json& compute) {
+  std::string key = compute.dump();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto it = paths_.find(key); it != paths_.end()) return it->second;
+  const std::string file = dir_ + "/reference" + std::to_string(paths_.size()) + ".cubin";
+  std::shared_future<std::string> f =
+      std::async(std::launch::async, [this, compute, file] {
+        const KernelSource k = emit_reference_kernel(compute_from_json(compute, "reference"));
+        const CompileResult r = compiler_.compile(k.code, k.name);
+        if (!r.ok) return std::string();
+        std::ofstream(file, std::ios::binary).write(r.cubin.data(), static_cast<std::streamsize>(r.cubin.size()));
+        return file;
+      }).share();
+  paths_.emplace(std::move(key), f);
+  return f;
+}
+
+void ReferenceBinaries::prepare(const nlohmann::json& compute) { start(compute); }
+
+std::string ReferenceBinaries::path(const nlohmann::json& compute) {
+  try {
+    return start(compute).get();
+  } catch (const std::exception&) {
+    return {};  // the worker compiles it and says why it fails
+  }
 }
 
 // ---- The worker process ------------------------------------------------------------------
@@ -122,16 +177,16 @@ int run_measure_worker(std::FILE* in, std::FILE* out, int device) {
         Prepared p;
         p.compute = std::make_unique<Compute>(compute_from_json(req.compute, "measure request"));
         p.workspace = std::make_unique<Workspace>(*p.compute, req.seed);
-        if (req.verify) {
+        if (req.verify && !req.reference_cubin_path.empty()) {
+          p.reference = gpu_reference(*p.workspace, read_binary(req.reference_cubin_path));
+        } else if (req.verify) {
           if (!compiler) compiler = std::make_unique<NvrtcCompiler>(cc_of_device);
           p.reference = gpu_reference(*p.workspace, *compiler);
         }
         it = prepared.emplace(key, std::move(p)).first;
       }
-      std::ifstream bin(req.cubin_path, std::ios::binary);
-      std::vector<char> cubin((std::istreambuf_iterator<char>(bin)), std::istreambuf_iterator<char>());
       KernelRun run = run_candidate(*it->second.workspace, req.verify ? it->second.reference : std::vector<double>{},
-                                    req.a_tensor, req.b_tensor, req.launch, cubin, req.timing);
+                                    req.a_tensor, req.b_tensor, req.launch, read_binary(req.cubin_path), req.timing);
       result.rel_l2 = run.rel_l2;
       result.median_us = run.median_us;
       result.times_us = run.times_us;

@@ -47,8 +47,10 @@ class Workspace {
   mutable std::vector<unsigned char> host_output_;
 };
 
-/// The reference kernel's output for the workspace's inputs.
+/// The reference kernel's output for the workspace's inputs, compiled here.
 std::vector<double> gpu_reference(Workspace& ws, NvrtcCompiler& compiler);
+/// The same from the binary of emit_reference_kernel(ws.compute()), compiled elsewhere.
+std::vector<double> gpu_reference(Workspace& ws, const std::vector<char>& cubin);
 
 /// The relative L2 error a correct kernel stays under: 1e-2 for 16-bit floating operands,
 /// 1e-3 for tf32, 1e-9 for float64, 0 (exact) for integers.

@@ -7,6 +7,9 @@
 #include <array>
 #include <cstdint>
 #include <cstdio>
+#include <future>
+#include <map>
+#include <mutex>
 #include <string>
 #include <sys/types.h>
 #include <vector>
@@ -14,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tmap/runtime/kernel_runner.h"
+#include "tmap/runtime/nvrtc_compiler.h"
 
 namespace tmap {
 
@@ -26,6 +30,8 @@ struct MeasureRequest {
   nlohmann::json compute;       ///< to_json(Compute): the worker rebuilds tensors and reference.
   LaunchPlan launch;            ///< plan_launch() of the kernel (its code is not sent).
   std::string cubin_path;       ///< The compiled binary, written by the parent.
+  /// The reference kernel's binary (ReferenceBinaries); empty: the worker compiles it.
+  std::string reference_cubin_path;
   int a_tensor = 0, b_tensor = 1;  ///< Tensors passed as the kernel's first two arguments.
   bool verify = true;
   double tolerance = 1e-2;
@@ -42,6 +48,31 @@ struct MeasureResult {
   double rel_l2 = 0;
   double median_us = 0;
   std::vector<double> times_us;
+};
+
+/// The reference kernels' binaries of the computes a tuning run measures, each compiled once in
+/// the background (in the compile workers, see use_compile_workers) and written to a file that
+/// every GPU's worker loads: a worker compiling its own spent seconds of its GPU's time on each
+/// workload, once per GPU. Shared by the measurers of a run; thread-safe.
+class ReferenceBinaries {
+ public:
+  explicit ReferenceBinaries(int compute_capability);
+  ~ReferenceBinaries();  ///< Waits for the compiles and removes the files.
+  ReferenceBinaries(const ReferenceBinaries&) = delete;
+  ReferenceBinaries& operator=(const ReferenceBinaries&) = delete;
+  /// Starts compiling the reference of the compute (to_json(Compute)) unless it has started.
+  void prepare(const nlohmann::json& compute);
+  /// Its binary's path, waiting for its compile; empty when it did not compile (the worker then
+  /// compiles it and reports the error).
+  std::string path(const nlohmann::json& compute);
+
+ private:
+  std::shared_future<std::string> start(const nlohmann::json& compute);
+
+  NvrtcCompiler compiler_;
+  std::string dir_;
+  std::mutex mu_;
+  std::map<std::string, std::shared_future<std::string>> paths_;  ///< By the compute's text.
 };
 
 nlohmann::json to_json(const MeasureRequest& r);
