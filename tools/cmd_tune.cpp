@@ -75,6 +75,20 @@ LogContents load_log(const std::string& path) {
   return log;
 }
 
+/// Where a run's time went (TuneSummary's seconds), for the text and JSON outputs.
+std::string time_text(const TuneSummary& s) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                "time: measuring %.1f s, waiting for compilation %.1f s, proposing %.1f s, recording %.1f s, "
+                "fitting the model %.1f s",
+                s.measure_s, s.compile_wait_s, s.propose_s, s.record_s, s.fit_s);
+  return buf;
+}
+nlohmann::json time_json(const TuneSummary& s) {
+  return {{"measure", s.measure_s}, {"compile_wait", s.compile_wait_s}, {"propose", s.propose_s},
+          {"record", s.record_s},   {"fit", s.fit_s}};
+}
+
 std::string duration_text(double s) {
   char buf[32];
   if (s < 60) std::snprintf(buf, sizeof buf, "%.0fs", s);
@@ -143,8 +157,7 @@ void print_tune_summary(const TuneSummary& s, const Compute& c, const Workload& 
                 s.seeded, s.seed_wins);
   std::printf("stopped: %s\n", s.stop_reason.c_str());
   if (!model_only && s.measured > 0)
-    std::printf("time: measuring %.1f s, waiting for compilation %.1f s, proposing %.1f s, fitting the model %.1f s\n",
-                s.measure_s, s.compile_wait_s, s.propose_s, s.fit_s);
+    std::printf("%s\n", time_text(s).c_str());
   if (!s.rank_correlations.empty()) {
     double sum = 0;
     for (double r : s.rank_correlations) sum += r;
@@ -354,8 +367,7 @@ void print_model_json(const TuneArgs& a, const WorkloadTable& table, const Model
                               {"trials", t.summary.measured}, {"resumed", t.summary.resumed}, {"failed", t.summary.failed},
                               {"seeds", {{"offered", t.summary.offered}, {"tried", t.summary.seeded},
                                          {"improved", t.summary.seed_wins}}},
-                              {"seconds", {{"measure", t.summary.measure_s}, {"compile_wait", t.summary.compile_wait_s},
-                                           {"propose", t.summary.propose_s}, {"fit", t.summary.fit_s}}},
+                              {"seconds", time_json(t.summary)},
                               {"best_us", b && b->result.ok() ? nlohmann::json(b->result.median_us) : nlohmann::json()},
                               {"best", b ? to_json(*b) : nlohmann::json()}});
   }
@@ -371,9 +383,12 @@ void print_model_text(const TuneArgs& a, const WorkloadTable& table, const Model
               a.measure == "model" ? "ranked and compiled" : "measured", duration_text(s.wall_s).c_str(), s.transferred,
               log_path.c_str(), s.stop_reason.c_str());
   if (a.measure != "model") {
-    double m = 0, w = 0, p = 0, f = 0;
-    for (const auto& t : s.tasks) m += t.summary.measure_s, w += t.summary.compile_wait_s, p += t.summary.propose_s, f += t.summary.fit_s;
-    std::printf("time: measuring %.1f s, waiting for compilation %.1f s, proposing %.1f s, fitting the model %.1f s\n", m, w, p, f);
+    TuneSummary sum;
+    for (const auto& t : s.tasks) {
+      sum.measure_s += t.summary.measure_s, sum.compile_wait_s += t.summary.compile_wait_s;
+      sum.propose_s += t.summary.propose_s, sum.record_s += t.summary.record_s, sum.fit_s += t.summary.fit_s;
+    }
+    std::printf("%s\n", time_text(sum).c_str());
     int tried = 0, improved = 0;
     for (const auto& t : s.tasks) tried += t.summary.seeded, improved += t.summary.seed_wins;
     std::printf("seeds (other workloads' best schedules): %d tried, %d improved a workload's best\n", tried, improved);
@@ -521,7 +536,7 @@ void print_tune_json(const TuneArgs& args, const TuneSummary& s, const Compute& 
                   {"seconds", s.confirm_s}};
   j["wall_s"] = s.wall_s;
   j["stop_reason"] = s.stop_reason;
-  j["seconds"] = {{"measure", s.measure_s}, {"compile_wait", s.compile_wait_s}, {"propose", s.propose_s}, {"fit", s.fit_s}};
+  j["seconds"] = time_json(s);
   j["gpus"] = gpus;
   j["signal"] = g_signal ? nlohmann::json(static_cast<int>(g_signal)) : nlohmann::json();
   j["rank_correlations"] = s.rank_correlations;

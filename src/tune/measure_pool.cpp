@@ -30,9 +30,8 @@ void MeasurePool::serve(std::size_t gpu) {
     work_.wait(lock, [&] { return closing_ || lanes_[gpu].job.has_value(); });
     if (!lanes_[gpu].job) return;  // closing, with nothing left to run
     Job job = std::move(*lanes_[gpu].job);
-    const std::uint64_t tag = lanes_[gpu].tag;
+    Done d{lanes_[gpu].tag, lanes_[gpu].client, gpu, {}, 0};
     lock.unlock();
-    Done d{tag, gpu, {}, 0};
     const auto t0 = std::chrono::steady_clock::now();
     try {
       d.result = job(*gpus_[gpu]);
@@ -48,21 +47,22 @@ void MeasurePool::serve(std::size_t gpu) {
   }
 }
 
-std::size_t MeasurePool::submit(std::uint64_t tag, Job job) {
+std::size_t MeasurePool::submit(std::uint64_t tag, Job job, MeasureClient* client) {
   std::size_t gpu = 0;
   while (gpu < size() && taken_[gpu]) ++gpu;
   if (gpu == size()) throw InternalError("MeasurePool::submit with every GPU busy");
-  start(gpu, tag, std::move(job));
+  start(gpu, tag, std::move(job), client);
   return gpu;
 }
 
-void MeasurePool::start(std::size_t gpu, std::uint64_t tag, Job job) {
+void MeasurePool::start(std::size_t gpu, std::uint64_t tag, Job job, MeasureClient* client) {
   taken_[gpu] = true;
   ++in_flight_;
   {
     std::lock_guard<std::mutex> lock(mu_);
     lanes_[gpu].job = std::move(job);
     lanes_[gpu].tag = tag;
+    lanes_[gpu].client = client;
   }
   work_.notify_all();
 }
@@ -83,10 +83,29 @@ std::optional<MeasurePool::Done> MeasurePool::collect(double timeout_s) {
   return d;
 }
 
+void MeasurePool::deliver(Done d) {
+  if (!d.client) throw InternalError("MeasurePool::deliver: the job has no client");
+  MeasureClient* client = d.client;
+  client->measured(std::move(d), *this);
+}
+
+void MeasurePool::deliver_all() {
+  while (std::optional<Done> d = collect(-1)) deliver(std::move(*d));
+}
+
+void MeasurePool::abandon_all() {
+  while (collect(-1)) {
+  }
+}
+
 MeasurePool::Done MeasurePool::run_on(std::size_t gpu, Job job) {
   if (in_flight_ != 0 || gpu >= size()) throw InternalError("MeasurePool::run_on while measuring, or no such GPU");
-  start(gpu, 0, std::move(job));
+  start(gpu, 0, std::move(job), nullptr);
   return *collect(-1);
+}
+
+void MeasurePool::prepare(const Compute& c) {
+  for (Measurer* m : gpus_) m->prepare(c);
 }
 
 void MeasurePool::label(std::size_t gpu, std::string workload, double best_us) {

@@ -28,6 +28,7 @@ struct Slot {
   const Compute* compute = nullptr;
   std::unique_ptr<TuneTask> task;
   bool retired = false;
+  double shared_us = kInf;  ///< The best offered to the other workloads so far.
 };
 
 double best_of(const TuneSummary& s) { return s.best && s.best->result.ok() ? s.best->result.median_us : kInf; }
@@ -79,11 +80,17 @@ class ModelScheduler {
     out_.transferred = history.transferred;
     if (!base_.log_path.empty()) log_ = std::make_unique<LogWriter>(base_.log_path);
     start_tasks(hws, history);
-    for (const Slot& s : slots_) share_best(s);
-    note_total();  // what the log resumed
-    bool go = warm_up();
-    std::string reason = go ? spend_by_gain() : "";
-    finish(reason);
+    for (const Slot& s : slots_) gpus_.prepare(*s.compute);  // the references compile in the background
+    share_new_bests();  // what the log resumed
+    note_total();
+    try {
+      bool go = warm_up();
+      std::string reason = go ? spend_by_gain() : "";
+      finish(reason);
+    } catch (...) {
+      gpus_.abandon_all();  // the measurements in flight read the tasks' spaces
+      throw;
+    }
     return out_;
   }
 
@@ -157,7 +164,13 @@ class ModelScheduler {
     for (const Slot& s : slots_) n += s.task->summary().measured;
     return n;
   }
-  int trials_left() const { return o_.trials > 0 ? o_.trials - measured() : batch_; }
+  /// Measured, or being measured.
+  int started() const {
+    int n = 0;
+    for (const Slot& s : slots_) n += s.task->summary().measured + s.task->in_flight();
+    return n;
+  }
+  int trials_left() const { return o_.trials > 0 ? o_.trials - started() : batch_; }
 
   void progress(const Slot& current) const {
     if (!o_.on_progress) return;
@@ -190,30 +203,47 @@ class ModelScheduler {
     const int n = std::min(batch_, trials_left());
     if (n <= 0) return false;
     ++s.result.rounds;
-    const int before = s.task->summary().measured;
-    const double best_before = best_of(s.task->summary());
+    const int before = s.task->summary().measured + s.task->in_flight();
     // The next workload's batch is proposed once this one's first measurement is back, while
     // the GPUs measure the rest: proposing it first would hold them all up.
     bool prefetched = !next || next == &s || next->retired || trials_left() <= n;
-    s.task->run(n, gpus_, [&] {
-      if (!prefetched) next->task->prefetch();
-      prefetched = true;
-      progress(s);
-      return out_of_time();
-    });
+    // The run returns once its last candidates have started: the next workload's first ones
+    // start as GPUs free up, instead of after the slowest of this batch.
+    s.task->run(
+        n, gpus_,
+        [&] {
+          if (!prefetched) next->task->prefetch();
+          prefetched = true;
+          progress(s);
+          return out_of_time();
+        },
+        TuneTask::RunEnd::kAllStarted);
+    share_new_bests();
     const TuneSummary& x = s.task->summary();
-    if (best_of(x) < best_before) {
-      share_best(s);
-      note_total();
-    }
     if (s.task->exhausted()) s.retired = true;
     if (base_.early_stop > 0 && x.stop_reason.rfind("no improvement", 0) == 0) s.retired = true;
     if (best_of(x) == kInf && s.result.rounds >= kRoundsWithoutKernel) {
       s.retired = true;
       note(s.result.name + ": no correct kernel in " + std::to_string(s.result.rounds) + " batches; given up");
     }
-    if (x.measured == before && !s.task->exhausted() && !stop_requested() && !out_of_time()) s.retired = true;
+    if (x.measured + s.task->in_flight() == before && !s.task->exhausted() && !stop_requested() && !out_of_time())
+      s.retired = true;
     return !stop_requested() && !out_of_time();
+  }
+
+  /// Offers each workload's new best to the others and notes the model total, after a round
+  /// (whose run also records the measurements of other workloads that it collects).
+  void share_new_bests() {
+    bool improved = false;
+    for (Slot& s : slots_) {
+      const double b = best_of(s.task->summary());
+      if (b < s.shared_us) {
+        s.shared_us = b;
+        share_best(s);
+        improved = true;
+      }
+    }
+    if (improved) note_total();
   }
 
   /// Adds the model total to the history when every workload has a kernel and it improved.
@@ -289,6 +319,8 @@ class ModelScheduler {
       reason = "trial budget reached";
     }
     out_.stop_reason = reason;
+    gpus_.deliver_all();  // the last measurements, recorded before the confirmations
+    share_new_bests();
     for (Slot& s : slots_) s.task->confirm(gpus_);
     for (Slot& s : slots_) {
       s.result.summary = s.task->summary();

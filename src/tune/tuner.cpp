@@ -32,9 +32,9 @@ TimingOptions tuning_timing(double min_total_ms) {
 }
 
 WorkerMeasurer::WorkerMeasurer(std::string binary, double timeout_seconds, TimingOptions timing, bool verify,
-                               std::uint64_t seed, MeasureGpu gpu)
+                               std::uint64_t seed, MeasureGpu gpu, std::shared_ptr<ReferenceBinaries> references)
     : gpu_(std::move(gpu)), worker_(std::move(binary), timeout_seconds, gpu_.index), timing_(timing), verify_(verify),
-      seed_(seed) {
+      seed_(seed), references_(std::move(references)) {
   std::string templ = (std::filesystem::temp_directory_path() / "tmap_tune_XXXXXX").string();
   if (!::mkdtemp(templ.data())) throw std::runtime_error("cannot create a temporary directory for kernel binaries");
   dir_ = templ;
@@ -54,10 +54,15 @@ MeasureResult WorkerMeasurer::measure(const Compute& c, const ImplicitGemm& g, c
   req.tolerance = verification_tolerance(*g.hw);
   req.timing = timing_;
   req.seed = seed_;
+  if (verify_ && references_) req.reference_cubin_path = references_->path(req.compute);
   MeasureResult r = worker_.measure(req);
   std::error_code ec;
   std::filesystem::remove(path, ec);
   return r;
+}
+
+void WorkerMeasurer::prepare(const Compute& c) {
+  if (verify_ && references_) references_->prepare(to_json(c));
 }
 
 namespace {
@@ -617,7 +622,7 @@ class SearchStrategy {
 /// One workload's search between runs, along the lines MetaSchedule draws: the search strategy
 /// proposes, the builder compiles, the runner (a Measurer) measures, the cost model learns, and
 /// the database (the log, and the podium confirmation ranks) keeps every record.
-class TuneTask::Impl {
+class TuneTask::Impl : public MeasureClient {
  public:
   Impl(const Compute& c, const std::vector<HwAbstraction>& hws, const TuneOptions& o, CostModel& model,
        const std::vector<TuneRecord>& own, LogWriter* log)
@@ -629,10 +634,31 @@ class TuneTask::Impl {
     strategy_.plan_first_looks(model_);
   }
 
-  void run(int trials, MeasurePool& gpus, const std::function<bool()>& out_of_time) {
+  void run(int trials, MeasurePool& gpus, const std::function<bool()>& out_of_time, RunEnd end) {
+    try {
+      measure_trials(trials, gpus, out_of_time, end);
+    } catch (...) {
+      gpus.abandon_all();  // the measurements in flight read this task's space (and others')
+      throw;
+    }
+  }
+
+  /// A measurement of this task has finished (collected by this task's run or another's).
+  void measured(MeasurePool::Done d, MeasurePool& gpus) override {
+    const auto t0 = Clock::now();
+    finish_measurement(std::move(d), gpus);
+    s_.record_s += seconds_since(t0);
+    if (fit_due()) fit();
+  }
+
+  int in_flight() const { return static_cast<int>(measuring_.size()); }
+
+  void measure_trials(int trials, MeasurePool& gpus, const std::function<bool()>& out_of_time, RunEnd end) {
     const auto t0 = Clock::now();
     run_start_ = t0;
-    const int target = s_.measured + trials;
+    if (!prepared_) gpus.prepare(c_);  // the reference compiles while the first batch does
+    prepared_ = true;
+    const int target = s_.measured + in_flight() + trials;  // the previous run's last may be in flight
     s_.stop_reason.clear();
     // Up to compile_ahead batches per GPU are in flight, and whichever kernel has compiled is
     // measured next, on whichever GPU is free. A run plans up to one batch beyond its own trials;
@@ -643,24 +669,19 @@ class TuneTask::Impl {
              (first || (!stop_requested() && !out_of_time())))
         start_compile(std::min(o_.batch, target + o_.batch - planned_));
     };
-    // Should anything throw, the measurements in flight end before this task can: they read its space.
-    struct Drain {
-      MeasurePool& gpus;
-      ~Drain() {
-        while (gpus.in_flight() > 0) gpus.collect(-1);
-      }
-    } drain{gpus};
     bool ending = dispatch(gpus, target, fill);  // what was compiled ahead starts before anything is proposed
     fill(true);
     for (;;) {
       if (!ending) ending = dispatch(gpus, target, fill);
-      const bool wants = !ending && s_.measured + static_cast<int>(measuring_.size()) < target && gpus.idle() > 0;
-      if (measuring_.empty()) {
-        if (!wants) break;
-        if (pipeline_.empty()) {
-          if (exhausted_) s_.stop_reason = "the search space is exhausted";
-          break;
-        }
+      bool started_all = ending || s_.measured + in_flight() >= target;
+      if (!started_all && pipeline_.empty() && exhausted_) {
+        s_.stop_reason = "the search space is exhausted";
+        started_all = true;
+      }
+      if (started_all && (end == RunEnd::kAllStarted || measuring_.empty())) break;
+      const bool wants = !started_all && gpus.idle() > 0;
+      if (gpus.in_flight() == 0) {
+        if (pipeline_.empty()) break;  // nothing compiling, nothing measuring: nothing to wait for
         const auto waited = Clock::now();
         pipeline_.wait_ready();
         s_.compile_wait_s += gpus.size() * seconds_since(waited);
@@ -674,8 +695,7 @@ class TuneTask::Impl {
       if (poll) s_.compile_wait_s += idle * seconds_since(waited);
       if (!done) continue;
       if (!ending) ending = dispatch(gpus, target, fill);  // the GPU starts its next candidate first
-      finish_measurement(std::move(*done), gpus);
-      if (fit_due()) fit();
+      gpus.deliver(std::move(*done));
       if (ending) continue;
       if (const std::string reason = why_stop(out_of_time); !reason.empty()) {
         s_.stop_reason = reason;
@@ -838,9 +858,12 @@ class TuneTask::Impl {
       }
       const std::uint64_t tag = next_tag_++;
       const ImplicitGemm& g = strategy_.search().space().entries()[f.candidate.entry].gemm;
-      gpus.submit(tag, [this, &g, params = f.candidate.params, compiled = f.compiled](Measurer& m) {
-        return m.measure(c_, g, params, compiled.get().kernel, compiled.get().binary);
-      });
+      gpus.submit(
+          tag,
+          [this, &g, params = f.candidate.params, compiled = f.compiled](Measurer& m) {
+            return m.measure(c_, g, params, compiled.get().kernel, compiled.get().binary);
+          },
+          this);
       measuring_.emplace(tag, std::move(f));
     }
     if (took) fill(false);  // proposing more overlaps the measurements just started
@@ -1029,6 +1052,7 @@ class TuneTask::Impl {
   Podium podium_;
   CompilePipeline pipeline_;  ///< Last: destroyed first, once its compilations are done.
   int planned_ = 0, since_improvement_ = 0;
+  bool prepared_ = false;  ///< The pool's measurers got ready for this compute (MeasurePool::prepare).
   std::vector<double> measure_durations_;  ///< Seconds of each measurement of a candidate, in order.
   mutable double typical_ = 0;             ///< typical_measure_s() of the first typical_of_ of them.
   mutable std::size_t typical_of_ = 0;
@@ -1043,9 +1067,10 @@ TuneTask::TuneTask(const Compute& c, const std::vector<HwAbstraction>& hws, cons
                    const std::vector<TuneRecord>& own, LogWriter* log)
     : impl_(std::make_unique<Impl>(c, hws, o, model, own, log)) {}
 TuneTask::~TuneTask() = default;
-void TuneTask::run(int trials, MeasurePool& gpus, const std::function<bool()>& out_of_time) {
-  impl_->run(trials, gpus, out_of_time);
+void TuneTask::run(int trials, MeasurePool& gpus, const std::function<bool()>& out_of_time, RunEnd end) {
+  impl_->run(trials, gpus, out_of_time, end);
 }
+int TuneTask::in_flight() const { return impl_->in_flight(); }
 void TuneTask::prefetch() { impl_->prefetch(); }
 bool TuneTask::offer(const CandidateRef& seed) { return impl_->offer(seed); }
 void TuneTask::confirm(MeasurePool& gpus) { impl_->confirm(gpus); }

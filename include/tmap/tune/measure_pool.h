@@ -37,7 +37,11 @@ class Measurer {
   virtual MeasureResult measure(const Compute& c, const ImplicitGemm& g, const ScheduleParams& p,
                                 const KernelSource& k, const CompileResult& binary) = 0;
   virtual MeasureGpu gpu() const { return {}; }
+  /// Gets ready to measure candidates of `c` (e.g. compiles its reference in the background).
+  virtual void prepare(const Compute&) {}
 };
+
+class MeasureClient;
 
 class MeasurePool {
  public:
@@ -50,6 +54,7 @@ class MeasurePool {
   using Job = std::function<MeasureResult(Measurer&)>;
   struct Done {
     std::uint64_t tag = 0;
+    MeasureClient* client = nullptr;  ///< Who submitted the job (deliver() hands it back).
     std::size_t gpu = 0;
     MeasureResult result;
     double seconds = 0;  ///< The job's time on its GPU.
@@ -69,16 +74,27 @@ class MeasurePool {
   std::size_t idle() const { return size() - in_flight_; }
 
   /// Starts `job` on an idle GPU (idle() > 0) and returns that GPU. A job that throws finishes
-  /// as a worker error with its message.
-  std::size_t submit(std::uint64_t tag, Job job);
+  /// as a worker error with its message. `client` (may be null) is who deliver() hands it to.
+  std::size_t submit(std::uint64_t tag, Job job, MeasureClient* client = nullptr);
   /// A finished job, waiting for one up to `timeout_s` (forever when negative); none after that
   /// or when nothing is in flight.
   std::optional<Done> collect(double timeout_s);
+  /// Hands a finished job to the client that submitted it: model-level tuning starts the next
+  /// workload's candidates while the last of the previous one's are measured, and whichever
+  /// task collects a result delivers it to the task it belongs to.
+  void deliver(Done d);
+  /// Collects and delivers every job in flight.
+  void deliver_all();
+  /// Waits for every job in flight and drops its result (while unwinding: the jobs read the
+  /// state of the tasks that submitted them, which must outlive them).
+  void abandon_all();
   /// Runs `job` on GPU `gpu` and waits for it; only while nothing else is in flight (the tuner
   /// confirms its fastest candidates on one GPU so that they are ranked on one device).
   Done run_on(std::size_t gpu, Job job);
 
   const std::vector<Usage>& usage() const { return usage_; }
+  /// Each GPU gets ready to measure candidates of `c` (Measurer::prepare), in the background.
+  void prepare(const Compute& c);
   /// Names the workload and its best time for the GPU's progress line.
   void label(std::size_t gpu, std::string workload, double best_us);
 
@@ -86,9 +102,10 @@ class MeasurePool {
   struct Lane {
     std::optional<Job> job;
     std::uint64_t tag = 0;
+    MeasureClient* client = nullptr;
   };
   void serve(std::size_t gpu);
-  void start(std::size_t gpu, std::uint64_t tag, Job job);
+  void start(std::size_t gpu, std::uint64_t tag, Job job, MeasureClient* client);
 
   std::vector<Measurer*> gpus_;
   // Touched by the caller's thread only: a GPU is taken from its job's submit to its collect.
@@ -101,6 +118,14 @@ class MeasurePool {
   std::vector<Done> done_;
   bool closing_ = false;
   std::vector<std::thread> threads_;
+};
+
+/// Who submits jobs to a pool and records their results (a tuning task).
+class MeasureClient {
+ public:
+  virtual ~MeasureClient() = default;
+  /// A job of this client has finished; called on the thread that delivers it.
+  virtual void measured(MeasurePool::Done d, MeasurePool& gpus) = 0;
 };
 
 /// The GPUs `spec` names among the visible ones: "all" (or "") for every one, else indices such

@@ -47,15 +47,17 @@ constexpr double kTuneMeasureMs = 3;
 
 /// Runs candidates in `tmap worker` processes (see MeasureWorker) on one GPU (`gpu.index`; -1:
 /// the runtime's default), verifying each against the reference on the same random inputs (one
-/// seed per tuning run).
+/// seed per tuning run). With `references` (shared by a run's measurers) each reference kernel
+/// is compiled once for every GPU; without, each worker compiles its own.
 class WorkerMeasurer : public Measurer {
  public:
   WorkerMeasurer(std::string binary, double timeout_seconds, TimingOptions timing, bool verify, std::uint64_t seed,
-                 MeasureGpu gpu = {});
+                 MeasureGpu gpu = {}, std::shared_ptr<ReferenceBinaries> references = nullptr);
   ~WorkerMeasurer() override;
   MeasureResult measure(const Compute& c, const ImplicitGemm& g, const ScheduleParams& p, const KernelSource& k,
                         const CompileResult& binary) override;
   MeasureGpu gpu() const override { return gpu_; }
+  void prepare(const Compute& c) override;
   int restarts() const { return worker_.restarts(); }
 
  private:
@@ -64,6 +66,7 @@ class WorkerMeasurer : public Measurer {
   TimingOptions timing_;
   bool verify_;
   std::uint64_t seed_;
+  std::shared_ptr<ReferenceBinaries> references_;
   std::string dir_;
 };
 
@@ -126,8 +129,9 @@ struct TuneSummary {
   std::vector<std::pair<int, double>> history; ///< (trials so far, best us) at each improvement.
   /// Where the time went: measuring (the worker: load, verify, time; summed over the GPUs),
   /// GPUs waiting for compiled candidates (GPU-seconds, beyond what overlapped with measuring),
-  /// proposing batches (pools ranked by the model) and refitting the cost model.
-  double measure_s = 0, compile_wait_s = 0, propose_s = 0, fit_s = 0;
+  /// and on the tuner's thread proposing batches (pools ranked by the model), recording results
+  /// (the log, the search's and the model's samples) and refitting the cost model.
+  double measure_s = 0, compile_wait_s = 0, propose_s = 0, record_s = 0, fit_s = 0;
   /// The confirmation: candidates measured again, the best time before it (single measurements)
   /// and its wall time (within wall_s).
   int confirmed = 0;
@@ -188,11 +192,17 @@ class TuneTask {
   ~TuneTask();
   TuneTask(const TuneTask&) = delete;
   TuneTask& operator=(const TuneTask&) = delete;
+  /// When a run returns: once its measurements are all recorded, or once they have all started
+  /// (the last ones are recorded by whichever run, or MeasurePool::deliver_all, collects them).
+  enum class RunEnd { kAllRecorded, kAllStarted };
   /// Candidates are measured on every GPU of the pool at once, each as soon as it has compiled
-  /// and a GPU is free; the run returns once its measurements are all recorded. Stops early on
-  /// o.stop, on `out_of_time()` (checked after each measurement), on o.early_stop, or when the
-  /// space is exhausted; a batch compiled ahead is kept for the next run.
-  void run(int trials, MeasurePool& gpus, const std::function<bool()>& out_of_time);
+  /// and a GPU is free; results of other tasks collected meanwhile are delivered to them. Stops
+  /// early on o.stop, on `out_of_time()` (checked after each measurement), on o.early_stop, or
+  /// when the space is exhausted; a batch compiled ahead is kept for the next run.
+  void run(int trials, MeasurePool& gpus, const std::function<bool()>& out_of_time,
+           RunEnd end = RunEnd::kAllRecorded);
+  /// Candidates of this task being measured now (started, not yet recorded).
+  int in_flight() const;
   /// Starts compiling one batch (o.batch) in the background for the next run, unless one is
   /// already compiling: model-level tuning compiles the next workload's batch while measuring.
   void prefetch();
