@@ -55,9 +55,12 @@ std::size_t MeasurePool::submit(std::uint64_t tag, Job job, MeasureClient* clien
   return gpu;
 }
 
+std::size_t MeasurePool::in_flight() const {
+  return static_cast<std::size_t>(std::count(taken_.begin(), taken_.end(), true));
+}
+
 void MeasurePool::start(std::size_t gpu, std::uint64_t tag, Job job, MeasureClient* client) {
   taken_[gpu] = true;
-  ++in_flight_;
   {
     std::lock_guard<std::mutex> lock(mu_);
     lanes_[gpu].job = std::move(job);
@@ -68,7 +71,7 @@ void MeasurePool::start(std::size_t gpu, std::uint64_t tag, Job job, MeasureClie
 }
 
 std::optional<MeasurePool::Done> MeasurePool::collect(double timeout_s) {
-  if (in_flight_ == 0) return std::nullopt;
+  if (in_flight() == 0) return std::nullopt;
   std::unique_lock<std::mutex> lock(mu_);
   auto any = [&] { return !done_.empty(); };
   if (timeout_s < 0) finished_.wait(lock, any);
@@ -77,7 +80,6 @@ std::optional<MeasurePool::Done> MeasurePool::collect(double timeout_s) {
   done_.erase(done_.begin());
   lock.unlock();
   taken_[d.gpu] = false;
-  --in_flight_;
   ++usage_[d.gpu].measured;
   usage_[d.gpu].busy_s += d.seconds;
   return d;
@@ -99,7 +101,7 @@ void MeasurePool::abandon_all() {
 }
 
 MeasurePool::Done MeasurePool::run_on(std::size_t gpu, Job job) {
-  if (in_flight_ != 0 || gpu >= size()) throw InternalError("MeasurePool::run_on while measuring, or no such GPU");
+  if (in_flight() != 0 || gpu >= size()) throw InternalError("MeasurePool::run_on while measuring, or no such GPU");
   start(gpu, 0, std::move(job), nullptr);
   return *collect(-1);
 }

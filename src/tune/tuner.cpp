@@ -78,6 +78,13 @@ constexpr int kSeedsPerWorkload = 3;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
+/// Which GPU measured a result (its index and UUID, as every record names it).
+void stamp_gpu(TuneResult& res, const Measurer& m) {
+  const MeasureGpu on = m.gpu();
+  res.gpu = on.index;
+  res.gpu_uuid = on.uuid;
+}
+
 struct Candidate {
   int entry = -1;
   ScheduleParams params;
@@ -897,11 +904,7 @@ class TuneTask::Impl : public MeasureClient {
   /// Records a trial, and lets the strategy, the model and the podium learn from it.
   void record(const CompilePipeline::InFlight& f, TuneResult res, int gpu, MeasurePool& gpus) {
     const Candidate& cand = f.candidate;
-    if (gpu >= 0) {
-      const MeasureGpu on = gpus.measurer(gpu).gpu();
-      res.gpu = on.index;
-      res.gpu_uuid = on.uuid;
-    }
+    if (gpu >= 0) stamp_gpu(res, gpus.measurer(gpu));
     TuneRecord rec = strategy_.search().record(cand.entry, cand.params, res);
     if (log_) log_->append(rec);
     ++s_.measured;
@@ -1001,9 +1004,7 @@ class TuneTask::Impl : public MeasureClient {
       res.confirm_rounds = o_.confirm_rounds;
       res.estimated_us = podium_.contenders()[i].rec.result.estimated_us;
       res.status = status[i].empty() ? status_name(last[i].status) : status[i];
-      const MeasureGpu on = gpus.measurer(0).gpu();
-      res.gpu = on.index;
-      res.gpu_uuid = on.uuid;
+      stamp_gpu(res, gpus.measurer(0));
       if (!failed[i]) {
         std::sort(medians[i].begin(), medians[i].end());
         const std::size_t n = medians[i].size();

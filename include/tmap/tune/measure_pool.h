@@ -70,8 +70,8 @@ class MeasurePool {
   std::size_t size() const { return gpus_.size(); }
   Measurer& measurer(std::size_t gpu) { return *gpus_[gpu]; }
   const Measurer& measurer(std::size_t gpu) const { return *gpus_[gpu]; }
-  std::size_t in_flight() const { return in_flight_; }
-  std::size_t idle() const { return size() - in_flight_; }
+  std::size_t in_flight() const;
+  std::size_t idle() const { return size() - in_flight(); }
 
   /// Starts `job` on an idle GPU (idle() > 0) and returns that GPU. A job that throws finishes
   /// as a worker error with its message. `client` (may be null) is who deliver() hands it to.
@@ -111,7 +111,6 @@ class MeasurePool {
   // Touched by the caller's thread only: a GPU is taken from its job's submit to its collect.
   std::vector<Usage> usage_;
   std::vector<bool> taken_;
-  std::size_t in_flight_ = 0;
   std::mutex mu_;
   std::condition_variable work_, finished_;
   std::vector<Lane> lanes_;
