@@ -289,6 +289,9 @@ int main(int argc, char** argv) {
     };
     std::vector<Entry> entries;
     if (model) {
+      if (!model->dtype.empty() && tmap::parse_dtype(model->dtype) != tmap::DType::kFloat16)
+        throw std::runtime_error(table_path + ": the baselines take float16 inputs only, and this table's are " +
+                                 model->dtype + "; tune and replay it with tmap (tmap tune --table, tmap replay)");
       if (!table_out_dtype_given) out_dtype = model->out_dtype;
       for (const auto& w : model->workloads) {
         if (!only.empty() && w.name != only) continue;
@@ -314,7 +317,7 @@ int main(int argc, char** argv) {
       entries.push_back(e);
     }
     auto compute_of = [&](const Entry& e) {
-      return e.workload ? tmap::build_table_workload(*e.workload, out_dtype, table_path)
+      return e.workload ? tmap::build_table_workload(*e.workload, model->dtype, out_dtype, table_path)
                         : build_workload(e.op, e.sets, out_dtype);
     };
     if (print_workloads) {

@@ -18,6 +18,7 @@
 #include "cli_util.h"
 #include "test_util.h"
 #include "tmap/runtime/nvrtc_compiler.h"
+#include "tmap/tune/tune_log.h"
 
 namespace {
 
@@ -259,6 +260,33 @@ TEST(Cli, NumberOptionsSayTheirRangeAndTheBatchHasOneMeaning) {
   CliRun now = tmap("tune --op gemm --measure model --trials 2 --trials-per-batch 2 --log " + (dir / "g.jsonl"));
   EXPECT_EQ(now.code, 0) << now.err;
   EXPECT_EQ(now.err.find("deprecated"), std::string::npos) << now.err;
+}
+
+// --dtype chooses the inputs' dtype on every command: the abstractions that match follow it,
+// and the kernels tuned for it compile.
+TEST(Cli, TheInputDtypeIsAnOption) {
+  CliRun map = tmap("map --op gemm --set M=256 --set N=256 --set K=256 --dtype bfloat16 --format json");
+  ASSERT_EQ(map.code, 0) << map.err;
+  std::set<std::string> matched;
+  const nlohmann::json mapped = nlohmann::json::parse(map.out);
+  for (const auto& m : mapped["matches"]) matched.insert(m["hw_abs"].get<std::string>());
+  EXPECT_TRUE(matched.count("wgmma_bf16_fp32")) << map.out.substr(0, 2000);
+  EXPECT_FALSE(matched.count("wgmma_fp16_fp32")) << "float16 abstractions do not take bfloat16 data";
+  EXPECT_NE(map.out.find("inputs A (bfloat16) and B (bfloat16); operands A (float16)"), std::string::npos)
+      << "the rejection says why";
+  ScratchDir dir("tmap_input_dtype");
+  CliRun tune = tmap("tune --op gemm --set M=256 --set N=256 --set K=256 --dtype int8 --measure model --trials 4 "
+                     "--log " + (dir / "i8.jsonl"));
+  ASSERT_EQ(tune.code, 0) << tune.err;
+  const tmap::LogContents log = tmap::read_log(dir / "i8.jsonl");
+  ASSERT_FALSE(log.records.empty());
+  for (const tmap::TuneRecord& r : log.records) {
+    EXPECT_EQ(r.result.status, "unmeasured") << r.result.error;
+    EXPECT_NE(r.candidate.hw_abs.find("int8_int32"), std::string::npos) << r.candidate.hw_abs;
+  }
+  CliRun bad = tmap("run --op gemm --dtype tf32 --compile-only");
+  EXPECT_EQ(bad.code, 2) << bad.err;
+  EXPECT_NE(bad.err.find("--dtype:1:1: error: tfloat32 is a precision of the Tensor Cores"), std::string::npos) << bad.err;
 }
 
 // --time-budget bounds a run ranked by the analytic model as it bounds a measured one: conv2d's

@@ -142,6 +142,32 @@ TEST(Compute, StoresFloatSumsInANarrowerOutput) {
       << err;
 }
 
+// --dtype: the contraction's operands take the dtype; sums move only where they cannot hold the
+// products (int32 for integers, float64 for float64), and --out-dtype still narrows the output.
+TEST(Compute, InputDtypesSetTheOperandsAndSumsThatHoldThem) {
+  auto built = [](const std::string& op, const std::string& in, const std::string& out = "") {
+    ComputeDef def = builtin_op(op);
+    set_dtypes(def, in, out, "--dtype", "--out-dtype");
+    return build_compute(def);
+  };
+  const Compute bf16 = built("gemm", "bf16");
+  EXPECT_EQ(bf16.tensor_of(bf16.inputs[0]).dtype, DType::kBFloat16);
+  EXPECT_EQ(bf16.tensor_of(bf16.inputs[1]).dtype, DType::kBFloat16);
+  EXPECT_EQ(bf16.tensor_of(bf16.output).dtype, DType::kFloat32) << "float32 sums hold bfloat16 products";
+  const Compute int8 = built("conv2d_nhwc", "int8");
+  EXPECT_EQ(int8.tensor_of(int8.inputs[0]).dtype, DType::kInt8);
+  EXPECT_EQ(int8.tensor_of(int8.output).dtype, DType::kInt32);
+  EXPECT_EQ(built("gemm", "float64").tensor_of(built("gemm", "float64").output).dtype, DType::kFloat64);
+  const Compute narrow = built("gemm", "bfloat16", "bfloat16");
+  EXPECT_EQ(narrow.tensor_of(narrow.output).dtype, DType::kBFloat16);
+  EXPECT_EQ(narrow.accumulate, DType::kFloat32);
+  const std::string tf32 = user_error_of([&] { built("gemm", "tf32"); });
+  EXPECT_EQ(tf32.rfind("--dtype:1:1: error: tfloat32 is a precision of the Tensor Cores", 0), 0u) << tf32;
+  EXPECT_NE(tf32.find("give float32"), std::string::npos) << tf32;
+  const std::string unknown = user_error_of([&] { built("gemm", "float8"); });
+  EXPECT_EQ(unknown.rfind("--dtype:1:1: error: unknown dtype 'float8'", 0), 0u) << unknown;
+}
+
 TEST(Compute, EveryUserErrorNamesItsInput) {
   const ErrorCase cases[] = {
       {"invalid json", "{\"compute\": \n  [1, }", {}, "invalid JSON", "test.json:2:"},

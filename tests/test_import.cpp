@@ -151,7 +151,7 @@ TEST(Import, FusedPatterns) {
     EXPECT_EQ(w->epilogue, epilogue) << node;
     EXPECT_TRUE(w->notes.empty()) << node << ": " << w->notes.front();
     // Every fused workload builds, with its epilogue's operands inferred.
-    const Compute c = build_table_workload(*w, t.out_dtype, node);
+    const Compute c = build_table_workload(*w, t.dtype, t.out_dtype, node);
     EXPECT_FALSE(c.epilogue.empty()) << node;
   }
   // Its value read twice (by a Relu and the graph's output): nothing fused, the Relu outside.
@@ -228,9 +228,13 @@ TEST(WorkloadTable, JsonRoundTripAndValidation) {
   o.batch = 2;
   o.dims["seq"] = 32;
   o.fuse = false;
+  o.dtype = "bfloat16";
   const WorkloadTable t = import_onnx(save(dir, testing::bert_style(), "b.onnx"), o);
   std::ofstream(dir / "t.json") << workload_table_json(t);
   const WorkloadTable back = load_workload_table(dir / "t.json");
+  EXPECT_EQ(back.dtype, "bfloat16") << "the inputs' dtype travels with the table";
+  const Compute first = build_table_workload(back.workloads[0], back.dtype, back.out_dtype, "first");
+  EXPECT_EQ(first.tensor_of(first.inputs[0]).dtype, DType::kBFloat16);
   ASSERT_EQ(back.workloads.size(), t.workloads.size());
   for (std::size_t i = 0; i < t.workloads.size(); ++i) {
     EXPECT_EQ(back.workloads[i].name, t.workloads[i].name);
@@ -256,6 +260,8 @@ TEST(WorkloadTable, JsonRoundTripAndValidation) {
   EXPECT_NE(e.find("appears twice"), std::string::npos) << e;
   e = bad(R"({"format": "tmap-workloads/1", "workloads": [{"name": ")" + std::string(5000, 'w') + R"(", "op": "gemm"}]})");
   EXPECT_NE(e.find("a name of 5000 characters; at most 256 are allowed"), std::string::npos) << e;
+  e = bad(R"({"format": "tmap-workloads/1", "dtype": "tfloat32", "workloads": [{"name": "a", "op": "gemm"}]})");
+  EXPECT_NE(e.find("'tfloat32' is no input dtype"), std::string::npos) << e;
   e = bad(R"({"format": "tmap-workloads/1", "workloads": [{"name": "a", "op": "gemm", "count": 0}]})");
   EXPECT_NE(e.find("\"count\" must be an integer from 1"), std::string::npos) << e;
 }

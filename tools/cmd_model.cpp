@@ -12,7 +12,7 @@ namespace tmap::cli {
 namespace {
 
 struct ImportArgs {
-  std::string model, format = "text", out, layout = "nchw", out_dtype = "float16";
+  std::string model, format = "text", out, layout = "nchw", dtype, out_dtype = "float16";
   std::int64_t batch = 0;
   std::vector<std::string> dims;
   bool no_fuse = false;
@@ -22,8 +22,9 @@ struct ImportArgs {
 void print_table(const WorkloadTable& t) {
   int nodes = 0;
   for (const auto& w : t.workloads) nodes += w.count;
-  std::printf("%s: %d contraction node(s) -> %zu unique workload(s), %.3f GFLOP per inference (outputs %s)\n",
-              t.title.c_str(), nodes, t.workloads.size(), t.total_flops() / 1e9, t.out_dtype.c_str());
+  std::printf("%s: %d contraction node(s) -> %zu unique workload(s), %.3f GFLOP per inference (inputs %s, outputs %s)\n",
+              t.title.c_str(), nodes, t.workloads.size(), t.total_flops() / 1e9,
+              t.dtype.empty() ? "float16" : t.dtype.c_str(), t.out_dtype.c_str());
   std::printf("%-3s %-28s %-17s %5s %10s %7s  %s\n", "#", "name", "op", "count", "GFLOP", "share", "parameters");
   int i = 0;
   int absorbed = 0;
@@ -68,6 +69,7 @@ void register_model(CLI::App& app) {
   cmd->add_option("--layout", args->layout, "2-D convolutions as nchw (the model's layout, default) or nhwc "
                                             "(conv2d_nhwc: channels-last tensors)")
       ->check(CLI::IsMember({"nchw", "nhwc"}));
+  cmd->add_option("--dtype", args->dtype, "The workloads' input dtype, e.g. bfloat16 (default float16)");
   cmd->add_option("--out-dtype", args->out_dtype, "The workloads' output dtype (default float16, sums in float32)");
   cmd->add_flag("--no-fuse", args->no_fuse,
                 "Bare contractions: no bias, BatchNormalization, Add or activation fused into their epilogues");
@@ -79,6 +81,7 @@ void register_model(CLI::App& app) {
     o.batch = args->batch;
     o.dims = parse_dims(args->dims);
     o.channels_last = args->layout == "nhwc";
+    o.dtype = args->dtype;
     o.out_dtype = args->out_dtype;
     o.fuse = !args->no_fuse;
     const WorkloadTable t = import_onnx(args->model, o);

@@ -18,6 +18,9 @@ void ComputeArgs::add_to(CLI::App& cmd) {
   cmd.add_option("--op", op, "A built-in op instead of a file (see 'tmap ops list')");
   // One value per occurrence, so that a positional argument after it is not taken as a value.
   cmd.add_option("--set", sets, "Override a parameter: --set N=16 (repeatable)")->allow_extra_args(false);
+  cmd.add_option("--dtype", dtype,
+                 "The inputs' dtype, e.g. bfloat16 or int8 (default: the compute's own; float16 for the built-in "
+                 "ops); sums move to int32 for integers");
   cmd.add_option("--out-dtype", out_dtype,
                  "Store the output as this dtype, e.g. float16, summing in the compute's own accumulation dtype");
   cmd.add_option("--epilogue", epilogue,
@@ -31,13 +34,7 @@ Compute ComputeArgs::build() const {
                                       file.empty() ? "no compute given" : "give either a compute file or --op, not both",
                                       "name a JSON compute file, or a built-in op with --op (see 'tmap ops list')"));
   ComputeDef def = op.empty() ? load_compute_file(file) : builtin_op(op);
-  if (!out_dtype.empty()) {
-    SourceText src("--out-dtype", out_dtype);
-    const SourceLoc loc = src.at(0, out_dtype.size());
-    auto dtype = parse_dtype(out_dtype);
-    if (!dtype) throw_user_error(loc, "unknown dtype '" + out_dtype + "'", "supported dtypes: " + supported_dtype_names());
-    set_output_dtype(def, *dtype, loc);
-  }
+  set_dtypes(def, dtype, out_dtype, "--dtype", "--out-dtype");
   SourceText epilogue_text("--epilogue", epilogue);
   if (!epilogue.empty()) set_epilogue(def, epilogue, locator_for(epilogue_text), SourceLoc::whole("--epilogue"));
   return build_compute(def, parse_param_overrides(sets));

@@ -259,11 +259,13 @@ WorkloadTable load_model_table(const TuneArgs& a) {
     io.batch = a.batch;
     io.dims = parse_dims(a.dims);
     io.channels_last = a.layout == "nhwc";
+    io.dtype = a.compute.dtype;
     io.out_dtype = a.compute.out_dtype.empty() ? "float16" : a.compute.out_dtype;
     table = import_onnx(a.model, io);
     if (table.workloads.empty()) bad(a.model, "no Conv, Gemm or MatMul node that tmap maps", "see 'tmap import " + a.model + "'");
   } else {
     table = load_workload_table(a.table);
+    if (!a.compute.dtype.empty()) table.dtype = a.compute.dtype;
     if (!a.compute.out_dtype.empty()) table.out_dtype = a.compute.out_dtype;
   }
   for (const auto& u : table.unsupported) spdlog::warn("not tuned: {} ({}): {}", u.node, u.op_type, u.reason);
@@ -457,7 +459,7 @@ void tune_model_command(const TuneArgs& a) {
   }
   std::vector<Compute> computes;
   computes.reserve(table.workloads.size());
-  for (const auto& w : table.workloads) computes.push_back(build_table_workload(w, table.out_dtype, "workload '" + w.name + "'"));
+  for (const auto& w : table.workloads) computes.push_back(build_table_workload(w, table.dtype, table.out_dtype, "workload '" + w.name + "'"));
   std::vector<ModelTask> tasks;
   for (std::size_t i = 0; i < computes.size(); ++i) tasks.push_back({table.workloads[i].name, &computes[i], table.workloads[i].count});
 

@@ -29,6 +29,7 @@ struct ComputeArgs {
   std::string file;
   std::string op;
   std::vector<std::string> sets;
+  std::string dtype;      ///< --dtype: the inputs' dtype (set_input_dtype)
   std::string out_dtype;  ///< --out-dtype: store the output in this dtype (sums stay in theirs)
   std::string epilogue;   ///< --epilogue: elementwise work fused after the contraction
   /// Adds the positional file, --op, --set, --out-dtype and --epilogue to a subcommand.

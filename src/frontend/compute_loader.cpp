@@ -152,6 +152,47 @@ void set_output_dtype(ComputeDef& def, DType dtype, const SourceLoc& loc) {
   out->dtype_loc = loc;
 }
 
+void set_input_dtype(ComputeDef& def, DType dtype, const SourceLoc& loc) {
+  if (dtype == DType::kTFloat32)
+    throw_user_error(loc, "tfloat32 is a precision of the Tensor Cores, not a storage type",
+                     "give float32: float32 inputs are also computed in tfloat32 where an abstraction does so");
+  auto decl = [&](const std::string& name) {
+    auto it = std::find_if(def.tensors.begin(), def.tensors.end(), [&](const TensorDecl& t) { return t.name == name; });
+    if (it == def.tensors.end())
+      throw_user_error(loc, "compute '" + def.name + "' declares no tensor '" + name + "'", "declare it under \"tensors\"");
+    return it;
+  };
+  for (const AccessDecl& in : def.statement.inputs) {
+    auto t = decl(in.tensor);
+    t->dtype = dtype;
+    t->dtype_loc = loc;
+  }
+  auto out = decl(def.statement.output.tensor);
+  const DType sums = def.accumulate ? *def.accumulate : out->dtype;
+  if (dtype_accumulates(dtype, sums)) return;
+  const DType natural = !dtype_is_float(dtype) ? DType::kInt32 : dtype == DType::kFloat64 ? DType::kFloat64 : DType::kFloat32;
+  if (def.accumulate) {
+    def.accumulate = natural;
+    def.accumulate_loc = loc;
+  }
+  out->dtype = natural;
+  out->dtype_loc = loc;
+}
+
+void set_dtypes(ComputeDef& def, const std::string& inputs, const std::string& output, const std::string& inputs_name,
+                const std::string& output_name) {
+  auto parsed = [](const std::string& text, const std::string& name, SourceLoc& loc) {
+    SourceText src(name, text);
+    loc = src.at(0, text.size());
+    const auto dtype = parse_dtype(text);
+    if (!dtype) throw_user_error(loc, "unknown dtype '" + text + "'", "supported dtypes: " + supported_dtype_names());
+    return *dtype;
+  };
+  SourceLoc loc;
+  if (!inputs.empty()) set_input_dtype(def, parsed(inputs, inputs_name, loc), loc);
+  if (!output.empty()) set_output_dtype(def, parsed(output, output_name, loc), loc);
+}
+
 ComputeDef load_compute_file(const std::string& path) {
   SourceText src = read_source_file(path, "compute file",
                                      "give the path of a JSON compute definition, or a built-in op with --op "

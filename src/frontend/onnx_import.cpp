@@ -607,7 +607,7 @@ std::string node_name(const onnx::NodeProto& n, int index) {
 /// Fuses what follows contraction `n` (read as `c`) into workload `w`, when the fused compute
 /// builds; else `w` stays the bare contraction with a note saying why.
 void fuse_into(TableWorkload& w, const onnx::NodeProto& n, const Contraction& c, ImportState& s, const OnnxImportOptions& o) {
-  const Compute bare = build_table_workload(w, o.out_dtype, "node '" + w.nodes.front() + "'");
+  const Compute bare = build_table_workload(w, o.dtype, o.out_dtype, "node '" + w.nodes.front() + "'");
   auto onnx_shape = s.shapes.find(n.output(0));
   if (onnx_shape == s.shapes.end()) return;
   const Fused f = fuse_after(n, output_dims(bare, c.op, onnx_shape->second), s.wiring, s.shapes, s.absorbed);
@@ -615,7 +615,7 @@ void fuse_into(TableWorkload& w, const onnx::NodeProto& n, const Contraction& c,
   TableWorkload fused = w;
   fused.epilogue = f.epilogue;
   try {
-    build_table_workload(fused, o.out_dtype, "node '" + w.nodes.front() + "'");
+    build_table_workload(fused, o.dtype, o.out_dtype, "node '" + w.nodes.front() + "'");
   } catch (const UserError& e) {
     w.notes.push_back("epilogue not fused: " + diagnostic_message(e.what()));
     return;
@@ -667,7 +667,7 @@ void add_node(WorkloadTable& t, const onnx::NodeProto& n, int index, ImportState
     w.nodes = {node_name};
     w.notes = c.notes;
     try {
-      w.flops = 2.0 * build_table_workload(w, o.out_dtype, "node '" + node_name + "'").iteration_points();
+      w.flops = 2.0 * build_table_workload(w, o.dtype, o.out_dtype, "node '" + node_name + "'").iteration_points();
     } catch (const UserError& e) {
       throw Unsupported{std::string("no valid ") + c.op + ": " + e.what()};
     }
@@ -708,6 +708,7 @@ WorkloadTable import_onnx(const std::string& path, const OnnxImportOptions& o) {
   t.title = std::filesystem::path(path).filename().string() + (o.batch > 0 ? " (batch " + std::to_string(o.batch) + ")" : "");
   t.source = path;
   t.batch = o.batch;
+  t.dtype = o.dtype;
   t.out_dtype = o.out_dtype;
   const Wiring wiring(*g);
   ImportState state{shapes, wiring, {}, {}, {}};

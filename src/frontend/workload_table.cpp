@@ -33,15 +33,10 @@ double WorkloadTable::share(const TableWorkload& w) const {
   return total > 0 ? w.count * w.flops / total : 0;
 }
 
-Compute build_table_workload(const TableWorkload& w, const std::string& out_dtype, const std::string& where) {
+Compute build_table_workload(const TableWorkload& w, const std::string& in_dtype, const std::string& out_dtype,
+                             const std::string& where) {
   ComputeDef def = builtin_op(w.op);
-  if (!out_dtype.empty()) {
-    SourceText src(where, out_dtype);
-    auto dtype = parse_dtype(out_dtype);
-    if (!dtype) throw_user_error(src.at(0, out_dtype.size()), "unknown output dtype '" + out_dtype + "'",
-                                 "supported dtypes: " + supported_dtype_names());
-    set_output_dtype(def, *dtype, src.at(0, out_dtype.size()));
-  }
+  set_dtypes(def, in_dtype, out_dtype, where + ": dtype", where + ": out_dtype");
   SourceText epilogue(where + ": epilogue", w.epilogue);
   if (!w.epilogue.empty()) set_epilogue(def, w.epilogue, locator_for(epilogue), SourceLoc::whole(where));
   std::vector<ParamOverride> overrides;
@@ -52,7 +47,7 @@ Compute build_table_workload(const TableWorkload& w, const std::string& out_dtyp
 }
 
 void compute_table_flops(WorkloadTable& t) {
-  for (auto& w : t.workloads) w.flops = 2.0 * build_table_workload(w, "", "workload '" + w.name + "'").iteration_points();
+  for (auto& w : t.workloads) w.flops = 2.0 * build_table_workload(w, "", "", "workload '" + w.name + "'").iteration_points();
 }
 
 std::string params_text(const TableWorkload& w) {
@@ -67,6 +62,7 @@ std::string workload_table_json(const WorkloadTable& t) {
   if (!t.title.empty()) j["title"] = t.title;
   if (!t.source.empty()) j["source"] = t.source;
   if (t.batch > 0) j["batch"] = t.batch;
+  if (!t.dtype.empty()) j["dtype"] = t.dtype;
   j["out_dtype"] = t.out_dtype;
   j["total_gflop"] = t.total_flops() / 1e9;
   j["workloads"] = ordered_json::array();
@@ -98,10 +94,10 @@ WorkloadTable load_workload_table(const std::string& path) {
 
 namespace {
 
-/// The table's own members: format, title, source, out_dtype and batch.
+/// The table's own members: format, title, source, dtype, out_dtype and batch.
 void read_table_header(const JsonReader& r, const ordered_json& doc, WorkloadTable& t) {
   if (!doc.is_object()) r.fail_value("", "a workload table must hold a JSON object, not " + std::string(doc.type_name()), kHint);
-  r.check_keys(doc, "", {"format", "title", "source", "batch", "out_dtype", "total_gflop", "workloads", "unsupported", "other_ops"},
+  r.check_keys(doc, "", {"format", "title", "source", "batch", "dtype", "out_dtype", "total_gflop", "workloads", "unsupported", "other_ops"},
                "a workload table");
   r.require_key(doc, "", "format", "a workload table", "add \"format\": \"" + std::string(kFormat) + "\"");
   if (doc["format"] != kFormat)
@@ -115,7 +111,11 @@ void read_table_header(const JsonReader& r, const ordered_json& doc, WorkloadTab
   };
   string_member("title", t.title);
   string_member("source", t.source);
+  string_member("dtype", t.dtype);
   string_member("out_dtype", t.out_dtype);
+  if (!t.dtype.empty() && (!parse_dtype(t.dtype) || *parse_dtype(t.dtype) == DType::kTFloat32))
+    r.fail_value("/dtype", "'" + t.dtype + "' is no input dtype",
+                 "give one of " + supported_dtype_names() + " but tfloat32 (float32 inputs use it)");
   if (!parse_dtype(t.out_dtype))
     r.fail_value("/out_dtype", "unknown dtype '" + t.out_dtype + "'", "supported dtypes: " + supported_dtype_names());
   if (doc.contains("batch")) {
@@ -199,7 +199,7 @@ void read_workloads(const JsonReader& r, const ordered_json& doc, const std::str
     read_workload_identity(r, x, ptr, w, names);
     read_workload_members(r, x, ptr, w);
     try {
-      w.flops = 2.0 * build_table_workload(w, t.out_dtype, path + ": workload '" + w.name + "'").iteration_points();
+      w.flops = 2.0 * build_table_workload(w, t.dtype, t.out_dtype, path + ": workload '" + w.name + "'").iteration_points();
     } catch (const UserError& e) {
       r.fail_value(ptr, "workload '" + w.name + "' is not a valid " + w.op + ": " + e.what(),
                    "fix its parameters (see 'tmap ops show " + w.op + "')");

@@ -84,6 +84,18 @@ ComputeDef load_compute_file(const std::string& path);
 /// the dtype the definition accumulates in: float32 sums of a built-in op written as float16.
 void set_output_dtype(ComputeDef& def, DType dtype, const SourceLoc& loc);
 
+/// Gives the contraction's operands `dtype` (a --dtype override, located at `loc`). Sums that
+/// cannot hold their products (float32 sums of int8 inputs, say) move to the natural
+/// accumulator of the inputs' kind: int32 for integers, float64 for float64, else float32. A
+/// UserError for tfloat32, a precision of the Tensor Cores and no storage type.
+void set_input_dtype(ComputeDef& def, DType dtype, const SourceLoc& loc);
+
+/// The inputs' and the output's dtypes by name (either may be empty: the definition's own),
+/// `inputs_name` and `output_name` naming them in errors (an unknown dtype, a tfloat32 input):
+/// set_input_dtype, then set_output_dtype.
+void set_dtypes(ComputeDef& def, const std::string& inputs, const std::string& output, const std::string& inputs_name,
+                const std::string& output_name);
+
 /// Appends the epilogue `text` (located by `locate`) to a definition that has none.
 void set_epilogue(ComputeDef& def, std::string_view text, const Locator& locate, const SourceLoc& loc);
 

@@ -17,6 +17,7 @@ struct OnnxImportOptions {
   std::int64_t batch = 0;                     ///< > 0: the first dimension of every model input, if symbolic.
   std::map<std::string, std::int64_t> dims;   ///< Symbolic dimensions by name (--dim seq=128).
   bool channels_last = false;                 ///< 2-D convolutions as conv2d_nhwc (the model's math, NHWC tensors).
+  std::string dtype;  ///< The inputs' ("": the ops' own, float16).
   std::string out_dtype = "float16";
   /// Fuse what follows a contraction into its epilogue (ir/epilogue.h): a Conv's bias, a folded
   /// BatchNormalization, an Add of a bias or a residual, then one activation (Relu, LeakyRelu,

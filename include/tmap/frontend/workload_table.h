@@ -7,6 +7,7 @@
 //     "title": "resnet50.onnx (batch 1)",              (optional)
 //     "source": "models/resnet50.onnx",                 (optional: the model it came from)
 //     "batch": 1,                                        (optional)
+//     "dtype": "bfloat16",                               (optional: the inputs', default float16)
 //     "out_dtype": "float16",                            (optional: outputs of float32 sums)
 //     "workloads": [
 //       {"name": "conv1", "op": "conv2d", "params": {"N": 1, "C": 3, ...}, "count": 1,
@@ -49,6 +50,7 @@ struct UnsupportedNode {
 struct WorkloadTable {
   std::string title, source;
   std::int64_t batch = 0;  ///< 0: not given.
+  std::string dtype;        ///< The inputs' ("": the ops' own, float16).
   std::string out_dtype = "float16";
   std::vector<TableWorkload> workloads;
   std::vector<UnsupportedNode> unsupported;
@@ -60,9 +62,11 @@ struct WorkloadTable {
   double share(const TableWorkload& w) const;
 };
 
-/// The built-in op of `w` with its parameters, the table's output dtype and its epilogue; a
-/// UserError naming the workload when its op, parameters or epilogue are invalid.
-Compute build_table_workload(const TableWorkload& w, const std::string& out_dtype, const std::string& where);
+/// The built-in op of `w` with its parameters, the table's input and output dtypes ("": the
+/// op's own) and its epilogue; a UserError naming the workload when its op, parameters,
+/// dtypes or epilogue are invalid.
+Compute build_table_workload(const TableWorkload& w, const std::string& in_dtype, const std::string& out_dtype,
+                             const std::string& where);
 
 /// Fills in each workload's flops from its op.
 void compute_table_flops(WorkloadTable& t);
