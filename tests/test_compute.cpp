@@ -185,7 +185,7 @@ TEST(Compute, EveryUserErrorNamesItsInput) {
       {"bad dtype", file(kStmt, R"(["M", "K"])", R"(["K", "N"])", R"(["M", "N"])", "float8"), {},
        "dtype \"float8\" of tensor \"C\" is not supported", "test.json:5:37"},
       {"tf32 storage", file(kStmt, R"(["M", "K"])", R"(["K", "N"])", R"(["M", "N"])", "tfloat32"), {},
-       "tfloat32 is an operand precision", "test.json:5:37"},
+       "tfloat32 is a precision of the Tensor Cores, not a storage type (tensor", "test.json:5:37"},
       {"shape not array", file(kStmt, "7"), {}, "the shape of \"A\" must be a non-empty array", "test.json:3:28"},
       {"bad shape expression", file(kStmt, R"(["M", "K +"])"), {}, "expected a name, an integer or '(', found end of text",
        "test.json:3:38"},

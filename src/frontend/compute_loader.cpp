@@ -153,9 +153,7 @@ void set_output_dtype(ComputeDef& def, DType dtype, const SourceLoc& loc) {
 }
 
 void set_input_dtype(ComputeDef& def, DType dtype, const SourceLoc& loc) {
-  if (dtype == DType::kTFloat32)
-    throw_user_error(loc, "tfloat32 is a precision of the Tensor Cores, not a storage type",
-                     "give float32: float32 inputs are also computed in tfloat32 where an abstraction does so");
+  if (!dtype_is_storage(dtype)) throw_user_error(loc, kNotStorage, kNotStorageFix);
   auto decl = [&](const std::string& name) {
     auto it = std::find_if(def.tensors.begin(), def.tensors.end(), [&](const TensorDecl& t) { return t.name == name; });
     if (it == def.tensors.end())
@@ -349,10 +347,8 @@ void build_tensors(ComputeBuilder& b) {
     Tensor tensor;
     tensor.name = t.name;
     tensor.dtype = t.dtype;
-    if (t.dtype == DType::kTFloat32)
-      throw_user_error(t.dtype_loc, "tfloat32 is an operand precision of Tensor Cores, not a storage type (tensor '" +
-                                        t.name + "')",
-                       "declare the tensor float32; tf32 intrinsics accept float32 data");
+    if (!dtype_is_storage(t.dtype))
+      throw_user_error(t.dtype_loc, std::string(kNotStorage) + " (tensor '" + t.name + "')", kNotStorageFix);
     bool overflow = false;
     std::int64_t elements = 1;
     for (std::size_t d = 0; d < t.shape.size(); ++d) {

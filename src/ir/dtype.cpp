@@ -45,6 +45,8 @@ const DTypeInfo& info(DType t) {
 
 std::string_view dtype_name(DType t) { return info(t).name; }
 
+bool dtype_is_storage(DType t) { return t != DType::kTFloat32; }
+
 std::optional<DType> parse_dtype(std::string_view name) {
   for (const auto& i : kDTypes)
     if (i.name == name) return i.type;

@@ -28,6 +28,13 @@ std::string supported_dtype_names();
 int dtype_bits(DType t);
 bool dtype_is_float(DType t);
 
+/// Whether tensors can be stored as `t`: every dtype but tfloat32, a precision of the Tensor
+/// Cores' float32 mode. kNotStorage and kNotStorageFix are the error and its fix for the rest.
+bool dtype_is_storage(DType t);
+inline constexpr const char* kNotStorage = "tfloat32 is a precision of the Tensor Cores, not a storage type";
+inline constexpr const char* kNotStorageFix =
+    "give float32: float32 inputs are computed in tfloat32 where an abstraction does so";
+
 /// Whether a tensor of type `data` can feed an intrinsic operand of type `operand` without
 /// changing the computed function beyond the operand's documented precision: equal types, or
 /// float32 data rounded to a tfloat32 operand (the Tensor Cores' float32 mode).
