@@ -386,10 +386,7 @@ void print_model_text(const TuneArgs& a, const WorkloadTable& table, const Model
               log_path.c_str(), s.stop_reason.c_str());
   if (a.measure != "model") {
     TuneSummary sum;
-    for (const auto& t : s.tasks) {
-      sum.measure_s += t.summary.measure_s, sum.compile_wait_s += t.summary.compile_wait_s;
-      sum.propose_s += t.summary.propose_s, sum.record_s += t.summary.record_s, sum.fit_s += t.summary.fit_s;
-    }
+    for (const auto& t : s.tasks) sum.add_times(t.summary);
     std::printf("%s\n", time_text(sum).c_str());
     int tried = 0, improved = 0;
     for (const auto& t : s.tasks) tried += t.summary.seeded, improved += t.summary.seed_wins;

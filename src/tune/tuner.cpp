@@ -238,6 +238,14 @@ LogHistory read_history(CostModel& model, const std::set<std::string>& own_keys,
   return h;
 }
 
+void TuneSummary::add_times(const TuneSummary& o) {
+  measure_s += o.measure_s;
+  compile_wait_s += o.compile_wait_s;
+  propose_s += o.propose_s;
+  record_s += o.record_s;
+  fit_s += o.fit_s;
+}
+
 std::size_t first_look_limit(int arms, int batch, int trials, double budget_s, double elapsed_s, int measured) {
   double expected = trials;
   if (budget_s > 0 && 2 * arms < trials)
