@@ -50,13 +50,37 @@ using namespace bench;
 
 bool is_conv_op(const std::string& op) { return op.rfind("conv", 0) == 0 || op == "depthwise_conv2d"; }
 
-/// The compute of built-in `op` with `sets`, its output stored as `out_dtype`.
-Compute build_workload(const std::string& op, const std::vector<std::string>& sets, const std::string& out_dtype) {
+/// The compute of built-in `op` with `sets`, its inputs of `in_dtype` (empty: the op's float16)
+/// and its output stored as `out_dtype`.
+Compute build_workload(const std::string& op, const std::vector<std::string>& sets, const std::string& in_dtype,
+                       const std::string& out_dtype) {
   tmap::ComputeDef def = tmap::builtin_op(op);
-  const auto dtype = tmap::parse_dtype(out_dtype);
-  if (!dtype) throw std::runtime_error("unknown --out-dtype " + out_dtype);
-  tmap::set_output_dtype(def, *dtype, tmap::SourceLoc::whole("--out-dtype"));
+  tmap::set_dtypes(def, in_dtype, out_dtype, "--dtype", "--out-dtype");
   return tmap::build_compute(def, tmap::parse_param_overrides(sets));
+}
+
+/// The output dtype a table is measured in unless --out-dtype says: the inputs' own for 16-bit
+/// floats (float16 when not given), as cuDNN and cuBLAS users run them; else the definition's
+/// (empty), the sums' type: float32 for float32 inputs, int32 for int8.
+std::string default_out_dtype(const std::string& in_dtype) {
+  if (in_dtype.empty()) return "float16";
+  const auto t = tmap::parse_dtype(in_dtype);
+  return t == tmap::DType::kFloat16 || t == tmap::DType::kBFloat16 ? std::string(tmap::dtype_name(*t)) : "";
+}
+
+/// "float16 output", or "bfloat16 inputs, bfloat16 output" where the inputs are not float16.
+std::string dtypes_text(const Compute* c) {
+  if (!c) return "";
+  const tmap::DType in = c->tensor_of(c->inputs[0]).dtype;
+  const std::string out = std::string(tmap::dtype_name(c->tensor_of(c->output).dtype)) + " output";
+  return in == tmap::DType::kFloat16 ? out : std::string(tmap::dtype_name(in)) + " inputs, " + out;
+}
+
+/// The dense Tensor Core peak of an H100 SXM in TFLOP/s (TOP/s for int8) for inputs of `dtype`:
+/// float32 runs as tf32 at half the float16 rate, 8-bit inputs at twice it.
+double h100_peak_tflops(tmap::DType dtype) {
+  const double fp16 = 989.4;
+  return dtype == tmap::DType::kFloat32 ? fp16 / 2 : tmap::dtype_bits(dtype) == 8 ? fp16 * 2 : fp16;
 }
 
 /// Where a replayed schedule was tuned, when not for the workload itself.
@@ -196,9 +220,9 @@ void fused_baselines(Row& row, const Compute& c, tmap::Workspace& ws, const std:
 
 /// The row's baselines: cuDNN (in both layouts) for convolutions, cuBLAS for GEMMs; for a
 /// workload with an epilogue, fused_baselines().
-void measure_baselines(Row& row, const Compute& c, tmap::Workspace& ws, const std::vector<double>& ref,
-                       const std::vector<double>& tmap_out, RowKind kind, int graph_runs,
-                       tmap::NvrtcCompiler& compiler) {
+void measure_row_baselines(Row& row, const Compute& c, tmap::Workspace& ws, const std::vector<double>& ref,
+                           const std::vector<double>& tmap_out, RowKind kind, int graph_runs,
+                           tmap::NvrtcCompiler& compiler) {
   if (!c.epilogue.empty()) {
     fused_baselines(row, c, ws, ref, tmap_out, kind, graph_runs, compiler);
   } else if (kind.rank) {
@@ -208,6 +232,17 @@ void measure_baselines(Row& row, const Compute& c, tmap::Workspace& ws, const st
   } else {
     row.baseline = cublas_baseline(c, ws, ref, tmap_out, graph_runs);
   }
+}
+
+/// measure_row_baselines(), a library's refusal (a dtype it has no type for, say) noted in the row.
+void measure_baselines(Row& row, const Compute& c, tmap::Workspace& ws, const std::vector<double>& ref,
+                       const std::vector<double>& tmap_out, RowKind kind, int graph_runs,
+                       tmap::NvrtcCompiler& compiler) {
+  try {
+    measure_row_baselines(row, c, ws, ref, tmap_out, kind, graph_runs, compiler);
+  } catch (const std::runtime_error& e) {
+    row.note += (row.note.empty() ? "" : "; ") + std::string(e.what());
+  }
   if (!row.baseline) row.note += row.note.empty() ? "no correct baseline" : "; no correct baseline";
 }
 
@@ -215,9 +250,9 @@ void measure_baselines(Row& row, const Compute& c, tmap::Workspace& ws, const st
 
 int main(int argc, char** argv) {
   CLI::App app{"tmap_bench: tmap's tuned kernels against cuDNN and cuBLAS, measured the same way"};
-  std::string table_path, log_path, layout = "nhwc", csv_path, md_path, only, out_dtype = "float16", commit;
+  std::string table_path, log_path, layout = "nhwc", csv_path, md_path, only, in_dtype, out_dtype, commit;
   int batch = 1, graph_runs = 20;
-  double peak_tflops = 989.4;
+  double peak_tflops = 0;
   app.add_option("--table", table_path,
                  "benchmarks/workloads/resnet18_conv2d.json, conv1d.json, conv3d.json or gemm.json")
       ->required();
@@ -230,19 +265,23 @@ int main(int argc, char** argv) {
   app.add_option("--csv", csv_path, "Write the results as CSV");
   app.add_option("--md", md_path, "Write the results as a Markdown table");
   app.add_option("--only", only, "Only the workload of this name");
+  app.add_option("--dtype", in_dtype,
+                 "Inputs' dtype of tmap and the baselines alike: float16 (default; a workload table's own), "
+                 "bfloat16, float32 (tf32 Tensor Cores), int8 (cuBLAS only: cuDNN has no int32-output convolution)");
   app.add_option("--out-dtype", out_dtype,
-                 "Output dtype of tmap and the baselines alike, sums in float32 (default float16, as cuDNN and "
-                 "cuBLAS users run them)")
-      ->check(CLI::IsMember({"float16", "float32"}));
+                 "Output dtype of tmap and the baselines alike (default float16 for float16 inputs, as cuDNN and "
+                 "cuBLAS users run them; a wider one where the inputs' sums need it, e.g. int32 for int8)");
   app.add_option("--graph", graph_runs, "Runs per CUDA graph replay (default 20)");
   bool print_workloads = false;
   app.add_flag("--print-workloads", print_workloads,
                "Print each workload as 'name key op --set ...' (for run.sh) and exit; no GPU needed. The key is "
                "that of the log record the benchmark would replay, when there is one");
   app.add_option("--commit", commit, "The tmap commit being measured, for the table's header (run.sh passes git's)");
-  app.add_option("--peak", peak_tflops, "The GPU's dense fp16 peak in TFLOP/s, for '% of peak' (H100 SXM: 989.4)");
+  app.add_option("--peak", peak_tflops,
+                 "The GPU's dense Tensor Core peak for the inputs' dtype in TFLOP/s, for '% of peak' (default the "
+                 "H100 SXM's: 989.4 for 16-bit inputs, half for tf32, twice for 8-bit)");
   CLI11_PARSE(app, argc, argv);
-  const bool table_out_dtype_given = app.get_option("--out-dtype")->count() > 0;
+  const bool table_out_dtype_given = !out_dtype.empty();
   try {
     std::ifstream in(table_path);
     if (!in) {
@@ -289,9 +328,7 @@ int main(int argc, char** argv) {
     };
     std::vector<Entry> entries;
     if (model) {
-      if (!model->dtype.empty() && tmap::parse_dtype(model->dtype) != tmap::DType::kFloat16)
-        throw std::runtime_error(table_path + ": the baselines take float16 inputs only, and this table's are " +
-                                 model->dtype + "; tune and replay it with tmap (tmap tune --table, tmap replay)");
+      if (in_dtype.empty()) in_dtype = model->dtype;
       if (!table_out_dtype_given) out_dtype = model->out_dtype;
       for (const auto& w : model->workloads) {
         if (!only.empty() && w.name != only) continue;
@@ -300,6 +337,7 @@ int main(int argc, char** argv) {
         entries.push_back(e);
       }
     }
+    if (!model && out_dtype.empty()) out_dtype = default_out_dtype(in_dtype);
     for (const auto& entry : model ? nlohmann::json::array() : conv ? table["layers"] : table["shapes"]) {
       Entry e{entry["name"], conv ? conv_op : "gemm", {}, 1, std::nullopt};
       if (!only.empty() && e.name != only) continue;
@@ -317,15 +355,20 @@ int main(int argc, char** argv) {
       entries.push_back(e);
     }
     auto compute_of = [&](const Entry& e) {
-      return e.workload ? tmap::build_table_workload(*e.workload, model->dtype, out_dtype, table_path)
-                        : build_workload(e.op, e.sets, out_dtype);
+      return e.workload ? tmap::build_table_workload(*e.workload, in_dtype, out_dtype, table_path)
+                        : build_workload(e.op, e.sets, in_dtype, out_dtype);
     };
+    // The first workload's compute: the table's dtypes (its workloads share them) and its peak.
+    const std::optional<Compute> first =
+        entries.empty() ? std::nullopt : std::optional<Compute>(compute_of(entries.front()));
+    if (peak_tflops <= 0)
+      peak_tflops = h100_peak_tflops(first ? first->tensor_of(first->inputs[0]).dtype : tmap::DType::kFloat16);
     if (print_workloads) {
       const tmap::LogContents log = tmap::read_log(log_path);
       const auto best = tmap::best_records(log.records);
       for (const auto& e : entries) {
         Compute c = compute_of(e);
-        const Compute bare = build_workload(e.op, e.sets, out_dtype);
+        const Compute bare = build_workload(e.op, e.sets, in_dtype, out_dtype);
         Transfer transfer;
         const tmap::TuneRecord* record = find_record(best, c, &bare, transfer);
         std::cout << e.name << " " << (record ? record->workload.key : tmap::make_workload(c).key) << " " << e.op;
@@ -361,7 +404,7 @@ int main(int argc, char** argv) {
       const std::vector<double> ref = tmap::gpu_reference(ws, compiler);
       trace(name + ": tmap's kernel");
       std::vector<double> tmap_out;
-      const Compute bare = build_workload(e.op, e.sets, out_dtype);
+      const Compute bare = build_workload(e.op, e.sets, in_dtype, out_dtype);
       Transfer transfer;
       const tmap::TuneRecord* record = find_record(best, c, &bare, transfer);
       if (record) {
@@ -439,9 +482,9 @@ int main(int argc, char** argv) {
                              : stem.find("resnet18") != std::string::npos        ? "ResNet-18 conv2d"
                              : stem == "conv1d" || stem == "conv3d"             ? stem
                                                                                 : "conv" + std::to_string(rank) + "d (" + stem + ")";
-    const std::string what = model ? kind + " (workload table), " + out_dtype + " output" : (conv ? kind + ", batch " + std::to_string(batch) + ", " + layout_name
+    const std::string what = (model ? kind + " (workload table)" : conv ? kind + ", batch " + std::to_string(batch) + ", " + layout_name
                                    : table_path.find("skinny") != std::string::npos ? "skinny GEMM" : "GEMM") +
-                             ", " + out_dtype + " output";
+                             ", " + dtypes_text(first ? &*first : nullptr);
     // Achieved bandwidth of tmap's kernel, cold L2 (every tensor read or written once), and its
     // share of the copy bandwidth.
     auto gbs = [](const Row& r) { return r.bytes / (r.tmap->cold_us * 1e-6) / 1e9; };
@@ -559,7 +602,8 @@ int main(int argc, char** argv) {
     }
     if (transfers)
       md << transfers << " of tmap's kernels replay schedules tuned for another output dtype (the log holds no "
-         << out_dtype << "-output record of their workload).\n";
+         << (first ? tmap::dtype_name(first->tensor_of(first->output).dtype) : "")
+         << "-output record of their workload).\n";
     if (bare_schedules)
       md << bare_schedules << " of tmap's kernels replay the schedule tuned for their contraction without the "
          << "epilogue (the log holds no record of the fused workload).\n";

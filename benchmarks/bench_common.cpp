@@ -1,8 +1,6 @@
 // What tmap_bench's baselines share (bench_common.h).
 #include "bench_common.h"
 
-#include <cuda_fp16.h>
-
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -20,22 +18,44 @@ void cublas_ok(cublasStatus_t s, const char* what) {
   if (s != CUBLAS_STATUS_SUCCESS) throw std::runtime_error(std::string(what) + ": cuBLAS status " + std::to_string(s));
 }
 
-std::vector<double> read_half(const void* dev, std::size_t n) {
-  std::vector<__half> h(n);
-  cuda_ok(cudaMemcpy(h.data(), dev, n * sizeof(__half), cudaMemcpyDeviceToHost), "cudaMemcpy");
-  std::vector<double> out(n);
-  for (std::size_t i = 0; i < n; ++i) out[i] = __half2float(h[i]);
-  return out;
-}
-std::vector<double> read_float(const void* dev, std::size_t n) {
-  std::vector<float> h(n);
-  cuda_ok(cudaMemcpy(h.data(), dev, n * sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy");
-  return {h.begin(), h.end()};
+std::size_t bytes_of(tmap::DType t, std::size_t n) {
+  return (n * static_cast<std::size_t>(tmap::dtype_bits(t)) + 7) / 8;
 }
 
-/// A device output of the compute's output dtype (float16 or float32), as doubles.
-std::vector<double> read_output(const void* dev, std::size_t n, bool half) {
-  return half ? read_half(dev, n) : read_float(dev, n);
+std::vector<double> read_output(const void* dev, std::size_t n, tmap::DType t) {
+  std::vector<unsigned char> bytes(bytes_of(t, n));
+  cuda_ok(cudaMemcpy(bytes.data(), dev, bytes.size(), cudaMemcpyDeviceToHost), "cudaMemcpy");
+  return tmap::decode_values(bytes, t, n);
+}
+
+std::unique_ptr<Buffer> upload(const std::vector<double>& values, tmap::DType t) {
+  const std::vector<unsigned char> bytes = tmap::encode_values(values, t);
+  auto b = std::make_unique<Buffer>(bytes.size());
+  cuda_ok(cudaMemcpy(b->p, bytes.data(), bytes.size(), cudaMemcpyHostToDevice), "upload");
+  return b;
+}
+
+cudaDataType_t cuda_type(tmap::DType t) {
+  switch (t) {
+    case tmap::DType::kFloat16: return CUDA_R_16F;
+    case tmap::DType::kBFloat16: return CUDA_R_16BF;
+    case tmap::DType::kFloat32: return CUDA_R_32F;
+    case tmap::DType::kFloat64: return CUDA_R_64F;
+    case tmap::DType::kInt8: return CUDA_R_8I;
+    case tmap::DType::kInt32: return CUDA_R_32I;
+    default: throw std::runtime_error("cuBLAS has no type for " + std::string(tmap::dtype_name(t)));
+  }
+}
+
+cudnnDataType_t cudnn_type(tmap::DType t) {
+  switch (t) {
+    case tmap::DType::kFloat16: return CUDNN_DATA_HALF;
+    case tmap::DType::kBFloat16: return CUDNN_DATA_BFLOAT16;
+    case tmap::DType::kFloat32: return CUDNN_DATA_FLOAT;
+    case tmap::DType::kInt8: return CUDNN_DATA_INT8;
+    case tmap::DType::kInt32: return CUDNN_DATA_INT32;
+    default: throw std::runtime_error("cuDNN has no type for " + std::string(tmap::dtype_name(t)));
+  }
 }
 
 tmap::TimingOptions bench_timing(int graph_runs, bool cold) {
@@ -94,6 +114,12 @@ ConvShape conv_shape(const Compute& c, int rank, bool nhwc) {
   s.k = depthwise ? s.c : param("K");
   s.groups = depthwise ? s.c : rank == 2 ? param("groups") : 1;
   s.tmap_channels_last = nhwc;
+  s.in_dtype = c.tensor_of(c.inputs[0]).dtype, s.out_dtype = c.tensor_of(c.output).dtype;
+  if (c.tensor_of(c.inputs[1]).dtype != s.in_dtype)
+    throw std::runtime_error("cuDNN takes an input and a filter of one dtype");
+  if (!tmap::dtype_is_float(s.in_dtype))
+    throw std::runtime_error("cuDNN's integer convolutions write " + std::string("int8 or float32, not the int32 sums tmap "
+                             "keeps: no baseline"));
   const int pad = param("pad"), stride = param("stride"), dil = param("dil");
   if (rank == 1) {  // height 1, no padding along it
     s.in = {1, param("W")}, s.filter = {1, param("S")};

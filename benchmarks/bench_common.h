@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -34,10 +35,17 @@ struct Buffer {
   Buffer& operator=(const Buffer&) = delete;
 };
 
-std::vector<double> read_half(const void* dev, std::size_t n);
-std::vector<double> read_float(const void* dev, std::size_t n);
-/// A device output of the compute's output dtype (float16 or float32), as doubles.
-std::vector<double> read_output(const void* dev, std::size_t n, bool half);
+/// Bytes of `n` elements of dtype `t` (int4: two to a byte).
+std::size_t bytes_of(tmap::DType t, std::size_t n);
+/// The `n` elements of dtype `t` at device address `dev`, as doubles.
+std::vector<double> read_output(const void* dev, std::size_t n, tmap::DType t);
+/// A new device buffer holding `values` as dtype `t`.
+std::unique_ptr<Buffer> upload(const std::vector<double>& values, tmap::DType t);
+
+/// The library types of a tmap dtype: cuBLAS's (CUDA_R_*) and cuDNN's (CUDNN_DATA_*); a
+/// std::runtime_error naming the dtype when the library has none.
+cudaDataType_t cuda_type(tmap::DType t);
+cudnnDataType_t cudnn_type(tmap::DType t);
 
 struct Timing {
   double warm_us = 0, cold_us = 0;
@@ -114,6 +122,8 @@ struct ConvShape {
   int n = 1, c = 1, k = 1, groups = 1;
   std::vector<int> in, filter, pad, stride, dil;  ///< Per spatial dimension, outermost first.
   bool tmap_channels_last = false;
+  /// The data's dtypes (the input's, the filter being the same) and the output's.
+  tmap::DType in_dtype = tmap::DType::kFloat16, out_dtype = tmap::DType::kFloat16;
 };
 
 ConvShape conv_shape(const Compute& c, int rank, bool nhwc);

@@ -2,13 +2,50 @@
 #include "cublas_baselines.h"
 
 #include <cublasLt.h>
-#include <cuda_fp16.h>
-
 #include <memory>
+#include <stdexcept>
 
 namespace bench {
 
 namespace {
+
+/// The types of a GEMM as cuBLAS computes it: the operands', the output's, the sums' and
+/// alpha's and beta's. float32 operands are multiplied in tf32, as tmap's Tensor Core kernels do.
+struct GemmTypes {
+  cudaDataType_t in = CUDA_R_16F, out = CUDA_R_16F, scale = CUDA_R_32F;
+  cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
+};
+
+GemmTypes gemm_types(const Compute& c) {
+  const tmap::DType in = c.tensor_of(c.inputs[0]).dtype;
+  if (c.tensor_of(c.inputs[1]).dtype != in) throw std::runtime_error("cuBLAS takes operands of one dtype");
+  GemmTypes t;
+  t.in = cuda_type(in);
+  t.out = cuda_type(c.tensor_of(c.output).dtype);
+  if (in == tmap::DType::kFloat32) t.compute = CUBLAS_COMPUTE_32F_FAST_TF32;
+  if (in == tmap::DType::kInt8) t.compute = CUBLAS_COMPUTE_32I, t.scale = CUDA_R_32I;
+  if (in == tmap::DType::kFloat64) t.compute = CUBLAS_COMPUTE_64F, t.scale = CUDA_R_64F;
+  return t;
+}
+
+/// alpha and beta held as the scale type wants them.
+class Scalars {
+ public:
+  Scalars(cudaDataType_t type, double alpha, double beta) : type_(type) {
+    f_[0] = static_cast<float>(alpha), f_[1] = static_cast<float>(beta);
+    i_[0] = static_cast<int>(alpha), i_[1] = static_cast<int>(beta);
+    d_[0] = alpha, d_[1] = beta;
+  }
+  const void* alpha() const { return at(0); }
+  const void* beta() const { return at(1); }
+
+ private:
+  const void* at(int i) const { return type_ == CUDA_R_32I ? &i_[i] : type_ == CUDA_R_64F ? static_cast<const void*>(&d_[i]) : &f_[i]; }
+  cudaDataType_t type_;
+  float f_[2];
+  int i_[2];
+  double d_[2];
+};
 
 /// A GEMM as cuBLASLt runs it: row-major C[M,N] = op(A) op(B) as column-major
 /// C^T = op(B)^T op(A)^T, D = epilogue(alpha op(A) op(B) + beta C + bias).
@@ -19,8 +56,8 @@ struct LtGemm {
   const void* B = nullptr;
   const void* C = nullptr;
   void* D = nullptr;
-  cudaDataType_t out_type = CUDA_R_16F;
-  float alpha = 1, beta = 0;
+  GemmTypes types;
+  double alpha = 1, beta = 0;
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   const void* bias = nullptr;
 };
@@ -31,7 +68,7 @@ int lt_candidates(const LtGemm& g, void* scratch, std::size_t ws_bytes, const st
   cublas_ok(cublasLtCreate(&lt), "cublasLtCreate");
   std::unique_ptr<cublasLtContext, decltype(&cublasLtDestroy)> lt_owner(lt, &cublasLtDestroy);
   cublasLtMatmulDesc_t op;
-  cublas_ok(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul desc");
+  cublas_ok(cublasLtMatmulDescCreate(&op, g.types.compute, g.types.scale), "matmul desc");
   const cublasOperation_t opa = g.tb ? CUBLAS_OP_T : CUBLAS_OP_N, opb = g.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublas_ok(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa), "transa");
   cublas_ok(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb), "transb");
@@ -39,13 +76,12 @@ int lt_candidates(const LtGemm& g, void* scratch, std::size_t ws_bytes, const st
   if (g.bias)
     cublas_ok(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof g.bias), "bias");
   cublasLtMatrixLayout_t la, lb, lc;  // B^T (N x K), A^T (K x M), C^T (N x M), column-major
-  cublas_ok(g.tb ? cublasLtMatrixLayoutCreate(&la, CUDA_R_16F, g.K, g.N, g.K)
-                 : cublasLtMatrixLayoutCreate(&la, CUDA_R_16F, g.N, g.K, g.N),
+  const cudaDataType_t in = g.types.in;
+  cublas_ok(g.tb ? cublasLtMatrixLayoutCreate(&la, in, g.K, g.N, g.K) : cublasLtMatrixLayoutCreate(&la, in, g.N, g.K, g.N),
             "layout");
-  cublas_ok(g.ta ? cublasLtMatrixLayoutCreate(&lb, CUDA_R_16F, g.M, g.K, g.M)
-                 : cublasLtMatrixLayoutCreate(&lb, CUDA_R_16F, g.K, g.M, g.K),
+  cublas_ok(g.ta ? cublasLtMatrixLayoutCreate(&lb, in, g.M, g.K, g.M) : cublasLtMatrixLayoutCreate(&lb, in, g.K, g.M, g.K),
             "layout");
-  cublas_ok(cublasLtMatrixLayoutCreate(&lc, g.out_type, g.N, g.M, g.N), "layout");
+  cublas_ok(cublasLtMatrixLayoutCreate(&lc, g.types.out, g.N, g.M, g.N), "layout");
   cublasLtMatmulPreference_t pref;
   cublas_ok(cublasLtMatmulPreferenceCreate(&pref), "preference");
   cublas_ok(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
@@ -54,10 +90,11 @@ int lt_candidates(const LtGemm& g, void* scratch, std::size_t ws_bytes, const st
   cublasLtMatmulHeuristicResult_t results[8];
   int found = 0;
   cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, lc, lc, pref, 8, results, &found);
+  const Scalars scalars(g.types.scale, g.alpha, g.beta);
   for (int i = 0; i < found; ++i) {
     if (results[i].state != CUBLAS_STATUS_SUCCESS) continue;
     s.consider(label + " #" + std::to_string(i), [&, i](void* stream) {
-      return cublasLtMatmul(lt, op, &g.alpha, g.B, la, g.A, lb, &g.beta, g.C, lc, g.D, lc, &results[i].algo, scratch,
+      return cublasLtMatmul(lt, op, scalars.alpha(), g.B, la, g.A, lb, scalars.beta(), g.C, lc, g.D, lc, &results[i].algo, scratch,
                             ws_bytes, static_cast<cudaStream_t>(stream)) == CUBLAS_STATUS_SUCCESS
                  ? 0
                  : static_cast<int>(cudaErrorUnknown);
@@ -85,15 +122,16 @@ std::optional<Baseline> cublas_baseline(const Compute& c, tmap::Workspace& ws, c
   const void* A = ws.device(c.inputs[0].tensor);
   const void* B = ws.device(c.inputs[1].tensor);
   const std::size_t out_elems = static_cast<std::size_t>(M) * N * batch;
-  const bool half_out = c.tensor_of(c.output).dtype == tmap::DType::kFloat16;
-  const cudaDataType_t out_type = half_out ? CUDA_R_16F : CUDA_R_32F;
-  const std::size_t out_bytes = half_out ? sizeof(__half) : sizeof(float);
-  Buffer out(out_elems * out_bytes);
+  const GemmTypes types = gemm_types(c);
+  const tmap::DType out_dtype = c.tensor_of(c.output).dtype;
+  const std::size_t out_bytes = bytes_of(out_dtype, out_elems);
+  Buffer out(out_bytes);
   const std::size_t ws_bytes = 32u << 20;
   Buffer scratch(ws_bytes);
-  const float alpha = 1, beta = 0;
-  Search s{ref, tmap_out, graph_runs, out.p, out_elems * out_bytes,
-           [&] { return read_output(out.p, out_elems, half_out); }};
+  const Scalars scalars(types.scale, 1, 0);
+  const void* alpha = scalars.alpha();
+  const void* beta = scalars.beta();
+  Search s{ref, tmap_out, graph_runs, out.p, out_bytes, [&] { return read_output(out.p, out_elems, out_dtype); }};
   s.post = post;
   auto consider = [&](const std::string& name, const std::function<int(void*)>& launch) { s.consider(name, launch); };
 
@@ -105,9 +143,9 @@ std::optional<Baseline> cublas_baseline(const Compute& c, tmap::Workspace& ws, c
     consider("cublasGemmStridedBatchedEx", [&](void* stream) {
       cublasSetStream(blas, static_cast<cudaStream_t>(stream));
       return cublasGemmStridedBatchedEx(blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K,
-                                        &alpha, B, CUDA_R_16F, tb ? K : N, static_cast<long long>(K) * N, A, CUDA_R_16F,
-                                        ta ? M : K, static_cast<long long>(M) * K, &beta, out.p, out_type, N,
-                                        static_cast<long long>(M) * N, batch, CUBLAS_COMPUTE_32F,
+                                        alpha, B, types.in, tb ? K : N, static_cast<long long>(K) * N, A, types.in,
+                                        ta ? M : K, static_cast<long long>(M) * K, beta, out.p, types.out, N,
+                                        static_cast<long long>(M) * N, batch, types.compute,
                                         CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS
                  ? 0
                  : static_cast<int>(cudaErrorUnknown);
@@ -116,14 +154,14 @@ std::optional<Baseline> cublas_baseline(const Compute& c, tmap::Workspace& ws, c
   }
   consider("cublasGemmEx", [&](void* stream) {
     cublasSetStream(blas, static_cast<cudaStream_t>(stream));
-    return cublasGemmEx(blas, CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &alpha, B, CUDA_R_16F, N, A, CUDA_R_16F, K, &beta,
-                        out.p, out_type, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS
+    return cublasGemmEx(blas, CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, alpha, B, types.in, N, A, types.in, K, beta, out.p,
+                        types.out, N, types.compute, CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS
                ? 0
                : static_cast<int>(cudaErrorUnknown);
   });
 
   LtGemm g;
-  g.M = M, g.N = N, g.K = K, g.A = A, g.B = B, g.C = out.p, g.D = out.p, g.out_type = out_type;
+  g.M = M, g.N = N, g.K = K, g.A = A, g.B = B, g.C = out.p, g.D = out.p, g.types = types;
   lt_candidates(g, scratch.p, ws_bytes, "cublasLt heuristic", s);
   return s.result();
 }
@@ -162,19 +200,17 @@ std::optional<Baseline> cublaslt_fused_baseline(const Compute& c, tmap::Workspac
   const int M = param_of(c, "M"), N = param_of(c, "N"), K = param_of(c, "K");
   const void* A = ws.device(c.inputs[0].tensor);
   const void* B = ws.device(c.inputs[1].tensor);
-  const bool half_out = out_dtype == tmap::DType::kFloat16;
-  const cudaDataType_t out_type = half_out ? CUDA_R_16F : CUDA_R_32F;
-  const std::size_t out_elems = static_cast<std::size_t>(M) * N, out_bytes = out_elems * (half_out ? 2 : 4);
+  const std::size_t out_elems = static_cast<std::size_t>(M) * N, out_bytes = bytes_of(out_dtype, out_elems);
   Buffer out(out_bytes);
   const std::size_t ws_bytes = 32u << 20;
   Buffer scratch(ws_bytes);
-  Search s{ref, tmap_out, graph_runs, out.p, out_bytes, [&] { return read_output(out.p, out_elems, half_out); }};
+  Search s{ref, tmap_out, graph_runs, out.p, out_bytes, [&] { return read_output(out.p, out_elems, out_dtype); }};
   const void* C = form->residual == -1 ? out.p : ws.device(v.operands[form->residual].tensor);
   const void* bias = form->bias == -1 ? nullptr : ws.device(v.operands[form->bias].tensor);
 
   LtGemm g;
-  g.M = M, g.N = N, g.K = K, g.ta = ta, g.tb = tb, g.A = A, g.B = B, g.C = C, g.D = out.p, g.out_type = out_type;
-  g.alpha = static_cast<float>(form->alpha), g.beta = form->residual == -1 ? 0.0f : 1.0f;
+  g.M = M, g.N = N, g.K = K, g.ta = ta, g.tb = tb, g.A = A, g.B = B, g.C = C, g.D = out.p, g.types = gemm_types(c);
+  g.alpha = form->alpha, g.beta = form->residual == -1 ? 0.0 : 1.0;
   g.epilogue = *epilogue, g.bias = bias;
   if (!lt_candidates(g, scratch.p, ws_bytes, "cublasLt fused epilogue", s)) note = "cuBLASLt epilogue: no heuristic result";
   return s.result();

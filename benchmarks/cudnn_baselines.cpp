@@ -1,8 +1,6 @@
 // tmap_bench's cuDNN baselines (cudnn_baselines.h).
 #include "cudnn_baselines.h"
 
-#include <cuda_fp16.h>
-
 #include <algorithm>
 #include <deque>
 #include <map>
@@ -39,9 +37,9 @@ std::optional<BackendDesc> conv_operation(const ConvShape& shape, bool channels_
   std::vector<int> xdims = {shape.n, shape.c}, wdims = {shape.k, shape.c / shape.groups};
   xdims.insert(xdims.end(), shape.in.begin(), shape.in.end());
   wdims.insert(wdims.end(), shape.filter.begin(), shape.filter.end());
-  parts.push_back(backend_tensor('x', xdims, channels_last, CUDNN_DATA_HALF));
+  parts.push_back(backend_tensor('x', xdims, channels_last, cudnn_type(shape.in_dtype)));
   cudnnBackendDescriptor_t xd = parts.back().get();
-  parts.push_back(backend_tensor('w', wdims, channels_last, CUDNN_DATA_HALF));
+  parts.push_back(backend_tensor('w', wdims, channels_last, cudnn_type(shape.in_dtype)));
   cudnnBackendDescriptor_t wd = parts.back().get();
   BackendDesc conv(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR);
   const std::int64_t spatial = static_cast<std::int64_t>(shape.in.size());
@@ -234,9 +232,9 @@ void run_engine_configs(cudnnHandle_t h, cudnnBackendDescriptor_t gd, const std:
   }
 }
 
-/// The legacy API's descriptors of a convolution in one layout, its output of `out_type`.
+/// The legacy API's descriptors of a convolution in one layout.
 struct LegacyConv {
-  LegacyConv(const ConvShape& shape, bool channels_last, cudnnDataType_t out_type) {
+  LegacyConv(const ConvShape& shape, bool channels_last) {
     const cudnnTensorFormat_t fmt = channels_last ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
     const int nb = 2 + static_cast<int>(shape.in.size());
     cudnn_ok(cudnnCreateTensorDescriptor(&x), "x");
@@ -246,8 +244,8 @@ struct LegacyConv {
     std::vector<int> xdims = {shape.n, shape.c}, wdims = {shape.k, shape.c / shape.groups};
     xdims.insert(xdims.end(), shape.in.begin(), shape.in.end());
     wdims.insert(wdims.end(), shape.filter.begin(), shape.filter.end());
-    cudnn_ok(cudnnSetTensorNdDescriptorEx(x, fmt, CUDNN_DATA_HALF, nb, xdims.data()), "x");
-    cudnn_ok(cudnnSetFilterNdDescriptor(w, CUDNN_DATA_HALF, fmt, nb, wdims.data()), "w");
+    cudnn_ok(cudnnSetTensorNdDescriptorEx(x, fmt, cudnn_type(shape.in_dtype), nb, xdims.data()), "x");
+    cudnn_ok(cudnnSetFilterNdDescriptor(w, cudnn_type(shape.in_dtype), fmt, nb, wdims.data()), "w");
     cudnn_ok(cudnnSetConvolutionNdDescriptor(conv, nb - 2, shape.pad.data(), shape.stride.data(), shape.dil.data(),
                                              CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
              "conv");
@@ -255,7 +253,7 @@ struct LegacyConv {
     cudnn_ok(cudnnSetConvolutionGroupCount(conv, shape.groups), "group count");
     ydims.resize(nb);
     cudnn_ok(cudnnGetConvolutionNdForwardOutputDim(conv, x, w, nb, ydims.data()), "output dims");
-    cudnn_ok(cudnnSetTensorNdDescriptorEx(y, fmt, out_type, nb, ydims.data()), "y");
+    cudnn_ok(cudnnSetTensorNdDescriptorEx(y, fmt, cudnn_type(shape.out_dtype), nb, ydims.data()), "y");
   }
   /// The workspace `algo` needs, or nothing when it does not run this convolution.
   std::optional<std::size_t> workspace(cudnnHandle_t h, cudnnConvolutionFwdAlgo_t algo) const {
@@ -294,24 +292,15 @@ std::vector<cudnnConvolutionFwdAlgo_t> legacy_algos(const ConvShape& shape) {
 
 /// The bare convolution through the backend API, into `out` (tmap's values in cuDNN's layout).
 void cudnn_backend_engines(cudnnHandle_t h, const ConvShape& shape, bool channels_last, const std::vector<int>& ydims,
-                           bool half_out, const void* in, const void* filter, Search& s) {
+                           const void* in, const void* filter, Search& s) {
   std::vector<BackendDesc> parts;
-  parts.push_back(backend_tensor('y', ydims, channels_last, half_out ? CUDNN_DATA_HALF : CUDNN_DATA_FLOAT));
+  parts.push_back(backend_tensor('y', ydims, channels_last, cudnn_type(shape.out_dtype)));
   const std::optional<BackendDesc> op = conv_operation(shape, channels_last, parts.back().get(), parts);
   if (!op) return;  // this convolution has no backend operation
   const std::optional<BackendDesc> graph = operation_graph(h, {op->get()});
   if (!graph) return;
   run_engine_configs(h, graph->get(), {'x', 'w', 'y'}, {const_cast<void*>(in), const_cast<void*>(filter), s.out}, true,
                      16, channels_last ? " (nhwc)" : " (nchw)", s);
-}
-
-cudnnDataType_t cudnn_type(tmap::DType t) {
-  switch (t) {
-    case tmap::DType::kFloat16: return CUDNN_DATA_HALF;
-    case tmap::DType::kBFloat16: return CUDNN_DATA_BFLOAT16;
-    case tmap::DType::kFloat32: return CUDNN_DATA_FLOAT;
-    default: throw std::runtime_error("no cuDNN type for " + std::string(tmap::dtype_name(t)));
-  }
 }
 
 /// A pointwise operation's mode for an epilogue op, if cuDNN has one.
@@ -348,13 +337,13 @@ class PointwiseGraph {
   }
 
   /// The operations after `conv_out` (uid 'c'), the last writing 'y'; empty with `why`.
-  std::vector<cudnnBackendDescriptor_t> build(cudnnBackendDescriptor_t conv_out, bool half_out, std::string& why) {
+  std::vector<cudnnBackendDescriptor_t> build(cudnnBackendDescriptor_t conv_out, tmap::DType out_dtype, std::string& why) {
     if (v_.out_shape.size() != ydims_.size()) {
       why = "the output has another rank in cuDNN";
       return {};
     }
     conv_out_ = conv_out;
-    half_out_ = half_out;
+    out_type_ = cudnn_type(out_dtype);
     std::vector<cudnnBackendDescriptor_t> ops;
     if (t_.nodes[t_.root].op == tmap::EpiOp::kAcc) {
       why = "the epilogue has no operation";
@@ -383,7 +372,7 @@ class PointwiseGraph {
     const bool last = n == t_.root;
     const std::int64_t uid = last ? 'y' : 1000 + n;
     parts_.push_back(backend_tensor(uid, ydims_, channels_last_,
-                                    last ? (half_out_ ? CUDNN_DATA_HALF : CUDNN_DATA_FLOAT) : CUDNN_DATA_FLOAT, !last));
+                                    last ? out_type_ : CUDNN_DATA_FLOAT, !last));
     cudnnBackendDescriptor_t y = parts_.back().get();
     BackendDesc op(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
     cudnnBackendDescriptor_t pwd = pw->get();
@@ -493,7 +482,7 @@ class PointwiseGraph {
   const EpiTree t_;
   std::vector<int> dim_;
   cudnnBackendDescriptor_t conv_out_ = nullptr;
-  bool half_out_ = true;
+  cudnnDataType_t out_type_ = CUDNN_DATA_HALF;
   std::deque<BackendDesc> parts_;  // (a deque keeps the descriptors where they are)
   std::deque<float> values_;
   std::map<int, cudnnBackendDescriptor_t> operands_;
@@ -504,7 +493,7 @@ class PointwiseGraph {
 /// The convolution and the epilogue as one backend graph: the heuristics' engine configs
 /// (runtime-fused engines among them) of the graph, in tmap's layout.
 void cudnn_fused_graph(cudnnHandle_t h, const Compute& c, const EpilogueView& v, tmap::Workspace& ws,
-                       const ConvShape& shape, const std::vector<int>& ydims, bool half_out, Search& s,
+                       const ConvShape& shape, const std::vector<int>& ydims, Search& s,
                        std::string& why) {
   const bool cl = shape.tmap_channels_last;
   std::vector<BackendDesc> parts;
@@ -515,7 +504,7 @@ void cudnn_fused_graph(cudnnHandle_t h, const Compute& c, const EpilogueView& v,
     return;
   }
   PointwiseGraph pw(c, v, ws, ydims, cl);
-  std::vector<cudnnBackendDescriptor_t> ops = pw.build(parts.front().get(), half_out, why);
+  std::vector<cudnnBackendDescriptor_t> ops = pw.build(parts.front().get(), shape.out_dtype, why);
   if (ops.empty()) return;
   ops.insert(ops.begin(), conv->get());
   const std::optional<BackendDesc> graph = operation_graph(h, ops);
@@ -547,9 +536,8 @@ void cudnn_conv_bias_act(cudnnHandle_t h, const Compute& c, const EpilogueView& 
     why = "the output has another rank in cuDNN";
     return;
   }
-  const bool half_out = c.tensor_of(c.output).dtype == tmap::DType::kFloat16;
-  const cudnnDataType_t out_type = half_out ? CUDNN_DATA_HALF : CUDNN_DATA_FLOAT;
-  const LegacyConv d(shape, cl, out_type);
+  const cudnnDataType_t out_type = cudnn_type(shape.out_dtype);
+  const LegacyConv d(shape, cl);
   cudnnTensorDescriptor_t bias;
   cudnnActivationDescriptor_t act;
   cudnn_ok(cudnnCreateTensorDescriptor(&bias), "bias");
@@ -569,15 +557,13 @@ void cudnn_conv_bias_act(cudnnHandle_t h, const Compute& c, const EpilogueView& 
     const std::vector<double>& f = ws.host_values()[wt];
     const std::vector<double>& sc = ws.host_values()[v.operands[form->scale].tensor];
     const std::size_t per_k = f.size() / static_cast<std::size_t>(shape.k);
-    std::vector<__half> hf(f.size());
-    for (std::size_t i = 0; i < f.size(); ++i) hf[i] = __float2half(static_cast<float>(f[i] * sc[i / per_k]));
-    scaled = std::make_unique<Buffer>(hf.size() * sizeof(__half));
-    cuda_ok(cudaMemcpy(scaled->p, hf.data(), hf.size() * sizeof(__half), cudaMemcpyHostToDevice), "upload");
+    std::vector<double> folded(f.size());
+    for (std::size_t i = 0; i < f.size(); ++i) folded[i] = f[i] * sc[i / per_k];
+    scaled = upload(folded, shape.in_dtype);
   }
   std::unique_ptr<Buffer> zero_bias;
   if (form->bias == -1) {
-    zero_bias = std::make_unique<Buffer>(static_cast<std::size_t>(shape.k) * (half_out ? 2 : 4));
-    cuda_ok(cudaMemset(zero_bias->p, 0, static_cast<std::size_t>(shape.k) * (half_out ? 2 : 4)), "zero bias");
+    zero_bias = upload(std::vector<double>(static_cast<std::size_t>(shape.k), 0.0), shape.out_dtype);
   }
   const bool bias_ok = form->bias == -1 || c.tensors[v.operands[form->bias].tensor].dtype == c.tensor_of(c.output).dtype;
   const bool z_ok = form->residual == -1 || c.tensors[v.operands[form->residual].tensor].dtype == c.tensor_of(c.output).dtype;
@@ -626,32 +612,25 @@ std::optional<Baseline> cudnn_baseline(const Compute& c, tmap::Workspace& ws, co
   cudnnHandle_t h;
   cudnn_ok(cudnnCreate(&h), "cudnnCreate");
   std::unique_ptr<cudnnContext, decltype(&cudnnDestroy)> h_owner(h, &cudnnDestroy);
-  const bool half_out = c.tensor_of(c.output).dtype == tmap::DType::kFloat16;
-  const std::size_t out_bytes = half_out ? sizeof(__half) : sizeof(float);
-  const LegacyConv d(shape, channels_last, half_out ? CUDNN_DATA_HALF : CUDNN_DATA_FLOAT);
+  const LegacyConv d(shape, channels_last);
   const std::vector<int>& ydims = d.ydims;
   const std::size_t out_elems = product(ydims), out_inner = out_elems / ydims[0] / ydims[1];
   if (out_elems != ref.size()) throw std::runtime_error("cuDNN's output size differs from the compute's");
-  Buffer out(out_elems * out_bytes);
+  const std::size_t out_bytes = bytes_of(shape.out_dtype, out_elems);
+  Buffer out(out_bytes);
   // The inputs in cuDNN's layout: tmap's own buffers, or transposed copies of their values.
   std::unique_ptr<Buffer> in_copy, filter_copy;
-  auto upload = [&](int tensor, std::size_t outer, std::size_t channels, std::size_t inner) {
-    const std::vector<double> v =
-        move_channels(ws.host_values()[tensor], outer, channels, inner, channels_last);
-    std::vector<__half> h(v.size());
-    for (std::size_t i = 0; i < v.size(); ++i) h[i] = __float2half(static_cast<float>(v[i]));
-    auto b = std::make_unique<Buffer>(h.size() * sizeof(__half));
-    cuda_ok(cudaMemcpy(b->p, h.data(), h.size() * sizeof(__half), cudaMemcpyHostToDevice), "upload");
-    return b;
+  auto transposed = [&](int tensor, std::size_t outer, std::size_t channels, std::size_t inner) {
+    return upload(move_channels(ws.host_values()[tensor], outer, channels, inner, channels_last), shape.in_dtype);
   };
   if (transpose) {
-    in_copy = upload(c.inputs[0].tensor, shape.n, shape.c, product(shape.in));
-    filter_copy = upload(c.inputs[1].tensor, shape.k, shape.c / shape.groups, product(shape.filter));
+    in_copy = transposed(c.inputs[0].tensor, shape.n, shape.c, product(shape.in));
+    filter_copy = transposed(c.inputs[1].tensor, shape.k, shape.c / shape.groups, product(shape.filter));
   }
   const void* in = transpose ? in_copy->p : ws.device(c.inputs[0].tensor);
   const void* filter = transpose ? filter_copy->p : ws.device(c.inputs[1].tensor);
-  Search s(ref, tmap_out, graph_runs, out.p, out_elems * out_bytes, [&] {
-             std::vector<double> got = read_output(out.p, out_elems, half_out);
+  Search s(ref, tmap_out, graph_runs, out.p, out_bytes, [&] {
+             std::vector<double> got = read_output(out.p, out_elems, shape.out_dtype);
              // Back into tmap's layout, to compare (channels-first to -last when tmap is channels-last).
              return transpose ? move_channels(got, ydims[0], ydims[1], out_inner, shape.tmap_channels_last) : got;
            }, post);
@@ -669,7 +648,7 @@ std::optional<Baseline> cudnn_baseline(const Compute& c, tmap::Workspace& ws, co
     });
   }
   // cuDNN 9's engines (the graph API frameworks use): the strongest baseline is the fastest of both.
-  cudnn_backend_engines(h, shape, channels_last, ydims, half_out, in, filter, s);
+  cudnn_backend_engines(h, shape, channels_last, ydims, in, filter, s);
   return s.result();
 }
 
@@ -679,14 +658,13 @@ std::optional<Baseline> cudnn_fused_baseline(const Compute& c, tmap::Workspace& 
   cudnnHandle_t h;
   cudnn_ok(cudnnCreate(&h), "cudnnCreate");
   std::unique_ptr<cudnnContext, decltype(&cudnnDestroy)> h_owner(h, &cudnnDestroy);
-  const bool half_out = c.tensor_of(c.output).dtype == tmap::DType::kFloat16;
-  const std::size_t out_bytes = ref.size() * (half_out ? 2 : 4);
+  const std::size_t out_bytes = bytes_of(shape.out_dtype, ref.size());
   Buffer out(out_bytes);
-  Search s(ref, tmap_out, graph_runs, out.p, out_bytes, [&] { return read_output(out.p, ref.size(), half_out); });
+  Search s(ref, tmap_out, graph_runs, out.p, out_bytes, [&] { return read_output(out.p, ref.size(), shape.out_dtype); });
   std::string graph_why, legacy_why;
   // A call cuDNN refuses is a note of the row, not the end of the benchmark.
   try {
-    cudnn_fused_graph(h, c, v, ws, shape, conv_output_dims(shape), half_out, s, graph_why);
+    cudnn_fused_graph(h, c, v, ws, shape, conv_output_dims(shape), s, graph_why);
   } catch (const std::runtime_error& e) {
     graph_why = e.what();
   }

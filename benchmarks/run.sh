@@ -10,9 +10,12 @@
 # the first candidates seeded from each --prior log; then tmap_bench times every workload against
 # cuDNN or cuBLAS (a fused one against their fused calls and the unfused sequence) and adds the
 # model's weighted total.
-# plus [--out-dtype float16|float32] everywhere: the output dtype of tmap and the baselines (default
-# float16, sums in float32). A workload whose log holds only a record of the other output dtype
-# replays that record's schedule (noted in the table) instead of being tuned again.
+# plus, for the fixed tables, [--dtype float16|bfloat16|float32|int8]: the inputs' dtype of tmap and
+# the baselines (default float16; float32 runs on tf32 Tensor Cores; int8 has cuBLAS baselines
+# only), naming the results <name>_<dtype> and the default log logs/h100_<table>_<dtype>.jsonl for
+# another dtype than float16; and [--out-dtype D]: the output dtype (default the inputs' for 16-bit
+# floats, else the sums': float32, int32). A workload whose log holds only a record of another
+# output dtype replays that record's schedule (noted in the table) instead of being tuned again.
 # The logs default to the shipped ones (logs/h100_resnet18_b<batch>.jsonl, logs/h100_conv1d_b<batch>.jsonl,
 # logs/h100_conv3d_b<batch>.jsonl, logs/h100_gemm.jsonl). conv1d and conv3d run tmap in NCW / NCDHW;
 # every convolution table also times cuDNN in the other layout on the same values.
@@ -58,7 +61,7 @@ if [ "$table" = table ]; then
   "$root/benchmarks/plot.sh" "$out/$name.csv"
   exit 0
 fi
-batch=1 layout="" trials=200 budget=0 log="" out="$root/benchmarks/results" out_dtype=float16
+batch=1 layout="" trials=200 budget=0 log="" out="$root/benchmarks/results" dtype=float16 out_dtype=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --batch) batch=$2; shift 2 ;;
@@ -67,26 +70,39 @@ while [ $# -gt 0 ]; do
     --time-budget) budget=$2; shift 2 ;;
     --log) log=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
+    --dtype) dtype=$2; shift 2 ;;
     --out-dtype) out_dtype=$2; shift 2 ;;
     *) echo "error: unknown option $1" >&2; exit 2 ;;
   esac
 done
+case "$dtype" in
+  float16|fp16|half) dtype=float16 ;;
+  bfloat16|bf16) dtype=bfloat16 ;;
+  float32|fp32|float) dtype=float32 ;;
+  int8) ;;
+  *) echo "error: --dtype $dtype: give float16, bfloat16, float32 or int8" >&2; exit 2 ;;
+esac
+# The dtypes as tmap and tmap_bench take them: --out-dtype only where it is not the sums' own.
+[ -n "$out_dtype" ] || case "$dtype" in float16|bfloat16) out_dtype=$dtype ;; esac
+dtypes=(--dtype "$dtype")
+[ -n "$out_dtype" ] && dtypes+=(--out-dtype "$out_dtype")
+suffix=$([ "$dtype" = float16 ] || echo "_$dtype")
 case "$table" in
-  conv) layout=${layout:-nhwc}; json="$root/benchmarks/workloads/resnet18_conv2d.json"; name="resnet18_b${batch}_${layout}"
-        log=${log:-$root/logs/h100_resnet18_b${batch}.jsonl} ;;
+  conv) layout=${layout:-nhwc}; json="$root/benchmarks/workloads/resnet18_conv2d.json"; name="resnet18_b${batch}_${layout}$suffix"
+        log=${log:-$root/logs/h100_resnet18_b${batch}$suffix.jsonl} ;;
   conv1d|conv3d)
         [ "${layout:-nchw}" = nchw ] || { echo "error: $table runs channels first (NCW / NCDHW): no --layout $layout" >&2; exit 2; }
         layout=nchw; json="$root/benchmarks/workloads/$table.json"
-        name="${table}_b${batch}_$([ "$table" = conv1d ] && echo ncw || echo ncdhw)"
-        log=${log:-$root/logs/h100_${table}_b${batch}.jsonl} ;;
-  gemm) layout=nhwc; json="$root/benchmarks/workloads/gemm.json"; name="gemm"; log=${log:-$root/logs/h100_gemm.jsonl} ;;
-  skinny) layout=nhwc; json="$root/benchmarks/workloads/skinny_gemm.json"; name="skinny_gemm"
-        log=${log:-$root/logs/h100_skinny_gemm.jsonl} ;;
+        name="${table}_b${batch}_$([ "$table" = conv1d ] && echo ncw || echo ncdhw)$suffix"
+        log=${log:-$root/logs/h100_${table}_b${batch}$suffix.jsonl} ;;
+  gemm) layout=nhwc; json="$root/benchmarks/workloads/gemm.json"; name="gemm$suffix"; log=${log:-$root/logs/h100_gemm$suffix.jsonl} ;;
+  skinny) layout=nhwc; json="$root/benchmarks/workloads/skinny_gemm.json"; name="skinny_gemm$suffix"
+        log=${log:-$root/logs/h100_skinny_gemm$suffix.jsonl} ;;
   depthwise|grouped)
         [ "${layout:-nchw}" = nchw ] || { echo "error: $table runs channels first (NCHW): no --layout $layout" >&2; exit 2; }
         layout=nchw; json="$root/benchmarks/workloads/${table/depthwise/depthwise_conv2d}.json"
-        json=${json/grouped.json/grouped_conv2d.json}; name="${table}_b${batch}_nchw"
-        log=${log:-$root/logs/h100_${table}_b${batch}.jsonl} ;;
+        json=${json/grouped.json/grouped_conv2d.json}; name="${table}_b${batch}_nchw$suffix"
+        log=${log:-$root/logs/h100_${table}_b${batch}$suffix.jsonl} ;;
   *) echo "error: table must be conv, conv1d, conv3d, gemm, skinny, depthwise or grouped" >&2; exit 2 ;;
 esac
 mkdir -p "$out" "$(dirname "$log")"
@@ -94,7 +110,7 @@ touch "$log"
 start=$(date +%s)
 times=$(mktemp)
 trap 'rm -f "$times"' EXIT
-"$bin/tmap_bench" --table "$json" --batch "$batch" --layout "$layout" --log "$log" --out-dtype "$out_dtype" --print-workloads |
+"$bin/tmap_bench" --table "$json" --batch "$batch" --layout "$layout" --log "$log" "${dtypes[@]}" --print-workloads |
 while read -r wname key op sets; do
   # grep -c reads to the end: with grep -q the first grep could die of SIGPIPE (and pipefail).
   if [ "$(grep -F "\"key\":\"$key\"" "$log" | grep -cF '"status":"ok"' || true)" -gt 0 ]; then
@@ -103,13 +119,13 @@ while read -r wname key op sets; do
     echo "$wname: tuning ($trials trials)" >&2
     t0=$(date +%s)
     # shellcheck disable=SC2086
-    "$bin/tmap" tune --op "$op" $sets --out-dtype "$out_dtype" --trials "$trials" --time-budget "$budget" --log "$log" --seed 1 >/dev/null
+    "$bin/tmap" tune --op "$op" $sets "${dtypes[@]}" --trials "$trials" --time-budget "$budget" --log "$log" --seed 1 >/dev/null
     echo "$wname $(( $(date +%s) - t0 ))" >> "$times"
   fi
 done
 tuned=$(( $(date +%s) - start ))
 echo "tuning took $tuned s" >&2
-"$bin/tmap_bench" --table "$json" --batch "$batch" --layout "$layout" --log "$log" --out-dtype "$out_dtype" \
+"$bin/tmap_bench" --table "$json" --batch "$batch" --layout "$layout" --log "$log" "${dtypes[@]}" \
   --csv "$out/$name.csv" --md "$out/$name.md" --commit "$commit"
 {
   echo

@@ -10,7 +10,7 @@ UnfusedPasses::UnfusedPasses(const Compute& c, const EpilogueView& v, tmap::Work
   const tmap::Tensor& out = c.tensor_of(c.output);
   if (out.dtype != tmap::DType::kFloat16 && out.dtype != tmap::DType::kFloat32)
     throw std::runtime_error("the unfused sequence stores float16 or float32 only");
-  half_ = out.dtype == tmap::DType::kFloat16;
+  out_dtype_ = out.dtype;
   elems_ = static_cast<std::size_t>(out.num_elements());
   std::vector<std::vector<int>> inputs;
   const std::string source = unfused_source(c, v, inputs);
@@ -22,12 +22,12 @@ UnfusedPasses::UnfusedPasses(const Compute& c, const EpilogueView& v, tmap::Work
     p.inputs = inputs[i];
     cuda_ok(cudaLibraryGetKernel(&p.kernel, lib_, ("pass" + std::to_string(i)).c_str()), "cudaLibraryGetKernel");
     passes_.push_back(p);
-    results_.push_back(std::make_unique<Buffer>(elems_ * (half_ ? 2 : 4)));
+    results_.push_back(std::make_unique<Buffer>(bytes_of(out_dtype_, elems_)));
   }
   for (const tmap::Access& a : c.epilogue.operands) operands_.push_back(ws.device(a.tensor));
   post_.run = [this](void* stream, const void* contraction_out) { return run(stream, contraction_out); };
-  post_.read = [this] { return read_output(results_.back()->p, elems_, half_); };
-  post_.poison = [this] { cuda_ok(cudaMemset(results_.back()->p, 0xFF, elems_ * (half_ ? 2 : 4)), "poison"); };
+  post_.read = [this] { return read_output(results_.back()->p, elems_, out_dtype_); };
+  post_.poison = [this] { cuda_ok(cudaMemset(results_.back()->p, 0xFF, bytes_of(out_dtype_, elems_)), "poison"); };
 }
 
 UnfusedPasses::~UnfusedPasses() {

@@ -33,7 +33,7 @@ class UnfusedPasses {
   std::vector<std::unique_ptr<Buffer>> results_;  ///< One per pass; the last is the final output.
   std::vector<const void*> operands_;
   std::size_t elems_ = 0;
-  bool half_ = true;
+  tmap::DType out_dtype_ = tmap::DType::kFloat16;
   cudaLibrary_t lib_ = nullptr;
   PostOps post_;
 };

@@ -63,6 +63,17 @@ read -r name key op sets <<<"$(head -1 <<<"$conv")"
 "$tmap" tune --op "$op" $sets --out-dtype float16 --measure model --trials 1 --log "$build/bench_check.jsonl" >/dev/null
 grep -q "\"key\":\"$key\"" "$build/bench_check.jsonl" || { echo "tmap tune logs $name under another key"; exit 1; }
 rm -f "$build/bench_check.jsonl"
+# The same for other input dtypes, with the output dtypes run.sh gives tmap tune (the inputs' own
+# for bfloat16, the sums' int32 for int8).
+for dtypes in "bfloat16 --out-dtype bfloat16" "int8" "float32"; do
+  # shellcheck disable=SC2086
+  gemm=$("$bench" --table "$src/benchmarks/workloads/gemm.json" --dtype $dtypes --log /dev/null --print-workloads)
+  read -r name key op sets <<<"$(head -1 <<<"$gemm")"
+  # shellcheck disable=SC2086
+  "$tmap" tune --op "$op" $sets --dtype $dtypes --measure model --trials 1 --log "$build/bench_check.jsonl" >/dev/null
+  grep -q "\"key\":\"$key\"" "$build/bench_check.jsonl" || { echo "tmap tune --dtype $dtypes logs $name under another key"; exit 1; }
+  rm -f "$build/bench_check.jsonl"
+done
 for log in "$src"/logs/h100_*.jsonl; do
   "$tmap" replay "$log" --arch sm_90 >/dev/null 2>&1 || { echo "replay of $log failed"; "$tmap" replay "$log" --arch sm_90; exit 1; }
 done

@@ -35,7 +35,21 @@ double quantize(double v, DType t) {
   return v;
 }
 
-std::vector<unsigned char> to_bytes(const std::vector<double>& values, DType t) {
+std::int64_t offset_of(const Tensor& t, const Access& a, const std::vector<std::int64_t>& point, bool& in_bounds) {
+  std::int64_t offset = 0;
+  in_bounds = true;
+  for (std::size_t d = 0; d < a.indices.size(); ++d) {
+    std::int64_t idx = a.indices[d].constant;
+    for (const auto& [it, coef] : a.indices[d].terms) idx += coef * point[it];
+    if (idx < 0 || idx >= t.shape[d]) in_bounds = false;
+    offset = offset * t.shape[d] + idx;
+  }
+  return offset;
+}
+
+}  // namespace
+
+std::vector<unsigned char> encode_values(const std::vector<double>& values, DType t) {
   std::vector<unsigned char> out;
   auto put = [&](const auto& x) {
     const auto* p = reinterpret_cast<const unsigned char*>(&x);
@@ -62,7 +76,7 @@ std::vector<unsigned char> to_bytes(const std::vector<double>& values, DType t) 
   return out;
 }
 
-std::vector<double> from_bytes(const std::vector<unsigned char>& bytes, DType t, std::size_t n) {
+std::vector<double> decode_values(const std::vector<unsigned char>& bytes, DType t, std::size_t n) {
   std::vector<double> out(n);
   for (std::size_t i = 0; i < n; ++i) {
     switch (t) {
@@ -82,21 +96,6 @@ std::vector<double> from_bytes(const std::vector<unsigned char>& bytes, DType t,
   }
   return out;
 }
-
-
-std::int64_t offset_of(const Tensor& t, const Access& a, const std::vector<std::int64_t>& point, bool& in_bounds) {
-  std::int64_t offset = 0;
-  in_bounds = true;
-  for (std::size_t d = 0; d < a.indices.size(); ++d) {
-    std::int64_t idx = a.indices[d].constant;
-    for (const auto& [it, coef] : a.indices[d].terms) idx += coef * point[it];
-    if (idx < 0 || idx >= t.shape[d]) in_bounds = false;
-    offset = offset * t.shape[d] + idx;
-  }
-  return offset;
-}
-
-}  // namespace
 
 std::vector<double> cpu_reference(const Compute& c, const std::vector<std::vector<double>>& tensors) {
   const Tensor& out_t = c.tensor_of(c.output);
@@ -205,7 +204,7 @@ Workspace::Workspace(const Compute& c, std::uint64_t seed) : compute_(c), values
     for (std::size_t i = 0; i < c.tensors.size(); ++i) {
       check(cudaMalloc(&device_[i], bytes_of(c.tensors[i])), "cudaMalloc");
       if (static_cast<int>(i) == c.output.tensor) continue;
-      auto host = to_bytes(values_[i], c.tensors[i].dtype);
+      auto host = encode_values(values_[i], c.tensors[i].dtype);
       check(cudaMemcpy(device_[i], host.data(), host.size(), cudaMemcpyHostToDevice), "cudaMemcpy");
     }
   } catch (...) {
@@ -227,7 +226,7 @@ std::vector<double> Workspace::read_output() const {
   const Tensor& t = compute_.tensor_of(compute_.output);
   std::vector<unsigned char> host(bytes_of(t));
   check(cudaMemcpy(host.data(), device_[compute_.output.tensor], host.size(), cudaMemcpyDeviceToHost), "cudaMemcpy");
-  return from_bytes(host, t.dtype, static_cast<std::size_t>(t.num_elements()));
+  return decode_values(host, t.dtype, static_cast<std::size_t>(t.num_elements()));
 }
 
 namespace {
@@ -294,7 +293,7 @@ double Workspace::output_error(const std::vector<double>& reference) const {
     case DType::kFloat64: return relative_l2_of(n, reference, [&](std::size_t i) { return load(i, double{}); });
     case DType::kInt32:
       return relative_l2_of(n, reference, [&](std::size_t i) { return double(load(i, std::int32_t{})); });
-    default: return relative_l2(from_bytes(host_output_, t.dtype, n), reference);
+    default: return relative_l2(decode_values(host_output_, t.dtype, n), reference);
   }
 }
 

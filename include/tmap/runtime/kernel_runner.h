@@ -20,6 +20,11 @@ class NvrtcCompiler;
 /// small shapes). `tensors` holds one vector per tensor of the compute; the output's is ignored.
 std::vector<double> cpu_reference(const Compute& c, const std::vector<std::vector<double>>& tensors);
 
+/// Values as the bytes of a tensor of dtype `t` (rounded as the dtype rounds; int4 packed two to
+/// a byte, low nibble first), and back: the `n` values of such bytes.
+std::vector<unsigned char> encode_values(const std::vector<double>& values, DType t);
+std::vector<double> decode_values(const std::vector<unsigned char>& bytes, DType t, std::size_t n);
+
 /// One compute's tensors on device 0: inputs drawn from `seed` (uniform in [-1, 1], rounded
 /// to each dtype; small integers for integer types). CUDA failures throw std::runtime_error.
 class Workspace {
