@@ -43,6 +43,8 @@ cudaDataType_t cuda_type(tmap::DType t) {
     case tmap::DType::kFloat64: return CUDA_R_64F;
     case tmap::DType::kInt8: return CUDA_R_8I;
     case tmap::DType::kInt32: return CUDA_R_32I;
+    case tmap::DType::kFloat8E4M3: return CUDA_R_8F_E4M3;
+    case tmap::DType::kFloat8E5M2: return CUDA_R_8F_E5M2;
     default: throw std::runtime_error("cuBLAS has no type for " + std::string(tmap::dtype_name(t)));
   }
 }

@@ -10,7 +10,8 @@ namespace bench {
 namespace {
 
 /// The types of a GEMM as cuBLAS computes it: the operands', the output's, the sums' and
-/// alpha's and beta's. float32 operands are multiplied in tf32, as tmap's Tensor Core kernels do.
+/// alpha's and beta's. float32 operands are multiplied in tf32, as tmap's Tensor Core kernels do;
+/// 8-bit floats (cuBLASLt only, both operands K-major: gemm_nt) are summed in float32.
 struct GemmTypes {
   cudaDataType_t in = CUDA_R_16F, out = CUDA_R_16F, scale = CUDA_R_32F;
   cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
@@ -60,6 +61,9 @@ struct LtGemm {
   double alpha = 1, beta = 0;
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   const void* bias = nullptr;
+  /// 8-bit float inputs: sums kept in the Tensor Cores' accumulator throughout (1), as tmap's
+  /// kernels keep them, rather than promoted to float32 registers now and then (0).
+  std::int8_t fast_accum = 0;
 };
 
 /// cublasLt's heuristic candidates for `g`, each offered to `s` as "`label` #i"; how many it found.
@@ -75,6 +79,9 @@ int lt_candidates(const LtGemm& g, void* scratch, std::size_t ws_bytes, const st
   cublas_ok(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &g.epilogue, sizeof g.epilogue), "epilogue");
   if (g.bias)
     cublas_ok(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof g.bias), "bias");
+  if (g.fast_accum)
+    cublas_ok(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &g.fast_accum, sizeof g.fast_accum),
+              "fast accumulation");
   cublasLtMatrixLayout_t la, lb, lc;  // B^T (N x K), A^T (K x M), C^T (N x M), column-major
   const cudaDataType_t in = g.types.in;
   cublas_ok(g.tb ? cublasLtMatrixLayoutCreate(&la, in, g.K, g.N, g.K) : cublasLtMatrixLayoutCreate(&la, in, g.N, g.K, g.N),
@@ -163,6 +170,10 @@ std::optional<Baseline> cublas_baseline(const Compute& c, tmap::Workspace& ws, c
   LtGemm g;
   g.M = M, g.N = N, g.K = K, g.A = A, g.B = B, g.C = out.p, g.D = out.p, g.types = types;
   lt_candidates(g, scratch.p, ws_bytes, "cublasLt heuristic", s);
+  if (tmap::dtype_is_float8(c.tensor_of(c.inputs[0]).dtype)) {
+    g.fast_accum = 1;
+    lt_candidates(g, scratch.p, ws_bytes, "cublasLt heuristic, fast accumulation", s);
+  }
   return s.result();
 }
 

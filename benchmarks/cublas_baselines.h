@@ -14,7 +14,7 @@ namespace bench {
 
 /// cublasLt's heuristic candidates and cublasGemmEx (cublasGemmStridedBatchedEx for the other
 /// GEMM ops) for C[M,N] = A[M,K] * B[K,N] (row-major, in the compute's dtypes: float16 and
-/// bfloat16 summed in float32, float32 in tf32, int8 in int32): in cuBLAS's column-major terms
+/// bfloat16 and 8-bit floats summed in float32, float32 in tf32, int8 in int32): in cuBLAS's column-major terms
 /// C^T = B^T A^T. With `post`, each candidate is followed by it. A std::runtime_error when cuBLAS
 /// has no type for a dtype.
 std::optional<Baseline> cublas_baseline(const Compute& c, tmap::Workspace& ws, const std::vector<double>& ref,

@@ -287,6 +287,18 @@ TEST(Cli, TheInputDtypeIsAnOption) {
   CliRun bad = tmap("run --op gemm --dtype tf32 --compile-only");
   EXPECT_EQ(bad.code, 2) << bad.err;
   EXPECT_NE(bad.err.find("--dtype:1:1: error: tfloat32 is a precision of the Tensor Cores"), std::string::npos) << bad.err;
+  // 8-bit floats run on Hopper's wgmma alone, K-major (gemm_nt), and are never stored.
+  CliRun fp8 = tmap("tune --op gemm_nt --set M=256 --set N=256 --set K=256 --dtype e4m3 --out-dtype float16 "
+                    "--epilogue 'Y[m, n] = C[m, n] * scale[0]' --measure model --trials 4 --log " + (dir / "f8.jsonl"));
+  ASSERT_EQ(fp8.code, 0) << fp8.err;
+  const tmap::LogContents f8 = tmap::read_log(dir / "f8.jsonl");
+  ASSERT_FALSE(f8.records.empty());
+  for (const tmap::TuneRecord& r : f8.records) EXPECT_EQ(r.candidate.hw_abs, "wgmma_e4m3_fp32");
+  CliRun stored = tmap("run --op gemm_nt --dtype e5m2 --out-dtype float8_e5m2 --compile-only");
+  EXPECT_EQ(stored.code, 2) << stored.err;
+  EXPECT_NE(stored.err.find("--out-dtype:1:1: error: output 'C' of dtype float8_e5m2: tmap's kernels read 8-bit floats"),
+            std::string::npos)
+      << stored.err;
 }
 
 // --time-budget bounds a run ranked by the analytic model as it bounds a measured one: conv2d's

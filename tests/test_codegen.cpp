@@ -363,7 +363,7 @@ TEST(Codegen, MmaSyncCompilesEveryLayoutDtypeAndSchedule) {
             << " variants did not apply\n";
 }
 
-// The wgmma family, for sm_90a only: every abstraction (fp16, bf16, tf32, int8), every layout
+// The wgmma family, for sm_90a only: every abstraction (fp16, bf16, tf32, int8, fp8), every layout
 // (K-major and transposed operands), GEMMs with tails, NHWC / NCHW / 3-D convolutions, and the
 // corners of its schedule space (one or two m64 accumulators, N from 16 to 256, 3-6 stages,
 // 128-element k steps, scalar gathers, split-K, rasterization).
@@ -418,7 +418,9 @@ TEST(Codegen, WgmmaCompilesEveryAbstractionLayoutAndSchedule) {
   for (const auto& [hw, in_t, out_t] : std::vector<std::tuple<std::string, std::string, std::string>>{
            {"wgmma_bf16_fp32", "bfloat16", "float32"},
            {"wgmma_tf32_fp32", "float32", "float32"},
-           {"wgmma_int8_int32", "int8", "int32"}}) {
+           {"wgmma_int8_int32", "int8", "int32"},
+           {"wgmma_e4m3_fp32", "float8_e4m3", "float32"},
+           {"wgmma_e5m2_fp32", "float8_e5m2", "float32"}}) {
     add(typed("gemm_nt", in_t, out_t, {"M=300", "N=200", "K=256"}), hw, hw + " gemm_nt", true);
     add(typed("conv2d_nhwc", in_t, out_t, {"N=2"}), hw, hw + " conv2d_nhwc", false);
   }
@@ -504,9 +506,12 @@ TEST(Codegen, WgmmaTmaProducer) {
   add(typed("gemm_nt", "bfloat16", "float32", {"M=300", "N=200", "K=256"}), "wgmma_bf16_fp32", "bf16");
   add(typed("gemm_nt", "float32", "float32", {"M=300", "N=200", "K=256"}), "wgmma_tf32_fp32", "tf32");
   add(typed("gemm_nt", "int8", "int32", {"M=300", "N=200", "K=256"}), "wgmma_int8_int32", "int8");
+  add(typed("gemm_nt", "float8_e4m3", "float32", {"M=300", "N=200", "K=256"}), "wgmma_e4m3_fp32", "e4m3");
   // 16-bit outputs: a persistent kernel's epilogue tile holds them rounded (half the bytes).
   add(stored_as(keep, "gemm", "float16", "float16", {"M=200", "N=136", "K=520"}), "wgmma_fp16_fp32", "gemm float16 out");
   add(stored_as(keep, "gemm_nt", "bfloat16", "bfloat16", {"M=300", "N=200", "K=256"}), "wgmma_bf16_fp32", "bf16 out");
+  add(stored_as(keep, "gemm_nt", "float8_e5m2", "float16", {"M=300", "N=200", "K=256"}), "wgmma_e5m2_fp32",
+      "e5m2 in, float16 out");
 
   // The tensor maps of gemm (A [M][K] K-major, B [K][N] read along n) with 128 x 128 x 64 tiles.
   {
@@ -633,6 +638,7 @@ TEST(Codegen, WgmmaNarrowSwizzles) {
   add(typed("gemm_nt", "bfloat16", "float32", {"M=300", "N=200", "K=256"}), "wgmma_bf16_fp32", "bf16");
   add(typed("gemm_nt", "float32", "float32", {"M=300", "N=200", "K=256"}), "wgmma_tf32_fp32", "tf32");
   add(typed("gemm_nt", "int8", "int32", {"M=300", "N=200", "K=256"}), "wgmma_int8_int32", "int8");
+  add(typed("gemm_nt", "float8_e4m3", "float32", {"M=300", "N=200", "K=256"}), "wgmma_e4m3_fp32", "e4m3");
   add(typed("conv2d_nhwc", "float16", "float32", {"N=2", "C=32", "H=9", "W=11", "K=40", "pad=1"}), "wgmma_fp16_fp32",
       "conv2d_nhwc C=32");
   add(typed("conv2d_nhwc", "float16", "float32", {"N=2", "C=16", "H=9", "W=11", "K=40", "pad=1"}), "wgmma_fp16_fp32",
@@ -771,6 +777,7 @@ TEST(Codegen, WgmmaRegisterA) {
   add(typed("gemm_nt", "bfloat16", "float32", {"M=300", "N=200", "K=256"}), "wgmma_bf16_fp32", "bf16");
   add(typed("gemm_nt", "float32", "float32", {"M=300", "N=200", "K=256"}), "wgmma_tf32_fp32", "tf32");
   add(typed("gemm_nt", "int8", "int32", {"M=300", "N=200", "K=256"}), "wgmma_int8_int32", "int8");
+  add(typed("gemm_nt", "float8_e4m3", "float32", {"M=300", "N=200", "K=256"}), "wgmma_e4m3_fp32", "e4m3");
   add(typed("conv2d_nhwc", "float16", "float32", {"N=2", "C=64", "H=9", "W=11", "K=40", "pad=1"}), "wgmma_fp16_fp32",
       "conv2d_nhwc");
   EXPECT_GT(transposed, 0) << "an A stored along m (ldmatrix.trans)";
@@ -1277,8 +1284,8 @@ TEST(Schedule, WgmmaValidationReasons) {
     EXPECT_NE(other[0].detail.find("sm_90 (H100, H200) only"), std::string::npos) << other[0].detail;
   }
   EXPECT_EQ(parse_arch("sm_90a"), 90);
-  // tf32 and int8 operands have no transpose: their abstractions list K-major layouts only.
-  for (const char* name : {"wgmma_tf32_fp32", "wgmma_int8_int32"})
+  // tf32 and 8-bit operands have no transpose: their abstractions list K-major layouts only.
+  for (const char* name : {"wgmma_tf32_fp32", "wgmma_int8_int32", "wgmma_e4m3_fp32", "wgmma_e5m2_fp32"})
     EXPECT_EQ(find_hw(shipped(), name).layouts, std::vector<std::string>{"ntn"}) << name;
 }
 

@@ -6,7 +6,10 @@
 #include <nlohmann/json.hpp>
 
 #include "test_util.h"
+#include "tmap/codegen/reference_emitter.h"
 #include "tmap/frontend/op_library.h"
+#include "tmap/runtime/kernel_runner.h"
+#include "tmap/runtime/nvrtc_compiler.h"
 
 namespace tmap {
 namespace {
@@ -166,6 +169,40 @@ TEST(Compute, InputDtypesSetTheOperandsAndSumsThatHoldThem) {
   EXPECT_NE(tf32.find("give float32"), std::string::npos) << tf32;
   const std::string unknown = user_error_of([&] { built("gemm", "float8"); });
   EXPECT_EQ(unknown.rfind("--dtype:1:1: error: unknown dtype 'float8'", 0), 0u) << unknown;
+}
+
+// 8-bit floats: their names, their values (rounded as the hardware rounds, saturating e4m3 at
+// 448), inputs summed in float32 and never an accumulation or output type; the reference kernel
+// reads them.
+TEST(Compute, Float8InputsAreReadAndNeverStored) {
+  EXPECT_EQ(parse_dtype("e4m3"), DType::kFloat8E4M3);
+  EXPECT_EQ(parse_dtype("float8_e4m3fn"), DType::kFloat8E4M3);
+  EXPECT_EQ(parse_dtype("fp8_e5m2"), DType::kFloat8E5M2);
+  EXPECT_EQ(dtype_name(DType::kFloat8E5M2), "float8_e5m2");
+  EXPECT_EQ(dtype_bits(DType::kFloat8E4M3), 8);
+  EXPECT_TRUE(dtype_accumulates(DType::kFloat8E4M3, DType::kFloat32));
+  EXPECT_FALSE(dtype_accumulates(DType::kFloat8E4M3, DType::kFloat8E5M2));
+  EXPECT_FALSE(dtype_accumulates(DType::kFloat16, DType::kFloat8E4M3));
+  const std::vector<double> values = {0.1, -1.0, 0.5, 1000.0};
+  EXPECT_EQ(decode_values(encode_values(values, DType::kFloat8E4M3), DType::kFloat8E4M3, 4),
+            (std::vector<double>{0.1015625, -1.0, 0.5, 448.0}));
+  EXPECT_EQ(decode_values(encode_values(values, DType::kFloat8E5M2), DType::kFloat8E5M2, 4),
+            (std::vector<double>{0.09375, -1.0, 0.5, 1024.0}));
+  ComputeDef def = builtin_op("gemm_nt");
+  set_dtypes(def, "e4m3", "bfloat16", "--dtype", "--out-dtype");
+  const Compute c = build_compute(def, parse_param_overrides({"M=64", "N=64", "K=64"}));
+  EXPECT_EQ(c.tensor_of(c.inputs[1]).dtype, DType::kFloat8E4M3);
+  EXPECT_EQ(c.accumulate, DType::kFloat32);
+  const KernelSource ref = emit_reference_kernel(c);
+  EXPECT_NE(ref.code.find("#include <cuda_fp8.h>"), std::string::npos);
+  const CompileResult bin = NvrtcCompiler(90).compile(ref.code, ref.name);
+  EXPECT_TRUE(bin.ok) << bin.log;
+  ComputeDef stored = builtin_op("gemm_nt");
+  const std::string e = user_error_of([&] {
+    set_dtypes(stored, "e4m3", "e4m3", "--dtype", "--out-dtype");
+    build_compute(stored);
+  });
+  EXPECT_NE(e.find("tmap's kernels read 8-bit floats but do not store them yet"), std::string::npos) << e;
 }
 
 TEST(Compute, EveryUserErrorNamesItsInput) {

@@ -9,7 +9,9 @@
 #include <set>
 
 #include "test_util.h"
+#include "tmap/frontend/compute_loader.h"
 #include "tmap/frontend/op_library.h"
+#include "tmap/frontend/parser.h"
 #include "tmap/runtime/device.h"
 #include "tmap/tune/tuner.h"
 
@@ -116,6 +118,23 @@ TEST(GpuTune, TwoGpusTuneAtOnceAndTheBestReplays) {
   ASSERT_EQ(t.replay.status, MeasureStatus::kOk) << t.replay.message;
   EXPECT_LT(t.replay.rel_l2, 1e-2);
   EXPECT_LT(std::abs(t.replay.median_us / t.summary.best->result.median_us - 1), 0.10);
+}
+
+// 8-bit float inputs on Hopper's wgmma, with a per-tensor scale as the epilogue, verified against
+// the reference of the dequantized inputs (the inputs' float8 values summed in float32).
+TEST(GpuTune, Fp8GemmWithAPerTensorScaleTunesAndReplaysVerified) {
+  if (!have_gpu()) GTEST_SKIP() << "no GPU: " << query_runtime().status;
+  if (query_runtime().devices.front().compute_capability != 90) GTEST_SKIP() << "8-bit float wgmma needs sm_90";
+  ComputeDef def = builtin_op("gemm_nt");
+  set_dtypes(def, "float8_e4m3", "bfloat16", "--dtype", "--out-dtype");
+  const std::string epilogue = "Y[m, n] = C[m, n] * scale[0]";
+  set_epilogue(def, epilogue, locator_for(SourceText("--epilogue", epilogue)), SourceLoc::whole("--epilogue"));
+  Compute c = build_compute(def, parse_param_overrides({"M=2048", "N=2048", "K=2048"}));
+  Tuned t = tune_and_replay(c, 64, "fp8_gemm2048");
+  EXPECT_EQ(t.summary.measured, 64);
+  EXPECT_EQ(t.summary.best->candidate.hw_abs, "wgmma_e4m3_fp32");
+  ASSERT_EQ(t.replay.status, MeasureStatus::kOk) << t.replay.message;
+  EXPECT_LT(t.replay.rel_l2, 1e-2);
 }
 
 TEST(GpuTune, ResNet18Layer5TunesAndReplaysVerified) {

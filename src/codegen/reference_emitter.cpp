@@ -105,7 +105,7 @@ KernelSource emit_reference_kernel(const Compute& c) {
   std::ostringstream os;
   os << "// Reference for: " << c.statement_text() << "\n"
      << "// One thread per output element; " << reduction_points << " reduction points each, accumulated in " << acc
-     << ".\n#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n\n"
+     << ".\n" << float_type_includes(c) << "\n"
      << "// Signed 4-bit element i of a packed array (two per byte, low nibble first).\n"
      << "__device__ __forceinline__ int nibble(const unsigned char* p, long long i) {\n"
      << "  const int byte = p[i >> 1];\n"
@@ -129,7 +129,7 @@ KernelSource emit_reference_kernel(const Compute& c) {
     std::string var = "x" + std::to_string(i);
     offset_code(os, c, c.inputs[i], var, "    ");
     const Tensor& t = c.tensor_of(c.inputs[i]);
-    const bool half_type = t.dtype == DType::kFloat16 || t.dtype == DType::kBFloat16;
+    const bool half_type = t.dtype == DType::kFloat16 || t.dtype == DType::kBFloat16 || dtype_is_float8(t.dtype);
     const std::string element = t.dtype == DType::kInt4 ? "nibble(t_" + t.name + ", " + var + ")"
                                                         : "t_" + t.name + "[" + var + "]";
     os << "    const " << acc << " v" << i << " = " << var << "_inside ? (" << acc << ")(" << (half_type ? "(float)" : "")

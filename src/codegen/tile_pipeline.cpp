@@ -19,9 +19,17 @@ std::string storage_type(DType t) {
     case DType::kInt8: return "signed char";
     case DType::kInt32: return "int";
     case DType::kInt4: return "unsigned char";  // packed: element e in byte e / 2, low nibble first
+    case DType::kFloat8E4M3: return "__nv_fp8_e4m3";
+    case DType::kFloat8E5M2: return "__nv_fp8_e5m2";
   }
   TMAP_CHECK(false, "generated code does not support dtype " + std::string(dtype_name(t)) + " yet");
   return "";
+}
+
+std::string float_type_includes(const Compute& c) {
+  bool fp8 = false;
+  for (const Tensor& t : c.tensors) fp8 = fp8 || dtype_is_float8(t.dtype);
+  return std::string("#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n") + (fp8 ? "#include <cuda_fp8.h>\n" : "");
 }
 
 namespace pipeline {

@@ -1054,7 +1054,7 @@ KernelSource emit_wgmma(const ImplicitGemm& g, const ScheduleParams& p) {
   configure_launch(w);
   std::ostringstream os;
   emit_header(os, g);
-  os << "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n\n"
+  os << float_type_includes(*g.compute) << "\n"
      << "namespace {\n";
   emit_common_constants(os, g, p, w.k.threads);
   emit_constants(os, w);

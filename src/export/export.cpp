@@ -123,6 +123,8 @@ std::string host_value(DType t, const std::string& v) {
   switch (t) {
     case DType::kFloat16: return "__half2float(" + v + ")";
     case DType::kBFloat16: return "__bfloat162float(" + v + ")";
+    case DType::kFloat8E4M3:
+    case DType::kFloat8E5M2: return "static_cast<double>(static_cast<float>(" + v + "))";
     default: return "static_cast<double>(" + v + ")";
   }
 }
@@ -131,6 +133,8 @@ std::string host_store(DType t, const std::string& v) {
   switch (t) {
     case DType::kFloat16: return "__float2half(" + v + ")";
     case DType::kBFloat16: return "__float2bfloat16(" + v + ")";
+    case DType::kFloat8E4M3: return "__nv_fp8_e4m3(" + v + ")";
+    case DType::kFloat8E5M2: return "__nv_fp8_e5m2(" + v + ")";
     case DType::kInt8: return "static_cast<signed char>(std::lround(" + v + " * 4))";
     case DType::kInt32: return "static_cast<int>(std::lround(" + v + " * 4))";
     default: return v;
@@ -244,7 +248,7 @@ std::string header_text(const std::vector<Piece>& pieces, const std::string& sou
          << "// offset may not be): a null or misaligned one returns cudaErrorInvalidValue, launching nothing.\n"
          << "// Kernels with a split-K reduction or a relayout prologue (operands copied channels-last\n"
          << "// before the kernel) allocate their workspace with cudaMallocAsync on that stream.\n"
-         << "#pragma once\n\n#include <cuda_bf16.h>\n#include <cuda_fp16.h>\n#include <cuda_runtime.h>\n\n"
+         << "#pragma once\n\n#include <cuda_bf16.h>\n#include <cuda_fp16.h>\n#include <cuda_fp8.h>\n#include <cuda_runtime.h>\n\n"
          << "#ifdef __cplusplus\nextern \"C\" {\n#endif\n\n";
   for (const Piece& x : pieces) {
     const Compute& c = *x.g.compute;

@@ -737,6 +737,11 @@ void check_dtypes(ComputeBuilder& b) {
   // With an epilogue the statement's output is not stored: its dtype only names the sums'.
   const TensorDecl& out_decl_dtype = *b.out_decl;
   const Tensor out{out_decl_dtype.name, {}, out_decl_dtype.dtype};
+  if (dtype_is_float8(out.dtype))
+    throw_user_error(out_decl_dtype.dtype_loc,
+                     "output '" + out.name + "' of dtype " + std::string(dtype_name(out.dtype)) +
+                         ": tmap's kernels read 8-bit floats but do not store them yet",
+                     "store the output as float16, bfloat16 or float32");
   c.accumulate = def.accumulate.value_or(out.dtype);
   const SourceLoc& acc_loc = def.accumulate ? def.accumulate_loc : out_decl_dtype.dtype_loc;
   for (const auto& in : c.inputs) {

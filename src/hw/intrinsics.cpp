@@ -14,16 +14,20 @@ std::string ptx_type(DType t) {
     case DType::kFloat32: return "f32";
     case DType::kInt8: return "s8";
     case DType::kInt32: return "s32";
+    case DType::kFloat8E4M3: return "e4m3";
+    case DType::kFloat8E5M2: return "e5m2";
     default: return "";
   }
 }
 
-/// Whether the Tensor Core instructions multiply a x a into d: f16 into f16 or f32, bf16 and
-/// tf32 into f32, s8 into s32.
-bool tensor_core_types(DType a, DType b, DType d) {
+/// Whether the Tensor Core instructions of `family` multiply a x a into d: f16 into f16 or f32,
+/// bf16 and tf32 into f32, s8 into s32, and on wgmma (Hopper) e4m3 and e5m2 into f32.
+bool tensor_core_types(const std::string& family, DType a, DType b, DType d) {
   if (a != b) return false;
   switch (a) {
     case DType::kFloat16: return d == DType::kFloat16 || d == DType::kFloat32;
+    case DType::kFloat8E4M3:
+    case DType::kFloat8E5M2: return family == "wgmma" && d == DType::kFloat32;
     case DType::kBFloat16:
     case DType::kTFloat32: return d == DType::kFloat32;
     case DType::kInt8: return d == DType::kInt32;
@@ -49,7 +53,7 @@ std::string simt_intrinsic(DType a, DType b, DType d) {
 std::string family_intrinsic(const std::string& family, DType a, DType b, DType d) {
   if (family == "wmma") return "nvcuda::wmma::mma_sync";
   if (family == "simt") return simt_intrinsic(a, b, d);
-  if (!tensor_core_types(a, b, d)) return "";
+  if (!tensor_core_types(family, a, b, d)) return "";
   const std::string types = ptx_type(d) + "." + ptx_type(a) + "." + ptx_type(b);
   if (family == "mma_sync") return "mma.sync.aligned.m16n8k" + k_of(a) + ".row.col." + types + "." + ptx_type(d);
   if (family == "wgmma") return "wgmma.mma_async.sync.aligned.m64nNk" + k_of(a) + "." + types;

@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
@@ -31,6 +32,8 @@ double quantize(double v, DType t) {
     case DType::kInt32: return std::round(v);
     case DType::kInt4: return std::round(v * 7);  // [-7, 7]
     case DType::kFloat64: return v;
+    case DType::kFloat8E4M3: return static_cast<double>(static_cast<float>(__nv_fp8_e4m3(static_cast<float>(v))));
+    case DType::kFloat8E5M2: return static_cast<double>(static_cast<float>(__nv_fp8_e5m2(static_cast<float>(v))));
   }
   return v;
 }
@@ -71,6 +74,8 @@ std::vector<unsigned char> encode_values(const std::vector<double>& values, DTyp
       case DType::kInt8: put(static_cast<signed char>(v)); break;
       case DType::kInt32: put(static_cast<int>(v)); break;
       case DType::kInt4: break;  // packed above
+      case DType::kFloat8E4M3: put(__nv_fp8_e4m3(static_cast<float>(v))); break;
+      case DType::kFloat8E5M2: put(__nv_fp8_e5m2(static_cast<float>(v))); break;
     }
   }
   return out;
@@ -92,6 +97,8 @@ std::vector<double> decode_values(const std::vector<unsigned char>& bytes, DType
         out[i] = static_cast<signed char>(i % 2 ? byte & 0xF0 : byte << 4) >> 4;
         break;
       }
+      case DType::kFloat8E4M3: { __nv_fp8_e4m3 f; std::memcpy(&f, &bytes[i], 1); out[i] = static_cast<float>(f); break; }
+      case DType::kFloat8E5M2: { __nv_fp8_e5m2 f; std::memcpy(&f, &bytes[i], 1); out[i] = static_cast<float>(f); break; }
     }
   }
   return out;
@@ -319,7 +326,9 @@ std::vector<double> gpu_reference(Workspace& ws, const std::vector<char>& cubin)
 double verification_tolerance(const HwAbstraction& hw) {
   switch (hw.a_dtype) {
     case DType::kFloat16:
-    case DType::kBFloat16: return 1e-2;
+    case DType::kBFloat16:
+    case DType::kFloat8E4M3:  // products exact in float32; the error is the output's rounding
+    case DType::kFloat8E5M2: return 1e-2;
     case DType::kTFloat32: return 1e-3;
     case DType::kFloat32: return 1e-5;
     case DType::kFloat64: return 1e-9;

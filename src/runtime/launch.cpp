@@ -23,7 +23,9 @@ int tensor_map_type(DType t) {
     case DType::kTFloat32: return CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
     case DType::kInt32: return CU_TENSOR_MAP_DATA_TYPE_INT32;
     case DType::kFloat64: return CU_TENSOR_MAP_DATA_TYPE_FLOAT64;
-    case DType::kInt8: return CU_TENSOR_MAP_DATA_TYPE_UINT8;  // bytes copied as they are
+    case DType::kInt8:
+    case DType::kFloat8E4M3:
+    case DType::kFloat8E5M2: return CU_TENSOR_MAP_DATA_TYPE_UINT8;  // bytes copied as they are
     case DType::kInt4: break;
   }
   throw InternalError("a tensor map of packed int4 was generated");

@@ -17,7 +17,9 @@ double dtype_rate(DType a) {
     case DType::kFloat16:
     case DType::kBFloat16: return 1.0;
     case DType::kTFloat32: return 0.5;
-    case DType::kInt8: return 2.0;
+    case DType::kInt8:
+    case DType::kFloat8E4M3:
+    case DType::kFloat8E5M2: return 2.0;
     case DType::kInt4: return 2.0;  // sub-byte WMMA is emulated at int8 rate or below on sm_90
     case DType::kFloat64: return 1.0 / 16;
     default: return 1.0;

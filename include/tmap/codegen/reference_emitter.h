@@ -12,5 +12,8 @@ KernelSource emit_reference_kernel(const Compute& c);
 
 /// The C++ type a tensor of this dtype is stored as in generated code ("half", "float", ...).
 std::string storage_type(DType t);
+/// The CUDA headers of the 16-bit float types, and of the 8-bit ones where a tensor of `c` is
+/// stored in one (cuda_fp8.h is left out elsewhere: NVRTC reads it for every kernel that names it).
+std::string float_type_includes(const Compute& c);
 
 }  // namespace tmap
