@@ -399,8 +399,9 @@ int main(int argc, char** argv) {
       row.workload_key = tmap::make_workload(c).key;
       row.gflop = 2.0 * c.iteration_points() / 1e9;
       for (const auto& t : c.tensors) row.bytes += static_cast<double>(t.num_elements()) * tmap::dtype_bits(t.dtype) / 8;
-      trace(name + ": reference");
+      trace(name + ": inputs");
       tmap::Workspace ws(c, 2024);
+      trace(name + ": reference kernel");
       const std::vector<double> ref = tmap::gpu_reference(ws, compiler);
       trace(name + ": tmap's kernel");
       std::vector<double> tmap_out;

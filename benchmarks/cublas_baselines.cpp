@@ -146,12 +146,15 @@ std::optional<Baseline> cublas_baseline(const Compute& c, tmap::Workspace& ws, c
   cublas_ok(cublasCreate(&blas), "cublasCreate");
   std::unique_ptr<cublasContext, decltype(&cublasDestroy)> blas_owner(blas, &cublasDestroy);
   cublas_ok(cublasSetWorkspace(blas, scratch.p, ws_bytes), "cublasSetWorkspace");
-  if (opname != "gemm") {  // row-major C = op(A) op(B) as column-major C^T = op(B)^T op(A)^T
+  // Row-major C = op(A) op(B) as column-major C^T = op(B)^T op(A)^T.
+  const cublasOperation_t opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N, opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const bool plain = opname == "gemm" || opname == "gemm_nt" || opname == "gemm_tn" || opname == "gemm_tt";
+  if (!plain) {  // batched_gemm, gemv
     consider("cublasGemmStridedBatchedEx", [&](void* stream) {
       cublasSetStream(blas, static_cast<cudaStream_t>(stream));
-      return cublasGemmStridedBatchedEx(blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K,
-                                        alpha, B, types.in, tb ? K : N, static_cast<long long>(K) * N, A, types.in,
-                                        ta ? M : K, static_cast<long long>(M) * K, beta, out.p, types.out, N,
+      return cublasGemmStridedBatchedEx(blas, opb, opa, N, M, K, alpha, B, types.in, tb ? K : N,
+                                        static_cast<long long>(K) * N, A, types.in, ta ? M : K,
+                                        static_cast<long long>(M) * K, beta, out.p, types.out, N,
                                         static_cast<long long>(M) * N, batch, types.compute,
                                         CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS
                  ? 0
@@ -161,14 +164,14 @@ std::optional<Baseline> cublas_baseline(const Compute& c, tmap::Workspace& ws, c
   }
   consider("cublasGemmEx", [&](void* stream) {
     cublasSetStream(blas, static_cast<cudaStream_t>(stream));
-    return cublasGemmEx(blas, CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, alpha, B, types.in, N, A, types.in, K, beta, out.p,
+    return cublasGemmEx(blas, opb, opa, N, M, K, alpha, B, types.in, tb ? K : N, A, types.in, ta ? M : K, beta, out.p,
                         types.out, N, types.compute, CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS
                ? 0
                : static_cast<int>(cudaErrorUnknown);
   });
 
   LtGemm g;
-  g.M = M, g.N = N, g.K = K, g.A = A, g.B = B, g.C = out.p, g.D = out.p, g.types = types;
+  g.M = M, g.N = N, g.K = K, g.ta = ta, g.tb = tb, g.A = A, g.B = B, g.C = out.p, g.D = out.p, g.types = types;
   lt_candidates(g, scratch.p, ws_bytes, "cublasLt heuristic", s);
   if (tmap::dtype_is_float8(c.tensor_of(c.inputs[0]).dtype)) {
     g.fast_accum = 1;

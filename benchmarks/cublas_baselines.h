@@ -12,8 +12,8 @@
 
 namespace bench {
 
-/// cublasLt's heuristic candidates and cublasGemmEx (cublasGemmStridedBatchedEx for the other
-/// GEMM ops) for C[M,N] = A[M,K] * B[K,N] (row-major, in the compute's dtypes: float16 and
+/// cublasLt's heuristic candidates and cublasGemmEx for gemm, gemm_nt, gemm_tn and gemm_tt
+/// (cublasGemmStridedBatchedEx for batched_gemm and gemv) for C[M,N] = A[M,K] * B[K,N] (row-major, in the compute's dtypes: float16 and
 /// bfloat16 and 8-bit floats summed in float32, float32 in tf32, int8 in int32): in cuBLAS's column-major terms
 /// C^T = B^T A^T. With `post`, each candidate is followed by it. A std::runtime_error when cuBLAS
 /// has no type for a dtype.
