@@ -168,6 +168,13 @@ struct Row {
   }
 };
 
+/// A text field of the CSV: its commas become semicolons, so that readers (make_results.sh's
+/// awk among them) split rows on commas alone.
+std::string csv_text(std::string s) {
+  std::replace(s.begin(), s.end(), ',', ';');
+  return s;
+}
+
 /// Today's date in UTC, as YYYY-MM-DD.
 std::string utc_date() {
   const std::time_t now = std::time(nullptr);
@@ -498,26 +505,26 @@ int main(int argc, char** argv) {
              "speedup_cold,pct_peak,tmap_rel_l2,baseline_vs_tmap_rel_l2,note,other_layout_baseline,other_layout_us,"
              "speedup_vs_fastest_layout,tmap_cold_gbs,pct_copy_bandwidth,unfused_baseline,unfused_us,speedup_vs_unfused\n";
       for (const auto& r : rows) {
-        csv << r.name << "," << r.workload_key << "," << r.gflop << ",";
+        csv << csv_text(r.name) << "," << r.workload_key << "," << r.gflop << ",";
         if (r.tmap) csv << r.tmap->warm_us << "," << r.tmap->cold_us << "," << r.gflop / r.tmap->warm_us * 1e3;
         else csv << ",,";
         csv << ",";
-        if (r.baseline) csv << r.baseline->name << "," << r.baseline->time.warm_us << "," << r.baseline->time.cold_us;
+        if (r.baseline) csv << csv_text(r.baseline->name) << "," << r.baseline->time.warm_us << "," << r.baseline->time.cold_us;
         else csv << ",,";
         csv << ",";
         if (r.tmap && r.baseline)
           csv << r.baseline->time.warm_us / r.tmap->warm_us << "," << r.baseline->time.cold_us / r.tmap->cold_us << ","
               << r.gflop / r.tmap->warm_us * 1e3 / peak_tflops * 100;
         else csv << ",,";
-        csv << "," << (r.tmap ? r.tmap_err : 0) << "," << (r.baseline ? r.baseline->err_tmap : 0) << "," << r.note;
-        if (r.other) csv << "," << r.other->name << "," << r.other->time.warm_us;
+        csv << "," << (r.tmap ? r.tmap_err : 0) << "," << (r.baseline ? r.baseline->err_tmap : 0) << "," << csv_text(r.note);
+        if (r.other) csv << "," << csv_text(r.other->name) << "," << r.other->time.warm_us;
         else csv << ",,";
         csv << ",";
         if (r.tmap && r.fastest()) csv << r.fastest()->time.warm_us / r.tmap->warm_us;
         csv << ",";
         if (r.tmap && bandwidth) csv << gbs(r) << "," << gbs(r) / copy_gbs * 100;
         else csv << ",";
-        if (r.unfused) csv << "," << r.unfused->name << "," << r.unfused->time.warm_us << ",";
+        if (r.unfused) csv << "," << csv_text(r.unfused->name) << "," << r.unfused->time.warm_us << ",";
         else csv << ",,,";
         if (r.tmap && r.unfused) csv << r.unfused->time.warm_us / r.tmap->warm_us;
         csv << "\n";

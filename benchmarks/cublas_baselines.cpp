@@ -175,7 +175,7 @@ std::optional<Baseline> cublas_baseline(const Compute& c, tmap::Workspace& ws, c
   lt_candidates(g, scratch.p, ws_bytes, "cublasLt heuristic", s);
   if (tmap::dtype_is_float8(c.tensor_of(c.inputs[0]).dtype)) {
     g.fast_accum = 1;
-    lt_candidates(g, scratch.p, ws_bytes, "cublasLt heuristic, fast accumulation", s);
+    lt_candidates(g, scratch.p, ws_bytes, "cublasLt heuristic (fast accumulation)", s);
   }
   return s.result();
 }
