@@ -43,11 +43,13 @@ for t in skinny_gemm:skinny_gemm:9 depthwise_conv2d:depthwise_b1:7 depthwise_con
     grep -q "\"key\":\"$key\"" "$src/$log" || { echo "$name ($key) is not in $log"; exit 1; }
   done <<<"$rows"
 done
-# Workload tables with fused epilogues: each workload has a record to replay (the fused batch-1
+# Workload tables, fused and LLM GEMMs: each workload has a record to replay (the fused batch-1
 # table's are the bare batch-1 log's schedules, which tmap_bench applies with the epilogue).
-for t in resnet50_fused_b1_nhwc:resnet50_b1:25 resnet50_fused_b16_nhwc:resnet50_fused_b16:25 transformer_ffn:transformer_ffn:6; do
+# The LLM GEMM tables (bfloat16, fp8) were tuned on an H200.
+for t in resnet50_fused_b1_nhwc:h100_resnet50_b1:25 resnet50_fused_b16_nhwc:h100_resnet50_fused_b16:25 \
+         transformer_ffn:h100_transformer_ffn:6 llm_gemm:h200_llm_gemm:13 fp8_gemm:h200_fp8_gemm:13; do
   IFS=: read -r table logname count <<<"$t"
-  log=logs/h100_$logname.jsonl
+  log=logs/$logname.jsonl
   rows=$("$bench" --table "$src/benchmarks/workloads/$table.json" --log "$src/$log" --print-workloads)
   [ "$(wc -l <<<"$rows")" -eq "$count" ] || { echo "expected $count $table workloads"; exit 1; }
   while read -r name key op sets; do
@@ -74,7 +76,7 @@ for dtypes in "bfloat16 --out-dtype bfloat16" "int8" "float32"; do
   grep -q "\"key\":\"$key\"" "$build/bench_check.jsonl" || { echo "tmap tune --dtype $dtypes logs $name under another key"; exit 1; }
   rm -f "$build/bench_check.jsonl"
 done
-for log in "$src"/logs/h100_*.jsonl; do
+for log in "$src"/logs/h100_*.jsonl "$src"/logs/h200_*.jsonl; do
   "$tmap" replay "$log" --arch sm_90 >/dev/null 2>&1 || { echo "replay of $log failed"; "$tmap" replay "$log" --arch sm_90; exit 1; }
 done
 echo "bench_check: ok"
