@@ -274,7 +274,8 @@ int main(int argc, char** argv) {
   app.add_option("--only", only, "Only the workload of this name");
   app.add_option("--dtype", in_dtype,
                  "Inputs' dtype of tmap and the baselines alike: float16 (default; a workload table's own), "
-                 "bfloat16, float32 (tf32 Tensor Cores), int8 (cuBLAS only: cuDNN has no int32-output convolution)");
+                 "bfloat16, float32 (tf32 Tensor Cores), int8 (cuDNN writes its sums as float32), float8_e4m3 and "
+                 "float8_e5m2 (cuBLASLt, gemm_nt)");
   app.add_option("--out-dtype", out_dtype,
                  "Output dtype of tmap and the baselines alike (default float16 for float16 inputs, as cuDNN and "
                  "cuBLAS users run them; a wider one where the inputs' sums need it, e.g. int32 for int8)");

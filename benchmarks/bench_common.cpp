@@ -107,6 +107,10 @@ void trace(const std::string& what) {
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), what.c_str());
 }
 
+cudnnDataType_t conv_compute_type(const ConvShape& s) {
+  return tmap::dtype_is_float(s.in_dtype) ? CUDNN_DATA_FLOAT : CUDNN_DATA_INT32;
+}
+
 ConvShape conv_shape(const Compute& c, int rank, bool nhwc) {
   auto param = [&](const std::string& name) { return param_of(c, name); };
   ConvShape s;
@@ -119,9 +123,9 @@ ConvShape conv_shape(const Compute& c, int rank, bool nhwc) {
   s.in_dtype = c.tensor_of(c.inputs[0]).dtype, s.out_dtype = c.tensor_of(c.output).dtype;
   if (c.tensor_of(c.inputs[1]).dtype != s.in_dtype)
     throw std::runtime_error("cuDNN takes an input and a filter of one dtype");
-  if (!tmap::dtype_is_float(s.in_dtype))
-    throw std::runtime_error("cuDNN's integer convolutions write " + std::string("int8 or float32, not the int32 sums tmap "
-                             "keeps: no baseline"));
+  // cuDNN writes an int8 convolution's int32 sums as float32 (or requantized int8): the same
+  // bytes as tmap's int32, and exact for sums below 2^24, as these inputs' are.
+  if (s.in_dtype == tmap::DType::kInt8) s.out_dtype = tmap::DType::kFloat32;
   const int pad = param("pad"), stride = param("stride"), dil = param("dil");
   if (rank == 1) {  // height 1, no padding along it
     s.in = {1, param("W")}, s.filter = {1, param("S")};

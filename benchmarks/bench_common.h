@@ -122,11 +122,15 @@ struct ConvShape {
   int n = 1, c = 1, k = 1, groups = 1;
   std::vector<int> in, filter, pad, stride, dil;  ///< Per spatial dimension, outermost first.
   bool tmap_channels_last = false;
-  /// The data's dtypes (the input's, the filter being the same) and the output's.
+  /// The data's dtypes (the input's, the filter being the same) and cuDNN's output's.
   tmap::DType in_dtype = tmap::DType::kFloat16, out_dtype = tmap::DType::kFloat16;
 };
 
+/// The convolution of `c` (of `rank` spatial dimensions, tmap's tensors channels-last with
+/// `nhwc`) as cuDNN runs it; an int8 one writes float32.
 ConvShape conv_shape(const Compute& c, int rank, bool nhwc);
+/// The type cuDNN sums a convolution's products in: float32, or int32 for int8 inputs.
+cudnnDataType_t conv_compute_type(const ConvShape& s);
 
 /// [outer][channels][inner] <-> [outer][inner][channels] (channels-first to channels-last, or back
 /// with `to_last` false).

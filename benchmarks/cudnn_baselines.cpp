@@ -45,7 +45,7 @@ std::optional<BackendDesc> conv_operation(const ConvShape& shape, bool channels_
   const std::int64_t spatial = static_cast<std::int64_t>(shape.in.size());
   std::vector<std::int64_t> pad(shape.pad.begin(), shape.pad.end()), stride(shape.stride.begin(), shape.stride.end()),
       dil(shape.dil.begin(), shape.dil.end());
-  const cudnnDataType_t comp = CUDNN_DATA_FLOAT;
+  const cudnnDataType_t comp = conv_compute_type(shape);
   const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
   cudnn_ok(conv.set(CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, &comp), "conv comp type");
   cudnn_ok(conv.set(CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, &mode), "conv mode");
@@ -247,7 +247,7 @@ struct LegacyConv {
     cudnn_ok(cudnnSetTensorNdDescriptorEx(x, fmt, cudnn_type(shape.in_dtype), nb, xdims.data()), "x");
     cudnn_ok(cudnnSetFilterNdDescriptor(w, cudnn_type(shape.in_dtype), fmt, nb, wdims.data()), "w");
     cudnn_ok(cudnnSetConvolutionNdDescriptor(conv, nb - 2, shape.pad.data(), shape.stride.data(), shape.dil.data(),
-                                             CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
+                                             CUDNN_CROSS_CORRELATION, conv_compute_type(shape)),
              "conv");
     cudnn_ok(cudnnSetConvolutionMathType(conv, CUDNN_TENSOR_OP_MATH), "math type");
     cudnn_ok(cudnnSetConvolutionGroupCount(conv, shape.groups), "group count");

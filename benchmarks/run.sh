@@ -11,8 +11,8 @@
 # cuDNN or cuBLAS (a fused one against their fused calls and the unfused sequence) and adds the
 # model's weighted total.
 # plus, for the fixed tables, [--dtype float16|bfloat16|float32|int8]: the inputs' dtype of tmap and
-# the baselines (default float16; float32 runs on tf32 Tensor Cores; int8 has cuBLAS baselines
-# only), naming the results <name>_<dtype> and the default log logs/h100_<table>_<dtype>.jsonl for
+# the baselines (default float16; float32 runs on tf32 Tensor Cores; cuDNN writes int8
+# convolutions' sums as float32), naming the results <name>_<dtype> and the default log logs/h100_<table>_<dtype>.jsonl for
 # another dtype than float16; and [--out-dtype D]: the output dtype (default the inputs' for 16-bit
 # floats, else the sums': float32, int32). A workload whose log holds only a record of another
 # output dtype replays that record's schedule (noted in the table) instead of being tuned again.
