@@ -45,6 +45,8 @@ TEST(HwAbstraction, ShipsTheWmmaMmaSyncWgmmaAndSimtFamilies) {
       {"simt_fp32_fp32", DType::kFloat32, DType::kFloat32, {"1x1x1"}, all_layouts, 70},
       {"simt_int8_int32", DType::kInt8, DType::kInt32, {"1x1x4"}, all_layouts, 70},
       {"wgmma_bf16_fp32", DType::kBFloat16, DType::kFloat32, {"64x8x16"}, all_layouts, 90},
+      {"wgmma_e4m3_fp32", DType::kFloat8E4M3, DType::kFloat32, {"64x8x32"}, {"ntn"}, 90},
+      {"wgmma_e5m2_fp32", DType::kFloat8E5M2, DType::kFloat32, {"64x8x32"}, {"ntn"}, 90},
       {"wgmma_fp16_fp32", DType::kFloat16, DType::kFloat32, {"64x8x16"}, all_layouts, 90},
       {"wgmma_int8_int32", DType::kInt8, DType::kInt32, {"64x8x32"}, {"ntn"}, 90},
       {"wgmma_tf32_fp32", DType::kTFloat32, DType::kFloat32, {"64x8x8"}, {"ntn"}, 90},
