@@ -23,6 +23,13 @@ for batch in 1 16 256; do
     done <<<"$conv"
   done
 done
+# The bfloat16 table of ResNet-18 at batch 16, NHWC (tuned on an H200).
+conv=$("$bench" --table "$src/benchmarks/workloads/resnet18_conv2d.json" --batch 16 --dtype bfloat16 \
+  --log "$src/logs/h200_resnet18_b16_bfloat16.jsonl" --print-workloads)
+[ "$(wc -l <<<"$conv")" -eq 12 ] || { echo "expected 12 bfloat16 conv workloads"; exit 1; }
+while read -r name key op sets; do
+  grep -q "\"key\":\"$key\"" "$src/logs/h200_resnet18_b16_bfloat16.jsonl" || { echo "$name bf16 ($key) is not logged"; exit 1; }
+done <<<"$conv"
 # The conv1d (batch 1, 16) and conv3d (batch 1) tables, channels first.
 for t in conv1d_b1 conv1d_b16 conv3d_b1; do
   table=${t%_b*} batch=${t#*_b} log=logs/h100_$t.jsonl
