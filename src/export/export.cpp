@@ -248,7 +248,8 @@ std::string header_text(const std::vector<Piece>& pieces, const std::string& sou
          << "// offset may not be): a null or misaligned one returns cudaErrorInvalidValue, launching nothing.\n"
          << "// Kernels with a split-K reduction or a relayout prologue (operands copied channels-last\n"
          << "// before the kernel) allocate their workspace with cudaMallocAsync on that stream.\n"
-         << "#pragma once\n\n#include <cuda_bf16.h>\n#include <cuda_fp16.h>\n#include <cuda_fp8.h>\n#include <cuda_runtime.h>\n\n"
+         << "#pragma once\n\n#include <cuda_bf16.h>\n#include <cuda_fp16.h>\n#include <cuda_fp8.h>\n"
+         << "#include <cuda_runtime.h>\n\n"
          << "#ifdef __cplusplus\nextern \"C\" {\n#endif\n\n";
   for (const Piece& x : pieces) {
     const Compute& c = *x.g.compute;
