@@ -41,12 +41,30 @@ class Scalars {
   const void* beta() const { return at(1); }
 
  private:
-  const void* at(int i) const { return type_ == CUDA_R_32I ? &i_[i] : type_ == CUDA_R_64F ? static_cast<const void*>(&d_[i]) : &f_[i]; }
+  const void* at(int i) const {
+    if (type_ == CUDA_R_32I) return &i_[i];
+    if (type_ == CUDA_R_64F) return &d_[i];
+    return &f_[i];
+  }
   cudaDataType_t type_;
   float f_[2];
   int i_[2];
   double d_[2];
 };
+
+/// How a GEMM op (the compute's name) stores A and B: gemm_tn / gemm_tt keep A as [K, M],
+/// gemm_nt / gemm_tt keep B as [N, K]; `plain` for those four (batched_gemm and gemv are not).
+struct GemmOp {
+  bool plain = false, ta = false, tb = false;
+};
+
+GemmOp gemm_op(const std::string& opname) {
+  GemmOp g;
+  g.plain = opname == "gemm" || opname == "gemm_nt" || opname == "gemm_tn" || opname == "gemm_tt";
+  g.ta = opname == "gemm_tn" || opname == "gemm_tt";
+  g.tb = opname == "gemm_nt" || opname == "gemm_tt";
+  return g;
+}
 
 /// A GEMM as cuBLASLt runs it: row-major C[M,N] = op(A) op(B) as column-major
 /// C^T = op(B)^T op(A)^T, D = epilogue(alpha op(A) op(B) + beta C + bias).
@@ -120,10 +138,11 @@ int lt_candidates(const LtGemm& g, void* scratch, std::size_t ws_bytes, const st
 std::optional<Baseline> cublas_baseline(const Compute& c, tmap::Workspace& ws, const std::vector<double>& ref,
                                         const std::vector<double>& tmap_out, int graph_runs, const PostOps* post) {
   auto param = [&](const std::string& name) { return param_of(c, name); };
-  // The op (c.name) says how A and B are stored: gemm_tn / gemm_tt keep A as [K, M], gemm_nt /
-  // gemm_tt keep B as [N, K]; batched_gemm has BATCH such products, gemv is N = 1.
+  // The op (c.name) says how A and B are stored (gemm_op); batched_gemm has BATCH such products,
+  // gemv is N = 1.
   const std::string& opname = c.name;
-  const bool ta = opname == "gemm_tn" || opname == "gemm_tt", tb = opname == "gemm_nt" || opname == "gemm_tt";
+  const GemmOp op = gemm_op(opname);
+  const bool ta = op.ta, tb = op.tb;
   const int batch = opname == "batched_gemm" ? param("BATCH") : 1;
   const int M = param("M"), N = opname == "gemv" ? 1 : param("N"), K = param("K");
   const void* A = ws.device(c.inputs[0].tensor);
@@ -148,8 +167,7 @@ std::optional<Baseline> cublas_baseline(const Compute& c, tmap::Workspace& ws, c
   cublas_ok(cublasSetWorkspace(blas, scratch.p, ws_bytes), "cublasSetWorkspace");
   // Row-major C = op(A) op(B) as column-major C^T = op(B)^T op(A)^T.
   const cublasOperation_t opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N, opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const bool plain = opname == "gemm" || opname == "gemm_nt" || opname == "gemm_tn" || opname == "gemm_tt";
-  if (!plain) {  // batched_gemm, gemv
+  if (!op.plain) {  // batched_gemm, gemv
     consider("cublasGemmStridedBatchedEx", [&](void* stream) {
       cublasSetStream(blas, static_cast<cudaStream_t>(stream));
       return cublasGemmStridedBatchedEx(blas, opb, opa, N, M, K, alpha, B, types.in, tb ? K : N,
@@ -197,9 +215,9 @@ std::optional<cublasLtEpilogue_t> lt_epilogue(tmap::EpiOp act, bool bias) {
 std::optional<Baseline> cublaslt_fused_baseline(const Compute& c, tmap::Workspace& ws, const EpilogueView& v,
                                                 const std::vector<double>& ref, const std::vector<double>& tmap_out,
                                                 int graph_runs, std::string& note) {
-  const std::string& opname = c.name;
-  if (opname != "gemm" && opname != "gemm_nt" && opname != "gemm_tn" && opname != "gemm_tt") {
-    note = "cuBLASLt epilogue: not for " + opname;
+  const GemmOp op = gemm_op(c.name);
+  if (!op.plain) {
+    note = "cuBLASLt epilogue: not for " + c.name;
     return std::nullopt;
   }
   const std::optional<BiasActForm> form = bias_act_form(c, v, 1);
@@ -210,7 +228,7 @@ std::optional<Baseline> cublaslt_fused_baseline(const Compute& c, tmap::Workspac
     note = "cuBLASLt epilogue: not act(alpha * A B + bias + residual) with relu or gelu_tanh";
     return std::nullopt;
   }
-  const bool ta = opname == "gemm_tn" || opname == "gemm_tt", tb = opname == "gemm_nt" || opname == "gemm_tt";
+  const bool ta = op.ta, tb = op.tb;
   const int M = param_of(c, "M"), N = param_of(c, "N"), K = param_of(c, "K");
   const void* A = ws.device(c.inputs[0].tensor);
   const void* B = ws.device(c.inputs[1].tensor);
