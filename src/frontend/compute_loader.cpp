@@ -138,43 +138,47 @@ void set_epilogue(ComputeDef& def, std::string_view text, const Locator& locate,
   def.epilogue = parse_epilogue(text, locate);
 }
 
-void set_output_dtype(ComputeDef& def, DType dtype, const SourceLoc& loc) {
-  auto out = std::find_if(def.tensors.begin(), def.tensors.end(),
-                          [&](const TensorDecl& t) { return t.name == def.statement.output.tensor; });
-  if (out == def.tensors.end())
-    throw_user_error(loc, "compute '" + def.name + "' declares no output tensor '" + def.statement.output.tensor + "'",
+namespace {
+
+/// The declaration of tensor `name` (the statement's `role`: "tensor", "output tensor"); a
+/// UserError at `loc` when the definition declares none.
+TensorDecl& declared(ComputeDef& def, const std::string& name, const char* role, const SourceLoc& loc) {
+  auto it = std::find_if(def.tensors.begin(), def.tensors.end(), [&](const TensorDecl& t) { return t.name == name; });
+  if (it == def.tensors.end())
+    throw_user_error(loc, "compute '" + def.name + "' declares no " + role + " '" + name + "'",
                      "declare it under \"tensors\"");
+  return *it;
+}
+
+}  // namespace
+
+void set_output_dtype(ComputeDef& def, DType dtype, const SourceLoc& loc) {
+  TensorDecl& out = declared(def, def.statement.output.tensor, "output tensor", loc);
   if (!def.accumulate) {  // the sums stay in the dtype the definition stored them in
-    def.accumulate = out->dtype;
-    def.accumulate_loc = out->dtype_loc;
+    def.accumulate = out.dtype;
+    def.accumulate_loc = out.dtype_loc;
   }
-  out->dtype = dtype;
-  out->dtype_loc = loc;
+  out.dtype = dtype;
+  out.dtype_loc = loc;
 }
 
 void set_input_dtype(ComputeDef& def, DType dtype, const SourceLoc& loc) {
   if (!dtype_is_storage(dtype)) throw_user_error(loc, kNotStorage, kNotStorageFix);
-  auto decl = [&](const std::string& name) {
-    auto it = std::find_if(def.tensors.begin(), def.tensors.end(), [&](const TensorDecl& t) { return t.name == name; });
-    if (it == def.tensors.end())
-      throw_user_error(loc, "compute '" + def.name + "' declares no tensor '" + name + "'", "declare it under \"tensors\"");
-    return it;
-  };
   for (const AccessDecl& in : def.statement.inputs) {
-    auto t = decl(in.tensor);
-    t->dtype = dtype;
-    t->dtype_loc = loc;
+    TensorDecl& t = declared(def, in.tensor, "tensor", loc);
+    t.dtype = dtype;
+    t.dtype_loc = loc;
   }
-  auto out = decl(def.statement.output.tensor);
-  const DType sums = def.accumulate ? *def.accumulate : out->dtype;
+  TensorDecl& out = declared(def, def.statement.output.tensor, "tensor", loc);
+  const DType sums = def.accumulate ? *def.accumulate : out.dtype;
   if (dtype_accumulates(dtype, sums)) return;
   const DType natural = !dtype_is_float(dtype) ? DType::kInt32 : dtype == DType::kFloat64 ? DType::kFloat64 : DType::kFloat32;
   if (def.accumulate) {
     def.accumulate = natural;
     def.accumulate_loc = loc;
   }
-  out->dtype = natural;
-  out->dtype_loc = loc;
+  out.dtype = natural;
+  out.dtype_loc = loc;
 }
 
 void set_dtypes(ComputeDef& def, const std::string& inputs, const std::string& output, const std::string& inputs_name,

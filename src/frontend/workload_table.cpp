@@ -113,9 +113,11 @@ void read_table_header(const JsonReader& r, const ordered_json& doc, WorkloadTab
   string_member("source", t.source);
   string_member("dtype", t.dtype);
   string_member("out_dtype", t.out_dtype);
-  if (!t.dtype.empty() && !parse_dtype(t.dtype))
-    r.fail_value("/dtype", "unknown dtype '" + t.dtype + "'", "supported dtypes: " + supported_dtype_names());
-  if (!t.dtype.empty() && !dtype_is_storage(*parse_dtype(t.dtype))) r.fail_value("/dtype", kNotStorage, kNotStorageFix);
+  if (!t.dtype.empty()) {
+    const std::optional<DType> in = parse_dtype(t.dtype);
+    if (!in) r.fail_value("/dtype", "unknown dtype '" + t.dtype + "'", "supported dtypes: " + supported_dtype_names());
+    if (!dtype_is_storage(*in)) r.fail_value("/dtype", kNotStorage, kNotStorageFix);
+  }
   if (!parse_dtype(t.out_dtype))
     r.fail_value("/out_dtype", "unknown dtype '" + t.out_dtype + "'", "supported dtypes: " + supported_dtype_names());
   if (doc.contains("batch")) {
