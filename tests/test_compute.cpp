@@ -278,7 +278,7 @@ TEST(Compute, EveryUserErrorNamesItsInput) {
        {}, "output 'C' of dtype int32 cannot store sums accumulated in float32", "test.json:5:37"},
       {"set unknown", file(kStmt), {"Q=3"}, "unknown parameter 'Q' of compute 'test'", "--set:1:1"},
       {"set malformed", file(kStmt), {"M:3"}, "--set expects NAME=VALUE, got 'M:3'", "--set:1:1"},
-      {"set not integer", file(kStmt), {"M=3.5"}, "the value of parameter 'M' must be an integer, got '3.5'", "--set:1:3"},
+      {"set not integer", file(kStmt), {"M=3.5"}, "the value of parameter 'M' must be an integer or a range LO..HI, got '3.5'", "--set:1:3"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name + ": " + c.json);

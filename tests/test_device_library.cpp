@@ -515,7 +515,7 @@ TEST_F(DeviceTest, TmaLoadsASwizzledBoxThatSwizzleAtomsReads) {
   m.traversal[0] = m.traversal[1] = 1;
   void* slots[2] = {d_src, out};
   const void* kernels[1] = {reinterpret_cast<const void*>(k)};
-  const cudaError_t e = tmap_plan_launch(&plan, kernels, slots, nullptr);
+  const cudaError_t e = tmap_plan_launch(&plan, kernels, slots, 0, nullptr);
   if (e == cudaErrorNotSupported) GTEST_SKIP() << "the driver cannot encode tensor maps";
   ASSERT_EQ(e, cudaSuccess) << cudaGetErrorString(e);
   const std::vector<unsigned short> got = download(out, 8 * 64);

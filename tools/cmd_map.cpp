@@ -39,9 +39,16 @@ void print_text(const Compute& c, const MatchReport& r) {
   std::printf("workload %s: %s\n", c.name.c_str(), c.statement_text().c_str());
   if (!c.epilogue.empty()) std::printf("  epilogue: %s\n", c.epilogue_text().c_str());
   std::string spatial, reduction;
-  for (const auto& it : c.iters)
-    (it.kind == IterKind::kSpatial ? spatial : reduction) += " " + it.name + "=" + std::to_string(it.extent);
+  for (std::size_t i = 0; i < c.iters.size(); ++i) {
+    const Iterator& it = c.iters[i];
+    const bool varies = c.dynamic.iter == static_cast<int>(i);
+    (it.kind == IterKind::kSpatial ? spatial : reduction) +=
+        " " + it.name + "=" + (varies ? std::to_string(c.dynamic.lo) + ".." : "") + std::to_string(it.extent);
+  }
   std::printf("  spatial:%s   reduction:%s\n", spatial.c_str(), reduction.empty() ? " none" : reduction.c_str());
+  if (c.dynamic.active())
+    std::printf("  '%s' takes its size at run time (%s); shapes below are the largest\n",
+                c.iters[c.dynamic.iter].name.c_str(), c.dynamic.param.c_str());
   for (std::size_t t = 0; t < c.tensors.size(); ++t) {
     const Tensor& tensor = c.tensors[t];
     const bool narrowed = static_cast<int>(t) == c.output.tensor && c.accumulate != tensor.dtype;

@@ -53,6 +53,7 @@ std::map<std::string, std::int64_t> parse_dims(const std::vector<std::string>& a
   std::map<std::string, std::int64_t> out;
   for (const ParamOverride& p : parse_param_overrides(args)) {
     if (p.value < 1) bad("--dim " + p.name, "a dimension must be positive, not " + std::to_string(p.value), "give --dim NAME=VALUE with VALUE >= 1");
+    if (p.range) bad("--dim " + p.name, "an imported model takes one size per dimension", "give --dim NAME=VALUE");
     out[p.name] = p.value;
   }
   return out;

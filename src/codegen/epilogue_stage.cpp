@@ -102,18 +102,20 @@ void emit_operand_loads(std::ostringstream& os, const ImplicitGemm& g, int i, in
 
 std::string output_params(const ImplicitGemm& g, const std::string& out_type) {
   const Compute& c = *g.compute;
-  if (c.epilogue.empty()) return out_type + "* __restrict__ out";
+  const std::string size = g.dynamic() ? ", const int size" : "";
+  if (c.epilogue.empty()) return out_type + "* __restrict__ out" + size;
   std::string s = out_type + "* __restrict__ out_data";
   for (std::size_t i = 0; i < c.epilogue.operands.size(); ++i)
     s += ", const " + storage_type(c.tensor_of(c.epilogue.operands[i]).dtype) + "* __restrict__ " +
          operand_name(static_cast<int>(i));
-  return s;
+  return s + size;
 }
 
 std::string output_bundle(const ImplicitGemm& g) {
   const Compute& c = *g.compute;
-  if (c.epilogue.empty()) return {};
-  std::string s = "  const Output out{out_data";
+  std::string s = !g.dynamic() ? "" : g.dynamic_axis == 'm' ? "  M = size * PER_SIZE;\n" : "  N = size * PER_SIZE;\n";
+  if (c.epilogue.empty()) return s;
+  s += "  const Output out{out_data";
   for (std::size_t i = 0; i < c.epilogue.operands.size(); ++i) s += ", " + operand_name(static_cast<int>(i));
   return s + "};\n";
 }

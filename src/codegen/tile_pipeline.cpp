@@ -137,6 +137,14 @@ KernelSource kernel_shell(const ImplicitGemm& g, const ScheduleParams& p, int th
     k.reduce_name = k.name + "_reduce";
     k.reduce_blocks = (g.batch * g.M * g.N + k.reduce_threads - 1) / k.reduce_threads;
   }
+  if (g.dynamic()) {
+    k.size_lo = c.dynamic.lo;
+    k.size_hi = c.dynamic.hi;
+    const bool m = g.dynamic_axis == 'm';
+    k.grid_growth = {m ? 1 : 0, g.per_size, m ? p.block_m : p.block_n, 1};
+    if (!k.reduce_name.empty())
+      k.reduce_growth = {0, g.batch * g.per_size * (m ? g.N : g.M), k.reduce_threads, 1};
+  }
   return k;
 }
 
@@ -154,7 +162,18 @@ void emit_header(std::ostringstream& os, const ImplicitGemm& g) {
 }
 
 void emit_common_constants(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p, int threads) {
-  os << "constexpr int M = " << g.M << ", N = " << g.N << ", K = " << g.K << ";\n"
+  if (g.dynamic()) {
+    const char* d = g.dynamic_axis == 'm' ? "M" : "N";
+    os << "constexpr int " << d << "_MAX = " << g.dynamic_extent() << ", PER_SIZE = " << g.per_size << ";  // the largest "
+       << d << "; elements of " << d << " per unit of the run-time size\n"
+       << "__shared__ int " << d << ";  // this launch's " << d
+       << ": the size argument x PER_SIZE, stored by every thread at entry\n"
+       << "constexpr int " << (g.dynamic_axis == 'm' ? "N = " + std::to_string(g.N) : "M = " + std::to_string(g.M))
+       << ", K = " << g.K << ";\n";
+  } else {
+    os << "constexpr int M = " << g.M << ", N = " << g.N << ", K = " << g.K << ";\n";
+  }
+  os
      << "constexpr int SERIAL = " << g.serial << ";\n"
      << "constexpr int BM = " << p.block_m << ", BN = " << p.block_n << ", BK = " << p.block_k << ";  // block tile\n"
      << "constexpr int WM = " << p.warp_m << ", WN = " << p.warp_n << ";  // warp tile\n"
@@ -286,7 +305,8 @@ void emit_fixed_part(std::ostringstream& os, const OperandLoader& l) {
   decompose(os, c, is_a ? g.m_iters : g.n_iters, fixed_name, used, "  ");
   decompose(os, c, g.batch_iters, "z", used, "  ");
   os << "  " << ftype << " f;\n  f.ok = ";
-  std::string ok = fixed_total % fixed_tile ? std::string(fixed_name) + " < " + fixed_extent : "";
+  const bool runtime_extent = g.dynamic() && g.dynamic_axis == (is_a ? 'm' : 'n');
+  std::string ok = fixed_total % fixed_tile || runtime_extent ? std::string(fixed_name) + " < " + fixed_extent : "";
   for (std::size_t d = 0; d < acc.indices.size(); ++d)
     if (sp.checked(d) && !sp.has_moving(d))
       ok += (ok.empty() ? "" : " && ") + std::string("(unsigned)(") + code(sp.fixed[d]) + ") < " +
@@ -451,7 +471,7 @@ void emit_block_origin(std::ostringstream& os, const ScheduleParams& p) {
   if (p.raster > 1) {
     os << "  // Rasterization: blocks in launch order walk RASTER rows of M tiles column by column, so\n"
        << "  // that the blocks resident together read the same A and B tiles from L2.\n"
-       << "  constexpr int GRID_M = (M + BM - 1) / BM, GRID_N = (N + BN - 1) / BN;\n";
+       << "  const int GRID_M = (M + BM - 1) / BM, GRID_N = (N + BN - 1) / BN;\n";
     emit_tile_origin(os, p, "blockIdx.y * GRID_N + blockIdx.x", "  ");
   } else {
     os << "  const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;\n";
@@ -882,7 +902,7 @@ void emit_split_reduce(std::ostringstream& os, const ImplicitGemm& g, const Kern
      << "  asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");\n"
      << "#endif\n"
      << "  const long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x;\n"
-     << "  constexpr long long PLANE = (long long)BATCH * M * N;\n"
+     << "  const long long PLANE = (long long)BATCH * M * N;\n"
      << "  if (e >= PLANE) return;\n"
      << "  " << part_type << " sum = 0;\n"
      << "  for (int s = 0; s < SPLIT_K; ++s) sum += partial[s * PLANE + e];\n"

@@ -122,6 +122,11 @@ std::vector<ScheduleIssue> validate(const ImplicitGemm& in, const ScheduleParams
                                           ": a cluster sums 2 to " + std::to_string(kMaxClusterSplits) +
                                           " splits; use cluster = 0");
   }
+  if (g.compute->dynamic.active()) {
+    if (const std::string why = dynamic_gemm_error(g); !why.empty()) fail(ScheduleError::kBadOption, why);
+    if (p.relayout) fail(ScheduleError::kBadOption, "relayout = 1 copies operands of a fixed size; a run-time size takes 0");
+    if (p.window) fail(ScheduleError::kBadOption, "window = 1 stages images of a fixed size; a run-time size takes 0");
+  }
   if (!out.empty()) return out;  // the checks below need a well-formed tiling
   const std::int64_t steps = g.serial * ((g.K + p.block_k - 1) / p.block_k);
   if (p.split_k < 1 || p.split_k > steps)
@@ -175,7 +180,8 @@ std::vector<ScheduleIssue> validate(const ImplicitGemm& in, const ScheduleParams
   }
   const EmitterFamily& family = family_of(*g.hw);
   family.validate(g, p, limits, out);
-  const std::int64_t smem = family.shared_bytes(g, p);
+  // A kernel of a range of sizes keeps the size in static shared memory too.
+  const std::int64_t smem = family.shared_bytes(g, p) + (g.dynamic() ? 16 : 0);
   if (smem > limits.max_shared_bytes)
     fail(ScheduleError::kSharedMemoryExceeded,
          std::to_string(smem) + " bytes, the limit is " + std::to_string(limits.max_shared_bytes));

@@ -742,10 +742,19 @@ void configure_launch(WgmmaKernel& w) {
     const std::int64_t pair_m = p.cluster == 2 ? 2 * p.block_m : p.block_m, pair_n = p.cluster == 3 ? 2 * p.block_n : p.block_n;
     k.grid = {2 * ((g.M + pair_m - 1) / pair_m) * ((g.N + pair_n - 1) / pair_n), 1, g.batch};
     k.cluster_x = 2;
+    if (g.dynamic()) k.grid_growth = {0, g.per_size, g.dynamic_axis == 'm' ? pair_m : pair_n, 1};
   }
   if (persistent) {
     k.grid = {k.grid[0] * k.grid[1] * k.grid[2], 1, 1};
     k.persistent = true;
+  }
+  if (g.dynamic() && (pair || persistent)) {
+    // One launch dimension holds every tile (or pair): those along the dynamic axis times the rest.
+    GridGrowth& w = k.grid_growth;
+    const std::int64_t along = (g.dynamic_extent() + w.per_block - 1) / w.per_block;
+    w.axis = 0;
+    w.times = k.grid[0] / along;
+    TMAP_CHECK(w.times * along == k.grid[0], "a grid that does not follow the run-time size");
   }
 }
 
@@ -793,6 +802,13 @@ void emit_copy_setup(std::ostringstream& os, WgmmaKernel& w) {
       TMAP_CHECK(why.empty(), why);
       k.tensor_maps.push_back(im2col[which].rank ? im2col_map(g, p, im2col[which])
                                                  : tensor_map(g, p, which, views[which]));
+      if (g.dynamic() && which == (g.dynamic_axis == 'm' ? 0 : 1)) {  // its m (n) dimension, or batch, follows the size
+        TensorMapSpec& m = k.tensor_maps.back();
+        m.grow_dim = im2col[which].rank ? m.rank - 1 : stored_along_mn(g, which) ? 0 : 1;
+        const std::uint64_t largest = static_cast<std::uint64_t>(g.compute->dynamic.hi);
+        TMAP_CHECK(m.dims[m.grow_dim] % largest == 0, "a tensor map that does not follow the run-time size");
+        m.grow_per_size = m.dims[m.grow_dim] / largest;
+      }
       if (which == pair_shared_operand(p)) {  // each block of the pair loads half of its rows
         TMAP_CHECK(!im2col[which].rank, "a pair shares tiled boxes only (validate rejects im2col)");
         k.tensor_maps.back().box[1] /= 2;
@@ -853,14 +869,14 @@ void emit_entry(std::ostringstream& os, const WgmmaKernel& w) {
        << ", this block the half cta_rank; both\n"
        << "  // read the same " << (p.cluster == 2 ? "B" : "A") << " tile, half of each stage loaded by each and multicast into both.\n"
        << "  const int cta_rank = cluster_ctarank();\n"
-       << "  constexpr int GRID_M = (M + " << (p.cluster == 2 ? "2 * BM - 1) / (2 * BM)" : "BM - 1) / BM")
+       << "  const int GRID_M = (M + " << (p.cluster == 2 ? "2 * BM - 1) / (2 * BM)" : "BM - 1) / BM")
        << ", GRID_N = (N + " << (p.cluster == 3 ? "2 * BN - 1) / (2 * BN)" : "BN - 1) / BN")
        << ";  // the pairs' tiles\n";
   if (persistent) {
     os << "  // Persistent: block b takes the output tiles b, b + gridDim.x, ... of TILES (batch entries\n"
        << "  // slowest, then the M x N tiles in raster order)" << (pair ? "; a pair, tiles b / 2, b / 2 + gridDim.x / 2, ...\n" : ".\n")
-       << (pair ? "  constexpr int TILES = GRID_M * GRID_N * BATCH;\n"
-                : "  constexpr int GRID_M = (M + BM - 1) / BM, GRID_N = (N + BN - 1) / BN, TILES = GRID_M * GRID_N * BATCH;\n");
+       << (pair ? "  const int TILES = GRID_M * GRID_N * BATCH;\n"
+                : "  const int GRID_M = (M + BM - 1) / BM, GRID_N = (N + BN - 1) / BN, TILES = GRID_M * GRID_N * BATCH;\n");
   } else {
     if (pair)
       emit_tile_origin(os, p, "blockIdx.x / 2", "  ");

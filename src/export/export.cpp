@@ -115,7 +115,7 @@ std::string launcher(const Piece& x) {
     for (const Access& a : c.epilogue.operands) os << ", " << slot(a.tensor);
   }
   os << "};\n"
-     << "  return tmap_plan_launch(&" << x.fn << "_plan, kernels, slots, stream);\n}\n";
+     << "  return tmap_plan_launch(&" << x.fn << "_plan, kernels, slots, 0, stream);\n}\n";
   return os.str();
 }
 
@@ -287,7 +287,7 @@ std::string reference_file(const Piece& x) {
       << "_plan = " << plan_initializer(plan.plan) << ";\n\n"
       << "extern \"C\" cudaError_t " << x.reference << "_launch(void** slots) {\n"
       << "  const void* const kernels[] = {reinterpret_cast<const void*>(" << x.reference << ")};\n"
-      << "  return tmap_plan_launch(&" << x.reference << "_plan, kernels, slots, nullptr);\n}\n";
+      << "  return tmap_plan_launch(&" << x.reference << "_plan, kernels, slots, 0, nullptr);\n}\n";
   return ref.str();
 }
 

@@ -215,18 +215,38 @@ std::vector<ParamOverride> parse_param_overrides(const std::vector<std::string>&
       throw_user_error(src.at(0, arg.size()), "--set expects NAME=VALUE, got '" + arg + "'",
                        "for example --set N=16");
     std::string name = arg.substr(0, eq);
-    std::string value = arg.substr(eq + 1);
-    std::int64_t v = 0;
-    auto [p, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
-    if (value.empty() || ec != std::errc() || p != value.data() + value.size())
-      throw_user_error(src.at(eq + 1, std::max<std::size_t>(1, value.size())),
-                       "the value of parameter '" + name + "' must be an integer, got '" + value + "'");
+    // One integer of the value, from `at` for `n` characters.
+    auto integer = [&](std::size_t at, std::size_t n) {
+      const std::string text = arg.substr(at, n);
+      std::int64_t v = 0;
+      auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+      if (text.empty() || ec != std::errc() || p != text.data() + text.size())
+        throw_user_error(src.at(at, std::max<std::size_t>(1, text.size())),
+                         "the value of parameter '" + name + "' must be an integer or a range LO..HI, got '" +
+                             arg.substr(eq + 1) + "'",
+                         "for example --set " + name + "=16 or --set " + name + "=1..256");
+      return v;
+    };
+    ParamOverride o{name, 0, src.at(0, eq)};
+    const std::size_t dots = arg.find("..", eq + 1);
+    if (dots == std::string::npos) {
+      o.value = integer(eq + 1, std::string::npos);
+    } else {
+      o.range = true;
+      o.lo = integer(eq + 1, dots - eq - 1);
+      o.value = integer(dots + 2, std::string::npos);
+      if (o.lo < 1 || o.lo >= o.value || o.value - o.lo >= kMaxRangeSizes)
+        throw_user_error(src.at(eq + 1, arg.size() - eq - 1),
+                         "the range " + arg.substr(eq + 1) + " of parameter '" + name + "' is not 1 <= LO < HI with at most " +
+                             std::to_string(kMaxRangeSizes) + " sizes",
+                         "for example --set " + name + "=1..256");
+    }
     for (const ParamOverride& earlier : out)
       if (earlier.name == name)
         throw_user_error(src.at(0, eq), "parameter '" + name + "' is set twice (" + name + "=" +
                                             std::to_string(earlier.value) + ", then " + arg + ")",
                          "give each parameter once");
-    out.push_back({name, v, src.at(0, eq)});
+    out.push_back(std::move(o));
   }
   return out;
 }
@@ -769,7 +789,68 @@ void check_dtypes(ComputeBuilder& b) {
 
 }  // namespace
 
+namespace {
+
+Compute build_one_shape(const ComputeDef& def, const std::vector<ParamOverride>& overrides);
+
+/// The iterator whose extent differs between the computes at a range's two ends, or -1.
+int varying_iterator(const Compute& lo, const Compute& hi) {
+  int found = -1;
+  for (std::size_t i = 0; i < hi.iters.size() && i < lo.iters.size(); ++i)
+    if (lo.iters[i].extent != hi.iters[i].extent) {
+      if (found >= 0) return -1;
+      found = static_cast<int>(i);
+    }
+  return found;
+}
+
+/// build_compute with the range `r` (an element of `overrides`): every size built, each equal
+/// to compute_at() of the largest.
+Compute build_range(const ComputeDef& def, std::vector<ParamOverride> overrides, std::size_t r) {
+  const ParamOverride range = overrides[r];
+  const std::string what = "--set " + range.name + "=" + std::to_string(range.lo) + ".." + std::to_string(range.value);
+  auto at = [&](std::int64_t size) {
+    overrides[r].range = false;
+    overrides[r].value = size;
+    return build_one_shape(def, overrides);
+  };
+  Compute c = at(range.value);
+  const int iter = varying_iterator(at(range.lo), c);
+  auto refuse = [&](const std::string& why) {
+    throw_user_error(range.loc, "the range " + what + " cannot be taken at run time: " + why,
+                     "give a parameter that sizes one output iterator and the first dimension of the tensors it "
+                     "indexes (a GEMM's M, a convolution's batch N), or a single value");
+  };
+  if (iter < 0) refuse("it must change the extent of exactly one iterator");
+  if (c.iters[iter].extent != range.value)
+    refuse("iterator '" + c.iters[iter].name + "' must have the parameter's value as its extent");
+  if (const std::string why = dynamic_extent_error(c, iter); !why.empty()) refuse(why);
+  c.dynamic = {iter, range.name, range.lo, range.value};
+  for (std::int64_t size = range.lo; size < range.value; ++size) {
+    Compute built = at(size);
+    built.name = c.name;
+    if (to_json(built) != to_json(compute_at(c, size)))
+      refuse("at " + range.name + "=" + std::to_string(size) + " the compute is not the largest one cut down along '" +
+             c.iters[iter].name + "'");
+  }
+  return c;
+}
+
+}  // namespace
+
 Compute build_compute(const ComputeDef& def, const std::vector<ParamOverride>& overrides) {
+  std::size_t ranges = 0, r = 0;
+  for (std::size_t i = 0; i < overrides.size(); ++i)
+    if (overrides[i].range) {
+      if (ranges++) throw_user_error(overrides[i].loc, "only one parameter may be a range", "give the others single values");
+      r = i;
+    }
+  return ranges ? build_range(def, overrides, r) : build_one_shape(def, overrides);
+}
+
+namespace {
+
+Compute build_one_shape(const ComputeDef& def, const std::vector<ParamOverride>& overrides) {
   ComputeBuilder b{def, " of compute '" + def.name + "'", {}, {}, {}, {}, {}, {}, {}, nullptr, {}, {}};
   b.c.name = def.name;
   b.c.update = def.statement.update;
@@ -786,6 +867,8 @@ Compute build_compute(const ComputeDef& def, const std::vector<ParamOverride>& o
   check_dtypes(b);
   return std::move(b.c);
 }
+
+}  // namespace
 
 namespace {
 
@@ -827,6 +910,7 @@ Compute rebuild_recorded_compute(const nlohmann::json& recorded, const std::stri
     refuse("the record's compute is not one tmap builds: " + diagnostic_message(e.what()));
   }
   built.params = claimed.params;  // labels only: their values are folded into the shapes and indices
+  built.dynamic = claimed.dynamic;  // compute_from_json checked its rules against the same shapes
   if (to_json(built) != to_json(claimed))
     refuse("the record's compute differs from the one its statement, tensors and extents build");
   if (!key.empty() && workload_key(built) != key)

@@ -37,7 +37,27 @@ ImplicitGemm make_implicit_gemm(const Compute& c, const HwAbstraction& hw, const
   g.K = product(g.k_iters);
   g.batch = product(g.batch_iters);
   g.serial = product(g.serial_iters);
+  const int varying = c.dynamic.iter;
+  if (varying >= 0 && !g.m_iters.empty() && g.m_iters.front() == varying) {
+    g.per_size = g.M / c.iters[varying].extent;
+    g.dynamic_axis = 'm';
+  } else if (varying >= 0 && !g.n_iters.empty() && g.n_iters.front() == varying) {
+    g.per_size = g.N / c.iters[varying].extent;
+    g.dynamic_axis = 'n';
+  }
   return g;
+}
+
+std::string dynamic_gemm_error(const ImplicitGemm& g) {
+  const Compute& c = *g.compute;
+  if (!c.dynamic.active() || g.dynamic()) return {};
+  const std::string name = c.iters[c.dynamic.iter].name;
+  auto in = [&](const std::vector<int>& v) { return std::find(v.begin(), v.end(), c.dynamic.iter) != v.end(); };
+  const std::string where = in(g.m_iters)   ? "an inner iterator of the virtual M"
+                            : in(g.n_iters) ? "an inner iterator of the virtual N"
+                                            : "the grid's batch";
+  return "this mapping puts '" + name + "', whose size is given at run time, in " + where +
+         "; kernels take a run-time size only as the slowest iterator of the virtual M or N";
 }
 
 namespace {

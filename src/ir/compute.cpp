@@ -56,6 +56,56 @@ std::int64_t Compute::iteration_points() const {
 }
 
 namespace {
+
+/// Every access of `c`: the output, the inputs and the epilogue's operands.
+std::vector<const Access*> all_accesses(const Compute& c) {
+  std::vector<const Access*> out{&c.output};
+  for (const Access& a : c.inputs) out.push_back(&a);
+  for (const Access& a : c.epilogue.operands) out.push_back(&a);
+  return out;
+}
+
+}  // namespace
+
+std::string dynamic_extent_error(const Compute& c, int iter) {
+  if (iter < 0 || iter >= static_cast<int>(c.iters.size())) return "there is no such iterator";
+  const Iterator& it = c.iters[iter];
+  if (it.kind != IterKind::kSpatial)
+    return "iterator '" + it.name + "' is a reduction; only an output's iterator may take its size at run time";
+  const std::vector<const Access*> accesses = all_accesses(c);
+  for (std::size_t i = 0; i < accesses.size(); ++i) {
+    const Access& a = *accesses[i];
+    const Tensor& t = c.tensor_of(a);
+    for (std::size_t d = 0; d < a.indices.size(); ++d) {
+      const AffineExpr& e = a.indices[d];
+      if (!e.uses(iter)) continue;
+      const bool alone = e.terms.size() == 1 && e.terms[0].second == 1 && e.constant == 0;
+      if (d != 0 || !alone || t.shape[0] != it.extent)
+        return "iterator '" + it.name + "' must index dimension 0 of '" + t.name +
+               "' alone (as its whole extent) to vary at run time";
+      // The statement's tensors are copied in vectors along their last dimension.
+      if (i <= c.inputs.size() && a.indices.size() < 2)
+        return "iterator '" + it.name + "' indexes the only dimension of '" + t.name +
+               "'; a run-time size must index the first of two or more";
+    }
+  }
+  return {};
+}
+
+Compute compute_at(const Compute& c, std::int64_t size) {
+  Compute out = c;
+  out.dynamic = {};
+  if (!c.dynamic.active()) return out;
+  const int iter = c.dynamic.iter;
+  out.iters[iter].extent = size;
+  for (const Access* a : all_accesses(c))
+    if (!a->indices.empty() && a->indices[0].uses(iter)) out.tensors[a->tensor].shape[0] = size;
+  for (auto& [name, value] : out.params)
+    if (name == c.dynamic.param) value = size;
+  return out;
+}
+
+namespace {
 std::string access_text(const Compute& c, const Access& a) {
   std::string out = c.tensor_of(a).name + "[";
   auto names = c.iterator_names();
@@ -149,6 +199,8 @@ nlohmann::json to_json(const Compute& c) {
     for (const auto& a : c.epilogue.operands) operands.push_back(access(a));
     j["epilogue"] = {{"text", c.epilogue_text()}, {"acc", c.epilogue.acc}, {"operands", operands}, {"program", program}};
   }
+  if (c.dynamic.active())
+    j["dynamic"] = {{"iterator", c.dynamic.iter}, {"param", c.dynamic.param}, {"lo", c.dynamic.lo}, {"hi", c.dynamic.hi}};
   return j;
 }
 
@@ -161,6 +213,8 @@ std::string workload_key(const Compute& c) {
   nlohmann::json canonical = {{"statement", c.statement_text()}, {"tensors", tensors}, {"iterators", iters}};
   if (!c.epilogue.empty()) canonical["epilogue"] = c.epilogue_text();
   if (c.accumulate != c.tensor_of(c.output).dtype) canonical["accumulate"] = dtype_name(c.accumulate);
+  if (c.dynamic.active())
+    canonical["dynamic"] = {c.iters[c.dynamic.iter].name, c.dynamic.lo, c.dynamic.hi};
   std::uint64_t h = 1469598103934665603ull;  // FNV-1a
   for (unsigned char ch : canonical.dump()) {
     h ^= ch;
@@ -235,6 +289,14 @@ Compute compute_from_json(const nlohmann::json& j, const std::string& what) {
       }
       if (const std::string why = epilogue_program_error(c.epilogue.program, c.epilogue.operands.size()); !why.empty())
         throw std::runtime_error("an epilogue with " + why);
+    }
+    if (j.contains("dynamic")) {
+      const nlohmann::json& d = j.at("dynamic");
+      c.dynamic = {integer<int>(d.at("iterator"), "the dynamic iterator"), d.at("param").get<std::string>(),
+                   integer<std::int64_t>(d.at("lo"), "a range's start"), integer<std::int64_t>(d.at("hi"), "a range's end")};
+      if (const std::string why = dynamic_extent_error(c, c.dynamic.iter); !why.empty()) throw std::runtime_error(why);
+      if (c.dynamic.lo < 1 || c.dynamic.lo >= c.dynamic.hi || c.dynamic.hi != c.iters[c.dynamic.iter].extent)
+        throw std::runtime_error("a range that is not 1 <= lo < hi = the iterator's extent");
     }
     return c;
   } catch (const std::exception& e) {

@@ -208,8 +208,12 @@ class LoadedModule {
 };
 
 /// The plan's tensor maps over `slots`, each error named.
-void encode_maps(const tmap_launch_plan& plan, void* const* slots, tmap_tensor_map* maps) {
-  const cudaError_t e = tmap_plan_encode_maps(&plan, slots, maps);
+void encode_maps(const tmap_launch_plan& plan, void* const* slots, std::int64_t size, tmap_tensor_map* maps) {
+  if (!tmap_plan_takes_size(&plan, size))
+    throw CudaFailure("launch: the kernel takes sizes " + std::to_string(plan.size_lo) + " to " +
+                          std::to_string(plan.size_hi) + ", not " + std::to_string(size),
+                      FailureKind::kLoad);
+  const cudaError_t e = tmap_plan_encode_maps(&plan, slots, size, maps);
   if (e == cudaErrorNotSupported)
     throw CudaFailure("cuTensorMapEncode: not found in the CUDA driver (TMA kernels need a CUDA 12 or newer driver)",
                       FailureKind::kLoad);
@@ -353,7 +357,7 @@ std::vector<double> gpu_reference(Workspace& ws, const std::vector<char>& cubin)
   void* slots[TMAP_PLAN_MAX_SLOTS] = {};
   for (std::size_t i = 0; i < ws.compute().tensors.size(); ++i) slots[i] = ws.device(static_cast<int>(i));
   ws.poison_output();
-  check(tmap_plan_enqueue(&plan.plan, module.kernels(), slots, nullptr, nullptr, nullptr), "reference launch");
+  check(tmap_plan_enqueue(&plan.plan, module.kernels(), slots, nullptr, 0, nullptr, nullptr), "reference launch");
   check(cudaDeviceSynchronize(), "reference kernel");
   return ws.read_output();
 }
@@ -519,12 +523,14 @@ std::vector<double> time_launches(const std::function<int(void* stream)>& launch
 }
 
 KernelRun run_candidate(Workspace& ws, const std::vector<double>& reference, int a_tensor, int b_tensor,
-                        const KernelSource& k, const std::vector<char>& cubin, const TimingOptions& timing) {
-  return run_candidate(ws, reference, a_tensor, b_tensor, plan_launch(k), cubin, timing);
+                        const KernelSource& k, const std::vector<char>& cubin, const TimingOptions& timing,
+                        std::int64_t size) {
+  return run_candidate(ws, reference, a_tensor, b_tensor, plan_launch(k), cubin, timing, size);
 }
 
 KernelRun run_candidate(Workspace& ws, const std::vector<double>& reference, int a_tensor, int b_tensor,
-                        const LaunchPlan& launch, const std::vector<char>& cubin, const TimingOptions& timing) {
+                        const LaunchPlan& launch, const std::vector<char>& cubin, const TimingOptions& timing,
+                        std::int64_t size) {
   KernelRun run;
   const tmap_launch_plan& plan = launch.plan;
   try {
@@ -542,7 +548,7 @@ KernelRun run_candidate(Workspace& ws, const std::vector<double>& reference, int
     const std::vector<Access>& epilogue = ws.compute().epilogue.operands;
     for (std::size_t i = 0; i < epilogue.size(); ++i) slots[kSlotEpilogue + i] = ws.device(epilogue[i].tensor);
     tmap_tensor_map maps[TMAP_PLAN_MAX_MAPS];
-    encode_maps(plan, slots, maps);
+    encode_maps(plan, slots, size, maps);
     tmap_launch_cache cache{-1, 0};
     cudaStream_t stream = nullptr;
     check(cudaStreamCreate(&stream), "cudaStreamCreate");
@@ -550,7 +556,7 @@ KernelRun run_candidate(Workspace& ws, const std::vector<double>& reference, int
     // One run of the candidate: every launch of its plan.
     auto enqueue = [&](void* s) {
       return static_cast<int>(
-          tmap_plan_enqueue(&plan, module.kernels(), slots, maps, &cache, static_cast<cudaStream_t>(s)));
+          tmap_plan_enqueue(&plan, module.kernels(), slots, maps, size, &cache, static_cast<cudaStream_t>(s)));
     };
     ws.poison_output();
     Event first_start, first_stop;

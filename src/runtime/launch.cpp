@@ -48,8 +48,12 @@ tmap_tensor_map_spec map_of(const TensorMapSpec& m, tmap_arg source) {
   }
   s.swizzle_bytes = m.swizzle_bytes;
   s.im2col = m.im2col;
+  s.grow_dim = m.grow_dim;
+  s.grow_per_size = m.grow_per_size;
   return s;
 }
+
+tmap_grid_growth growth_of(const GridGrowth& g) { return {g.axis, g.per_size, g.per_block, g.times}; }
 
 /// Appends a step launching kernel `name` with `args`.
 tmap_launch_step& add_step(LaunchPlan& out, const std::string& name, std::int64_t blocks, int threads,
@@ -82,14 +86,20 @@ LaunchPlan plan_launch(const KernelSource& k) {
   const bool prologue = !k.relayout_name.empty();
   if (prologue) add_step(out, k.relayout_name, k.relayout_blocks, k.relayout_threads, {a_in, b_in, workspace});
   TMAP_CHECK(k.epilogue_operands >= 0 && kSlotEpilogue + k.epilogue_operands <= TMAP_PLAN_MAX_SLOTS &&
-                 4 + k.epilogue_operands + TMAP_PLAN_MAX_MAPS <= TMAP_PLAN_MAX_ARGS,
+                 5 + k.epilogue_operands + TMAP_PLAN_MAX_MAPS <= TMAP_PLAN_MAX_ARGS,
              "more epilogue operands than a plan passes");
   auto epilogue_args = [&](tmap_launch_step& s) {
     for (int i = 0; i < k.epilogue_operands; ++i) s.args[s.num_args++] = {kSlotEpilogue + i, 0};
   };
+  // A kernel of a range of sizes takes the size after the epilogue's operands.
+  const bool sized = k.size_lo > 0;
+  p.size_lo = k.size_lo;
+  p.size_hi = k.size_hi;
   tmap_launch_step& main = add_step(out, k.name, k.grid[0], k.threads, {operand(0), operand(1), output});
   epilogue_args(main);
+  if (sized) main.args[main.num_args++] = {TMAP_SLOT_SIZE, 0};
   main.args[main.num_args++] = workspace;
+  main.growth = growth_of(k.grid_growth);
   main.grid[1] = k.grid[1];
   main.grid[2] = k.grid[2];
   main.shared_bytes = k.shared_bytes;
@@ -105,6 +115,8 @@ LaunchPlan plan_launch(const KernelSource& k) {
     tmap_launch_step& reduce = add_step(out, k.reduce_name, k.reduce_blocks, k.reduce_threads, {workspace, output});
     reduce.dependent = 1;
     epilogue_args(reduce);
+    if (sized) reduce.args[reduce.num_args++] = {TMAP_SLOT_SIZE, 0};
+    reduce.growth = growth_of(k.reduce_growth);
   }
   return out;
 }
@@ -140,6 +152,8 @@ nlohmann::json to_json(const LaunchPlan& lp) {
     steps.push_back({{"kernel", s.kernel}, {"grid", list(s.grid, 3)}, {"threads", s.threads},
                      {"shared_bytes", s.shared_bytes}, {"persistent", s.persistent}, {"cluster_x", s.cluster_x},
                      {"dependent", s.dependent}, {"args", args}});
+    if (s.growth.per_size > 0)
+      steps.back()["growth"] = {s.growth.axis, s.growth.per_size, s.growth.per_block, s.growth.times};
   }
   for (int i = 0; i < p.num_maps; ++i) {
     const tmap_tensor_map_spec& m = p.maps[i];
@@ -147,9 +161,12 @@ nlohmann::json to_json(const LaunchPlan& lp) {
                     {"strides", list(m.strides, 4)}, {"box", list(m.box, 5)}, {"swizzle_bytes", m.swizzle_bytes},
                     {"im2col", m.im2col}, {"lower", list(m.lower, 3)}, {"upper", list(m.upper, 3)},
                     {"traversal", list(m.traversal, 5)}});
+    if (m.grow_per_size > 0) maps.back()["grow"] = {m.grow_dim, m.grow_per_size};
   }
-  return {{"kernels", lp.kernels}, {"workspace_bytes", p.workspace_bytes}, {"workspace_slot", p.workspace_slot},
-          {"steps", steps}, {"maps", maps}};
+  nlohmann::json j = {{"kernels", lp.kernels}, {"workspace_bytes", p.workspace_bytes},
+                      {"workspace_slot", p.workspace_slot}, {"steps", steps}, {"maps", maps}};
+  if (p.size_lo > 0) j["sizes"] = {p.size_lo, p.size_hi};
+  return j;
 }
 
 namespace {
@@ -183,6 +200,7 @@ tmap_arg read_arg(const nlohmann::json& j, const tmap_launch_plan& p, int maps) 
   tmap_arg a{};
   a.slot = j[0].get<int>();
   a.offset = j[1].get<long long>();
+  if (a.slot == TMAP_SLOT_SIZE && a.offset == 0 && p.size_lo > 0 && maps >= 0) return a;
   const bool map = maps >= 0 && a.slot >= TMAP_SLOT_MAP && a.slot < TMAP_SLOT_MAP + maps && a.offset == 0;
   const bool pointer = a.slot >= 0 && a.slot < TMAP_PLAN_MAX_SLOTS && a.offset >= 0 &&
                        (a.offset == 0 || (a.slot == p.workspace_slot && a.offset < p.workspace_bytes));
@@ -204,6 +222,15 @@ tmap_tensor_map_spec read_map(const nlohmann::json& j, const tmap_launch_plan& p
   read_list(j, "lower", m.lower, -1024, 1024);
   read_list(j, "upper", m.upper, -1024, 1024);
   read_list(j, "traversal", m.traversal, 1, 8);
+  if (j.contains("grow")) {
+    long long grow[2];
+    read_list(j, "grow", grow, 0, 1LL << 40);
+    if (p.size_lo <= 0 || grow[0] >= m.rank || grow[1] < 1) bad_plan("a tensor map grows in a plan of one shape, or out of its rank");
+    m.grow_dim = static_cast<int>(grow[0]);
+    m.grow_per_size = static_cast<unsigned long long>(grow[1]);
+    if (m.dims[m.grow_dim] != static_cast<unsigned long long>(p.size_hi) * m.grow_per_size)
+      bad_plan("a growing tensor map's dimension is not its largest size");
+  }
   return m;
 }
 
@@ -219,6 +246,13 @@ tmap_launch_step read_step(const nlohmann::json& j, const tmap_launch_plan& p, i
   const nlohmann::json& args = j.at("args");
   if (!args.is_array() || args.size() > TMAP_PLAN_MAX_ARGS) bad_plan("a step passes at most " + std::to_string(TMAP_PLAN_MAX_ARGS) + " arguments");
   for (const auto& a : args) s.args[s.num_args++] = read_arg(a, p, p.num_maps);
+  if (j.contains("growth")) {
+    long long g[4];
+    read_list(j, "growth", g, 0, 0x7fffffff);
+    if (p.size_lo <= 0 || g[0] > 2 || g[1] < 1 || g[2] < 1 || g[3] < 1) bad_plan("a grid grows in a plan of one shape, or out of range");
+    s.growth = {static_cast<int>(g[0]), g[1], g[2], g[3]};
+    if ((p.size_hi * g[1] + g[2] - 1) / g[2] * g[3] != s.grid[g[0]]) bad_plan("a growing grid is not its largest size's");
+  }
   return s;
 }
 
@@ -230,6 +264,13 @@ LaunchPlan launch_plan_from_json(const nlohmann::json& j) {
   lp.kernels = j.at("kernels").get<std::vector<std::string>>();
   p.workspace_bytes = bounded<long long>(j, "workspace_bytes", 0, 1LL << 40);
   p.workspace_slot = bounded<int>(j, "workspace_slot", 0, TMAP_PLAN_MAX_SLOTS - 1);
+  if (j.contains("sizes")) {
+    long long sizes[2];
+    read_list(j, "sizes", sizes, 1, 0x7fffffff);
+    if (sizes[0] >= sizes[1]) bad_plan("sizes must be [lo, hi] with lo < hi");
+    p.size_lo = sizes[0];
+    p.size_hi = sizes[1];
+  }
   const nlohmann::json& maps = j.at("maps");
   const nlohmann::json& steps = j.at("steps");
   if (!maps.is_array() || maps.size() > TMAP_PLAN_MAX_MAPS) bad_plan("at most 2 tensor maps");
@@ -261,7 +302,11 @@ std::string plan_initializer(const tmap_launch_plan& p) {
     os << (i ? ",\n     " : "") << "{" << s.kernel << ", " << braces(s.grid) << ", " << s.threads << ", " << s.shared_bytes
        << "ll, " << s.persistent << ", " << s.cluster_x << ", " << s.dependent << ", " << s.num_args << ", {";
     for (int a = 0; a < s.num_args; ++a) os << (a ? ", " : "") << arg_text(s.args[a]);
-    os << "}}";
+    os << "}";
+    if (s.growth.per_size > 0)
+      os << ", {" << s.growth.axis << ", " << s.growth.per_size << "ll, " << s.growth.per_block << "ll, "
+         << s.growth.times << "ll}";
+    os << "}";
   }
   os << "},\n    " << p.num_maps
      << ",  // tensor maps: source, dtype, rank, dims, strides, box, swizzle, im2col, lower, upper, traversal\n    {";
@@ -269,9 +314,13 @@ std::string plan_initializer(const tmap_launch_plan& p) {
     const tmap_tensor_map_spec& m = p.maps[i];
     os << (i ? ",\n     " : "") << "{" << arg_text(m.source) << ", " << m.dtype << ", " << m.rank << ", " << braces(m.dims)
        << ", " << braces(m.strides) << ", " << braces(m.box) << ", " << m.swizzle_bytes << ", " << m.im2col << ", "
-       << braces(m.lower) << ", " << braces(m.upper) << ", " << braces(m.traversal) << "}";
+       << braces(m.lower) << ", " << braces(m.upper) << ", " << braces(m.traversal);
+    if (m.grow_per_size > 0) os << ", " << m.grow_dim << ", " << m.grow_per_size << "ull";
+    os << "}";
   }
-  os << "}}";
+  os << "}";
+  if (p.size_lo > 0) os << ",\n    " << p.size_lo << "ll, " << p.size_hi << "ll";
+  os << "}";
   return os.str();
 }
 

@@ -32,7 +32,9 @@ CUtensorMapSwizzle swizzle_of(int bytes) {
 
 void* pointer_of(const tmap_arg& a, void* const* slots) { return static_cast<char*>(slots[a.slot]) + a.offset; }
 
-cudaError_t encode_map(const tmap_tensor_map_spec& m, void* base, CUtensorMap* out) {
+cudaError_t encode_map(const tmap_tensor_map_spec& spec, void* base, long long size, CUtensorMap* out) {
+  tmap_tensor_map_spec m = spec;
+  if (m.grow_per_size > 0 && size > 0) m.dims[m.grow_dim] = static_cast<unsigned long long>(size) * m.grow_per_size;
   static const auto tiled = reinterpret_cast<EncodeTiled>(driver_entry("cuTensorMapEncodeTiled"));
   static const auto im2col = reinterpret_cast<EncodeIm2col>(driver_entry("cuTensorMapEncodeIm2col"));
   if (m.im2col ? !im2col : !tiled) return cudaErrorNotSupported;
@@ -72,27 +74,38 @@ cudaError_t resident_blocks(const tmap_launch_step& s, const void* kernel, long 
   return e;
 }
 
+/// The step's grid at `size` (0: as the plan has it).
+dim3 grid_at(const tmap_launch_step& s, long long size) {
+  long long g[3] = {s.grid[0], s.grid[1], s.grid[2]};
+  const tmap_grid_growth& w = s.growth;
+  if (w.per_size > 0 && size > 0) g[w.axis] = (size * w.per_size + w.per_block - 1) / w.per_block * w.times;
+  return dim3(static_cast<unsigned>(g[0]), static_cast<unsigned>(g[1]), static_cast<unsigned>(g[2]));
+}
+
 cudaError_t launch_step(const tmap_launch_step& s, const void* kernel, void* const* slots, const tmap_tensor_map* maps,
-                        tmap_launch_cache& cache, cudaStream_t stream) {
+                        long long size, tmap_launch_cache& cache, cudaStream_t stream) {
   void* pointers[TMAP_PLAN_MAX_ARGS];
   void* args[TMAP_PLAN_MAX_ARGS];
+  int size_arg = static_cast<int>(size);
   for (int i = 0; i < s.num_args; ++i) {
     const tmap_arg& a = s.args[i];
-    if (a.slot >= TMAP_SLOT_MAP) {
+    if (a.slot == TMAP_SLOT_SIZE) {
+      args[i] = &size_arg;
+    } else if (a.slot >= TMAP_SLOT_MAP) {
       args[i] = const_cast<tmap_tensor_map*>(&maps[a.slot - TMAP_SLOT_MAP]);
     } else {
       pointers[i] = pointer_of(a, slots);
       args[i] = &pointers[i];
     }
   }
-  dim3 grid(static_cast<unsigned>(s.grid[0]), static_cast<unsigned>(s.grid[1]), static_cast<unsigned>(s.grid[2]));
+  dim3 grid = grid_at(s, size);
   if (s.persistent) {
     if (cache.resident == 0) {
       const cudaError_t e = resident_blocks(s, kernel, &cache.resident);
       if (e != cudaSuccess) return e;
     }
     const long long whole = cache.resident / s.cluster_x * s.cluster_x;
-    if (whole < s.grid[0]) grid.x = static_cast<unsigned>(whole);
+    if (whole < grid.x) grid.x = static_cast<unsigned>(whole);
   }
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
@@ -114,25 +127,38 @@ cudaError_t launch_step(const tmap_launch_step& s, const void* kernel, void* con
 extern "C" cudaError_t tmap_plan_prepare(const tmap_launch_plan* plan, const void* const* kernels) {
   for (int i = 0; i < plan->num_steps; ++i) {
     const tmap_launch_step& s = plan->steps[i];
-    if (s.shared_bytes <= 48 * 1024) continue;
-    const cudaError_t e = cudaFuncSetAttribute(kernels[s.kernel], cudaFuncAttributeMaxDynamicSharedMemorySize,
+    // Static shared memory (a kernel of a range of sizes keeps its size there) counts against
+    // the 48 KiB a launch gets without asking.
+    cudaFuncAttributes attributes = {};
+    cudaError_t e = cudaFuncGetAttributes(&attributes, kernels[s.kernel]);
+    if (e != cudaSuccess) return e;
+    if (s.shared_bytes + static_cast<long long>(attributes.sharedSizeBytes) <= 48 * 1024) continue;
+    e = cudaFuncSetAttribute(kernels[s.kernel], cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                static_cast<int>(s.shared_bytes));
     if (e != cudaSuccess) return e;
   }
   return cudaSuccess;
 }
 
-extern "C" cudaError_t tmap_plan_encode_maps(const tmap_launch_plan* plan, void* const* slots, tmap_tensor_map* maps) {
+extern "C" int tmap_plan_takes_size(const tmap_launch_plan* plan, long long size) {
+  return plan->size_lo > 0 ? plan->size_lo <= size && size <= plan->size_hi : size == 0;
+}
+
+extern "C" cudaError_t tmap_plan_encode_maps(const tmap_launch_plan* plan, void* const* slots, long long size,
+                                             tmap_tensor_map* maps) {
+  if (!tmap_plan_takes_size(plan, size)) return cudaErrorInvalidValue;
   for (int i = 0; i < plan->num_maps; ++i) {
     const tmap_tensor_map_spec& m = plan->maps[i];
-    const cudaError_t e = encode_map(m, pointer_of(m.source, slots), reinterpret_cast<CUtensorMap*>(&maps[i]));
+    const cudaError_t e = encode_map(m, pointer_of(m.source, slots), size, reinterpret_cast<CUtensorMap*>(&maps[i]));
     if (e != cudaSuccess) return e;
   }
   return cudaSuccess;
 }
 
 extern "C" cudaError_t tmap_plan_enqueue(const tmap_launch_plan* plan, const void* const* kernels, void* const* slots,
-                                         const tmap_tensor_map* maps, tmap_launch_cache* cache, cudaStream_t stream) {
+                                         const tmap_tensor_map* maps, long long size, tmap_launch_cache* cache,
+                                         cudaStream_t stream) {
+  if (!tmap_plan_takes_size(plan, size)) return cudaErrorInvalidValue;
   tmap_launch_cache local = {-1, 0};
   if (!cache) cache = &local;
   if (cache->major < 0) {
@@ -143,14 +169,15 @@ extern "C" cudaError_t tmap_plan_enqueue(const tmap_launch_plan* plan, const voi
   }
   for (int i = 0; i < plan->num_steps; ++i) {
     const tmap_launch_step& s = plan->steps[i];
-    const cudaError_t e = launch_step(s, kernels[s.kernel], slots, maps, *cache, stream);
+    const cudaError_t e = launch_step(s, kernels[s.kernel], slots, maps, size, *cache, stream);
     if (e != cudaSuccess) return e;
   }
   return cudaSuccess;
 }
 
 extern "C" cudaError_t tmap_plan_launch(const tmap_launch_plan* plan, const void* const* kernels, void** slots,
-                                        cudaStream_t stream) {
+                                        long long size, cudaStream_t stream) {
+  if (!tmap_plan_takes_size(plan, size)) return cudaErrorInvalidValue;
   void* workspace = nullptr;
   cudaError_t e = cudaSuccess;
   if (plan->workspace_bytes > 0) {
@@ -160,8 +187,8 @@ extern "C" cudaError_t tmap_plan_launch(const tmap_launch_plan* plan, const void
   }
   tmap_tensor_map maps[TMAP_PLAN_MAX_MAPS];
   e = tmap_plan_prepare(plan, kernels);
-  if (e == cudaSuccess) e = tmap_plan_encode_maps(plan, slots, maps);
-  if (e == cudaSuccess) e = tmap_plan_enqueue(plan, kernels, slots, maps, nullptr, stream);
+  if (e == cudaSuccess) e = tmap_plan_encode_maps(plan, slots, size, maps);
+  if (e == cudaSuccess) e = tmap_plan_enqueue(plan, kernels, slots, maps, size, nullptr, stream);
   if (workspace) {
     const cudaError_t freed = cudaFreeAsync(workspace, stream);
     if (e == cudaSuccess) e = freed;

@@ -47,6 +47,16 @@ struct TensorMapSpec {
   bool im2col = false;
   std::array<int, 3> lower{}, upper{};
   std::array<std::uint32_t, 5> traversal{1, 1, 1, 1, 1};
+  /// With a run-time size: dims[grow_dim] = size x grow_per_size at each launch (0: fixed).
+  int grow_dim = 0;
+  std::uint64_t grow_per_size = 0;
+};
+
+/// How a grid follows a run-time size: grid[axis] = ceil(size x per_size / per_block) x times
+/// (per_size 0: fixed), as tmap_grid_growth in runtime/launch_plan.h.
+struct GridGrowth {
+  int axis = 0;
+  std::int64_t per_size = 0, per_block = 1, times = 1;
 };
 
 /// A generated kernel and how to launch it. Its parameters are, in order: the tensor playing
@@ -83,6 +93,11 @@ struct KernelSource {
   std::array<std::int64_t, 2> relayout_offset{-1, -1};
   /// Pointers the main and reduce kernels take after the output: the epilogue's operands, in order.
   int epilogue_operands = 0;
+  /// A kernel of a range of sizes [size_lo, size_hi] (ImplicitGemm::dynamic; 0: one shape): the
+  /// main and reduce kernels take the size as an int after the epilogue's operands, and their
+  /// grids (given above for size_hi) follow it.
+  std::int64_t size_lo = 0, size_hi = 0;
+  GridGrowth grid_growth, reduce_growth;
 };
 
 class EmitterFamily {

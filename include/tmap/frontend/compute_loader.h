@@ -99,18 +99,26 @@ void set_dtypes(ComputeDef& def, const std::string& inputs, const std::string& o
 /// Appends the epilogue `text` (located by `locate`) to a definition that has none.
 void set_epilogue(ComputeDef& def, std::string_view text, const Locator& locate, const SourceLoc& loc);
 
-/// A "--set NAME=VALUE" parameter override.
+/// A "--set NAME=VALUE" parameter override, or "--set NAME=LO..HI", a range of sizes that
+/// kernels take at run time (Compute::dynamic).
 struct ParamOverride {
   std::string name;
-  std::int64_t value = 0;
+  std::int64_t value = 0;  ///< A range's largest size.
   SourceLoc loc;
+  std::int64_t lo = 0;  ///< A range's smallest size; with `range` false, unused.
+  bool range = false;
 };
-/// Parses "NAME=VALUE" arguments (errors name the argument).
+/// A range spans at most this many sizes: each one is built and checked.
+inline constexpr std::int64_t kMaxRangeSizes = 4096;
+/// Parses "NAME=VALUE" and "NAME=LO..HI" arguments (errors name the argument).
 std::vector<ParamOverride> parse_param_overrides(const std::vector<std::string>& args);
 
 /// Builds the concrete compute: evaluates parameters (with overrides), checks requirements,
 /// tensor shapes (positive, within 32-bit indexing), the statement's tensors and ranks, infers
 /// iterator extents (which must agree), and checks that the output is written exactly once.
+/// With a range (at most one), the compute of its largest size with Compute::dynamic set: every
+/// size of the range must build, and build what compute_at() gives, else a UserError naming
+/// the range and the rule it breaks.
 Compute build_compute(const ComputeDef& def, const std::vector<ParamOverride>& overrides = {});
 
 /// The compute of a log record or other file written by tmap (`recorded`, to_json of a compute),

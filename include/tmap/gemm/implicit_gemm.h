@@ -49,16 +49,28 @@ struct ImplicitGemm {
   std::vector<int> batch_iters;      ///< Unmapped output iterators: the grid's z dimension.
   std::vector<int> serial_iters;     ///< Unmapped reductions: serial loops in the kernel.
   std::int64_t M = 1, N = 1, K = 1, batch = 1, serial = 1;
+  /// With a dynamic extent (Compute::dynamic) that is the slowest iterator of m or of n: that
+  /// axis ('m' or 'n'), and its elements per unit of the run-time size; M or N above is the
+  /// range's largest. Kernels then read it from an argument. 0: every extent is a constant.
+  std::int64_t per_size = 0;
+  char dynamic_axis = 'm';
   int mapping_id = -1;
   /// A relayout view: operands A and B (index 0, 1) copied channels-last by a prologue kernel
   /// where `active`; the reduction iterator made innermost is k_iters.back().
   std::array<OperandRelayout, 2> relayout{};
   std::shared_ptr<const Compute> view_owner;
   bool relayouted() const { return view_owner != nullptr; }
+  bool dynamic() const { return per_size > 0; }
+  /// The virtual GEMM's extent along the dynamic axis (M or N), and its tile along it.
+  std::int64_t dynamic_extent() const { return dynamic_axis == 'm' ? M : N; }
 
   /// The GEMM-equivalent work, 2 * M * N * K * batch * serial (padding excluded).
   double flops() const { return 2.0 * M * N * K * batch * serial; }
 };
+
+/// Why kernels of `g` cannot take its compute's dynamic extent at run time ("" when they can, or
+/// when every extent is fixed): the iterator must be the slowest of the virtual M or N.
+std::string dynamic_gemm_error(const ImplicitGemm& g);
 
 /// Builds the virtual GEMM of one mapping of one match.
 ImplicitGemm make_implicit_gemm(const Compute& c, const HwAbstraction& hw, const Match& match, const Mapping& mapping);

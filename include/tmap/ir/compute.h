@@ -62,6 +62,18 @@ struct Epilogue {
   bool operator==(const Epilogue&) const = default;
 };
 
+/// An extent given as a range of sizes (`--set M=1..256`): generated kernels take it at run time.
+/// The compute holds the range's largest size. The iterator is spatial and indexes, alone, only
+/// dimension 0 of each tensor it reaches, whose size is its extent (dynamic_extent_error): strides
+/// do not depend on it, and the compute at any size in [lo, hi] is compute_at(c, size).
+struct DynamicExtent {
+  int iter = -1;      ///< The iterator whose extent varies; -1: every extent is fixed.
+  std::string param;  ///< The parameter given as a range, for messages and logs.
+  std::int64_t lo = 0, hi = 0;
+  bool active() const { return iter >= 0; }
+  bool operator==(const DynamicExtent&) const = default;
+};
+
 struct Compute {
   /// The most tensors (output and inputs) a statement takes: a kernel passes each as a pointer.
   static constexpr int kMaxTensors = 16;
@@ -79,6 +91,7 @@ struct Compute {
   /// With an epilogue, `output` is its result (indexed as the contraction's value, which is not
   /// stored) and the operands' tensors follow the statement's in `tensors`.
   Epilogue epilogue;
+  DynamicExtent dynamic;  ///< Inactive for a compute of one shape.
 
   const Tensor& tensor_of(const Access& a) const { return tensors.at(a.tensor); }
   std::vector<std::string> iterator_names() const;
@@ -93,8 +106,15 @@ struct Compute {
   std::string epilogue_text() const;
 };
 
+/// Why iterator `iter` of `c` cannot vary at run time (DynamicExtent's rules), or "".
+std::string dynamic_extent_error(const Compute& c, int iter);
+/// The compute of one shape at `size` of `c`'s dynamic extent (within [lo, hi]): the iterator's
+/// extent and the dimensions it indexes set to `size`, the range dropped.
+Compute compute_at(const Compute& c, std::int64_t size);
+
 /// A plain JSON description: name, statement, params, tensors (name, shape, dtype), iterators
-/// (name, extent, kind), and the accesses with their affine indices (enough to rebuild it).
+/// (name, extent, kind), the accesses with their affine indices (enough to rebuild it), and a
+/// dynamic extent's iterator, parameter and range.
 nlohmann::json to_json(const Compute& c);
 
 /// The workload key of a log record: 16 hex digits of a 64-bit FNV-1a hash of what decides the

@@ -108,11 +108,15 @@ struct KernelRun {
 
 /// Runs a candidate's launch plan on the workspace, tensors `a_tensor` and `b_tensor` (indices
 /// into Compute::tensors) in slots kSlotA and kSlotB, the output in kSlotOut: poisons the
-/// output, runs once, checks against `reference` (skipped when empty), then times it.
+/// output, runs once, checks against `reference` (skipped when empty), then times it. A plan of a
+/// range of sizes runs at `size`, the workspace's compute being its compute_at(size); a plan of
+/// one shape takes size 0.
 KernelRun run_candidate(Workspace& ws, const std::vector<double>& reference, int a_tensor, int b_tensor,
-                        const LaunchPlan& launch, const std::vector<char>& cubin, const TimingOptions& timing = {});
+                        const LaunchPlan& launch, const std::vector<char>& cubin, const TimingOptions& timing = {},
+                        std::int64_t size = 0);
 /// The same for kernel `k`, through plan_launch(k).
 KernelRun run_candidate(Workspace& ws, const std::vector<double>& reference, int a_tensor, int b_tensor,
-                        const KernelSource& k, const std::vector<char>& cubin, const TimingOptions& timing = {});
+                        const KernelSource& k, const std::vector<char>& cubin, const TimingOptions& timing = {},
+                        std::int64_t size = 0);
 
 }  // namespace tmap

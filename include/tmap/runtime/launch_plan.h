@@ -18,6 +18,7 @@ enum {
   TMAP_PLAN_MAX_MAPS = 2,
   TMAP_PLAN_MAX_SLOTS = 16,  ///< Pointers a caller passes (a reference kernel takes every tensor).
   TMAP_SLOT_MAP = 64,        ///< An argument's slot TMAP_SLOT_MAP + i: the plan's tensor map i.
+  TMAP_SLOT_SIZE = 96,       ///< An argument's slot: the run-time size, passed as an int.
 };
 
 /// One pointer: the caller's pointer in `slot` plus `offset` bytes (a relayouted operand is a
@@ -26,6 +27,13 @@ typedef struct {
   int slot;
   long long offset;
 } tmap_arg;
+
+/// How a launch of a plan for a range of sizes follows the run-time size: grid[axis] =
+/// ceil(size x per_size / per_block) x times. per_size 0: the grid is fixed.
+typedef struct {
+  int axis;
+  long long per_size, per_block, times;
+} tmap_grid_growth;
 
 typedef struct {
   int kernel;  ///< Index into the kernel handles the caller passes.
@@ -41,6 +49,7 @@ typedef struct {
   int dependent;
   int num_args;
   tmap_arg args[TMAP_PLAN_MAX_ARGS];
+  tmap_grid_growth growth;  ///< grid as the plan's largest size has it, then scaled (see above).
 } tmap_launch_step;
 
 /// A tiled (cuTensorMapEncodeTiled) or im2col (cuTensorMapEncodeIm2col) tensor map over the
@@ -56,8 +65,14 @@ typedef struct {
   int im2col;
   int lower[3], upper[3];
   unsigned traversal[5];
+  /// In a plan for a range of sizes: dims[grow_dim] = size x grow_per_size; grow_per_size 0: fixed.
+  int grow_dim;
+  unsigned long long grow_per_size;
 } tmap_tensor_map_spec;
 
+/// The launches of one kernel. A plan for a range of sizes (size_lo > 0) takes the size at each
+/// call, from size_lo to size_hi: its grids and tensor maps follow it (tmap_grid_growth,
+/// grow_dim), its kernels read it (TMAP_SLOT_SIZE), and its workspace fits the largest.
 typedef struct {
   long long workspace_bytes;  ///< 0: none.
   int workspace_slot;         ///< The slot the workspace pointer goes in.
@@ -65,6 +80,7 @@ typedef struct {
   tmap_launch_step steps[TMAP_PLAN_MAX_STEPS];
   int num_maps;
   tmap_tensor_map_spec maps[TMAP_PLAN_MAX_MAPS];
+  long long size_lo, size_hi;  ///< 0, 0: one shape, and every call passes size 0.
 } tmap_launch_plan;
 
 /// An encoded CUtensorMap (128 bytes, 64-byte aligned), passed by value as a kernel parameter.
@@ -80,16 +96,21 @@ typedef struct {
 
 /// Allows every step its dynamic shared memory (above the 48 KiB default).
 cudaError_t tmap_plan_prepare(const tmap_launch_plan* plan, const void* const* kernels);
-/// Encodes the plan's tensor maps over the caller's pointers. cudaErrorNotSupported: the
-/// driver lacks the entry point (TMA needs a CUDA 12 driver); cudaErrorInvalidValue: the
-/// driver refused a map.
-cudaError_t tmap_plan_encode_maps(const tmap_launch_plan* plan, void* const* slots, tmap_tensor_map* maps);
-/// Enqueues the plan's launches on `stream`; `cache` (may be null) keeps device answers.
+/// Whether `size` is one the plan takes: 0 for a plan of one shape, else size_lo to size_hi.
+int tmap_plan_takes_size(const tmap_launch_plan* plan, long long size);
+/// Encodes the plan's tensor maps over the caller's pointers, at `size`. cudaErrorNotSupported:
+/// the driver lacks the entry point (TMA needs a CUDA 12 driver); cudaErrorInvalidValue: the
+/// driver refused a map, or the plan does not take `size`.
+cudaError_t tmap_plan_encode_maps(const tmap_launch_plan* plan, void* const* slots, long long size,
+                                  tmap_tensor_map* maps);
+/// Enqueues the plan's launches at `size` on `stream` (maps encoded at the same size);
+/// `cache` (may be null) keeps device answers. cudaErrorInvalidValue: the plan does not take `size`.
 cudaError_t tmap_plan_enqueue(const tmap_launch_plan* plan, const void* const* kernels, void* const* slots,
-                              const tmap_tensor_map* maps, tmap_launch_cache* cache, cudaStream_t stream);
-/// All of it for one call: the workspace allocated (and freed) on the stream into
+                              const tmap_tensor_map* maps, long long size, tmap_launch_cache* cache,
+                              cudaStream_t stream);
+/// All of it for one call at `size`: the workspace allocated (and freed) on the stream into
 /// slots[workspace_slot], shared memory allowed, maps encoded, launches enqueued.
-cudaError_t tmap_plan_launch(const tmap_launch_plan* plan, const void* const* kernels, void** slots,
+cudaError_t tmap_plan_launch(const tmap_launch_plan* plan, const void* const* kernels, void** slots, long long size,
                              cudaStream_t stream);
 
 #ifdef __cplusplus
