@@ -24,6 +24,7 @@
 #include "tmap/frontend/op_library.h"
 #include "tmap/tune/cost_model.h"
 #include "tmap/tune/model_tuner.h"
+#include "tmap/tune/range_tuner.h"
 #include "tmap/tune/shards.h"
 #include "tmap/tune/tuner.h"
 
@@ -1345,6 +1346,142 @@ TEST(ModelTuner, TheNextWorkloadStartsWhileABatchIsFinishing) {
   EXPECT_EQ(pool.in_flight(), 0u);
   EXPECT_EQ(read_log(log).records.size(), 32u) << "every measurement is recorded, by whichever run collected it";
   std::filesystem::remove(log);
+}
+
+TEST(RangeTuner, SamplesAreTheEndsPowersOfTwoAndMidpoints) {
+  EXPECT_EQ(range_sample_sizes(1, 256),
+            (std::vector<std::int64_t>{1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256}));
+  EXPECT_EQ(range_sample_sizes(5, 100), (std::vector<std::int64_t>{5, 6, 8, 12, 16, 24, 32, 48, 64, 96, 100}));
+  EXPECT_EQ(range_sample_sizes(7, 8), (std::vector<std::int64_t>{7, 8}));
+}
+
+TEST(RangeTuner, BucketsAreTheFewestWithinTheLoss) {
+  const double inf = std::numeric_limits<double>::infinity();
+  // Candidate 0 is best at the small sizes, 1 at the large ones, 2 is close everywhere but the last.
+  const std::vector<std::vector<double>> us = {{10, 20, 40, 90, 200}, {12, 24, 41, 80, 160}, {10.4, 20.8, 41.6, 83, inf}};
+  const std::vector<double> best = {10, 20, 40, 80, 160};
+  std::vector<BucketChoice> b = choose_buckets(us, best, 0.05);
+  ASSERT_EQ(b.size(), 2u);
+  EXPECT_EQ(b[0].first, 0u);
+  EXPECT_EQ(b[1].last, 4u);
+  EXPECT_EQ(b[0].last + 1, b[1].first);
+  EXPECT_EQ(b[1].candidate, 1);  // the only one within 5% at 160
+  // With a 50% loss one kernel serves all that it runs at; at none of them the fastest alone.
+  EXPECT_EQ(choose_buckets({us[1]}, best, 0.5).size(), 1u);
+  b = choose_buckets({{10, 50, 40}}, {10, 20, 40}, 0.05);
+  ASSERT_EQ(b.size(), 3u);
+  EXPECT_EQ(b[1].candidate, 0);  // no candidate within the loss at 20: the fastest, alone
+  b = choose_buckets({{10, inf, 40}}, {10, 20, 40}, 0.05);
+  ASSERT_EQ(b.size(), 3u);
+  EXPECT_EQ(b[1].candidate, -1);  // every candidate failed there: reported, not served
+}
+
+TEST(RangeTuner, TunesSamplesMeasuresKernelsOfTheRangeAndDispatchesBySize) {
+  const Compute range = build_compute(builtin_op("gemm_nt"), parse_param_overrides({"M=1..100", "N=256", "K=128"}));
+  const std::vector<HwAbstraction> hws = {find_hw(shipped(), "mma_sync_fp16_fp32")};
+  const std::string log = temp_path("range.jsonl");
+  std::filesystem::remove(log);
+  SyntheticMeasurer m;
+  MeasurePool pool({&m});
+  RangeTuneOptions o;
+  o.tune = synthetic_options(log, 32);
+  o.sizes = {1, 8, 64, 100};
+  o.per_size = 2;
+  int cross = 0;
+  std::set<std::int64_t> measured_at;
+  const RangeTuneSummary s = tune_range(range, hws, o, pool, [&](const Compute& c, std::int64_t size, const ImplicitGemm& g,
+                                                                const ScheduleParams& p, const KernelSource& k,
+                                                                const CompileResult& b) {
+    EXPECT_TRUE(c.dynamic.active());
+    EXPECT_TRUE(g.dynamic());
+    EXPECT_EQ(k.size_hi, 100);
+    EXPECT_TRUE(b.ok) << b.log;
+    ++cross;
+    measured_at.insert(size);
+    ImplicitGemm at = g;  // the synthetic time of the shape of this size, 2% for the run-time size
+    (g.dynamic_axis == 'm' ? at.M : at.N) = size * g.per_size;
+    MeasureResult r;
+    r.status = MeasureStatus::kOk;
+    r.median_us = 1.02 * synthetic_us(at, p);
+    r.times_us = {r.median_us};
+    return r;
+  });
+  EXPECT_GT(m.calls, 4 * 8 - 1);  // every sample tuned
+  EXPECT_GE(s.candidates, 2);
+  EXPECT_EQ(cross, s.measurements);
+  for (std::int64_t size : o.sizes) EXPECT_TRUE(measured_at.count(size)) << size;
+  ASSERT_FALSE(s.buckets.empty());
+  EXPECT_TRUE(s.unserved.empty());
+  // The buckets cover the range in order, without gaps.
+  EXPECT_EQ(s.buckets.front().lo, 1);
+  EXPECT_EQ(s.buckets.back().hi, 100);
+  for (std::size_t i = 1; i < s.buckets.size(); ++i) EXPECT_EQ(s.buckets[i].lo, s.buckets[i - 1].hi + 1);
+  EXPECT_EQ(s.points.size(), o.sizes.size());
+  for (const RangePoint& p : s.points) EXPECT_GT(p.tuned_us, 0) << p.size;
+
+  // The log holds the buckets in force; each serves the sizes within it, and no other.
+  const std::vector<TuneRecord> records = read_log(log).records;
+  const std::vector<const TuneRecord*> buckets = range_buckets(records);
+  ASSERT_EQ(buckets.size(), s.buckets.size());
+  for (const TuneRecord* r : buckets) {
+    EXPECT_EQ(r->workload.key, make_workload(range).key);
+    const Regenerated g = regenerate(*r, hws, 90);
+    EXPECT_EQ(g.kernel.size_hi, 100);
+  }
+  for (std::int64_t size : {1, 2, 57, 64, 65, 100}) {
+    const Compute at = build_compute(builtin_op("gemm_nt"), parse_param_overrides({"M=" + std::to_string(size), "N=256", "K=128"}));
+    const Dispatch d = dispatch(records, at, "sm_90");
+    ASSERT_NE(d.bucket, nullptr) << size;
+    EXPECT_EQ(d.size, size);
+    EXPECT_LE(d.bucket->result.bucket_lo, size);
+    EXPECT_GE(d.bucket->result.bucket_hi, size);
+  }
+  const Compute beyond = build_compute(builtin_op("gemm_nt"), parse_param_overrides({"M=101", "N=256", "K=128"}));
+  const Dispatch none = dispatch(records, beyond, "sm_90");
+  EXPECT_EQ(none.bucket, nullptr);
+  EXPECT_EQ(none.outside, "M=1..100");
+  const Compute other = build_compute(builtin_op("gemm_nt"), parse_param_overrides({"M=8", "N=128", "K=128"}));
+  EXPECT_EQ(dispatch(records, other, "sm_90").bucket, nullptr);
+  EXPECT_EQ(dispatch(records, other, "sm_90").outside, "");
+  // Records of a range are not ranked with the shapes' records, and pruning keeps the buckets.
+  for (const TuneRecord* r : best_records(records)) EXPECT_EQ(r->result.size, 0);
+  std::size_t kept_buckets = 0;
+  for (const TuneRecord* r : kept_records(records)) kept_buckets += r->result.bucket();
+  EXPECT_EQ(kept_buckets, buckets.size());
+  std::filesystem::remove(log);
+}
+
+TEST(RangeTuner, RecordsOfARangeNameASizeWithinIt) {
+  const Compute range = build_compute(builtin_op("gemm_nt"), parse_param_overrides({"M=1..100", "N=64", "K=64"}));
+  TuneRecord r = sample_record(range, "ok", 5);
+  r.result.size = 50;
+  EXPECT_EQ(record_from_json(to_json(r)).result.size, 50);
+  r.result.bucket_lo = 40;
+  r.result.bucket_hi = 60;
+  const TuneRecord back = record_from_json(to_json(r));
+  EXPECT_TRUE(back.result.bucket());
+  EXPECT_EQ(back.result.bucket_hi, 60);
+  auto refused = [](TuneRecord x) {
+    try {
+      record_from_json(to_json(x));
+    } catch (const std::runtime_error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  TuneRecord bad = r;
+  bad.result.size = 0;
+  EXPECT_NE(refused(bad).find("without its \"size\""), std::string::npos);
+  bad = r;
+  bad.result.bucket_hi = 101;
+  EXPECT_NE(refused(bad).find("not within the compute's range"), std::string::npos);
+  bad = r;
+  bad.result.size = 70;
+  EXPECT_NE(refused(bad).find("outside the record's bucket"), std::string::npos);
+  const Compute fixed = build_compute(builtin_op("gemm_nt"), parse_param_overrides({"M=100", "N=64", "K=64"}));
+  bad = sample_record(fixed, "ok", 5);
+  bad.result.size = 3;
+  EXPECT_NE(refused(bad).find("in a record of one shape"), std::string::npos);
 }
 
 }  // namespace

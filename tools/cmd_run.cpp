@@ -37,6 +37,7 @@ struct RunArgs {
   int graph_runs = 0;
   bool flush_l2 = false;
   bool verify = false, compile_only = false;
+  std::int64_t size = 0;  ///< --size: a range's size to run at (0: its largest).
 };
 
 /// The match --match, or --layout and --shape, name (without --hw, of the first abstraction
@@ -148,8 +149,9 @@ bool measure(const RunArgs& args, const RunCandidate& x, const KernelSource& ker
   std::filesystem::path cubin = std::filesystem::temp_directory_path() /
                                 ("tmap_" + std::to_string(::getpid()) + "_" + kernel.name + ".cubin");
   std::ofstream(cubin, std::ios::binary).write(compiled.cubin.data(), static_cast<std::streamsize>(compiled.cubin.size()));
+  const std::int64_t size = c.dynamic.active() ? (args.size ? args.size : c.dynamic.hi) : 0;
   MeasureRequest req = MeasureRequest::for_kernel(c, kernel, cubin.string(), c.inputs[x.g.a_input].tensor,
-                                                  c.inputs[x.g.b_input].tensor);
+                                                  c.inputs[x.g.b_input].tensor, size);
   req.verify = args.verify;
   if (!args.log.empty()) req.timing = tuning_timing();
   req.timing.graph_runs = args.log.empty() ? args.graph_runs : req.timing.graph_runs;
@@ -167,6 +169,7 @@ bool measure(const RunArgs& args, const RunCandidate& x, const KernelSource& ker
     measured.rel_l2 = m.rel_l2;
     measured.compile_seconds = compiled.seconds;
     measured.error = m.message;
+    measured.size = size;
     const Target target{"sm_" + std::to_string(x.cc), rt.devices.front().name, cuda_version_text(rt.driver_version),
                         cuda_version_text(rt.runtime_version), TMAP_VERSION};
     LogWriter(args.log).append(make_record(make_workload(c), target,
@@ -179,7 +182,9 @@ bool measure(const RunArgs& args, const RunCandidate& x, const KernelSource& ker
     return true;
   }
   result["median_us"] = m.median_us;
-  result["tflops"] = x.g.flops() / (m.median_us * 1e-6) / 1e12;
+  const double flops = size ? 2.0 * compute_at(c, size).iteration_points() : x.g.flops();
+  result["tflops"] = flops / (m.median_us * 1e-6) / 1e12;
+  if (size) result["size"] = size;
   if (!args.verify) return false;
   result["rel_l2"] = m.rel_l2;
   result["tolerance"] = req.tolerance;
@@ -203,6 +208,11 @@ void print_text(const nlohmann::json& result, const KernelSource& kernel, bool f
 
 void run_command(RunArgs& args) {
   Compute c = args.compute.build();
+  if (args.size && !(c.dynamic.active() && c.dynamic.lo <= args.size && args.size <= c.dynamic.hi))
+    bad("--size", c.dynamic.active() ? std::to_string(args.size) + " is outside the range " + c.dynamic.param + "=" +
+                                           std::to_string(c.dynamic.lo) + ".." + std::to_string(c.dynamic.hi)
+                                     : "only a range of sizes (--set NAME=LO..HI) takes a size at run time",
+        c.dynamic.active() ? "give a size within the range" : "drop --size, or give a range");
   RuntimeInfo rt = query_runtime();
   const int cc = target_arch(args, rt);
   auto all = args.hw_dirs.all();
@@ -268,6 +278,10 @@ void register_run(CLI::App& app) {
                   "times), so that replay, export and a later 'tmap tune --confirm' see the candidate");
   cmd->add_option("--format", args->format, "text or json")->check(CLI::IsMember({"text", "json"}));
   cmd->add_option("--timeout", args->timeout, "Seconds before a hanging kernel is stopped (default 60)");
+  cmd->add_option("--size", args->size,
+                  "With a range of sizes (--set M=1..256): run the kernel, which takes the size at run time, at this "
+                  "one (default: the largest)")
+      ->check(at_least(1));
   cmd->add_option("--graph", args->graph_runs, "Time replays of a CUDA graph of this many runs (for short kernels)");
   cmd->add_flag("--flush-l2", args->flush_l2,
                "Flush the L2 cache before each run (cold cache); with --graph the flushes' own time is subtracted");

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -11,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <set>
 
@@ -26,6 +28,7 @@
 #include "tmap/support/files.h"
 #include "tmap/tune/cost_model.h"
 #include "tmap/tune/model_tuner.h"
+#include "tmap/tune/range_tuner.h"
 #include "tmap/tune/shards.h"
 #include "tmap/tune/tuner.h"
 #include "tune_gpus.h"
@@ -142,6 +145,8 @@ struct TuneArgs {
   int trials = 200, early_stop = 0, trials_per_batch = 16, compile_ahead = 3, confirm = 4;
   double time_budget = 0, timeout = 10, measure_ms = kTuneMeasureMs;
   std::uint64_t seed = 0;
+  double loss = 0.05;                ///< --loss: a range's buckets.
+  std::vector<std::int64_t> sizes;   ///< --sizes: a range's samples.
 };
 
 void print_tune_summary(const TuneSummary& s, const Compute& c, const Workload& w, const std::string& log_path,
@@ -565,6 +570,52 @@ void resolve_batch_options(TuneArgs& a) {
   }
 }
 
+void print_range_summary(const RangeTuneSummary& s, const Compute& c, const std::string& log_path) {
+  const std::string& param = c.dynamic.param;
+  std::printf("range %s=%lld..%lld of %s: %zu samples tuned in %s, %d kernels of the range measured across them "
+              "(%d measurements, %d failed) in %s; log %s\n",
+              param.c_str(), (long long)c.dynamic.lo, (long long)c.dynamic.hi, c.name.c_str(), s.points.size(),
+              duration_text(s.tune_s).c_str(), s.candidates, s.measurements, s.failed, duration_text(s.cross_s).c_str(),
+              log_path.c_str());
+  std::printf("%-12s %-10s %-10s %s\n", "bucket", "worst", "at", "kernel");
+  for (const RangeBucket& b : s.buckets)
+    std::printf("%5lld-%-6lld %-10.3f %-10lld %s %s\n", (long long)b.lo, (long long)b.hi, b.worst_ratio,
+                (long long)b.worst_size, candidate_label(b.candidate).c_str(), to_json(b.candidate.params).dump().c_str());
+  std::printf("%-8s %12s %14s %8s\n", param.c_str(), "tuned us", "dispatched us", "ratio");
+  for (const RangePoint& p : s.points)
+    std::printf("%-8lld %12.2f %14.2f %8.3f\n", (long long)p.size, p.tuned_us, p.dispatched_us,
+                p.tuned_us > 0 ? p.dispatched_us / p.tuned_us : 0.0);
+  for (std::int64_t size : s.unserved) std::printf("no kernel of the range ran correctly at %s=%lld\n", param.c_str(), (long long)size);
+}
+
+/// `tmap tune` of a range of sizes (range_tuner.h), on the GPU.
+void tune_range_command(const TuneArgs& args, const Compute& c, const std::vector<HwAbstraction>& hws, Machine& m) {
+  if (args.measure == "model")
+    bad("--measure model", "a range of sizes is tuned by measuring its kernels", "drop --measure model, or give one size");
+  RangeTuneOptions o;
+  o.tune = tune_options(args, m, args.log.empty() ? "logs/" + c.name + ".jsonl" : args.log);
+  o.loss = args.loss;
+  o.sizes = args.sizes;
+  std::sort(o.sizes.begin(), o.sizes.end());
+  for (std::int64_t size : o.sizes)
+    if (size < c.dynamic.lo || size > c.dynamic.hi)
+      bad("--sizes", std::to_string(size) + " is outside the range " + std::to_string(c.dynamic.lo) + ".." +
+                         std::to_string(c.dynamic.hi), "give sizes within the range");
+  RangeTuneSummary s;
+  {
+    StopOnSignals stop_on_signals;
+    TuneGpus gpus = open_gpus(m.gpus, args.timeout, args.measure_ms, o.tune.seed);
+    WorkerMeasurer& first = *gpus.measurers.front();
+    s = tune_range(c, hws, o, *gpus.pool, [&](const Compute& range, std::int64_t size, const ImplicitGemm& g,
+                                               const ScheduleParams&, const KernelSource& k, const CompileResult& b) {
+      return first.measure_at(range, size, g, k, b);
+    });
+  }
+  if (g_signal) exit_status() = 128 + g_signal;
+  print_range_summary(s, c, o.tune.log_path);
+  if (s.buckets.empty() && !g_signal) throw std::runtime_error("tuning the range found no correct kernel");
+}
+
 void tune_command(TuneArgs& args) {
   resolve_batch_options(args);
   if (!args.shard.empty() && args.model.empty() && args.table.empty())
@@ -575,6 +626,7 @@ void tune_command(TuneArgs& args) {
   Machine m = detect(args.arch, args.gpus);
   const bool model_only = args.measure == "model";
   check_measurable(args, m);
+  if (c.dynamic.active()) return tune_range_command(args, c, hws, m);
   TuneOptions o = tune_options(args, m, args.log.empty() ? "logs/" + c.name + ".jsonl" : args.log);
   const bool tty = ::isatty(STDERR_FILENO);
   ProgressBlock block(tty);
@@ -644,6 +696,14 @@ void register_tune(CLI::App& app) {
   cmd->add_option("--measure-ms", args->measure_ms,
                   "Time each candidate for at least this many milliseconds of runs (default 3)")
       ->check(at_least(1));
+  cmd->add_option("--loss", args->loss,
+                  "With a range of sizes (--set M=1..256): each bucket's kernel is within this fraction of the "
+                  "best at every sample it serves (default 0.05)")
+      ->check(between(0, 1));
+  cmd->add_option("--sizes", args->sizes,
+                  "With a range of sizes: the samples tuned (default: the range's ends, powers of two and their "
+                  "midpoints); --trials and --time-budget are shared by all")
+      ->delimiter(',');
   cmd->add_option("--emit-cuda", args->emit_cuda, "Write the best kernel's CUDA source to this file");
   cmd->add_option("--cache-dir", args->cache_dir, "Keep compiled binaries in this directory across runs");
   cmd->add_option("--format", args->format, "The summary as text or json (one document on stdout)")
@@ -699,12 +759,27 @@ void register_replay(CLI::App& app) {
   cmd->callback([args] {
     LogContents log = load_log(args->log);
     std::string key = args->workload;
-    if (!args->compute.file.empty() || !args->compute.op.empty()) key = make_workload(args->compute.build()).key;
+    std::optional<Compute> given;
+    if (!args->compute.file.empty() || !args->compute.op.empty()) {
+      given = args->compute.build();
+      key = make_workload(*given).key;
+    }
+    Machine m = detect(args->arch);
     std::vector<const TuneRecord*> chosen, unmeasured;  // unmeasured: the model's choices
+    std::map<const TuneRecord*, std::int64_t> sizes;    // a range's bucket: the size it runs at
     for (const TuneRecord* r : best_records(log.records))
       if (key.empty() || r->workload.key == key) chosen.push_back(r);
     for (const TuneRecord* r : model_choices(log.records))
       if (key.empty() || r->workload.key == key) unmeasured.push_back(r);
+    for (const TuneRecord* r : range_buckets(log.records))
+      if (key.empty() || r->workload.key == key) chosen.push_back(r), sizes[r] = r->result.size;
+    if (chosen.empty() && given && !given->dynamic.active()) {  // one size of a tuned range
+      const Dispatch d = dispatch(log.records, *given, m.target.arch);
+      if (d.bucket) chosen.push_back(d.bucket), sizes[d.bucket] = d.size;
+      else if (!d.outside.empty())
+        bad("--set", "the log's range " + d.outside + " of this computation does not take its size",
+            "give a size within the range, or tune this size");
+    }
     if (!unmeasured.empty() && !args->allow_unmeasured) {
       const std::string what =
           std::to_string(unmeasured.size()) + " workload(s) have only unmeasured records (ranked by the model)";
@@ -718,7 +793,6 @@ void register_replay(CLI::App& app) {
       bad(args->log, key.empty() ? "the log holds no correct measured record" : "no record of workload " + key,
           "see 'tmap logs list " + args->log + "'");
 
-    Machine m = detect(args->arch);
     const bool run = m.has_gpu && m.cc == m.rt.devices.front().compute_capability;
     if (!run) spdlog::warn("no GPU for {} ({}): compiling only", m.target.arch, m.has_gpu ? "another GPU" : m.rt.status);
     const std::vector<HwAbstraction> hws = args->hw_dirs.all();
@@ -748,8 +822,13 @@ void register_replay(CLI::App& app) {
       }
       CompileResult bin = compiler.compile(g.kernel.code, g.kernel.name);
       if (!bin.ok) throw InternalError("regenerated kernel " + g.kernel.name + " does not compile:\n" + bin.log);
-      const std::string name = r->workload.description.value("name", "?");
-      const double logged = r->result.ok() ? r->result.median_us : r->result.estimated_us;
+      const std::int64_t size = sizes.count(r) ? sizes[r] : 0;
+      const std::string name = r->workload.description.value("name", "?") +
+                               (size ? "@" + g.compute->dynamic.param + "=" + std::to_string(size) : "");
+      // A range's kernel was measured at its bucket's worst size; at another, there is no logged time.
+      const double logged = size && size != r->result.size ? std::nan("")
+                            : r->result.ok()                ? r->result.median_us
+                                                            : r->result.estimated_us;
       nlohmann::json row = {{"workload", r->workload.key}, {"name", name},          {"kernel", g.kernel.name},
                             {"logged_us", logged},          {"logged_measured", r->result.ok()},
                             {"compile_s", bin.seconds}};
@@ -761,7 +840,7 @@ void register_replay(CLI::App& app) {
                       name.c_str(), logged, "-", "-", "-", g.kernel.name.c_str(), bin.seconds);
         continue;
       }
-      MeasureResult res = measurer->measure(*g.compute, g.gemm(), g.params, g.kernel, bin);
+      MeasureResult res = measurer->measure_at(*g.compute, size, g.gemm(), g.kernel, bin);
       row["status"] = status_name(res.status);
       if (res.status != MeasureStatus::kOk) {
         failed = true;
@@ -778,9 +857,14 @@ void register_replay(CLI::App& app) {
       rows.push_back(row);
       char err[32] = "-";
       if (args->verify) std::snprintf(err, sizeof err, "%.1e", res.rel_l2);
+      char logged_text[32] = "-", change[32] = "-";
+      if (!std::isnan(logged)) {
+        std::snprintf(logged_text, sizeof logged_text, "%.2f", logged);
+        std::snprintf(change, sizeof change, "%+.1f%%", (res.median_us / logged - 1) * 100);
+      }
       if (text)
-        std::printf("%-16s %-20s %12.2f %12.2f %+7.1f%% %10s  %s\n", r->workload.key.c_str(), name.c_str(), logged,
-                    res.median_us, (res.median_us / logged - 1) * 100, err, g.kernel.name.c_str());
+        std::printf("%-16s %-20s %12s %12.2f %8s %10s  %s\n", r->workload.key.c_str(), name.c_str(), logged_text,
+                    res.median_us, change, err, g.kernel.name.c_str());
     }
     if (!text) std::cout << nlohmann::json{{"log", args->log}, {"arch", m.target.arch}, {"ran", run}, {"results", rows}}.dump(2) << "\n";
     if (failed) throw std::runtime_error("a replayed kernel failed or is wrong");

@@ -23,6 +23,19 @@
 namespace tmap {
 namespace {
 
+/// The compute a request's kernel runs on: its own, or a range's at the request's size, which
+/// the plan must take (a plan of another range would index past the tensors).
+Compute sized_compute(const MeasureRequest& req) {
+  Compute c = compute_from_json(req.compute, "measure request");
+  const tmap_launch_plan& plan = req.launch.plan;
+  if (req.size == 0 && !c.dynamic.active() && plan.size_lo == 0) return c;
+  if (!c.dynamic.active() || plan.size_lo != c.dynamic.lo || plan.size_hi != c.dynamic.hi || req.size < c.dynamic.lo ||
+      req.size > c.dynamic.hi)
+    throw std::runtime_error("measure request: size " + std::to_string(req.size) +
+                             " is not one both the compute's range and the kernel's plan take");
+  return compute_at(c, req.size);
+}
+
 /// A binary the parent wrote (empty when it cannot be read: loading it then fails and says so).
 std::vector<char> read_binary(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -45,9 +58,10 @@ const char* status_name(MeasureStatus s) {
 }
 
 MeasureRequest MeasureRequest::for_kernel(const Compute& c, const KernelSource& k, const std::string& cubin_path,
-                                          int a_tensor, int b_tensor) {
+                                          int a_tensor, int b_tensor, std::int64_t size) {
   MeasureRequest r;
   r.compute = to_json(c);
+  r.size = size;
   r.launch = plan_launch(k);
   r.cubin_path = cubin_path;
   r.a_tensor = a_tensor;
@@ -61,7 +75,8 @@ nlohmann::json to_json(const MeasureRequest& r) {
           {"a_tensor", r.a_tensor},       {"b_tensor", r.b_tensor},      {"verify", r.verify},
           {"tolerance", r.tolerance},     {"warmup", r.timing.warmup},   {"min_repeats", r.timing.min_repeats},
           {"min_total_ms", r.timing.min_total_ms}, {"graph_runs", r.timing.graph_runs},
-          {"flush_l2", r.timing.flush_l2}, {"long_run_ms", r.timing.long_run_ms}, {"seed", r.seed}};
+          {"flush_l2", r.timing.flush_l2}, {"long_run_ms", r.timing.long_run_ms}, {"seed", r.seed},
+          {"size", r.size}};
 }
 
 MeasureRequest request_from_json(const nlohmann::json& j) {
@@ -77,6 +92,7 @@ MeasureRequest request_from_json(const nlohmann::json& j) {
   r.timing = {j.at("warmup"),     j.at("min_repeats"), j.at("min_total_ms"),
               j.at("graph_runs"), j.at("flush_l2"),    j.value("long_run_ms", 0.0)};
   r.seed = j.at("seed");
+  r.size = j.value("size", std::int64_t{0});
   return r;
 }
 
@@ -171,11 +187,11 @@ int run_measure_worker(std::FILE* in, std::FILE* out, int device) {
     try {
       if (!device_error.empty()) throw UserError(device_error);
       MeasureRequest req = request_from_json(nlohmann::json::parse(line));
-      std::string key = req.compute.dump() + "#" + std::to_string(req.seed);
+      std::string key = req.compute.dump() + "#" + std::to_string(req.seed) + "#" + std::to_string(req.size);
       auto it = prepared.find(key);
       if (it == prepared.end()) {
         Prepared p;
-        p.compute = std::make_unique<Compute>(compute_from_json(req.compute, "measure request"));
+        p.compute = std::make_unique<Compute>(sized_compute(req));
         p.workspace = std::make_unique<Workspace>(*p.compute, req.seed);
         if (req.verify && !req.reference_cubin_path.empty()) {
           p.reference = gpu_reference(*p.workspace, read_binary(req.reference_cubin_path));
@@ -186,7 +202,8 @@ int run_measure_worker(std::FILE* in, std::FILE* out, int device) {
         it = prepared.emplace(key, std::move(p)).first;
       }
       KernelRun run = run_candidate(*it->second.workspace, req.verify ? it->second.reference : std::vector<double>{},
-                                    req.a_tensor, req.b_tensor, req.launch, read_binary(req.cubin_path), req.timing);
+                                    req.a_tensor, req.b_tensor, req.launch, read_binary(req.cubin_path), req.timing,
+                                    req.size);
       result.rel_l2 = run.rel_l2;
       result.median_us = run.median_us;
       result.times_us = run.times_us;

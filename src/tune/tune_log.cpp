@@ -105,6 +105,8 @@ nlohmann::json to_json(const TuneRecord& r) {
   if (!r.result.error.empty()) result["error"] = r.result.error;
   if (r.result.confirm_rounds > 0) result["confirm_rounds"] = r.result.confirm_rounds;
   if (r.result.gpu >= 0) result["gpu"] = {{"index", r.result.gpu}, {"uuid", r.result.gpu_uuid}};
+  if (r.result.size > 0) result["size"] = r.result.size;
+  if (r.result.bucket()) result["bucket"] = {r.result.bucket_lo, r.result.bucket_hi};
   const CandidateRef& c = r.candidate;
   return {{"schema", kLogSchemaVersion},
           {"recorded_at", r.recorded_at},
@@ -132,6 +134,33 @@ void read_gpu(const nlohmann::json& g, TuneResult& r) {
   const bool uuid_ok = r.gpu_uuid.empty() || (r.gpu_uuid.size() <= 64 && r.gpu_uuid.rfind("GPU-", 0) == 0 &&
                                               r.gpu_uuid.find_first_not_of("0123456789abcdef-", 4) == std::string::npos);
   if (!uuid_ok) throw std::runtime_error("field \"gpu.uuid\" is not a GPU UUID (GPU- and hex digits)");
+}
+
+/// A result's "size" and "bucket" against its compute's range ("dynamic": {"lo", "hi"}): a
+/// record of a range is measured at one of its sizes, a bucket serves sizes within it.
+void read_range(const nlohmann::json& res, TuneRecord& r) {
+  const nlohmann::json& compute = r.workload.compute;
+  std::int64_t lo = 0, hi = 0;
+  if (compute.is_object() && compute.contains("dynamic")) {
+    const nlohmann::json& d = compute.at("dynamic");
+    lo = integer<std::int64_t>(d.at("lo"), "field \"dynamic.lo\"");
+    hi = integer<std::int64_t>(d.at("hi"), "field \"dynamic.hi\"");
+  }
+  TuneResult& x = r.result;
+  if (res.contains("size")) x.size = integer<std::int64_t>(res["size"], "field \"size\"");
+  if (res.contains("bucket")) {
+    const nlohmann::json& b = res["bucket"];
+    if (!b.is_array() || b.size() != 2) throw std::runtime_error("field \"bucket\" is not [lo, hi]");
+    x.bucket_lo = integer<std::int64_t>(b[0], "field \"bucket\"");
+    x.bucket_hi = integer<std::int64_t>(b[1], "field \"bucket\"");
+    if (!(lo <= x.bucket_lo && x.bucket_lo <= x.bucket_hi && x.bucket_hi <= hi && hi > 0))
+      throw std::runtime_error("field \"bucket\" is not within the compute's range of sizes");
+  }
+  if (hi == 0 && x.size != 0) throw std::runtime_error("field \"size\" in a record of one shape");
+  if (hi > 0 && x.measured() && !(lo <= x.size && x.size <= hi))
+    throw std::runtime_error("a measured record of a range of sizes without its \"size\" within the range");
+  if (x.bucket() && !(x.bucket_lo <= x.size && x.size <= x.bucket_hi))
+    throw std::runtime_error("field \"size\" outside the record's bucket");
 }
 
 }  // namespace
@@ -186,6 +215,7 @@ TuneRecord record_from_json(const nlohmann::json& j) {
   if (res.contains("confirm_rounds")) r.result.confirm_rounds = integer<int>(res["confirm_rounds"], "field \"confirm_rounds\"");
   if (r.result.ok() && !(r.result.median_us > 0)) throw std::runtime_error("an \"ok\" result without a median time");
   if (res.contains("gpu")) read_gpu(field<nlohmann::json>(res, "gpu"), r.result);
+  read_range(res, r);
   return r;
 }
 
@@ -360,7 +390,7 @@ std::vector<const TuneRecord*> best_records(const std::vector<TuneRecord>& recor
   std::vector<std::string> order;  // workload keys, first seen first
   std::set<std::string> seen;
   for (const auto& r : records) {
-    if (!r.result.measured()) continue;
+    if (!r.result.measured() || r.result.size > 0) continue;
     latest[r.workload.key + " " + candidate_signature(r.candidate)] = &r;
     if (seen.insert(r.workload.key).second) order.push_back(r.workload.key);
   }
@@ -393,9 +423,24 @@ std::vector<const TuneRecord*> model_choices(const std::vector<TuneRecord>& reco
   return out;
 }
 
+std::vector<const TuneRecord*> range_buckets(const std::vector<TuneRecord>& records) {
+  std::vector<const TuneRecord*> out;
+  for (const TuneRecord& r : records) {
+    if (!r.result.bucket() || !r.result.ok()) continue;
+    // Earlier buckets of the same range that this one overlaps are superseded.
+    std::erase_if(out, [&](const TuneRecord* o) {
+      return o->workload.key == r.workload.key && o->target.arch == r.target.arch &&
+             o->result.bucket_lo <= r.result.bucket_hi && r.result.bucket_lo <= o->result.bucket_hi;
+    });
+    out.push_back(&r);
+  }
+  return out;
+}
+
 std::vector<const TuneRecord*> kept_records(const std::vector<TuneRecord>& records) {
   std::vector<const TuneRecord*> kept = best_records(records);
   for (const TuneRecord* r : model_choices(records)) kept.push_back(r);
+  for (const TuneRecord* r : range_buckets(records)) kept.push_back(r);
   return kept;
 }
 

@@ -47,14 +47,21 @@ WorkerMeasurer::~WorkerMeasurer() {
 
 MeasureResult WorkerMeasurer::measure(const Compute& c, const ImplicitGemm& g, const ScheduleParams&,
                                       const KernelSource& k, const CompileResult& binary) {
+  return measure_at(c, 0, g, k, binary);
+}
+
+MeasureResult WorkerMeasurer::measure_at(const Compute& c, std::int64_t size, const ImplicitGemm& g,
+                                         const KernelSource& k, const CompileResult& binary) {
   const std::string path = dir_ + "/" + k.name + ".cubin";
   std::ofstream(path, std::ios::binary).write(binary.cubin.data(), static_cast<std::streamsize>(binary.cubin.size()));
-  MeasureRequest req = MeasureRequest::for_kernel(c, k, path, c.inputs[g.a_input].tensor, c.inputs[g.b_input].tensor);
+  MeasureRequest req =
+      MeasureRequest::for_kernel(c, k, path, c.inputs[g.a_input].tensor, c.inputs[g.b_input].tensor, size);
   req.verify = verify_;
   req.tolerance = verification_tolerance(*g.hw);
   req.timing = timing_;
   req.seed = seed_;
-  if (verify_ && references_) req.reference_cubin_path = references_->path(req.compute);
+  if (verify_ && references_)
+    req.reference_cubin_path = references_->path(size > 0 ? to_json(compute_at(c, size)) : req.compute);
   MeasureResult r = worker_.measure(req);
   std::error_code ec;
   std::filesystem::remove(path, ec);

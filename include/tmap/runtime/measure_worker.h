@@ -25,9 +25,12 @@ namespace tmap {
 struct MeasureRequest {
   /// The launch of a generated kernel `k` whose binary is at `cubin_path`.
   static MeasureRequest for_kernel(const Compute& c, const KernelSource& k, const std::string& cubin_path,
-                                   int a_tensor, int b_tensor);
+                                   int a_tensor, int b_tensor, std::int64_t size = 0);
 
   nlohmann::json compute;       ///< to_json(Compute): the worker rebuilds tensors and reference.
+  /// > 0: `compute` is a range of sizes (Compute::dynamic) and the kernel runs at this one, on the
+  /// tensors and reference of compute_at(compute, size).
+  std::int64_t size = 0;
   LaunchPlan launch;            ///< plan_launch() of the kernel (its code is not sent).
   std::string cubin_path;       ///< The compiled binary, written by the parent.
   /// The reference kernel's binary (ReferenceBinaries); empty: the worker compiles it.

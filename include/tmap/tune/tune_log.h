@@ -85,6 +85,11 @@ struct TuneResult {
   /// recorded before tmap said), and that GPU's UUID, which stays the same under any numbering.
   int gpu = -1;
   std::string gpu_uuid;
+  /// A record of a range of sizes (its compute has a dynamic extent): the size the kernel ran
+  /// at; a bucket record (tune_range's choice) also names the sizes [bucket_lo, bucket_hi] its
+  /// kernel serves, and `size` is where it came closest to the loss allowed. 0: one shape.
+  std::int64_t size = 0, bucket_lo = 0, bucket_hi = 0;
+  bool bucket() const { return bucket_hi > 0; }
   bool ok() const { return status == "ok"; }
   bool measured() const { return status != "unmeasured"; }
 };
@@ -141,7 +146,12 @@ LogContents read_log(const std::string& path);
 /// record of another schema version is a UserError naming its line instead of a warning.
 LogContents parse_log_text(const std::string& text, const std::string& path, bool refuse_other_schemas = false);
 
-/// The best record of each workload, in first-seen order. A candidate measured more than once
+/// The bucket records in force: of each range of sizes, for each size, the last bucket record
+/// that serves it (a later tuning of the range supersedes an earlier one), in file order.
+std::vector<const TuneRecord*> range_buckets(const std::vector<TuneRecord>& records);
+
+/// The best record of each workload, in first-seen order (records of a range, measured at one of
+/// its sizes, are not ranked: see range_buckets). A candidate measured more than once
 /// counts by its latest record (a confirmation that failed rules it out), and confirmed
 /// candidates come first: the best is the fastest correct confirmed one when there is one, and
 /// the fastest correct measured one otherwise. The fastest of ~1000 single measurements is the
@@ -152,7 +162,8 @@ std::vector<const TuneRecord*> best_records(const std::vector<TuneRecord>& recor
 /// best_records returns): its unmeasured record of the lowest estimated time, first seen first.
 std::vector<const TuneRecord*> model_choices(const std::vector<TuneRecord>& records);
 /// Each workload's best record: its best measured one (best_records), else the model's choice
-/// (model_choices). What `tmap logs best`, `logs prune` and `logs merge --best` keep.
+/// (model_choices), and each range's buckets in force (range_buckets). What `tmap logs best`,
+/// `logs prune` and `logs merge --best` keep.
 std::vector<const TuneRecord*> kept_records(const std::vector<TuneRecord>& records);
 /// The order best_records ranks two correct records of a workload by: whether `a` beats `b`.
 bool ranks_before(const TuneRecord& a, const TuneRecord& b);

@@ -56,6 +56,9 @@ class WorkerMeasurer : public Measurer {
   ~WorkerMeasurer() override;
   MeasureResult measure(const Compute& c, const ImplicitGemm& g, const ScheduleParams& p, const KernelSource& k,
                         const CompileResult& binary) override;
+  /// The kernel of a range of sizes `c` (Compute::dynamic) measured at `size` (0: `c` is one shape).
+  MeasureResult measure_at(const Compute& c, std::int64_t size, const ImplicitGemm& g, const KernelSource& k,
+                           const CompileResult& binary);
   MeasureGpu gpu() const override { return gpu_; }
   void prepare(const Compute& c) override;
   int restarts() const { return worker_.restarts(); }

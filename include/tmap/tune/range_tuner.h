@@ -1,0 +1,94 @@
+// Tuning a range of sizes (a compute with a dynamic extent, `--set M=1..256`): a few sample
+// sizes are tuned as shapes of their own, sharing one log so that each starts from what the
+// others learned; the fastest candidates of every sample are then compiled as kernels of the
+// whole range (taking the size at run time) and measured at every sample; and the fewest
+// buckets of consecutive sizes are chosen whose kernel stays within a stated loss of the
+// fastest kernel of the range at each sample in it; each sample's ratio to its own tuning's
+// best (which may fix the size) is reported. Every measurement and each bucket is recorded in the log (TuneResult's
+// size and bucket), from which `tmap replay` and `tmap export` dispatch by size.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "tmap/tune/tuner.h"
+
+namespace tmap {
+
+/// The sample sizes of [lo, hi]: lo, hi, the powers of two between and the midpoints (3 x 2^k)
+/// between those, ascending.
+std::vector<std::int64_t> range_sample_sizes(std::int64_t lo, std::int64_t hi);
+
+/// One bucket chosen over the samples: samples [first, last] served by candidate `candidate`.
+struct BucketChoice {
+  std::size_t first = 0, last = 0;
+  int candidate = -1;
+};
+
+/// The fewest buckets of consecutive samples covering all of them, each served by one candidate
+/// whose time at every sample in it is within (1 + loss) of `best` there (us[candidate][sample],
+/// infinite where it failed). Among as few buckets, the one whose worst ratio is lowest. A sample
+/// that no candidate serves within the loss gets a bucket of its own with its fastest candidate;
+/// a sample where every candidate failed, none (the caller reports it).
+std::vector<BucketChoice> choose_buckets(const std::vector<std::vector<double>>& us, const std::vector<double>& best,
+                                         double loss);
+
+struct RangeTuneOptions {
+  /// How each sample is tuned: trials and time budget here are the whole range's, split evenly
+  /// over the samples (80%; measuring the candidates across the range takes the rest). The log
+  /// is required: the samples' candidates are read back from it.
+  TuneOptions tune;
+  std::vector<std::int64_t> sizes;  ///< Samples; empty: range_sample_sizes().
+  double loss = 0.05;               ///< A bucket's kernel is within this of the best at its samples.
+  int per_size = 4;                 ///< Fastest distinct candidates of each sample tried across the range.
+};
+
+/// A sample: the best time of its own tuning (one shape), and of the kernel dispatched to it.
+struct RangePoint {
+  std::int64_t size = 0;
+  double tuned_us = 0, dispatched_us = 0;
+};
+
+struct RangeBucket {
+  std::int64_t lo = 0, hi = 0;
+  CandidateRef candidate;
+  double worst_ratio = 0;  ///< Its time over the best (of one shape or of the range) at its worst sample.
+  std::int64_t worst_size = 0;
+  double worst_us = 0;
+};
+
+struct RangeTuneSummary {
+  std::vector<RangePoint> points;
+  std::vector<RangeBucket> buckets;
+  int candidates = 0;      ///< Kernels of the range measured across it.
+  int measurements = 0;    ///< Of them at the samples and at the buckets' lower ends.
+  int failed = 0;          ///< Of which errors or wrong results.
+  std::vector<std::int64_t> unserved;  ///< Samples where every candidate failed.
+  double tune_s = 0, cross_s = 0, wall_s = 0;
+};
+
+/// A range's kernel measured at one size: WorkerMeasurer::measure_at in tmap, a fake in tests.
+using MeasureAt = std::function<MeasureResult(const Compute& range, std::int64_t size, const ImplicitGemm& g,
+                                              const ScheduleParams& p, const KernelSource& k,
+                                              const CompileResult& binary)>;
+
+/// Tunes the range `range` (Compute::dynamic active) as above: the samples on the pool's GPUs,
+/// the candidates across the range through `measure_at`. Throws UserError when the range has no
+/// kernel that takes its size at run time, or no log is given.
+RangeTuneSummary tune_range(const Compute& range, const std::vector<HwAbstraction>& hws, const RangeTuneOptions& o,
+                            MeasurePool& gpus, const MeasureAt& measure_at);
+
+/// Which logged kernel serves `c`, a shape of one size of a tuned range: the bucket in force
+/// (range_buckets) whose range's compute_at(size) is `c`, and that size. `outside` names a
+/// logged range of the same computation that does not take c's size ("M=1..256"), for the
+/// error of a size outside every range; bucket is null then, or when no range matches.
+struct Dispatch {
+  const TuneRecord* bucket = nullptr;
+  std::int64_t size = 0;
+  std::string outside;
+};
+Dispatch dispatch(const std::vector<TuneRecord>& records, const Compute& c, const std::string& arch);
+
+}  // namespace tmap

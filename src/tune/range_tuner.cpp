@@ -1,0 +1,303 @@
+#include "tmap/tune/range_tuner.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <memory>
+#include <set>
+
+#include "tmap/codegen/emitter.h"
+#include "tmap/support/diagnostic.h"
+
+namespace tmap {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+/// The worst ratio of candidate `c` over the best across samples [i, j]; infinite if it fails one.
+double worst_ratio(const std::vector<std::vector<double>>& us, const std::vector<double>& best, int c, std::size_t i,
+                   std::size_t j) {
+  double worst = 0;
+  for (std::size_t t = i; t <= j; ++t) worst = std::max(worst, us[c][t] / best[t]);
+  return worst;
+}
+
+/// A candidate of the range: its record form, its kernel and binary, its times at the samples.
+struct RangeCandidate {
+  CandidateRef ref;
+  int entry = -1;
+  KernelSource kernel;
+  CompileResult binary;
+  std::vector<double> us;
+};
+
+/// The distinct correct candidates of one sample's tuning, read back from the log, fastest first.
+std::vector<CandidateRef> fastest_of(const std::vector<TuneRecord>& log, const std::string& key, const Target& target) {
+  std::vector<const TuneRecord*> ok;
+  for (const TuneRecord& r : log)
+    if (r.workload.key == key && r.target.arch == target.arch && r.result.ok() && r.result.size == 0) ok.push_back(&r);
+  std::stable_sort(ok.begin(), ok.end(), [](const TuneRecord* a, const TuneRecord* b) { return ranks_before(*a, *b); });
+  std::vector<CandidateRef> out;
+  std::set<std::string> seen;
+  for (const TuneRecord* r : ok)
+    if (seen.insert(candidate_signature(r->candidate)).second) out.push_back(r->candidate);
+  return out;
+}
+
+/// The best correct time of one sample's own tuning (0 when none).
+double tuned_best(const std::vector<TuneRecord>& log, const std::string& key, const Target& target) {
+  for (const TuneRecord* r : best_records(log))
+    if (r->workload.key == key && r->target.arch == target.arch) return r->result.median_us;
+  return 0;
+}
+
+TuneResult result_of(const MeasureResult& m, const RangeCandidate& c, std::int64_t size, const MeasurePool& gpus) {
+  TuneResult r;
+  r.status = status_name(m.status);
+  r.median_us = m.median_us;
+  r.times_us = m.times_us;
+  r.rel_l2 = m.rel_l2;
+  r.compile_seconds = c.binary.seconds;
+  r.error = m.message;
+  r.size = size;
+  const MeasureGpu on = gpus.measurer(0).gpu();
+  r.gpu = on.index;
+  r.gpu_uuid = on.uuid;
+  return r;
+}
+
+/// Tunes each sample as a shape of its own, sharing the log (and so the cost model and seeds).
+void tune_samples(const Compute& range, const std::vector<HwAbstraction>& hws, const RangeTuneOptions& o,
+                  const std::vector<std::int64_t>& sizes, MeasurePool& gpus) {
+  TuneOptions per = o.tune;
+  const double share = 0.8 / static_cast<double>(sizes.size());
+  per.trials = std::max(per.batch, static_cast<int>(std::lround(o.tune.trials * share)));
+  per.time_budget_s = o.tune.time_budget_s * share;
+  for (std::int64_t size : sizes) {
+    if (o.tune.stop && o.tune.stop->load()) return;
+    const Compute at = compute_at(range, size);
+    if (o.tune.on_note) o.tune.on_note(range.dynamic.param + "=" + std::to_string(size) + ": tuning the shape");
+    tune(at, hws, per, gpus);
+  }
+}
+
+}  // namespace
+
+std::vector<std::int64_t> range_sample_sizes(std::int64_t lo, std::int64_t hi) {
+  std::set<std::int64_t> s{lo, hi};
+  for (std::int64_t p = 1; p <= hi; p *= 2) {
+    if (p >= lo) s.insert(p);
+    if (3 * p / 2 > p && 3 * p / 2 >= lo && 3 * p / 2 <= hi) s.insert(3 * p / 2);
+  }
+  return {s.begin(), s.end()};
+}
+
+std::vector<BucketChoice> choose_buckets(const std::vector<std::vector<double>>& us, const std::vector<double>& best,
+                                         double loss) {
+  const std::size_t n = best.size();
+  const int candidates = static_cast<int>(us.size());
+  // The candidate serving samples [i, j] within the loss with the lowest worst ratio (-1: none).
+  auto serving = [&](std::size_t i, std::size_t j, double& ratio) {
+    int pick = -1;
+    ratio = kInf;
+    for (int c = 0; c < candidates; ++c) {
+      const double r = worst_ratio(us, best, c, i, j);
+      if (r <= 1 + loss && r < ratio) ratio = r, pick = c;
+    }
+    return pick;
+  };
+  // count[j], worst[j]: the fewest buckets over samples [0, j) and their worst ratio; from[j]
+  // the bucket ending there.
+  std::vector<int> count(n + 1, std::numeric_limits<int>::max());
+  std::vector<double> worst(n + 1, kInf);
+  std::vector<BucketChoice> from(n + 1);
+  count[0] = 0;
+  worst[0] = 0;
+  for (std::size_t j = 0; j < n; ++j) {
+    for (std::size_t i = 0; i <= j; ++i) {
+      if (count[i] == std::numeric_limits<int>::max()) continue;
+      double ratio = kInf;
+      int pick = serving(i, j, ratio);
+      if (pick < 0 && i == j) {  // no candidate within the loss: the fastest, alone
+        for (int c = 0; c < candidates; ++c)
+          if (us[c][j] / best[j] < ratio) ratio = us[c][j] / best[j], pick = c;
+        if (pick < 0) ratio = 0;  // every candidate failed here: an empty bucket, reported
+      }
+      if (pick < 0 && i != j) continue;
+      const double w = std::max(worst[i], ratio);
+      if (count[i] + 1 < count[j + 1] || (count[i] + 1 == count[j + 1] && w < worst[j + 1])) {
+        count[j + 1] = count[i] + 1;
+        worst[j + 1] = w;
+        from[j + 1] = {i, j, pick};
+      }
+    }
+  }
+  std::vector<BucketChoice> out;
+  for (std::size_t j = n; j > 0; j = from[j].first) out.push_back(from[j]);
+  std::reverse(out.begin(), out.end());
+  return out;
+}
+
+RangeTuneSummary tune_range(const Compute& range, const std::vector<HwAbstraction>& hws, const RangeTuneOptions& o,
+                            MeasurePool& gpus, const MeasureAt& measure_at) {
+  const auto t0 = Clock::now();
+  const std::string what = range.name + " (" + range.dynamic.param + "=" + std::to_string(range.dynamic.lo) + ".." +
+                           std::to_string(range.dynamic.hi) + ")";
+  if (!range.dynamic.active()) throw InternalError("tune_range of a compute of one shape");
+  if (o.tune.log_path.empty())
+    throw UserError(format_diagnostic(SourceLoc::whole(what), "tuning a range of sizes needs a log", "give --log"));
+  // The range's own space: only kernels that take the size at run time have arms in it.
+  const SearchSpace space(range, hws, Enumeration::kAll, o.tune.limits, o.tune.compute_capability);
+  if (space.entries().empty())
+    throw UserError(format_diagnostic(SourceLoc::whole(what), "no kernel takes '" + range.iters[range.dynamic.iter].name +
+                                                                  "' at run time: " + space.empty_reason(),
+                                      "tune the sizes one at a time"));
+  std::vector<std::int64_t> sizes = o.sizes.empty() ? range_sample_sizes(range.dynamic.lo, range.dynamic.hi) : o.sizes;
+  RangeTuneSummary s;
+  tune_samples(range, hws, o, sizes, gpus);
+  s.tune_s = seconds_since(t0);
+
+  // The samples' fastest candidates, as kernels of the range.
+  const std::vector<TuneRecord> log = read_log(o.tune.log_path).records;
+  std::vector<RangeCandidate> cands;
+  std::set<std::string> seen;
+  std::vector<double> best(sizes.size(), kInf);
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    const std::string key = make_workload(compute_at(range, sizes[i])).key;
+    if (const double t = tuned_best(log, key, o.tune.target); t > 0) best[i] = t;
+    // The fastest that take the size at run time (a sample's winner may map it elsewhere).
+    int taken = 0;
+    for (const CandidateRef& ref : fastest_of(log, key, o.tune.target)) {
+      if (taken == o.per_size) break;
+      RangeCandidate c;
+      c.entry = space.find(ref);
+      if (c.entry < 0 || !validate(space.entries()[c.entry].gemm, ref.params, o.tune.limits).empty()) continue;
+      ++taken;
+      c.ref = space.ref(c.entry, ref.params);
+      if (!seen.insert(candidate_signature(c.ref)).second) continue;
+      c.kernel = emit_kernel(space.entries()[c.entry].gemm, ref.params);
+      cands.push_back(std::move(c));
+    }
+  }
+  if (cands.empty())
+    throw UserError(format_diagnostic(SourceLoc::whole(what), "no sample's fastest kernels take the size at run time",
+                                      "tune with more trials, or the sizes one at a time"));
+  {
+    NvrtcCompiler compiler(o.tune.compute_capability);
+    std::vector<CompileJob> jobs;
+    for (const RangeCandidate& c : cands) jobs.push_back({c.kernel.name, c.kernel.code});
+    std::vector<CompileResult> compiled = compile_parallel(compiler, jobs, o.tune.compile_threads);
+    for (std::size_t i = 0; i < cands.size(); ++i) cands[i].binary = std::move(compiled[i]);
+  }
+  // Each candidate at each sample, recorded as it comes.
+  LogWriter writer(o.tune.log_path);
+  const Workload workload = make_workload(range);
+  auto measure = [&](RangeCandidate& c, std::int64_t size) {
+    MeasureResult m;
+    if (!c.binary.ok) {
+      m.status = MeasureStatus::kLoadError;
+      m.message = "did not compile";
+    } else {
+      m = measure_at(range, size, space.entries()[c.entry].gemm, c.ref.params, c.kernel, c.binary);
+    }
+    ++s.measurements;
+    s.failed += m.status != MeasureStatus::kOk;
+    writer.append(make_record(workload, o.tune.target, c.ref, result_of(m, c, size, gpus)));
+    return m.status == MeasureStatus::kOk ? m.median_us : kInf;
+  };
+  const auto t1 = Clock::now();
+  for (RangeCandidate& c : cands) c.us.assign(sizes.size(), kInf);
+  for (std::size_t i = 0; i < sizes.size(); ++i)
+    for (RangeCandidate& c : cands) {
+      if (o.tune.stop && o.tune.stop->load()) break;
+      c.us[i] = measure(c, sizes[i]);
+      best[i] = std::min(best[i], c.us[i]);  // the best at the sample: of one shape, or of the range
+    }
+  s.candidates = static_cast<int>(cands.size());
+
+  // Buckets within the loss of the fastest kernel of the range at each sample: a sample whose
+  // own tuning found a faster kernel of one shape (one that fixes the size, say) shows the
+  // difference as its ratio, instead of splitting the range into a bucket per sample.
+  std::vector<std::vector<double>> us;
+  std::vector<double> best_range(sizes.size(), kInf);
+  for (const RangeCandidate& c : cands) {
+    us.push_back(c.us);
+    for (std::size_t i = 0; i < sizes.size(); ++i) best_range[i] = std::min(best_range[i], c.us[i]);
+  }
+  for (const BucketChoice& b : choose_buckets(us, best_range, o.loss)) {
+    if (b.candidate < 0) {
+      s.unserved.push_back(sizes[b.first]);
+      continue;
+    }
+    RangeCandidate& c = cands[b.candidate];
+    RangeBucket bucket;
+    bucket.lo = b.first == 0 ? range.dynamic.lo : sizes[b.first - 1] + 1;
+    bucket.hi = sizes[b.last];
+    bucket.candidate = c.ref;
+    for (std::size_t t = b.first; t <= b.last; ++t)
+      if (c.us[t] / best[t] >= bucket.worst_ratio)
+        bucket.worst_ratio = c.us[t] / best[t], bucket.worst_size = sizes[t], bucket.worst_us = c.us[t];
+    // The bucket's lowest size, when it is not a sample, is measured too: its kernel serves it.
+    if (bucket.lo != sizes[b.first] && !std::isfinite(measure(c, bucket.lo))) {
+      s.unserved.push_back(bucket.lo);
+      continue;
+    }
+    TuneResult r;
+    r.status = "ok";
+    r.median_us = bucket.worst_us;
+    r.times_us = {bucket.worst_us};
+    r.size = bucket.worst_size;
+    r.bucket_lo = bucket.lo;
+    r.bucket_hi = bucket.hi;
+    r.compile_seconds = c.binary.seconds;
+    writer.append(make_record(workload, o.tune.target, c.ref, r));
+    for (std::size_t t = b.first; t <= b.last; ++t) s.points.push_back({sizes[t], 0, c.us[t]});
+    s.buckets.push_back(std::move(bucket));
+  }
+  for (RangePoint& p : s.points) {
+    const std::string key = make_workload(compute_at(range, p.size)).key;
+    p.tuned_us = tuned_best(log, key, o.tune.target);
+  }
+  s.cross_s = seconds_since(t1);
+  s.wall_s = seconds_since(t0);
+  return s;
+}
+
+Dispatch dispatch(const std::vector<TuneRecord>& records, const Compute& c, const std::string& arch) {
+  Dispatch d;
+  const std::string key = make_workload(c).key;
+  for (const TuneRecord* b : range_buckets(records)) {
+    if (b->target.arch != arch) continue;
+    Compute range;
+    try {
+      range = compute_from_json(b->workload.compute, "the record of workload " + b->workload.key);
+    } catch (const UserError&) {
+      continue;  // regenerate() says why when the record is chosen; an unreadable one serves nothing
+    }
+    if (!range.dynamic.active() || range.iters.size() != c.iters.size()) continue;
+    const std::int64_t size = c.iters[range.dynamic.iter].extent;
+    const std::string span = range.dynamic.param + "=" + std::to_string(range.dynamic.lo) + ".." +
+                             std::to_string(range.dynamic.hi);
+    if (size < range.dynamic.lo || size > range.dynamic.hi) {
+      // The same computation but for the varying extent: both cut to the range's largest size.
+      Compute as_range = c;
+      as_range.dynamic = range.dynamic;
+      if (make_workload(compute_at(as_range, range.dynamic.hi)).key == make_workload(compute_at(range, range.dynamic.hi)).key)
+        d.outside = span;
+      continue;
+    }
+    if (size < b->result.bucket_lo || size > b->result.bucket_hi) continue;
+    if (make_workload(compute_at(range, size)).key != key) continue;
+    d.bucket = b;
+    d.size = size;
+    return d;
+  }
+  return d;
+}
+
+}  // namespace tmap
