@@ -594,6 +594,8 @@ void tune_range_command(const TuneArgs& args, const Compute& c, const std::vecto
     bad("--measure model", "a range of sizes is tuned by measuring its kernels", "drop --measure model, or give one size");
   RangeTuneOptions o;
   o.tune = tune_options(args, m, args.log.empty() ? "logs/" + c.name + ".jsonl" : args.log);
+  // A time budget alone leaves the trials unbounded, as for a model.
+  if (args.time_budget > 0 && !args.trials_option->count()) o.tune.trials = 0;
   o.loss = args.loss;
   o.sizes = args.sizes;
   std::sort(o.sizes.begin(), o.sizes.end());
@@ -1050,6 +1052,8 @@ void register_export(CLI::App& app) {
       if (args->workload.empty() || r->workload.key == args->workload) chosen.push_back(r);
     for (const TuneRecord* r : model_choices(log.records))
       if (args->workload.empty() || r->workload.key == args->workload) unmeasured.push_back(r);
+    for (const TuneRecord* r : range_buckets(log.records))  // each range's kernels, behind one function
+      if (args->workload.empty() || r->workload.key == args->workload) chosen.push_back(r);
     if (!unmeasured.empty() && !args->allow_unmeasured)
       spdlog::warn("{} workload(s) have only unmeasured records: skipped (add --allow-unmeasured to export the model's choice)",
                    unmeasured.size());

@@ -10,12 +10,17 @@
 
 #include "tmap/codegen/emitter.h"
 #include "tmap/support/diagnostic.h"
+#include "tmap/tune/model_tuner.h"
 
 namespace tmap {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr double kInf = std::numeric_limits<double>::infinity();
+/// A candidate is measured at the samples within this many of those it was among the fastest of:
+/// the best kernel of M = 2 is rarely the best of M = 256, and measuring every candidate at every
+/// sample took as long as tuning the samples.
+constexpr std::size_t kReach = 3;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
@@ -31,6 +36,7 @@ double worst_ratio(const std::vector<std::vector<double>>& us, const std::vector
 struct RangeCandidate {
   CandidateRef ref;
   int entry = -1;
+  std::vector<std::size_t> origins;  ///< The samples it was among the fastest of.
   KernelSource kernel;
   CompileResult binary;
   std::vector<double> us;
@@ -71,19 +77,24 @@ TuneResult result_of(const MeasureResult& m, const RangeCandidate& c, std::int64
   return r;
 }
 
-/// Tunes each sample as a shape of its own, sharing the log (and so the cost model and seeds).
+/// Tunes the samples as the workloads of one model: one cost model, one budget (80% of the
+/// range's), each sample a batch first, then batches where they gain the most; the next
+/// sample's candidates compile while one is measured.
 void tune_samples(const Compute& range, const std::vector<HwAbstraction>& hws, const RangeTuneOptions& o,
                   const std::vector<std::int64_t>& sizes, MeasurePool& gpus) {
-  TuneOptions per = o.tune;
-  const double share = 0.8 / static_cast<double>(sizes.size());
-  per.trials = std::max(per.batch, static_cast<int>(std::lround(o.tune.trials * share)));
-  per.time_budget_s = o.tune.time_budget_s * share;
-  for (std::int64_t size : sizes) {
-    if (o.tune.stop && o.tune.stop->load()) return;
-    const Compute at = compute_at(range, size);
-    if (o.tune.on_note) o.tune.on_note(range.dynamic.param + "=" + std::to_string(size) + ": tuning the shape");
-    tune(at, hws, per, gpus);
-  }
+  std::vector<Compute> computes;
+  for (std::int64_t size : sizes) computes.push_back(compute_at(range, size));
+  std::vector<ModelTask> tasks;
+  for (std::size_t i = 0; i < sizes.size(); ++i)
+    tasks.push_back({range.name + "@" + range.dynamic.param + "=" + std::to_string(sizes[i]), &computes[i], 1});
+  ModelTuneOptions m;
+  m.tune = o.tune;
+  // Every sample gets its batch even when the trials are few (the warm-up takes the largest first).
+  const int floor = static_cast<int>(sizes.size()) * o.tune.batch;
+  m.trials = o.tune.trials > 0 ? std::max(floor, static_cast<int>(std::lround(0.8 * o.tune.trials))) : 0;
+  m.time_budget_s = 0.8 * o.tune.time_budget_s;
+  m.warmup_batches = 1;
+  tune_model(tasks, hws, m, gpus);
 }
 
 }  // namespace
@@ -179,7 +190,12 @@ RangeTuneSummary tune_range(const Compute& range, const std::vector<HwAbstractio
       if (c.entry < 0 || !validate(space.entries()[c.entry].gemm, ref.params, o.tune.limits).empty()) continue;
       ++taken;
       c.ref = space.ref(c.entry, ref.params);
-      if (!seen.insert(candidate_signature(c.ref)).second) continue;
+      if (!seen.insert(candidate_signature(c.ref)).second) {
+        for (RangeCandidate& x : cands)
+          if (candidate_signature(x.ref) == candidate_signature(c.ref)) x.origins.push_back(i);
+        continue;
+      }
+      c.origins = {i};
       c.kernel = emit_kernel(space.entries()[c.entry].gemm, ref.params);
       cands.push_back(std::move(c));
     }
@@ -212,9 +228,14 @@ RangeTuneSummary tune_range(const Compute& range, const std::vector<HwAbstractio
   };
   const auto t1 = Clock::now();
   for (RangeCandidate& c : cands) c.us.assign(sizes.size(), kInf);
+  auto within_reach = [](const RangeCandidate& c, std::size_t i) {
+    for (std::size_t j : c.origins)
+      if ((i > j ? i - j : j - i) <= kReach) return true;
+    return false;
+  };
   for (std::size_t i = 0; i < sizes.size(); ++i)
     for (RangeCandidate& c : cands) {
-      if (o.tune.stop && o.tune.stop->load()) break;
+      if ((o.tune.stop && o.tune.stop->load()) || !within_reach(c, i)) continue;
       c.us[i] = measure(c, sizes[i]);
       best[i] = std::min(best[i], c.us[i]);  // the best at the sample: of one shape, or of the range
     }

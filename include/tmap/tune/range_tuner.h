@@ -1,11 +1,12 @@
 // Tuning a range of sizes (a compute with a dynamic extent, `--set M=1..256`): a few sample
-// sizes are tuned as shapes of their own, sharing one log so that each starts from what the
-// others learned; the fastest candidates of every sample are then compiled as kernels of the
-// whole range (taking the size at run time) and measured at every sample; and the fewest
-// buckets of consecutive sizes are chosen whose kernel stays within a stated loss of the
-// fastest kernel of the range at each sample in it; each sample's ratio to its own tuning's
-// best (which may fix the size) is reported. Every measurement and each bucket is recorded in the log (TuneResult's
-// size and bucket), from which `tmap replay` and `tmap export` dispatch by size.
+// sizes are tuned as shapes of their own, as the workloads of one model (one cost model, one
+// budget, model_tuner.h); the fastest candidates of every sample are then compiled as kernels
+// of the whole range (taking the size at run time) and measured at the samples near those they
+// came from; and the fewest buckets of consecutive sizes are chosen whose kernel stays within a
+// stated loss of the fastest kernel of the range at each sample in it. Each sample's ratio to
+// its own tuning's best (which may fix the size) is reported. Every measurement and each bucket
+// is recorded in the log (TuneResult's size and bucket), from which `tmap replay` and `tmap
+// export` dispatch by size.
 #pragma once
 
 #include <cstdint>
@@ -36,9 +37,9 @@ std::vector<BucketChoice> choose_buckets(const std::vector<std::vector<double>>&
                                          double loss);
 
 struct RangeTuneOptions {
-  /// How each sample is tuned: trials and time budget here are the whole range's, split evenly
-  /// over the samples (80%; measuring the candidates across the range takes the rest). The log
-  /// is required: the samples' candidates are read back from it.
+  /// How each sample is tuned: trials and time budget here are the whole range's (0: none), 80%
+  /// of them for the samples (measuring the candidates across the range takes the rest). The
+  /// log is required: the samples' candidates are read back from it.
   TuneOptions tune;
   std::vector<std::int64_t> sizes;  ///< Samples; empty: range_sample_sizes().
   double loss = 0.05;               ///< A bucket's kernel is within this of the best at its samples.
