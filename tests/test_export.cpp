@@ -86,6 +86,22 @@ std::vector<TuneRecord> every_family() {
   return r;
 }
 
+/// Two buckets of a range of sizes (M = 1..40): kernels that take M at run time behind one
+/// launch function.
+std::vector<TuneRecord> range_buckets_of_a_gemm() {
+  const Compute range = build_compute(builtin_op("gemm_nt"), parse_param_overrides({"M=1..40", "N=128", "K=256"}));
+  std::vector<TuneRecord> r = {record_of(range, "mma_sync", [](ScheduleParams& p) { p.split_k = 2; }),
+                               record_of(range, "wgmma", [](ScheduleParams& p) { p.producer = 1; })};
+  const std::int64_t buckets[2][2] = {{1, 16}, {17, 40}};
+  for (int i = 0; i < 2; ++i) {
+    r[i].result.status = "ok";
+    r[i].result.median_us = 5;
+    r[i].result.bucket_lo = buckets[i][0];
+    r[i].result.size = r[i].result.bucket_hi = buckets[i][1];
+  }
+  return r;
+}
+
 std::string read(const std::string& path) {
   std::ifstream in(path);
   std::stringstream ss;
@@ -95,11 +111,12 @@ std::string read(const std::string& path) {
 
 /// Exports every family into `dir` and builds it with CMake and nvcc; the build's output on failure.
 std::string export_and_build(const ScratchDir& dir) {
-  const std::vector<TuneRecord> records = every_family();
+  const std::vector<TuneRecord> records = every_family(), buckets = range_buckets_of_a_gemm();
   std::vector<const TuneRecord*> ptrs;
   for (const auto& r : records) ptrs.push_back(&r);
+  for (const auto& r : buckets) ptrs.push_back(&r);
   const auto kernels = export_kernels(ptrs, shipped(), 90, dir / "out", "test records");
-  EXPECT_EQ(kernels.size(), 10u);
+  EXPECT_EQ(kernels.size(), 11u) << "a workload each, and one function for the range";
   const std::string header = read(dir / "out/tmap_kernels.h");
   for (const auto& k : kernels) {
     EXPECT_TRUE(std::filesystem::exists(dir / ("out/" + k.file))) << k.file;
@@ -135,6 +152,20 @@ std::string export_and_build(const ScratchDir& dir) {
   EXPECT_NE(read(dir / ("out/" + kernels[8].file)).find("__cluster_dims__(2, 1, 1)"), std::string::npos);
   EXPECT_EQ(plans[9].steps[0].num_args, 6) << "A, B, the output, bias, R, the workspace";
   EXPECT_EQ(plans[9].steps[1].num_args, 4) << "the reduction applies the epilogue: workspace, output, bias, R";
+  // The range's function chooses a bucket's kernel by M, and each bucket's plan takes M.
+  const std::string dispatcher = read(dir / ("out/" + kernels[10].file));
+  const std::string base = kernels[10].function;
+  EXPECT_NE(header.find("cudaError_t " + base + "(const half* A, const half* B, float* C, long long M, cudaStream_t stream)"),
+            std::string::npos) << header;
+  EXPECT_NE(header.find("///   A [M, 256] float16"), std::string::npos);
+  EXPECT_NE(dispatcher.find("if (M >= 1 && M <= 16) return " + base + "_1_16(A, B, C, M, stream);"), std::string::npos)
+      << dispatcher;
+  EXPECT_NE(dispatcher.find("return cudaErrorInvalidValue;"), std::string::npos);
+  for (const char* bucket : {"_1_16", "_17_40"}) {
+    const std::string file = read(dir / ("out/kernels/" + base + bucket + ".cu"));
+    EXPECT_NE(file.find("slots, M, stream);"), std::string::npos) << bucket;
+    EXPECT_NE(file.find("1ll, 40ll}"), std::string::npos) << bucket << ": the plan takes the range's sizes";
+  }
   const auto r = testing::shell("cmake -S out -B build -G Ninja -DCMAKE_CUDA_COMPILER=" TMAP_NVCC
                                 " -DCMAKE_BUILD_TYPE=Release >/dev/null && cmake --build build 2>&1",
                                 dir.str());
@@ -153,7 +184,8 @@ TEST(Export, EveryFamilyBuildsAsAStandaloneLibraryWithNvcc) {
   // The launch functions check their pointers before touching the GPU, so this part runs here.
   const auto r = testing::shell("./build/tmap_kernels_check --arguments-only", dir.str());
   EXPECT_EQ(r.code, 0) << r.out << r.err;
-  EXPECT_NE(r.out.find("10 of 10 launch functions refuse null and misaligned pointers"), std::string::npos) << r.out;
+  // The range's function is checked at both ends of each bucket, and refuses M = 41.
+  EXPECT_NE(r.out.find("14 of 14 launch functions refuse null and misaligned pointers"), std::string::npos) << r.out;
 }
 
 TEST(Export, CheckProgramPassesOnTheGpu) {
@@ -162,7 +194,7 @@ TEST(Export, CheckProgramPassesOnTheGpu) {
   ASSERT_EQ(export_and_build(dir), "");
   const auto r = testing::shell("./build/tmap_kernels_check", dir.str());
   EXPECT_EQ(r.code, 0) << r.out << r.err;
-  EXPECT_NE(r.out.find("10 passed, 0 failed"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("14 passed, 0 failed"), std::string::npos) << r.out;
 }
 
 TEST(Cli, ExportRefusesLogsWithoutCorrectRecords) {

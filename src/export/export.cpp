@@ -1,5 +1,6 @@
 #include "tmap/export/export.h"
 
+#include <algorithm>
 #include <cctype>
 #include <filesystem>
 #include <fstream>
@@ -61,29 +62,73 @@ std::string pointer_type(const Compute& c, std::size_t t) {
   return std::string(static_cast<int>(t) == c.output.tensor ? "" : "const ") + storage_type(c.tensors[t].dtype) + "*";
 }
 
-/// The parameter list of a launch function: the compute's tensors, inputs const.
+/// A range's size parameter in launch functions: the parameter's name, as a C identifier (unless
+/// a tensor has that name).
+std::string size_name(const Compute& c) {
+  const std::string name = identifier(c.dynamic.param);
+  for (const Tensor& t : c.tensors)
+    if (identifier(t.name) == name) return "size_" + name;
+  return name;
+}
+
+/// The parameter list of a launch function: the compute's tensors, inputs const, and for a range
+/// of sizes the size (after the tensors).
 std::string signature(const Compute& c, const std::string& fn) {
   std::string s = "cudaError_t " + fn + "(";
   for (std::size_t t = 0; t < c.tensors.size(); ++t)
     s += (t ? ", " : "") + pointer_type(c, t) + " " + identifier(c.tensors[t].name);
+  if (c.dynamic.active()) s += ", long long " + size_name(c);
   return s + ", cudaStream_t stream)";
 }
 
-std::string shape_text(const Tensor& t) {
+/// The arguments that pass a launch function's parameters on (signature()'s names).
+std::string forwarded(const Compute& c) {
+  std::string s;
+  for (std::size_t t = 0; t < c.tensors.size(); ++t) s += (t ? ", " : "") + identifier(c.tensors[t].name);
+  if (c.dynamic.active()) s += ", " + size_name(c);
+  return s + ", stream";
+}
+
+/// "[M, 4096] float16": a tensor's shape, its first dimension named by the size parameter where
+/// it follows a range's size.
+std::string shape_text(const Compute& c, const Tensor& t) {
+  const Compute at = compute_at(c, c.dynamic.active() ? c.dynamic.hi - 1 : 0);
+  const Tensor& smaller = at.tensors[&t - c.tensors.data()];
   std::string s = "[";
-  for (std::size_t i = 0; i < t.shape.size(); ++i) s += (i ? ", " : "") + std::to_string(t.shape[i]);
+  for (std::size_t i = 0; i < t.shape.size(); ++i)
+    s += (i ? ", " : "") + (smaller.shape[i] != t.shape[i] ? c.dynamic.param : std::to_string(t.shape[i]));
   return s + "] " + std::string(dtype_name(t.dtype));
 }
 
 /// The alignment the launch functions require of every tensor pointer (checked before launching).
 constexpr int kPointerAlignment = 16;
 
+/// One exported kernel: a workload's, or one bucket of a range's (whose launch function the
+/// range's dispatcher calls).
 struct Piece {
-  std::string fn, reference;
+  std::string fn;
   Regenerated g;
   LaunchPlan plan;  ///< The kernel's launches, its kernels renamed as exported.
-  KernelSource ref;
   const TuneRecord* record = nullptr;
+  bool bucket() const { return record->result.bucket(); }
+};
+
+/// What the check program runs: a launch function on the shapes of `compute` (a range's at
+/// `size`), against the reference kernel of those shapes.
+struct CheckCase {
+  std::string fn, reference;
+  Compute compute;
+  std::int64_t size = 0;     ///< > 0: passed after the tensors.
+  std::int64_t outside = 0;  ///< With a size: one past the range, which the function refuses.
+  double tolerance = 0, logged_us = 0;
+  KernelSource ref;
+};
+
+/// A range's launch function, choosing among its buckets by the size.
+struct RangeGroup {
+  std::string fn;
+  std::vector<const Piece*> buckets;  ///< In order of their sizes.
+  const Compute& range() const { return *buckets.front()->g.compute; }
 };
 
 void write(const fs::path& p, const std::string& text) { write_file(p.string(), text, "--out"); }
@@ -115,7 +160,23 @@ std::string launcher(const Piece& x) {
     for (const Access& a : c.epilogue.operands) os << ", " << slot(a.tensor);
   }
   os << "};\n"
-     << "  return tmap_plan_launch(&" << x.fn << "_plan, kernels, slots, 0, stream);\n}\n";
+     << "  return tmap_plan_launch(&" << x.fn << "_plan, kernels, slots, " << (c.dynamic.active() ? size_name(c) : "0")
+     << ", stream);\n}\n";
+  return os.str();
+}
+
+/// A range's launch function: the bucket of the size, or cudaErrorInvalidValue outside the range.
+std::string dispatcher_file(const RangeGroup& r, const std::string& source) {
+  const Compute& c = r.range();
+  std::ostringstream os;
+  os << "// Exported by tmap from " << source << ": the range " << c.dynamic.param << "=" << c.dynamic.lo << ".."
+     << c.dynamic.hi << " of workload " << r.buckets.front()->record->workload.key << ", " << r.buckets.size()
+     << " kernel(s) chosen by the size\n#include \"tmap_kernels.h\"\n\n"
+     << "extern \"C\" " << signature(c, r.fn) << " {\n";
+  for (const Piece* b : r.buckets)
+    os << "  if (" << size_name(c) << " >= " << b->record->result.bucket_lo << " && " << size_name(c)
+       << " <= " << b->record->result.bucket_hi << ") return " << b->fn << "(" << forwarded(c) << ");\n";
+  os << "  return cudaErrorInvalidValue;  // outside the sizes tuned\n}\n";
   return os.str();
 }
 
@@ -144,27 +205,35 @@ std::string host_store(DType t, const std::string& v) {
 /// The check program's argument phase for one launch function: every pointer null, then every
 /// pointer 2 bytes past an aligned address, must be refused (cudaErrorInvalidValue) before
 /// anything reaches the GPU, so this runs on machines without one.
-std::string arguments_function(const Piece& x, int index) {
-  const Compute& c = *x.g.compute;
+std::string arguments_function(const CheckCase& x, int index) {
+  const Compute& c = x.compute;
   std::ostringstream os;
   os << "static bool arguments_" << index << "() {\n  bool ok = true;\n"
      << "  for (const unsigned long long address : {0ull, 0x10000ull + 2}) {\n"
      << "    const cudaError_t e = " << x.fn << "(";
   for (std::size_t t = 0; t < c.tensors.size(); ++t)
     os << (t ? ", " : "") << "reinterpret_cast<" << pointer_type(c, t) << ">(address)";
-  os << ", nullptr);\n"
+  os << (x.size ? ", " + std::to_string(x.size) + "ll" : "") << ", nullptr);\n"
      << "    if (e != cudaErrorInvalidValue) {\n"
      << "      std::printf(\"%-40s pointer %#llx: not refused (error %d)\\n\", \"" << x.fn << "\", address, static_cast<int>(e));\n"
-     << "      ok = false;\n    }\n  }\n  return ok;\n}\n\n";
+     << "      ok = false;\n    }\n  }\n";
+  if (x.outside) {  // aligned pointers, a size outside the range: refused before any launch
+    os << "  if (" << x.fn << "(";
+    for (std::size_t t = 0; t < c.tensors.size(); ++t)
+      os << (t ? ", " : "") << "reinterpret_cast<" << pointer_type(c, t) << ">(0x10000ull)";
+    os << ", " << x.outside << "ll, nullptr) != cudaErrorInvalidValue) {\n"
+       << "    std::printf(\"%-40s size " << x.outside << ": not refused\\n\", \"" << x.fn << "\");\n    ok = false;\n  }\n";
+  }
+  os << "  return ok;\n}\n\n";
   return os.str();
 }
 
-std::string check_function(const Piece& x, int index) {
-  const Compute& c = *x.g.compute;
+std::string check_function(const CheckCase& x, int index) {
+  const Compute& c = x.compute;
   const DType out_t = c.tensors[c.output.tensor].dtype;
-  const double tol = verification_tolerance(*x.g.gemm().hw);
+  const double tol = x.tolerance;
   std::ostringstream os;
-  os << "// " << x.fn << ": " << c.statement_text() << "\n";
+  os << "// " << x.fn << (x.size ? " at size " + std::to_string(x.size) : "") << ": " << c.statement_text() << "\n";
   if (!c.epilogue.empty()) os << "//   then " << c.epilogue_text() << "\n";
   os << "static bool check_" << index << "(unsigned seed) {\n";
   for (std::size_t t = 0; t < c.tensors.size(); ++t) {
@@ -190,7 +259,7 @@ std::string check_function(const Piece& x, int index) {
   os << "  CHECK(cudaMemset(d" << o << ", 0xFF, n" << o << " * sizeof(" << oty << ")));\n";
   std::string call = x.fn + "(";
   for (std::size_t t = 0; t < c.tensors.size(); ++t) call += (t ? ", " : "") + std::string("d") + std::to_string(t);
-  call += ", stream)";
+  call += (x.size ? ", " + std::to_string(x.size) + "ll" : "") + ", stream)";
   os << "  cudaStream_t stream;\n  CHECK(cudaStreamCreate(&stream));\n";
   os << "  CHECK(" << call << ");\n  CHECK(cudaStreamSynchronize(stream));\n";
   os << "  CHECK(cudaMemcpy(h" << o << ".data(), d" << o << ", n" << o << " * sizeof(" << oty << "), cudaMemcpyDeviceToHost));\n";
@@ -205,8 +274,10 @@ std::string check_function(const Piece& x, int index) {
         "    CHECK(cudaEventElapsedTime(&m, t0, t1));\n    ms.push_back(m);\n  }\n";
   os << "  std::sort(ms.begin(), ms.end());\n";
   os << "  const bool ok = err <= " << tol << ";\n";
-  os << "  std::printf(\"%-40s rel L2 %.2e (tolerance " << tol << ") %s  %9.2f us (logged " << x.record->result.median_us
-     << " us)\\n\", \"" << x.fn << "\", err, ok ? \"ok   \" : \"WRONG\", ms[ms.size() / 2] * 1000.0);\n";
+  const std::string label = x.fn + (x.size ? "(" + std::to_string(x.size) + ")" : "");
+  os << "  std::printf(\"%-40s rel L2 %.2e (tolerance " << tol << ") %s  %9.2f us (logged "
+     << (x.logged_us > 0 ? std::to_string(x.logged_us) + " us" : std::string("at another size")) << ")\\n\", \"" << label
+     << "\", err, ok ? \"ok   \" : \"WRONG\", ms[ms.size() / 2] * 1000.0);\n";
   os << "  cudaEventDestroy(t0);\n  cudaEventDestroy(t1);\n  cudaStreamDestroy(stream);\n";
   for (std::size_t t = 0; t < c.tensors.size(); ++t) os << "  cudaFree(d" << t << ");\n";
   os << "  return ok;\n}\n\n";
@@ -214,14 +285,20 @@ std::string check_function(const Piece& x, int index) {
 }
 
 
+/// A workload's part of exported names: its name and the start of its key.
+std::string workload_base(const TuneRecord& r) {
+  return identifier(r.workload.description.value("name", "kernel")) + "_" + r.workload.key.substr(0, 8);
+}
+
 /// The record's kernel regenerated, its kernels and launch function renamed after the workload.
 Piece make_piece(const TuneRecord& r, const std::vector<HwAbstraction>& hws, int cc) {
   Piece x;
   x.record = &r;
   x.g = regenerate(r, hws, cc);
-  const std::string base = identifier(r.workload.description.value("name", "kernel")) + "_" + r.workload.key.substr(0, 8);
+  const std::string base = workload_base(r) + (r.result.bucket() ? "_" + std::to_string(r.result.bucket_lo) + "_" +
+                                                                      std::to_string(r.result.bucket_hi)
+                                                                : "");
   x.fn = "tmap_" + base;
-  x.reference = "tmap_reference_" + base;
   KernelSource& k = x.g.kernel;
   const std::string kernel = "tmap_kernel_" + base;
   auto rename = [&k](std::string& name, const std::string& to) {
@@ -233,13 +310,42 @@ Piece make_piece(const TuneRecord& r, const std::vector<HwAbstraction>& hws, int
   rename(k.relayout_name, kernel + "_prologue");
   rename(k.name, kernel);
   x.plan = plan_launch(k);
-  x.ref = emit_reference_kernel(*x.g.compute);
-  x.ref.code = replace_identifier(x.ref.code, x.ref.name, x.reference);
-  x.ref.name = x.reference;
   return x;
 }
 
-std::string header_text(const std::vector<Piece>& pieces, const std::string& source, const std::string& arch) {
+/// The reference kernel of `c` (of one shape), named `name`.
+KernelSource named_reference(const Compute& c, const std::string& name) {
+  KernelSource ref = emit_reference_kernel(c);
+  ref.code = replace_identifier(ref.code, ref.name, name);
+  ref.name = name;
+  return ref;
+}
+
+/// What the check program runs: each workload's kernel, and each range at both ends of each bucket.
+std::vector<CheckCase> check_cases(const std::vector<Piece>& pieces, const std::vector<RangeGroup>& ranges) {
+  std::vector<CheckCase> out;
+  for (const Piece& x : pieces) {
+    if (x.bucket()) continue;
+    const std::string base = x.fn.substr(5);  // after "tmap_"
+    out.push_back({x.fn, "tmap_reference_" + base, *x.g.compute, 0, 0, verification_tolerance(*x.g.gemm().hw),
+                   x.record->result.ok() ? x.record->result.median_us : 0, {}});
+  }
+  for (const RangeGroup& r : ranges)
+    for (const Piece* b : r.buckets) {
+      const TuneResult& res = b->record->result;
+      for (std::int64_t size : {res.bucket_lo, res.bucket_hi}) {
+        const std::string reference = "tmap_reference_" + r.fn.substr(5) + "_" + std::to_string(size);
+        out.push_back({r.fn, reference, compute_at(r.range(), size), size, r.range().dynamic.hi + 1,
+                       verification_tolerance(*b->g.gemm().hw), size == res.size ? res.median_us : 0, {}});
+        if (res.bucket_lo == res.bucket_hi) break;
+      }
+    }
+  for (CheckCase& k : out) k.ref = named_reference(k.compute, k.reference);
+  return out;
+}
+
+std::string header_text(const std::vector<Piece>& pieces, const std::vector<RangeGroup>& ranges,
+                        const std::string& source, const std::string& arch) {
   std::ostringstream header;
   header << "// Kernels tuned by tmap, exported from " << source << " for sm_" << arch << ".\n"
          << "// Each launch function takes the compute's tensors as device pointers (dense, row-major, in the\n"
@@ -251,12 +357,30 @@ std::string header_text(const std::vector<Piece>& pieces, const std::string& sou
          << "#pragma once\n\n#include <cuda_bf16.h>\n#include <cuda_fp16.h>\n#include <cuda_fp8.h>\n"
          << "#include <cuda_runtime.h>\n\n"
          << "#ifdef __cplusplus\nextern \"C\" {\n#endif\n\n";
+  for (const RangeGroup& g : ranges) {
+    const Compute& c = g.range();
+    const TuneRecord& r = *g.buckets.front()->record;
+    header << "/// " << identifier(r.workload.description.value("name", "kernel")) << " (workload " << r.workload.key << "): "
+           << c.statement_text() << ", for every " << c.dynamic.param << " from " << c.dynamic.lo << " to "
+           << c.dynamic.hi << " (else cudaErrorInvalidValue)\n";
+    for (const auto& t : c.tensors) header << "///   " << t.name << " " << shape_text(c, t) << "\n";
+    header << "///   " << g.buckets.size() << " kernel(s), chosen by " << c.dynamic.param << ":\n";
+    for (const Piece* b : g.buckets)
+      header << "///     " << b->record->result.bucket_lo << ".." << b->record->result.bucket_hi << ": "
+             << candidate_label(b->record->candidate) << "\n";
+    header << signature(c, g.fn) << ";\n\n";
+  }
   for (const Piece& x : pieces) {
     const Compute& c = *x.g.compute;
     const TuneRecord& r = *x.record;
+    if (x.bucket()) {  // called by its range's function
+      header << "/// The kernel of " << c.dynamic.param << " = " << r.result.bucket_lo << ".." << r.result.bucket_hi << " of tmap_"
+             << workload_base(r) << ", which chooses it.\n" << signature(c, x.fn) << ";\n\n";
+      continue;
+    }
     header << "/// " << identifier(r.workload.description.value("name", "kernel")) << " (workload " << r.workload.key << "): "
            << c.statement_text() << "\n";
-    for (const auto& t : c.tensors) header << "///   " << t.name << " " << shape_text(t) << "\n";
+    for (const auto& t : c.tensors) header << "///   " << t.name << " " << shape_text(c, t) << "\n";
     header << "///   kernel " << candidate_label(r.candidate) << ", "
            << (r.result.ok() ? std::to_string(r.result.median_us) + " us on " +
                                    comment_text(r.target.device.empty() ? r.target.arch : r.target.device)
@@ -279,10 +403,11 @@ std::string kernel_file(const Piece& x, const std::string& source) {
 }
 
 /// A reference kernel in its own file (their helpers share names), launched through its plan.
-std::string reference_file(const Piece& x) {
-  const LaunchPlan plan = plan_plain_launch(x.ref, static_cast<int>(x.g.compute->tensors.size()));
+std::string reference_file(const CheckCase& x) {
+  const LaunchPlan plan = plan_plain_launch(x.ref, static_cast<int>(x.compute.tensors.size()));
   std::ostringstream ref;
-  ref << "// The reference kernel of " << x.fn << ", generated from the IR alone.\n#include <cuda_runtime.h>\n\n"
+  ref << "// The reference kernel of " << x.fn << (x.size ? " at size " + std::to_string(x.size) : "")
+      << ", generated from the IR alone.\n#include <cuda_runtime.h>\n\n"
       << "#include \"tmap/runtime/launch_plan.h\"\n\n" << x.ref.code << "\nstatic const tmap_launch_plan " << x.reference
       << "_plan = " << plan_initializer(plan.plan) << ";\n\n"
       << "extern \"C\" cudaError_t " << x.reference << "_launch(void** slots) {\n"
@@ -291,7 +416,7 @@ std::string reference_file(const Piece& x) {
   return ref.str();
 }
 
-std::string check_program(const std::vector<Piece>& pieces) {
+std::string check_program(const std::vector<CheckCase>& pieces) {
   std::ostringstream check;
   check << "// Runs every exported kernel on random inputs against the reference kernel generated from\n"
         << "// the IR alone (relative L2 error within the tolerance tmap verifies with), then times it.\n"
@@ -303,7 +428,7 @@ std::string check_program(const std::vector<Piece>& pieces) {
            "__FILE__, __LINE__, #x, cudaGetErrorString(e_)); std::exit(2); } } while (0)\n\n"
         << "static float uniform(unsigned& s) {  // in [-1, 1)\n  s = s * 1664525u + 1013904223u;\n"
            "  return static_cast<float>(s >> 8) / 8388608.0f - 1.0f;\n}\n\n";
-  for (const Piece& x : pieces) check << "extern \"C\" cudaError_t " << x.reference << "_launch(void** slots);\n";
+  for (const CheckCase& x : pieces) check << "extern \"C\" cudaError_t " << x.reference << "_launch(void** slots);\n";
   check << "\n";
   for (std::size_t i = 0; i < pieces.size(); ++i)
     check << arguments_function(pieces[i], static_cast<int>(i)) << check_function(pieces[i], static_cast<int>(i));
@@ -342,11 +467,16 @@ std::string cmake_text(const std::string& arch) {
   return cmake.str();
 }
 
-/// An example PyTorch extension around the first kernel, and its setup.py.
-void write_torch_example(const fs::path& dir, const Piece& first) {
-  const Compute& c = *first.g.compute;
+/// Whether dimension `d` of tensor `t` of a range follows its size.
+bool follows_size(const Compute& c, std::size_t t, std::size_t d) {
+  return c.dynamic.active() && d == 0 && compute_at(c, c.dynamic.hi - 1).tensors[t].shape[0] != c.tensors[t].shape[0];
+}
+
+/// An example PyTorch extension around one launch function `fn` of compute `c` (a range's takes
+/// the size from its inputs), and its setup.py.
+void write_torch_example(const fs::path& dir, const Compute& c, const std::string& fn) {
   std::ostringstream ext;
-  ext << "// A PyTorch C++ extension calling one exported kernel (" << first.fn << "):\n//   "
+  ext << "// A PyTorch C++ extension calling one exported kernel (" << fn << "):\n//   "
       << c.statement_text() << "\n" << (c.epilogue.empty() ? "" : "//   then " + c.epilogue_text() + "\n")
       << "// Build and run: see setup.py and test.py beside this file.\n"
       << "#include <ATen/cuda/CUDAContext.h>\n#include <torch/extension.h>\n\n#include \"tmap_kernels.h\"\n\n"
@@ -359,23 +489,33 @@ void write_torch_example(const fs::path& dir, const Piece& first) {
   const char* torch_dtype = ot.dtype == DType::kFloat16 ? "torch::kHalf" : ot.dtype == DType::kBFloat16 ? "torch::kBFloat16"
                             : ot.dtype == DType::kInt32 ? "torch::kInt" : ot.dtype == DType::kFloat64 ? "torch::kDouble" : "torch::kFloat";
   ext << ") {\n";
+  const std::string size = c.dynamic.active() ? size_name(c) : "";
+  for (int t : ins)
+    if (!size.empty() && follows_size(c, t, 0)) {  // the range's size, from the first input that has it
+      ext << "  const long long " << size << " = " << identifier(c.tensors[t].name) << ".size(0);\n";
+      break;
+    }
   for (int t : ins) {
     const std::string n = identifier(c.tensors[t].name);
+    const std::int64_t elements = c.tensors[t].num_elements();
+    const std::string numel = follows_size(c, t, 0) ? std::to_string(elements / c.tensors[t].shape[0]) + " * " + size
+                                                    : std::to_string(elements);
     ext << "  TORCH_CHECK(" << n << ".is_cuda() && " << n << ".is_contiguous(), \"" << n << " must be a contiguous CUDA tensor\");\n";
-    ext << "  TORCH_CHECK(" << n << ".numel() == " << c.tensors[t].num_elements() << ", \"" << n << " must have shape "
-        << shape_text(c.tensors[t]) << "\");\n";
+    ext << "  TORCH_CHECK(" << n << ".numel() == " << numel << ", \"" << n << " must have shape "
+        << shape_text(c, c.tensors[t]) << "\");\n";
     ext << "  TORCH_CHECK(reinterpret_cast<uintptr_t>(" << n << ".data_ptr()) % " << kPointerAlignment << " == 0, \"" << n
         << " must start at a " << kPointerAlignment << "-byte aligned address (a view at an offset may not: pass "
         << n << ".clone())\");\n";
   }
   ext << "  auto out = torch::empty({";
-  for (std::size_t i = 0; i < ot.shape.size(); ++i) ext << (i ? ", " : "") << ot.shape[i];
+  for (std::size_t i = 0; i < ot.shape.size(); ++i)
+    ext << (i ? ", " : "") << (follows_size(c, c.output.tensor, i) ? size : std::to_string(ot.shape[i]));
   ext << "}, " << identifier(c.tensors[ins[0]].name) << ".options().dtype(" << torch_dtype << "));\n";
-  ext << "  const cudaError_t e = " << first.fn << "(";
+  ext << "  const cudaError_t e = " << fn << "(";
   for (std::size_t t = 0; t < c.tensors.size(); ++t)
     ext << (t ? ", " : "") << "reinterpret_cast<" << pointer_type(c, t) << ">("
         << (static_cast<int>(t) == c.output.tensor ? std::string("out") : identifier(c.tensors[t].name)) << ".data_ptr())";
-  ext << ", at::cuda::getCurrentCUDAStream());\n  TORCH_CHECK(e == cudaSuccess, \"" << first.fn
+  ext << (size.empty() ? "" : ", " + size) << ", at::cuda::getCurrentCUDAStream());\n  TORCH_CHECK(e == cudaSuccess, \"" << fn
       << ": \", cudaGetErrorString(e));\n  return out;\n}\n\n"
       << "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def(\"run\", &run, \"" << c.statement_text() << "\"); }\n";
   write(dir / "torch" / "tmap_ext.cpp", ext.str());
@@ -401,8 +541,22 @@ std::vector<ExportedKernel> export_kernels(const std::vector<const TuneRecord*>&
   std::set<std::string> names;
   for (const TuneRecord* r : records) {
     Piece x = make_piece(*r, hws, cc);
-    if (names.insert(x.fn).second) pieces.push_back(std::move(x));  // one kernel per workload
+    if (names.insert(x.fn).second) pieces.push_back(std::move(x));  // one kernel per workload (or bucket)
   }
+  // Each range's buckets, in order of their sizes, behind one launch function.
+  std::vector<RangeGroup> ranges;
+  for (const Piece& x : pieces) {
+    if (!x.bucket()) continue;
+    const std::string fn = "tmap_" + workload_base(*x.record);
+    auto it = std::find_if(ranges.begin(), ranges.end(), [&](const RangeGroup& g) { return g.fn == fn; });
+    if (it == ranges.end()) it = ranges.insert(ranges.end(), RangeGroup{fn, {}});
+    it->buckets.push_back(&x);
+  }
+  for (RangeGroup& g : ranges)
+    std::sort(g.buckets.begin(), g.buckets.end(), [](const Piece* a, const Piece* b) {
+      return a->record->result.bucket_lo < b->record->result.bucket_lo;
+    });
+  const std::vector<CheckCase> checks = check_cases(pieces, ranges);
   const fs::path out_dir(dir);
   std::error_code ec;
   for (const char* sub : {"kernels", "torch", "reference", "tmap/runtime", "tmap/device"}) fs::create_directories(out_dir / sub, ec);
@@ -413,18 +567,30 @@ std::vector<ExportedKernel> export_kernels(const std::vector<const TuneRecord*>&
     const TuneRecord& r = *x.record;
     const std::string file = "kernels/" + x.fn + ".cu";
     write(out_dir / file, kernel_file(x, source));
-    write(out_dir / "reference" / (x.reference + ".cu"), reference_file(x));
-    out.push_back({x.fn, file, r.workload.key, candidate_label(r.candidate), r.result.ok() ? r.result.median_us : 0});
+    if (!x.bucket())
+      out.push_back({x.fn, file, r.workload.key, candidate_label(r.candidate), r.result.ok() ? r.result.median_us : 0});
   }
-  write(out_dir / "tmap_kernels.h", header_text(pieces, source, arch));
+  for (const RangeGroup& g : ranges) {
+    const std::string file = "kernels/" + g.fn + ".cu";
+    write(out_dir / file, dispatcher_file(g, source));
+    const Compute& c = g.range();
+    out.push_back({g.fn, file, g.buckets.front()->record->workload.key,
+                   c.dynamic.param + "=" + std::to_string(c.dynamic.lo) + ".." + std::to_string(c.dynamic.hi) + ": " +
+                       std::to_string(g.buckets.size()) + " kernel(s)",
+                   0});
+  }
+  for (const CheckCase& k : checks) write(out_dir / "reference" / (k.reference + ".cu"), reference_file(k));
+  write(out_dir / "tmap_kernels.h", header_text(pieces, ranges, source, arch));
   // The code that executes launch plans, as tmap itself runs it.
   write(out_dir / "tmap/runtime/launch_plan.h", embedded::kLaunchPlanHeader);
   write(out_dir / "tmap_runtime.cu", embedded::kLaunchPlanSource);
   // The device library the kernels include.
   for (const DeviceHeader& h : device_headers()) write(out_dir / std::string(h.file), std::string(h.text));
-  write(out_dir / "check.cu", check_program(pieces));
+  write(out_dir / "check.cu", check_program(checks));
   write(out_dir / "CMakeLists.txt", cmake_text(arch));
-  write_torch_example(out_dir, pieces.front());
+  const auto plain = std::find_if(pieces.begin(), pieces.end(), [](const Piece& x) { return !x.bucket(); });
+  if (plain != pieces.end()) write_torch_example(out_dir, *plain->g.compute, plain->fn);
+  else write_torch_example(out_dir, ranges.front().range(), ranges.front().fn);
   return out;
 }
 
