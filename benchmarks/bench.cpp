@@ -42,6 +42,7 @@
 #include "tmap/runtime/device.h"
 #include "tmap/runtime/kernel_runner.h"
 #include "tmap/runtime/nvrtc_compiler.h"
+#include "tmap/tune/range_tuner.h"
 #include "tmap/tune/tuner.h"
 
 namespace {
@@ -280,6 +281,11 @@ int main(int argc, char** argv) {
                  "Output dtype of tmap and the baselines alike (default float16 for float16 inputs, as cuDNN and "
                  "cuBLAS users run them; a wider one where the inputs' sums need it, e.g. int32 for int8)");
   app.add_option("--graph", graph_runs, "Runs per CUDA graph replay (default 20)");
+  bool dispatch_first = false;
+  app.add_flag("--dispatch", dispatch_first,
+               "Replay each workload with the kernel that a tuned range of sizes (tmap tune --set M=LO..HI) "
+               "dispatches to its size, even where the log has a record of the shape itself (without it, only "
+               "where it has none)");
   bool print_workloads = false;
   app.add_flag("--print-workloads", print_workloads,
                "Print each workload as 'name key op --set ...' (for run.sh) and exit; no GPU needed. The key is "
@@ -415,8 +421,27 @@ int main(int argc, char** argv) {
       std::vector<double> tmap_out;
       const Compute bare = build_workload(e.op, e.sets, in_dtype, out_dtype);
       Transfer transfer;
-      const tmap::TuneRecord* record = find_record(best, c, &bare, transfer);
-      if (record) {
+      const tmap::TuneRecord* record = dispatch_first ? nullptr : find_record(best, c, &bare, transfer);
+      const tmap::Dispatch dispatched =
+          record ? tmap::Dispatch{} : tmap::dispatch(log.records, c, "sm_" + std::to_string(cc));
+      if (dispatched.bucket) {  // the kernel of a range, run at this size
+        tmap::Regenerated g = tmap::regenerate(*dispatched.bucket, hws, cc);
+        tmap::CompileResult bin = compiler.compile(g.kernel.code, g.kernel.name);
+        if (!bin.ok) throw std::runtime_error("regenerated kernel does not compile:\n" + bin.log);
+        const int a = c.inputs[g.gemm().a_input].tensor, b = c.inputs[g.gemm().b_input].tensor;
+        const tmap::TimingOptions warm = bench_timing(graph_runs, false), cold = bench_timing(graph_runs, true);
+        tmap::KernelRun run = tmap::run_candidate(ws, ref, a, b, g.kernel, bin.cubin, warm, dispatched.size);
+        if (!run.ok) throw std::runtime_error("tmap's kernel failed: " + run.error);
+        tmap_out = ws.read_output();
+        tmap::KernelRun cold_run = tmap::run_candidate(ws, {}, a, b, g.kernel, bin.cubin, cold, dispatched.size);
+        if (!cold_run.ok) throw std::runtime_error("tmap's kernel failed when timed cold: " + cold_run.error);
+        row.tmap = Timing{run.median_us, cold_run.median_us};
+        row.tmap_err = run.rel_l2;
+        row.note = run.rel_l2 > 1e-2 ? "tmap's kernel is WRONG" : "";
+        row.note += (row.note.empty() ? "" : "; ") + std::string("the kernel of ") + g.compute->dynamic.param + " = " +
+                    std::to_string(dispatched.bucket->result.bucket_lo) + ".." +
+                    std::to_string(dispatched.bucket->result.bucket_hi) + " of a range";
+      } else if (record) {
         tmap::TuneRecord adapted = *record;
         adapted.workload = tmap::make_workload(c);  // same mapping and schedule, this output and epilogue
         tmap::Regenerated g = tmap::regenerate(adapted, hws, cc);
