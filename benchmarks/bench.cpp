@@ -384,8 +384,14 @@ int main(int argc, char** argv) {
         Compute c = compute_of(e);
         const Compute bare = build_workload(e.op, e.sets, in_dtype, out_dtype);
         Transfer transfer;
-        const tmap::TuneRecord* record = find_record(best, c, &bare, transfer);
-        std::cout << e.name << " " << (record ? record->workload.key : tmap::make_workload(c).key) << " " << e.op;
+        const tmap::TuneRecord* record = dispatch_first ? nullptr : find_record(best, c, &bare, transfer);
+        // With --dispatch: the key of the range whose bucket serves it (its arch: the log's first record's).
+        const tmap::Dispatch d = record || log.records.empty()
+                                     ? tmap::Dispatch{}
+                                     : tmap::dispatch(log.records, c, log.records.front().target.arch);
+        std::cout << e.name << " "
+                  << (record ? record->workload.key : d.bucket ? d.bucket->workload.key : tmap::make_workload(c).key) << " "
+                  << e.op;
         for (const auto& s : e.sets) std::cout << " --set " << s;
         std::cout << "\n";
       }

@@ -10,7 +10,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 results=$root/benchmarks/results
 order="resnet18_b1_nhwc resnet18_b1_nchw resnet18_b16_nhwc resnet18_b16_nchw resnet18_b16_nhwc_bfloat16 resnet18_b256_nhwc resnet18_b256_nchw
-resnet50_b1_nhwc resnet50_fused_b1_nhwc resnet50_fused_b16_nhwc transformer_ffn gemm skinny_gemm llm_gemm fp8_gemm conv1d_b1_ncw conv1d_b16_ncw conv3d_b1_ncdhw depthwise_b1_nchw depthwise_b16_nchw
+resnet50_b1_nhwc resnet50_fused_b1_nhwc resnet50_fused_b16_nhwc transformer_ffn gemm skinny_gemm llm_gemm fp8_gemm decode_gemm conv1d_b1_ncw conv1d_b16_ncw conv3d_b1_ncdhw depthwise_b1_nchw depthwise_b16_nchw
 grouped_b1_nchw grouped_b16_nchw"
 
 # Every workload's speedups in the Markdown table agree with the CSV's, to the two decimals shown.
@@ -93,8 +93,8 @@ nothing but their own baselines.
   with a reference kernel generated from the IR by relative L2 error; a kernel over 1e-2 is
   marked WRONG in its table.
 - **Dtypes.** float16 operands, float32 sums, float16 outputs for tmap and the baselines, but
-  where a table's title says otherwise: `resnet18_b16_nhwc_bfloat16` and `llm_gemm` in bfloat16
-  (inputs and output), `fp8_gemm`
+  where a table's title says otherwise: `resnet18_b16_nhwc_bfloat16`, `llm_gemm` and
+  `decode_gemm` in bfloat16 (inputs and output), `fp8_gemm`
   with float8_e4m3 inputs and bfloat16 outputs against cuBLASLt's fp8 GEMMs with and without fast
   accumulation.
 - **Speedup** = baseline time / tmap time; a table's figure is the geometric mean over its
@@ -108,8 +108,11 @@ Reproduce: `benchmarks/run.sh gemm`, `benchmarks/run.sh conv --batch B --layout 
 `depthwise --batch B`, `grouped --batch B`, `benchmarks/run.sh table
 benchmarks/workloads/resnet50_b1_nhwc.json` and likewise `resnet50_fused_b16_nhwc.json` and
 `transformer_ffn.json` (the fused batch-1 table replays `logs/h100_resnet50_b1.jsonl` with
-`tmap_bench` alone), `llm_gemm.json` and `fp8_gemm.json` (logs `logs/h200_*.jsonl`); then
-`benchmarks/make_results.sh`.
+`tmap_bench` alone), `llm_gemm.json` and `fp8_gemm.json` (logs `logs/h200_*.jsonl`);
+`decode_gemm.json` replays each projection's range of M (`tmap tune --op gemm_nt --set M=1..256
+--set N=.. --set K=.. --dtype bfloat16 --out-dtype bfloat16 --sizes 1,2,3,4,8,13,16,32,57,64,100,128,200,256
+--time-budget 35`, one log) with `tmap_bench --dispatch`: each row is the kernel its M's bucket
+dispatches to; then `benchmarks/make_results.sh`.
 
 ## Summary
 

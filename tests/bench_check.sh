@@ -63,6 +63,18 @@ for t in resnet50_fused_b1_nhwc:h100_resnet50_b1:25 resnet50_fused_b16_nhwc:h100
     grep -q "\"key\":\"$key\"" "$src/$log" || { echo "$name ($key) is not in $log"; exit 1; }
   done <<<"$rows"
 done
+# The decode table: every row is served by a bucket of its projection's range of M (four ranges),
+# and the kernel of one size regenerates and compiles through the bucket that serves it.
+rows=$("$bench" --table "$src/benchmarks/workloads/decode_gemm.json" --log "$src/logs/h200_decode_gemm.jsonl" --dispatch --print-workloads)
+[ "$(wc -l <<<"$rows")" -eq 56 ] || { echo "expected 56 decode workloads"; exit 1; }
+[ "$(awk '{print $2}' <<<"$rows" | sort -u | wc -l)" -eq 4 ] || { echo "expected the decode rows served by 4 ranges"; exit 1; }
+while read -r name key op sets; do
+  [ "$(grep "\"key\":\"$key\"" "$src/logs/h200_decode_gemm.jsonl" | grep -c '"bucket"')" -gt 0 ] ||
+    { echo "$name: no bucket of range $key"; exit 1; }
+done <<<"$rows"
+"$tmap" replay "$src/logs/h200_decode_gemm.jsonl" --op gemm_nt --set M=50 --set N=6144 --set K=4096 --dtype bfloat16 \
+  --out-dtype bfloat16 --arch sm_90 2>/dev/null | grep -c "gemm_nt@M=50" >/dev/null ||
+  { echo "M=50 (no sample) of the decode range does not replay through its bucket"; exit 1; }
 refusal=$("$bench" --table "$src/benchmarks/workloads/conv1d.json" --layout nhwc --log /dev/null --print-workloads 2>&1 || true)
 grep -q "no channels-last conv1d op" <<<"$refusal" || { echo "conv1d --layout nhwc should be refused with a reason"; exit 1; }
 # Without a record, the key tmap_bench prints is the one tmap tune records (run.sh relies on it).
