@@ -264,6 +264,38 @@ TEST(Cli, NumberOptionsSayTheirRangeAndTheBatchHasOneMeaning) {
 
 // --dtype chooses the inputs' dtype on every command: the abstractions that match follow it,
 // and the kernels tuned for it compile.
+// A range of sizes on the command line: what map says, a kernel of the range compiled, what needs a
+// GPU refused without one, and the shipped decode log listed and replayed (compiled) by size.
+TEST(Cli, ARangeOfSizesIsMappedCompiledListedAndDispatched) {
+  CliRun map = tmap("map --op gemm_nt --set M=1..256 --set N=512 --set K=512");
+  ASSERT_EQ(map.code, 0) << map.err;
+  EXPECT_NE(map.out.find("spatial: m=1..256 n=512"), std::string::npos) << map.out.substr(0, 500);
+  EXPECT_NE(map.out.find("'m' takes its size at run time (M)"), std::string::npos) << map.out.substr(0, 500);
+  CliRun run = tmap("run --op gemm_nt --set M=1..256 --set N=512 --set K=512 --size 57 --arch sm_90 --compile-only");
+  EXPECT_EQ(run.code, 0) << run.err;
+  CliRun outside = tmap("run --op gemm_nt --set M=1..256 --size 300 --arch sm_90 --compile-only");
+  EXPECT_EQ(outside.code, 2);
+  EXPECT_NE(outside.err.find("300 is outside the range M=1..256"), std::string::npos) << outside.err;
+  CliRun fixed = tmap("run --op gemm_nt --size 3 --arch sm_90 --compile-only");
+  EXPECT_EQ(fixed.code, 2);
+  EXPECT_NE(fixed.err.find("only a range of sizes"), std::string::npos) << fixed.err;
+  CliRun model = tmap("tune --op gemm_nt --set M=1..64 --measure model");
+  EXPECT_EQ(model.code, 2);
+  EXPECT_NE(model.err.find("a range of sizes is tuned by measuring its kernels"), std::string::npos) << model.err;
+  const std::string log = std::string(TMAP_SOURCE_DIR) + "/logs/h200_decode_gemm.jsonl";
+  CliRun list = tmap("logs list " + log);
+  ASSERT_EQ(list.code, 0) << list.err;
+  EXPECT_NE(list.out.find("range M=1..256, 5 kernel(s) by size:"), std::string::npos) << list.out;
+  const std::string qkv = " --op gemm_nt --set N=6144 --set K=4096 --dtype bfloat16 --out-dtype bfloat16 --arch sm_90";
+  CliRun between = tmap("replay " + log + qkv + " --set M=50");
+  EXPECT_EQ(between.code, 0) << between.err;
+  EXPECT_NE(between.out.find("gemm_nt@M=50"), std::string::npos) << "the bucket of 33..64 serves it:\n" << between.out;
+  CliRun beyond = tmap("replay " + log + qkv + " --set M=300");
+  EXPECT_EQ(beyond.code, 2);
+  EXPECT_NE(beyond.err.find("the log's range M=1..256 of this computation does not take its size"), std::string::npos)
+      << beyond.err;
+}
+
 TEST(Cli, TheInputDtypeIsAnOption) {
   CliRun map = tmap("map --op gemm --set M=256 --set N=256 --set K=256 --dtype bfloat16 --format json");
   ASSERT_EQ(map.code, 0) << map.err;

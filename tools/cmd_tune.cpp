@@ -892,9 +892,28 @@ void logs_list(const std::string& path, const std::string& format) {
                     {"best_us", r->result.median_us}, {"tflops", tflops(*r)},
                     {"best_kernel", candidate_label(r->candidate)}, {"params", to_json(r->candidate.params)}});
   }
+  // Ranges of sizes: the buckets in force, each with its kernel and the sizes it serves.
+  std::map<std::string, nlohmann::json> ranges;
+  for (const TuneRecord* r : range_buckets(log.records)) {
+    nlohmann::json& row = ranges[r->workload.key];
+    if (row.is_null()) {
+      const nlohmann::json& d = r->workload.compute.at("dynamic");
+      row = {{"workload", r->workload.key}, {"name", r->workload.description.value("name", "?")},
+             {"records", counts[r->workload.key].first}, {"correct", counts[r->workload.key].second},
+             {"range", {{"param", d.at("param")}, {"lo", d.at("lo")}, {"hi", d.at("hi")}}},
+             {"buckets", nlohmann::json::array()}};
+    }
+    row["buckets"].push_back({{"lo", r->result.bucket_lo}, {"hi", r->result.bucket_hi},
+                              {"worst_us", r->result.median_us}, {"at", r->result.size},
+                              {"kernel", candidate_label(r->candidate)}, {"params", to_json(r->candidate.params)}});
+  }
   for (const auto& r : log.records)
     if (!shown[r.workload.key]) {
       shown[r.workload.key] = true;
+      if (auto it = ranges.find(r.workload.key); it != ranges.end()) {
+        rows.push_back(it->second);
+        continue;
+      }
       rows.push_back({{"workload", r.workload.key}, {"name", r.workload.description.value("name", "?")},
                       {"records", counts[r.workload.key].first}, {"correct", 0}, {"best_us", nullptr},
                       {"tflops", nullptr}, {"best_kernel", nullptr}, {"params", nullptr}});
@@ -908,6 +927,18 @@ void logs_list(const std::string& path, const std::string& format) {
               "best kernel");
   for (const auto& row : rows) {
     const std::string key = row["workload"], name = row["name"];
+    if (row.contains("range")) {
+      const nlohmann::json& range = row["range"];
+      std::printf("%-16s %-20s %8d %8d %10s %9s  range %s=%lld..%lld, %zu kernel(s) by size:\n", key.c_str(), name.c_str(),
+                  row["records"].get<int>(), row["correct"].get<int>(), "-", "-",
+                  range["param"].get<std::string>().c_str(), range["lo"].get<long long>(), range["hi"].get<long long>(),
+                  row["buckets"].size());
+      for (const auto& b : row["buckets"])
+        std::printf("%-16s %-20s %8s %8s %10.2f %9s  %lld..%lld: %s\n", "", "", "", "", b["worst_us"].get<double>(),
+                    ("at " + std::to_string(b["at"].get<long long>())).c_str(), b["lo"].get<long long>(),
+                    b["hi"].get<long long>(), b["kernel"].get<std::string>().c_str());
+      continue;
+    }
     if (row["best_us"].is_null())
       std::printf("%-16s %-20s %8d %8d %10s %9s  (no correct measurement)\n", key.c_str(), name.c_str(),
                   row["records"].get<int>(), 0, "-", "-");
