@@ -10,7 +10,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 results=$root/benchmarks/results
 order="resnet18_b1_nhwc resnet18_b1_nchw resnet18_b16_nhwc resnet18_b16_nchw resnet18_b16_nhwc_bfloat16 resnet18_b256_nhwc resnet18_b256_nchw
-resnet50_b1_nhwc resnet50_fused_b1_nhwc resnet50_fused_b16_nhwc transformer_ffn gemm skinny_gemm llm_gemm fp8_gemm decode_gemm conv1d_b1_ncw conv1d_b16_ncw conv3d_b1_ncdhw depthwise_b1_nchw depthwise_b16_nchw
+resnet50_b1_nhwc resnet50_fused_b1_nhwc resnet50_fused_b16_nhwc transformer_ffn gemm skinny_gemm llm_gemm fp8_gemm decode_gemm conv_batch_range conv1d_b1_ncw conv1d_b16_ncw conv3d_b1_ncdhw depthwise_b1_nchw depthwise_b16_nchw
 grouped_b1_nchw grouped_b16_nchw"
 
 # Every workload's speedups in the Markdown table agree with the CSV's, to the two decimals shown.
@@ -112,7 +112,8 @@ benchmarks/workloads/resnet50_b1_nhwc.json` and likewise `resnet50_fused_b16_nhw
 `decode_gemm.json` replays each projection's range of M (`tmap tune --op gemm_nt --set M=1..256
 --set N=.. --set K=.. --dtype bfloat16 --out-dtype bfloat16 --sizes 1,2,3,4,8,13,16,32,57,64,100,128,200,256
 --time-budget 35`, one log) with `tmap_bench --dispatch`: each row is the kernel its M's bucket
-dispatches to; then `benchmarks/make_results.sh`.
+dispatches to; `conv_batch_range.json` likewise (`tmap tune --op conv2d_nhwc --set N=1..64
+--out-dtype float16 --sizes 1,2,4,8,16,32,64 --time-budget 40`); then `benchmarks/make_results.sh`.
 
 ## Summary
 

@@ -75,6 +75,12 @@ done <<<"$rows"
 "$tmap" replay "$src/logs/h200_decode_gemm.jsonl" --op gemm_nt --set M=50 --set N=6144 --set K=4096 --dtype bfloat16 \
   --out-dtype bfloat16 --arch sm_90 2>/dev/null | grep -c "gemm_nt@M=50" >/dev/null ||
   { echo "M=50 (no sample) of the decode range does not replay through its bucket"; exit 1; }
+# The convolution over a range of batch sizes: every row served by the one range.
+rows=$("$bench" --table "$src/benchmarks/workloads/conv_batch_range.json" --log "$src/logs/h200_conv_batch_range.jsonl" --dispatch --print-workloads)
+[ "$(wc -l <<<"$rows")" -eq 7 ] || { echo "expected 7 batch-range rows"; exit 1; }
+[ "$(awk '{print $2}' <<<"$rows" | sort -u | wc -l)" -eq 1 ] || { echo "expected the batch-range rows served by one range"; exit 1; }
+[ "$(grep "\"key\":\"$(awk 'NR == 1 {print $2}' <<<"$rows")\"" "$src/logs/h200_conv_batch_range.jsonl" | grep -c '"bucket"')" -gt 0 ] ||
+  { echo "the batch-range rows are not served by a bucket"; exit 1; }
 refusal=$("$bench" --table "$src/benchmarks/workloads/conv1d.json" --layout nhwc --log /dev/null --print-workloads 2>&1 || true)
 grep -q "no channels-last conv1d op" <<<"$refusal" || { echo "conv1d --layout nhwc should be refused with a reason"; exit 1; }
 # Without a record, the key tmap_bench prints is the one tmap tune records (run.sh relies on it).
