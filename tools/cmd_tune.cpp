@@ -703,8 +703,8 @@ void register_tune(CLI::App& app) {
                   "best at every sample it serves (default 0.05)")
       ->check(between(0, 1));
   cmd->add_option("--sizes", args->sizes,
-                  "With a range of sizes: the samples tuned (default: the range's ends, powers of two and their "
-                  "midpoints); --trials and --time-budget are shared by all")
+                  "With a range of sizes: the samples tuned (default: powers of two and their midpoints; the range's "
+                  "ends are always among them); --trials and --time-budget are shared by all")
       ->delimiter(',');
   cmd->add_option("--emit-cuda", args->emit_cuda, "Write the best kernel's CUDA source to this file");
   cmd->add_option("--cache-dir", args->cache_dir, "Keep compiled binaries in this directory across runs");

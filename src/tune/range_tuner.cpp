@@ -154,6 +154,160 @@ std::vector<BucketChoice> choose_buckets(const std::vector<std::vector<double>>&
   return out;
 }
 
+namespace {
+
+/// One run of tune_range after its samples are tuned: the candidates of the range, measured and
+/// recorded, and the buckets chosen.
+class RangeRun {
+ public:
+  RangeRun(const Compute& range, const SearchSpace& space, const RangeTuneOptions& o, std::vector<std::int64_t> sizes,
+           MeasurePool& gpus, const MeasureAt& measure_at)
+      : range_(range), space_(space), o_(o), sizes_(std::move(sizes)), gpus_(gpus), measure_at_(measure_at),
+        log_(read_log(o.tune.log_path).records), writer_(o.tune.log_path), workload_(make_workload(range)),
+        best_(sizes_.size(), kInf) {}
+
+  /// Each sample's fastest candidates that take the size at run time (a sample's winner may map
+  /// it elsewhere), as kernels of the range, compiled; the samples' own best times.
+  bool collect() {
+    std::set<std::string> seen;
+    for (std::size_t i = 0; i < sizes_.size(); ++i) {
+      const std::string key = make_workload(compute_at(range_, sizes_[i])).key;
+      if (const double t = tuned_best(log_, key, o_.tune.target); t > 0) best_[i] = t;
+      int taken = 0;
+      for (const CandidateRef& ref : fastest_of(log_, key, o_.tune.target)) {
+        if (taken == o_.per_size) break;
+        const int entry = space_.find(ref);
+        if (entry < 0 || !validate(space_.entries()[entry].gemm, ref.params, o_.tune.limits).empty()) continue;
+        ++taken;
+        RangeCandidate c;
+        c.entry = entry;
+        c.ref = space_.ref(entry, ref.params);
+        if (!seen.insert(candidate_signature(c.ref)).second) {
+          for (RangeCandidate& x : cands_)
+            if (candidate_signature(x.ref) == candidate_signature(c.ref)) x.origins.push_back(i);
+          continue;
+        }
+        c.origins = {i};
+        c.kernel = emit_kernel(space_.entries()[entry].gemm, ref.params);
+        c.us.assign(sizes_.size(), kInf);
+        cands_.push_back(std::move(c));
+      }
+    }
+    NvrtcCompiler compiler(o_.tune.compute_capability);
+    std::vector<CompileJob> jobs;
+    for (const RangeCandidate& c : cands_) jobs.push_back({c.kernel.name, c.kernel.code});
+    std::vector<CompileResult> compiled = compile_parallel(compiler, jobs, o_.tune.compile_threads);
+    for (std::size_t i = 0; i < cands_.size(); ++i) cands_[i].binary = std::move(compiled[i]);
+    summary_.candidates = static_cast<int>(cands_.size());
+    return !cands_.empty();
+  }
+
+  /// Each candidate at the samples within reach of its own.
+  void measure_samples() {
+    for (std::size_t i = 0; i < sizes_.size(); ++i)
+      for (RangeCandidate& c : cands_) {
+        if ((o_.tune.stop && o_.tune.stop->load()) || !within_reach(c, i)) continue;
+        c.us[i] = measure(c, sizes_[i]);
+        best_[i] = std::min(best_[i], c.us[i]);  // the best at the sample: of one shape, or of the range
+      }
+  }
+
+  /// Buckets within the loss of the fastest kernel of the range at each sample: a sample whose
+  /// own tuning found a faster kernel of one shape (one that fixes the size, say) shows the
+  /// difference as its ratio, instead of splitting the range into a bucket per sample.
+  void choose() {
+    std::vector<std::vector<double>> us;
+    std::vector<double> best_range(sizes_.size(), kInf);
+    for (const RangeCandidate& c : cands_) {
+      us.push_back(c.us);
+      for (std::size_t i = 0; i < sizes_.size(); ++i) best_range[i] = std::min(best_range[i], c.us[i]);
+    }
+    for (const BucketChoice& b : choose_buckets(us, best_range, o_.loss)) record_bucket(b);
+    for (RangePoint& p : summary_.points)
+      p.tuned_us = tuned_best(log_, make_workload(compute_at(range_, p.size)).key, o_.tune.target);
+  }
+
+  RangeTuneSummary& summary() { return summary_; }
+
+ private:
+  static bool within_reach(const RangeCandidate& c, std::size_t i) {
+    for (std::size_t j : c.origins)
+      if ((i > j ? i - j : j - i) <= kReach) return true;
+    return false;
+  }
+
+  /// Candidate `c` at `size`, recorded; its time, infinite when it failed.
+  double measure(const RangeCandidate& c, std::int64_t size) {
+    MeasureResult m;
+    if (!c.binary.ok) {
+      m.status = MeasureStatus::kLoadError;
+      m.message = "did not compile";
+    } else {
+      m = measure_at_(range_, size, space_.entries()[c.entry].gemm, c.ref.params, c.kernel, c.binary);
+    }
+    ++summary_.measurements;
+    summary_.failed += m.status != MeasureStatus::kOk;
+    writer_.append(make_record(workload_, o_.tune.target, c.ref, result_of(m, c, size, gpus_)));
+    return m.status == MeasureStatus::kOk ? m.median_us : kInf;
+  }
+
+  /// The bucket record of choice `b`, after measuring its lowest size when that is no sample.
+  void record_bucket(const BucketChoice& b) {
+    if (b.candidate < 0) {
+      summary_.unserved.push_back(sizes_[b.first]);
+      return;
+    }
+    const RangeCandidate& c = cands_[b.candidate];
+    RangeBucket bucket;
+    bucket.lo = b.first == 0 ? range_.dynamic.lo : sizes_[b.first - 1] + 1;
+    bucket.hi = sizes_[b.last];
+    bucket.candidate = c.ref;
+    for (std::size_t t = b.first; t <= b.last; ++t)
+      if (c.us[t] / best_[t] >= bucket.worst_ratio)
+        bucket.worst_ratio = c.us[t] / best_[t], bucket.worst_size = sizes_[t], bucket.worst_us = c.us[t];
+    if (bucket.lo != sizes_[b.first] && !std::isfinite(measure(c, bucket.lo))) {
+      summary_.unserved.push_back(bucket.lo);
+      return;
+    }
+    TuneResult r;
+    r.status = "ok";
+    r.median_us = bucket.worst_us;
+    r.times_us = {bucket.worst_us};
+    r.size = bucket.worst_size;
+    r.bucket_lo = bucket.lo;
+    r.bucket_hi = bucket.hi;
+    r.compile_seconds = c.binary.seconds;
+    writer_.append(make_record(workload_, o_.tune.target, c.ref, r));
+    for (std::size_t t = b.first; t <= b.last; ++t) summary_.points.push_back({sizes_[t], 0, c.us[t]});
+    summary_.buckets.push_back(std::move(bucket));
+  }
+
+  const Compute& range_;
+  const SearchSpace& space_;
+  const RangeTuneOptions& o_;
+  const std::vector<std::int64_t> sizes_;
+  MeasurePool& gpus_;
+  const MeasureAt& measure_at_;
+  const std::vector<TuneRecord> log_;
+  LogWriter writer_;
+  const Workload workload_;
+  std::vector<double> best_;  ///< Per sample: the best of its own tuning, or of the range.
+  std::vector<RangeCandidate> cands_;
+  RangeTuneSummary summary_;
+};
+
+/// The samples: those given, or range_sample_sizes(); the range's ends always among them, so that
+/// the buckets cover it.
+std::vector<std::int64_t> samples_of(const Compute& range, const std::vector<std::int64_t>& given) {
+  std::set<std::int64_t> s(given.begin(), given.end());
+  if (s.empty()) return range_sample_sizes(range.dynamic.lo, range.dynamic.hi);
+  s.insert(range.dynamic.lo);
+  s.insert(range.dynamic.hi);
+  return {s.begin(), s.end()};
+}
+
+}  // namespace
+
 RangeTuneSummary tune_range(const Compute& range, const std::vector<HwAbstraction>& hws, const RangeTuneOptions& o,
                             MeasurePool& gpus, const MeasureAt& measure_at) {
   const auto t0 = Clock::now();
@@ -168,122 +322,18 @@ RangeTuneSummary tune_range(const Compute& range, const std::vector<HwAbstractio
     throw UserError(format_diagnostic(SourceLoc::whole(what), "no kernel takes '" + range.iters[range.dynamic.iter].name +
                                                                   "' at run time: " + space.empty_reason(),
                                       "tune the sizes one at a time"));
-  std::vector<std::int64_t> sizes = o.sizes.empty() ? range_sample_sizes(range.dynamic.lo, range.dynamic.hi) : o.sizes;
-  RangeTuneSummary s;
+  const std::vector<std::int64_t> sizes = samples_of(range, o.sizes);
   tune_samples(range, hws, o, sizes, gpus);
-  s.tune_s = seconds_since(t0);
-
-  // The samples' fastest candidates, as kernels of the range.
-  const std::vector<TuneRecord> log = read_log(o.tune.log_path).records;
-  std::vector<RangeCandidate> cands;
-  std::set<std::string> seen;
-  std::vector<double> best(sizes.size(), kInf);
-  for (std::size_t i = 0; i < sizes.size(); ++i) {
-    const std::string key = make_workload(compute_at(range, sizes[i])).key;
-    if (const double t = tuned_best(log, key, o.tune.target); t > 0) best[i] = t;
-    // The fastest that take the size at run time (a sample's winner may map it elsewhere).
-    int taken = 0;
-    for (const CandidateRef& ref : fastest_of(log, key, o.tune.target)) {
-      if (taken == o.per_size) break;
-      RangeCandidate c;
-      c.entry = space.find(ref);
-      if (c.entry < 0 || !validate(space.entries()[c.entry].gemm, ref.params, o.tune.limits).empty()) continue;
-      ++taken;
-      c.ref = space.ref(c.entry, ref.params);
-      if (!seen.insert(candidate_signature(c.ref)).second) {
-        for (RangeCandidate& x : cands)
-          if (candidate_signature(x.ref) == candidate_signature(c.ref)) x.origins.push_back(i);
-        continue;
-      }
-      c.origins = {i};
-      c.kernel = emit_kernel(space.entries()[c.entry].gemm, ref.params);
-      cands.push_back(std::move(c));
-    }
-  }
-  if (cands.empty())
+  const double tune_s = seconds_since(t0);
+  RangeRun run(range, space, o, sizes, gpus, measure_at);
+  if (!run.collect())
     throw UserError(format_diagnostic(SourceLoc::whole(what), "no sample's fastest kernels take the size at run time",
                                       "tune with more trials, or the sizes one at a time"));
-  {
-    NvrtcCompiler compiler(o.tune.compute_capability);
-    std::vector<CompileJob> jobs;
-    for (const RangeCandidate& c : cands) jobs.push_back({c.kernel.name, c.kernel.code});
-    std::vector<CompileResult> compiled = compile_parallel(compiler, jobs, o.tune.compile_threads);
-    for (std::size_t i = 0; i < cands.size(); ++i) cands[i].binary = std::move(compiled[i]);
-  }
-  // Each candidate at each sample, recorded as it comes.
-  LogWriter writer(o.tune.log_path);
-  const Workload workload = make_workload(range);
-  auto measure = [&](RangeCandidate& c, std::int64_t size) {
-    MeasureResult m;
-    if (!c.binary.ok) {
-      m.status = MeasureStatus::kLoadError;
-      m.message = "did not compile";
-    } else {
-      m = measure_at(range, size, space.entries()[c.entry].gemm, c.ref.params, c.kernel, c.binary);
-    }
-    ++s.measurements;
-    s.failed += m.status != MeasureStatus::kOk;
-    writer.append(make_record(workload, o.tune.target, c.ref, result_of(m, c, size, gpus)));
-    return m.status == MeasureStatus::kOk ? m.median_us : kInf;
-  };
   const auto t1 = Clock::now();
-  for (RangeCandidate& c : cands) c.us.assign(sizes.size(), kInf);
-  auto within_reach = [](const RangeCandidate& c, std::size_t i) {
-    for (std::size_t j : c.origins)
-      if ((i > j ? i - j : j - i) <= kReach) return true;
-    return false;
-  };
-  for (std::size_t i = 0; i < sizes.size(); ++i)
-    for (RangeCandidate& c : cands) {
-      if ((o.tune.stop && o.tune.stop->load()) || !within_reach(c, i)) continue;
-      c.us[i] = measure(c, sizes[i]);
-      best[i] = std::min(best[i], c.us[i]);  // the best at the sample: of one shape, or of the range
-    }
-  s.candidates = static_cast<int>(cands.size());
-
-  // Buckets within the loss of the fastest kernel of the range at each sample: a sample whose
-  // own tuning found a faster kernel of one shape (one that fixes the size, say) shows the
-  // difference as its ratio, instead of splitting the range into a bucket per sample.
-  std::vector<std::vector<double>> us;
-  std::vector<double> best_range(sizes.size(), kInf);
-  for (const RangeCandidate& c : cands) {
-    us.push_back(c.us);
-    for (std::size_t i = 0; i < sizes.size(); ++i) best_range[i] = std::min(best_range[i], c.us[i]);
-  }
-  for (const BucketChoice& b : choose_buckets(us, best_range, o.loss)) {
-    if (b.candidate < 0) {
-      s.unserved.push_back(sizes[b.first]);
-      continue;
-    }
-    RangeCandidate& c = cands[b.candidate];
-    RangeBucket bucket;
-    bucket.lo = b.first == 0 ? range.dynamic.lo : sizes[b.first - 1] + 1;
-    bucket.hi = sizes[b.last];
-    bucket.candidate = c.ref;
-    for (std::size_t t = b.first; t <= b.last; ++t)
-      if (c.us[t] / best[t] >= bucket.worst_ratio)
-        bucket.worst_ratio = c.us[t] / best[t], bucket.worst_size = sizes[t], bucket.worst_us = c.us[t];
-    // The bucket's lowest size, when it is not a sample, is measured too: its kernel serves it.
-    if (bucket.lo != sizes[b.first] && !std::isfinite(measure(c, bucket.lo))) {
-      s.unserved.push_back(bucket.lo);
-      continue;
-    }
-    TuneResult r;
-    r.status = "ok";
-    r.median_us = bucket.worst_us;
-    r.times_us = {bucket.worst_us};
-    r.size = bucket.worst_size;
-    r.bucket_lo = bucket.lo;
-    r.bucket_hi = bucket.hi;
-    r.compile_seconds = c.binary.seconds;
-    writer.append(make_record(workload, o.tune.target, c.ref, r));
-    for (std::size_t t = b.first; t <= b.last; ++t) s.points.push_back({sizes[t], 0, c.us[t]});
-    s.buckets.push_back(std::move(bucket));
-  }
-  for (RangePoint& p : s.points) {
-    const std::string key = make_workload(compute_at(range, p.size)).key;
-    p.tuned_us = tuned_best(log, key, o.tune.target);
-  }
+  run.measure_samples();
+  run.choose();
+  RangeTuneSummary s = std::move(run.summary());
+  s.tune_s = tune_s;
   s.cross_s = seconds_since(t1);
   s.wall_s = seconds_since(t0);
   return s;

@@ -41,7 +41,7 @@ struct RangeTuneOptions {
   /// of them for the samples (measuring the candidates across the range takes the rest). The
   /// log is required: the samples' candidates are read back from it.
   TuneOptions tune;
-  std::vector<std::int64_t> sizes;  ///< Samples; empty: range_sample_sizes().
+  std::vector<std::int64_t> sizes;  ///< Samples (the range's ends are added); empty: range_sample_sizes().
   double loss = 0.05;               ///< A bucket's kernel is within this of the best at its samples.
   int per_size = 4;                 ///< Fastest distinct candidates of each sample tried across the range.
 };
