@@ -59,6 +59,14 @@ TEST(Dynamic, ARangeBuildsItsLargestShapeAndCutsDownToEverySize) {
   EXPECT_EQ(to_json(compute_from_json(to_json(c), "record")), to_json(c));
   const Compute rebuilt = rebuild_recorded_compute(to_json(c), workload_key(c), "record");
   EXPECT_EQ(rebuilt.dynamic, c.dynamic);
+  // A recorded range is checked as a compute file's would be: its parameter reaches exported code.
+  for (const auto& [field, value] : std::vector<std::pair<std::string, nlohmann::json>>{
+           {"param", "M */ int x; /*"}, {"param", "M\n#include"}, {"lo", 0}, {"hi", 255}, {"iterator", 2}}) {
+    nlohmann::json j = to_json(c);
+    j["dynamic"][field] = value;
+    EXPECT_NE(user_error_of([&] { compute_from_json(j, "record"); }).find("malformed compute description"),
+              std::string::npos) << field << " " << value;
+  }
   // A convolution's batch, and a residual read along the range.
   const Compute conv = op_with("conv2d_nhwc", {"N=1..16", "H=14", "W=14", "C=64", "K=64"});
   EXPECT_EQ(conv.iters[conv.dynamic.iter].name, "n");

@@ -1,5 +1,7 @@
 #include "tmap/ir/compute.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <functional>
 #include <stdexcept>
@@ -295,6 +297,12 @@ Compute compute_from_json(const nlohmann::json& j, const std::string& what) {
       c.dynamic = {integer<int>(d.at("iterator"), "the dynamic iterator"), d.at("param").get<std::string>(),
                    integer<std::int64_t>(d.at("lo"), "a range's start"), integer<std::int64_t>(d.at("hi"), "a range's end")};
       if (const std::string why = dynamic_extent_error(c, c.dynamic.iter); !why.empty()) throw std::runtime_error(why);
+      // The parameter's name reaches exported sources (a launch function's parameter, comments).
+      const std::string& param = c.dynamic.param;
+      const bool identifier =
+          !param.empty() && param.size() <= 64 && !std::isdigit(static_cast<unsigned char>(param[0])) &&
+          std::all_of(param.begin(), param.end(), [](char ch) { return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_'; });
+      if (!identifier) throw std::runtime_error("a range's parameter that is not an identifier");
       if (c.dynamic.lo < 1 || c.dynamic.lo >= c.dynamic.hi || c.dynamic.hi != c.iters[c.dynamic.iter].extent)
         throw std::runtime_error("a range that is not 1 <= lo < hi = the iterator's extent");
     }
