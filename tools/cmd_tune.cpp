@@ -588,10 +588,27 @@ void print_range_summary(const RangeTuneSummary& s, const Compute& c, const std:
   for (std::int64_t size : s.unserved) std::printf("no kernel of the range ran correctly at %s=%lld\n", param.c_str(), (long long)size);
 }
 
+nlohmann::json range_summary_json(const RangeTuneSummary& s, const Compute& c, const std::string& log_path) {
+  nlohmann::json buckets = nlohmann::json::array(), points = nlohmann::json::array();
+  for (const RangeBucket& b : s.buckets)
+    buckets.push_back({{"lo", b.lo}, {"hi", b.hi}, {"kernel", candidate_label(b.candidate)},
+                       {"params", to_json(b.candidate.params)}, {"worst_ratio", b.worst_ratio},
+                       {"worst_size", b.worst_size}, {"worst_us", b.worst_us}});
+  for (const RangePoint& p : s.points)
+    points.push_back({{"size", p.size}, {"tuned_us", p.tuned_us}, {"dispatched_us", p.dispatched_us}});
+  return {{"workload", make_workload(c).key}, {"name", c.name},
+          {"range", {{"param", c.dynamic.param}, {"lo", c.dynamic.lo}, {"hi", c.dynamic.hi}}},
+          {"log", log_path}, {"buckets", buckets}, {"samples", points}, {"unserved", s.unserved},
+          {"candidates", s.candidates}, {"measurements", s.measurements}, {"failed", s.failed},
+          {"tune_s", s.tune_s}, {"measure_s", s.cross_s}, {"wall_s", s.wall_s}};
+}
+
 /// `tmap tune` of a range of sizes (range_tuner.h), on the GPU.
 void tune_range_command(const TuneArgs& args, const Compute& c, const std::vector<HwAbstraction>& hws, Machine& m) {
   if (args.measure == "model")
     bad("--measure model", "a range of sizes is tuned by measuring its kernels", "drop --measure model, or give one size");
+  if (!args.emit_cuda.empty())
+    bad("--emit-cuda", "a range of sizes has a kernel per bucket", "write them with tmap export LOG --out DIR");
   RangeTuneOptions o;
   o.tune = tune_options(args, m, args.log.empty() ? "logs/" + c.name + ".jsonl" : args.log);
   // A time budget alone leaves the trials unbounded, as for a model.
@@ -614,7 +631,8 @@ void tune_range_command(const TuneArgs& args, const Compute& c, const std::vecto
     });
   }
   if (g_signal) exit_status() = 128 + g_signal;
-  print_range_summary(s, c, o.tune.log_path);
+  if (args.format == "json") std::cout << range_summary_json(s, c, o.tune.log_path).dump(2) << "\n";
+  else print_range_summary(s, c, o.tune.log_path);
   if (s.buckets.empty() && !g_signal) throw std::runtime_error("tuning the range found no correct kernel");
 }
 
