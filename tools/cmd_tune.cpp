@@ -761,6 +761,51 @@ struct ReplayArgs {
   double timeout = 30;
 };
 
+/// The records `tmap replay` runs: each workload's best (or, with --allow-unmeasured, the model's
+/// choice), each range's buckets at their worst sample, or for one size of a tuned range the bucket
+/// that serves it; with the size each bucket runs at. A UserError when there is none.
+struct ReplayChoice {
+  std::vector<const TuneRecord*> chosen;
+  std::map<const TuneRecord*, std::int64_t> sizes;
+};
+ReplayChoice choose_replays(const ReplayArgs& args, const LogContents& log, const std::string& arch) {
+  std::string key = args.workload;
+  std::optional<Compute> given;
+  if (!args.compute.file.empty() || !args.compute.op.empty()) {
+    given = args.compute.build();
+    key = make_workload(*given).key;
+  }
+  ReplayChoice out;
+  std::vector<const TuneRecord*>& chosen = out.chosen;
+  std::vector<const TuneRecord*> unmeasured;  // the model's choices
+  for (const TuneRecord* r : best_records(log.records))
+    if (key.empty() || r->workload.key == key) chosen.push_back(r);
+  for (const TuneRecord* r : model_choices(log.records))
+    if (key.empty() || r->workload.key == key) unmeasured.push_back(r);
+  for (const TuneRecord* r : range_buckets(log.records))
+    if (key.empty() || r->workload.key == key) chosen.push_back(r), out.sizes[r] = r->result.size;
+  if (chosen.empty() && given && !given->dynamic.active()) {  // one size of a tuned range
+    const Dispatch d = dispatch(log.records, *given, arch);
+    if (d.bucket) chosen.push_back(d.bucket), out.sizes[d.bucket] = d.size;
+    else if (!d.outside.empty())
+      bad("--set", "the log's range " + d.outside + " of this computation does not take its size",
+          "give a size within the range, or tune this size");
+  }
+  if (!unmeasured.empty() && !args.allow_unmeasured) {
+    const std::string what =
+        std::to_string(unmeasured.size()) + " workload(s) have only unmeasured records (ranked by the model)";
+    if (chosen.empty())
+      bad("--allow-unmeasured", what, "tune them on a GPU, or add --allow-unmeasured to replay the model's choice");
+    spdlog::warn("{}: skipped (add --allow-unmeasured to replay the model's choice)", what);
+  } else {
+    chosen.insert(chosen.end(), unmeasured.begin(), unmeasured.end());
+  }
+  if (chosen.empty())
+    bad(args.log, key.empty() ? "the log holds no correct measured record" : "no record of workload " + key,
+        "see 'tmap logs list " + args.log + "'");
+  return out;
+}
+
 void register_replay(CLI::App& app) {
   auto args = std::make_shared<ReplayArgs>();
   auto* cmd = app.add_subcommand("replay", "Regenerate, run and verify the best logged kernel of each workload");
@@ -778,40 +823,8 @@ void register_replay(CLI::App& app) {
   cmd->add_option("--timeout", args->timeout, "Seconds before a hanging kernel is stopped (default 30)");
   cmd->callback([args] {
     LogContents log = load_log(args->log);
-    std::string key = args->workload;
-    std::optional<Compute> given;
-    if (!args->compute.file.empty() || !args->compute.op.empty()) {
-      given = args->compute.build();
-      key = make_workload(*given).key;
-    }
     Machine m = detect(args->arch);
-    std::vector<const TuneRecord*> chosen, unmeasured;  // unmeasured: the model's choices
-    std::map<const TuneRecord*, std::int64_t> sizes;    // a range's bucket: the size it runs at
-    for (const TuneRecord* r : best_records(log.records))
-      if (key.empty() || r->workload.key == key) chosen.push_back(r);
-    for (const TuneRecord* r : model_choices(log.records))
-      if (key.empty() || r->workload.key == key) unmeasured.push_back(r);
-    for (const TuneRecord* r : range_buckets(log.records))
-      if (key.empty() || r->workload.key == key) chosen.push_back(r), sizes[r] = r->result.size;
-    if (chosen.empty() && given && !given->dynamic.active()) {  // one size of a tuned range
-      const Dispatch d = dispatch(log.records, *given, m.target.arch);
-      if (d.bucket) chosen.push_back(d.bucket), sizes[d.bucket] = d.size;
-      else if (!d.outside.empty())
-        bad("--set", "the log's range " + d.outside + " of this computation does not take its size",
-            "give a size within the range, or tune this size");
-    }
-    if (!unmeasured.empty() && !args->allow_unmeasured) {
-      const std::string what =
-          std::to_string(unmeasured.size()) + " workload(s) have only unmeasured records (ranked by the model)";
-      if (chosen.empty())
-        bad("--allow-unmeasured", what, "tune them on a GPU, or add --allow-unmeasured to replay the model's choice");
-      spdlog::warn("{}: skipped (add --allow-unmeasured to replay the model's choice)", what);
-    } else {
-      chosen.insert(chosen.end(), unmeasured.begin(), unmeasured.end());
-    }
-    if (chosen.empty())
-      bad(args->log, key.empty() ? "the log holds no correct measured record" : "no record of workload " + key,
-          "see 'tmap logs list " + args->log + "'");
+    auto [chosen, sizes] = choose_replays(*args, log, m.target.arch);
 
     const bool run = m.has_gpu && m.cc == m.rt.devices.front().compute_capability;
     if (!run) spdlog::warn("no GPU for {} ({}): compiling only", m.target.arch, m.has_gpu ? "another GPU" : m.rt.status);
