@@ -19,6 +19,7 @@
 #include "tmap/codegen/reference_emitter.h"
 #include "tmap/codegen/emitter.h"
 #include "tmap/frontend/op_library.h"
+#include "tmap/runtime/launch.h"
 #include "tmap/runtime/nvrtc_compiler.h"
 
 namespace tmap {
@@ -210,6 +211,24 @@ TEST(Codegen, EveryMappingCompilesWithNvrtc) {
       EXPECT_NE(k.code.find("griddepcontrol.launch_dependents"), std::string::npos);
       EXPECT_NE(k.code.find("griddepcontrol.wait"), std::string::npos);
       jobs.push_back({op + " split_k " + std::to_string(split), k});
+      // Summed by each tile's last block instead: no reduce kernel; a counter per tile of each
+      // batch entry after the partial sums, 256-byte aligned, which the plan zeroes.
+      p.split_reduce = 1;
+      ASSERT_TRUE(validate(g, p, DeviceLimits::for_arch(80)).empty());
+      KernelSource last = emit_kernel(g, p);
+      EXPECT_TRUE(last.reduce_name.empty());
+      const std::int64_t partials = split * g.batch * g.M * g.N * 4, offset = (partials + 255) / 256 * 256;
+      const std::int64_t tiles = g.batch * ((g.M + p.block_m - 1) / p.block_m) * ((g.N + p.block_n - 1) / p.block_n);
+      EXPECT_EQ(last.zeroed_offset, offset);
+      EXPECT_EQ(last.zeroed_bytes, tiles * 4);
+      EXPECT_EQ(last.workspace_bytes, offset + tiles * 4);
+      EXPECT_EQ(last.code.find("griddepcontrol"), std::string::npos) << "nothing depends on it";
+      EXPECT_NE(last.code.find("atomicAdd(arrivals, 1u)"), std::string::npos);
+      const LaunchPlan plan = plan_launch(last);
+      EXPECT_EQ(plan.plan.num_steps, 1);
+      EXPECT_EQ(plan.plan.zeroed_offset, offset);
+      EXPECT_EQ(to_json(launch_plan_from_json(to_json(plan))), to_json(plan));
+      jobs.push_back({op + " split_k " + std::to_string(split) + " summed by the last block", last});
     }
   }
   std::vector<std::string> failures = compile_all(jobs);
@@ -262,6 +281,7 @@ TEST(Schedule, EveryValidationReasonHasACase) {
       {"row alignment", with([](ScheduleParams& p) { p.smem_pad = 3; }), ScheduleError::kMisalignedRows},
       {"split_k zero", with([](ScheduleParams& p) { p.split_k = 0; }), ScheduleError::kBadSplitK},
       {"split_k over steps", with([](ScheduleParams& p) { p.split_k = 33; }), ScheduleError::kBadSplitK},  // K 1024 / 32
+      {"split_reduce without splits", with([](ScheduleParams& p) { p.split_reduce = 1; }), ScheduleError::kBadSplitK},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name);
@@ -982,6 +1002,9 @@ TEST(Codegen, WgmmaClusterPairsAndRegisterRebalance) {
   EXPECT_NE(im2col.find("im2col boxes"), std::string::npos) << im2col;
   EXPECT_NE(im2col.find("use cluster 2"), std::string::npos) << im2col;
   EXPECT_NE(refusal(gemm, "wgmma_fp16_fp32", [](ScheduleParams& p) { p.cluster = 2; p.split_k = 2; }).find("split_k 1"),
+            std::string::npos);
+  EXPECT_NE(refusal(gemm, "wgmma_fp16_fp32", [](ScheduleParams& p) { p.cluster = 1; p.split_k = 2; p.split_reduce = 1; })
+                .find("the cluster's blocks sum the splits"),
             std::string::npos);
   EXPECT_NE(refusal(gemm, "wgmma_fp16_fp32", [](ScheduleParams& p) { p.cluster = 2; p.producer = 0; }).find("TMA producer"),
             std::string::npos);

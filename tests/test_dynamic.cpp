@@ -185,6 +185,9 @@ TEST(Dynamic, EveryFamilyCompilesKernelsThatTakeTheSizeAtRunTime) {
         p.producer = 0;
         p.cluster = 1;
         variants.push_back(p);
+        p.cluster = 0;
+        p.split_reduce = split > 1;  // the tile's last block sums the splits
+        variants.push_back(p);
       }
       for (const ScheduleParams& p : variants) {
         const std::string label = what + " " + hw_name + " " + g.layout + " map " + std::to_string(g.mapping_id) + " " +
@@ -287,6 +290,7 @@ TEST(GpuDynamic, KernelsOfARangeVerifyAtEverySizeTheyAreGiven) {
   cases.push_back({"simt", gemm, "simt_fp16_fp32", [](ScheduleParams&) {}});
   cases.push_back({"mma_sync conv", conv, "mma_sync_fp16_fp32", [](ScheduleParams&) {}});
   cases.push_back({"mma_sync residual", fused, "mma_sync_fp16_fp32", [](ScheduleParams& p) { p.split_k = 2; }});
+  cases.push_back({"mma_sync split 3 last", gemm, "mma_sync_fp16_fp32", [](ScheduleParams& p) { p.split_k = 3; p.split_reduce = 1; }});
   cases.push_back({"mma_sync on n", gemm, "mma_sync_fp16_fp32", [](ScheduleParams& p) { p.split_k = 3; p.raster = 2; }, 'n'});
   if (cc >= 90) {
     cases.push_back({"wgmma tma", gemm, "wgmma_fp16_fp32", [](ScheduleParams& p) { p.producer = 1; p.split_k = 1; }});
@@ -306,6 +310,7 @@ TEST(GpuDynamic, KernelsOfARangeVerifyAtEverySizeTheyAreGiven) {
     cases.push_back({"wgmma im2col", conv, "wgmma_fp16_fp32", persistent(0)});
     cases.push_back({"wgmma residual", fused, "wgmma_fp16_fp32", [](ScheduleParams& p) { p.producer = 1; p.split_k = 1; }});
     cases.push_back({"wgmma on n, tma split", gemm, "wgmma_fp16_fp32", [](ScheduleParams& p) { p.producer = 1; p.split_k = 4; }, 'n'});
+    cases.push_back({"wgmma on n, split last", gemm, "wgmma_fp16_fp32", [](ScheduleParams& p) { p.producer = 1; p.split_k = 4; p.split_reduce = 1; }, 'n'});
     cases.push_back({"wgmma on n, persistent", gemm, "wgmma_fp16_fp32", persistent(0), 'n'});
     cases.push_back({"wgmma on n, pair", gemm, "wgmma_fp16_fp32", persistent(3), 'n'});
     cases.push_back({"wgmma on n, residual", fused, "wgmma_fp16_fp32", [](ScheduleParams& p) { p.split_k = 2; }, 'n'});

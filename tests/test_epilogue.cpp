@@ -158,7 +158,8 @@ TEST(Epilogue, AlteredRecordsAreRefused) {
 }
 
 /// Kernels of `c` for each family: the default schedule of the first full mapping, and variants
-/// (split-K, split-K summed in a cluster, wgmma's producer) where valid.
+/// (split-K summed by a reduce kernel, by the tile's last block and in a cluster, wgmma's
+/// producer) where valid.
 std::vector<testing::GpuCase> family_cases(const Compute& c, const std::string& label, int cc) {
   std::vector<testing::GpuCase> out;
   for (const std::string hw_name : {"wmma_fp16_fp32", "mma_sync_fp16_fp32", "wgmma_fp16_fp32", "simt_fp16_fp32"}) {
@@ -175,6 +176,9 @@ std::vector<testing::GpuCase> family_cases(const Compute& c, const std::string& 
     ScheduleParams split = base;
     split.split_k = 2;
     schedules.push_back({"split_k 2", split});
+    ScheduleParams last_block = split;
+    last_block.split_reduce = 1;
+    schedules.push_back({"split_k 2 summed by the last block", last_block});
     if (cc >= 90) {
       ScheduleParams cluster = split;
       cluster.cluster = 1;

@@ -374,6 +374,84 @@ TEST(Gpu, SplitKSummedInAClusterIsCorrect) {
   }
 }
 
+// Split-K summed by the last block of each tile to store its partial tile (split_reduce): every
+// family, 2 to 16 splits, tails in M, N and K, float16 and float32 outputs, a batch, serial filter
+// taps and int8 (exact). The runner checks the output again after the timed runs, so the tile
+// counters are back to zero after every launch. Then a decode-shaped GEMV with its splits summed
+// by each of the three ways, for a first look at the times (printed, not asserted).
+TEST(Gpu, SplitKSummedByTheTilesLastBlockIsCorrect) {
+  if (!have_gpu()) GTEST_SKIP() << "no GPU: " << query_runtime().status;
+  using Edit = std::pair<std::string, std::function<void(ScheduleParams&)>>;
+  auto last_block = [](std::initializer_list<int> splits) {
+    std::vector<Edit> edits;
+    for (int split : splits)
+      edits.push_back({"last block of " + std::to_string(split), [split](ScheduleParams& p) {
+                         p.split_k = split;
+                         p.split_reduce = 1;
+                       }});
+    return edits;
+  };
+  auto without_base = [](std::vector<GpuCase> cases) { return std::vector<GpuCase>(cases.begin() + 1, cases.end()); };
+  std::uint64_t seed = 2400;
+  for (const std::string out : {"float32", "float16"}) {
+    Compute c = testing::narrowed_op("gemm", out, {"M=200", "N=136", "K=520"});
+    for (const std::string hw : {"mma_sync_fp16_fp32", "wmma_fp16_fp32", "simt_fp16_fp32", "wgmma_fp16_fp32"}) {
+      if (hw == "wgmma_fp16_fp32" && device_cc() != 90) continue;
+      GpuCase base = full_mapping(c, hw, hw + " gemm 200x136x520 " + out, 1e-2);
+      std::vector<GpuCase> cases = without_base(variants(base, last_block({2, 3, 16})));
+      if (hw == "wgmma_fp16_fp32") {
+        GpuCase tma = base;
+        tma.p.producer = 1;
+        tma.p.split_k = 4;
+        tma.p.split_reduce = 1;
+        tma.label += " tma last block of 4";
+        if (validate(tma.g, tma.p, DeviceLimits::for_arch(90)).empty()) cases.push_back(tma);
+        else ADD_FAILURE() << tma.label << " is not valid";
+      }
+      run_cases(c, cases, seed++);
+    }
+  }
+  {
+    Compute b = build_compute(builtin_op("batched_gemm"), parse_param_overrides({"BATCH=3", "M=72", "N=64", "K=200"}));
+    run_cases(b, without_base(variants(full_mapping(b, "mma_sync_fp16_fp32", "batched_gemm 3x72x64x200", 1e-2), last_block({4}))),
+              seed++);
+  }
+  {
+    Compute c = build_compute(builtin_op("conv2d_nhwc"), parse_param_overrides({"N=2", "C=32", "H=9", "W=9", "K=48", "pad=1"}));
+    const HwAbstraction& hw = find_hw(shipped(), "mma_sync_fp16_fp32");
+    static MatchReport r = match_compute(c, {hw}, Enumeration::kAll);
+    ImplicitGemm serial = make_implicit_gemm(c, hw, r.matches[0], r.matches[0].mappings[0]);  // r, s serial
+    GpuCase base{"conv2d_nhwc mapping 0 (serial r, s)", serial, default_schedule(serial, DeviceLimits::for_arch(device_cc())), 1e-2};
+    run_cases(c, without_base(variants(base, last_block({5, 9}))), seed++);
+  }
+  {
+    Compute c = typed_op("gemm_nt", "int8", "int32", {"M=300", "N=200", "K=192"});
+    run_cases(c, without_base(variants(full_mapping(c, "mma_sync_int8_int32", "int8 gemm_nt", 0.0), last_block({2, 3}))),
+              seed++);
+  }
+  {
+    Compute c = testing::narrowed_op("gemm", "float16", {"M=1", "N=4096", "K=4096"});
+    GpuCase base = full_mapping(c, "mma_sync_fp16_fp32", "decode M=1", 1e-2);
+    base.p.block_m = base.p.warp_m = 16;
+    base.p.block_n = 64;
+    base.p.warp_n = 32;
+    base.p.block_k = 128;
+    base.p.stages = 4;
+    std::vector<GpuCase> cases;
+    for (const auto& [label, cluster, reduce] : std::vector<std::tuple<std::string, int, int>>{
+             {" split 8 reduce kernel", 0, 0}, {" split 8 last block", 0, 1}, {" split 8 cluster", 1, 0}}) {
+      if (cluster && device_cc() < 90) continue;
+      GpuCase gc = base;
+      gc.p.split_k = 8;
+      gc.p.cluster = cluster;
+      gc.p.split_reduce = reduce;
+      gc.label += label;
+      cases.push_back(gc);
+    }
+    run_cases(c, cases, seed++);
+  }
+}
+
 // The mma.sync family: ldmatrix (and .trans) fragments, swizzled or padded tiles, cp.async rings of
 // 1-5 stages, register-blocked warp tiles from 16x16 to 64x64, split-K, vector epilogues along n
 // or m; on GEMMs with tails in every dimension, NCHW and NHWC convolutions with padding and

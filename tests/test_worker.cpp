@@ -198,6 +198,8 @@ TEST(Worker, LaunchPlansFromJsonAreChecked) {
   refused([](nlohmann::json& j) { j["steps"][0]["args"][3] = {kSlotWorkspace, 1024}; }, "an offset past the workspace");
   refused([](nlohmann::json& j) { j["steps"][0]["args"][0] = {kSlotA, 16}; }, "an offset into a tensor");
   refused([](nlohmann::json& j) { j["workspace_slot"] = TMAP_PLAN_MAX_SLOTS; }, "the workspace past the slots");
+  refused([](nlohmann::json& j) { j["zeroed"] = {1000, 25}; }, "zeroed bytes past the workspace");
+  refused([](nlohmann::json& j) { j["zeroed"] = {0, 0}; }, "no zeroed bytes named");
   refused([](nlohmann::json& j) { j["steps"][0]["cluster_x"] = 0; }, "clusters of no block");
   refused([](nlohmann::json& j) { j["steps"][0]["grid"] = {1, 1}; }, "a grid of two dimensions");
   refused([](nlohmann::json& j) { for (int i = 0; i < 2; ++i) j["steps"].push_back(j["steps"][0]); }, "4 steps");

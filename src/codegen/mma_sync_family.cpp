@@ -378,6 +378,8 @@ class MmaSyncFamily final : public EmitterFamily {
         .set("stages", {1, {2, 2}, 3, {4, 2}, 5})  // 3 to 5 need async_copy
         .set_each("smem_pad", std::vector<int>{0, pad})  // 0 when swizzled
         .set("split_k", {{1, 3}, 2, 3, 4, 6, 8, 12, 16, 24, 32})  // no split is the common answer
+        // The splits summed by a second kernel, or by the tile's last block (slower where measured).
+        .set("split_reduce", {{0, 3}, 1})
         .set_each("vec_a", powers_up_to(max_vector_width(g, 0)))
         .set_each("vec_b", powers_up_to(max_vector_width(g, 1)))
         .set("unroll", {0, 1})  // of the gathers; the math is always unrolled

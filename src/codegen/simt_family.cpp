@@ -171,6 +171,8 @@ KnobChoices tile_choices(const ImplicitGemm& g) {
       .set("stages", {1, {2, 2}, 3, 4})  // 3 and 4 need async_copy
       .set_each("smem_pad", {0, 16 / std::max(1, dtype_bits(g.hw->a_dtype) / 8)})
       .set("split_k", {{1, 3}, 2, 3, 4, 6, 8, 12, 16, 24, 32})
+      // The splits summed by a second kernel, or by the tile's last block (slower where measured).
+      .set("split_reduce", {{0, 3}, 1})
       .set_each("vec_a", powers_up_to(max_vector_width(g, 0)))
       .set_each("vec_b", powers_up_to(max_vector_width(g, 1)))
       .set("unroll", {0, 1})

@@ -122,6 +122,15 @@ StoredTile stored_tile(const ImplicitGemm& g, const ScheduleParams& p, int which
   return stored_along_mn(g, which) ? StoredTile{p.block_k, mn, bytes} : StoredTile{mn, p.block_k, bytes};
 }
 
+std::int64_t partial_bytes(const ImplicitGemm& g, const ScheduleParams& p) {
+  return p.split_k * g.batch * g.M * g.N * (partial_type(g) == "double" ? 8 : 4);
+}
+
+TileCounters tile_counters(const ImplicitGemm& g, const ScheduleParams& p) {
+  return {round_up(partial_bytes(g, p), 256), g.batch, (g.M + p.block_m - 1) / p.block_m,
+          (g.N + p.block_n - 1) / p.block_n};
+}
+
 std::string accumulator_type(DType t) { return t == DType::kInt32 ? "int" : "float"; }
 
 KernelSource kernel_shell(const ImplicitGemm& g, const ScheduleParams& p, int threads) {
@@ -132,8 +141,13 @@ KernelSource kernel_shell(const ImplicitGemm& g, const ScheduleParams& p, int th
   k.threads = threads;
   k.shared_bytes = shared_bytes(g, p);
   k.grid = {(g.N + p.block_n - 1) / p.block_n, (g.M + p.block_m - 1) / p.block_m, g.batch * p.split_k};
-  if (p.split_k > 1 && p.cluster != 1) {
-    k.workspace_bytes = p.split_k * g.batch * g.M * g.N * (partial_type(g) == "double" ? 8 : 4);
+  if (p.split_k > 1 && p.cluster != 1 && p.split_reduce) {
+    const TileCounters t = tile_counters(g, p);
+    k.zeroed_offset = t.offset;
+    k.zeroed_bytes = t.bytes();
+    k.workspace_bytes = t.offset + t.bytes();
+  } else if (p.split_k > 1 && p.cluster != 1) {
+    k.workspace_bytes = partial_bytes(g, p);
     k.reduce_name = k.name + "_reduce";
     k.reduce_blocks = (g.batch * g.M * g.N + k.reduce_threads - 1) / k.reduce_threads;
   }
@@ -851,7 +865,8 @@ void emit_epilogue_stores(std::ostringstream& os, const ImplicitGemm& g, const S
     os << "    const " << acc_type << "* values = &Cs[" << at << "];\n";
   }
   if (p.split_k > 1 && p.cluster != 1)
-    os << "    // Partial sum of this split: partial[split][z][m][n], summed by the reduce kernel.\n"
+    os << "    // Partial sum of this split: partial[split][z][m][n], summed by the reduce kernel or the\n"
+       << "    // tile's last block.\n"
        << "    const int m = m0 + mm, n = n0 + nn;\n"
        << "    if (m < M && n < N) partial[((long long)(split * BATCH + z) * M + m) * N + n] = (" << partial_type(g)
        << ")values[0];\n";
@@ -864,6 +879,7 @@ void emit_epilogue_stores(std::ostringstream& os, const ImplicitGemm& g, const S
   else
     os << "    store_d(out, m0 + mm, n0 + nn, z, " << stored_value(g, out_type, "values[0]") << ");\n";
   os << "  }\n";
+  emit_last_block_sum(os, g, p, out_type, scope);
   if (p.cluster == 1) os << "  cluster_sync();  // no block leaves while another may still read its Cs\n";
   if (scope.close) os << "}\n";
 }
@@ -882,12 +898,70 @@ void emit_cluster_helpers(std::ostringstream& os, const ScheduleParams& p) {
 }
 
 void emit_dependents_trigger(std::ostringstream& os, const ScheduleParams& p) {
-  if (p.split_k <= 1 || p.cluster) return;
+  if (p.split_k <= 1 || p.cluster || p.split_reduce) return;
   os << "#if __CUDA_ARCH__ >= 900\n"
      << "  // The reduce kernel may launch once every block got here (it still waits for this grid to\n"
      << "  // finish and flush before reading the partial sums); blocks not yet started hold it back.\n"
      << "  asm volatile(\"griddepcontrol.launch_dependents;\");\n"
      << "#endif\n";
+}
+
+namespace {
+
+/// Elements of a row the last block sums as one vector: 4 floats where every row of the partial
+/// sums starts 16-byte aligned at any size (N, or N's elements per unit of a run-time size, a
+/// multiple of 4), else 1.
+int last_block_vector(const ImplicitGemm& g, const ScheduleParams& p) {
+  const std::int64_t row = g.dynamic() && g.dynamic_axis == 'n' ? g.per_size : g.N;
+  return partial_type(g) == "float" && row % 4 == 0 && p.block_n % 4 == 0 ? 4 : 1;
+}
+
+}  // namespace
+
+void emit_last_block_sum(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p,
+                         const std::string& out_type, const EpilogueScope& scope) {
+  if (p.split_k <= 1 || p.cluster == 1 || !p.split_reduce) return;
+  TMAP_CHECK(scope.threads == "THREADS", "the splits' last block sums them with all its threads");
+  const TileCounters t = tile_counters(g, p);
+  const std::string part = partial_type(g);
+  const int v = last_block_vector(g, p);
+  const std::string loaded = v == 4 ? "float4" : part;
+  // Every split's load of an element is issued before the first add, and several elements'
+  // loads are in flight at once (as many as keep about 16 loads a thread).
+  const int unroll = std::max(1, 16 / p.split_k);
+  os << "  // The splits meet in the workspace: the last of the tile's SPLIT_K blocks to store its partial\n"
+     << "  // tile sums them all, in split order as a reduce kernel would, and stores the result; it then\n"
+     << "  // sets the tile's counter back to 0 for the next launch.\n"
+     << "  __shared__ int tile_last;\n"
+     << "  __threadfence();  // this thread's partial sums are visible to every block before the arrival\n"
+     << scope.barrier
+     << "  unsigned* const arrivals = reinterpret_cast<unsigned*>(reinterpret_cast<unsigned char*>(partial) + "
+     << t.offset << "ll) +\n"
+     << "                           (z * " << t.rows << " + m0 / BM) * " << t.cols << " + n0 / BN;\n"
+     << "  if (threadIdx.x == 0) tile_last = atomicAdd(arrivals, 1u) == SPLIT_K - 1;\n"
+     << scope.barrier
+     << "  if (tile_last) {\n"
+     << "    __threadfence();  // the other blocks' partial sums are read after their arrivals\n"
+     << "    constexpr int V = " << v << ";  // elements summed as one vector\n"
+     << "    #pragma unroll " << unroll << "\n"
+     << "    for (int e = threadIdx.x; e < BM * BN / V; e += THREADS) {\n"
+     << "      const int mm = e / (BN / V), nn = e % (BN / V) * V, m = m0 + mm, n = n0 + nn;\n"
+     << "      if (m >= M || n >= N) continue;\n"
+     << "      " << loaded << " parts[SPLIT_K];\n"
+     << "      #pragma unroll\n"
+     << "      for (int s = 0; s < SPLIT_K; ++s)\n"
+     << "        parts[s] = __ldcg(reinterpret_cast<const " << loaded
+     << "*>(&partial[((long long)(s * BATCH + z) * M + m) * N + n]));\n"
+     << "      " << part << " sum[V] = {};\n"
+     << "      #pragma unroll\n"
+     << "      for (int s = 0; s < SPLIT_K; ++s)\n"
+     << (v == 4 ? "        sum[0] += parts[s].x, sum[1] += parts[s].y, sum[2] += parts[s].z, sum[3] += parts[s].w;\n"
+                : "        sum[0] += parts[s];\n")
+     << "      #pragma unroll\n"
+     << "      for (int i = 0; i < V; ++i) store_d(out, m, n + i, z, " << stored_value(g, out_type, "sum[i]") << ");\n"
+     << "    }\n"
+     << "    if (threadIdx.x == 0) *arrivals = 0;\n"
+     << "  }\n";
 }
 
 void emit_split_reduce(std::ostringstream& os, const ImplicitGemm& g, const KernelSource& k, const std::string& part_type,

@@ -205,6 +205,13 @@ void emit_epilogue_stores(std::ostringstream& os, const ImplicitGemm& g, const S
                           const std::string& acc_type, const std::string& out_type,
                           const EpilogueScope& scope = EpilogueScope());
 
+/// With split_reduce (split-K outside a cluster), after the block's partial sums are stored: the
+/// tile's last block to arrive (its counter in the workspace, tile_counters()) sums every split's
+/// partial sums and stores them through store_d, the epilogue included. Nothing otherwise. The
+/// kernel names z, m0, n0 and partial.
+void emit_last_block_sum(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p,
+                         const std::string& out_type, const EpilogueScope& scope = EpilogueScope());
+
 /// `__cluster_dims__(1, 1, SPLIT_K) ` for a kernel whose splits meet in a cluster (p.cluster), to
 /// put before its name: the grid's z (batch x SPLIT_K, split fastest) in clusters of SPLIT_K.
 std::string cluster_attribute(const ScheduleParams& p);
@@ -241,6 +248,16 @@ void emit_relayout(KernelSource& k, const ImplicitGemm& g);
 
 /// The type partial sums are kept in: at least float.
 std::string partial_type(const ImplicitGemm& g);
+/// The split-K partial sums' bytes in the workspace: partial[split][z][m][n] at the largest size.
+std::int64_t partial_bytes(const ImplicitGemm& g, const ScheduleParams& p);
+/// With split_reduce, the workspace's tile counters after the partial sums: one unsigned per
+/// output tile of each batch entry ([z][tile row][tile column], at the largest size), counting
+/// the splits that have stored their partial tile.
+struct TileCounters {
+  std::int64_t offset, batch, rows, cols;
+  std::int64_t bytes() const { return batch * rows * cols * 4; }
+};
+TileCounters tile_counters(const ImplicitGemm& g, const ScheduleParams& p);
 
 /// Whether validating `p` raises error `e`.
 bool raises(const ImplicitGemm& g, const ScheduleParams& p, const DeviceLimits& limits, ScheduleError e);

@@ -122,6 +122,12 @@ std::vector<ScheduleIssue> validate(const ImplicitGemm& in, const ScheduleParams
                                           ": a cluster sums 2 to " + std::to_string(kMaxClusterSplits) +
                                           " splits; use cluster = 0");
   }
+  if (p.split_reduce && p.split_k < 2)
+    fail(ScheduleError::kBadSplitK, "split_reduce = 1 with split_k = " + std::to_string(p.split_k) +
+                                        ": there are no splits to sum; use split_reduce 0");
+  else if (p.split_reduce && p.cluster == 1)
+    fail(ScheduleError::kBadSplitK, "split_reduce = 1 with cluster = 1: the cluster's blocks sum the splits; use one "
+                                    "of them");
   if (g.compute->dynamic.active()) {
     if (const std::string why = dynamic_gemm_error(g); !why.empty()) fail(ScheduleError::kBadOption, why);
     if (p.relayout) fail(ScheduleError::kBadOption, "relayout = 1 copies operands of a fixed size; a run-time size takes 0");
@@ -180,8 +186,9 @@ std::vector<ScheduleIssue> validate(const ImplicitGemm& in, const ScheduleParams
   }
   const EmitterFamily& family = family_of(*g.hw);
   family.validate(g, p, limits, out);
-  // A kernel of a range of sizes keeps the size in static shared memory too.
-  const std::int64_t smem = family.shared_bytes(g, p) + (g.dynamic() ? 16 : 0);
+  // A kernel of a range of sizes keeps the size in static shared memory too, and one whose last
+  // block sums the splits the word that says it is the last.
+  const std::int64_t smem = family.shared_bytes(g, p) + (g.dynamic() || p.split_reduce ? 16 : 0);
   if (smem > limits.max_shared_bytes)
     fail(ScheduleError::kSharedMemoryExceeded,
          std::to_string(smem) + " bytes, the limit is " + std::to_string(limits.max_shared_bytes));

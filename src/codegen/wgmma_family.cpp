@@ -1313,6 +1313,8 @@ class WgmmaFamily final : public EmitterFamily {
         .set("stages", {3, {4, 2}, 5, 6})
         .set("smem_pad", {0})  // swizzled
         .set("split_k", {{1, 3}, 2, 3, 4, 6, 8, 12, 16})
+        // The splits summed by a second kernel, or by the tile's last block (slower where measured).
+        .set("split_reduce", {{0, 3}, 1})
         .set_each("vec_a", powers_up_to(max_vector_width(g, 0)))
         .set_each("vec_b", powers_up_to(max_vector_width(g, 1)))
         .set("unroll", {0, 1})  // of the gathers

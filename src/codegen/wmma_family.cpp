@@ -147,12 +147,15 @@ void emit_wmma_epilogue(std::ostringstream& os, const ImplicitGemm& g, const Sch
      << (c_row ? "    const int mm = e / BN, nn = e % BN;\n    const " + tacc + " value = Cs[mm * C_LD + nn];\n"
                : "    const int nn = e / BM, mm = e % BM;\n    const " + tacc + " value = Cs[nn * C_LD + mm];\n");
   if (split)
-    os << "    // Partial sum of this split: partial[split][z][m][n], summed by the reduce kernel.\n"
+    os << "    // Partial sum of this split: partial[split][z][m][n], summed by the reduce kernel or the\n"
+       << "    // tile's last block.\n"
        << "    const int m = m0 + mm, n = n0 + nn;\n"
        << "    if (m < M && n < N) partial[((long long)(split * BATCH + z) * M + m) * N + n] = (" << tpart << ")value;\n";
   else
     os << "    store_d(out, m0 + mm, n0 + nn, z, " << (tout == tacc ? "value" : stored_value(g, tout, "value")) << ");\n";
-  os << "  }\n}\n";
+  os << "  }\n";
+  emit_last_block_sum(os, g, p, tout);
+  os << "}\n";
 }
 
 KernelSource emit_wmma(const ImplicitGemm& g, const ScheduleParams& p) {
@@ -313,6 +316,8 @@ class WmmaFamily final : public EmitterFamily {
         .set("stages", {1, {2, 2}, 3, 4})  // 3 and 4 need async_copy
         .set_each("smem_pad", std::vector<int>{0, pad, 2 * pad})
         .set("split_k", {{1, 3}, 2, 3, 4, 6, 8, 12, 16, 24, 32})  // no split is the common answer
+        // The splits summed by a second kernel, or by the tile's last block (slower where measured).
+        .set("split_reduce", {{0, 3}, 1})
         .set("panels", {0, 1})
         .set_each("vec_a", powers_up_to(max_vector_width(g, 0)))
         .set_each("vec_b", powers_up_to(max_vector_width(g, 1)))

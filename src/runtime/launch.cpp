@@ -78,6 +78,8 @@ LaunchPlan plan_launch(const KernelSource& k) {
   tmap_launch_plan& p = out.plan;
   p.workspace_bytes = k.workspace_bytes;
   p.workspace_slot = kSlotWorkspace;
+  p.zeroed_offset = k.zeroed_offset;
+  p.zeroed_bytes = k.zeroed_bytes;
   const tmap_arg a_in{kSlotA, 0}, b_in{kSlotB, 0}, output{kSlotOut, 0}, workspace{kSlotWorkspace, 0};
   // A relayouted operand is its copy in the workspace, which the prologue writes.
   auto operand = [&](int which) {
@@ -166,6 +168,7 @@ nlohmann::json to_json(const LaunchPlan& lp) {
   nlohmann::json j = {{"kernels", lp.kernels}, {"workspace_bytes", p.workspace_bytes},
                       {"workspace_slot", p.workspace_slot}, {"steps", steps}, {"maps", maps}};
   if (p.size_lo > 0) j["sizes"] = {p.size_lo, p.size_hi};
+  if (p.zeroed_bytes > 0) j["zeroed"] = {p.zeroed_offset, p.zeroed_bytes};
   return j;
 }
 
@@ -271,6 +274,13 @@ LaunchPlan launch_plan_from_json(const nlohmann::json& j) {
     p.size_lo = sizes[0];
     p.size_hi = sizes[1];
   }
+  if (j.contains("zeroed")) {
+    long long zeroed[2];
+    read_list(j, "zeroed", zeroed, 0, 1LL << 40);
+    if (zeroed[1] < 1 || zeroed[0] + zeroed[1] > p.workspace_bytes) bad_plan("zeroed bytes outside the workspace");
+    p.zeroed_offset = zeroed[0];
+    p.zeroed_bytes = zeroed[1];
+  }
   const nlohmann::json& maps = j.at("maps");
   const nlohmann::json& steps = j.at("steps");
   if (!maps.is_array() || maps.size() > TMAP_PLAN_MAX_MAPS) bad_plan("at most 2 tensor maps");
@@ -319,7 +329,8 @@ std::string plan_initializer(const tmap_launch_plan& p) {
     os << "}";
   }
   os << "}";
-  if (p.size_lo > 0) os << ",\n    " << p.size_lo << "ll, " << p.size_hi << "ll";
+  if (p.size_lo > 0 || p.zeroed_bytes > 0) os << ",\n    " << p.size_lo << "ll, " << p.size_hi << "ll";
+  if (p.zeroed_bytes > 0) os << ",\n    /* zeroed workspace bytes */ " << p.zeroed_offset << "ll, " << p.zeroed_bytes << "ll";
   os << "}";
   return os.str();
 }

@@ -186,9 +186,12 @@ extern "C" cudaError_t tmap_plan_launch(const tmap_launch_plan* plan, const void
     e = cudaMallocAsync(&workspace, static_cast<size_t>(plan->workspace_bytes), stream);
     if (e != cudaSuccess) return e;
     slots[plan->workspace_slot] = workspace;
+    if (plan->zeroed_bytes > 0)
+      e = cudaMemsetAsync(static_cast<unsigned char*>(workspace) + plan->zeroed_offset, 0,
+                          static_cast<size_t>(plan->zeroed_bytes), stream);
   }
   tmap_tensor_map maps[TMAP_PLAN_MAX_MAPS];
-  e = tmap_plan_prepare(plan, kernels);
+  if (e == cudaSuccess) e = tmap_plan_prepare(plan, kernels);
   if (e == cudaSuccess) e = tmap_plan_encode_maps(plan, slots, size, maps);
   if (e == cudaSuccess) e = tmap_plan_enqueue(plan, kernels, slots, maps, size, nullptr, stream);
   if (workspace) {

@@ -96,9 +96,11 @@ ScheduleParams SearchSpace::sample(int entry, std::mt19937_64& rng) const {
   for (int attempt = 0; attempt < 400; ++attempt) {
     ScheduleParams p;
     for (std::size_t i = 0; i < all.size(); ++i) all[i].set(p, ch.draw(static_cast<int>(i), rng));
-    // Nothing to sum without splits, and pairs take whole tiles: a cluster would only be refused.
+    // Nothing to sum without splits, and pairs take whole tiles: a cluster or a last-block sum
+    // would only be refused.
     if (p.split_k == 1 && p.cluster == 1) p.cluster = 0;
     if (p.split_k > 1 && p.cluster >= 2) p.cluster -= 2;
+    if (p.split_k == 1 || p.cluster == 1) p.split_reduce = 0;  // no splits, or the cluster sums them
     // Blocks are whole multiples of warps: drawn from the family's block tiles for the warp tile.
     const EmitterFamily& family = family_of(*entries_[entry].hw);
     const std::vector<int> tiles_m = family.block_tiles(entries_[entry].gemm, p, 'm'),

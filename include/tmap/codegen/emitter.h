@@ -63,7 +63,8 @@ struct GridGrowth {
 /// operand A, the tensor playing operand B, the output, and a workspace (device pointers), then
 /// one `const __grid_constant__` CUtensorMap per entry of `tensor_maps`.
 /// With split-K, the main kernel writes partial sums to the workspace and a second kernel in
-/// the same source (reduce_name, parameters: workspace, output) sums them into the output.
+/// the same source (reduce_name, parameters: workspace, output) sums them into the output, or
+/// the last of a tile's blocks sums them (zeroed_bytes: the tile counters).
 /// With a relayout (ScheduleParams::relayout), a prologue kernel in the same source
 /// (relayout_name, parameters: the tensors playing A and B, the workspace) first copies the
 /// operands channels-last into the workspace, at byte relayout_offset[0] (A) and [1] (B), -1 for
@@ -83,6 +84,10 @@ struct KernelSource {
   /// A persistent launch starts a multiple of it: as many whole clusters as stay resident.
   int cluster_x = 1;
   std::int64_t workspace_bytes = 0;  ///< 0: no workspace and no reduce kernel.
+  /// Bytes of the workspace from zeroed_offset that must be zero before the kernel's first launch
+  /// on it, which its launches leave zero again: the split-K tile counters of
+  /// ScheduleParams::split_reduce (the main kernel then sums the splits, and no reduce kernel runs).
+  std::int64_t zeroed_offset = 0, zeroed_bytes = 0;
   std::string reduce_name;
   std::int64_t reduce_blocks = 0;
   int reduce_threads = 256;

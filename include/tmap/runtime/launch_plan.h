@@ -81,6 +81,9 @@ typedef struct {
   int num_maps;
   tmap_tensor_map_spec maps[TMAP_PLAN_MAX_MAPS];
   long long size_lo, size_hi;  ///< 0, 0: one shape, and every call passes size 0.
+  /// Bytes of the workspace from zeroed_offset that must be zero before the plan's first launch
+  /// on that workspace; its launches leave them zero (split-K tile counters). 0: none.
+  long long zeroed_offset, zeroed_bytes;
 } tmap_launch_plan;
 
 /// An encoded CUtensorMap (128 bytes, 64-byte aligned), passed by value as a kernel parameter.
@@ -109,7 +112,8 @@ cudaError_t tmap_plan_enqueue(const tmap_launch_plan* plan, const void* const* k
                               const tmap_tensor_map* maps, long long size, tmap_launch_cache* cache,
                               cudaStream_t stream);
 /// All of it for one call at `size`: the workspace allocated (and freed) on the stream into
-/// slots[workspace_slot], shared memory allowed, maps encoded, launches enqueued.
+/// slots[workspace_slot], its zeroed bytes cleared, shared memory allowed, maps encoded, launches
+/// enqueued.
 cudaError_t tmap_plan_launch(const tmap_launch_plan* plan, const void* const* kernels, void** slots, long long size,
                              cudaStream_t stream);
 
