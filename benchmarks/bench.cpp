@@ -285,7 +285,7 @@ int main(int argc, char** argv) {
   app.add_flag("--dispatch", dispatch_first,
                "Replay each workload with the kernel that a tuned range of sizes (tmap tune --set M=LO..HI) "
                "dispatches to its size, even where the log has a record of the shape itself (without it, only "
-               "where it has none)");
+               "where it has none, and for the sizes of a table's range workloads)");
   bool print_workloads = false;
   app.add_flag("--print-workloads", print_workloads,
                "Print each workload as 'name key op --set ...' (for run.sh) and exit; no GPU needed. The key is "
@@ -339,21 +339,28 @@ int main(int argc, char** argv) {
       std::vector<std::string> sets;
       int count = 1;
       std::optional<tmap::TableWorkload> workload;  ///< A workload table's entry (with its epilogue).
+      bool of_range = false;  ///< A size of a range workload: run with the kernel its bucket dispatches to.
     };
     std::vector<Entry> entries;
     if (model) {
       if (in_dtype.empty()) in_dtype = model->dtype;
       if (!table_out_dtype_given) out_dtype = model->out_dtype;
-      for (const auto& w : model->workloads) {
-        if (!only.empty() && w.name != only) continue;
-        Entry e{w.name, w.op, {}, w.count, w};
-        for (const auto& [k, v] : w.params) e.sets.push_back(k + "=" + std::to_string(v));
-        entries.push_back(e);
+      // A range of sizes is compared at each of its sizes (its "sizes", else the tuner's samples).
+      for (const auto& range : model->workloads) {
+        const std::vector<std::int64_t> sizes =
+            !range.ranged() || !range.sizes.empty() ? range.sizes
+                                                    : tmap::range_sample_sizes(range.range_lo, range.range_hi());
+        for (const auto& w : tmap::workloads_at_sizes(range, sizes)) {
+          if (!only.empty() && w.name != only && range.name != only) continue;
+          Entry e{w.name, w.op, {}, w.count, w, range.ranged()};
+          for (const auto& [k, v] : w.params) e.sets.push_back(k + "=" + std::to_string(v));
+          entries.push_back(e);
+        }
       }
     }
     if (!model && out_dtype.empty()) out_dtype = default_out_dtype(in_dtype);
     for (const auto& entry : model ? nlohmann::json::array() : conv ? table["layers"] : table["shapes"]) {
-      Entry e{entry["name"], conv ? conv_op : "gemm", {}, 1, std::nullopt};
+      Entry e{entry["name"], conv ? conv_op : "gemm", {}, 1, std::nullopt, false};
       if (!only.empty() && e.name != only) continue;
       if (conv) {
         e.sets.push_back("N=" + std::to_string(batch));
@@ -384,7 +391,7 @@ int main(int argc, char** argv) {
         Compute c = compute_of(e);
         const Compute bare = build_workload(e.op, e.sets, in_dtype, out_dtype);
         Transfer transfer;
-        const tmap::TuneRecord* record = dispatch_first ? nullptr : find_record(best, c, &bare, transfer);
+        const tmap::TuneRecord* record = dispatch_first || e.of_range ? nullptr : find_record(best, c, &bare, transfer);
         // With --dispatch: the key of the range whose bucket serves it (its arch: the log's first record's).
         const tmap::Dispatch d = record || log.records.empty()
                                      ? tmap::Dispatch{}
@@ -427,7 +434,7 @@ int main(int argc, char** argv) {
       std::vector<double> tmap_out;
       const Compute bare = build_workload(e.op, e.sets, in_dtype, out_dtype);
       Transfer transfer;
-      const tmap::TuneRecord* record = dispatch_first ? nullptr : find_record(best, c, &bare, transfer);
+      const tmap::TuneRecord* record = dispatch_first || e.of_range ? nullptr : find_record(best, c, &bare, transfer);
       const tmap::Dispatch dispatched =
           record ? tmap::Dispatch{} : tmap::dispatch(log.records, c, "sm_" + std::to_string(cc));
       if (dispatched.bucket) {  // the kernel of a range, run at this size

@@ -109,11 +109,10 @@ Reproduce: `benchmarks/run.sh gemm`, `benchmarks/run.sh conv --batch B --layout 
 benchmarks/workloads/resnet50_b1_nhwc.json` and likewise `resnet50_fused_b16_nhwc.json` and
 `transformer_ffn.json` (the fused batch-1 table replays `logs/h100_resnet50_b1.jsonl` with
 `tmap_bench` alone), `llm_gemm.json` and `fp8_gemm.json` (logs `logs/h200_*.jsonl`);
-`decode_gemm.json` replays each projection's range of M (`tmap tune --op gemm_nt --set M=1..256
---set N=.. --set K=.. --dtype bfloat16 --out-dtype bfloat16 --sizes 1,2,3,4,8,13,16,32,57,64,100,128,200,256
---time-budget 35`, one log) with `tmap_bench --dispatch`: each row is the kernel its M's bucket
-dispatches to; `conv_batch_range.json` likewise (`tmap tune --op conv2d_nhwc --set N=1..64
---out-dtype float16 --sizes 1,2,4,8,16,32,64 --time-budget 40`); then `benchmarks/make_results.sh`.
+`decode_gemm.json` holds each projection as a range of M with the sizes it compares
+(`tmap tune --table benchmarks/workloads/decode_gemm.json --time-budget 140 --seed 1`: 35 s a
+range), and `tmap_bench --table` runs each size with the kernel its bucket dispatches to;
+`conv_batch_range.json` likewise (`--time-budget 40`); then `benchmarks/make_results.sh`.
 
 ## Summary
 

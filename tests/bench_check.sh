@@ -63,9 +63,10 @@ for t in resnet50_fused_b1_nhwc:h100_resnet50_b1:25 resnet50_fused_b16_nhwc:h100
     grep -q "\"key\":\"$key\"" "$src/$log" || { echo "$name ($key) is not in $log"; exit 1; }
   done <<<"$rows"
 done
-# The decode table: every row is served by a bucket of its projection's range of M (four ranges),
+# The decode table: four workloads, each a range of M compared at 14 sizes, so 56 rows, each
+# served by a bucket of its range (a range's sizes go through its buckets without --dispatch),
 # and the kernel of one size regenerates and compiles through the bucket that serves it.
-rows=$("$bench" --table "$src/benchmarks/workloads/decode_gemm.json" --log "$src/logs/h200_decode_gemm.jsonl" --dispatch --print-workloads)
+rows=$("$bench" --table "$src/benchmarks/workloads/decode_gemm.json" --log "$src/logs/h200_decode_gemm.jsonl" --print-workloads)
 [ "$(wc -l <<<"$rows")" -eq 56 ] || { echo "expected 56 decode workloads"; exit 1; }
 [ "$(awk '{print $2}' <<<"$rows" | sort -u | wc -l)" -eq 4 ] || { echo "expected the decode rows served by 4 ranges"; exit 1; }
 while read -r name key op sets; do
@@ -76,7 +77,7 @@ done <<<"$rows"
   --out-dtype bfloat16 --arch sm_90 2>/dev/null | grep -c "gemm_nt@M=50" >/dev/null ||
   { echo "M=50 (no sample) of the decode range does not replay through its bucket"; exit 1; }
 # The convolution over a range of batch sizes: every row served by the one range.
-rows=$("$bench" --table "$src/benchmarks/workloads/conv_batch_range.json" --log "$src/logs/h200_conv_batch_range.jsonl" --dispatch --print-workloads)
+rows=$("$bench" --table "$src/benchmarks/workloads/conv_batch_range.json" --log "$src/logs/h200_conv_batch_range.jsonl" --print-workloads)
 [ "$(wc -l <<<"$rows")" -eq 7 ] || { echo "expected 7 batch-range rows"; exit 1; }
 [ "$(awk '{print $2}' <<<"$rows" | sort -u | wc -l)" -eq 1 ] || { echo "expected the batch-range rows served by one range"; exit 1; }
 [ "$(grep "\"key\":\"$(awk 'NR == 1 {print $2}' <<<"$rows")\"" "$src/logs/h200_conv_batch_range.jsonl" | grep -c '"bucket"')" -gt 0 ] ||

@@ -296,6 +296,25 @@ TEST(Cli, ARangeOfSizesIsMappedCompiledListedAndDispatched) {
       << beyond.err;
 }
 
+// A workload table may hold ranges of sizes: ranked without a GPU, its workloads of one shape are
+// tuned and its ranges left out (they are tuned by measuring). (tmap_bench's rows of a range
+// table, one per size through its bucket: tests/bench_check.sh on the decode table.)
+TEST(Cli, ATableWithARangeOfSizesIsRankedWithoutIt) {
+  ScratchDir dir("tmap_table_ranges");
+  std::ofstream(dir / "t.json") << R"({"format": "tmap-workloads/1", "workloads": [
+      {"name": "qkv", "op": "gemm_nt", "params": {"M": "1..64", "N": 256, "K": 128}, "sizes": [1, 7, 64]},
+      {"name": "o", "op": "gemm_nt", "params": {"M": 16, "N": 256, "K": 256}}]})";
+  CliRun tune = tmap("tune --table " + (dir / "t.json") + " --measure model --trials 8 --format json --log " +
+                     (dir / "t.jsonl"));
+  ASSERT_EQ(tune.code, 0) << tune.err;
+  EXPECT_NE(tune.err.find("workload 'qkv' is a range of sizes, tuned by measuring its kernels"), std::string::npos)
+      << tune.err;
+  const nlohmann::json summary = nlohmann::json::parse(tune.out);
+  ASSERT_EQ(summary["workloads"].size(), 1u) << tune.out.substr(0, 2000);
+  EXPECT_EQ(summary["workloads"][0]["name"], "o");
+  EXPECT_TRUE(summary["ranges"].empty());
+}
+
 TEST(Cli, TheInputDtypeIsAnOption) {
   CliRun map = tmap("map --op gemm --set M=256 --set N=256 --set K=256 --dtype bfloat16 --format json");
   ASSERT_EQ(map.code, 0) << map.err;

@@ -9,6 +9,7 @@
 #include "models/onnx_models.h"
 #include "tmap/frontend/onnx_import.h"
 #include "tmap/support/diagnostic.h"
+#include "tmap/tune/tune_log.h"
 
 namespace tmap {
 namespace {
@@ -265,6 +266,68 @@ TEST(WorkloadTable, JsonRoundTripAndValidation) {
   EXPECT_NE(e.find("give float32"), std::string::npos) << e;
   e = bad(R"({"format": "tmap-workloads/1", "workloads": [{"name": "a", "op": "gemm", "count": 0}]})");
   EXPECT_NE(e.find("\"count\" must be an integer from 1"), std::string::npos) << e;
+}
+
+// A parameter given as a range of sizes: the workload's compute takes it at run time (built at
+// its largest size), the range and its sizes survive the JSON round trip, each size becomes a
+// workload of one shape for the benchmarks, and mistakes are named at their place.
+TEST(WorkloadTable, ARangeOfSizesIsAWorkload) {
+  ScratchDir dir("tmap_table_range");
+  auto load = [&](const std::string& workloads) {
+    std::ofstream(dir / "t.json") << R"({"format": "tmap-workloads/1", "dtype": "bfloat16", "workloads": [)" + workloads + "]}";
+    return load_workload_table(dir / "t.json");
+  };
+  const WorkloadTable t = load(R"({"name": "qkv", "op": "gemm_nt", "params": {"M": "1..256", "N": 512, "K": 128},
+                                   "sizes": [1, 8, 57, 256]}, {"name": "o", "op": "gemm_nt", "params": {"M": 4}})");
+  const TableWorkload& qkv = t.workloads[0];
+  ASSERT_TRUE(qkv.ranged());
+  EXPECT_FALSE(t.workloads[1].ranged());
+  EXPECT_EQ(qkv.range_param, "M");
+  EXPECT_EQ(qkv.range_lo, 1);
+  EXPECT_EQ(qkv.range_hi(), 256);
+  EXPECT_EQ(qkv.sizes, (std::vector<std::int64_t>{1, 8, 57, 256}));
+  EXPECT_DOUBLE_EQ(qkv.flops, 2.0 * 256 * 512 * 128) << "a range's FLOPs are its largest size's";
+  const Compute c = build_table_workload(qkv, t.dtype, t.out_dtype, "qkv");
+  EXPECT_TRUE(c.dynamic.active());
+  EXPECT_EQ(c.dynamic.param, "M");
+  EXPECT_EQ(c.dynamic.lo, 1);
+  EXPECT_EQ(c.dynamic.hi, 256);
+  EXPECT_EQ(params_text(qkv), "M=1..256 N=512 K=128");
+
+  std::ofstream(dir / "back.json") << workload_table_json(t);
+  const WorkloadTable back = load_workload_table(dir / "back.json");
+  EXPECT_EQ(back.workloads[0].range_param, "M");
+  EXPECT_EQ(back.workloads[0].range_lo, 1);
+  EXPECT_EQ(back.workloads[0].params, qkv.params);
+  EXPECT_EQ(back.workloads[0].sizes, qkv.sizes);
+  EXPECT_FALSE(back.workloads[1].ranged());
+
+  const std::vector<TableWorkload> at = workloads_at_sizes(qkv, qkv.sizes);
+  ASSERT_EQ(at.size(), 4u);
+  EXPECT_EQ(at[2].name, "qkv_m57");
+  EXPECT_FALSE(at[2].ranged());
+  EXPECT_EQ(at[2].params.front(), (std::pair<std::string, std::int64_t>{"M", 57}));
+  const Compute c57 = build_table_workload(at[2], t.dtype, t.out_dtype, "qkv_m57");
+  EXPECT_FALSE(c57.dynamic.active());
+  EXPECT_EQ(make_workload(c57).key, make_workload(compute_at(c, 57)).key) << "the size is the range's shape at 57";
+  EXPECT_EQ(workloads_at_sizes(t.workloads[1], {1, 2}).size(), 1u) << "a workload of one shape stays one";
+
+  auto refused = [&](const std::string& workloads) { return error_of([&] { load(workloads); }); };
+  std::string e = refused(R"({"name": "a", "op": "gemm_nt", "params": {"M": "0..64"}})");
+  EXPECT_NE(e.find("1 <= LO < HI"), std::string::npos) << e;
+  EXPECT_NE(e.find("t.json:1:"), std::string::npos) << e;
+  e = refused(R"({"name": "a", "op": "gemm_nt", "params": {"M": "64"}})");
+  EXPECT_NE(e.find("give an integer without quotes"), std::string::npos) << e;
+  e = refused(R"({"name": "a", "op": "gemm_nt", "params": {"M": "1..8", "N": "1..8"}})");
+  EXPECT_NE(e.find("a second range of sizes"), std::string::npos) << e;
+  e = refused(R"({"name": "a", "op": "gemm_nt", "params": {"K": "1..8"}})");
+  EXPECT_NE(e.find("not a valid gemm_nt"), std::string::npos) << "a reduction cannot vary at run time: " << e;
+  e = refused(R"({"name": "a", "op": "gemm_nt", "params": {"M": "1..8"}, "sizes": [2, 9]})");
+  EXPECT_NE(e.find("an integer of the range 1..8"), std::string::npos) << e;
+  e = refused(R"({"name": "a", "op": "gemm_nt", "params": {"M": "1..8"}, "sizes": [4, 2]})");
+  EXPECT_NE(e.find("ascending order"), std::string::npos) << e;
+  e = refused(R"({"name": "a", "op": "gemm_nt", "params": {"M": 8}, "sizes": [4]})");
+  EXPECT_NE(e.find("\"sizes\" without a range"), std::string::npos) << e;
 }
 
 TEST(Cli, ImportPrintsTheTableAndWritesJson) {

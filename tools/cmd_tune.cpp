@@ -354,7 +354,7 @@ ModelTuneSummary rank_model(const std::vector<ModelTask>& tasks, const std::vect
 }
 
 void print_model_json(const TuneArgs& a, const WorkloadTable& table, const ModelTuneSummary& s,
-                      const std::string& log_path, const nlohmann::json& gpus) {
+                      const std::string& log_path, const nlohmann::json& gpus, const nlohmann::json& ranges) {
   nlohmann::json j;
   j["title"] = table.title;
   j["log"] = log_path;
@@ -378,6 +378,7 @@ void print_model_json(const TuneArgs& a, const WorkloadTable& table, const Model
                               {"best_us", b && b->result.ok() ? nlohmann::json(b->result.median_us) : nlohmann::json()},
                               {"best", b ? to_json(*b) : nlohmann::json()}});
   }
+  j["ranges"] = ranges;
   std::cout << j.dump(2) << "\n";
 }
 
@@ -450,15 +451,15 @@ void run_model_baselines(const TuneArgs& a, const WorkloadTable& table, const st
   if (rc != 0) spdlog::warn("tmap_bench failed (status {}); the tuning results above stand", rc);
 }
 
-/// `tmap tune --model M.onnx` / `--table T.json`: every unique workload under one budget.
-void tune_model_command(const TuneArgs& a) {
-  WorkloadTable table = load_model_table(a);
-  const std::size_t whole = table.workloads.size();
-  if (!a.shard.empty()) keep_shard(table, parse_shard(a.shard));
-  if (table.workloads.empty()) {  // more shards than workloads: this one has nothing to do
-    std::printf("%s: no workload in this shard\n", table.title.c_str());
-    return;
-  }
+/// Tunes a table's range workloads (workload_table.h), each on its own with `share` of the
+/// table's budget; prints each summary as text, or returns them for the JSON document.
+nlohmann::json tune_table_ranges(const TuneArgs& a, const WorkloadTable& table, std::size_t whole, Machine& m,
+                                 const std::string& log_path, double budget_s);
+
+/// The workloads of one shape of a table (or model), tuned together under `budget_s` (0: by
+/// trials), and the summary printed with the ranges' (`ranges`, JSON only).
+void tune_fixed_workloads(const TuneArgs& a, const WorkloadTable& table, std::size_t whole, Machine& m,
+                          const std::string& log_path, double budget_s, const nlohmann::json& ranges) {
   std::vector<Compute> computes;
   computes.reserve(table.workloads.size());
   for (const auto& w : table.workloads) computes.push_back(build_table_workload(w, table.dtype, table.out_dtype, "workload '" + w.name + "'"));
@@ -466,16 +467,12 @@ void tune_model_command(const TuneArgs& a) {
   for (std::size_t i = 0; i < computes.size(); ++i) tasks.push_back({table.workloads[i].name, &computes[i], table.workloads[i].count});
 
   const std::vector<HwAbstraction> hws = a.hw.chosen(a.hw.all());
-  Machine m = detect(a.arch, a.gpus);
-  check_measurable(a, m);
-  const std::string stem = std::filesystem::path(a.model.empty() ? a.table : a.model).stem().string();
-  const std::string log_path = a.log.empty() ? "logs/" + stem + ".jsonl" : a.log;
   ModelTuneOptions o;
   o.tune = tune_options(a, m, log_path);
-  o.time_budget_s = a.time_budget;
+  o.time_budget_s = budget_s;
   // --trials are the whole table's: a shard measures its workloads' share of them.
   const int given = a.trials_option->count() ? std::max(1, static_cast<int>(a.trials * tasks.size() / whole)) : 0;
-  o.trials = given ? given : a.time_budget > 0 ? 0 : 64 * static_cast<int>(tasks.size());
+  o.trials = given ? given : budget_s > 0 ? 0 : 64 * static_cast<int>(tasks.size());
   const bool tty = ::isatty(STDERR_FILENO);
   ProgressBlock block(tty);
   o.on_progress = progress_printer(a, block, tty);
@@ -495,13 +492,36 @@ void tune_model_command(const TuneArgs& a) {
   double compile_wait = 0;
   for (const ModelTaskResult& t : s.tasks) compile_wait += t.summary.compile_wait_s;
   if (a.format == "json") {
-    print_model_json(a, table, s, log_path, gpus.pool ? gpu_summary_json(gpus, s.wall_s, compile_wait) : nlohmann::json());
+    print_model_json(a, table, s, log_path, gpus.pool ? gpu_summary_json(gpus, s.wall_s, compile_wait) : nlohmann::json(),
+                     ranges);
   } else {
     print_model_text(a, table, s, log_path);
     if (gpus.pool) print_gpu_summary(gpus, s.wall_s, compile_wait);
   }
-  gpus.pool.reset();  // the measurement workers leave the GPUs before the baselines are timed
-  gpus.measurers.clear();
+}
+
+/// `tmap tune --model M.onnx` / `--table T.json`: every unique workload under one budget. A
+/// table's ranges of sizes are tuned first, each with its workload's share of the budget.
+void tune_model_command(const TuneArgs& a) {
+  WorkloadTable table = load_model_table(a);
+  const std::size_t whole = table.workloads.size();
+  if (!a.shard.empty()) keep_shard(table, parse_shard(a.shard));
+  if (table.workloads.empty()) {  // more shards than workloads: this one has nothing to do
+    std::printf("%s: no workload in this shard\n", table.title.c_str());
+    return;
+  }
+  Machine m = detect(a.arch, a.gpus);
+  check_measurable(a, m);
+  const std::string stem = std::filesystem::path(a.model.empty() ? a.table : a.model).stem().string();
+  const std::string log_path = a.log.empty() ? "logs/" + stem + ".jsonl" : a.log;
+  const double per_workload_s = a.time_budget / static_cast<double>(table.workloads.size());
+  WorkloadTable fixed = table;
+  std::erase_if(fixed.workloads, [](const TableWorkload& w) { return w.ranged(); });
+  const nlohmann::json ranges = tune_table_ranges(a, table, whole, m, log_path, per_workload_s);
+  if (!fixed.workloads.empty() && !g_signal)
+    tune_fixed_workloads(a, fixed, whole, m, log_path, per_workload_s * fixed.workloads.size(), ranges);
+  else if (a.format == "json")
+    std::cout << nlohmann::json{{"title", table.title}, {"log", log_path}, {"ranges", ranges}}.dump(2) << "\n";
   if (a.measure == "model" || a.no_baselines || g_signal) return;
   run_model_baselines(a, table, log_path);
 }
@@ -603,6 +623,21 @@ nlohmann::json range_summary_json(const RangeTuneSummary& s, const Compute& c, c
           {"tune_s", s.tune_s}, {"measure_s", s.cross_s}, {"wall_s", s.wall_s}};
 }
 
+/// Tunes one range of sizes on the machine's GPUs.
+RangeTuneSummary run_range(const TuneArgs& args, const Compute& c, const std::vector<HwAbstraction>& hws, Machine& m,
+                           const RangeTuneOptions& o) {
+  StopOnSignals stop_on_signals;
+  TuneGpus gpus = open_gpus(m.gpus, args.timeout, args.measure_ms, o.tune.seed);
+  WorkerMeasurer& first = *gpus.measurers.front();
+  RangeTuneSummary s = tune_range(c, hws, o, *gpus.pool, [&](const Compute& range, std::int64_t size,
+                                                             const ImplicitGemm& g, const ScheduleParams&,
+                                                             const KernelSource& k, const CompileResult& b) {
+    return first.measure_at(range, size, g, k, b);
+  });
+  if (g_signal) exit_status() = 128 + g_signal;
+  return s;
+}
+
 /// `tmap tune` of a range of sizes (range_tuner.h), on the GPU.
 void tune_range_command(const TuneArgs& args, const Compute& c, const std::vector<HwAbstraction>& hws, Machine& m) {
   if (args.measure == "model")
@@ -620,20 +655,38 @@ void tune_range_command(const TuneArgs& args, const Compute& c, const std::vecto
     if (size < c.dynamic.lo || size > c.dynamic.hi)
       bad("--sizes", std::to_string(size) + " is outside the range " + std::to_string(c.dynamic.lo) + ".." +
                          std::to_string(c.dynamic.hi), "give sizes within the range");
-  RangeTuneSummary s;
-  {
-    StopOnSignals stop_on_signals;
-    TuneGpus gpus = open_gpus(m.gpus, args.timeout, args.measure_ms, o.tune.seed);
-    WorkerMeasurer& first = *gpus.measurers.front();
-    s = tune_range(c, hws, o, *gpus.pool, [&](const Compute& range, std::int64_t size, const ImplicitGemm& g,
-                                               const ScheduleParams&, const KernelSource& k, const CompileResult& b) {
-      return first.measure_at(range, size, g, k, b);
-    });
-  }
-  if (g_signal) exit_status() = 128 + g_signal;
+  const RangeTuneSummary s = run_range(args, c, hws, m, o);
   if (args.format == "json") std::cout << range_summary_json(s, c, o.tune.log_path).dump(2) << "\n";
   else print_range_summary(s, c, o.tune.log_path);
   if (s.buckets.empty() && !g_signal) throw std::runtime_error("tuning the range found no correct kernel");
+}
+
+nlohmann::json tune_table_ranges(const TuneArgs& a, const WorkloadTable& table, std::size_t whole, Machine& m,
+                                 const std::string& log_path, double budget_s) {
+  nlohmann::json out = nlohmann::json::array();
+  const std::vector<HwAbstraction> hws = a.hw.chosen(a.hw.all());
+  for (const TableWorkload& w : table.workloads) {
+    if (!w.ranged() || g_signal) continue;
+    if (a.measure == "model") {
+      spdlog::warn("workload '{}' is a range of sizes, tuned by measuring its kernels: left out of --measure model",
+                   w.name);
+      continue;
+    }
+    const Compute c = build_table_workload(w, table.dtype, table.out_dtype, "workload '" + w.name + "'");
+    RangeTuneOptions o;
+    o.tune = tune_options(a, m, log_path);
+    o.tune.time_budget_s = budget_s;
+    // --trials are the whole table's, shared by its workloads; a time budget alone leaves them unbounded.
+    if (a.trials_option->count()) o.tune.trials = std::max(1, static_cast<int>(a.trials / whole));
+    else if (budget_s > 0) o.tune.trials = 0;
+    o.loss = a.loss;
+    o.sizes = w.sizes;
+    const RangeTuneSummary s = run_range(a, c, hws, m, o);
+    if (a.format == "json") out.push_back(range_summary_json(s, c, log_path));
+    else print_range_summary(s, c, log_path);
+    if (s.buckets.empty() && !g_signal) spdlog::warn("workload '{}': tuning the range found no correct kernel", w.name);
+  }
+  return out;
 }
 
 void tune_command(TuneArgs& args) {

@@ -1,6 +1,7 @@
 #include "tmap/frontend/workload_table.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdint>
 #include <set>
 
@@ -40,10 +41,34 @@ Compute build_table_workload(const TableWorkload& w, const std::string& in_dtype
   SourceText epilogue(where + ": epilogue", w.epilogue);
   if (!w.epilogue.empty()) set_epilogue(def, w.epilogue, locator_for(epilogue), SourceLoc::whole(where));
   std::vector<ParamOverride> overrides;
-  for (const auto& [name, value] : w.params) overrides.push_back({name, value, SourceLoc::whole(where)});
+  for (const auto& [name, value] : w.params) {
+    overrides.push_back({name, value, SourceLoc::whole(where)});
+    if (name == w.range_param) {
+      overrides.back().lo = w.range_lo;
+      overrides.back().range = true;
+    }
+  }
   Compute c = build_compute(def, overrides);
   c.name = w.name;  // logs and tables name the workload, not its op
   return c;
+}
+
+std::vector<TableWorkload> workloads_at_sizes(const TableWorkload& w, const std::vector<std::int64_t>& sizes) {
+  if (!w.ranged()) return {w};
+  std::string param = w.range_param;
+  for (char& ch : param) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  std::vector<TableWorkload> out;
+  for (std::int64_t size : sizes) {
+    TableWorkload x = w;
+    x.name = w.name + "_" + param + std::to_string(size);
+    x.range_param.clear();
+    x.range_lo = 0;
+    x.sizes.clear();
+    for (auto& [name, value] : x.params)
+      if (name == w.range_param) value = size;
+    out.push_back(std::move(x));
+  }
+  return out;
 }
 
 void compute_table_flops(WorkloadTable& t) {
@@ -52,7 +77,9 @@ void compute_table_flops(WorkloadTable& t) {
 
 std::string params_text(const TableWorkload& w) {
   std::string s;
-  for (const auto& [name, value] : w.params) s += (s.empty() ? "" : " ") + name + "=" + std::to_string(value);
+  for (const auto& [name, value] : w.params)
+    s += (s.empty() ? "" : " ") + name + "=" +
+         (name == w.range_param ? std::to_string(w.range_lo) + ".." : "") + std::to_string(value);
   return s;
 }
 
@@ -71,7 +98,11 @@ std::string workload_table_json(const WorkloadTable& t) {
     x["name"] = w.name;
     x["op"] = w.op;
     x["params"] = ordered_json::object();
-    for (const auto& [name, value] : w.params) x["params"][name] = value;
+    for (const auto& [name, value] : w.params) {
+      if (name == w.range_param) x["params"][name] = std::to_string(w.range_lo) + ".." + std::to_string(value);
+      else x["params"][name] = value;
+    }
+    if (!w.sizes.empty()) x["sizes"] = w.sizes;
     x["count"] = w.count;
     x["gflop"] = w.flops / 1e9;  // informational: recomputed when read
     x["share"] = t.share(w);
@@ -150,16 +181,59 @@ void read_workload_identity(const JsonReader& r, const ordered_json& x, const st
   }
 }
 
+/// A parameter given as a range of sizes, "LO..HI" (the rules of --set NAME=LO..HI).
+void read_range_param(const JsonReader& r, const std::string& name, const std::string& text, const std::string& ptr,
+                      TableWorkload& w) {
+  if (w.ranged())
+    r.fail_value(ptr, "parameter \"" + name + "\" is a second range of sizes (\"" + w.range_param + "\" is one)",
+                 "give at most one parameter of a workload as a range");
+  ParamOverride o;
+  try {
+    o = parse_param_overrides({name + "=" + text}).front();
+  } catch (const UserError& e) {
+    r.fail_value(ptr, e.what(), "give an integer, or a range such as \"1..256\"");
+  }
+  if (!o.range)
+    r.fail_value(ptr, "parameter \"" + name + "\" is the string \"" + text + "\"",
+                 "give an integer without quotes, or a range such as \"1..256\"");
+  w.params.emplace_back(name, o.value);
+  w.range_param = name;
+  w.range_lo = o.lo;
+}
+
+/// A range's sizes to sample: integers within it, given in ascending order without repeats.
+void read_range_sizes(const JsonReader& r, const ordered_json& v, const std::string& ptr, TableWorkload& w) {
+  if (!w.ranged()) r.fail_value(ptr, "\"sizes\" without a range of sizes", "give a parameter as a range, e.g. \"M\": \"1..256\"");
+  const std::int64_t hi = w.range_hi();
+  r.expect_type(v, ptr, v.is_array() && !v.empty(), "\"sizes\"", "a non-empty array of sizes");
+  for (std::size_t k = 0; k < v.size(); ++k) {
+    const std::string p = ptr + "/" + std::to_string(k);
+    const bool in_range = is_integer_of<std::int64_t>(v[k]) && v[k].get<std::int64_t>() >= w.range_lo &&
+                          v[k].get<std::int64_t>() <= hi;
+    r.expect_type(v[k], p, in_range, "a size",
+                  "an integer of the range " + std::to_string(w.range_lo) + ".." + std::to_string(hi));
+    if (!w.sizes.empty() && v[k].get<std::int64_t>() <= w.sizes.back())
+      r.fail_value(p, "size " + v[k].dump() + " after " + std::to_string(w.sizes.back()), "list the sizes in ascending order, each once");
+    w.sizes.push_back(v[k].get<std::int64_t>());
+  }
+}
+
 /// A workload's params, count, epilogue and the import's lists (nodes, absorbed, notes).
 void read_workload_members(const JsonReader& r, const ordered_json& x, const std::string& ptr, TableWorkload& w) {
   if (x.contains("params")) {
     r.expect_type(x["params"], ptr + "/params", x["params"].is_object(), "\"params\"", "an object of integers");
     for (const auto& [name, v] : x["params"].items()) {
       const std::string p = JsonLocations::child(ptr + "/params", name);
-      r.expect_type(v, p, is_integer_of<std::int64_t>(v), "parameter \"" + name + "\"", "an integer");
+      if (v.is_string()) {
+        read_range_param(r, name, v.get<std::string>(), p, w);
+        continue;
+      }
+      r.expect_type(v, p, is_integer_of<std::int64_t>(v), "parameter \"" + name + "\"",
+                    "an integer, or a range of sizes such as \"1..256\"");
       w.params.emplace_back(name, v.get<std::int64_t>());
     }
   }
+  if (x.contains("sizes")) read_range_sizes(r, x["sizes"], ptr + "/sizes", w);
   if (x.contains("count")) {
     r.expect_type(x["count"], ptr + "/count",
                   is_integer_of<std::int64_t>(x["count"]) && x["count"].get<std::int64_t>() >= 1 &&
@@ -195,7 +269,7 @@ void read_workloads(const JsonReader& r, const ordered_json& doc, const std::str
     const std::string ptr = "/workloads/" + std::to_string(i);
     const auto& x = ws[i];
     r.expect_type(x, ptr, x.is_object(), "a workload", "an object");
-    r.check_keys(x, ptr, {"name", "op", "params", "count", "gflop", "share", "epilogue", "nodes", "absorbed", "notes"},
+    r.check_keys(x, ptr, {"name", "op", "params", "sizes", "count", "gflop", "share", "epilogue", "nodes", "absorbed", "notes"},
                  "a workload");
     TableWorkload w;
     read_workload_identity(r, x, ptr, w, names);

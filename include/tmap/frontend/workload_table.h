@@ -11,6 +11,8 @@
 //     "out_dtype": "float16",                            (optional: outputs of float32 sums)
 //     "workloads": [
 //       {"name": "conv1", "op": "conv2d", "params": {"N": 1, "C": 3, ...}, "count": 1,
+//        (a parameter may be a range of sizes, "N": "1..64", which kernels take at run time: at
+//        most one a workload; "sizes": [1, 8, 64] then names the sizes to sample and compare)
 //        "epilogue": "Y[n, k, p, q] = relu(Out[n, k, p, q] + bias[k])",    (optional, see ir/epilogue.h)
 //        "nodes": ["conv1"], "absorbed": ["relu1"], "notes": ["..."]},       (nodes, absorbed, notes optional)
 //       ...],
@@ -40,7 +42,19 @@ struct TableWorkload {
   std::vector<std::string> nodes;                           ///< The model's nodes it stands for.
   std::vector<std::string> absorbed;                        ///< The nodes its epilogue computes.
   std::vector<std::string> notes;                           ///< What the kernel leaves to others.
-  double flops = 0;                                         ///< Of one run (2 per multiply-add).
+  double flops = 0;                                         ///< Of one run (2 per multiply-add; a range's largest size).
+  /// A range of sizes: the parameter (its value in `params` is the largest size) and the smallest.
+  std::string range_param;
+  std::int64_t range_lo = 0;
+  std::vector<std::int64_t> sizes;  ///< A range's sizes to sample and compare (ascending; empty: the tuner's own).
+
+  bool ranged() const { return !range_param.empty(); }
+  /// A range's largest size (0: no range).
+  std::int64_t range_hi() const {
+    for (const auto& [name, value] : params)
+      if (name == range_param) return value;
+    return 0;
+  }
 };
 
 struct UnsupportedNode {
@@ -67,6 +81,10 @@ struct WorkloadTable {
 /// dtypes or epilogue are invalid.
 Compute build_table_workload(const TableWorkload& w, const std::string& in_dtype, const std::string& out_dtype,
                              const std::string& where);
+
+/// A workload of one shape per size of `sizes` for a range workload, named NAME_<param in lower
+/// case><size>, e.g. qkv_m16; a workload of one shape as it is.
+std::vector<TableWorkload> workloads_at_sizes(const TableWorkload& w, const std::vector<std::int64_t>& sizes);
 
 /// Fills in each workload's flops from its op.
 void compute_table_flops(WorkloadTable& t);
