@@ -74,7 +74,7 @@ while read -r name key op sets; do
     { echo "$name: no bucket of range $key"; exit 1; }
 done <<<"$rows"
 "$tmap" replay "$src/logs/h200_decode_gemm.jsonl" --op gemm_nt --set M=50 --set N=6144 --set K=4096 --dtype bfloat16 \
-  --out-dtype bfloat16 --arch sm_90 2>/dev/null | grep -c "gemm_nt@M=50" >/dev/null ||
+  --out-dtype bfloat16 --arch sm_90 2>/dev/null | grep -c "qkv@M=50" >/dev/null ||
   { echo "M=50 (no sample) of the decode range does not replay through its bucket"; exit 1; }
 # The convolution over a range of batch sizes: every row served by the one range.
 rows=$("$bench" --table "$src/benchmarks/workloads/conv_batch_range.json" --log "$src/logs/h200_conv_batch_range.jsonl" --print-workloads)
