@@ -55,11 +55,12 @@ std::vector<CandidateRef> fastest_of(const std::vector<TuneRecord>& log, const s
   return out;
 }
 
-/// The best correct time of one sample's own tuning (0 when none).
-double tuned_best(const std::vector<TuneRecord>& log, const std::string& key, const Target& target) {
+/// The best correct time of each workload of one shape on `target`'s architecture, by key.
+std::map<std::string, double> own_bests(const std::vector<TuneRecord>& log, const Target& target) {
+  std::map<std::string, double> out;
   for (const TuneRecord* r : best_records(log))
-    if (r->workload.key == key && r->target.arch == target.arch) return r->result.median_us;
-  return 0;
+    if (r->target.arch == target.arch) out.emplace(r->workload.key, r->result.median_us);
+  return out;
 }
 
 TuneResult result_of(const MeasureResult& m, const RangeCandidate& c, std::int64_t size, const MeasurePool& gpus) {
@@ -164,7 +165,7 @@ class RangeRun {
            MeasurePool& gpus, const MeasureAt& measure_at)
       : range_(range), space_(space), o_(o), sizes_(std::move(sizes)), gpus_(gpus), measure_at_(measure_at),
         log_(read_log(o.tune.log_path).records), writer_(o.tune.log_path), workload_(make_workload(range)),
-        best_(sizes_.size(), kInf) {}
+        own_best_(own_bests(log_, o.tune.target)), best_(sizes_.size(), kInf) {}
 
   /// Each sample's fastest candidates that take the size at run time (a sample's winner may map
   /// it elsewhere), as kernels of the range, compiled; the samples' own best times.
@@ -172,7 +173,7 @@ class RangeRun {
     std::set<std::string> seen;
     for (std::size_t i = 0; i < sizes_.size(); ++i) {
       const std::string key = make_workload(compute_at(range_, sizes_[i])).key;
-      if (const double t = tuned_best(log_, key, o_.tune.target); t > 0) best_[i] = t;
+      if (const double t = tuned_best(key); t > 0) best_[i] = t;
       int taken = 0;
       for (const CandidateRef& ref : fastest_of(log_, key, o_.tune.target)) {
         if (taken == o_.per_size) break;
@@ -224,12 +225,18 @@ class RangeRun {
     }
     for (const BucketChoice& b : choose_buckets(us, best_range, o_.loss)) record_bucket(b);
     for (RangePoint& p : summary_.points)
-      p.tuned_us = tuned_best(log_, make_workload(compute_at(range_, p.size)).key, o_.tune.target);
+      p.tuned_us = tuned_best(make_workload(compute_at(range_, p.size)).key);
   }
 
   RangeTuneSummary& summary() { return summary_; }
 
  private:
+  /// The best correct time of a sample's own tuning (0 when none).
+  double tuned_best(const std::string& key) const {
+    const auto it = own_best_.find(key);
+    return it == own_best_.end() ? 0 : it->second;
+  }
+
   static bool within_reach(const RangeCandidate& c, std::size_t i) {
     for (std::size_t j : c.origins)
       if ((i > j ? i - j : j - i) <= kReach) return true;
@@ -291,6 +298,7 @@ class RangeRun {
   const std::vector<TuneRecord> log_;
   LogWriter writer_;
   const Workload workload_;
+  const std::map<std::string, double> own_best_;  ///< The log's best times of one shape, by key.
   std::vector<double> best_;  ///< Per sample: the best of its own tuning, or of the range.
   std::vector<RangeCandidate> cands_;
   RangeTuneSummary summary_;
