@@ -282,6 +282,8 @@ TEST(Schedule, EveryValidationReasonHasACase) {
       {"split_k zero", with([](ScheduleParams& p) { p.split_k = 0; }), ScheduleError::kBadSplitK},
       {"split_k over steps", with([](ScheduleParams& p) { p.split_k = 33; }), ScheduleError::kBadSplitK},  // K 1024 / 32
       {"split_reduce without splits", with([](ScheduleParams& p) { p.split_reduce = 1; }), ScheduleError::kBadSplitK},
+      {"split_reduce of too many splits", with([](ScheduleParams& p) { p.split_k = 65; p.split_reduce = 1; }),
+       ScheduleError::kBadSplitK},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name);

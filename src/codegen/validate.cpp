@@ -125,6 +125,10 @@ std::vector<ScheduleIssue> validate(const ImplicitGemm& in, const ScheduleParams
   if (p.split_reduce && p.split_k < 2)
     fail(ScheduleError::kBadSplitK, "split_reduce = 1 with split_k = " + std::to_string(p.split_k) +
                                         ": there are no splits to sum; use split_reduce 0");
+  else if (p.split_reduce && p.split_k > kMaxLastBlockSplits)
+    fail(ScheduleError::kBadSplitK, "split_reduce = 1 with split_k = " + std::to_string(p.split_k) +
+                                        ": the last block loads every split of an element at once, at most " +
+                                        std::to_string(kMaxLastBlockSplits) + "; use split_reduce 0 or fewer splits");
   else if (p.split_reduce && p.cluster == 1)
     fail(ScheduleError::kBadSplitK, "split_reduce = 1 with cluster = 1: the cluster's blocks sum the splits; use one "
                                     "of them");

@@ -26,6 +26,9 @@ nlohmann::json to_json(const ScheduleParams& p);
 /// unknown keys and non-integer values are user errors.
 ScheduleParams schedule_from_json(const nlohmann::json& j, const ScheduleParams& defaults = {});
 
+/// The most splits the last block of a tile sums (ScheduleParams::split_reduce): it holds every
+/// split's load of an element in registers at once.
+constexpr int kMaxLastBlockSplits = 64;
 /// The most splits one thread block cluster sums (ScheduleParams::cluster): the portable
 /// cluster size, which every sm_90 GPC can hold whatever the blocks' shared memory.
 constexpr int kMaxClusterSplits = 8;
