@@ -56,6 +56,41 @@ void validate_knobs(const EmitterFamily& family, const ScheduleParams& p, std::v
   }
 }
 
+/// Clusters (pairs of blocks, or a tile's splits) and who sums the splits: the reasons against `p`.
+void validate_clusters_and_splits(const ScheduleParams& p, const DeviceLimits& limits, std::vector<ScheduleIssue>& out) {
+  auto fail = [&](ScheduleError e, std::string detail) { out.push_back({e, std::move(detail)}); };
+  if (pairs_blocks(p)) {
+    const char* pair = p.cluster == 2 ? "cluster = 2 (a pair of blocks along m sharing B by TMA multicast)"
+                                      : "cluster = 3 (a pair of blocks along n sharing A by TMA multicast)";
+    if (limits.compute_capability != 0 && limits.compute_capability < 90)
+      fail(ScheduleError::kBadOption, std::string(pair) + " needs thread block clusters (sm_90 or newer), the target is sm_" +
+                                          std::to_string(limits.compute_capability) + "; use 0");
+    else if (p.split_k != 1)
+      fail(ScheduleError::kBadSplitK, std::string(pair) + " with split_k = " + std::to_string(p.split_k) +
+                                          ": the pair takes whole output tiles; use split_k 1");
+    else if (p.producer == 0)
+      fail(ScheduleError::kBadOption, std::string(pair) + " needs the TMA producer (producer 1 or 2); use cluster 0");
+  } else if (p.cluster != 0) {
+    if (limits.compute_capability < 90)
+      fail(ScheduleError::kBadOption, "cluster = 1 needs thread block clusters (sm_90 or newer), the target is sm_" +
+                                          std::to_string(limits.compute_capability) + "; use 0");
+    else if (p.split_k < 2 || p.split_k > kMaxClusterSplits)
+      fail(ScheduleError::kBadOption, "cluster = 1 with split_k = " + std::to_string(p.split_k) +
+                                          ": a cluster sums 2 to " + std::to_string(kMaxClusterSplits) +
+                                          " splits; use cluster = 0");
+  }
+  if (p.split_reduce && p.split_k < 2)
+    fail(ScheduleError::kBadSplitK, "split_reduce = 1 with split_k = " + std::to_string(p.split_k) +
+                                        ": there are no splits to sum; use split_reduce 0");
+  else if (p.split_reduce && p.split_k > kMaxLastBlockSplits)
+    fail(ScheduleError::kBadSplitK, "split_reduce = 1 with split_k = " + std::to_string(p.split_k) +
+                                        ": the last block loads every split of an element at once, at most " +
+                                        std::to_string(kMaxLastBlockSplits) + "; use split_reduce 0 or fewer splits");
+  else if (p.split_reduce && p.cluster == 1)
+    fail(ScheduleError::kBadSplitK, "split_reduce = 1 with cluster = 1: the cluster's blocks sum the splits; use one "
+                                    "of them");
+}
+
 }  // namespace
 
 std::int64_t shared_bytes(const ImplicitGemm& g, const ScheduleParams& p) {
@@ -102,36 +137,7 @@ std::vector<ScheduleIssue> validate(const ImplicitGemm& in, const ScheduleParams
   if (p.window != 0 && p.relayout != 0)
     fail(ScheduleError::kBadOption, "window = 1 with relayout = 1: a window is staged from the input in place; use "
                                     "relayout = 0");
-  if (pairs_blocks(p)) {
-    const char* pair = p.cluster == 2 ? "cluster = 2 (a pair of blocks along m sharing B by TMA multicast)"
-                                      : "cluster = 3 (a pair of blocks along n sharing A by TMA multicast)";
-    if (limits.compute_capability != 0 && limits.compute_capability < 90)
-      fail(ScheduleError::kBadOption, std::string(pair) + " needs thread block clusters (sm_90 or newer), the target is sm_" +
-                                          std::to_string(limits.compute_capability) + "; use 0");
-    else if (p.split_k != 1)
-      fail(ScheduleError::kBadSplitK, std::string(pair) + " with split_k = " + std::to_string(p.split_k) +
-                                          ": the pair takes whole output tiles; use split_k 1");
-    else if (p.producer == 0)
-      fail(ScheduleError::kBadOption, std::string(pair) + " needs the TMA producer (producer 1 or 2); use cluster 0");
-  } else if (p.cluster != 0) {
-    if (limits.compute_capability < 90)
-      fail(ScheduleError::kBadOption, "cluster = 1 needs thread block clusters (sm_90 or newer), the target is sm_" +
-                                          std::to_string(limits.compute_capability) + "; use 0");
-    else if (p.split_k < 2 || p.split_k > kMaxClusterSplits)
-      fail(ScheduleError::kBadOption, "cluster = 1 with split_k = " + std::to_string(p.split_k) +
-                                          ": a cluster sums 2 to " + std::to_string(kMaxClusterSplits) +
-                                          " splits; use cluster = 0");
-  }
-  if (p.split_reduce && p.split_k < 2)
-    fail(ScheduleError::kBadSplitK, "split_reduce = 1 with split_k = " + std::to_string(p.split_k) +
-                                        ": there are no splits to sum; use split_reduce 0");
-  else if (p.split_reduce && p.split_k > kMaxLastBlockSplits)
-    fail(ScheduleError::kBadSplitK, "split_reduce = 1 with split_k = " + std::to_string(p.split_k) +
-                                        ": the last block loads every split of an element at once, at most " +
-                                        std::to_string(kMaxLastBlockSplits) + "; use split_reduce 0 or fewer splits");
-  else if (p.split_reduce && p.cluster == 1)
-    fail(ScheduleError::kBadSplitK, "split_reduce = 1 with cluster = 1: the cluster's blocks sum the splits; use one "
-                                    "of them");
+  validate_clusters_and_splits(p, limits, out);
   if (g.compute->dynamic.active()) {
     if (const std::string why = dynamic_gemm_error(g); !why.empty()) fail(ScheduleError::kBadOption, why);
     if (p.relayout) fail(ScheduleError::kBadOption, "relayout = 1 copies operands of a fixed size; a run-time size takes 0");
