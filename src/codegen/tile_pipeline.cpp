@@ -865,8 +865,8 @@ void emit_epilogue_stores(std::ostringstream& os, const ImplicitGemm& g, const S
     os << "    const " << acc_type << "* values = &Cs[" << at << "];\n";
   }
   if (p.split_k > 1 && p.cluster != 1)
-    os << "    // Partial sum of this split: partial[split][z][m][n], summed by the reduce kernel or the\n"
-       << "    // tile's last block.\n"
+    os << "    // Partial sum of this split: partial[split][z][m][n], summed by the "
+       << (p.split_reduce ? "tile's last block" : "reduce kernel") << ".\n"
        << "    const int m = m0 + mm, n = n0 + nn;\n"
        << "    if (m < M && n < N) partial[((long long)(split * BATCH + z) * M + m) * N + n] = (" << partial_type(g)
        << ")values[0];\n";

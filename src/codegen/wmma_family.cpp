@@ -147,8 +147,8 @@ void emit_wmma_epilogue(std::ostringstream& os, const ImplicitGemm& g, const Sch
      << (c_row ? "    const int mm = e / BN, nn = e % BN;\n    const " + tacc + " value = Cs[mm * C_LD + nn];\n"
                : "    const int nn = e / BM, mm = e % BM;\n    const " + tacc + " value = Cs[nn * C_LD + mm];\n");
   if (split)
-    os << "    // Partial sum of this split: partial[split][z][m][n], summed by the reduce kernel or the\n"
-       << "    // tile's last block.\n"
+    os << "    // Partial sum of this split: partial[split][z][m][n], summed by the "
+       << (p.split_reduce ? "tile's last block" : "reduce kernel") << ".\n"
        << "    const int m = m0 + mm, n = n0 + nn;\n"
        << "    if (m < M && n < N) partial[((long long)(split * BATCH + z) * M + m) * N + n] = (" << tpart << ")value;\n";
   else
