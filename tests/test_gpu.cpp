@@ -297,6 +297,19 @@ std::vector<GpuCase> variants(const GpuCase& base,
   return out;
 }
 
+/// Edits that split the reduction `splits` ways, the splits summed as setting `summer` to 1 says
+/// (ScheduleParams::cluster or split_reduce), labelled "WHAT of SPLITS".
+std::vector<std::pair<std::string, std::function<void(ScheduleParams&)>>> split_edits(
+    const std::string& what, std::initializer_list<int> splits, int ScheduleParams::*summer) {
+  std::vector<std::pair<std::string, std::function<void(ScheduleParams&)>>> edits;
+  for (int split : splits)
+    edits.push_back({what + " of " + std::to_string(split), [split, summer](ScheduleParams& p) {
+                       p.split_k = split;
+                       p.*summer = 1;
+                     }});
+  return edits;
+}
+
 // Split-K summed in a thread block cluster (sm_90): every family that can, 2 to 8 splits, tails in
 // M, N and K, float16 (vector epilogue) and float32 outputs, a batch (clusters along the grid's
 // z), serial filter taps split across the cluster, and int8 (exact). (A decode-shaped GEMV with
@@ -304,16 +317,7 @@ std::vector<GpuCase> variants(const GpuCase& base,
 TEST(Gpu, SplitKSummedInAClusterIsCorrect) {
   if (!have_gpu()) GTEST_SKIP() << "no GPU: " << query_runtime().status;
   if (device_cc() < 90) GTEST_SKIP() << "thread block clusters need sm_90, the GPU is sm_" << device_cc();
-  using Edit = std::pair<std::string, std::function<void(ScheduleParams&)>>;
-  auto clustered = [](std::initializer_list<int> splits) {
-    std::vector<Edit> edits;
-    for (int split : splits)
-      edits.push_back({"cluster of " + std::to_string(split), [split](ScheduleParams& p) {
-                         p.split_k = split;
-                         p.cluster = 1;
-                       }});
-    return edits;
-  };
+  auto clustered = [](std::initializer_list<int> splits) { return split_edits("cluster", splits, &ScheduleParams::cluster); };
   std::uint64_t seed = 2300;
   for (const std::string out : {"float32", "float16"}) {
     Compute c = testing::narrowed_op("gemm", out, {"M=200", "N=136", "K=520"});
@@ -362,15 +366,8 @@ TEST(Gpu, SplitKSummedInAClusterIsCorrect) {
 // by each of the three ways, for a first look at the times (printed, not asserted).
 TEST(Gpu, SplitKSummedByTheTilesLastBlockIsCorrect) {
   if (!have_gpu()) GTEST_SKIP() << "no GPU: " << query_runtime().status;
-  using Edit = std::pair<std::string, std::function<void(ScheduleParams&)>>;
   auto last_block = [](std::initializer_list<int> splits) {
-    std::vector<Edit> edits;
-    for (int split : splits)
-      edits.push_back({"last block of " + std::to_string(split), [split](ScheduleParams& p) {
-                         p.split_k = split;
-                         p.split_reduce = 1;
-                       }});
-    return edits;
+    return split_edits("last block", splits, &ScheduleParams::split_reduce);
   };
   auto without_base = [](std::vector<GpuCase> cases) { return std::vector<GpuCase>(cases.begin() + 1, cases.end()); };
   std::uint64_t seed = 2400;
