@@ -161,7 +161,16 @@ struct Row {
   /// A workload with an epilogue: the bare contraction's strongest baseline followed by one
   /// elementwise kernel per operation. `baseline` is then the faster of it and the fused calls.
   std::optional<Baseline> unfused;
+  /// A workload with an epilogue: tmap's schedule without it, and tmap's kernel again, timed warm
+  /// in alternating rounds (medians): what the epilogue costs, A/B in the same run.
+  std::optional<double> bare_us, fused_ab_us;
   std::string note;
+
+  /// The epilogue's cost as a fraction of the bare kernel's time (0.04: 4% slower).
+  std::optional<double> epilogue_cost() const {
+    if (!bare_us || !fused_ab_us) return std::nullopt;
+    return *fused_ab_us / *bare_us - 1;
+  }
 
   /// The faster of the two layouts' baselines.
   const std::optional<Baseline>& fastest() const {
@@ -192,12 +201,85 @@ std::string fixed(double v, int digits = 2) {
   return buf;
 }
 
+/// "+4.1%", or "-" for none.
+std::string percent_text(std::optional<double> fraction) {
+  if (!fraction) return "-";
+  return (*fraction >= 0 ? "+" : "") + fixed(*fraction * 100, 1) + "%";
+}
+
+/// The epilogues' cost over the rows that measured it: the median, and the largest among the
+/// rows whose bare kernel takes 10 us or more (shorter ones are dominated by launch and tail).
+std::string epilogue_cost_summary(const std::vector<Row>& rows) {
+  std::vector<double> costs;
+  const Row* worst = nullptr;
+  int long_rows = 0;
+  for (const auto& r : rows) {
+    if (!r.epilogue_cost()) continue;
+    costs.push_back(*r.epilogue_cost());
+    if (*r.bare_us < 10) continue;
+    ++long_rows;
+    if (!worst || *r.epilogue_cost() > *worst->epilogue_cost()) worst = &r;
+  }
+  if (costs.empty()) return "";
+  std::string s = "\nEpilogue cost (tmap's kernel against its own schedule without the epilogue, warm, three "
+                  "alternating rounds in this run): median " + percent_text(tmap::median_of(costs)) + " over " +
+                  std::to_string(costs.size()) + " workloads";
+  if (worst)
+    s += "; over the " + std::to_string(long_rows) + " of 10 us or more, at most " +
+         percent_text(worst->epilogue_cost()) + " (" + worst->name + ")";
+  return s + ".\n";
+}
+
 /// What a row's baselines run: a convolution of `rank` spatial dimensions (tmap's kernel
 /// channels-last with `nhwc`) or, with rank 0, a GEMM.
 struct RowKind {
   int rank = 0;
   bool nhwc = false;
 };
+
+/// A record's schedule regenerated for compute `c` (same mapping and schedule, this output and
+/// epilogue) and compiled.
+struct CompiledRecord {
+  tmap::Regenerated g;
+  tmap::CompileResult bin;
+  int a = 0, b = 0;  ///< The GEMM's operand tensors in `c`.
+};
+
+CompiledRecord compile_record(const tmap::TuneRecord& record, const Compute& c,
+                              const std::vector<tmap::HwAbstraction>& hws, int cc, tmap::NvrtcCompiler& compiler) {
+  tmap::TuneRecord adapted = record;
+  adapted.workload = tmap::make_workload(c);
+  CompiledRecord k{tmap::regenerate(adapted, hws, cc), {}};
+  k.bin = compiler.compile(k.g.kernel.code, k.g.kernel.name);
+  if (!k.bin.ok) throw std::runtime_error("regenerated kernel does not compile:\n" + k.bin.log);
+  k.a = c.inputs[k.g.gemm().a_input].tensor;
+  k.b = c.inputs[k.g.gemm().b_input].tensor;
+  return k;
+}
+
+/// What `fused`'s epilogue costs on `record`'s schedule: the kernel with and without it (the bare
+/// contraction `bare`, verified against its own reference), timed warm in three alternating
+/// rounds, each side's median kept in `row`.
+void measure_epilogue_cost(Row& row, const tmap::TuneRecord& record, const CompiledRecord& fused, tmap::Workspace& ws,
+                           const Compute& bare, const std::vector<tmap::HwAbstraction>& hws, int cc,
+                           int graph_runs, tmap::NvrtcCompiler& compiler) {
+  tmap::Workspace bare_ws(bare, 2024);
+  const std::vector<double> bare_ref = tmap::gpu_reference(bare_ws, compiler);
+  const CompiledRecord k = compile_record(record, bare, hws, cc, compiler);
+  std::vector<double> with, without;
+  for (int round = 0; round < 3; ++round) {
+    const tmap::KernelRun f = tmap::run_candidate(ws, {}, fused.a, fused.b, fused.g.kernel, fused.bin.cubin,
+                                                  bench_timing(graph_runs, false));
+    const tmap::KernelRun b = tmap::run_candidate(bare_ws, round ? std::vector<double>() : bare_ref, k.a, k.b,
+                                                  k.g.kernel, k.bin.cubin, bench_timing(graph_runs, false));
+    if (!f.ok || !b.ok) throw std::runtime_error("the epilogue's A/B failed: " + (f.ok ? b.error : f.error));
+    if (b.rel_l2 > 1e-2) throw std::runtime_error("the schedule without the epilogue is WRONG");
+    with.push_back(f.median_us);
+    without.push_back(b.median_us);
+  }
+  row.fused_ab_us = tmap::median_of(with);
+  row.bare_us = tmap::median_of(without);
+}
 
 /// The baselines of a workload with an epilogue, in tmap's layout: cuDNN's or cuBLASLt's fused
 /// calls and the unfused sequence; the row's baseline is the fastest of them.
@@ -455,21 +537,22 @@ int main(int argc, char** argv) {
                     std::to_string(dispatched.bucket->result.bucket_lo) + ".." +
                     std::to_string(dispatched.bucket->result.bucket_hi) + " of a range";
       } else if (record) {
-        tmap::TuneRecord adapted = *record;
-        adapted.workload = tmap::make_workload(c);  // same mapping and schedule, this output and epilogue
-        tmap::Regenerated g = tmap::regenerate(adapted, hws, cc);
-        tmap::CompileResult bin = compiler.compile(g.kernel.code, g.kernel.name);
-        if (!bin.ok) throw std::runtime_error("regenerated kernel does not compile:\n" + bin.log);
-        const int a = c.inputs[g.gemm().a_input].tensor, b = c.inputs[g.gemm().b_input].tensor;
-        tmap::KernelRun run = tmap::run_candidate(ws, ref, a, b, g.kernel, bin.cubin, bench_timing(graph_runs, false));
+        const CompiledRecord k = compile_record(*record, c, hws, cc, compiler);
+        tmap::KernelRun run =
+            tmap::run_candidate(ws, ref, k.a, k.b, k.g.kernel, k.bin.cubin, bench_timing(graph_runs, false));
         if (!run.ok) throw std::runtime_error("tmap's kernel failed: " + run.error);
         tmap_out = ws.read_output();
-        tmap::KernelRun cold_run = tmap::run_candidate(ws, {}, a, b, g.kernel, bin.cubin, bench_timing(graph_runs, true));
+        tmap::KernelRun cold_run =
+            tmap::run_candidate(ws, {}, k.a, k.b, k.g.kernel, k.bin.cubin, bench_timing(graph_runs, true));
         if (!cold_run.ok) throw std::runtime_error("tmap's kernel failed when timed cold: " + cold_run.error);
         row.tmap = Timing{run.median_us, cold_run.median_us};
         row.tmap_err = run.rel_l2;
         if (run.rel_l2 > 1e-2) row.note = "tmap's kernel is WRONG";
         if (transfer != Transfer::kNone) row.note += (row.note.empty() ? "" : "; ") + transfer_note(transfer);
+        if (!c.epilogue.empty()) {
+          trace(name + ": the same schedule without the epilogue");
+          measure_epilogue_cost(row, *record, k, ws, bare, hws, cc, graph_runs, compiler);
+        }
       } else {
         row.note = "not in the log (tune it first)";
       }
@@ -542,7 +625,8 @@ int main(int argc, char** argv) {
       std::ofstream csv(csv_path);
       csv << "workload,key,gflop,tmap_us,tmap_cold_us,tmap_tflops,baseline,baseline_us,baseline_cold_us,speedup,"
              "speedup_cold,pct_peak,tmap_rel_l2,baseline_vs_tmap_rel_l2,note,other_layout_baseline,other_layout_us,"
-             "speedup_vs_fastest_layout,tmap_cold_gbs,pct_copy_bandwidth,unfused_baseline,unfused_us,speedup_vs_unfused\n";
+             "speedup_vs_fastest_layout,tmap_cold_gbs,pct_copy_bandwidth,unfused_baseline,unfused_us,speedup_vs_unfused,"
+             "bare_us,epilogue_cost_pct\n";
       for (const auto& r : rows) {
         csv << csv_text(r.name) << "," << r.workload_key << "," << r.gflop << ",";
         if (r.tmap) csv << r.tmap->warm_us << "," << r.tmap->cold_us << "," << r.gflop / r.tmap->warm_us * 1e3;
@@ -566,6 +650,9 @@ int main(int argc, char** argv) {
         if (r.unfused) csv << "," << csv_text(r.unfused->name) << "," << r.unfused->time.warm_us << ",";
         else csv << ",,,";
         if (r.tmap && r.unfused) csv << r.unfused->time.warm_us / r.tmap->warm_us;
+        csv << ",";
+        if (r.epilogue_cost()) csv << *r.bare_us << "," << *r.epilogue_cost() * 100;
+        else csv << ",";
         csv << "\n";
       }
     }
@@ -598,10 +685,11 @@ int main(int argc, char** argv) {
                        "device-to-device copy bandwidth measured in this run is " + fixed(copy_gbs, 0) + " GB/s.\n\n"
                      : "")
        << "| workload | tmap us | baseline | baseline us | speedup | cold speedup |"
-       << (layout_cols ? " other layout us | vs fastest |" : any_fused ? " unfused us | vs unfused |" : "")
+       << (layout_cols ? " other layout us | vs fastest |" : any_fused ? " unfused us | vs unfused | epilogue cost |" : "")
        << " tmap TFLOP/s | % of peak |"
        << (bandwidth ? " tmap GB/s (cold) | % of copy |" : "") << "\n"
-       << "| --- | ---: | --- | ---: | ---: | ---: |" << (extra_cols ? " ---: | ---: |" : "") << " ---: | ---: |"
+       << "| --- | ---: | --- | ---: | ---: | ---: |" << (extra_cols ? " ---: | ---: |" : "")
+       << (any_fused ? " ---: |" : "") << " ---: | ---: |"
        << (bandwidth ? " ---: | ---: |" : "") << "\n";
     for (const auto& r : rows) {
       md << "| " << r.name << " | " << (r.tmap ? fixed(r.tmap->warm_us) : "-") << " | "
@@ -612,7 +700,8 @@ int main(int argc, char** argv) {
       const std::string other_cols =
           !extra_cols ? ""
                       : (other ? fixed(other->time.warm_us) : std::string("-")) + " | " +
-                            (r.tmap && vs ? fixed(vs->time.warm_us / r.tmap->warm_us) : std::string("-")) + " | ";
+                            (r.tmap && vs ? fixed(vs->time.warm_us / r.tmap->warm_us) : std::string("-")) + " | " +
+                            (!any_fused ? std::string() : percent_text(r.epilogue_cost()) + " | ");
       if (r.tmap && r.baseline)
         md << fixed(r.baseline->time.warm_us / r.tmap->warm_us) << " | "
            << fixed(r.baseline->time.cold_us / r.tmap->cold_us) << " | " << other_cols
@@ -626,6 +715,7 @@ int main(int argc, char** argv) {
     md << "\nGeometric-mean speedup over " << both << " workloads: " << fixed(geo) << " (cold L2: " << fixed(geo_cold)
        << ")" << (layout_cols ? "; against cuDNN's fastest layout: " + fixed(geo_fastest) : std::string())
        << (any_fused ? "; against the unfused sequence: " + fixed(geo_unfused) : std::string()) << ".\n";
+    if (any_fused) md << epilogue_cost_summary(rows);
     if (model) {  // the model's time: each workload's time times its count, over the workloads all have
       double t = 0, base = 0, fastest = 0, unfused = 0;
       int n = 0, skipped = 0;
