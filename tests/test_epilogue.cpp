@@ -238,6 +238,28 @@ TEST(Epilogue, EveryFunctionCompilesOnEveryFamily) {
   EXPECT_TRUE(failures.empty()) << failures.size() << " failed, first: " << failures.front();
 }
 
+// wgmma's blocks have the SM to themselves: their epilogue loads a per-channel scale and bias
+// once per thread and a residual a chunk of vectors ahead of the stores. Families that share the
+// SM keep loading every operand per vector, which holds no registers across the loop.
+TEST(Epilogue, OperandsTheSameAlongTheLoopAreLoadedOnce) {
+  const Compute c = fused_computes()[1].second;  // per-channel s and b, full-shape R
+  std::size_t hoisting = 0, per_vector = 0;
+  for (const auto& gc : family_cases(c, "conv", 90)) {
+    if (gc.p.split_k > 1) continue;
+    const std::string code = emit_kernel(gc.g, gc.p).code;
+    if (code.find("store_d_vec") == std::string::npos) continue;  // outputs stored one by one
+    ASSERT_NE(code.find("struct EpiVec"), std::string::npos) << gc.label;
+    EXPECT_NE(code.find("// s: the same along the loop"), std::string::npos) << gc.label;
+    EXPECT_NE(code.find("// b: the same along the loop"), std::string::npos) << gc.label;
+    EXPECT_EQ(code.find("// R: the same along the loop"), std::string::npos) << gc.label;
+    const bool hoists = code.find("epi_load(out, m0 + mm, n0 + nn, z, fixed, 1)") != std::string::npos;
+    EXPECT_EQ(hoists, gc.g.hw->family == "wgmma") << gc.label;
+    ++(hoists ? hoisting : per_vector);
+  }
+  EXPECT_GE(hoisting, 1u);
+  EXPECT_GE(per_vector, 1u);
+}
+
 TEST(GpuEpilogue, FusedKernelsMatchTheReference) {
   if (!have_gpu()) GTEST_SKIP() << "no GPU: " << query_runtime().status;
   std::uint64_t seed = 4900;

@@ -45,6 +45,15 @@ int operand_load_width(const ImplicitGemm& g, const Access& a, char along, int v
   return std::max(1, std::min(w, vec));
 }
 
+/// Whether operand `a` stays the same along the epilogue loop of vectors along `along`: it uses
+/// no iterator of the other virtual axis (a convolution's per-channel scale or bias), so a thread
+/// whose vectors keep their position along `along` loads it once.
+bool operand_fixed(const ImplicitGemm& g, const Access& a, char along) {
+  for (int it : axis_iters(g, along == 'm' ? 'n' : 'm'))
+    if (a.uses(it)) return false;
+  return true;
+}
+
 /// `int epi_offset_<i>(m, n, z)`: where operand i's element for the output at virtual (m, n) of
 /// batch z is.
 void emit_operand_offsets(std::ostringstream& os, const ImplicitGemm& g) {
@@ -65,37 +74,72 @@ void emit_operand_offsets(std::ostringstream& os, const ImplicitGemm& g) {
   }
 }
 
-/// Loads operand i's values for `vec` outputs from virtual (m, n) along `along` into float
-/// `name`[vec] (a scalar when vec is 1).
-void emit_operand_loads(std::ostringstream& os, const ImplicitGemm& g, int i, int vec, char along) {
+/// Loads operand i's values for the vector at virtual (m, n) into `v.epi_<i>` in its storage
+/// type: one value when the operand does not vary along `along`, else `vec` values, in aligned
+/// vectors where they are contiguous.
+void emit_operand_loads(std::ostringstream& os, const ImplicitGemm& g, int i, int vec, char along,
+                        const std::string& indent) {
+  const Compute& c = *g.compute;
+  const Tensor& t = c.tensor_of(c.epilogue.operands[i]);
+  const std::string name = operand_name(i), type = storage_type(t.dtype);
+  const int w = vec == 1 ? 0 : operand_load_width(g, c.epilogue.operands[i], along, vec);
+  if (w == 0) {
+    os << indent << "v." << name << "[0] = __ldg(out." << name << " + " << name << "_offset(m, n, z));\n";
+    return;
+  }
+  const std::string at = along == 'm' ? "m + p, n" : "m, n + p";
+  const int bytes = w * dtype_bits(t.dtype) / 8;
+  os << indent << "#pragma unroll\n" << indent << "for (int p = 0; p < " << vec << "; p += " << w << ")";
+  if (w == 1) {
+    os << " v." << name << "[p] = __ldg(out." << name << " + " << name << "_offset(" << at << ", z));\n";
+    return;
+  }
+  const std::string vt = vector_type(bytes);
+  os << "  // " << w << " contiguous, aligned elements: one " << bytes << "-byte load\n"
+     << indent << "  v." << name << "[p / " << w << "] = __ldg(reinterpret_cast<const " << vt << "*>(out." << name << " + "
+     << name << "_offset(" << at << ", z)));\n";
+}
+
+/// `struct EpiVec`: the epilogue's operand values of one output vector, and `epi_load`, which
+/// fills it (which: 0 every operand, 1 those fixed along the loop, 2 the others).
+void emit_operand_vector(std::ostringstream& os, const ImplicitGemm& g, int vec, char along) {
+  const Compute& c = *g.compute;
+  const Epilogue& e = c.epilogue;
+  os << "// The epilogue's operand values of one vector of outputs, in their storage types\nstruct EpiVec {\n";
+  for (std::size_t i = 0; i < e.operands.size(); ++i) {
+    const Access& a = e.operands[i];
+    const int w = vec == 1 ? 0 : operand_load_width(g, a, along, vec);
+    const std::string type = w > 1 ? vector_type(w * dtype_bits(c.tensor_of(a).dtype) / 8) : storage_type(c.tensor_of(a).dtype);
+    os << "  " << type << " " << operand_name(static_cast<int>(i)) << "[" << (w > 1 ? vec / w : w ? vec : 1) << "];  // "
+       << c.tensor_of(a).name
+       << (operand_fixed(g, a, along) ? ": the same along the loop" : "") << "\n";
+  }
+  os << "};\n\n"
+     << "// The operands of the vector at virtual (m, n) of batch z (which: 0 all, 1 those the same along the\n"
+     << "// loop, 2 the others)\n"
+     << "__device__ __forceinline__ void epi_load(const Output& out, int m, int n, int z, EpiVec& v, const int which) {\n"
+     << "  if (m >= M || n >= N) return;\n";
+  for (int fixed = 1; fixed >= 0; --fixed) {
+    bool any = false;
+    for (std::size_t i = 0; i < e.operands.size(); ++i) any = any || operand_fixed(g, e.operands[i], along) == bool(fixed);
+    if (!any) continue;
+    os << "  if (which != " << (fixed ? 2 : 1) << ") {\n";
+    for (std::size_t i = 0; i < e.operands.size(); ++i)
+      if (operand_fixed(g, e.operands[i], along) == bool(fixed)) emit_operand_loads(os, g, static_cast<int>(i), vec, along, "    ");
+    os << "  }\n";
+  }
+  os << "  (void)which;\n}\n\n";
+}
+
+/// Operand i as the epilogue reads it for output t of the vector: from `f` when it is the same
+/// along the loop and use_f says it was loaded there, else from `v`.
+std::string operand_value(const ImplicitGemm& g, int i, int vec, char along, const std::string& t) {
   const Compute& c = *g.compute;
   const Access& a = c.epilogue.operands[i];
-  const Tensor& t = c.tensor_of(a);
-  const std::string name = operand_name(i), type = storage_type(t.dtype);
-  if (vec == 1) {
-    os << "  const float " << name << " = (float)__ldg(out." << name << " + " << name << "_offset(m, n, z));\n";
-    return;
-  }
-  const int w = operand_load_width(g, a, along, vec);
-  const std::string at = along == 'm' ? "m + p, n" : "m, n + p";
-  os << "  float " << name << "[" << vec << "];\n";
-  if (w == 0) {
-    os << "  {  // one value for the whole vector\n"
-       << "    const float v = (float)__ldg(out." << name << " + " << name << "_offset(m, n, z));\n"
-       << "    #pragma unroll\n    for (int t = 0; t < " << vec << "; ++t) " << name << "[t] = v;\n  }\n";
-    return;
-  }
-  const int bytes = w * dtype_bits(t.dtype) / 8;
-  os << "  #pragma unroll\n  for (int p = 0; p < " << vec << "; p += " << w << ") {\n";
-  if (w == 1) {
-    os << "    " << name << "[p] = (float)__ldg(out." << name << " + " << name << "_offset(" << at << ", z));\n  }\n";
-    return;
-  }
-  os << "    // " << w << " contiguous, aligned elements: one " << bytes << "-byte load\n"
-     << "    const " << vector_type(bytes) << " v = __ldg(reinterpret_cast<const " << vector_type(bytes) << "*>(out." << name
-     << " + " << name << "_offset(" << at << ", z)));\n"
-     << "    const " << type << "* e = reinterpret_cast<const " << type << "*>(&v);\n"
-     << "    #pragma unroll\n    for (int t = 0; t < " << w << "; ++t) " << name << "[p + t] = (float)e[t];\n  }\n";
+  const int w = vec == 1 ? 0 : operand_load_width(g, a, along, vec);
+  const std::string src = std::string(operand_fixed(g, a, along) ? "(use_f ? f : v)." : "v.") + operand_name(i);
+  if (w > 1) return "(float)reinterpret_cast<const " + storage_type(c.tensor_of(a).dtype) + "*>(" + src + ")[" + t + "]";
+  return "(float)" + src + "[" + (w ? t : "0") + "]";
 }
 
 }  // namespace
@@ -141,24 +185,64 @@ void emit_epilogue_scatter(std::ostringstream& os, const ImplicitGemm& g, const 
      << "template <typename V>\n"
      << "__device__ __forceinline__ void store_d(const Output& out, int m, int n, int z, V value) {\n";
   offset();
-  for (std::size_t i = 0; i < e.operands.size(); ++i) emit_operand_loads(os, g, static_cast<int>(i), 1, along);
+  for (std::size_t i = 0; i < e.operands.size(); ++i) {
+    const std::string name = operand_name(static_cast<int>(i));
+    os << "  const float " << name << " = (float)__ldg(out." << name << " + " << name << "_offset(m, n, z));\n";
+  }
   os << "  const float acc = (float)value;\n"
      << "  out.data[offset] = (" << out_type << ")" << epilogue_code(e, "acc", operand_name) << ";\n}\n\n";
   if (vec <= 1) return;
+  emit_operand_vector(os, g, vec, along);
   const int bits = dtype_bits(c.tensor_of(c.output).dtype);
   os << "// " << vec << " outputs from virtual (m, n) on along " << along
-     << ", contiguous and aligned in memory: one " << vec * bits / 8 << "-byte store\n"
+     << ", contiguous and aligned in memory: one " << vec * bits / 8 << "-byte store, the operands' values in v\n"
      << "template <typename V>\n"
-     << "__device__ __forceinline__ void store_d_vec(const Output& out, int m, int n, int z, const V* values) {\n";
+     << "__device__ __forceinline__ void store_d_vec(const Output& out, int m, int n, int z, const V* values, const EpiVec& f,\n"
+     << "                                            const EpiVec& v, const bool use_f) {\n";
   offset();
-  for (std::size_t i = 0; i < e.operands.size(); ++i) emit_operand_loads(os, g, static_cast<int>(i), vec, along);
   os << "  __align__(16) " << out_type << " result[" << vec << "];\n"
      << "  #pragma unroll\n  for (int t = 0; t < " << vec << "; ++t) {\n"
      << "    const float acc = (float)values[t];\n"
      << "    result[t] = (" << out_type << ")"
-     << epilogue_code(e, "acc", [](int i) { return operand_name(i) + "[t]"; }) << ";\n  }\n"
+     << epilogue_code(e, "acc", [&](int i) { return operand_value(g, i, vec, along, "t"); }) << ";\n  }\n"
      << "  *reinterpret_cast<" << vector_type(vec * bits / 8) << "*>(out.data + offset) = *reinterpret_cast<const "
-     << vector_type(vec * bits / 8) << "*>(result);\n}\n\n";
+     << vector_type(vec * bits / 8) << "*>(result);\n}\n\n"
+     << "// The same, loading the operands itself\n"
+     << "template <typename V>\n"
+     << "__device__ __forceinline__ void store_d_vec(const Output& out, int m, int n, int z, const V* values) {\n"
+     << "  EpiVec v;\n  epi_load(out, m, n, z, v, 0);\n  store_d_vec(out, m, n, z, values, v, v, false);\n}\n\n";
+}
+
+void emit_epilogue_loop(std::ostringstream& os, const ImplicitGemm& g, const OutVector& ov, const std::string& threads,
+                        const std::string& values) {
+  const Epilogue& e = g.compute->epilogue;
+  bool any_fixed = false;
+  for (const Access& a : e.operands) any_fixed = any_fixed || operand_fixed(g, a, ov.along);
+  const std::string V = std::to_string(ov.width), end = "BM * BN / " + V, T = "(" + threads + ")";
+  const std::string across = ov.along == 'n' ? "BN / " + V : "BM / " + V;
+  const std::string position = ov.along == 'n'
+                                   ? "const int mm = e / (BN / " + V + "), nn = e % (BN / " + V + ") * " + V + ";"
+                                   : "const int nn = e / (BM / " + V + "), mm = e % (BM / " + V + ") * " + V + ";";
+  // Operands that use no iterator of the other axis are loaded once when every vector of the
+  // thread keeps its place along `along`; the others, a chunk of vectors at a time, all before
+  // the chunk's first store, so that their loads are in flight together.
+  os << "  // The epilogue: each thread's vectors keep their place along " << ov.along << " when the stride is a\n"
+     << "  // multiple of the vectors across the tile; operands the same along the loop are then loaded once.\n"
+     << "  constexpr bool EPI_FIXED = " << (any_fixed ? T + " % (" + across + ") == 0" : "false") << ";\n"
+     << "  constexpr int EPI_CHUNK = 4;\n"
+     << "  EpiVec fixed{};\n"
+     << "  if (EPI_FIXED) {\n    const int e = threadIdx.x;\n    " << position << "\n"
+     << "    epi_load(out, m0 + mm, n0 + nn, z, fixed, 1);\n  }\n"
+     << "  for (int e0 = threadIdx.x; e0 < " << end << "; e0 += EPI_CHUNK * " << T << ") {\n"
+     << "    EpiVec ops[EPI_CHUNK];\n"
+     << "    #pragma unroll\n    for (int c = 0; c < EPI_CHUNK; ++c) {\n"
+     << "      const int e = e0 + c * " << T << ";\n      if (e >= " << end << ") break;\n"
+     << "      " << position << "\n"
+     << "      epi_load(out, m0 + mm, n0 + nn, z, ops[c], EPI_FIXED ? 2 : 0);\n    }\n"
+     << "    #pragma unroll\n    for (int c = 0; c < EPI_CHUNK; ++c) {\n"
+     << "      const int e = e0 + c * " << T << ";\n      if (e >= " << end << ") break;\n"
+     << "      " << position << "\n"
+     << "      store_d_vec(out, m0 + mm, n0 + nn, z, " << values << ", fixed, ops[c], EPI_FIXED);\n    }\n  }\n";
 }
 
 }  // namespace tmap::pipeline

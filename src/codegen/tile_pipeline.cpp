@@ -840,6 +840,11 @@ void emit_epilogue_stores(std::ostringstream& os, const ImplicitGemm& g, const S
     os << scope.barrier;
   }
   const std::string at = ov.along == 'n' ? "mm * C_LD + nn" : "nn * C_LD + mm";
+  if (!g.compute->epilogue.empty() && v > 1 && p.cluster != 1 && p.split_k == 1 && scope.sm_to_itself) {
+    emit_epilogue_loop(os, g, ov, scope.threads, "&Cs[" + at + "]");
+    os << (scope.close ? "}\n" : "");
+    return;
+  }
   // An epilogue's operand loads of several vectors in flight at once.
   if (!g.compute->epilogue.empty()) os << "  #pragma unroll 4\n";
   os << "  for (int e = " << first << "; e < " << end << "; e += " << scope.threads << ") {\n";

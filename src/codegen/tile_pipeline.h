@@ -173,6 +173,12 @@ struct OutVector {
   int width;
   char along;
 };
+
+/// The fused epilogue's store loop over the tile's vectors in Cs (`values`: where vector (mm, nn)
+/// is), `threads` threads from threadIdx.x 0: operands that stay the same along the loop are
+/// loaded once, the others a chunk of vectors ahead of their stores.
+void emit_epilogue_loop(std::ostringstream& os, const ImplicitGemm& g, const OutVector& ov, const std::string& threads,
+                        const std::string& values);
 OutVector out_vector(const ImplicitGemm& g, const ScheduleParams& p);
 /// Bytes of the epilogue tile Cs[BM][BN + 8] (rows along n) or Cs[BN][BM + 4] (rows along m) of
 /// 4-byte accumulators (float or int, as accumulator_type()), for families that stage the
@@ -200,6 +206,10 @@ struct EpilogueScope {
   std::string barrier = "  __syncthreads();\n";
   std::string threads = "THREADS";
   bool close = true;
+  /// The block has the SM to itself (__launch_bounds__(THREADS, 1)) and its accumulators are dead
+  /// here: a fused epilogue may hold operands of several vectors in registers (emit_epilogue_loop)
+  /// without lowering the number of resident blocks.
+  bool sm_to_itself = false;
 };
 void emit_epilogue_stores(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p,
                           const std::string& acc_type, const std::string& out_type,

@@ -705,6 +705,7 @@ void emit_persistent_loops(std::ostringstream& os, const ImplicitGemm& g, const 
   scope.barrier = "  consumer_sync();\n";
   scope.threads = "CONSUMERS * 128";
   scope.close = false;
+  scope.sm_to_itself = true;
   emit_epilogue_stores(os, g, p, cs, tout, scope);
   os << "  }\n"
      << (pair ? "  cluster_sync();  // no block leaves while the other may still arrive on its barriers\n" : "") << "}\n";
@@ -1058,6 +1059,7 @@ void emit_wgmma_epilogue(std::ostringstream& os, const WgmmaKernel& w) {
   os << "    }\n";
   EpilogueScope scope;
   scope.close = !pair;
+  scope.sm_to_itself = true;
   emit_epilogue_stores(os, g, p, tacc, tout, scope);
   if (pair) os << "  cluster_sync();  // no block leaves while the other may still arrive on its barriers\n}\n";
 }
