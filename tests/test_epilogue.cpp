@@ -188,6 +188,9 @@ std::vector<testing::GpuCase> family_cases(const Compute& c, const std::string& 
       ScheduleParams producer = base;
       producer.producer = 1;
       schedules.push_back({"producer", producer});
+      ScheduleParams persistent = base;  // its epilogue loads operands the same along the loop once
+      persistent.producer = 2;
+      schedules.push_back({"persistent", persistent});
     }
     for (const auto& [what, p] : schedules)
       if (validate(g, p, limits).empty()) out.push_back({label + " " + hw_name + " " + what, g, p, 1e-2});
@@ -238,26 +241,35 @@ TEST(Epilogue, EveryFunctionCompilesOnEveryFamily) {
   EXPECT_TRUE(failures.empty()) << failures.size() << " failed, first: " << failures.front();
 }
 
-// wgmma's blocks have the SM to themselves: their epilogue loads a per-channel scale and bias
-// once per thread and a residual a chunk of vectors ahead of the stores. Families that share the
-// SM keep loading every operand per vector, which holds no registers across the loop.
+// Where a wgmma block has the SM to itself (persistent, or too much shared memory for two), its
+// epilogue loads a per-channel scale and bias once per thread and a residual a chunk of vectors
+// ahead of the stores. Blocks that may share the SM keep loading every operand per vector, which
+// holds no registers across the loop.
 TEST(Epilogue, OperandsTheSameAlongTheLoopAreLoadedOnce) {
-  const Compute c = fused_computes()[1].second;  // per-channel s and b, full-shape R
+  // A GEMM's per-column scale and bias, a per-tensor alpha, and a full-shape R (outputs stored in
+  // vectors along n); a convolution's per-channel s and b and full-shape R (along the channels).
+  const std::vector<std::pair<std::string, Compute>> computes = {
+      {"gemm", fused("gemm", "float16", "Y[m, n] = relu(C[m, n] * scale[n] + bias[n] + R[m, n]) * alpha[0]",
+                     {"M=96", "N=80", "K=64"})},
+      fused_computes()[1]};
+  const std::vector<std::vector<std::string>> fixed = {{"scale", "bias", "alpha"}, {"s", "b"}};
   std::size_t hoisting = 0, per_vector = 0;
-  for (const auto& gc : family_cases(c, "conv", 90)) {
-    if (gc.p.split_k > 1) continue;
-    const std::string code = emit_kernel(gc.g, gc.p).code;
-    if (code.find("store_d_vec") == std::string::npos) continue;  // outputs stored one by one
-    ASSERT_NE(code.find("struct EpiVec"), std::string::npos) << gc.label;
-    EXPECT_NE(code.find("// s: the same along the loop"), std::string::npos) << gc.label;
-    EXPECT_NE(code.find("// b: the same along the loop"), std::string::npos) << gc.label;
-    EXPECT_EQ(code.find("// R: the same along the loop"), std::string::npos) << gc.label;
-    const bool hoists = code.find("epi_load(out, m0 + mm, n0 + nn, z, fixed, 1)") != std::string::npos;
-    EXPECT_EQ(hoists, gc.g.hw->family == "wgmma") << gc.label;
-    ++(hoists ? hoisting : per_vector);
-  }
+  for (std::size_t i = 0; i < computes.size(); ++i)
+    for (const auto& gc : family_cases(computes[i].second, computes[i].first, 90)) {
+      if (gc.p.split_k > 1) continue;
+      const std::string code = emit_kernel(gc.g, gc.p).code;
+      if (code.find("store_d_vec") == std::string::npos) continue;  // outputs stored one by one
+      ASSERT_NE(code.find("struct EpiVec"), std::string::npos) << gc.label;
+      for (const std::string& t : fixed[i])
+        EXPECT_NE(code.find("// " + t + ": the same along the loop"), std::string::npos) << gc.label << " " << t;
+      EXPECT_EQ(code.find("// R: the same along the loop"), std::string::npos) << gc.label;
+      const bool hoists = code.find("epi_load(out, m0 + mm, n0 + nn, z, fixed, 1)") != std::string::npos;
+      if (hoists) EXPECT_EQ(gc.g.hw->family, "wgmma") << gc.label;
+      if (gc.g.hw->family == "wgmma" && gc.p.producer == 2) EXPECT_TRUE(hoists) << gc.label << ": persistent";
+      ++(hoists ? hoisting : per_vector);
+    }
   EXPECT_GE(hoisting, 1u);
-  EXPECT_GE(per_vector, 1u);
+  EXPECT_GE(per_vector, 4u);
 }
 
 TEST(GpuEpilogue, FusedKernelsMatchTheReference) {

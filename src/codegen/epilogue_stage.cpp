@@ -225,11 +225,12 @@ void emit_epilogue_loop(std::ostringstream& os, const ImplicitGemm& g, const Out
                                    : "const int nn = e / (BM / " + V + "), mm = e % (BM / " + V + ") * " + V + ";";
   // Operands that use no iterator of the other axis are loaded once when every vector of the
   // thread keeps its place along `along`; the others, a chunk of vectors at a time, all before
-  // the chunk's first store, so that their loads are in flight together.
+  // the chunk's first store, so that their loads are in flight together. A chunk of 8 held 16
+  // registers more than one of 4, which spilled in blocks of 640 threads and more.
   os << "  // The epilogue: each thread's vectors keep their place along " << ov.along << " when the stride is a\n"
      << "  // multiple of the vectors across the tile; operands the same along the loop are then loaded once.\n"
      << "  constexpr bool EPI_FIXED = " << (any_fixed ? T + " % (" + across + ") == 0" : "false") << ";\n"
-     << "  constexpr int EPI_CHUNK = 4;\n"
+     << "  constexpr int EPI_CHUNK = 65536 / (THREADS) >= 128 ? 8 : 4;  // 8 where ptxas may give 128 registers\n"
      << "  EpiVec fixed{};\n"
      << "  if (EPI_FIXED) {\n    const int e = threadIdx.x;\n    " << position << "\n"
      << "    epi_load(out, m0 + mm, n0 + nn, z, fixed, 1);\n  }\n"

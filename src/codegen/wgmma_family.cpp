@@ -101,6 +101,18 @@ std::int64_t barrier_offset(const ImplicitGemm& g, const ScheduleParams& p) {
   return std::max(ring_bytes(g, p), round_up(epilogue_bytes(g, p), 128));
 }
 
+/// The kernel's dynamic shared memory: the epilogue reuses the buffers; a warp-specialized
+/// kernel's mbarriers follow; 1 KiB of slack aligns the tiles to 1024 bytes.
+std::int64_t wgmma_shared_bytes(const ImplicitGemm& g, const ScheduleParams& p) {
+  return barrier_offset(g, p) + (p.producer ? 16 * p.stages : 0) + 1024;
+}
+
+/// Whether a block has its SM to itself: a second one's shared memory (and the 1 KiB the driver
+/// reserves for each) would not fit beside it in the 228 KiB of an sm_90 SM.
+bool wgmma_block_alone(const ImplicitGemm& g, const ScheduleParams& p) {
+  return 2 * (wgmma_shared_bytes(g, p) + 1024) > 228 * 1024;
+}
+
 /// How a warp-specialized kernel splits the register file: at launch every thread gets `even`
 /// registers (ptxas's limit for THREADS threads a block, __launch_bounds__(THREADS, 1)). In a
 /// persistent kernel (producer 2), where that leaves the consumer warpgroups too few for their
@@ -705,7 +717,7 @@ void emit_persistent_loops(std::ostringstream& os, const ImplicitGemm& g, const 
   scope.barrier = "  consumer_sync();\n";
   scope.threads = "CONSUMERS * 128";
   scope.close = false;
-  scope.sm_to_itself = true;
+  scope.sm_to_itself = true;  // one block per SM walks the tiles
   emit_epilogue_stores(os, g, p, cs, tout, scope);
   os << "  }\n"
      << (pair ? "  cluster_sync();  // no block leaves while the other may still arrive on its barriers\n" : "") << "}\n";
@@ -1059,7 +1071,7 @@ void emit_wgmma_epilogue(std::ostringstream& os, const WgmmaKernel& w) {
   os << "    }\n";
   EpilogueScope scope;
   scope.close = !pair;
-  scope.sm_to_itself = true;
+  scope.sm_to_itself = wgmma_block_alone(g, p);  // else holding operands may cost a resident block
   emit_epilogue_stores(os, g, p, tacc, tout, scope);
   if (pair) os << "  cluster_sync();  // no block leaves while the other may still arrive on its barriers\n}\n";
 }
@@ -1260,9 +1272,7 @@ class WgmmaFamily final : public EmitterFamily {
   }
 
   std::int64_t shared_bytes(const ImplicitGemm& g, const ScheduleParams& p) const override {
-    // The epilogue reuses the buffers; a warp-specialized kernel's mbarriers follow; 1 KiB of
-    // slack aligns the tiles to 1024 bytes.
-    return barrier_offset(g, p) + (p.producer ? 16 * p.stages : 0) + 1024;
+    return wgmma_shared_bytes(g, p);
   }
 
   ScheduleParams default_schedule(const ImplicitGemm& g, const DeviceLimits& limits) const override {
