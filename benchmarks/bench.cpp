@@ -34,6 +34,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench_common.h"
+#include "bench_report.h"
 #include "cublas_baselines.h"
 #include "cudnn_baselines.h"
 #include "unfused.h"
@@ -82,15 +83,6 @@ std::string dtypes_text(const Compute* c) {
 double h100_peak_tflops(tmap::DType dtype) {
   const double fp16 = 989.4;
   return dtype == tmap::DType::kFloat32 ? fp16 / 2 : tmap::dtype_bits(dtype) == 8 ? fp16 * 2 : fp16;
-}
-
-/// Where a replayed schedule was tuned, when not for the workload itself.
-enum class Transfer { kNone, kOtherDtype, kWithoutEpilogue };
-
-std::string transfer_note(Transfer t) {
-  return t == Transfer::kOtherDtype        ? "schedule tuned for another output dtype"
-         : t == Transfer::kWithoutEpilogue ? "schedule tuned without the epilogue"
-                                           : "";
 }
 
 /// The record whose kernel the benchmark replays for `c`: the fastest measured among the best of
@@ -147,87 +139,6 @@ double copy_bandwidth_gbs() {
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
   return 2.0 * bytes / (best_ms * 1e-3) / 1e9;
-}
-
-struct Row {
-  int count = 1;  ///< Runs per inference (workload tables).
-  std::string name, workload_key;
-  double gflop = 0;
-  double bytes = 0;  ///< Every tensor read or written once: the least traffic of any kernel.
-  std::optional<Timing> tmap;
-  double tmap_err = 0;
-  std::optional<Baseline> baseline;
-  std::optional<Baseline> other;  ///< Convolutions: cuDNN in the other layout.
-  /// A workload with an epilogue: the bare contraction's strongest baseline followed by one
-  /// elementwise kernel per operation. `baseline` is then the faster of it and the fused calls.
-  std::optional<Baseline> unfused;
-  /// A workload with an epilogue: tmap's schedule without it, and tmap's kernel again, timed warm
-  /// in alternating rounds (medians): what the epilogue costs, A/B in the same run.
-  std::optional<double> bare_us, fused_ab_us;
-  std::string note;
-
-  /// The epilogue's cost as a fraction of the bare kernel's time (0.04: 4% slower).
-  std::optional<double> epilogue_cost() const {
-    if (!bare_us || !fused_ab_us) return std::nullopt;
-    return *fused_ab_us / *bare_us - 1;
-  }
-
-  /// The faster of the two layouts' baselines.
-  const std::optional<Baseline>& fastest() const {
-    return other && (!baseline || other->time.warm_us < baseline->time.warm_us) ? other : baseline;
-  }
-};
-
-/// A text field of the CSV: its commas become semicolons, so that readers (make_results.sh's
-/// awk among them) split rows on commas alone.
-std::string csv_text(std::string s) {
-  std::replace(s.begin(), s.end(), ',', ';');
-  return s;
-}
-
-/// Today's date in UTC, as YYYY-MM-DD.
-std::string utc_date() {
-  const std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  char buf[16];
-  std::strftime(buf, sizeof buf, "%Y-%m-%d", &tm);
-  return buf;
-}
-
-std::string fixed(double v, int digits = 2) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
-  return buf;
-}
-
-/// "+4.1%", or "-" for none.
-std::string percent_text(std::optional<double> fraction) {
-  if (!fraction) return "-";
-  return (*fraction >= 0 ? "+" : "") + fixed(*fraction * 100, 1) + "%";
-}
-
-/// The epilogues' cost over the rows that measured it: the median, and the largest among the
-/// rows whose bare kernel takes 10 us or more (shorter ones are dominated by launch and tail).
-std::string epilogue_cost_summary(const std::vector<Row>& rows) {
-  std::vector<double> costs;
-  const Row* worst = nullptr;
-  int long_rows = 0;
-  for (const auto& r : rows) {
-    if (!r.epilogue_cost()) continue;
-    costs.push_back(*r.epilogue_cost());
-    if (*r.bare_us < 10) continue;
-    ++long_rows;
-    if (!worst || *r.epilogue_cost() > *worst->epilogue_cost()) worst = &r;
-  }
-  if (costs.empty()) return "";
-  std::string s = "\nEpilogue cost (tmap's kernel against its own schedule without the epilogue, warm, three "
-                  "alternating rounds in this run): median " + percent_text(tmap::median_of(costs)) + " over " +
-                  std::to_string(costs.size()) + " workloads";
-  if (worst)
-    s += "; over the " + std::to_string(long_rows) + " of 10 us or more, at most " +
-         percent_text(worst->epilogue_cost()) + " (" + worst->name + ")";
-  return s + ".\n";
 }
 
 /// What a row's baselines run: a convolution of `rank` spatial dimensions (tmap's kernel
@@ -580,27 +491,6 @@ int main(int argc, char** argv) {
       rows.push_back(std::move(row));
     }
 
-    // Geometric-mean speedups (baseline time / tmap time) over rows with both.
-    double log_sum = 0, log_sum_cold = 0, log_sum_fastest = 0;
-    int both = 0, with_fastest = 0;
-    for (const auto& r : rows) {
-      if (r.tmap && r.baseline) {
-        log_sum += std::log(r.baseline->time.warm_us / r.tmap->warm_us);
-        log_sum_cold += std::log(r.baseline->time.cold_us / r.tmap->cold_us);
-        ++both;
-      }
-      if (r.tmap && r.fastest()) {
-        log_sum_fastest += std::log(r.fastest()->time.warm_us / r.tmap->warm_us);
-        ++with_fastest;
-      }
-    }
-    const double geo = both ? std::exp(log_sum / both) : 0, geo_cold = both ? std::exp(log_sum_cold / both) : 0;
-    const double geo_fastest = with_fastest ? std::exp(log_sum_fastest / with_fastest) : 0;
-    double log_sum_unfused = 0;
-    int with_unfused = 0;
-    for (const auto& r : rows)
-      if (r.tmap && r.unfused) log_sum_unfused += std::log(r.unfused->time.warm_us / r.tmap->warm_us), ++with_unfused;
-    const double geo_unfused = with_unfused ? std::exp(log_sum_unfused / with_unfused) : 0;
     int cudnn_version = static_cast<int>(cudnnGetVersion());
     int cublas_version = 0;
     cublasGetProperty(MAJOR_VERSION, &cublas_version);
@@ -615,137 +505,33 @@ int main(int argc, char** argv) {
     const std::string what = (model ? kind + " (workload table)" : conv ? kind + ", batch " + std::to_string(batch) + ", " + layout_name
                                    : table_path.find("skinny") != std::string::npos ? "skinny GEMM" : "GEMM") +
                              ", " + dtypes_text(first ? &*first : nullptr);
-    // Achieved bandwidth of tmap's kernel, cold L2 (every tensor read or written once), and its
-    // share of the copy bandwidth.
-    auto gbs = [](const Row& r) { return r.bytes / (r.tmap->cold_us * 1e-6) / 1e9; };
-    int transfers = 0, bare_schedules = 0;
-    for (const auto& r : rows) transfers += r.note.find(transfer_note(Transfer::kOtherDtype)) != std::string::npos;
-    for (const auto& r : rows) bare_schedules += r.note.find(transfer_note(Transfer::kWithoutEpilogue)) != std::string::npos;
-    if (!csv_path.empty()) {
-      std::ofstream csv(csv_path);
-      csv << "workload,key,gflop,tmap_us,tmap_cold_us,tmap_tflops,baseline,baseline_us,baseline_cold_us,speedup,"
-             "speedup_cold,pct_peak,tmap_rel_l2,baseline_vs_tmap_rel_l2,note,other_layout_baseline,other_layout_us,"
-             "speedup_vs_fastest_layout,tmap_cold_gbs,pct_copy_bandwidth,unfused_baseline,unfused_us,speedup_vs_unfused,"
-             "bare_us,epilogue_cost_pct\n";
-      for (const auto& r : rows) {
-        csv << csv_text(r.name) << "," << r.workload_key << "," << r.gflop << ",";
-        if (r.tmap) csv << r.tmap->warm_us << "," << r.tmap->cold_us << "," << r.gflop / r.tmap->warm_us * 1e3;
-        else csv << ",,";
-        csv << ",";
-        if (r.baseline) csv << csv_text(r.baseline->name) << "," << r.baseline->time.warm_us << "," << r.baseline->time.cold_us;
-        else csv << ",,";
-        csv << ",";
-        if (r.tmap && r.baseline)
-          csv << r.baseline->time.warm_us / r.tmap->warm_us << "," << r.baseline->time.cold_us / r.tmap->cold_us << ","
-              << r.gflop / r.tmap->warm_us * 1e3 / peak_tflops * 100;
-        else csv << ",,";
-        csv << "," << (r.tmap ? r.tmap_err : 0) << "," << (r.baseline ? r.baseline->err_tmap : 0) << "," << csv_text(r.note);
-        if (r.other) csv << "," << csv_text(r.other->name) << "," << r.other->time.warm_us;
-        else csv << ",,";
-        csv << ",";
-        if (r.tmap && r.fastest()) csv << r.fastest()->time.warm_us / r.tmap->warm_us;
-        csv << ",";
-        if (r.tmap && bandwidth) csv << gbs(r) << "," << gbs(r) / copy_gbs * 100;
-        else csv << ",";
-        if (r.unfused) csv << "," << csv_text(r.unfused->name) << "," << r.unfused->time.warm_us << ",";
-        else csv << ",,,";
-        if (r.tmap && r.unfused) csv << r.unfused->time.warm_us / r.tmap->warm_us;
-        csv << ",";
-        if (r.epilogue_cost()) csv << *r.bare_us << "," << *r.epilogue_cost() * 100;
-        else csv << ",";
-        csv << "\n";
-      }
-    }
     bool any_conv = conv;
     for (const auto& e : entries) any_conv = any_conv || (model && is_conv_op(e.op));
     // A table of fused workloads compares with the unfused sequence where others compare layouts.
     bool any_fused = false;
     for (const auto& e : entries) any_fused = any_fused || (e.workload && !e.workload->epilogue.empty());
-    const bool layout_cols = any_conv && !any_fused, extra_cols = layout_cols || any_fused;
-    std::ostringstream md;
-    md << "### " << what << "\n\n"
-       << "Device " << rt.devices.front().name << ", driver " << tmap::cuda_version_text(rt.driver_version) << ", CUDA "
-       << tmap::cuda_version_text(rt.runtime_version) << ", cuDNN " << cudnn_version / 10000 << "."
-       << cudnn_version % 10000 / 100 << "." << cudnn_version % 100 << ", cuBLAS " << cublas_version << "; tmap "
-       << (commit.empty() ? "(commit unknown)" : commit) << ", " << utc_date()
-       << ". Times in us: median of CUDA-graph replays of " << graph_runs
-       << " runs (warm L2); cold: the same with an L2 flush (a read of twice the L2's size) before each run, the "
-          "flushes' own time subtracted. "
-          "Speedup = baseline / tmap.\n\n"
-       << (layout_cols ? "cuDNN runs in tmap's layout (baseline, speedup) and in the other layout, on the same values "
-                     "transposed (other layout us; vs fastest: against the faster of the two).\n\n"
-                   : "")
-       << (any_fused ? "Fused epilogues, all in tmap's layout: the baseline is the fastest of cuDNN's fused calls (the "
-                       "backend graph of the convolution and the epilogue's pointwise operations; "
-                       "cudnnConvolutionBiasActivationForward), cuBLASLt's epilogues, and the unfused sequence (the "
-                       "strongest bare contraction, then one elementwise kernel per operation through memory, as a "
-                       "framework without fusion runs them: unfused us, vs unfused).\n\n"
-                     : "")
-       << (bandwidth ? "Memory-bound: tmap GB/s is every tensor's bytes moved once over tmap's cold time; the "
-                       "device-to-device copy bandwidth measured in this run is " + fixed(copy_gbs, 0) + " GB/s.\n\n"
-                     : "")
-       << "| workload | tmap us | baseline | baseline us | speedup | cold speedup |"
-       << (layout_cols ? " other layout us | vs fastest |" : any_fused ? " unfused us | vs unfused | epilogue cost |" : "")
-       << " tmap TFLOP/s | % of peak |"
-       << (bandwidth ? " tmap GB/s (cold) | % of copy |" : "") << "\n"
-       << "| --- | ---: | --- | ---: | ---: | ---: |" << (extra_cols ? " ---: | ---: |" : "")
-       << (any_fused ? " ---: |" : "") << " ---: | ---: |"
-       << (bandwidth ? " ---: | ---: |" : "") << "\n";
-    for (const auto& r : rows) {
-      md << "| " << r.name << " | " << (r.tmap ? fixed(r.tmap->warm_us) : "-") << " | "
-         << (r.baseline ? r.baseline->name : "-") << " | " << (r.baseline ? fixed(r.baseline->time.warm_us) : "-")
-         << " | ";
-      const std::optional<Baseline>& other = any_fused ? r.unfused : r.other;
-      const std::optional<Baseline>& vs = any_fused ? r.unfused : r.fastest();
-      const std::string other_cols =
-          !extra_cols ? ""
-                      : (other ? fixed(other->time.warm_us) : std::string("-")) + " | " +
-                            (r.tmap && vs ? fixed(vs->time.warm_us / r.tmap->warm_us) : std::string("-")) + " | " +
-                            (!any_fused ? std::string() : percent_text(r.epilogue_cost()) + " | ");
-      if (r.tmap && r.baseline)
-        md << fixed(r.baseline->time.warm_us / r.tmap->warm_us) << " | "
-           << fixed(r.baseline->time.cold_us / r.tmap->cold_us) << " | " << other_cols
-           << fixed(r.gflop / r.tmap->warm_us * 1e3, 1)
-           << " | " << fixed(r.gflop / r.tmap->warm_us * 1e3 / peak_tflops * 100, 1) << " |"
-           << (bandwidth ? " " + fixed(gbs(r), 0) + " | " + fixed(gbs(r) / copy_gbs * 100, 1) + " |" : "");
-      else
-        md << "- | - | " << other_cols << "- | - |" << (r.note.empty() ? "" : " " + r.note);
-      md << "\n";
+    Report report;
+    report.title = what;
+    report.device = "Device " + rt.devices.front().name + ", driver " + tmap::cuda_version_text(rt.driver_version) +
+                    ", CUDA " + tmap::cuda_version_text(rt.runtime_version) + ", cuDNN " +
+                    std::to_string(cudnn_version / 10000) + "." + std::to_string(cudnn_version % 10000 / 100) + "." +
+                    std::to_string(cudnn_version % 100) + ", cuBLAS " + std::to_string(cublas_version);
+    report.commit = commit;
+    report.date = utc_date();
+    report.graph_runs = graph_runs;
+    report.peak_tflops = peak_tflops;
+    report.copy_gbs = copy_gbs;
+    report.layout_cols = any_conv && !any_fused;
+    report.fused = any_fused;
+    report.model = model.has_value();
+    report.out_dtype = first ? tmap::dtype_name(first->tensor_of(first->output).dtype) : "";
+    if (!csv_path.empty()) {
+      std::ofstream csv(csv_path);
+      write_csv(csv, rows, report);
     }
-    md << "\nGeometric-mean speedup over " << both << " workloads: " << fixed(geo) << " (cold L2: " << fixed(geo_cold)
-       << ")" << (layout_cols ? "; against cuDNN's fastest layout: " + fixed(geo_fastest) : std::string())
-       << (any_fused ? "; against the unfused sequence: " + fixed(geo_unfused) : std::string()) << ".\n";
-    if (any_fused) md << epilogue_cost_summary(rows);
-    if (model) {  // the model's time: each workload's time times its count, over the workloads all have
-      double t = 0, base = 0, fastest = 0, unfused = 0;
-      int n = 0, skipped = 0;
-      for (const auto& r : rows) {
-        if (!r.tmap || !r.baseline) {
-          ++skipped;
-          continue;
-        }
-        t += r.count * r.tmap->warm_us;
-        base += r.count * r.baseline->time.warm_us;
-        fastest += r.count * (r.fastest() ? r.fastest()->time.warm_us : r.baseline->time.warm_us);
-        unfused += r.count * (r.unfused ? r.unfused->time.warm_us : r.baseline->time.warm_us);
-        ++n;
-      }
-      md << "\nModel total (sum of count x time over " << n << " workloads" << (skipped ? ", " + std::to_string(skipped) + " without both left out" : std::string())
-         << "): tmap " << fixed(t) << " us, cuDNN/cuBLAS " << fixed(base) << " us (speedup " << fixed(t > 0 ? base / t : 0)
-         << ")" << (layout_cols ? ", cuDNN in its fastest layout " + fixed(fastest) + " us (speedup " + fixed(t > 0 ? fastest / t : 0) + ")" : std::string())
-         << (any_fused ? ", the unfused sequence " + fixed(unfused) + " us (speedup " + fixed(t > 0 ? unfused / t : 0) + ")"
-                       : std::string())
-         << ".\n";
-    }
-    if (transfers)
-      md << transfers << " of tmap's kernels replay schedules tuned for another output dtype (the log holds no "
-         << (first ? tmap::dtype_name(first->tensor_of(first->output).dtype) : "")
-         << "-output record of their workload).\n";
-    if (bare_schedules)
-      md << bare_schedules << " of tmap's kernels replay the schedule tuned for their contraction without the "
-         << "epilogue (the log holds no record of the fused workload).\n";
-    if (!md_path.empty()) std::ofstream(md_path) << md.str();
-    std::cout << md.str();
+    const std::string md = markdown(rows, report);
+    if (!md_path.empty()) std::ofstream(md_path) << md;
+    std::cout << md;
     return 0;
   } catch (const std::exception& e) {
     std::cerr << "tmap_bench: error: " << e.what() << "\n";

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_report.h"
 #include "tmap/ir/compute.h"
 #include "tmap/runtime/kernel_runner.h"
 
@@ -47,23 +48,11 @@ std::unique_ptr<Buffer> upload(const std::vector<double>& values, tmap::DType t)
 cudaDataType_t cuda_type(tmap::DType t);
 cudnnDataType_t cudnn_type(tmap::DType t);
 
-struct Timing {
-  double warm_us = 0, cold_us = 0;
-};
-
 /// How everything in the benchmark is timed, tmap's kernels and the baselines alike: CUDA-graph
 /// replays of `graph_runs` runs after 3 warm-up runs, until 10 repeats and 30 ms; cold: each run
 /// after an L2 flush, the flushes' time subtracted.
 tmap::TimingOptions bench_timing(int graph_runs, bool cold);
 Timing time_both(const std::function<int(void*)>& launch, int graph_runs);
-
-/// The fastest correct baseline of a workload.
-struct Baseline {
-  std::string name;  ///< e.g. "cudnn IMPLICIT_PRECOMP_GEMM", "cublasLt algo 3", "cublasGemmEx"
-  Timing time;
-  double err_ref = 0, err_tmap = 0;  ///< Relative L2 against the reference and tmap's output.
-  int tried = 0, wrong = 0;
-};
 
 /// The faster of two baselines (either may be missing).
 std::optional<Baseline> faster(std::optional<Baseline> a, std::optional<Baseline> b);
