@@ -141,6 +141,80 @@ double copy_bandwidth_gbs() {
   return 2.0 * bytes / (best_ms * 1e-3) / 1e9;
 }
 
+/// A workload of the table as the op and parameters tmap builds it from.
+struct Entry {
+  std::string name, op;
+  std::vector<std::string> sets;
+  int count = 1;
+  std::optional<tmap::TableWorkload> workload;  ///< A workload table's entry (with its epilogue).
+  bool of_range = false;  ///< A size of a range workload: run with the kernel its bucket dispatches to.
+};
+
+/// The workloads of a workload table (tmap import); a range of sizes at each of its sizes (its
+/// "sizes", else the tuner's samples). Only `only`'s, when given.
+std::vector<Entry> model_entries(const tmap::WorkloadTable& model, const std::string& only) {
+  std::vector<Entry> entries;
+  for (const auto& range : model.workloads) {
+    const std::vector<std::int64_t> sizes =
+        !range.ranged() || !range.sizes.empty() ? range.sizes : tmap::range_sample_sizes(range.range_lo, range.range_hi());
+    for (const auto& w : tmap::workloads_at_sizes(range, sizes)) {
+      if (!only.empty() && w.name != only && range.name != only) continue;
+      Entry e{w.name, w.op, {}, w.count, w, range.ranged()};
+      for (const auto& [k, v] : w.params) e.sets.push_back(k + "=" + std::to_string(v));
+      entries.push_back(e);
+    }
+  }
+  return entries;
+}
+
+/// The workloads of a convolution table's "layers" at `batch` (`conv_op` names the op) or, with
+/// no `conv_op`, of a GEMM table's "shapes". Only `only`'s, when given.
+std::vector<Entry> fixed_entries(const nlohmann::json& table, const std::string& conv_op, int batch,
+                                 const std::string& only) {
+  std::vector<Entry> entries;
+  const bool conv = !conv_op.empty();
+  for (const auto& entry : conv ? table["layers"] : table["shapes"]) {
+    Entry e{entry["name"], conv ? conv_op : "gemm", {}, 1, std::nullopt, false};
+    if (!only.empty() && e.name != only) continue;
+    if (conv) {
+      e.sets.push_back("N=" + std::to_string(batch));
+      for (const auto& field : table["fields"]) {
+        const std::string key = field;
+        if (key == "dilation") continue;
+        e.sets.push_back(key + "=" + std::to_string(entry.at(key).get<int>()));
+      }
+      e.sets.push_back("dil=" + std::to_string(entry.value("dilation", 1)));
+    } else {
+      for (const char* key : {"M", "N", "K"}) e.sets.push_back(std::string(key) + "=" + std::to_string(entry[key].get<int>()));
+    }
+    entries.push_back(e);
+  }
+  return entries;
+}
+
+/// --print-workloads: each entry as "name key op --set ...", the key that of the log record the
+/// benchmark would replay, or with --dispatch (`dispatch_first`) that of the range whose bucket
+/// serves it (its arch: the log's first record's).
+void print_entries(const std::vector<Entry>& entries, const std::function<Compute(const Entry&)>& compute_of,
+                   const std::string& in_dtype, const std::string& out_dtype, const tmap::LogContents& log,
+                   bool dispatch_first) {
+  const auto best = tmap::best_records(log.records);
+  for (const auto& e : entries) {
+    Compute c = compute_of(e);
+    const Compute bare = build_workload(e.op, e.sets, in_dtype, out_dtype);
+    Transfer transfer;
+    const tmap::TuneRecord* record = dispatch_first || e.of_range ? nullptr : find_record(best, c, &bare, transfer);
+    const tmap::Dispatch d = record || log.records.empty()
+                                 ? tmap::Dispatch{}
+                                 : tmap::dispatch(log.records, c, log.records.front().target.arch);
+    std::cout << e.name << " "
+              << (record ? record->workload.key : d.bucket ? d.bucket->workload.key : tmap::make_workload(c).key) << " "
+              << e.op;
+    for (const auto& s : e.sets) std::cout << " --set " << s;
+    std::cout << "\n";
+  }
+}
+
 /// What a row's baselines run: a convolution of `rank` spatial dimensions (tmap's kernel
 /// channels-last with `nhwc`) or, with rank 0, a GEMM.
 struct RowKind {
@@ -326,47 +400,14 @@ int main(int argc, char** argv) {
     // against the device-to-device copy bandwidth measured in this run.
     const bool bandwidth = table.value("description", std::string()).find("GB/s") != std::string::npos;
     const std::string layout_name = rank == 1 ? "ncw" : rank == 3 ? "ncdhw" : layout;
-    // Each workload of the table as the op and parameters tmap builds it from.
-    struct Entry {
-      std::string name, op;
-      std::vector<std::string> sets;
-      int count = 1;
-      std::optional<tmap::TableWorkload> workload;  ///< A workload table's entry (with its epilogue).
-      bool of_range = false;  ///< A size of a range workload: run with the kernel its bucket dispatches to.
-    };
     std::vector<Entry> entries;
     if (model) {
       if (in_dtype.empty()) in_dtype = model->dtype;
       if (!table_out_dtype_given) out_dtype = model->out_dtype;
-      // A range of sizes is compared at each of its sizes (its "sizes", else the tuner's samples).
-      for (const auto& range : model->workloads) {
-        const std::vector<std::int64_t> sizes =
-            !range.ranged() || !range.sizes.empty() ? range.sizes
-                                                    : tmap::range_sample_sizes(range.range_lo, range.range_hi());
-        for (const auto& w : tmap::workloads_at_sizes(range, sizes)) {
-          if (!only.empty() && w.name != only && range.name != only) continue;
-          Entry e{w.name, w.op, {}, w.count, w, range.ranged()};
-          for (const auto& [k, v] : w.params) e.sets.push_back(k + "=" + std::to_string(v));
-          entries.push_back(e);
-        }
-      }
-    }
-    if (!model && out_dtype.empty()) out_dtype = default_out_dtype(in_dtype);
-    for (const auto& entry : model ? nlohmann::json::array() : conv ? table["layers"] : table["shapes"]) {
-      Entry e{entry["name"], conv ? conv_op : "gemm", {}, 1, std::nullopt, false};
-      if (!only.empty() && e.name != only) continue;
-      if (conv) {
-        e.sets.push_back("N=" + std::to_string(batch));
-        for (const auto& field : table["fields"]) {
-          const std::string key = field;
-          if (key == "dilation") continue;
-          e.sets.push_back(key + "=" + std::to_string(entry.at(key).get<int>()));
-        }
-        e.sets.push_back("dil=" + std::to_string(entry.value("dilation", 1)));
-      } else {
-        for (const char* key : {"M", "N", "K"}) e.sets.push_back(std::string(key) + "=" + std::to_string(entry[key].get<int>()));
-      }
-      entries.push_back(e);
+      entries = model_entries(*model, only);
+    } else {
+      if (out_dtype.empty()) out_dtype = default_out_dtype(in_dtype);
+      entries = fixed_entries(table, conv ? conv_op : "", batch, only);
     }
     auto compute_of = [&](const Entry& e) {
       return e.workload ? tmap::build_table_workload(*e.workload, in_dtype, out_dtype, table_path)
@@ -378,23 +419,7 @@ int main(int argc, char** argv) {
     if (peak_tflops <= 0)
       peak_tflops = h100_peak_tflops(first ? first->tensor_of(first->inputs[0]).dtype : tmap::DType::kFloat16);
     if (print_workloads) {
-      const tmap::LogContents log = tmap::read_log(log_path);
-      const auto best = tmap::best_records(log.records);
-      for (const auto& e : entries) {
-        Compute c = compute_of(e);
-        const Compute bare = build_workload(e.op, e.sets, in_dtype, out_dtype);
-        Transfer transfer;
-        const tmap::TuneRecord* record = dispatch_first || e.of_range ? nullptr : find_record(best, c, &bare, transfer);
-        // With --dispatch: the key of the range whose bucket serves it (its arch: the log's first record's).
-        const tmap::Dispatch d = record || log.records.empty()
-                                     ? tmap::Dispatch{}
-                                     : tmap::dispatch(log.records, c, log.records.front().target.arch);
-        std::cout << e.name << " "
-                  << (record ? record->workload.key : d.bucket ? d.bucket->workload.key : tmap::make_workload(c).key) << " "
-                  << e.op;
-        for (const auto& s : e.sets) std::cout << " --set " << s;
-        std::cout << "\n";
-      }
+      print_entries(entries, compute_of, in_dtype, out_dtype, tmap::read_log(log_path), dispatch_first);
       return 0;
     }
     const tmap::RuntimeInfo rt = tmap::query_runtime();
