@@ -36,16 +36,18 @@ std::string epilogue_cost_summary(const std::vector<Row>& rows) {
   return s + ".\n";
 }
 
-/// Geometric mean of baseline / tmap over the rows that have both (`of` picks the baseline's
-/// time, nullopt to leave a row out), and how many rows that was.
-std::pair<double, int> geometric_mean(const std::vector<Row>& rows,
-                                      const std::function<std::optional<double>(const Row&)>& of) {
+/// Which of a row's baselines a speedup is against.
+using Against = std::function<const std::optional<Baseline>&(const Row&)>;
+
+/// Geometric mean of baseline / tmap, warm or `cold`, over the rows where tmap and the baseline
+/// `against` picks both ran, and how many rows that was.
+std::pair<double, int> geometric_mean(const std::vector<Row>& rows, const Against& against, bool cold) {
   double log_sum = 0;
   int n = 0;
   for (const auto& r : rows) {
-    const std::optional<double> v = r.tmap ? of(r) : std::nullopt;
-    if (!v) continue;
-    log_sum += std::log(*v);
+    const std::optional<Baseline>& b = against(r);
+    if (!r.tmap || !b) continue;
+    log_sum += std::log(cold ? b->time.cold_us / r.tmap->cold_us : b->time.warm_us / r.tmap->warm_us);
     ++n;
   }
   return {n ? std::exp(log_sum / n) : 0, n};
@@ -108,17 +110,17 @@ std::string markdown_row(const Row& r, const Report& rep) {
 
 /// The line of geometric-mean speedups.
 std::string geometric_means(const std::vector<Row>& rows, const Report& rep) {
-  auto warm = [](const Row& r) { return r.baseline ? std::optional<double>(r.baseline->time.warm_us / r.tmap->warm_us) : std::nullopt; };
-  auto cold = [](const Row& r) { return r.baseline ? std::optional<double>(r.baseline->time.cold_us / r.tmap->cold_us) : std::nullopt; };
-  auto fastest = [](const Row& r) {
-    return r.fastest() ? std::optional<double>(r.fastest()->time.warm_us / r.tmap->warm_us) : std::nullopt;
-  };
-  auto unfused = [](const Row& r) { return r.unfused ? std::optional<double>(r.unfused->time.warm_us / r.tmap->warm_us) : std::nullopt; };
-  const auto [geo, both] = geometric_mean(rows, warm);
+  const Against baseline = [](const Row& r) -> const std::optional<Baseline>& { return r.baseline; };
+  const Against fastest = [](const Row& r) -> const std::optional<Baseline>& { return r.fastest(); };
+  const Against unfused = [](const Row& r) -> const std::optional<Baseline>& { return r.unfused; };
+  const auto [geo, both] = geometric_mean(rows, baseline, false);
   return "\nGeometric-mean speedup over " + std::to_string(both) + " workloads: " + fixed(geo) +
-         " (cold L2: " + fixed(geometric_mean(rows, cold).first) + ")" +
-         (rep.layout_cols ? "; against cuDNN's fastest layout: " + fixed(geometric_mean(rows, fastest).first) : std::string()) +
-         (rep.fused ? "; against the unfused sequence: " + fixed(geometric_mean(rows, unfused).first) : std::string()) + ".\n";
+         " (cold L2: " + fixed(geometric_mean(rows, baseline, true).first) + ")" +
+         (rep.layout_cols ? "; against cuDNN's fastest layout: " + fixed(geometric_mean(rows, fastest, false).first)
+                          : std::string()) +
+         (rep.fused ? "; against the unfused sequence: " + fixed(geometric_mean(rows, unfused, false).first)
+                    : std::string()) +
+         ".\n";
 }
 
 /// The model's time: each workload's time times its count, over the workloads that have both.

@@ -82,7 +82,7 @@ void emit_operand_loads(std::ostringstream& os, const ImplicitGemm& g, int i, in
   const Compute& c = *g.compute;
   const Tensor& t = c.tensor_of(c.epilogue.operands[i]);
   const std::string name = operand_name(i), type = storage_type(t.dtype);
-  const int w = vec == 1 ? 0 : operand_load_width(g, c.epilogue.operands[i], along, vec);
+  const int w = operand_load_width(g, c.epilogue.operands[i], along, vec);
   if (w == 0) {
     os << indent << "v." << name << "[0] = __ldg(out." << name << " + " << name << "_offset(m, n, z));\n";
     return;
@@ -108,7 +108,7 @@ void emit_operand_vector(std::ostringstream& os, const ImplicitGemm& g, int vec,
   os << "// The epilogue's operand values of one vector of outputs, in their storage types\nstruct EpiVec {\n";
   for (std::size_t i = 0; i < e.operands.size(); ++i) {
     const Access& a = e.operands[i];
-    const int w = vec == 1 ? 0 : operand_load_width(g, a, along, vec);
+    const int w = operand_load_width(g, a, along, vec);
     const std::string type = w > 1 ? vector_type(w * dtype_bits(c.tensor_of(a).dtype) / 8) : storage_type(c.tensor_of(a).dtype);
     os << "  " << type << " " << operand_name(static_cast<int>(i)) << "[" << (w > 1 ? vec / w : w ? vec : 1) << "];  // "
        << c.tensor_of(a).name
@@ -136,7 +136,7 @@ void emit_operand_vector(std::ostringstream& os, const ImplicitGemm& g, int vec,
 std::string operand_value(const ImplicitGemm& g, int i, int vec, char along, const std::string& t) {
   const Compute& c = *g.compute;
   const Access& a = c.epilogue.operands[i];
-  const int w = vec == 1 ? 0 : operand_load_width(g, a, along, vec);
+  const int w = operand_load_width(g, a, along, vec);
   const std::string src = std::string(operand_fixed(g, a, along) ? "(use_f ? f : v)." : "v.") + operand_name(i);
   if (w > 1) return "(float)reinterpret_cast<const " + storage_type(c.tensor_of(a).dtype) + "*>(" + src + ")[" + t + "]";
   return "(float)" + src + "[" + (w ? t : "0") + "]";
