@@ -243,14 +243,16 @@ CompiledRecord compile_record(const tmap::TuneRecord& record, const Compute& c,
 }
 
 /// What `fused`'s epilogue costs on `record`'s schedule: the kernel with and without it (the bare
-/// contraction `bare`, verified against its own reference), timed warm in three alternating
-/// rounds, each side's median kept in `row`.
+/// contraction `bare`, verified against its own reference; with nothing to prefetch for it, so
+/// epi_prefetch 0), timed warm in three alternating rounds, each side's median kept in `row`.
 void measure_epilogue_cost(Row& row, const tmap::TuneRecord& record, const CompiledRecord& fused, tmap::Workspace& ws,
                            const Compute& bare, const std::vector<tmap::HwAbstraction>& hws, int cc,
                            int graph_runs, tmap::NvrtcCompiler& compiler) {
   tmap::Workspace bare_ws(bare, 2024);
   const std::vector<double> bare_ref = tmap::gpu_reference(bare_ws, compiler);
-  const CompiledRecord k = compile_record(record, bare, hws, cc, compiler);
+  tmap::TuneRecord bare_record = record;
+  bare_record.candidate.params.epi_prefetch = 0;
+  const CompiledRecord k = compile_record(bare_record, bare, hws, cc, compiler);
   std::vector<double> with, without;
   for (int round = 0; round < 3; ++round) {
     const tmap::KernelRun f = tmap::run_candidate(ws, {}, fused.a, fused.b, fused.g.kernel, fused.bin.cubin,

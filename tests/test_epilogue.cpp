@@ -159,7 +159,7 @@ TEST(Epilogue, AlteredRecordsAreRefused) {
 
 /// Kernels of `c` for each family: the default schedule of the first full mapping, and variants
 /// (split-K summed by a reduce kernel, by the tile's last block and in a cluster, wgmma's
-/// producer) where valid.
+/// producer, a residual asked of L2 at the tile's start) where valid.
 std::vector<testing::GpuCase> family_cases(const Compute& c, const std::string& label, int cc) {
   std::vector<testing::GpuCase> out;
   for (const std::string hw_name : {"wmma_fp16_fp32", "mma_sync_fp16_fp32", "wgmma_fp16_fp32", "simt_fp16_fp32"}) {
@@ -191,6 +191,12 @@ std::vector<testing::GpuCase> family_cases(const Compute& c, const std::string& 
       ScheduleParams persistent = base;  // its epilogue loads operands the same along the loop once
       persistent.producer = 2;
       schedules.push_back({"persistent", persistent});
+    }
+    const std::size_t plain = schedules.size();
+    for (std::size_t i = 0; i < plain; ++i) {
+      ScheduleParams prefetch = schedules[i].second;
+      prefetch.epi_prefetch = 1;
+      schedules.push_back({schedules[i].first + ", residual prefetched", prefetch});
     }
     for (const auto& [what, p] : schedules)
       if (validate(g, p, limits).empty()) out.push_back({label + " " + hw_name + " " + what, g, p, 1e-2});
@@ -270,6 +276,41 @@ TEST(Epilogue, OperandsTheSameAlongTheLoopAreLoadedOnce) {
     }
   EXPECT_GE(hoisting, 1u);
   EXPECT_GE(per_vector, 4u);
+}
+
+// epi_prefetch asks L2 for the operands of the output's shape (R), never for per-channel or
+// per-tensor ones, and only where the tile's sums reach the epilogue in the same block.
+TEST(Epilogue, AResidualIsAskedOfL2WhenTheTileStarts) {
+  std::size_t prefetching = 0;
+  for (const auto& [label, c] : fused_computes()) {
+    const bool residual = label.find("residual") != std::string::npos || label.find("every") != std::string::npos;
+    for (const auto& gc : family_cases(c, label, 90)) {
+      const std::string code = emit_kernel(gc.g, gc.p).code;
+      const bool asks = code.find("epi_prefetch_l2(out.") != std::string::npos;
+      EXPECT_EQ(asks, gc.p.epi_prefetch == 1) << gc.label;
+      if (!asks) continue;
+      ++prefetching;
+      EXPECT_TRUE(residual) << gc.label;
+      EXPECT_EQ(gc.p.split_k, 1) << gc.label;
+      EXPECT_NE(code.find("// R, "), std::string::npos) << gc.label << ": R is the one operand of the output's shape";
+      for (const std::string other : {"// s, ", "// b, ", "// scale, ", "// bias, ", "// alpha, "})
+        EXPECT_EQ(code.find(other), std::string::npos) << gc.label << " " << other;
+    }
+  }
+  EXPECT_GE(prefetching, 6u) << "every family, both computes with a residual";
+  // Refused, with the reason, where nothing would be asked for.
+  const auto [label, c] = fused_computes()[2];  // a bias only
+  for (const auto& gc : family_cases(c, label, 90)) {
+    EXPECT_EQ(gc.p.epi_prefetch, 0) << gc.label;
+    ScheduleParams p = gc.p;
+    p.epi_prefetch = 1;
+    const std::vector<ScheduleIssue> issues = validate(gc.g, p, DeviceLimits::for_arch(90));
+    std::string why;
+    for (const ScheduleIssue& i : issues) why += i.detail + "\n";
+    EXPECT_NE(why.find(p.split_k > 1 ? "split sums reach the epilogue later" : "no epilogue operand of the output's shape"),
+              std::string::npos) << gc.label << ": " << why;
+    EXPECT_NE(why.find("use epi_prefetch 0"), std::string::npos) << why;
+  }
 }
 
 TEST(GpuEpilogue, FusedKernelsMatchTheReference) {

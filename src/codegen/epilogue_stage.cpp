@@ -213,6 +213,52 @@ void emit_epilogue_scatter(std::ostringstream& os, const ImplicitGemm& g, const 
      << "  EpiVec v;\n  epi_load(out, m, n, z, v, 0);\n  store_d_vec(out, m, n, z, values, v, v, false);\n}\n\n";
 }
 
+bool epilogue_has_full_shape_operand(const ImplicitGemm& g) {
+  for (const Access& a : g.compute->epilogue.operands)
+    if (!operand_fixed(g, a, 'm') && !operand_fixed(g, a, 'n')) return true;
+  return false;
+}
+
+std::vector<PrefetchedOperand> prefetched_operands(const ImplicitGemm& g, const ScheduleParams& p) {
+  const Compute& c = *g.compute;
+  std::vector<PrefetchedOperand> out;
+  if (p.split_k > 1 || p.window) return out;  // split sums reach the epilogue in another kernel or block
+  const char along = out_vector(g, p).along;
+  const int extent = along == 'n' ? p.block_n : p.block_m;
+  for (std::size_t i = 0; i < c.epilogue.operands.size(); ++i) {
+    const Access& a = c.epilogue.operands[i];
+    if (operand_fixed(g, a, 'm') || operand_fixed(g, a, 'n')) continue;  // a few lines every block reads
+    // A request per 128-byte line, or per contiguous run where runs are shorter.
+    const int bits = dtype_bits(c.tensor_of(a).dtype);
+    int w = contiguous_width(c, a, axis_iters(g, along), bits, 128);
+    while (w > 1 && extent % w) w /= 2;  // whole requests per tile row
+    if (w * bits >= 128) out.push_back({static_cast<int>(i), w});  // else too many requests
+  }
+  return out;
+}
+
+void emit_epilogue_prefetch(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p,
+                            const std::string& threads, const std::string& indent) {
+  if (!p.epi_prefetch) return;
+  const Compute& c = *g.compute;
+  const char along = out_vector(g, p).along;
+  for (const PrefetchedOperand& po : prefetched_operands(g, p)) {
+    const Access& a = c.epilogue.operands[po.operand];
+    const std::string name = operand_name(po.operand), W = std::to_string(po.width);
+    const std::string lines = along == 'n' ? "BN / " + W : "BM / " + W;
+    const std::string position = along == 'n' ? "const int mm = e / (" + lines + "), nn = e % (" + lines + ") * " + W + ";"
+                                              : "const int nn = e / (" + lines + "), mm = e % (" + lines + ") * " + W + ";";
+    os << indent << "// " << c.tensor_of(a).name << ", " << po.width * dtype_bits(c.tensor_of(a).dtype) / 8
+       << " bytes at a time, asked of L2 while the main loop runs: the\n"
+       << indent << "// epilogue's loads of this tile then hit L2 instead of waiting on memory.\n"
+       << indent << "for (int e = threadIdx.x; e < BM * BN / " << W << "; e += " << threads << ") {\n"
+       << indent << "  " << position << "\n"
+       << indent << "  if (m0 + mm < M && n0 + nn < N) epi_prefetch_l2(out." << name << " + " << name
+       << "_offset(m0 + mm, n0 + nn, z));\n"
+       << indent << "}\n";
+  }
+}
+
 void emit_epilogue_loop(std::ostringstream& os, const ImplicitGemm& g, const OutVector& ov, const std::string& threads,
                         const std::string& values) {
   const Epilogue& e = g.compute->epilogue;

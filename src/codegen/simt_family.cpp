@@ -173,6 +173,8 @@ KnobChoices tile_choices(const ImplicitGemm& g) {
       .set("split_k", {{1, 3}, 2, 3, 4, 6, 8, 12, 16, 24, 32})
       // The splits summed by a second kernel, or by the tile's last block (slower where measured).
       .set("split_reduce", {{0, 3}, 1})
+      // A residual asked of L2 when the tile starts, where the epilogue reads one.
+      .set("epi_prefetch", epilogue_has_full_shape_operand(g) ? std::vector<Choice>{0, 1} : std::vector<Choice>{0})
       .set_each("vec_a", powers_up_to(max_vector_width(g, 0)))
       .set_each("vec_b", powers_up_to(max_vector_width(g, 1)))
       .set("unroll", {0, 1})

@@ -546,6 +546,7 @@ void emit_kernel_entry(std::ostringstream& os, const ImplicitGemm& g, const Kern
   emit_prologue_wait(os, g);
   emit_block_origin(os, p);
   os << "  const int z = blockIdx.z / SPLIT_K, split = blockIdx.z % SPLIT_K;\n";
+  emit_epilogue_prefetch(os, g, p, "THREADS", "  ");
 }
 
 void emit_step_range(std::ostringstream& os) {

@@ -202,6 +202,24 @@ void emit_accumulator_quad(std::ostringstream& os, bool c_row, const std::string
 /// Who runs the epilogue's stores: by default every thread of the block after a __syncthreads,
 /// ending the kernel; a persistent kernel's consumers alone (`threads` of them from thread 0,
 /// after `barrier`) inside its tile loop (`close` false).
+/// Whether an operand of the epilogue varies along both virtual axes (a residual, SiLU's gate):
+/// the operands ScheduleParams::epi_prefetch asks L2 for.
+bool epilogue_has_full_shape_operand(const ImplicitGemm& g);
+/// Operand `operand` of the epilogue, asked of L2 `width` elements (a 128-byte line, or a shorter
+/// contiguous run) at a time along the output's vectors.
+struct PrefetchedOperand {
+  int operand;
+  int width;
+};
+/// The full-shape operands that epi_prefetch asks L2 for under `p`: none with split sums or a
+/// sliding window, nor those contiguous for less than 16 bytes along the output's vectors.
+std::vector<PrefetchedOperand> prefetched_operands(const ImplicitGemm& g, const ScheduleParams& p);
+/// With p.epi_prefetch: each of prefetched_operands() of the block's tile asked of L2 at the
+/// tile's start, by `threads` threads from threadIdx.x, so that its fetch overlaps the main loop.
+/// Emitted where m0, n0, z and `out` are defined.
+void emit_epilogue_prefetch(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p,
+                            const std::string& threads, const std::string& indent);
+
 struct EpilogueScope {
   std::string barrier = "  __syncthreads();\n";
   std::string threads = "THREADS";

@@ -4,6 +4,7 @@
 #include <limits>
 #include <string>
 
+#include "tile_pipeline.h"
 #include "tmap/codegen/emitter.h"
 
 namespace tmap {
@@ -194,6 +195,14 @@ std::vector<ScheduleIssue> validate(const ImplicitGemm& in, const ScheduleParams
                  std::to_string(operand_contiguity(g, which).aligned));
     }
   }
+  if (p.epi_prefetch && pipeline::prefetched_operands(g, p).empty())
+    fail(ScheduleError::kBadOption,
+         std::string("epi_prefetch = 1 with ") +
+             (p.split_k > 1   ? "split_k = " + std::to_string(p.split_k) + ": the split sums reach the epilogue later"
+              : p.window      ? "window = 1: a window's kernel has no tile of the output to prefetch"
+              : g.compute->epilogue.empty() ? "no fused epilogue: there is nothing but the output to store"
+                              : "no epilogue operand of the output's shape, contiguous for 16 bytes along its vectors") +
+             "; use epi_prefetch 0");
   const EmitterFamily& family = family_of(*g.hw);
   family.validate(g, p, limits, out);
   // A kernel of a range of sizes keeps the size in static shared memory too, and one whose last

@@ -693,6 +693,7 @@ void emit_persistent_loops(std::ostringstream& os, const ImplicitGemm& g, const 
      << "  " << walk << " {\n"
      << "    const int z = tile / (GRID_M * GRID_N);\n";
   emit_tile_origin(os, p, "tile % (GRID_M * GRID_N)", "    ");
+  emit_epilogue_prefetch(os, g, p, "CONSUMERS * 128", "    ");
   os << "    #pragma unroll\n    for (int i = 0; i < MI; ++i)\n"
      << "      #pragma unroll\n      for (int r = 0; r < ACC; ++r) acc[i][r] = 0;\n"
      << step_loop(p, "    ", "0", "STEPS",
@@ -896,6 +897,7 @@ void emit_entry(std::ostringstream& os, const WgmmaKernel& w) {
     else
       emit_block_origin(os, p);
     os << "  const int z = blockIdx.z / SPLIT_K, split = blockIdx.z % SPLIT_K;\n";
+    emit_epilogue_prefetch(os, g, p, "THREADS", "  ");
   }
   os << "  const int wg = threadIdx.x / 128, lane = threadIdx.x % 32;\n"
      << "  const int wm0 = (wg / WARPS_N) * WM, wn0 = (wg % WARPS_N) * WN;  // warpgroup tile origin in the block\n\n"
@@ -1327,6 +1329,8 @@ class WgmmaFamily final : public EmitterFamily {
         .set("split_k", {{1, 3}, 2, 3, 4, 6, 8, 12, 16})
         // The splits summed by a second kernel, or by the tile's last block (slower where measured).
         .set("split_reduce", {{0, 3}, 1})
+        // A residual asked of L2 when the tile starts, where the epilogue reads one.
+        .set("epi_prefetch", epilogue_has_full_shape_operand(g) ? std::vector<Choice>{0, 1} : std::vector<Choice>{0})
         .set_each("vec_a", powers_up_to(max_vector_width(g, 0)))
         .set_each("vec_b", powers_up_to(max_vector_width(g, 1)))
         .set("unroll", {0, 1})  // of the gathers

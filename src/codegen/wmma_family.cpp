@@ -205,8 +205,9 @@ KernelSource emit_wmma(const ImplicitGemm& g, const ScheduleParams& p) {
      << "  " << tb << "* Bs = reinterpret_cast<" << tb << "*>(smem + STAGES * A_BYTES);  // [STAGES][B_TILE / PACK_B]\n";
   emit_prologue_wait(os, g);
   emit_block_origin(os, p);
-  os << "  const int z = blockIdx.z / SPLIT_K, split = blockIdx.z % SPLIT_K;\n"
-     << "  const int warp = threadIdx.x / 32;\n"
+  os << "  const int z = blockIdx.z / SPLIT_K, split = blockIdx.z % SPLIT_K;\n";
+  emit_epilogue_prefetch(os, g, p, "THREADS", "  ");
+  os << "  const int warp = threadIdx.x / 32;\n"
      << "  const int wm0 = (warp / WARPS_N) * WM, wn0 = (warp % WARPS_N) * WN;  // warp tile origin in the block\n\n"
      << "  wmma::fragment<wmma::accumulator, IM, IN, IK, " << tacc << "> acc[FM][FN];  // (FM x FN) fragments of IM x IN\n"
      << "  for (int i = 0; i < FM; ++i)\n    for (int j = 0; j < FN; ++j) wmma::fill_fragment(acc[i][j], static_cast<" << tacc
@@ -318,6 +319,8 @@ class WmmaFamily final : public EmitterFamily {
         .set("split_k", {{1, 3}, 2, 3, 4, 6, 8, 12, 16, 24, 32})  // no split is the common answer
         // The splits summed by a second kernel, or by the tile's last block (slower where measured).
         .set("split_reduce", {{0, 3}, 1})
+        // A residual asked of L2 when the tile starts, where the epilogue reads one.
+        .set("epi_prefetch", epilogue_has_full_shape_operand(g) ? std::vector<Choice>{0, 1} : std::vector<Choice>{0})
         .set("panels", {0, 1})
         .set_each("vec_a", powers_up_to(max_vector_width(g, 0)))
         .set_each("vec_b", powers_up_to(max_vector_width(g, 1)))

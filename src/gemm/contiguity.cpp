@@ -16,7 +16,7 @@ int widest_dividing(int cap, std::initializer_list<std::int64_t> values) {
 
 }  // namespace
 
-Contiguity contiguity(const Compute& c, const Access& acc, const std::vector<int>& axis, int bits) {
+Contiguity contiguity(const Compute& c, const Access& acc, const std::vector<int>& axis, int bits, int max_bytes) {
   Contiguity out;
   if (acc.indices.empty() || axis.empty() || bits < 8) return out;
   const Tensor& t = c.tensor_of(acc);
@@ -37,7 +37,7 @@ Contiguity contiguity(const Compute& c, const Access& acc, const std::vector<int
   };
   const int inner = axis.back();
   const AffineExpr& e = acc.indices[last];
-  const int max = 128 / bits;
+  const int max = max_bytes * 8 / bits;
   if (e.coef(inner) == 2 && only_in(inner, last)) {
     // Strided: two aligned vectors of `load` elements cover a group of width <= load / 2.
     const int load = widest_dividing(max, {t.shape[last]});
@@ -74,8 +74,8 @@ Contiguity contiguity(const Compute& c, const Access& acc, const std::vector<int
   return out;
 }
 
-int contiguous_width(const Compute& c, const Access& acc, const std::vector<int>& axis, int bits) {
-  return contiguity(c, acc, axis, bits).aligned;
+int contiguous_width(const Compute& c, const Access& acc, const std::vector<int>& axis, int bits, int max_bytes) {
+  return contiguity(c, acc, axis, bits, max_bytes).aligned;
 }
 
 Contiguity operand_contiguity(const ImplicitGemm& g, int which) {

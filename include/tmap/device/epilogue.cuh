@@ -28,6 +28,12 @@ __device__ __forceinline__ float epi_gelu_tanh(float x) {
   return __fdividef(x, 1.0f + __expf(-u2));
 }
 
+/// Asks L2 for the 128-byte line holding p, without waiting for it: a tile's residual fetched
+/// while the main loop runs, so that the epilogue's loads of it hit L2.
+__device__ __forceinline__ void epi_prefetch_l2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
 }  // namespace device
 }  // namespace tmap
 

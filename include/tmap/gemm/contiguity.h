@@ -38,7 +38,8 @@ struct Contiguity {
   int step = 1;     ///< Elements between a vector's consecutive values in memory (2: strided).
   int load = 0;     ///< Strided: elements per aligned vector read (0 otherwise).
 };
-Contiguity contiguity(const Compute& c, const Access& acc, const std::vector<int>& axis, int bits);
+/// Vectors of at most `max_bytes` (a power of two): 16 for loads; a 128-byte line for prefetches.
+Contiguity contiguity(const Compute& c, const Access& acc, const std::vector<int>& axis, int bits, int max_bytes = 16);
 
 /// The contiguity of operand `which` (0 = A, 1 = B) along its shared tile's rows (k for
 /// row-major A, m for column-major A, n for row-major B, k for column-major B); sub-byte operands
@@ -46,10 +47,10 @@ Contiguity contiguity(const Compute& c, const Access& acc, const std::vector<int
 Contiguity operand_contiguity(const ImplicitGemm& g, int which);
 /// operand_contiguity(g, which).width: the widest vector (elements) the operand can be loaded in.
 int max_vector_width(const ImplicitGemm& g, int which);
-/// The widest group (elements, up to 16 bytes of `bits`-bit elements) of consecutive values of
+/// The widest group (elements, up to `max_bytes` of `bits`-bit elements) of consecutive values of
 /// virtual axis `axis` that is contiguous and aligned in `acc`'s tensor without a shift (the
 /// output's vectors: contiguity(...).aligned).
-int contiguous_width(const Compute& c, const Access& acc, const std::vector<int>& axis, int bits);
+int contiguous_width(const Compute& c, const Access& acc, const std::vector<int>& axis, int bits, int max_bytes = 16);
 
 /// Whether the rows of operand `which`'s shared tile run along m (A) or n (B) rather than along
 /// k: A stored [BK][BM] (layout "t.."), B stored [BK][BN] (layout ".n."). Such an operand is read
