@@ -988,6 +988,21 @@ TEST(ModelTuner, OneBudgetGoesWhereTheModelTimeIsAndResumes) {
   EXPECT_GE(v.tasks[0].summary.offered, 1) << "no schedule of the prior log was offered as a seed";
   std::filesystem::remove(fresh);
 
+  // The same workloads again into a new log (another GPU's tuning from this one's): each first
+  // measures its own fastest schedules of the prior log, so that a short run keeps their bests.
+  ModelTuneOptions again = seeded;
+  again.trials = 16;
+  SyntheticMeasurer sixth;
+  ModelTuneSummary w = tune_model(tasks, shipped(), again, sixth);
+  ASSERT_EQ(w.tasks.size(), 2u);
+  for (std::size_t i = 0; i < 2; ++i) {
+    const ModelTaskResult& before = i == 0 ? h : l;
+    ASSERT_TRUE(w.tasks[i].summary.best) << before.name;
+    EXPECT_EQ(w.tasks[i].summary.resumed, 0) << "a prior log is not resumed";
+    EXPECT_LE(w.tasks[i].summary.best->result.median_us, before.summary.best->result.median_us) << before.name;
+  }
+  std::filesystem::remove(fresh);
+
   // A time budget alone, and the stop flag.
   o.trials = 0;
   o.time_budget_s = 1e-3;

@@ -118,9 +118,9 @@ void print_tune_summary(const TuneSummary& s, const Compute& c, const Workload& 
   std::printf("%d mappings searched; %d trials %s in %s (%d failed)%s; log %s\n", s.arms, s.measured,
               model_only ? "ranked and compiled" : "measured", duration_text(s.wall_s).c_str(), s.failed,
               s.resumed ? (", " + std::to_string(s.resumed) + " resumed").c_str() : "", log_path.c_str());
-  if (s.transferred) std::printf("cost model warm-started from %d measurements of other workloads\n", s.transferred);
+  if (s.transferred) std::printf("cost model warm-started from %d earlier measurements in the logs\n", s.transferred);
   if (s.offered)
-    std::printf("seeds: %d schedules of other workloads fit this space, %d tried, %d improved the best\n", s.offered,
+    std::printf("seeds: %d schedules from the logs fit this space, %d tried, %d improved the best\n", s.offered,
                 s.seeded, s.seed_wins);
   std::printf("stopped: %s\n", s.stop_reason.c_str());
   if (!model_only && s.measured > 0)
@@ -347,7 +347,7 @@ void print_model_json(const TuneArgs& a, const WorkloadTable& table, const Model
 void print_model_text(const TuneArgs& a, const WorkloadTable& table, const ModelTuneSummary& s,
                       const std::string& log_path) {
   const double total_flops = table.total_flops();
-  std::printf("%s: %zu workloads, %.3f GFLOP per inference; %d trials %s in %s (%d measurements of other workloads "
+  std::printf("%s: %zu workloads, %.3f GFLOP per inference; %d trials %s in %s (%d earlier measurements "
               "warm-started the model); log %s\nstopped: %s\n",
               table.title.c_str(), s.tasks.size(), total_flops / 1e9, s.measured,
               a.measure == "model" ? "ranked and compiled" : "measured", duration_text(s.wall_s).c_str(), s.transferred,
@@ -358,7 +358,7 @@ void print_model_text(const TuneArgs& a, const WorkloadTable& table, const Model
     std::printf("%s\n", time_text(sum).c_str());
     int tried = 0, improved = 0;
     for (const auto& t : s.tasks) tried += t.summary.seeded, improved += t.summary.seed_wins;
-    std::printf("seeds (other workloads' best schedules): %d tried, %d improved a workload's best\n", tried, improved);
+    std::printf("seeds (best schedules from the logs): %d tried, %d improved a workload's best\n", tried, improved);
     int confirmed = 0;
     double confirm_s = 0, once_us = 0, now_us = 0;
     for (const auto& t : s.tasks) {
@@ -717,7 +717,7 @@ void register_tune(CLI::App& app) {
       ->check(between(1, 16));
   cmd->add_option("--log", args->log, "JSON-lines log to append to; its records of this workload resume the search "
                                       "(default logs/<op>.jsonl)");
-  cmd->add_option("--prior", args->prior, "Also warm-start the cost model from this log's other workloads (repeatable)")
+  cmd->add_option("--prior", args->prior, "Also warm-start from this log: the cost model from its measurements of this architecture, and each workload by first measuring its own fastest schedules there (repeatable)")
       ->allow_extra_args(false)
       ->check(CLI::ExistingFile);
   cmd->add_option("--measure", args->measure, "gpu: measure on the GPU; model: rank with the analytic model only "

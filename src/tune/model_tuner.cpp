@@ -138,6 +138,7 @@ class ModelScheduler {
       to.compile_ahead = 2;
       to.on_note = [this, name = s.result.name](const std::string& line) { note(name + ": " + line); };
       s.task = std::make_unique<TuneTask>(*s.compute, hws, to, model_, history.own[s.result.key], log_.get());
+      for (const CandidateRef& seed : history.first_seeds[s.result.key]) s.task->offer(seed, true);
       for (const CandidateRef& seed : history.seeds) s.task->offer(seed);
     }
   }

@@ -211,13 +211,16 @@ LogHistory read_history(CostModel& model, const std::set<std::string>& own_keys,
   for (const auto& source : sources) {
     LogContents contents = read_log(source);
     for (const auto& w : contents.warnings) note(o, "warning: " + w);
+    // The log's records of this run's workloads are resumed; every other record (a prior log's
+    // of this run's workloads too) trains the model.
     std::vector<TuneRecord> others;
     for (auto& r : contents.records) {
       if (r.target.arch != o.target.arch || !r.result.measured()) continue;
-      if (!own_keys.count(r.workload.key)) others.push_back(std::move(r));
-      else if (source == o.log_path) h.own[r.workload.key].push_back(std::move(r));
+      if (own_keys.count(r.workload.key) && source == o.log_path) h.own[r.workload.key].push_back(std::move(r));
+      else others.push_back(std::move(r));
     }
-    // Seeds: each other workload's fastest correct schedules.
+    // Seeds: each workload's fastest correct schedules; a prior log's of this run's own
+    // workloads go to that workload first.
     std::map<std::string, std::vector<const TuneRecord*>> fastest;
     for (const auto& r : others)
       if (r.result.ok()) fastest[r.workload.key].push_back(&r);
@@ -229,7 +232,7 @@ LogHistory read_history(CostModel& model, const std::set<std::string>& own_keys,
       for (const TuneRecord* r : group) {
         if (static_cast<int>(distinct.size()) >= kSeedsPerWorkload) break;
         const std::string k = candidate_label(r->candidate) + to_json(r->candidate.params).dump();
-        if (distinct.insert(k).second) h.seeds.push_back(r->candidate);
+        if (distinct.insert(k).second) (own_keys.count(key) ? h.first_seeds[key] : h.seeds).push_back(r->candidate);
       }
     }
     for (const auto& [key, set] : measured_sets(others, hws, o.target.arch, o.limits, o.device))
@@ -240,7 +243,7 @@ LogHistory read_history(CostModel& model, const std::set<std::string>& own_keys,
   }
   if (h.transferred) {
     model.fit();
-    note(o, "cost model warm-started from " + std::to_string(h.transferred) + " measurements of other workloads");
+    note(o, "cost model warm-started from " + std::to_string(h.transferred) + " measurements in the logs");
   }
   return h;
 }
@@ -513,13 +516,14 @@ class SearchStrategy {
   }
 
   /// Another workload's schedule, kept as a seed when this space has its mapping, the schedule
-  /// is valid here and it was neither tried nor offered before.
-  bool offer(const CandidateRef& r) {
+  /// is valid here and it was neither tried nor offered before; `first`: this workload's own
+  /// from a prior log, measured before anything else.
+  bool offer(const CandidateRef& r, bool first) {
     const SearchSpace& space = search_.space();
     const int e = space.find(r);
     if (e < 0 || !space.valid(e, r.params) || search_.seen(e, r.params)) return false;
     if (!offered_.insert(SearchSpace::key(e, r.params)).second) return false;
-    seeds_.push_back(search_.candidate(e, r.params));
+    (first ? first_seeds_ : seeds_).push_back(search_.candidate(e, r.params));
     return true;
   }
   bool is_seed(int entry, const ScheduleParams& p) const { return seed_keys_.count(SearchSpace::key(entry, p)) > 0; }
@@ -546,6 +550,13 @@ class SearchStrategy {
   std::vector<Candidate> propose(int size, const CostModel& model, const std::optional<TuneRecord>& best,
                                  std::size_t look_limit) {
     std::vector<Candidate> out;
+    for (const Candidate& c : first_seeds_)
+      if (static_cast<int>(out.size()) < size && !search_.seen(c.entry, c.params)) {
+        search_.mark_seen(c.entry, c.params);
+        seed_keys_.insert(SearchSpace::key(c.entry, c.params));
+        out.push_back(c);
+      }
+    std::erase_if(first_seeds_, [&](const Candidate& c) { return search_.seen(c.entry, c.params); });
     take_seeds(out, std::max(1, size / 4), model, best);
     // Later batches keep half their slots for the arms that have proven good, so that
     // exploitation starts before every arm has been looked at.
@@ -636,6 +647,7 @@ class SearchStrategy {
   std::size_t next_look_ = 0;
   int first_looks_taken_ = 0;
   std::vector<Candidate> seeds_;               ///< Offered, not yet tried.
+  std::vector<Candidate> first_seeds_;         ///< Offered first (this workload's, from a prior log).
   std::set<std::string> offered_, seed_keys_;  ///< SearchSpace::key of every offer / of those tried.
 };
 
@@ -778,8 +790,8 @@ class TuneTask::Impl : public MeasureClient {
     return typical_;
   }
 
-  bool offer(const CandidateRef& r) {
-    if (!strategy_.offer(r)) return false;
+  bool offer(const CandidateRef& r, bool first) {
+    if (!strategy_.offer(r, first)) return false;
     ++s_.offered;
     return true;
   }
@@ -1088,7 +1100,7 @@ void TuneTask::run(int trials, MeasurePool& gpus, const std::function<bool()>& o
 }
 int TuneTask::in_flight() const { return impl_->in_flight(); }
 void TuneTask::prefetch() { impl_->prefetch(); }
-bool TuneTask::offer(const CandidateRef& seed) { return impl_->offer(seed); }
+bool TuneTask::offer(const CandidateRef& seed, bool first) { return impl_->offer(seed, first); }
 void TuneTask::confirm(MeasurePool& gpus) { impl_->confirm(gpus); }
 double TuneTask::confirm_seconds() const { return impl_->confirm_seconds(); }
 const TuneSummary& TuneTask::summary() const { return impl_->s_; }
@@ -1108,6 +1120,7 @@ TuneSummary tune(const Compute& c, const std::vector<HwAbstraction>& hws, const 
   std::unique_ptr<LogWriter> log;
   if (!o.log_path.empty()) log = std::make_unique<LogWriter>(o.log_path);
   TuneTask task(c, hws, o, model, history.own[key], log.get());
+  for (const CandidateRef& seed : history.first_seeds[key]) task.offer(seed, true);
   for (const CandidateRef& seed : history.seeds) task.offer(seed);
   // The confirmation's time is kept out of the time budget's search.
   task.run(o.trials, gpus, [&] {

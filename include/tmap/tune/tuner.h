@@ -173,13 +173,15 @@ TuneSummary tune(const Compute& c, const std::vector<HwAbstraction>& hws, const 
 class CostModel;
 
 /// What the logs of a tuning run hold for it: the records of its own workloads (in the log, this
-/// architecture, measured), by key, to resume from; the other workloads' correct measurements
-/// (log and prior logs) have trained `model`, and are counted; the fastest few of each other
-/// workload are seeds (TuneTask::offer).
+/// architecture, measured), by key, to resume from; every other correct measurement (other
+/// workloads in the log and prior logs, and the prior logs' of its own) has trained `model`, and
+/// is counted; the fastest few of each other workload are seeds (TuneTask::offer), and those of
+/// each own workload in the prior logs are that workload's first seeds.
 struct LogHistory {
   std::map<std::string, std::vector<TuneRecord>> own;
   int transferred = 0;
   std::vector<CandidateRef> seeds;
+  std::map<std::string, std::vector<CandidateRef>> first_seeds;
 };
 
 LogHistory read_history(CostModel& model, const std::set<std::string>& own_keys, const std::vector<HwAbstraction>& hws,
@@ -214,9 +216,10 @@ class TuneTask {
   /// Another workload's schedule (its mapping named by iterators, as in a log record), tried in
   /// a later batch when this space has that mapping, the schedule is valid here and untried:
   /// similar layers often share their winning tiles, and the evolution then starts from them.
-  /// Each batch gives at most a quarter of its slots to seeds, the model's best first. Returns
-  /// whether it was taken.
-  bool offer(const CandidateRef& seed);
+  /// Each batch gives at most a quarter of its slots to seeds, the model's best first. `first`:
+  /// this workload's own schedule from a prior log (another GPU's tuning, an earlier shard), which
+  /// the next batch measures before anything else. Returns whether it was taken.
+  bool offer(const CandidateRef& seed, bool first = false);
   /// Measures the o.confirm_top fastest correct candidates again (see TuneOptions) on the pool's
   /// first GPU, logs the confirmations and makes the best the fastest confirmed one. Estimated
   /// seconds it takes: confirm_seconds().
