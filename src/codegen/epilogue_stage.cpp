@@ -213,9 +213,22 @@ void emit_epilogue_scatter(std::ostringstream& os, const ImplicitGemm& g, const 
      << "  EpiVec v;\n  epi_load(out, m, n, z, v, 0);\n  store_d_vec(out, m, n, z, values, v, v, false);\n}\n\n";
 }
 
+namespace {
+
+/// Whether operand `a` varies along both virtual axes (a residual), not per channel or tensor.
+bool full_shape(const ImplicitGemm& g, const Access& a) { return !operand_fixed(g, a, 'm') && !operand_fixed(g, a, 'n'); }
+
+/// Where vector `e` of `width` elements along `along` sits in the tile: "const int mm = ..., nn = ...;".
+std::string vector_position(char along, const std::string& width) {
+  return along == 'n' ? "const int mm = e / (BN / " + width + "), nn = e % (BN / " + width + ") * " + width + ";"
+                      : "const int nn = e / (BM / " + width + "), mm = e % (BM / " + width + ") * " + width + ";";
+}
+
+}  // namespace
+
 bool epilogue_has_full_shape_operand(const ImplicitGemm& g) {
   for (const Access& a : g.compute->epilogue.operands)
-    if (!operand_fixed(g, a, 'm') && !operand_fixed(g, a, 'n')) return true;
+    if (full_shape(g, a)) return true;
   return false;
 }
 
@@ -227,7 +240,7 @@ std::vector<PrefetchedOperand> prefetched_operands(const ImplicitGemm& g, const 
   const int extent = along == 'n' ? p.block_n : p.block_m;
   for (std::size_t i = 0; i < c.epilogue.operands.size(); ++i) {
     const Access& a = c.epilogue.operands[i];
-    if (operand_fixed(g, a, 'm') || operand_fixed(g, a, 'n')) continue;  // a few lines every block reads
+    if (!full_shape(g, a)) continue;  // a few lines every block reads
     // A request per 128-byte line, or per contiguous run where runs are shorter.
     const int bits = dtype_bits(c.tensor_of(a).dtype);
     int w = contiguous_width(c, a, axis_iters(g, along), bits, 128);
@@ -245,9 +258,7 @@ void emit_epilogue_prefetch(std::ostringstream& os, const ImplicitGemm& g, const
   for (const PrefetchedOperand& po : prefetched_operands(g, p)) {
     const Access& a = c.epilogue.operands[po.operand];
     const std::string name = operand_name(po.operand), W = std::to_string(po.width);
-    const std::string lines = along == 'n' ? "BN / " + W : "BM / " + W;
-    const std::string position = along == 'n' ? "const int mm = e / (" + lines + "), nn = e % (" + lines + ") * " + W + ";"
-                                              : "const int nn = e / (" + lines + "), mm = e % (" + lines + ") * " + W + ";";
+    const std::string position = vector_position(along, W);
     os << indent << "// " << c.tensor_of(a).name << ", " << po.width * dtype_bits(c.tensor_of(a).dtype) / 8
        << " bytes at a time, asked of L2 while the main loop runs: the\n"
        << indent << "// epilogue's loads of this tile then hit L2 instead of waiting on memory.\n"
@@ -266,9 +277,7 @@ void emit_epilogue_loop(std::ostringstream& os, const ImplicitGemm& g, const Out
   for (const Access& a : e.operands) any_fixed = any_fixed || operand_fixed(g, a, ov.along);
   const std::string V = std::to_string(ov.width), end = "BM * BN / " + V, T = "(" + threads + ")";
   const std::string across = ov.along == 'n' ? "BN / " + V : "BM / " + V;
-  const std::string position = ov.along == 'n'
-                                   ? "const int mm = e / (BN / " + V + "), nn = e % (BN / " + V + ") * " + V + ";"
-                                   : "const int nn = e / (BM / " + V + "), mm = e % (BM / " + V + ") * " + V + ";";
+  const std::string position = vector_position(ov.along, V);
   // Operands that use no iterator of the other axis are loaded once when every vector of the
   // thread keeps its place along `along`; the others, a chunk of vectors at a time, all before
   // the chunk's first store, so that their loads are in flight together. A chunk of 8 held 16

@@ -199,9 +199,6 @@ void emit_accumulator_quad(std::ostringstream& os, bool c_row, const std::string
 /// C_LD, laid out as epilogue_bytes() says): a barrier, then the block's outputs written in
 /// out_vector() vectors rounded to `out_type`, or its split-K partial sums; with p.cluster the
 /// barrier is the cluster's, and each block sums its share of the tile over every block's Cs.
-/// Who runs the epilogue's stores: by default every thread of the block after a __syncthreads,
-/// ending the kernel; a persistent kernel's consumers alone (`threads` of them from thread 0,
-/// after `barrier`) inside its tile loop (`close` false).
 /// Whether an operand of the epilogue varies along both virtual axes (a residual, SiLU's gate):
 /// the operands ScheduleParams::epi_prefetch asks L2 for.
 bool epilogue_has_full_shape_operand(const ImplicitGemm& g);
@@ -220,6 +217,9 @@ std::vector<PrefetchedOperand> prefetched_operands(const ImplicitGemm& g, const 
 void emit_epilogue_prefetch(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p,
                             const std::string& threads, const std::string& indent);
 
+/// Who runs the epilogue's stores: by default every thread of the block after a __syncthreads,
+/// ending the kernel; a persistent kernel's consumers alone (`threads` of them from thread 0,
+/// after `barrier`) inside its tile loop (`close` false).
 struct EpilogueScope {
   std::string barrier = "  __syncthreads();\n";
   std::string threads = "THREADS";
