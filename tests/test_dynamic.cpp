@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstdio>
 #include <functional>
 #include <memory>
@@ -23,6 +24,7 @@
 #include "tmap/match/matcher.h"
 #include "tmap/runtime/launch.h"
 #include "tmap/runtime/nvrtc_compiler.h"
+#include "tmap/tune/features.h"
 
 namespace tmap {
 namespace {
@@ -230,6 +232,41 @@ TEST(Dynamic, EveryFamilyCompilesKernelsThatTakeTheSizeAtRunTime) {
   for (std::size_t i = 0; i < results.size(); ++i)
     if (!results[i].ok && failed++ == 0) ADD_FAILURE() << std::get<0>(jobs[i]) << ":\n" << results[i].log;
   std::printf("%zu kernels of a range compiled for sm_90, %d failed\n", jobs.size(), failed);
+}
+
+TEST(Dynamic, ASampleOfARangeRunsTheRangesKernelsAndIsModelledAtItsSize) {
+  const Compute c = op_with("gemm_nt", {"M=1..256", "N=96", "K=64"});
+  const Compute s = range_sample(c, 57);
+  EXPECT_EQ(s.dynamic.at, 57);
+  // A workload of its own, neither the range's nor the shape's; its shape at the size is the range's.
+  EXPECT_NE(workload_key(s), workload_key(c));
+  EXPECT_NE(workload_key(s), workload_key(compute_at(c, 57)));
+  EXPECT_EQ(to_json(compute_at(s, 57)), to_json(compute_at(c, 57)));
+  EXPECT_EQ(compute_from_json(to_json(s), "record").dynamic, s.dynamic);
+  for (int bad : {0, 257}) {
+    nlohmann::json j = to_json(s);
+    j["dynamic"]["at"] = bad;
+    EXPECT_NE(user_error_of([&] { compute_from_json(j, "record"); }).find("sample size outside the range"),
+              std::string::npos) << bad;
+  }
+  // The same kernels (one compile serves every sample); the models see the sample's size.
+  const RangeGemms range = range_gemms(c, "wgmma_fp16_fp32"), sample = range_gemms(s, "wgmma_fp16_fp32");
+  ASSERT_EQ(range.ok.size(), sample.ok.size());
+  const DeviceModel d = DeviceModel::for_arch(90);
+  const std::size_t log2_m = feature_index("log2_M"), log2_n = feature_index("log2_N");
+  int faster = 0;
+  for (std::size_t i = 0; i < range.ok.size(); ++i) {
+    const ImplicitGemm &gr = range.ok[i], &gs = sample.ok[i];
+    const ScheduleParams p = default_schedule(gr, DeviceLimits::for_arch(90));
+    EXPECT_EQ(emit_kernel(gs, p).code, emit_kernel(gr, p).code) << i;
+    const Features fr = candidate_features(gr, p, d), fs = candidate_features(gs, p, d);
+    const std::size_t axis = gr.dynamic_axis == 'm' ? log2_m : log2_n;
+    EXPECT_FLOAT_EQ(fs[axis], std::log2(57.0 * gr.per_size)) << i;
+    EXPECT_FLOAT_EQ(fr[axis], std::log2(256.0 * gr.per_size)) << i;
+    EXPECT_LE(analytic_time_us(gs, p, d), analytic_time_us(gr, p, d)) << i;
+    faster += analytic_time_us(gs, p, d) < analytic_time_us(gr, p, d);
+  }
+  EXPECT_GT(faster, 0);
 }
 
 TEST(Dynamic, SchedulesAndMappingsThatFixTheSizeAreRefused) {

@@ -474,6 +474,13 @@ TEST(CostModel, RanksRealH100Measurements) {
 }
 
 /// Measures nothing: times candidates with the synthetic cost, and fails a few on purpose.
+/// `g`, a range's GEMM, at one size.
+ImplicitGemm gemm_at(const ImplicitGemm& g, std::int64_t size) {
+  ImplicitGemm at = g;
+  (g.dynamic_axis == 'm' ? at.M : at.N) = size * g.per_size;
+  return at;
+}
+
 class SyntheticMeasurer : public Measurer {
  public:
   MeasureResult measure(const Compute& c, const ImplicitGemm& g, const ScheduleParams& p, const KernelSource& k,
@@ -489,7 +496,7 @@ class SyntheticMeasurer : public Measurer {
       return r;
     }
     r.status = MeasureStatus::kOk;
-    r.median_us = synthetic_us(g, p);
+    r.median_us = synthetic_us(c.dynamic.at > 0 ? gemm_at(g, c.dynamic.at) : g, p);  // a range's sample at its size
     r.times_us = {r.median_us};
     return r;
   }
@@ -1413,15 +1420,19 @@ TEST(RangeTuner, TunesSamplesMeasuresKernelsOfTheRangeAndDispatchesBySize) {
     EXPECT_TRUE(b.ok) << b.log;
     ++cross;
     measured_at.insert(size);
-    ImplicitGemm at = g;  // the synthetic time of the shape of this size, 2% for the run-time size
-    (g.dynamic_axis == 'm' ? at.M : at.N) = size * g.per_size;
-    MeasureResult r;
+    MeasureResult r;  // the synthetic time at this size
     r.status = MeasureStatus::kOk;
-    r.median_us = 1.02 * synthetic_us(at, p);
+    r.median_us = synthetic_us(gemm_at(g, size), p);
     r.times_us = {r.median_us};
     return r;
   });
   EXPECT_EQ(m.calls, 4 * 8);  // every sample tuned, a batch each
+  // The samples searched the range's kernels, each under a workload of its own.
+  EXPECT_EQ(m.keys.size(), 4u * 8);
+  std::set<std::string> sample_keys;
+  for (const std::string& k : m.keys) sample_keys.insert(k.substr(0, k.find(' ')));
+  EXPECT_EQ(sample_keys.size(), 4u);
+  for (std::int64_t size : {1, 8, 64, 100}) EXPECT_TRUE(sample_keys.count(make_workload(range_sample(range, size)).key));
   EXPECT_GE(s.candidates, 2);
   EXPECT_EQ(cross, s.measurements);
   for (std::int64_t size : {1, 8, 64, 100}) EXPECT_TRUE(measured_at.count(size)) << size;
@@ -1458,8 +1469,16 @@ TEST(RangeTuner, TunesSamplesMeasuresKernelsOfTheRangeAndDispatchesBySize) {
   const Compute other = build_compute(builtin_op("gemm_nt"), parse_param_overrides({"M=8", "N=128", "K=128"}));
   EXPECT_EQ(dispatch(records, other, "sm_90").bucket, nullptr);
   EXPECT_EQ(dispatch(records, other, "sm_90").outside, "");
-  // Records of a range are not ranked with the shapes' records, and pruning keeps the buckets.
-  for (const TuneRecord* r : best_records(records)) EXPECT_EQ(r->result.size, 0);
+  // Records of a range are not ranked with the shapes' records, nor are its samples' unless
+  // asked; pruning keeps the buckets.
+  EXPECT_TRUE(best_records(records).empty());
+  const auto samples = best_records(records, true);
+  EXPECT_EQ(samples.size(), 4u);
+  for (const TuneRecord* r : samples) {
+    EXPECT_TRUE(is_range_sample(r->workload));
+    EXPECT_EQ(r->result.size, 0);
+    EXPECT_EQ(regenerate(*r, hws, 90).kernel.size_hi, 100);  // a kernel of the range
+  }
   std::size_t kept_buckets = 0;
   for (const TuneRecord* r : kept_records(records)) kept_buckets += r->result.bucket();
   EXPECT_EQ(kept_buckets, buckets.size());
@@ -1497,6 +1516,11 @@ TEST(RangeTuner, RecordsOfARangeNameASizeWithinIt) {
   bad = sample_record(fixed, "ok", 5);
   bad.result.size = 3;
   EXPECT_NE(refused(bad).find("in a record of one shape"), std::string::npos);
+  // A sample of the range was measured at its own size, and says no other.
+  TuneRecord sample = sample_record(range_sample(range, 8), "ok", 5);
+  EXPECT_EQ(record_from_json(to_json(sample)).result.size, 0);
+  sample.result.size = 8;
+  EXPECT_NE(refused(sample).find("in a record of a range's sample"), std::string::npos);
 }
 
 }  // namespace

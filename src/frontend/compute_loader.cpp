@@ -825,7 +825,7 @@ Compute build_range(const ComputeDef& def, std::vector<ParamOverride> overrides,
   if (c.iters[iter].extent != range.value)
     refuse("iterator '" + c.iters[iter].name + "' must have the parameter's value as its extent");
   if (const std::string why = dynamic_extent_error(c, iter); !why.empty()) refuse(why);
-  c.dynamic = {iter, range.name, range.lo, range.value};
+  c.dynamic = {iter, range.name, range.lo, range.value, 0};
   for (std::int64_t size = range.lo; size < range.value; ++size) {
     Compute built = at(size);
     built.name = c.name;

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tmap/support/diagnostic.h"
 #include "tmap/support/json_integer.h"
 
 namespace tmap {
@@ -107,6 +108,14 @@ Compute compute_at(const Compute& c, std::int64_t size) {
   return out;
 }
 
+Compute range_sample(const Compute& c, std::int64_t size) {
+  if (!c.dynamic.active() || size < c.dynamic.lo || size > c.dynamic.hi)
+    throw InternalError("range_sample of a size outside the range");
+  Compute out = c;
+  out.dynamic.at = size;
+  return out;
+}
+
 namespace {
 std::string access_text(const Compute& c, const Access& a) {
   std::string out = c.tensor_of(a).name + "[";
@@ -203,6 +212,7 @@ nlohmann::json to_json(const Compute& c) {
   }
   if (c.dynamic.active())
     j["dynamic"] = {{"iterator", c.dynamic.iter}, {"param", c.dynamic.param}, {"lo", c.dynamic.lo}, {"hi", c.dynamic.hi}};
+  if (c.dynamic.at > 0) j["dynamic"]["at"] = c.dynamic.at;
   return j;
 }
 
@@ -217,6 +227,7 @@ std::string workload_key(const Compute& c) {
   if (c.accumulate != c.tensor_of(c.output).dtype) canonical["accumulate"] = dtype_name(c.accumulate);
   if (c.dynamic.active())
     canonical["dynamic"] = {c.iters[c.dynamic.iter].name, c.dynamic.lo, c.dynamic.hi};
+  if (c.dynamic.at > 0) canonical["sample"] = c.dynamic.at;
   std::uint64_t h = 1469598103934665603ull;  // FNV-1a
   for (unsigned char ch : canonical.dump()) {
     h ^= ch;
@@ -295,7 +306,7 @@ Compute compute_from_json(const nlohmann::json& j, const std::string& what) {
     if (j.contains("dynamic")) {
       const nlohmann::json& d = j.at("dynamic");
       c.dynamic = {integer<int>(d.at("iterator"), "the dynamic iterator"), d.at("param").get<std::string>(),
-                   integer<std::int64_t>(d.at("lo"), "a range's start"), integer<std::int64_t>(d.at("hi"), "a range's end")};
+                   integer<std::int64_t>(d.at("lo"), "a range's start"), integer<std::int64_t>(d.at("hi"), "a range's end"), 0};
       if (const std::string why = dynamic_extent_error(c, c.dynamic.iter); !why.empty()) throw std::runtime_error(why);
       // The parameter's name reaches exported sources (a launch function's parameter, comments).
       const std::string& param = c.dynamic.param;
@@ -305,6 +316,11 @@ Compute compute_from_json(const nlohmann::json& j, const std::string& what) {
       if (!identifier) throw std::runtime_error("a range's parameter that is not an identifier");
       if (c.dynamic.lo < 1 || c.dynamic.lo >= c.dynamic.hi || c.dynamic.hi != c.iters[c.dynamic.iter].extent)
         throw std::runtime_error("a range that is not 1 <= lo < hi = the iterator's extent");
+      if (d.contains("at")) {
+        c.dynamic.at = integer<std::int64_t>(d.at("at"), "a range's sample size");
+        if (c.dynamic.at < c.dynamic.lo || c.dynamic.at > c.dynamic.hi)
+          throw std::runtime_error("a range's sample size outside the range");
+      }
     }
     return c;
   } catch (const std::exception& e) {

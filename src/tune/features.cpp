@@ -144,9 +144,16 @@ double window_time_us(const ImplicitGemm& g, const ScheduleParams& p, const Devi
   return d.launch_us + (memory_s + compute_s) * 1e6;
 }
 
-}  // namespace
+/// A sample of a range (DynamicExtent::at) runs the range's kernel at its size: the GEMM the
+/// models see has that size along the dynamic axis.
+bool sampled(const ImplicitGemm& g) { return g.dynamic() && g.compute->dynamic.at > 0; }
+ImplicitGemm at_sample(const ImplicitGemm& g) {
+  ImplicitGemm out = g;
+  (g.dynamic_axis == 'm' ? out.M : out.N) = g.compute->dynamic.at * g.per_size;
+  return out;
+}
 
-double analytic_time_us(const ImplicitGemm& g, const ScheduleParams& p, const DeviceModel& d) {
+double analytic_time_of(const ImplicitGemm& g, const ScheduleParams& p, const DeviceModel& d) {
   if (p.window) return window_time_us(g, p, d);
   const Shape s = shape_of(g, p, d);
   // Tensor-core work, padded to whole tiles, at a rate reduced when few warps per SM feed the
@@ -207,7 +214,7 @@ double analytic_time_us(const ImplicitGemm& g, const ScheduleParams& p, const De
   return launches_us + (body_s + epilogue_s + prologue_s) * 1e6;
 }
 
-Features candidate_features(const ImplicitGemm& g, const ScheduleParams& p, const DeviceModel& d) {
+Features features_of(const ImplicitGemm& g, const ScheduleParams& p, const DeviceModel& d) {
   const Shape s = shape_of(g, p, d);
   const int a_bytes = std::max(1, dtype_bits(g.hw->a_dtype) / 8), b_bytes = std::max(1, dtype_bits(g.hw->b_dtype) / 8);
   const double padded = static_cast<double>(s.tiles_m * p.block_m) * (s.tiles_n * p.block_n) *
@@ -240,7 +247,7 @@ Features candidate_features(const ImplicitGemm& g, const ScheduleParams& p, cons
   f[i++] = static_cast<float>(g.shape[Axis::kI]);        // the intrinsic's shape (m x n x k)
   f[i++] = static_cast<float>(g.shape[Axis::kK]);
   f[i++] = static_cast<float>(dtype_rate(g.hw->a_dtype));
-  f[i++] = lg(analytic_time_us(g, p, d));                // the analytic model's estimate
+  f[i++] = lg(analytic_time_of(g, p, d));                // the analytic model's estimate
   f[i++] = static_cast<float>(family_of(*g.hw).ordinal());  // the emitter family
   f[i++] = static_cast<float>(std::log2(1.0 + relayout_bytes(g)));  // operands copied channels-last first
   // The knobs the cost model sees, as knobs.def declares them.
@@ -249,6 +256,16 @@ Features candidate_features(const ImplicitGemm& g, const ScheduleParams& p, cons
     if (k.feature == KnobFeature::kLog2) f[i++] = lg(k.get(p));
   }
   return f;
+}
+
+}  // namespace
+
+double analytic_time_us(const ImplicitGemm& g, const ScheduleParams& p, const DeviceModel& d) {
+  return sampled(g) ? analytic_time_of(at_sample(g), p, d) : analytic_time_of(g, p, d);
+}
+
+Features candidate_features(const ImplicitGemm& g, const ScheduleParams& p, const DeviceModel& d) {
+  return sampled(g) ? features_of(at_sample(g), p, d) : features_of(g, p, d);
 }
 
 }  // namespace tmap

@@ -1,12 +1,17 @@
 #include "tmap/tune/range_tuner.h"
 
+#include <stdlib.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <limits>
 #include <map>
+#include <filesystem>
 #include <memory>
+#include <optional>
 #include <set>
+#include <stdexcept>
 
 #include "tmap/codegen/emitter.h"
 #include "tmap/support/diagnostic.h"
@@ -55,10 +60,10 @@ std::vector<CandidateRef> fastest_of(const std::vector<TuneRecord>& log, const s
   return out;
 }
 
-/// The best correct time of each workload of one shape on `target`'s architecture, by key.
+/// The best correct time of each sample's own tuning on `target`'s architecture, by key.
 std::map<std::string, double> own_bests(const std::vector<TuneRecord>& log, const Target& target) {
   std::map<std::string, double> out;
-  for (const TuneRecord* r : best_records(log))
+  for (const TuneRecord* r : best_records(log, true))
     if (r->target.arch == target.arch) out.emplace(r->workload.key, r->result.median_us);
   return out;
 }
@@ -78,18 +83,21 @@ TuneResult result_of(const MeasureResult& m, const RangeCandidate& c, std::int64
   return r;
 }
 
-/// Tunes the samples as the workloads of one model: one cost model, one budget (80% of the
-/// range's), each sample a batch first, then batches where they gain the most; the next
-/// sample's candidates compile while one is measured.
+/// Tunes the samples (range_sample) as the workloads of one model: one cost model, one budget
+/// (80% of the range's), each sample a batch first, then batches where they gain the most; the
+/// next sample's candidates compile while one is measured. Their kernels are the range's, so a
+/// schedule that one sample shares with another as a seed is compiled once (`o`'s compile cache).
+/// No confirmation: measure_samples() measures each sample's fastest again.
 void tune_samples(const Compute& range, const std::vector<HwAbstraction>& hws, const RangeTuneOptions& o,
                   const std::vector<std::int64_t>& sizes, MeasurePool& gpus) {
   std::vector<Compute> computes;
-  for (std::int64_t size : sizes) computes.push_back(compute_at(range, size));
+  for (std::int64_t size : sizes) computes.push_back(range_sample(range, size));
   std::vector<ModelTask> tasks;
   for (std::size_t i = 0; i < sizes.size(); ++i)
     tasks.push_back({range.name + "@" + range.dynamic.param + "=" + std::to_string(sizes[i]), &computes[i], 1});
   ModelTuneOptions m;
   m.tune = o.tune;
+  m.tune.confirm_top = 0;
   // Every sample gets its batch even when the trials are few (the warm-up takes the largest first).
   const int floor = static_cast<int>(sizes.size()) * o.tune.batch;
   m.trials = o.tune.trials > 0 ? std::max(floor, static_cast<int>(std::lround(0.8 * o.tune.trials))) : 0;
@@ -97,6 +105,26 @@ void tune_samples(const Compute& range, const std::vector<HwAbstraction>& hws, c
   m.warmup_batches = 1;
   tune_model(tasks, hws, m, gpus);
 }
+
+/// A directory that holds a run's compiled kernels and is removed with it.
+class TemporaryDirectory {
+ public:
+  TemporaryDirectory() {
+    std::string templ = (std::filesystem::temp_directory_path() / "tmap_range_XXXXXX").string();
+    if (!::mkdtemp(templ.data())) throw std::runtime_error("cannot create a temporary directory for compiled kernels");
+    path_ = templ;
+  }
+  ~TemporaryDirectory() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  TemporaryDirectory(const TemporaryDirectory&) = delete;
+  TemporaryDirectory& operator=(const TemporaryDirectory&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
 
 }  // namespace
 
@@ -172,7 +200,7 @@ class RangeRun {
   bool collect() {
     std::set<std::string> seen;
     for (std::size_t i = 0; i < sizes_.size(); ++i) {
-      const std::string key = make_workload(compute_at(range_, sizes_[i])).key;
+      const std::string key = make_workload(range_sample(range_, sizes_[i])).key;
       if (const double t = tuned_best(key); t > 0) best_[i] = t;
       int taken = 0;
       for (const CandidateRef& ref : fastest_of(log_, key, o_.tune.target)) {
@@ -194,7 +222,7 @@ class RangeRun {
         cands_.push_back(std::move(c));
       }
     }
-    NvrtcCompiler compiler(o_.tune.compute_capability);
+    NvrtcCompiler compiler(o_.tune.compute_capability, o_.tune.compile_cache_dir);  // the samples compiled them
     std::vector<CompileJob> jobs;
     for (const RangeCandidate& c : cands_) jobs.push_back({c.kernel.name, c.kernel.code});
     std::vector<CompileResult> compiled = compile_parallel(compiler, jobs, o_.tune.compile_threads);
@@ -209,13 +237,14 @@ class RangeRun {
       for (RangeCandidate& c : cands_) {
         if ((o_.tune.stop && o_.tune.stop->load()) || !within_reach(c, i)) continue;
         c.us[i] = measure(c, sizes_[i]);
-        best_[i] = std::min(best_[i], c.us[i]);  // the best at the sample: of one shape, or of the range
+        best_[i] = std::min(best_[i], c.us[i]);  // the best at the sample: of its tuning, or measured again
       }
   }
 
-  /// Buckets within the loss of the fastest kernel of the range at each sample: a sample whose
-  /// own tuning found a faster kernel of one shape (one that fixes the size, say) shows the
-  /// difference as its ratio, instead of splitting the range into a bucket per sample.
+  /// Buckets within the loss of the fastest kernel measured across the range at each sample: a
+  /// sample whose own tuning measured one faster (a single measurement, or a candidate not among
+  /// its fastest few) shows the difference as its ratio, instead of splitting the range into a
+  /// bucket per sample.
   void choose() {
     std::vector<std::vector<double>> us;
     std::vector<double> best_range(sizes_.size(), kInf);
@@ -225,7 +254,7 @@ class RangeRun {
     }
     for (const BucketChoice& b : choose_buckets(us, best_range, o_.loss)) record_bucket(b);
     for (RangePoint& p : summary_.points)
-      p.tuned_us = tuned_best(make_workload(compute_at(range_, p.size)).key);
+      p.tuned_us = tuned_best(make_workload(range_sample(range_, p.size)).key);
   }
 
   RangeTuneSummary& summary() { return summary_; }
@@ -299,7 +328,7 @@ class RangeRun {
   LogWriter writer_;
   const Workload workload_;
   const std::map<std::string, double> own_best_;  ///< The log's best times of one shape, by key.
-  std::vector<double> best_;  ///< Per sample: the best of its own tuning, or of the range.
+  std::vector<double> best_;  ///< Per sample: the best of its own tuning, or measured across the range.
   std::vector<RangeCandidate> cands_;
   RangeTuneSummary summary_;
 };
@@ -331,9 +360,12 @@ RangeTuneSummary tune_range(const Compute& range, const std::vector<HwAbstractio
                                                                   "' at run time: " + space.empty_reason(),
                                       "tune the sizes one at a time"));
   const std::vector<std::int64_t> sizes = samples_of(range, o.sizes);
-  tune_samples(range, hws, o, sizes, gpus);
+  std::optional<TemporaryDirectory> binaries;  // the samples' kernels, shared with the measuring across them
+  RangeTuneOptions ro = o;
+  if (ro.tune.compile_cache_dir.empty()) ro.tune.compile_cache_dir = binaries.emplace().path();
+  tune_samples(range, hws, ro, sizes, gpus);
   const double tune_s = seconds_since(t0);
-  RangeRun run(range, space, o, sizes, gpus, measure_at);
+  RangeRun run(range, space, ro, sizes, gpus, measure_at);
   if (!run.collect())
     throw UserError(format_diagnostic(SourceLoc::whole(what), "no sample's fastest kernels take the size at run time",
                                       "tune with more trials, or the sizes one at a time"));

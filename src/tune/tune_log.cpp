@@ -137,7 +137,8 @@ void read_gpu(const nlohmann::json& g, TuneResult& r) {
 }
 
 /// A result's "size" and "bucket" against its compute's range ("dynamic": {"lo", "hi"}): a
-/// record of a range is measured at one of its sizes, a bucket serves sizes within it.
+/// record of a range is measured at one of its sizes, a bucket serves sizes within it; a
+/// sample's (is_range_sample) at the sample's own size, which it does not repeat.
 void read_range(const nlohmann::json& res, TuneRecord& r) {
   const nlohmann::json& compute = r.workload.compute;
   std::int64_t lo = 0, hi = 0;
@@ -147,6 +148,11 @@ void read_range(const nlohmann::json& res, TuneRecord& r) {
     hi = integer<std::int64_t>(d.at("hi"), "field \"dynamic.hi\"");
   }
   TuneResult& x = r.result;
+  if (is_range_sample(r.workload)) {
+    if (res.contains("size") || res.contains("bucket"))
+      throw std::runtime_error("field \"size\" or \"bucket\" in a record of a range's sample");
+    return;
+  }
   if (res.contains("size")) x.size = integer<std::int64_t>(res["size"], "field \"size\"");
   if (res.contains("bucket")) {
     const nlohmann::json& b = res["bucket"];
@@ -384,13 +390,18 @@ bool ranks_before(const TuneRecord& a, const TuneRecord& b) {
   return ca != cb ? ca : a.result.median_us < b.result.median_us;
 }
 
-std::vector<const TuneRecord*> best_records(const std::vector<TuneRecord>& records) {
+bool is_range_sample(const Workload& w) {
+  const auto d = w.compute.find("dynamic");
+  return d != w.compute.end() && d->is_object() && d->contains("at");
+}
+
+std::vector<const TuneRecord*> best_records(const std::vector<TuneRecord>& records, bool samples) {
   // The latest measured record of each candidate of each workload.
   std::map<std::string, const TuneRecord*> latest;
   std::vector<std::string> order;  // workload keys, first seen first
   std::set<std::string> seen;
   for (const auto& r : records) {
-    if (!r.result.measured() || r.result.size > 0) continue;
+    if (!r.result.measured() || r.result.size > 0 || (!samples && is_range_sample(r.workload))) continue;
     latest[r.workload.key + " " + candidate_signature(r.candidate)] = &r;
     if (seen.insert(r.workload.key).second) order.push_back(r.workload.key);
   }

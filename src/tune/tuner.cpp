@@ -52,6 +52,7 @@ MeasureResult WorkerMeasurer::measure(const Compute& c, const ImplicitGemm& g, c
 
 MeasureResult WorkerMeasurer::measure_at(const Compute& c, std::int64_t size, const ImplicitGemm& g,
                                          const KernelSource& k, const CompileResult& binary) {
+  if (size == 0) size = c.dynamic.at;  // a sample of a range runs at its size
   const std::string path = dir_ + "/" + k.name + ".cubin";
   std::ofstream(path, std::ios::binary).write(binary.cubin.data(), static_cast<std::streamsize>(binary.cubin.size()));
   MeasureRequest req =
@@ -69,7 +70,7 @@ MeasureResult WorkerMeasurer::measure_at(const Compute& c, std::int64_t size, co
 }
 
 void WorkerMeasurer::prepare(const Compute& c) {
-  if (verify_ && references_) references_->prepare(to_json(c));
+  if (verify_ && references_) references_->prepare(to_json(c.dynamic.at > 0 ? compute_at(c, c.dynamic.at) : c));
 }
 
 namespace {
@@ -422,7 +423,7 @@ class Podium {
   /// candidate that was confirmed and correct, in log order.
   std::optional<TuneRecord> resume(const std::vector<TuneRecord>& own, const SearchSpace& space) {
     std::optional<TuneRecord> best;
-    if (const auto b = best_records(own); !b.empty() && space.find(b[0]->candidate) >= 0) {
+    if (const auto b = best_records(own, true); !b.empty() && space.find(b[0]->candidate) >= 0) {
       best = *b[0];
       if (b[0]->result.confirm_rounds) confirmed_best_ = *b[0];
     }

@@ -70,6 +70,9 @@ struct DynamicExtent {
   int iter = -1;      ///< The iterator whose extent varies; -1: every extent is fixed.
   std::string param;  ///< The parameter given as a range, for messages and logs.
   std::int64_t lo = 0, hi = 0;
+  /// A sample of the range (range_sample()): kernels of the whole range, measured and modelled
+  /// at this size; 0: the range itself.
+  std::int64_t at = 0;
   bool active() const { return iter >= 0; }
   bool operator==(const DynamicExtent&) const = default;
 };
@@ -111,6 +114,9 @@ std::string dynamic_extent_error(const Compute& c, int iter);
 /// The compute of one shape at `size` of `c`'s dynamic extent (within [lo, hi]): the iterator's
 /// extent and the dimensions it indexes set to `size`, the range dropped.
 Compute compute_at(const Compute& c, std::int64_t size);
+/// Range `c` as tuned at one of its sizes (DynamicExtent::at): the same kernels as the range's,
+/// measured at `size` and ranked by the cost model at that size, under a workload of its own.
+Compute range_sample(const Compute& c, std::int64_t size);
 
 /// A plain JSON description: name, statement, params, tensors (name, shape, dtype), iterators
 /// (name, extent, kind), the accesses with their affine indices (enough to rebuild it), and a

@@ -61,7 +61,8 @@ int estimated_registers(const ImplicitGemm& g, const ScheduleParams& p);
 /// The analytic model's time estimate in microseconds: the slowest of tensor-core work (padded,
 /// spread over the waves the grid makes), operand traffic (DRAM for first reads, L2 for the
 /// re-reads of other tiles) and gather instructions (scalar gathers with index arithmetic cost
-/// more per element than vectors), plus launch and the split-K reduction.
+/// more per element than vectors), plus launch and the split-K reduction. For a sample of a range
+/// (DynamicExtent::at) it and candidate_features see the GEMM at the sample's size.
 double analytic_time_us(const ImplicitGemm& g, const ScheduleParams& p, const DeviceModel& d);
 
 Features candidate_features(const ImplicitGemm& g, const ScheduleParams& p, const DeviceModel& d);

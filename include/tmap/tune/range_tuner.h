@@ -1,10 +1,11 @@
 // Tuning a range of sizes (a compute with a dynamic extent, `--set M=1..256`): a few sample
-// sizes are tuned as shapes of their own, as the workloads of one model (one cost model, one
-// budget, model_tuner.h); the fastest candidates of every sample are then compiled as kernels
-// of the whole range (taking the size at run time) and measured at the samples near those they
-// came from; and the fewest buckets of consecutive sizes are chosen whose kernel stays within a
-// stated loss of the fastest kernel of the range at each sample in it. Each sample's ratio to
-// its own tuning's best (which may fix the size) is reported. Every measurement and each bucket
+// sizes are tuned as the workloads of one model (one cost model, one budget, model_tuner.h),
+// each searching the kernels of the whole range (taking the size at run time) measured and
+// modelled at its size (range_sample); the fastest candidates of every sample are then measured
+// again at the samples near those they came from, without compiling again; and the fewest
+// buckets of consecutive sizes are chosen whose kernel stays within a stated loss of the
+// fastest kernel of the range at each sample in it. Each sample's ratio to its own tuning's
+// best is reported. Every measurement and each bucket
 // is recorded in the log (TuneResult's size and bucket), from which `tmap replay` and `tmap
 // export` dispatch by size.
 #pragma once
@@ -46,7 +47,7 @@ struct RangeTuneOptions {
   int per_size = 4;                 ///< Fastest distinct candidates of each sample tried across the range.
 };
 
-/// A sample: the best time of its own tuning (one shape), and of the kernel dispatched to it.
+/// A sample: the best time of its own tuning, and of the kernel dispatched to it.
 struct RangePoint {
   std::int64_t size = 0;
   double tuned_us = 0, dispatched_us = 0;

@@ -150,14 +150,19 @@ LogContents parse_log_text(const std::string& text, const std::string& path, boo
 /// that serves it (a later tuning of the range supersedes an earlier one), in file order.
 std::vector<const TuneRecord*> range_buckets(const std::vector<TuneRecord>& records);
 
+/// Whether `w` is a sample of a range (DynamicExtent::at): a step of tuning the range, whose
+/// kernels serve through the range's buckets, not on their own.
+bool is_range_sample(const Workload& w);
+
 /// The best record of each workload, in first-seen order (records of a range, measured at one of
-/// its sizes, are not ranked: see range_buckets). A candidate measured more than once
+/// its sizes, are not ranked: see range_buckets; nor, unless `samples`, are the workloads of a
+/// range's samples). A candidate measured more than once
 /// counts by its latest record (a confirmation that failed rules it out), and confirmed
 /// candidates come first: the best is the fastest correct confirmed one when there is one, and
 /// the fastest correct measured one otherwise. The fastest of ~1000 single measurements is the
 /// luckiest as much as the fastest: on the H100 the best of a run replayed 2-3% slower than
 /// logged, up to 8%.
-std::vector<const TuneRecord*> best_records(const std::vector<TuneRecord>& records);
+std::vector<const TuneRecord*> best_records(const std::vector<TuneRecord>& records, bool samples = false);
 /// The model's choice for each workload without a correct measured record (none that
 /// best_records returns): its unmeasured record of the lowest estimated time, first seen first.
 std::vector<const TuneRecord*> model_choices(const std::vector<TuneRecord>& records);

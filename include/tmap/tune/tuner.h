@@ -56,7 +56,8 @@ class WorkerMeasurer : public Measurer {
   ~WorkerMeasurer() override;
   MeasureResult measure(const Compute& c, const ImplicitGemm& g, const ScheduleParams& p, const KernelSource& k,
                         const CompileResult& binary) override;
-  /// The kernel of a range of sizes `c` (Compute::dynamic) measured at `size` (0: `c` is one shape).
+  /// The kernel of a range of sizes `c` (Compute::dynamic) measured at `size` (0: `c` is one
+  /// shape, or a sample of the range measured at its own size, DynamicExtent::at).
   MeasureResult measure_at(const Compute& c, std::int64_t size, const ImplicitGemm& g, const KernelSource& k,
                            const CompileResult& binary);
   MeasureGpu gpu() const override { return gpu_; }
