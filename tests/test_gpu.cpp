@@ -1147,11 +1147,13 @@ TEST(Gpu, TimingModes) {
            {"events", TimingOptions{}}, {"graph of 20", TimingOptions{3, 10, 20, 20, false}},
            {"events, cold L2", TimingOptions{3, 10, 20, 0, true}},
            {"graph of 20, cold L2 (flushes subtracted)", TimingOptions{3, 10, 20, 20, true}},
-           {"long run: 3 event-timed repeats", TimingOptions{3, 10, 20, 20, false, 1e-3}}}) {
+           {"long run: 3 event-timed repeats", TimingOptions{3, 10, 20, 20, false, 1e-3}},
+           {"slow: one repeat", TimingOptions{3, 10, 20, 20, false, 0, 1e-3}}}) {
     KernelRun run = run_candidate(ws, reference, a, b, k, compiled.cubin, timing);
     ASSERT_TRUE(run.ok) << label << ": " << run.error;
     EXPECT_LT(run.rel_l2, 1e-2) << label;
     if (timing.long_run_ms > 0) EXPECT_EQ(run.times_us.size(), 3u) << label;
+    else if (timing.slow_us > 0) EXPECT_EQ(run.times_us.size(), 1u) << label;
     else EXPECT_GE(run.times_us.size(), 10u) << label;
     EXPECT_GT(run.median_us, 0) << label;
     std::printf("%-20s median %8.2f us over %zu repeats\n", label.c_str(), run.median_us, run.times_us.size());

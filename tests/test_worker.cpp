@@ -19,6 +19,7 @@
 #include "tmap/runtime/device.h"
 #include "tmap/runtime/measure_worker.h"
 #include "tmap/runtime/nvrtc_compiler.h"
+#include "tmap/tune/tuner.h"
 
 namespace tmap {
 namespace {
@@ -113,6 +114,7 @@ TEST(Worker, RequestsAndResultsRoundTrip) {
   r.seed = 42;
   r.timing.min_repeats = 7;
   r.timing.long_run_ms = 2.5;
+  r.timing.slow_factor = 2;
   r.reference_cubin_path = "/tmp/reference0.cubin";
   MeasureRequest back = request_from_json(nlohmann::json::parse(to_json(r).dump()));
   EXPECT_EQ(to_json(back), to_json(r));
@@ -122,6 +124,7 @@ TEST(Worker, RequestsAndResultsRoundTrip) {
   older.erase("reference_cubin");
   EXPECT_EQ(request_from_json(older).reference_cubin_path, "") << "without one the worker compiles the reference";
   EXPECT_EQ(back.timing.min_repeats, 7);
+  EXPECT_EQ(back.timing.slow_factor, 2);
   const tmap_launch_plan& p = back.launch.plan;
   ASSERT_EQ(p.num_maps, 2);
   EXPECT_EQ(p.maps[0].source.slot, kSlotA);
@@ -279,6 +282,34 @@ TEST(Worker, FaultingAndHangingKernelsAreErrorsAndTheNextCandidateRuns) {
   MeasureResult wrong = worker.measure(request("wrong", "out[blockIdx.x * 64 + threadIdx.x] = 1.0f;", 64));
   EXPECT_EQ(wrong.status, MeasureStatus::kWrongResult) << wrong.message;
   EXPECT_GE(worker.restarts(), 3);
+}
+
+// With a slow factor, a candidate that far behind the fastest correct one of its workload is
+// timed with one repeat; the fastest and those near it in full.
+TEST(Worker, CandidatesFarBehindTheFastestAreTimedOnce) {
+  if (query_runtime().devices.empty()) GTEST_SKIP() << "no GPU: " << query_runtime().status;
+  MeasureWorker worker(TMAP_BINARY, 10.0);
+  const std::string gemm = "int i = blockIdx.x, j = threadIdx.x; float s = 0; for (int k = 0; k < 64; ++k) s += "
+                           "__half2float(a[i * 64 + k]) * __half2float(b[k * 64 + j]);";
+  auto request = [&](const std::string& name, const std::string& body) {
+    MeasureRequest r = gemm_request(name, 64, 64);
+    r.cubin_path = compile_to_file(name, body);
+    r.timing = tuning_timing(1);
+    r.timing.slow_factor = 2;
+    return r;
+  };
+  const MeasureResult fast = worker.measure(request("fast", gemm + " out[i * 64 + j] = s;"));
+  ASSERT_EQ(fast.status, MeasureStatus::kOk) << fast.message;
+  EXPECT_GE(fast.times_us.size(), 5u);
+  // The same sums, then about 50 us of spinning: far behind.
+  const MeasureResult slow = worker.measure(request(
+      "slow", gemm + " long long t = clock64(); while (clock64() - t < 100000) {} out[i * 64 + j] = s;"));
+  ASSERT_EQ(slow.status, MeasureStatus::kOk) << slow.message;
+  EXPECT_GT(slow.median_us, 2 * fast.median_us);
+  EXPECT_EQ(slow.times_us.size(), 1u);
+  const MeasureResult again = worker.measure(request("again", gemm + " out[i * 64 + j] = s;"));
+  ASSERT_EQ(again.status, MeasureStatus::kOk) << again.message;
+  EXPECT_GE(again.times_us.size(), 5u);
 }
 
 }  // namespace

@@ -10,9 +10,11 @@ TuneGpus open_gpus(const std::vector<DeviceInfo>& devices, double timeout_s, dou
   std::vector<Measurer*> raw;
   // Each workload's reference kernel is compiled once for every GPU.
   auto references = std::make_shared<ReferenceBinaries>(devices.empty() ? 0 : devices.front().compute_capability);
+  TimingOptions timing = tuning_timing(measure_ms);
+  timing.slow_factor = kTuneSlowFactor;
   for (const DeviceInfo& d : devices) {
-    g.measurers.push_back(std::make_unique<WorkerMeasurer>("/proc/self/exe", timeout_s, tuning_timing(measure_ms), true,
-                                                           seed, MeasureGpu{d.index, d.uuid, d.name}, references));
+    g.measurers.push_back(std::make_unique<WorkerMeasurer>("/proc/self/exe", timeout_s, timing, true, seed,
+                                                           MeasureGpu{d.index, d.uuid, d.name}, references));
     raw.push_back(g.measurers.back().get());
   }
   g.pool = std::make_unique<MeasurePool>(std::move(raw));

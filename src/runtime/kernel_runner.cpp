@@ -517,7 +517,7 @@ std::vector<double> time_launches(const std::function<int(void* stream)>& launch
       total_ms += ms;
     }
     times.push_back(ms * 1000.0 / std::max(1, timing.graph_runs));
-    if (++repeat > 100000) break;
+    if (++repeat > 100000 || (timing.slow_us > 0 && times.back() > timing.slow_us)) break;
   }
   return times;
 }

@@ -75,7 +75,8 @@ nlohmann::json to_json(const MeasureRequest& r) {
           {"a_tensor", r.a_tensor},       {"b_tensor", r.b_tensor},      {"verify", r.verify},
           {"tolerance", r.tolerance},     {"warmup", r.timing.warmup},   {"min_repeats", r.timing.min_repeats},
           {"min_total_ms", r.timing.min_total_ms}, {"graph_runs", r.timing.graph_runs},
-          {"flush_l2", r.timing.flush_l2}, {"long_run_ms", r.timing.long_run_ms}, {"seed", r.seed},
+          {"flush_l2", r.timing.flush_l2}, {"long_run_ms", r.timing.long_run_ms},
+          {"slow_factor", r.timing.slow_factor}, {"seed", r.seed},
           {"size", r.size}};
 }
 
@@ -90,7 +91,8 @@ MeasureRequest request_from_json(const nlohmann::json& j) {
   r.verify = j.at("verify");
   r.tolerance = j.at("tolerance");
   r.timing = {j.at("warmup"),     j.at("min_repeats"), j.at("min_total_ms"),
-              j.at("graph_runs"), j.at("flush_l2"),    j.value("long_run_ms", 0.0)};
+              j.at("graph_runs"), j.at("flush_l2"),    j.value("long_run_ms", 0.0), 0.0,
+              j.value("slow_factor", 0.0)};
   r.seed = j.at("seed");
   r.size = j.value("size", std::int64_t{0});
   return r;
@@ -173,6 +175,7 @@ int run_measure_worker(std::FILE* in, std::FILE* out, int device) {
     std::unique_ptr<Compute> compute;
     std::unique_ptr<Workspace> workspace;
     std::vector<double> reference;
+    double fastest_us = 0;  ///< Of the correct candidates timed so far (TimingOptions::slow_factor).
   };
   std::map<std::string, Prepared> prepared;
   std::unique_ptr<NvrtcCompiler> compiler;
@@ -201,9 +204,10 @@ int run_measure_worker(std::FILE* in, std::FILE* out, int device) {
         }
         it = prepared.emplace(key, std::move(p)).first;
       }
-      KernelRun run = run_candidate(*it->second.workspace, req.verify ? it->second.reference : std::vector<double>{},
-                                    req.a_tensor, req.b_tensor, req.launch, read_binary(req.cubin_path), req.timing,
-                                    req.size);
+      Prepared& p = it->second;
+      if (req.timing.slow_factor > 0) req.timing.slow_us = req.timing.slow_factor * p.fastest_us;
+      KernelRun run = run_candidate(*p.workspace, req.verify ? p.reference : std::vector<double>{}, req.a_tensor,
+                                    req.b_tensor, req.launch, read_binary(req.cubin_path), req.timing, req.size);
       result.rel_l2 = run.rel_l2;
       result.median_us = run.median_us;
       result.times_us = run.times_us;
@@ -219,6 +223,8 @@ int run_measure_worker(std::FILE* in, std::FILE* out, int device) {
         case FailureKind::kRuntime: result.status = MeasureStatus::kRuntimeError; break;
       }
       fatal = run.failure != FailureKind::kNone;
+      if (result.status == MeasureStatus::kOk && (p.fastest_us == 0 || run.median_us < p.fastest_us))
+        p.fastest_us = run.median_us;
     } catch (const std::exception& e) {
       result.status = MeasureStatus::kWorkerError;
       result.message = exception_text(e);

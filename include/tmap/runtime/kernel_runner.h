@@ -80,6 +80,12 @@ struct TimingOptions {
   /// events, one warm-up and 3 repeats instead: graph replay and long series only matter for
   /// short kernels, and a slow candidate must not run into the measurement timeout.
   double long_run_ms = 0;
+  /// > 0: a repeat slower per run than this ends the timing. A tuner's worker sets it to
+  /// `slow_factor` (below) times the fastest candidate of the workload it has timed: one repeat
+  /// of a candidate that far behind is enough to rank it, and such candidates, the most of a
+  /// search, took about half of its timing to reach min_repeats and min_total_ms.
+  double slow_us = 0;
+  double slow_factor = 0;  ///< For the worker, as above (0: every candidate timed in full).
 };
 
 /// Times `launch` (one run of whatever is measured, enqueued on the stream it is given, a

@@ -44,6 +44,9 @@ namespace tmap {
 /// and the benchmarks take 10 ms.
 TimingOptions tuning_timing(double min_total_ms = 10);
 constexpr double kTuneMeasureMs = 3;
+/// A tuning run's workers time a candidate more than this many times slower than the fastest of
+/// its workload with one repeat (TimingOptions::slow_factor).
+constexpr double kTuneSlowFactor = 2;
 
 /// Runs candidates in `tmap worker` processes (see MeasureWorker) on one GPU (`gpu.index`; -1:
 /// the runtime's default), verifying each against the reference on the same random inputs (one
