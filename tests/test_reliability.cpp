@@ -138,6 +138,21 @@ TEST(Hostile, DeepNestingLongTextAndWrongKindsOfPathGetAClearError) {
   }
 }
 
+// The tuner's binaries, the references and a range's kernels live in temporary directories that
+// go with everything in them.
+TEST(Hostile, TemporaryDirectoriesAreFreshAndRemovedWithTheirFiles) {
+  std::string path;
+  {
+    tmap::TemporaryDirectory a("tmap_test_dir", "a test"), b("tmap_test_dir", "a test");
+    EXPECT_NE(a.path(), b.path());
+    EXPECT_TRUE(std::filesystem::is_directory(a.path()));
+    std::filesystem::create_directories(a.path() + "/sub");
+    std::ofstream(a.path() + "/sub/k.cubin") << "binary";
+    path = a.path();
+  }
+  EXPECT_FALSE(std::filesystem::exists(path));
+}
+
 TEST(Cli, ProgramAndGroupOptionsAreAcceptedAfterTheSubcommand) {
   ScratchDir dir("tmap_anywhere");
   std::filesystem::create_directories(dir / "mine");

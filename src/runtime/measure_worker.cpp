@@ -118,23 +118,18 @@ MeasureResult result_from_json(const nlohmann::json& j) {
 
 // ---- Reference binaries --------------------------------------------------------------------
 
-ReferenceBinaries::ReferenceBinaries(int compute_capability) : compiler_(compute_capability) {
-  std::string templ = (std::filesystem::temp_directory_path() / "tmap_reference_XXXXXX").string();
-  if (!::mkdtemp(templ.data())) throw std::runtime_error("cannot create a temporary directory for reference kernels");
-  dir_ = templ;
-}
+ReferenceBinaries::ReferenceBinaries(int compute_capability)
+    : compiler_(compute_capability), dir_("tmap_reference", "reference kernels") {}
 
 ReferenceBinaries::~ReferenceBinaries() {
-  for (auto& [key, path] : paths_) path.wait();
-  std::error_code ec;
-  std::filesystem::remove_all(dir_, ec);
+  for (auto& [key, path] : paths_) path.wait();  // before dir_ goes
 }
 
 std::shared_future<std::string> ReferenceBinaries::start(const nlohmann::json& compute) {
   std::string key = compute.dump();
   std::lock_guard<std::mutex> lock(mu_);
   if (auto it = paths_.find(key); it != paths_.end()) return it->second;
-  const std::string file = dir_ + "/reference" + std::to_string(paths_.size()) + ".cubin";
+  const std::string file = dir_.path() + "/reference" + std::to_string(paths_.size()) + ".cubin";
   std::shared_future<std::string> f =
       std::async(std::launch::async, [this, compute, file] {
         const KernelSource k = emit_reference_kernel(compute_from_json(compute, "reference"));

@@ -6,8 +6,10 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <stdexcept>
 
 #include "tmap/support/diagnostic.h"
 
@@ -127,6 +129,17 @@ bool read_bounded(const std::string& path, std::uintmax_t max_bytes, std::string
   ::close(fd);
   text.clear();
   return false;
+}
+
+TemporaryDirectory::TemporaryDirectory(const std::string& prefix, const std::string& what) {
+  std::string templ = (std::filesystem::temp_directory_path() / (prefix + "_XXXXXX")).string();
+  if (!::mkdtemp(templ.data())) throw std::runtime_error("cannot create a temporary directory for " + what);
+  path_ = templ;
+}
+
+TemporaryDirectory::~TemporaryDirectory() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
 }
 
 }  // namespace tmap

@@ -1,20 +1,17 @@
 #include "tmap/tune/range_tuner.h"
 
-#include <stdlib.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <limits>
 #include <map>
-#include <filesystem>
 #include <memory>
 #include <optional>
 #include <set>
-#include <stdexcept>
 
 #include "tmap/codegen/emitter.h"
 #include "tmap/support/diagnostic.h"
+#include "tmap/support/files.h"
 #include "tmap/tune/model_tuner.h"
 
 namespace tmap {
@@ -105,26 +102,6 @@ void tune_samples(const Compute& range, const std::vector<HwAbstraction>& hws, c
   m.warmup_batches = 1;
   tune_model(tasks, hws, m, gpus);
 }
-
-/// A directory that holds a run's compiled kernels and is removed with it.
-class TemporaryDirectory {
- public:
-  TemporaryDirectory() {
-    std::string templ = (std::filesystem::temp_directory_path() / "tmap_range_XXXXXX").string();
-    if (!::mkdtemp(templ.data())) throw std::runtime_error("cannot create a temporary directory for compiled kernels");
-    path_ = templ;
-  }
-  ~TemporaryDirectory() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TemporaryDirectory(const TemporaryDirectory&) = delete;
-  TemporaryDirectory& operator=(const TemporaryDirectory&) = delete;
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 }  // namespace
 
@@ -327,7 +304,7 @@ class RangeRun {
   const std::vector<TuneRecord> log_;
   LogWriter writer_;
   const Workload workload_;
-  const std::map<std::string, double> own_best_;  ///< The log's best times of one shape, by key.
+  const std::map<std::string, double> own_best_;  ///< The log's best times of each sample, by key.
   std::vector<double> best_;  ///< Per sample: the best of its own tuning, or measured across the range.
   std::vector<RangeCandidate> cands_;
   RangeTuneSummary summary_;
@@ -362,7 +339,8 @@ RangeTuneSummary tune_range(const Compute& range, const std::vector<HwAbstractio
   const std::vector<std::int64_t> sizes = samples_of(range, o.sizes);
   std::optional<TemporaryDirectory> binaries;  // the samples' kernels, shared with the measuring across them
   RangeTuneOptions ro = o;
-  if (ro.tune.compile_cache_dir.empty()) ro.tune.compile_cache_dir = binaries.emplace().path();
+  if (ro.tune.compile_cache_dir.empty())
+    ro.tune.compile_cache_dir = binaries.emplace("tmap_range", "the range's kernels").path();
   tune_samples(range, hws, ro, sizes, gpus);
   const double tune_s = seconds_since(t0);
   RangeRun run(range, space, ro, sizes, gpus, measure_at);

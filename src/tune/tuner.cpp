@@ -34,16 +34,9 @@ TimingOptions tuning_timing(double min_total_ms) {
 WorkerMeasurer::WorkerMeasurer(std::string binary, double timeout_seconds, TimingOptions timing, bool verify,
                                std::uint64_t seed, MeasureGpu gpu, std::shared_ptr<ReferenceBinaries> references)
     : gpu_(std::move(gpu)), worker_(std::move(binary), timeout_seconds, gpu_.index), timing_(timing), verify_(verify),
-      seed_(seed), references_(std::move(references)) {
-  std::string templ = (std::filesystem::temp_directory_path() / "tmap_tune_XXXXXX").string();
-  if (!::mkdtemp(templ.data())) throw std::runtime_error("cannot create a temporary directory for kernel binaries");
-  dir_ = templ;
-}
+      seed_(seed), references_(std::move(references)), dir_("tmap_tune", "kernel binaries") {}
 
-WorkerMeasurer::~WorkerMeasurer() {
-  std::error_code ec;
-  std::filesystem::remove_all(dir_, ec);
-}
+WorkerMeasurer::~WorkerMeasurer() = default;
 
 MeasureResult WorkerMeasurer::measure(const Compute& c, const ImplicitGemm& g, const ScheduleParams&,
                                       const KernelSource& k, const CompileResult& binary) {
@@ -53,7 +46,7 @@ MeasureResult WorkerMeasurer::measure(const Compute& c, const ImplicitGemm& g, c
 MeasureResult WorkerMeasurer::measure_at(const Compute& c, std::int64_t size, const ImplicitGemm& g,
                                          const KernelSource& k, const CompileResult& binary) {
   if (size == 0) size = c.dynamic.at;  // a sample of a range runs at its size
-  const std::string path = dir_ + "/" + k.name + ".cubin";
+  const std::string path = dir_.path() + "/" + k.name + ".cubin";
   std::ofstream(path, std::ios::binary).write(binary.cubin.data(), static_cast<std::streamsize>(binary.cubin.size()));
   MeasureRequest req =
       MeasureRequest::for_kernel(c, k, path, c.inputs[g.a_input].tensor, c.inputs[g.b_input].tensor, size);

@@ -18,6 +18,7 @@
 
 #include "tmap/runtime/kernel_runner.h"
 #include "tmap/runtime/nvrtc_compiler.h"
+#include "tmap/support/files.h"
 
 namespace tmap {
 
@@ -73,7 +74,7 @@ class ReferenceBinaries {
   std::shared_future<std::string> start(const nlohmann::json& compute);
 
   NvrtcCompiler compiler_;
-  std::string dir_;
+  TemporaryDirectory dir_;
   std::mutex mu_;
   std::map<std::string, std::shared_future<std::string>> paths_;  ///< By the compute's text.
 };

@@ -30,4 +30,19 @@ void write_file(const std::string& path, const std::string& text, const std::str
 bool read_bounded(const std::string& path, std::uintmax_t max_bytes, std::string& text, std::string& error,
                   double idle_seconds = 10);
 
+/// A fresh directory under the system's temporary directory (its name `prefix` and a random
+/// suffix), removed with everything in it when this is destroyed. Throws std::runtime_error
+/// saying that the directory for `what` cannot be created.
+class TemporaryDirectory {
+ public:
+  TemporaryDirectory(const std::string& prefix, const std::string& what);
+  ~TemporaryDirectory();
+  TemporaryDirectory(const TemporaryDirectory&) = delete;
+  TemporaryDirectory& operator=(const TemporaryDirectory&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
 }  // namespace tmap

@@ -29,6 +29,7 @@
 
 #include "tmap/runtime/measure_worker.h"
 #include "tmap/runtime/nvrtc_compiler.h"
+#include "tmap/support/files.h"
 #include "tmap/tune/features.h"
 #include "tmap/tune/measure_pool.h"
 #include "tmap/tune/search_space.h"
@@ -74,7 +75,7 @@ class WorkerMeasurer : public Measurer {
   bool verify_;
   std::uint64_t seed_;
   std::shared_ptr<ReferenceBinaries> references_;
-  std::string dir_;
+  TemporaryDirectory dir_;  ///< The binaries handed to the worker.
 };
 
 struct TuneProgress {
