@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -474,13 +475,6 @@ TEST(CostModel, RanksRealH100Measurements) {
 }
 
 /// Measures nothing: times candidates with the synthetic cost, and fails a few on purpose.
-/// `g`, a range's GEMM, at one size.
-ImplicitGemm gemm_at(const ImplicitGemm& g, std::int64_t size) {
-  ImplicitGemm at = g;
-  (g.dynamic_axis == 'm' ? at.M : at.N) = size * g.per_size;
-  return at;
-}
-
 class SyntheticMeasurer : public Measurer {
  public:
   MeasureResult measure(const Compute& c, const ImplicitGemm& g, const ScheduleParams& p, const KernelSource& k,
@@ -496,7 +490,7 @@ class SyntheticMeasurer : public Measurer {
       return r;
     }
     r.status = MeasureStatus::kOk;
-    r.median_us = synthetic_us(c.dynamic.at > 0 ? gemm_at(g, c.dynamic.at) : g, p);  // a range's sample at its size
+    r.median_us = synthetic_us(c.dynamic.at > 0 ? gemm_at_size(g, c.dynamic.at) : g, p);  // a range's sample at its size
     r.times_us = {r.median_us};
     return r;
   }
@@ -1422,7 +1416,7 @@ TEST(RangeTuner, TunesSamplesMeasuresKernelsOfTheRangeAndDispatchesBySize) {
     measured_at.insert(size);
     MeasureResult r;  // the synthetic time at this size
     r.status = MeasureStatus::kOk;
-    r.median_us = synthetic_us(gemm_at(g, size), p);
+    r.median_us = synthetic_us(gemm_at_size(g, size), p);
     r.times_us = {r.median_us};
     return r;
   });
@@ -1462,6 +1456,18 @@ TEST(RangeTuner, TunesSamplesMeasuresKernelsOfTheRangeAndDispatchesBySize) {
     EXPECT_LE(d.bucket->result.bucket_lo, size);
     EXPECT_GE(d.bucket->result.bucket_hi, size);
   }
+  // The models learn each of the range's records at the size its kernel ran at.
+  const DeviceModel h100 = DeviceModel::for_arch(90);
+  const MeasuredSet across = measured_sets(records, hws, "sm_90", DeviceLimits::for_arch(90), h100).at(make_workload(range).key);
+  std::vector<double> at_sizes;
+  for (const TuneRecord& r : records)
+    if (r.workload.key == make_workload(range).key && r.result.ok()) {
+      ASSERT_GT(r.result.size, 0);
+      const Regenerated g = regenerate(r, hws, 90);
+      at_sizes.push_back(analytic_time_us(gemm_at_size(g.gemm(), r.result.size), g.params, h100));
+    }
+  EXPECT_EQ(across.analytic_us, at_sizes);
+  EXPECT_LT(*std::min_element(at_sizes.begin(), at_sizes.end()), *std::max_element(at_sizes.begin(), at_sizes.end()));
   const Compute beyond = build_compute(builtin_op("gemm_nt"), parse_param_overrides({"M=101", "N=256", "K=128"}));
   const Dispatch none = dispatch(records, beyond, "sm_90");
   EXPECT_EQ(none.bucket, nullptr);

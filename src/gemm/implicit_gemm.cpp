@@ -60,6 +60,12 @@ std::string dynamic_gemm_error(const ImplicitGemm& g) {
          "; kernels take a run-time size only as the slowest iterator of the virtual M or N";
 }
 
+ImplicitGemm gemm_at_size(const ImplicitGemm& g, std::int64_t size) {
+  ImplicitGemm at = g;
+  if (g.dynamic()) (g.dynamic_axis == 'm' ? at.M : at.N) = size * g.per_size;
+  return at;
+}
+
 namespace {
 
 /// The dimension of `a` that iterator `it` indexes alone (coefficient 1, no constant, no other

@@ -147,11 +147,7 @@ double window_time_us(const ImplicitGemm& g, const ScheduleParams& p, const Devi
 /// A sample of a range (DynamicExtent::at) runs the range's kernel at its size: the GEMM the
 /// models see has that size along the dynamic axis.
 bool sampled(const ImplicitGemm& g) { return g.dynamic() && g.compute->dynamic.at > 0; }
-ImplicitGemm at_sample(const ImplicitGemm& g) {
-  ImplicitGemm out = g;
-  (g.dynamic_axis == 'm' ? out.M : out.N) = g.compute->dynamic.at * g.per_size;
-  return out;
-}
+ImplicitGemm at_sample(const ImplicitGemm& g) { return gemm_at_size(g, g.compute->dynamic.at); }
 
 double analytic_time_of(const ImplicitGemm& g, const ScheduleParams& p, const DeviceModel& d) {
   if (p.window) return window_time_us(g, p, d);

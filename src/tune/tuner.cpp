@@ -1226,7 +1226,8 @@ std::map<std::string, MeasuredSet> measured_sets(const std::vector<TuneRecord>& 
     for (const TuneRecord* r : group) {
       const int e = space.find(r->candidate);
       if (e < 0 || !space.valid(e, r->candidate.params)) continue;
-      const ImplicitGemm& g = space.entries()[e].gemm;
+      // A range's record names the size its kernel ran at: the models see the GEMM at that size.
+      const ImplicitGemm g = r->result.size > 0 ? gemm_at_size(space.entries()[e].gemm, r->result.size) : space.entries()[e].gemm;
       set.features.push_back(candidate_features(g, r->candidate.params, d));
       set.analytic_us.push_back(analytic_time_us(g, r->candidate.params, d));
       set.times_us.push_back(r->result.median_us);

@@ -72,6 +72,10 @@ struct ImplicitGemm {
 /// when every extent is fixed): the iterator must be the slowest of the virtual M or N.
 std::string dynamic_gemm_error(const ImplicitGemm& g);
 
+/// A range's GEMM as its kernels run at `size` (a size in Compute::dynamic's range): M or N along
+/// the dynamic axis is size x per_size. `g` itself when every extent is fixed.
+ImplicitGemm gemm_at_size(const ImplicitGemm& g, std::int64_t size);
+
 /// Builds the virtual GEMM of one mapping of one match.
 ImplicitGemm make_implicit_gemm(const Compute& c, const HwAbstraction& hw, const Match& match, const Mapping& mapping);
 

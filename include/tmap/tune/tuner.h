@@ -246,7 +246,8 @@ TuneSummary rank_with_model(const Compute& c, const std::vector<HwAbstraction>& 
 
 /// The features, measured and analytic times of the correct records of one architecture, per
 /// workload key, regenerated from the records alone (what the cost model learns from). Records
-/// whose compute is unreadable or whose arm no longer exists are skipped.
+/// whose compute is unreadable or whose arm no longer exists are skipped. A range's record is
+/// seen at the size its kernel ran at (TuneResult::size).
 struct MeasuredSet {
   std::vector<Features> features;
   std::vector<double> times_us, analytic_us;
