@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -85,6 +86,37 @@ TEST(CompileWorkers, CompileLikeNvrtcInProcessAndOutliveTheirFailures) {
   for (std::size_t i = 0; i + 1 < jobs.size(); ++i) EXPECT_EQ(fallback[i].cubin, here[i].cubin) << jobs[i].name;
   use_compile_workers("");
   EXPECT_TRUE(compile_worker_pids().empty()) << "workers left running after the pool was turned off";
+}
+
+TEST(CompileWorkers, CompilesWaitingForAWorkerAreCancelledAndNotCached) {
+  std::vector<CompileJob> jobs;
+  for (int i = 0; i < 4; ++i)
+    jobs.push_back({"c" + std::to_string(i), "extern \"C\" __global__ void k(int* x) { x[threadIdx.x] = " +
+                                                 std::to_string(100 + i) + "; }"});
+  ASSERT_EQ(use_compile_workers(TMAP_BINARY, 1), 1u);
+  NvrtcCompiler compiler(90);
+  // One worker, four threads: once a job is back, the ones still waiting for the worker give up.
+  std::atomic<int> finished{0};
+  const std::vector<CompileResult> first = compile_parallel(
+      compiler, jobs, 4, [&] { return finished.load() > 0; },
+      [&](std::size_t, const CompileResult& r) { finished += !r.cancelled; });
+  int ok = 0, cancelled = 0;
+  for (const CompileResult& r : first) {
+    EXPECT_NE(r.ok, r.cancelled) << r.log;
+    ok += r.ok;
+    cancelled += r.cancelled;
+  }
+  EXPECT_GE(ok, 1);
+  EXPECT_GE(cancelled, 1) << "the compiles waiting for the busy worker were not cancelled";
+  // A cancelled compile is no result of its source: asked again, every job compiles.
+  for (const CompileResult& r : compile_parallel(compiler, jobs, 2)) EXPECT_TRUE(r.ok) << r.log;
+  // Cancelled before they start: none compiles.
+  NvrtcCompiler fresh(90);
+  for (const CompileResult& r : compile_parallel(fresh, jobs, 2, [] { return true; })) {
+    EXPECT_TRUE(r.cancelled);
+    EXPECT_FALSE(r.ok);
+  }
+  use_compile_workers("");
 }
 
 TEST(Worker, RequestsAndResultsRoundTrip) {

@@ -102,6 +102,13 @@ std::vector<std::string> split_lines(const std::string& s) {
   return out;
 }
 
+CompileResult cancelled_result() {
+  CompileResult r;
+  r.cancelled = true;
+  r.log = "cancelled before it was compiled";
+  return r;
+}
+
 /// A kernel compiles in a second or two; a worker silent for this long is killed.
 constexpr double kCompileTimeoutS = 300;
 
@@ -117,12 +124,15 @@ class CompilePool {
   }
   unsigned count() const { return count_; }
 
+  /// The result, or none when the job is the caller's to compile in-process.
   std::optional<CompileResult> compile(const std::string& source, const std::string& name,
-                                       const std::vector<std::string>& options) {
+                                       const std::vector<std::string>& options, const CompileCancelled& cancelled) {
     Proc p;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      cv_.wait(lock, [&] { return broken_ || !idle_.empty() || started_ < count_; });
+      const auto can_start = [&] { return broken_ || !idle_.empty() || started_ < count_; };
+      while (!cv_.wait_for(lock, std::chrono::milliseconds(20), can_start))
+        if (cancelled && cancelled()) return cancelled_result();
       if (broken_) return std::nullopt;
       if (!idle_.empty()) {
         p = idle_.back();
@@ -261,9 +271,10 @@ std::shared_ptr<CompilePool> current_pool() {
   return g_pool;
 }
 
-CompileResult compile_in_pool(const std::string& source, const std::string& name, const std::vector<std::string>& options) {
+CompileResult compile_in_pool(const std::string& source, const std::string& name, const std::vector<std::string>& options,
+                              const CompileCancelled& cancelled) {
   if (std::shared_ptr<CompilePool> pool = current_pool())
-    if (std::optional<CompileResult> r = pool->compile(source, name, options)) return *r;
+    if (std::optional<CompileResult> r = pool->compile(source, name, options, cancelled)) return *r;
   return compile_here(source, name, options);
 }
 
@@ -336,7 +347,7 @@ NvrtcCompiler::NvrtcCompiler(int compute_capability, std::string cache_dir)
               "-default-device"};
 }
 
-CompileResult NvrtcCompiler::compile(const std::string& source, const std::string& name) {
+CompileResult NvrtcCompiler::compile(const std::string& source, const std::string& name, const CompileCancelled& cancelled) {
   std::string key;
   for (const auto& o : options_) key += o + "\n";
   key += device_library_fingerprint() + "\n";
@@ -368,7 +379,8 @@ CompileResult NvrtcCompiler::compile(const std::string& source, const std::strin
       }
     }
   }
-  CompileResult r = compile_in_pool(source, name, options_);
+  CompileResult r = compile_in_pool(source, name, options_, cancelled);
+  if (r.cancelled) return r;  // not a result of this source: not cached
   if (r.ok && !cached_file.empty()) {
     // Written to a temporary name and renamed, so a concurrent reader never sees half a file.
     std::error_code ec;
@@ -383,7 +395,7 @@ CompileResult NvrtcCompiler::compile(const std::string& source, const std::strin
 }
 
 std::vector<CompileResult> compile_parallel(NvrtcCompiler& compiler, const std::vector<CompileJob>& jobs,
-                                            unsigned threads, const std::atomic<bool>* cancel,
+                                            unsigned threads, const CompileCancelled& cancelled,
                                             const std::function<void(std::size_t, const CompileResult&)>& done) {
   std::vector<CompileResult> results(jobs.size());
   std::atomic<std::size_t> next{0};
@@ -391,8 +403,7 @@ std::vector<CompileResult> compile_parallel(NvrtcCompiler& compiler, const std::
   threads = std::min<unsigned>(threads, static_cast<unsigned>(std::max<std::size_t>(1, jobs.size())));
   auto worker = [&] {
     for (std::size_t i; (i = next++) < jobs.size();) {
-      if (cancel && cancel->load()) results[i].log = "cancelled before it was compiled";
-      else results[i] = compiler.compile(jobs[i].source, jobs[i].name);
+      results[i] = cancelled && cancelled() ? cancelled_result() : compiler.compile(jobs[i].source, jobs[i].name, cancelled);
       if (done) done(i, results[i]);
     }
   };

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <deque>
 #include <cmath>
@@ -179,15 +180,21 @@ struct CompiledBatch {
   std::vector<CompileResult> binaries;
 };
 
+/// Compiles are cancelled once the user stops the run (`stop` may be null).
+CompileCancelled stopped_by(const std::atomic<bool>* stop) {
+  if (!stop) return {};
+  return [stop] { return stop->load(); };
+}
+
 CompiledBatch compile_batch(const SearchSpace& space, NvrtcCompiler& compiler, std::vector<Candidate> batch,
-                            unsigned threads, const std::atomic<bool>* cancel) {
+                            unsigned threads, const CompileCancelled& cancelled) {
   CompiledBatch b;
   std::vector<CompileJob> jobs;
   for (const auto& c : batch) {
     b.kernels.push_back(emit_kernel(space.entries()[c.entry].gemm, c.params));
     jobs.push_back({b.kernels.back().name, b.kernels.back().code});
   }
-  b.binaries = compile_parallel(compiler, jobs, threads, cancel);
+  b.binaries = compile_parallel(compiler, jobs, threads, cancelled);
   b.candidates = std::move(batch);
   return b;
 }
@@ -332,7 +339,9 @@ class CompilePipeline {
 
   CompilePipeline(const SearchSpace& space, const TuneOptions& o)
       : space_(space), o_(o), compiler_(o.compute_capability, o.compile_cache_dir) {}
+  /// What was proposed but is not compiling yet is not compiled: the run has ended.
   ~CompilePipeline() {
+    abandoned_ = true;
     for (auto& f : compiling_) f.wait();  // compiled but never measured: nothing to record
   }
   CompilePipeline(const CompilePipeline&) = delete;
@@ -357,7 +366,8 @@ class CompilePipeline {
         kernels.push_back(emit_kernel(space_.entries()[c.entry].gemm, c.params));
         jobs.push_back({kernels.back().name, kernels.back().code});
       }
-      compile_parallel(compiler_, jobs, o_.compile_threads, o_.stop, [&](std::size_t i, const CompileResult& r) {
+      const CompileCancelled cancelled = [this] { return abandoned_.load() || (o_.stop && o_.stop->load()); };
+      compile_parallel(compiler_, jobs, o_.compile_threads, cancelled, [&](std::size_t i, const CompileResult& r) {
         (*promises)[i].set_value({std::move(kernels[i]), r});
       });
     }));
@@ -390,6 +400,7 @@ class CompilePipeline {
   NvrtcCompiler compiler_;
   std::deque<InFlight> flight_;
   std::vector<std::future<void>> compiling_;  ///< Batches being emitted and compiled.
+  std::atomic<bool> abandoned_{false};
 };
 
 /// The task's view of the database (the log): the fastest correct candidates, held for
@@ -882,7 +893,7 @@ class TuneTask::Impl : public MeasureClient {
         return true;
       }
       CompilePipeline::InFlight f = pipeline_.take(*at);
-      if (!f.compiled.get().binary.ok && stop_requested()) continue;  // cancelled, not a failure: not recorded
+      if (f.compiled.get().binary.cancelled) continue;  // not a failure: not recorded
       if (!f.compiled.get().binary.ok) {
         TuneResult res = result_before_measuring(f);
         res.status = "compile_error";
@@ -990,7 +1001,7 @@ class TuneTask::Impl : public MeasureClient {
     }
     if (!resumed.empty()) {
       CompiledBatch b = compile_batch(strategy_.search().space(), pipeline_.compiler(), std::move(resumed),
-                                      o_.compile_threads, o_.stop);
+                                      o_.compile_threads, stopped_by(o_.stop));
       for (std::size_t j = 0; j < missing.size(); ++j) bins[missing[j]] = {std::move(b.kernels[j]), b.binaries[j]};
     }
     return bins;
@@ -1174,9 +1185,9 @@ TuneSummary rank_with_model(const Compute& c, const std::vector<HwAbstraction>& 
     }
     const std::size_t end = std::min(chosen.size(), begin + batch);
     std::vector<Candidate> part(chosen.begin() + begin, chosen.begin() + end);
-    CompiledBatch b = compile_batch(space, compiler, part, o.compile_threads, o.stop);
+    CompiledBatch b = compile_batch(space, compiler, part, o.compile_threads, stopped_by(o.stop));
     for (std::size_t i = 0; i < part.size(); ++i) {
-      if (!b.binaries[i].ok && o.stop && o.stop->load()) break;  // cancelled, not a failure: not recorded
+      if (b.binaries[i].cancelled) break;  // stopped by the user, not a failure: not recorded
       TuneResult res;
       res.status = b.binaries[i].ok ? "unmeasured" : "compile_error";
       res.estimated_us = ranked[begin + i].first;

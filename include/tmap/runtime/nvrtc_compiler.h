@@ -5,7 +5,6 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <atomic>
 #include <cstdio>
 #include <functional>
 #include <string>
@@ -19,7 +18,11 @@ struct CompileResult {
   std::vector<char> cubin;  ///< The compiled binary, when ok.
   double seconds = 0;       ///< Compile time (0 for a cache hit).
   bool cached = false;
+  bool cancelled = false;  ///< Not compiled: the caller no longer wanted it (not ok, not a failure).
 };
+
+/// Polled while a compile waits to start: true when its result is no longer wanted.
+using CompileCancelled = std::function<bool()>;
 
 /// "sm_90" -> 90; a UserError naming the supported architectures for anything else, including an
 /// architecture this NVRTC cannot compile for.
@@ -38,7 +41,9 @@ class NvrtcCompiler {
   /// With a `cache_dir`, binaries are also kept on disk (one file per source and options hash)
   /// and reused across runs.
   explicit NvrtcCompiler(int compute_capability, std::string cache_dir = {});
-  CompileResult compile(const std::string& source, const std::string& name);
+  /// Once `cancelled` says so, a compile that has not started (e.g. one waiting for a compile
+  /// worker) returns at once, marked cancelled.
+  CompileResult compile(const std::string& source, const std::string& name, const CompileCancelled& cancelled = {});
   int compute_capability() const { return cc_; }
 
  private:
@@ -68,11 +73,11 @@ struct CompileJob {
 };
 
 /// Compiles every job on `threads` threads (0: all cores); results in job order, each with its
-/// own compile time. Once `cancel` is set, the jobs not yet started fail with "cancelled".
+/// own compile time. Once `cancelled` says so, the jobs not yet started return cancelled.
 /// `done`, when given, is called with each job's index and result as soon as it is compiled
 /// (on the compiling thread), so that a caller can use the first results before the last.
 std::vector<CompileResult> compile_parallel(NvrtcCompiler& compiler, const std::vector<CompileJob>& jobs,
-                                            unsigned threads = 0, const std::atomic<bool>* cancel = nullptr,
+                                            unsigned threads = 0, const CompileCancelled& cancelled = {},
                                             const std::function<void(std::size_t, const CompileResult&)>& done = nullptr);
 
 }  // namespace tmap
