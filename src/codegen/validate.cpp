@@ -92,6 +92,83 @@ void validate_clusters_and_splits(const ScheduleParams& p, const DeviceLimits& l
                                     "of them");
 }
 
+/// The tiles against the intrinsic and the warps, and the knobs that exclude one another.
+void validate_tiling(const ImplicitGemm& g, const ScheduleParams& p, const DeviceLimits& limits,
+                     std::vector<ScheduleIssue>& out) {
+  const auto m = g.shape[Axis::kI], n = g.shape[Axis::kJ], k = g.shape[Axis::kK];
+  auto fail = [&](ScheduleError e, std::string detail) { out.push_back({e, std::move(detail)}); };
+  validate_knobs(family_of(*g.hw), p, out);
+  if (p.warp_m <= 0 || p.warp_n <= 0 || p.block_k <= 0 || p.warp_m % m || p.warp_n % n || p.block_k % k)
+    fail(ScheduleError::kTileNotMultipleOfIntrinsic,
+         "warp tile " + std::to_string(p.warp_m) + "x" + std::to_string(p.warp_n) + " and block_k " +
+             std::to_string(p.block_k) + " against intrinsic " + g.shape.str());
+  if (p.block_m <= 0 || p.block_n <= 0 || p.warp_m <= 0 || p.warp_n <= 0 || p.block_m % p.warp_m ||
+      p.block_n % p.warp_n)
+    fail(ScheduleError::kBlockNotMultipleOfWarp, "block " + std::to_string(p.block_m) + "x" + std::to_string(p.block_n) +
+                                                     ", warp " + std::to_string(p.warp_m) + "x" + std::to_string(p.warp_n));
+  if (p.window != 0 && p.relayout != 0)
+    fail(ScheduleError::kBadOption, "window = 1 with relayout = 1: a window is staged from the input in place; use "
+                                    "relayout = 0");
+  validate_clusters_and_splits(p, limits, out);
+  if (g.compute->dynamic.active()) {
+    if (const std::string why = dynamic_gemm_error(g); !why.empty()) fail(ScheduleError::kBadOption, why);
+    if (p.relayout) fail(ScheduleError::kBadOption, "relayout = 1 copies operands of a fixed size; a run-time size takes 0");
+    if (p.window) fail(ScheduleError::kBadOption, "window = 1 stages images of a fixed size; a run-time size takes 0");
+  }
+}
+
+/// Shifted vectors wait in registers (two vectors each) between their load and their store.
+void validate_shifted_vector(const ImplicitGemm& g, const ScheduleParams& p, int which, std::int64_t threads,
+                             std::vector<ScheduleIssue>& out) {
+  const char* name = which == 0 ? "vec_a" : "vec_b";
+  const int vec = which == 0 ? p.vec_a : p.vec_b;
+  const int elem_bits = dtype_bits(which == 0 ? g.hw->a_dtype : g.hw->b_dtype);
+  const int bytes = vec * elem_bits / 8;
+  const int loaded = shifted_load_width(g, p, which) * elem_bits / 8;  // per aligned vector held
+  const std::int64_t copies =
+      ((which == 0 ? std::int64_t{p.block_m} : std::int64_t{p.block_n}) * p.block_k / vec + threads - 1) / threads;
+  if (bytes < 4)
+    out.push_back({ScheduleError::kBadVector, std::string(name) + " = " + std::to_string(vec) +
+                                                  ": vectors shifted into place (the operand is aligned to " +
+                                                  std::to_string(operand_contiguity(g, which).aligned) +
+                                                  " elements) are at least 4 bytes wide"});
+  else if (copies * 2 * loaded / 4 > kMaxStagedRegisters)
+    out.push_back({ScheduleError::kBadVector,
+                   std::string(name) + " = " + std::to_string(vec) + ": " + std::to_string(copies) +
+                       " shifted copies per thread would hold " + std::to_string(copies * 2 * loaded / 4) +
+                       " registers (at most " + std::to_string(kMaxStagedRegisters) +
+                       "); use more warps or a smaller tile, or a vector no wider than " +
+                       std::to_string(operand_contiguity(g, which).aligned)});
+}
+
+/// Each operand's copy vectors (vec_a, vec_b): the widths the operand and the tile's rows allow,
+/// and what shifted ones hold. A window's image is copied in vectors of its own (the family checks
+/// them); its weights are read by each thread, never staged.
+void validate_vectors(const ImplicitGemm& g, const ScheduleParams& p, std::int64_t threads,
+                      std::vector<ScheduleIssue>& out) {
+  for (int which = 0; which < 2 && !p.window; ++which) {
+    const int vec = which == 0 ? p.vec_a : p.vec_b;
+    if (vec == 1) continue;
+    const int limit = max_vector_width(g, which);
+    const std::int64_t row = stored_row_length(g, p, which);
+    if (vec < 1 || (vec & (vec - 1)) || vec > limit || row % vec)
+      out.push_back({ScheduleError::kBadVector, std::string(which == 0 ? "vec_a" : "vec_b") + " = " +
+                                                    std::to_string(vec) + ": the operand allows at most " +
+                                                    std::to_string(limit) + ", rows of the tile are " +
+                                                    std::to_string(row) + " elements"});
+    else if (copies_shifted(g, p, which))
+      validate_shifted_vector(g, p, which, threads, out);
+  }
+}
+
+/// Why a kernel has no epilogue operand for epi_prefetch = 1 to prefetch.
+std::string why_nothing_to_prefetch(const ImplicitGemm& g, const ScheduleParams& p) {
+  if (p.split_k > 1) return "split_k = " + std::to_string(p.split_k) + ": the split sums reach the epilogue later";
+  if (p.window) return "window = 1: a window's kernel has no tile of the output to prefetch";
+  if (g.compute->epilogue.empty()) return "no fused epilogue: there is nothing but the output to store";
+  return "no epilogue operand of the output's shape, contiguous for 16 bytes along its vectors";
+}
+
 }  // namespace
 
 std::int64_t shared_bytes(const ImplicitGemm& g, const ScheduleParams& p) {
@@ -124,26 +201,8 @@ std::vector<ScheduleIssue> validate(const ImplicitGemm& in, const ScheduleParams
     return out;
   }
   const ImplicitGemm& g = *view;
-  const auto m = g.shape[Axis::kI], n = g.shape[Axis::kJ], k = g.shape[Axis::kK];
   auto fail = [&](ScheduleError e, std::string detail) { out.push_back({e, std::move(detail)}); };
-  validate_knobs(family_of(*g.hw), p, out);
-  if (p.warp_m <= 0 || p.warp_n <= 0 || p.block_k <= 0 || p.warp_m % m || p.warp_n % n || p.block_k % k)
-    fail(ScheduleError::kTileNotMultipleOfIntrinsic,
-         "warp tile " + std::to_string(p.warp_m) + "x" + std::to_string(p.warp_n) + " and block_k " +
-             std::to_string(p.block_k) + " against intrinsic " + g.shape.str());
-  if (p.block_m <= 0 || p.block_n <= 0 || p.warp_m <= 0 || p.warp_n <= 0 || p.block_m % p.warp_m ||
-      p.block_n % p.warp_n)
-    fail(ScheduleError::kBlockNotMultipleOfWarp, "block " + std::to_string(p.block_m) + "x" + std::to_string(p.block_n) +
-                                                     ", warp " + std::to_string(p.warp_m) + "x" + std::to_string(p.warp_n));
-  if (p.window != 0 && p.relayout != 0)
-    fail(ScheduleError::kBadOption, "window = 1 with relayout = 1: a window is staged from the input in place; use "
-                                    "relayout = 0");
-  validate_clusters_and_splits(p, limits, out);
-  if (g.compute->dynamic.active()) {
-    if (const std::string why = dynamic_gemm_error(g); !why.empty()) fail(ScheduleError::kBadOption, why);
-    if (p.relayout) fail(ScheduleError::kBadOption, "relayout = 1 copies operands of a fixed size; a run-time size takes 0");
-    if (p.window) fail(ScheduleError::kBadOption, "window = 1 stages images of a fixed size; a run-time size takes 0");
-  }
+  validate_tiling(g, p, limits, out);
   if (!out.empty()) return out;  // the checks below need a well-formed tiling
   const std::int64_t steps = g.serial * ((g.K + p.block_k - 1) / p.block_k);
   if (p.split_k < 1 || p.split_k > steps)
@@ -156,8 +215,6 @@ std::vector<ScheduleIssue> validate(const ImplicitGemm& in, const ScheduleParams
   if (threads > limits.max_threads_per_block)
     fail(ScheduleError::kTooManyThreads,
          std::to_string(threads) + " threads, the limit is " + std::to_string(limits.max_threads_per_block));
-  // A window's image is copied in vectors of its own (the family checks them); its weights are
-  // read by each thread, never staged.
   if (p.async_copy != 0 && !p.window) {
     if (p.async_copy != 1 || (limits.compute_capability != 0 && limits.compute_capability < 80) ||
         !(copies_async(g, p, 0) || copies_async(g, p, 1)))
@@ -165,44 +222,9 @@ std::vector<ScheduleIssue> validate(const ImplicitGemm& in, const ScheduleParams
                                              std::to_string(p.vec_a) + ", vec_b = " + std::to_string(p.vec_b) +
                                              " on sm_" + std::to_string(limits.compute_capability));
   }
-  for (int which = 0; which < 2 && !p.window; ++which) {
-    const int vec = which == 0 ? p.vec_a : p.vec_b;
-    if (vec == 1) continue;
-    const int limit = max_vector_width(g, which);
-    const std::int64_t row = stored_row_length(g, p, which);
-    if (vec < 1 || (vec & (vec - 1)) || vec > limit || row % vec)
-      fail(ScheduleError::kBadVector, std::string(which == 0 ? "vec_a" : "vec_b") + " = " + std::to_string(vec) +
-                                          ": the operand allows at most " + std::to_string(limit) +
-                                          ", rows of the tile are " + std::to_string(row) + " elements");
-    else if (copies_shifted(g, p, which)) {
-      // Shifted vectors wait in registers (two vectors each) between their load and their store.
-      const char* name = which == 0 ? "vec_a" : "vec_b";
-      const int elem_bits = dtype_bits(which == 0 ? g.hw->a_dtype : g.hw->b_dtype);
-      const int bytes = vec * elem_bits / 8;
-      const int loaded = shifted_load_width(g, p, which) * elem_bits / 8;  // per aligned vector held
-      const std::int64_t copies =
-          ((which == 0 ? std::int64_t{p.block_m} : std::int64_t{p.block_n}) * p.block_k / vec + threads - 1) / threads;
-      if (bytes < 4)
-        fail(ScheduleError::kBadVector, std::string(name) + " = " + std::to_string(vec) + ": vectors shifted into place (the operand is aligned to " +
-                                            std::to_string(operand_contiguity(g, which).aligned) +
-                                            " elements) are at least 4 bytes wide");
-      else if (copies * 2 * loaded / 4 > kMaxStagedRegisters)
-        fail(ScheduleError::kBadVector,
-             std::string(name) + " = " + std::to_string(vec) + ": " + std::to_string(copies) +
-                 " shifted copies per thread would hold " + std::to_string(copies * 2 * loaded / 4) +
-                 " registers (at most " + std::to_string(kMaxStagedRegisters) +
-                 "); use more warps or a smaller tile, or a vector no wider than " +
-                 std::to_string(operand_contiguity(g, which).aligned));
-    }
-  }
+  validate_vectors(g, p, threads, out);
   if (p.epi_prefetch && pipeline::prefetched_operands(g, p).empty())
-    fail(ScheduleError::kBadOption,
-         std::string("epi_prefetch = 1 with ") +
-             (p.split_k > 1   ? "split_k = " + std::to_string(p.split_k) + ": the split sums reach the epilogue later"
-              : p.window      ? "window = 1: a window's kernel has no tile of the output to prefetch"
-              : g.compute->epilogue.empty() ? "no fused epilogue: there is nothing but the output to store"
-                              : "no epilogue operand of the output's shape, contiguous for 16 bytes along its vectors") +
-             "; use epi_prefetch 0");
+    fail(ScheduleError::kBadOption, "epi_prefetch = 1 with " + why_nothing_to_prefetch(g, p) + "; use epi_prefetch 0");
   const EmitterFamily& family = family_of(*g.hw);
   family.validate(g, p, limits, out);
   // A kernel of a range of sizes keeps the size in static shared memory too, and one whose last
