@@ -218,13 +218,12 @@ namespace {
 /// Whether operand `a` varies along both virtual axes (a residual), not per channel or tensor.
 bool full_shape(const ImplicitGemm& g, const Access& a) { return !operand_fixed(g, a, 'm') && !operand_fixed(g, a, 'n'); }
 
-/// Where vector `e` of `width` elements along `along` sits in the tile: "const int mm = ..., nn = ...;".
+}  // namespace
+
 std::string vector_position(char along, const std::string& width) {
   return along == 'n' ? "const int mm = e / (BN / " + width + "), nn = e % (BN / " + width + ") * " + width + ";"
                       : "const int nn = e / (BM / " + width + "), mm = e % (BM / " + width + ") * " + width + ";";
 }
-
-}  // namespace
 
 bool epilogue_has_full_shape_operand(const ImplicitGemm& g) {
   for (const Access& a : g.compute->epilogue.operands)

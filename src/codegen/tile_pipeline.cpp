@@ -817,6 +817,49 @@ void emit_accumulator_quad(std::ostringstream& os, bool c_row, const std::string
   }
 }
 
+namespace {
+
+/// In a cluster's epilogue: `values`, vector `at` of the tile summed over every block's Cs, in
+/// split order. Every block's words are loaded before any is added, so that the remote loads overlap.
+void emit_cluster_sum(std::ostringstream& os, int v, const std::string& acc_type, const std::string& at) {
+  const std::string V = std::to_string(v);
+  os << "    unsigned bits[SPLIT_K][" << V << "];\n"
+     << "    #pragma unroll\n    for (int rank = 0; rank < SPLIT_K; ++rank) {\n"
+     << "      const unsigned at = cluster_address(cs_local + (" << at << ") * 4u, rank);\n";
+  if (v >= 4)
+    os << "      #pragma unroll\n      for (int t = 0; t < " << V << "; t += 4) cluster_load4(at + 4u * t, &bits[rank][t]);\n";
+  else
+    os << "      #pragma unroll\n      for (int t = 0; t < " << V << "; ++t) bits[rank][t] = cluster_load(at + 4u * t);\n";
+  os << "    }\n"
+     << "    " << acc_type << " values[" << V << "] = {};\n"
+     << "    #pragma unroll\n    for (int rank = 0; rank < SPLIT_K; ++rank)\n"
+     << "      #pragma unroll\n      for (int t = 0; t < " << V << "; ++t) values[t] += "
+     << (acc_type == "float" ? "__uint_as_float(bits[rank][t])" : "static_cast<int>(bits[rank][t])") << ";\n";
+}
+
+/// The store of `values` (the vector at (mm, nn) of the tile): a split's partial sum, or the
+/// output through store_d_vec / store_d, rounded to `out_type` unless the epilogue rounds it.
+void emit_values_store(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p, int v,
+                       const std::string& acc_type, const std::string& out_type) {
+  const std::string V = std::to_string(v);
+  if (p.split_k > 1 && p.cluster != 1)
+    os << "    // Partial sum of this split: partial[split][z][m][n], summed by the "
+       << (p.split_reduce ? "tile's last block" : "reduce kernel") << ".\n"
+       << "    const int m = m0 + mm, n = n0 + nn;\n"
+       << "    if (m < M && n < N) partial[((long long)(split * BATCH + z) * M + m) * N + n] = (" << partial_type(g)
+       << ")values[0];\n";
+  else if (v > 1 && (out_type == acc_type || !g.compute->epilogue.empty()))  // the epilogue rounds its result
+    os << "    store_d_vec(out, m0 + mm, n0 + nn, z, values);\n";
+  else if (v > 1)
+    os << "    __align__(16) " << out_type << " converted[" << V << "];  // the sums, rounded to the output's dtype\n"
+       << "    #pragma unroll\n    for (int t = 0; t < " << V << "; ++t) converted[t] = (" << out_type << ")values[t];\n"
+       << "    store_d_vec(out, m0 + mm, n0 + nn, z, converted);\n";
+  else
+    os << "    store_d(out, m0 + mm, n0 + nn, z, " << stored_value(g, out_type, "values[0]") << ");\n";
+}
+
+}  // namespace
+
 void emit_epilogue_stores(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p,
                           const std::string& acc_type, const std::string& out_type, const EpilogueScope& scope) {
   const OutVector ov = out_vector(g, p);
@@ -848,42 +891,11 @@ void emit_epilogue_stores(std::ostringstream& os, const ImplicitGemm& g, const S
   }
   // An epilogue's operand loads of several vectors in flight at once.
   if (!g.compute->epilogue.empty()) os << "  #pragma unroll 4\n";
-  os << "  for (int e = " << first << "; e < " << end << "; e += " << scope.threads << ") {\n";
-  if (ov.along == 'n')
-    os << "    const int mm = e / (BN / " << V << "), nn = e % (BN / " << V << ") * " << V << ";\n";
-  else
-    os << "    const int nn = e / (BM / " << V << "), mm = e % (BM / " << V << ") * " << V << ";\n";
-  if (p.cluster == 1) {
-    // Every block's words are loaded before any is added, so that the remote loads overlap.
-    os << "    unsigned bits[SPLIT_K][" << V << "];\n"
-       << "    #pragma unroll\n    for (int rank = 0; rank < SPLIT_K; ++rank) {\n"
-       << "      const unsigned at = cluster_address(cs_local + (" << at << ") * 4u, rank);\n";
-    if (v >= 4)
-      os << "      #pragma unroll\n      for (int t = 0; t < " << V << "; t += 4) cluster_load4(at + 4u * t, &bits[rank][t]);\n";
-    else
-      os << "      #pragma unroll\n      for (int t = 0; t < " << V << "; ++t) bits[rank][t] = cluster_load(at + 4u * t);\n";
-    os << "    }\n"
-       << "    " << acc_type << " values[" << V << "] = {};\n"
-       << "    #pragma unroll\n    for (int rank = 0; rank < SPLIT_K; ++rank)\n"
-       << "      #pragma unroll\n      for (int t = 0; t < " << V << "; ++t) values[t] += "
-       << (acc_type == "float" ? "__uint_as_float(bits[rank][t])" : "static_cast<int>(bits[rank][t])") << ";\n";
-  } else {
-    os << "    const " << acc_type << "* values = &Cs[" << at << "];\n";
-  }
-  if (p.split_k > 1 && p.cluster != 1)
-    os << "    // Partial sum of this split: partial[split][z][m][n], summed by the "
-       << (p.split_reduce ? "tile's last block" : "reduce kernel") << ".\n"
-       << "    const int m = m0 + mm, n = n0 + nn;\n"
-       << "    if (m < M && n < N) partial[((long long)(split * BATCH + z) * M + m) * N + n] = (" << partial_type(g)
-       << ")values[0];\n";
-  else if (v > 1 && (out_type == acc_type || !g.compute->epilogue.empty()))  // the epilogue rounds its result
-    os << "    store_d_vec(out, m0 + mm, n0 + nn, z, values);\n";
-  else if (v > 1)
-    os << "    __align__(16) " << out_type << " converted[" << V << "];  // the sums, rounded to the output's dtype\n"
-       << "    #pragma unroll\n    for (int t = 0; t < " << V << "; ++t) converted[t] = (" << out_type << ")values[t];\n"
-       << "    store_d_vec(out, m0 + mm, n0 + nn, z, converted);\n";
-  else
-    os << "    store_d(out, m0 + mm, n0 + nn, z, " << stored_value(g, out_type, "values[0]") << ");\n";
+  os << "  for (int e = " << first << "; e < " << end << "; e += " << scope.threads << ") {\n"
+     << "    " << vector_position(ov.along, V) << "\n";
+  if (p.cluster == 1) emit_cluster_sum(os, v, acc_type, at);
+  else os << "    const " << acc_type << "* values = &Cs[" << at << "];\n";
+  emit_values_store(os, g, p, v, acc_type, out_type);
   os << "  }\n";
   emit_last_block_sum(os, g, p, out_type, scope);
   if (p.cluster == 1) os << "  cluster_sync();  // no block leaves while another may still read its Cs\n";

@@ -180,6 +180,9 @@ struct OutVector {
 void emit_epilogue_loop(std::ostringstream& os, const ImplicitGemm& g, const OutVector& ov, const std::string& threads,
                         const std::string& values);
 OutVector out_vector(const ImplicitGemm& g, const ScheduleParams& p);
+/// Where vector `e` of `width` elements along `along` sits in the tile: the C++ statement
+/// "const int mm = ..., nn = ...;" of its row and column there.
+std::string vector_position(char along, const std::string& width);
 /// Bytes of the epilogue tile Cs[BM][BN + 8] (rows along n) or Cs[BN][BM + 4] (rows along m) of
 /// 4-byte accumulators (float or int, as accumulator_type()), for families that stage the
 /// block's results through shared memory.
@@ -195,10 +198,6 @@ void emit_ring_helpers(std::ostringstream& os, const ImplicitGemm& g, const Sche
 /// the m16n8 C-fragment layout that mma.sync and wgmma share: (r, c), (r, c + 1), (r + 8, c) and
 /// (r + 8, c + 1), with r and c in scope; `value` names accumulator t with '#' standing for t.
 void emit_accumulator_quad(std::ostringstream& os, bool c_row, const std::string& value);
-/// The end of a kernel whose accumulators are in the epilogue tile `Cs` (of `acc_type`, rows of
-/// C_LD, laid out as epilogue_bytes() says): a barrier, then the block's outputs written in
-/// out_vector() vectors rounded to `out_type`, or its split-K partial sums; with p.cluster the
-/// barrier is the cluster's, and each block sums its share of the tile over every block's Cs.
 /// Whether an operand of the epilogue varies along both virtual axes (a residual, SiLU's gate):
 /// the operands ScheduleParams::epi_prefetch asks L2 for.
 bool epilogue_has_full_shape_operand(const ImplicitGemm& g);
@@ -229,6 +228,10 @@ struct EpilogueScope {
   /// without lowering the number of resident blocks.
   bool sm_to_itself = false;
 };
+/// The end of a kernel whose accumulators are in the epilogue tile `Cs` (of `acc_type`, rows of
+/// C_LD, laid out as epilogue_bytes() says): a barrier, then the block's outputs written in
+/// out_vector() vectors rounded to `out_type`, or its split-K partial sums; with p.cluster the
+/// barrier is the cluster's, and each block sums its share of the tile over every block's Cs.
 void emit_epilogue_stores(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p,
                           const std::string& acc_type, const std::string& out_type,
                           const EpilogueScope& scope = EpilogueScope());
