@@ -230,17 +230,42 @@ struct CompiledRecord {
   int a = 0, b = 0;  ///< The GEMM's operand tensors in `c`.
 };
 
-CompiledRecord compile_record(const tmap::TuneRecord& record, const Compute& c,
-                              const std::vector<tmap::HwAbstraction>& hws, int cc, tmap::NvrtcCompiler& compiler) {
-  tmap::TuneRecord adapted = record;
-  adapted.workload = tmap::make_workload(c);
-  CompiledRecord k{tmap::regenerate(adapted, hws, cc), {}};
+/// `g`, a kernel run on compute `c`, compiled.
+CompiledRecord compile_regenerated(tmap::Regenerated g, const Compute& c, tmap::NvrtcCompiler& compiler) {
+  CompiledRecord k{std::move(g), {}};
   k.bin = compiler.compile(k.g.kernel.code, k.g.kernel.name);
   if (!k.bin.ok) throw std::runtime_error("regenerated kernel does not compile:\n" + k.bin.log);
   k.a = c.inputs[k.g.gemm().a_input].tensor;
   k.b = c.inputs[k.g.gemm().b_input].tensor;
   return k;
 }
+
+CompiledRecord compile_record(const tmap::TuneRecord& record, const Compute& c,
+                              const std::vector<tmap::HwAbstraction>& hws, int cc, tmap::NvrtcCompiler& compiler) {
+  tmap::TuneRecord adapted = record;
+  adapted.workload = tmap::make_workload(c);
+  return compile_regenerated(tmap::regenerate(adapted, hws, cc), c, compiler);
+}
+
+/// tmap's kernel `k`, verified against `ref` and timed warm and cold into `row` (at `size` of a
+/// range; 0: a fixed shape). Returns its output.
+std::vector<double> time_tmap_kernel(Row& row, tmap::Workspace& ws, const std::vector<double>& ref,
+                                     const CompiledRecord& k, int graph_runs, std::int64_t size) {
+  const tmap::KernelRun run =
+      tmap::run_candidate(ws, ref, k.a, k.b, k.g.kernel, k.bin.cubin, bench_timing(graph_runs, false), size);
+  if (!run.ok) throw std::runtime_error("tmap's kernel failed: " + run.error);
+  std::vector<double> out = ws.read_output();
+  const tmap::KernelRun cold =
+      tmap::run_candidate(ws, {}, k.a, k.b, k.g.kernel, k.bin.cubin, bench_timing(graph_runs, true), size);
+  if (!cold.ok) throw std::runtime_error("tmap's kernel failed when timed cold: " + cold.error);
+  row.tmap = Timing{run.median_us, cold.median_us};
+  row.tmap_err = run.rel_l2;
+  if (run.rel_l2 > 1e-2) row.note = "tmap's kernel is WRONG";
+  return out;
+}
+
+/// Adds `more` to the row's note.
+void add_note(Row& row, const std::string& more) { row.note += (row.note.empty() ? "" : "; ") + more; }
 
 /// What `fused`'s epilogue costs on `record`'s schedule: the kernel with and without it (the bare
 /// contraction `bare`, verified against its own reference; with nothing to prefetch for it, so
@@ -292,7 +317,7 @@ void fused_baselines(Row& row, const Compute& c, tmap::Workspace& ws, const std:
   }
   if (row.unfused) row.unfused->name += " + " + std::to_string(passes.count()) + " elementwise";
   row.baseline = faster(fused, row.unfused);
-  if (!fused) row.note += (row.note.empty() ? "" : "; ") + (note.empty() ? "no fused call ran" : note);
+  if (!fused) add_note(row, note.empty() ? "no fused call ran" : note);
 }
 
 /// The row's baselines: cuDNN (in both layouts) for convolutions, cuBLAS for GEMMs; for a
@@ -318,9 +343,9 @@ void measure_baselines(Row& row, const Compute& c, tmap::Workspace& ws, const st
   try {
     measure_row_baselines(row, c, ws, ref, tmap_out, kind, graph_runs, compiler);
   } catch (const std::runtime_error& e) {
-    row.note += (row.note.empty() ? "" : "; ") + std::string(e.what());
+    add_note(row, e.what());
   }
-  if (!row.baseline) row.note += row.note.empty() ? "no correct baseline" : "; no correct baseline";
+  if (!row.baseline) add_note(row, "no correct baseline");
 }
 
 }  // namespace
@@ -458,35 +483,15 @@ int main(int argc, char** argv) {
       const tmap::Dispatch dispatched =
           record ? tmap::Dispatch{} : tmap::dispatch(log.records, c, "sm_" + std::to_string(cc));
       if (dispatched.bucket) {  // the kernel of a range, run at this size
-        tmap::Regenerated g = tmap::regenerate(*dispatched.bucket, hws, cc);
-        tmap::CompileResult bin = compiler.compile(g.kernel.code, g.kernel.name);
-        if (!bin.ok) throw std::runtime_error("regenerated kernel does not compile:\n" + bin.log);
-        const int a = c.inputs[g.gemm().a_input].tensor, b = c.inputs[g.gemm().b_input].tensor;
-        const tmap::TimingOptions warm = bench_timing(graph_runs, false), cold = bench_timing(graph_runs, true);
-        tmap::KernelRun run = tmap::run_candidate(ws, ref, a, b, g.kernel, bin.cubin, warm, dispatched.size);
-        if (!run.ok) throw std::runtime_error("tmap's kernel failed: " + run.error);
-        tmap_out = ws.read_output();
-        tmap::KernelRun cold_run = tmap::run_candidate(ws, {}, a, b, g.kernel, bin.cubin, cold, dispatched.size);
-        if (!cold_run.ok) throw std::runtime_error("tmap's kernel failed when timed cold: " + cold_run.error);
-        row.tmap = Timing{run.median_us, cold_run.median_us};
-        row.tmap_err = run.rel_l2;
-        row.note = run.rel_l2 > 1e-2 ? "tmap's kernel is WRONG" : "";
-        row.note += (row.note.empty() ? "" : "; ") + std::string("the kernel of ") + g.compute->dynamic.param + " = " +
-                    std::to_string(dispatched.bucket->result.bucket_lo) + ".." +
-                    std::to_string(dispatched.bucket->result.bucket_hi) + " of a range";
+        const CompiledRecord k = compile_regenerated(tmap::regenerate(*dispatched.bucket, hws, cc), c, compiler);
+        tmap_out = time_tmap_kernel(row, ws, ref, k, graph_runs, dispatched.size);
+        add_note(row, "the kernel of " + k.g.compute->dynamic.param + " = " +
+                          std::to_string(dispatched.bucket->result.bucket_lo) + ".." +
+                          std::to_string(dispatched.bucket->result.bucket_hi) + " of a range");
       } else if (record) {
         const CompiledRecord k = compile_record(*record, c, hws, cc, compiler);
-        tmap::KernelRun run =
-            tmap::run_candidate(ws, ref, k.a, k.b, k.g.kernel, k.bin.cubin, bench_timing(graph_runs, false));
-        if (!run.ok) throw std::runtime_error("tmap's kernel failed: " + run.error);
-        tmap_out = ws.read_output();
-        tmap::KernelRun cold_run =
-            tmap::run_candidate(ws, {}, k.a, k.b, k.g.kernel, k.bin.cubin, bench_timing(graph_runs, true));
-        if (!cold_run.ok) throw std::runtime_error("tmap's kernel failed when timed cold: " + cold_run.error);
-        row.tmap = Timing{run.median_us, cold_run.median_us};
-        row.tmap_err = run.rel_l2;
-        if (run.rel_l2 > 1e-2) row.note = "tmap's kernel is WRONG";
-        if (transfer != Transfer::kNone) row.note += (row.note.empty() ? "" : "; ") + transfer_note(transfer);
+        tmap_out = time_tmap_kernel(row, ws, ref, k, graph_runs, 0);
+        if (transfer != Transfer::kNone) add_note(row, transfer_note(transfer));
         if (!c.epilogue.empty()) {
           trace(name + ": the same schedule without the epilogue");
           measure_epilogue_cost(row, *record, k, ws, bare, hws, cc, graph_runs, compiler);
