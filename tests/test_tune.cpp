@@ -1390,6 +1390,25 @@ TEST(RangeTuner, BucketsAreTheFewestWithinTheLoss) {
   b = choose_buckets({{10, inf, 40}}, {10, 20, 40}, 0.05);
   ASSERT_EQ(b.size(), 3u);
   EXPECT_EQ(b[1].candidate, -1);  // every candidate failed there: reported, not served
+
+  // At most one bucket: the kernel whose worst ratio is lowest, beyond the loss.
+  b = choose_buckets(us, best, 0.05, 1);
+  ASSERT_EQ(b.size(), 1u);
+  EXPECT_EQ(b[0].first, 0u);
+  EXPECT_EQ(b[0].last, 4u);
+  EXPECT_EQ(b[0].candidate, 1);  // at worst 1.2x, where candidate 0 is at 1.25x
+  EXPECT_EQ(choose_buckets(us, best, 0.05, 2).size(), 2u);  // what the loss needs, within the limit
+  // Three kernels each best on a third; the second is 1.1x on the last third: two buckets.
+  const std::vector<std::vector<double>> thirds = {
+      {10, 10, 13, 13, 13, 13}, {12, 12, 10, 10, 11, 11}, {13, 13, 13, 13, 10, 10}};
+  ASSERT_EQ(choose_buckets(thirds, {10, 10, 10, 10, 10, 10}, 0.05).size(), 3u);
+  b = choose_buckets(thirds, {10, 10, 10, 10, 10, 10}, 0.05, 2);
+  ASSERT_EQ(b.size(), 2u);
+  EXPECT_EQ(b[0].last, 1u);
+  EXPECT_EQ(b[0].candidate, 0);
+  EXPECT_EQ(b[1].candidate, 1);
+  // A sample where every candidate failed stays out of every kernel's bucket, whatever the limit.
+  EXPECT_EQ(choose_buckets({{10, inf, 40}}, {10, 20, 40}, 0.05, 2).size(), 3u);
 }
 
 TEST(RangeTuner, TunesSamplesMeasuresKernelsOfTheRangeAndDispatchesBySize) {

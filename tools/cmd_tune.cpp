@@ -108,6 +108,7 @@ struct TuneArgs {
   double time_budget = 0, timeout = 10, measure_ms = kTuneMeasureMs;
   std::uint64_t seed = 0;
   double loss = 0.05;                ///< --loss: a range's buckets.
+  int max_buckets = 0;               ///< --max-buckets: a range's kernels at most (0: no limit).
   std::vector<std::int64_t> sizes;   ///< --sizes: a range's samples.
 };
 
@@ -611,6 +612,7 @@ void tune_range_command(const TuneArgs& args, const Compute& c, const std::vecto
   // A time budget alone leaves the trials unbounded, as for a model.
   if (args.time_budget > 0 && !args.trials_option->count()) o.tune.trials = 0;
   o.loss = args.loss;
+  o.max_buckets = args.max_buckets;
   o.sizes = args.sizes;
   std::sort(o.sizes.begin(), o.sizes.end());
   for (std::int64_t size : o.sizes)
@@ -642,6 +644,7 @@ nlohmann::json tune_table_ranges(const TuneArgs& a, const WorkloadTable& table, 
     if (a.trials_option->count()) o.tune.trials = std::max(1, static_cast<int>(a.trials / whole));
     else if (budget_s > 0) o.tune.trials = 0;
     o.loss = a.loss;
+    o.max_buckets = a.max_buckets;
     o.sizes = w.sizes;
     const RangeTuneSummary s = run_range(a, c, hws, m, o);
     if (a.format == "json") out.push_back(range_summary_json(s, c, log_path));
@@ -735,6 +738,10 @@ void register_tune(CLI::App& app) {
                   "With a range of sizes (--set M=1..256): each bucket's kernel is within this fraction of the "
                   "best at every sample it serves (default 0.05)")
       ->check(between(0, 1));
+  cmd->add_option("--max-buckets", args->max_buckets,
+                  "With a range of sizes: at most this many kernels; where the loss needs more, those whose worst "
+                  "ratio to the best is lowest (default 0: as many as the loss needs)")
+      ->check(at_least(0));
   cmd->add_option("--sizes", args->sizes,
                   "With a range of sizes: the samples tuned (default: powers of two and their midpoints; the range's "
                   "ends are always among them); --trials and --time-budget are shared by all")

@@ -114,20 +114,36 @@ std::vector<std::int64_t> range_sample_sizes(std::int64_t lo, std::int64_t hi) {
   return {s.begin(), s.end()};
 }
 
-std::vector<BucketChoice> choose_buckets(const std::vector<std::vector<double>>& us, const std::vector<double>& best,
-                                         double loss) {
+namespace {
+
+/// The candidate with the lowest worst ratio over samples [i, j] (-1 and an infinite ratio when
+/// each fails at one of them); for a single sample whose candidates all failed, -1 and ratio 0:
+/// an empty bucket, which the caller reports.
+int best_candidate(const std::vector<std::vector<double>>& us, const std::vector<double>& best, std::size_t i,
+                   std::size_t j, double& ratio) {
+  int pick = -1;
+  ratio = kInf;
+  for (int c = 0; c < static_cast<int>(us.size()); ++c) {
+    const double r = worst_ratio(us, best, c, i, j);
+    if (r < ratio) ratio = r, pick = c;
+  }
+  if (pick < 0 && i == j) ratio = 0;
+  return pick;
+}
+
+/// The buckets ending at each sample, read back from the last: from[j] is the bucket ending
+/// before sample j.
+std::vector<BucketChoice> read_back(const std::vector<BucketChoice>& from, std::size_t n) {
+  std::vector<BucketChoice> out;
+  for (std::size_t j = n; j > 0; j = from[j].first) out.push_back(from[j]);
+  std::reverse(out.begin(), out.end());
+  return out;
+}
+
+/// The fewest buckets within the loss (a sample that none serves within it alone, with its fastest).
+std::vector<BucketChoice> fewest_within_loss(const std::vector<std::vector<double>>& us,
+                                             const std::vector<double>& best, double loss) {
   const std::size_t n = best.size();
-  const int candidates = static_cast<int>(us.size());
-  // The candidate serving samples [i, j] within the loss with the lowest worst ratio (-1: none).
-  auto serving = [&](std::size_t i, std::size_t j, double& ratio) {
-    int pick = -1;
-    ratio = kInf;
-    for (int c = 0; c < candidates; ++c) {
-      const double r = worst_ratio(us, best, c, i, j);
-      if (r <= 1 + loss && r < ratio) ratio = r, pick = c;
-    }
-    return pick;
-  };
   // count[j], worst[j]: the fewest buckets over samples [0, j) and their worst ratio; from[j]
   // the bucket ending there.
   std::vector<int> count(n + 1, std::numeric_limits<int>::max());
@@ -135,17 +151,12 @@ std::vector<BucketChoice> choose_buckets(const std::vector<std::vector<double>>&
   std::vector<BucketChoice> from(n + 1);
   count[0] = 0;
   worst[0] = 0;
-  for (std::size_t j = 0; j < n; ++j) {
+  for (std::size_t j = 0; j < n; ++j)
     for (std::size_t i = 0; i <= j; ++i) {
       if (count[i] == std::numeric_limits<int>::max()) continue;
       double ratio = kInf;
-      int pick = serving(i, j, ratio);
-      if (pick < 0 && i == j) {  // no candidate within the loss: the fastest, alone
-        for (int c = 0; c < candidates; ++c)
-          if (us[c][j] / best[j] < ratio) ratio = us[c][j] / best[j], pick = c;
-        if (pick < 0) ratio = 0;  // every candidate failed here: an empty bucket, reported
-      }
-      if (pick < 0 && i != j) continue;
+      const int pick = best_candidate(us, best, i, j, ratio);
+      if (i != j && (pick < 0 || ratio > 1 + loss)) continue;
       const double w = std::max(worst[i], ratio);
       if (count[i] + 1 < count[j + 1] || (count[i] + 1 == count[j + 1] && w < worst[j + 1])) {
         count[j + 1] = count[i] + 1;
@@ -153,11 +164,50 @@ std::vector<BucketChoice> choose_buckets(const std::vector<std::vector<double>>&
         from[j + 1] = {i, j, pick};
       }
     }
-  }
+  return read_back(from, n);
+}
+
+/// At most `most` buckets with the lowest worst ratio, whatever the loss; among those, the fewest.
+std::vector<BucketChoice> lowest_worst_ratio(const std::vector<std::vector<double>>& us,
+                                             const std::vector<double>& best, std::size_t most) {
+  const std::size_t n = best.size();
+  // worst[k][j]: the lowest worst ratio of k buckets over samples [0, j); from[k][j] the last.
+  std::vector<std::vector<double>> worst(most + 1, std::vector<double>(n + 1, kInf));
+  std::vector<std::vector<BucketChoice>> from(most + 1, std::vector<BucketChoice>(n + 1));
+  worst[0][0] = 0;
+  for (std::size_t k = 1; k <= most; ++k)
+    for (std::size_t j = 0; j < n; ++j)
+      for (std::size_t i = 0; i <= j; ++i) {
+        if (worst[k - 1][i] == kInf) continue;
+        double ratio = kInf;
+        const int pick = best_candidate(us, best, i, j, ratio);
+        const double w = std::max(worst[k - 1][i], ratio);
+        if ((pick >= 0 || i == j) && w < worst[k][j + 1]) {
+          worst[k][j + 1] = w;
+          from[k][j + 1] = {i, j, pick};
+        }
+      }
+  std::size_t k = 1;
+  for (std::size_t c = 2; c <= most; ++c)
+    if (worst[c][n] < worst[k][n]) k = c;
   std::vector<BucketChoice> out;
-  for (std::size_t j = n; j > 0; j = from[j].first) out.push_back(from[j]);
+  if (worst[k][n] == kInf) return out;  // no kernel runs across what so few buckets would span
+  for (std::size_t j = n; j > 0; --k) {
+    out.push_back(from[k][j]);
+    j = from[k][j].first;
+  }
   std::reverse(out.begin(), out.end());
   return out;
+}
+
+}  // namespace
+
+std::vector<BucketChoice> choose_buckets(const std::vector<std::vector<double>>& us, const std::vector<double>& best,
+                                         double loss, std::size_t most) {
+  std::vector<BucketChoice> out = fewest_within_loss(us, best, loss);
+  if (most == 0 || out.size() <= most) return out;
+  std::vector<BucketChoice> capped = lowest_worst_ratio(us, best, most);
+  return capped.empty() ? out : capped;
 }
 
 namespace {
@@ -229,7 +279,7 @@ class RangeRun {
       us.push_back(c.us);
       for (std::size_t i = 0; i < sizes_.size(); ++i) best_range[i] = std::min(best_range[i], c.us[i]);
     }
-    for (const BucketChoice& b : choose_buckets(us, best_range, o_.loss)) record_bucket(b);
+    for (const BucketChoice& b : choose_buckets(us, best_range, o_.loss, static_cast<std::size_t>(std::max(0, o_.max_buckets)))) record_bucket(b);
     for (RangePoint& p : summary_.points)
       p.tuned_us = tuned_best(make_workload(range_sample(range_, p.size)).key);
   }

@@ -33,9 +33,11 @@ struct BucketChoice {
 /// whose time at every sample in it is within (1 + loss) of `best` there (us[candidate][sample],
 /// infinite where it failed). Among as few buckets, the one whose worst ratio is lowest. A sample
 /// that no candidate serves within the loss gets a bucket of its own with its fastest candidate;
-/// a sample where every candidate failed, none (the caller reports it).
+/// a sample where every candidate failed, none (the caller reports it). When that takes more
+/// than `most` buckets (0: no limit), at most `most` whose worst ratio is lowest, the loss aside
+/// (unless no kernel runs across what so few would span).
 std::vector<BucketChoice> choose_buckets(const std::vector<std::vector<double>>& us, const std::vector<double>& best,
-                                         double loss);
+                                         double loss, std::size_t most = 0);
 
 struct RangeTuneOptions {
   /// How each sample is tuned: trials and time budget here are the whole range's (0: none), 80%
@@ -44,6 +46,7 @@ struct RangeTuneOptions {
   TuneOptions tune;
   std::vector<std::int64_t> sizes;  ///< Samples (the range's ends are added); empty: range_sample_sizes().
   double loss = 0.05;               ///< A bucket's kernel is within this of the best at its samples.
+  int max_buckets = 0;              ///< At most this many buckets, at a larger loss if need be (0: no limit).
   int per_size = 4;                 ///< Fastest distinct candidates of each sample tried across the range.
 };
 
