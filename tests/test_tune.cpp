@@ -1364,6 +1364,15 @@ TEST(ModelTuner, TheNextWorkloadStartsWhileABatchIsFinishing) {
   std::filesystem::remove(log);
 }
 
+/// A range's kernel `g` measured at `size`: its synthetic time there.
+MeasureResult synthetic_at(const ImplicitGemm& g, std::int64_t size, const ScheduleParams& p) {
+  MeasureResult r;
+  r.status = MeasureStatus::kOk;
+  r.median_us = synthetic_us(gemm_at_size(g, size), p);
+  r.times_us = {r.median_us};
+  return r;
+}
+
 TEST(RangeTuner, SamplesAreTheEndsPowersOfTwoAndMidpoints) {
   EXPECT_EQ(range_sample_sizes(1, 256),
             (std::vector<std::int64_t>{1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256}));
@@ -1433,11 +1442,7 @@ TEST(RangeTuner, TunesSamplesMeasuresKernelsOfTheRangeAndDispatchesBySize) {
     EXPECT_TRUE(b.ok) << b.log;
     ++cross;
     measured_at.insert(size);
-    MeasureResult r;  // the synthetic time at this size
-    r.status = MeasureStatus::kOk;
-    r.median_us = synthetic_us(gemm_at_size(g, size), p);
-    r.times_us = {r.median_us};
-    return r;
+    return synthetic_at(g, size, p);
   });
   EXPECT_EQ(m.calls, 4 * 8);  // every sample tuned, a batch each
   // The samples searched the range's kernels, each under a workload of its own.
@@ -1507,6 +1512,49 @@ TEST(RangeTuner, TunesSamplesMeasuresKernelsOfTheRangeAndDispatchesBySize) {
   std::size_t kept_buckets = 0;
   for (const TuneRecord* r : kept_records(records)) kept_buckets += r->result.bucket();
   EXPECT_EQ(kept_buckets, buckets.size());
+
+  std::filesystem::remove(log);
+}
+
+TEST(RangeTuner, ATimeBudgetSpentLeavesOutTheNeighbouringSamples) {
+  const Compute range = build_compute(builtin_op("gemm_nt"), parse_param_overrides({"M=1..100", "N=256", "K=128"}));
+  const std::vector<HwAbstraction> hws = {find_hw(shipped(), "mma_sync_fp16_fp32")};
+  const std::string log = temp_path("range_budget.jsonl");
+  std::filesystem::remove(log);
+  RangeTuneOptions o;
+  o.tune = synthetic_options(log, 0);
+  o.tune.time_budget_s = 1e-3;  // spent before the measuring across begins
+  o.sizes = {100};              // and 1, the range's other end
+  o.per_size = 1;
+  // Each sample's tuning is resumed from the log: a different kernel is the fastest at each end.
+  const SearchSpace space(range, hws, Enumeration::kAll, o.tune.limits, 90);
+  ScheduleParams fast_small = default_schedule(space.entries()[0].gemm, o.tune.limits), fast_large = fast_small;
+  fast_large.raster = fast_small.raster == 2 ? 4 : 2;
+  {
+    LogWriter w(log);
+    for (const auto& [size, p] : {std::pair{std::int64_t{1}, fast_small}, std::pair{std::int64_t{100}, fast_large}}) {
+      ASSERT_TRUE(validate(space.entries()[0].gemm, p, o.tune.limits).empty());
+      TuneRecord r = sample_record(range_sample(range, size), "ok", 1e-3);
+      r.target = o.tune.target;
+      r.candidate = space.ref(0, p);
+      w.append(r);
+    }
+  }
+  SyntheticMeasurer m;
+  MeasurePool pool({&m});
+  std::map<std::int64_t, std::vector<int>> rasters;  // measured across: at each size, the kernels' raster
+  const RangeTuneSummary s = tune_range(range, hws, o, pool, [&](const Compute&, std::int64_t size, const ImplicitGemm& g,
+                                                                const ScheduleParams& p, const KernelSource&,
+                                                                const CompileResult&) {
+    rasters[size].push_back(p.raster);
+    return synthetic_at(g, size, p);
+  });
+  // Each kernel at the end it came from, not at the other.
+  EXPECT_EQ(rasters[1], std::vector<int>{fast_small.raster});
+  EXPECT_EQ(rasters[100], std::vector<int>{fast_large.raster});
+  EXPECT_EQ(s.skipped, 2);
+  ASSERT_EQ(s.buckets.size(), 2u);
+  EXPECT_EQ(s.buckets[0].candidate.params.raster, fast_small.raster);
   std::filesystem::remove(log);
 }
 

@@ -569,6 +569,10 @@ void print_range_summary(const RangeTuneSummary& s, const Compute& c, const std:
     std::printf("%-8lld %12.2f %14.2f %8.3f\n", (long long)p.size, p.tuned_us, p.dispatched_us,
                 p.tuned_us > 0 ? p.dispatched_us / p.tuned_us : 0.0);
   for (std::int64_t size : s.unserved) std::printf("no kernel of the range ran correctly at %s=%lld\n", param.c_str(), (long long)size);
+  if (s.skipped > 0)
+    std::printf("the time budget ended the measuring across the range: %d measurements at neighbouring samples left "
+                "out (a larger --time-budget measures them)\n",
+                s.skipped);
 }
 
 nlohmann::json range_summary_json(const RangeTuneSummary& s, const Compute& c, const std::string& log_path) {
@@ -583,7 +587,7 @@ nlohmann::json range_summary_json(const RangeTuneSummary& s, const Compute& c, c
           {"range", {{"param", c.dynamic.param}, {"lo", c.dynamic.lo}, {"hi", c.dynamic.hi}}},
           {"log", log_path}, {"buckets", buckets}, {"samples", points}, {"unserved", s.unserved},
           {"candidates", s.candidates}, {"measurements", s.measurements}, {"failed", s.failed},
-          {"tune_s", s.tune_s}, {"measure_s", s.cross_s}, {"wall_s", s.wall_s}};
+          {"skipped", s.skipped}, {"tune_s", s.tune_s}, {"measure_s", s.cross_s}, {"wall_s", s.wall_s}};
 }
 
 /// Tunes one range of sizes on the machine's GPUs.

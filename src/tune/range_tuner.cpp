@@ -258,14 +258,20 @@ class RangeRun {
     return !cands_.empty();
   }
 
-  /// Each candidate at the samples within reach of its own.
-  void measure_samples() {
-    for (std::size_t i = 0; i < sizes_.size(); ++i)
-      for (RangeCandidate& c : cands_) {
-        if ((o_.tune.stop && o_.tune.stop->load()) || !within_reach(c, i)) continue;
-        c.us[i] = measure(c, sizes_[i]);
-        best_[i] = std::min(best_[i], c.us[i]);  // the best at the sample: of its tuning, or measured again
-      }
+  /// Each candidate at the samples within reach of its own, nearest first: at its own samples
+  /// always, at the others until `deadline` (those left out are counted as skipped).
+  void measure_samples(Clock::time_point deadline) {
+    for (std::size_t reach = 0; reach <= kReach; ++reach)
+      for (std::size_t i = 0; i < sizes_.size(); ++i)
+        for (RangeCandidate& c : cands_) {
+          if ((o_.tune.stop && o_.tune.stop->load()) || distance(c, i) != reach) continue;
+          if (reach > 0 && Clock::now() > deadline) {
+            ++summary_.skipped;
+            continue;
+          }
+          c.us[i] = measure(c, sizes_[i]);
+          best_[i] = std::min(best_[i], c.us[i]);  // the best at the sample: of its tuning, or measured again
+        }
   }
 
   /// Buckets within the loss of the fastest kernel measured across the range at each sample: a
@@ -279,7 +285,8 @@ class RangeRun {
       us.push_back(c.us);
       for (std::size_t i = 0; i < sizes_.size(); ++i) best_range[i] = std::min(best_range[i], c.us[i]);
     }
-    for (const BucketChoice& b : choose_buckets(us, best_range, o_.loss, static_cast<std::size_t>(std::max(0, o_.max_buckets)))) record_bucket(b);
+    const std::size_t most = static_cast<std::size_t>(std::max(0, o_.max_buckets));
+    for (const BucketChoice& b : choose_buckets(us, best_range, o_.loss, most)) record_bucket(b);
     for (RangePoint& p : summary_.points)
       p.tuned_us = tuned_best(make_workload(range_sample(range_, p.size)).key);
   }
@@ -293,10 +300,11 @@ class RangeRun {
     return it == own_best_.end() ? 0 : it->second;
   }
 
-  static bool within_reach(const RangeCandidate& c, std::size_t i) {
-    for (std::size_t j : c.origins)
-      if ((i > j ? i - j : j - i) <= kReach) return true;
-    return false;
+  /// How many samples sample `i` is from the nearest of those `c` came from.
+  static std::size_t distance(const RangeCandidate& c, std::size_t i) {
+    std::size_t d = std::numeric_limits<std::size_t>::max();
+    for (std::size_t j : c.origins) d = std::min(d, i > j ? i - j : j - i);
+    return d;
   }
 
   /// Candidate `c` at `size`, recorded; its time, infinite when it failed.
@@ -398,7 +406,11 @@ RangeTuneSummary tune_range(const Compute& range, const std::vector<HwAbstractio
     throw UserError(format_diagnostic(SourceLoc::whole(what), "no sample's fastest kernels take the size at run time",
                                       "tune with more trials, or the sizes one at a time"));
   const auto t1 = Clock::now();
-  run.measure_samples();
+  // The time budget is the whole range's: the samples took 80% of it, the rest bounds the
+  // measuring at neighbouring samples.
+  run.measure_samples(o.tune.time_budget_s > 0 ? t0 + std::chrono::duration_cast<Clock::duration>(
+                                                          std::chrono::duration<double>(o.tune.time_budget_s))
+                                               : Clock::time_point::max());
   run.choose();
   RangeTuneSummary s = std::move(run.summary());
   s.tune_s = tune_s;

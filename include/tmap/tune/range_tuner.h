@@ -41,8 +41,9 @@ std::vector<BucketChoice> choose_buckets(const std::vector<std::vector<double>>&
 
 struct RangeTuneOptions {
   /// How each sample is tuned: trials and time budget here are the whole range's (0: none), 80%
-  /// of them for the samples (measuring the candidates across the range takes the rest). The
-  /// log is required: the samples' candidates are read back from it.
+  /// of them for the samples. Measuring the candidates across the range takes the rest: each at
+  /// the samples it came from always, at their neighbours, nearest first, until the time budget
+  /// is spent. The log is required: the samples' candidates are read back from it.
   TuneOptions tune;
   std::vector<std::int64_t> sizes;  ///< Samples (the range's ends are added); empty: range_sample_sizes().
   double loss = 0.05;               ///< A bucket's kernel is within this of the best at its samples.
@@ -70,6 +71,7 @@ struct RangeTuneSummary {
   int candidates = 0;      ///< Kernels of the range measured across it.
   int measurements = 0;    ///< Of them at the samples and at the buckets' lower ends.
   int failed = 0;          ///< Of which errors or wrong results.
+  int skipped = 0;         ///< Measurements at neighbouring samples left out at the time budget.
   std::vector<std::int64_t> unserved;  ///< Samples where every candidate failed.
   double tune_s = 0, cross_s = 0, wall_s = 0;
 };
