@@ -1010,7 +1010,9 @@ TEST(ModelTuner, OneBudgetGoesWhereTheModelTimeIsAndResumes) {
   SyntheticMeasurer third;
   ModelTuneSummary t = tune_model(tasks, shipped(), o, third);
   EXPECT_EQ(t.stop_reason, "time budget reached");
-  EXPECT_LE(third.calls, 1);
+  // The first candidate always runs; the GPU starts the next compiled one before the first's
+  // result is read (and the budget looked at), and no more.
+  EXPECT_LE(third.calls, 2);
   std::atomic<bool> stop{true};
   o.tune.stop = &stop;
   o.time_budget_s = 60;

@@ -733,12 +733,16 @@ class TuneTask::Impl : public MeasureClient {
       std::optional<MeasurePool::Done> done = gpus.collect(poll ? 0.002 : -1);
       if (poll) s_.compile_wait_s += idle * seconds_since(waited);
       if (!done) continue;
-      // The GPU starts its next candidate before this result is recorded, unless the run is over:
-      // a candidate started after the budget ran out would overrun it by a whole measurement.
-      if (!ending) ending = stop_for(why_stop(out_of_time));
+      // The GPU starts its next candidate before this result is recorded and the budget looked at
+      // (the caller's check may propose another workload's batch): a GPU measures at most one
+      // candidate past the budget, and never waits on the host.
       if (!ending) ending = dispatch(gpus, target, fill);
       gpus.deliver(std::move(*done));
-      if (!ending) ending = stop_for(why_stop(out_of_time));  // e.g. no improvement, with this result
+      if (ending) continue;
+      if (const std::string reason = why_stop(out_of_time); !reason.empty()) {
+        s_.stop_reason = reason;
+        ending = true;
+      }
     }
     if (fit_due()) fit();
     close_rank_window();  // what a refit still running left open is ranked too
@@ -812,13 +816,6 @@ class TuneTask::Impl : public MeasureClient {
 
  private:
   bool stop_requested() const { return o_.stop && o_.stop->load(); }
-
-  /// Notes why the run ends, if it does.
-  bool stop_for(std::string reason) {
-    if (reason.empty()) return false;
-    s_.stop_reason = std::move(reason);
-    return true;
-  }
 
   /// Why the run ends after a measurement ("" to go on).
   std::string why_stop(const std::function<bool()>& out_of_time) {
