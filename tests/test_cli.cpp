@@ -282,6 +282,12 @@ TEST(Cli, ARangeOfSizesIsMappedCompiledListedAndDispatched) {
   CliRun model = tmap("tune --op gemm_nt --set M=1..64 --measure model");
   EXPECT_EQ(model.code, 2);
   EXPECT_NE(model.err.find("a range of sizes is tuned by measuring its kernels"), std::string::npos) << model.err;
+  for (const char* option : {"--max-buckets 3", "--loss 0.1", "--sizes 8,16"}) {
+    CliRun one_shape = tmap(std::string("tune --op gemm_nt --measure model ") + option);
+    EXPECT_EQ(one_shape.code, 2) << option;
+    EXPECT_NE(one_shape.err.find(": error: applies to a range of sizes, and gemm_nt has one shape"), std::string::npos)
+        << one_shape.err;
+  }
   const std::string log = std::string(TMAP_SOURCE_DIR) + "/logs/h200_decode_gemm.jsonl";
   CliRun list = tmap("logs list " + log);
   ASSERT_EQ(list.code, 0) << list.err;

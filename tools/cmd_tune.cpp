@@ -102,6 +102,7 @@ struct TuneArgs {
   std::int64_t model_batch = 0;  ///< --model-batch: the old spelling of --batch.
   bool no_baselines = false;
   CLI::Option* trials_option = nullptr;
+  std::vector<CLI::Option*> range_options;  ///< --loss, --max-buckets, --sizes: a range's alone.
   CLI::Option* trials_per_batch_option = nullptr;
   bool per_batch_given = false;  ///< By the deprecated --batch without --model.
   int trials = 200, early_stop = 0, trials_per_batch = 16, compile_ahead = 3, confirm = 4;
@@ -664,6 +665,11 @@ void tune_command(TuneArgs& args) {
     bad("--shard", "only applies to --model or --table", "shard a model's workloads, or tune the one compute whole");
   if (!args.model.empty() || !args.table.empty()) return tune_model_command(args);
   Compute c = args.compute.build();
+  // They shape a range's buckets: given for one shape, they would be ignored without a word.
+  for (const CLI::Option* o : args.range_options)
+    if (!c.dynamic.active() && o->count())
+      bad(o->get_name(), "applies to a range of sizes, and " + c.name + " has one shape",
+          "give a range, e.g. --set M=1..256, or drop " + o->get_name());
   const std::vector<HwAbstraction> hws = args.hw.chosen(args.hw.all());
   Machine m = detect(args.arch, args.gpus);
   const bool model_only = args.measure == "model";
@@ -775,6 +781,7 @@ void register_tune(CLI::App& app) {
   cmd->add_flag("--no-baselines", args->no_baselines,
                 "With --model or --table: skip timing cuDNN/cuBLAS with tmap_bench after tuning");
   args->trials_option = cmd->get_option("--trials");
+  for (const char* name : {"--loss", "--max-buckets", "--sizes"}) args->range_options.push_back(cmd->get_option(name));
   cmd->callback([args] { tune_command(*args); });
 }
 
