@@ -99,6 +99,29 @@ TEST(Gpu, ReferenceKernelMatchesCpuReference) {
   }
 }
 
+// A workspace that drops its host values (as the measuring worker's do) holds the same inputs
+// as one that keeps them: the same reference output, bit for bit, for every input dtype.
+TEST(Gpu, WorkspacesDrawTheSameInputsWhetherTheyKeepTheHostValuesOrNot) {
+  if (!have_gpu()) GTEST_SKIP() << "no GPU: " << query_runtime().status;
+  NvrtcCompiler compiler(device_cc());
+  const std::pair<const char*, const char*> types[] = {{"float16", "float32"},     {"bfloat16", "float32"},
+                                                       {"float32", "float32"},     {"float64", "float64"},
+                                                       {"int8", "int32"},          {"int4", "int32"},
+                                                       {"float8_e4m3", "float32"}, {"float8_e5m2", "float32"}};
+  for (const auto& [in_t, out_t] : types) {
+    SCOPED_TRACE(in_t);
+    Compute c = typed_op("gemm", in_t, out_t, {"M=33", "N=17", "K=40"});
+    Workspace kept(c, 9), dropped(c, 9, HostValues::kDrop);
+    EXPECT_FALSE(kept.host_values()[c.inputs[0].tensor].empty());
+    EXPECT_TRUE(dropped.host_values()[c.inputs[0].tensor].empty());
+    EXPECT_EQ(dropped.device_bytes(), kept.device_bytes());
+    const std::vector<double> expected = gpu_reference(kept, compiler);
+    EXPECT_EQ(gpu_reference(dropped, compiler), expected);
+    // And they are the values drawn: the reference of the kept values on the CPU.
+    EXPECT_LT(relative_l2(expected, cpu_reference(c, kept.host_values())), 1e-6);
+  }
+}
+
 // The output check the tuner uses (elements compared as they are in the output's dtype) gives
 // relative_l2 of the converted output, for every output dtype, and infinity on a poisoned one.
 TEST(Gpu, OutputErrorMatchesRelativeL2OfTheConvertedOutput) {

@@ -206,6 +206,30 @@ TEST(Worker, EachReferenceKernelIsCompiledOnceForEveryGpu) {
 }
 
 /// Plans arrive as JSON and index fixed arrays: every count, index, slot and offset is checked.
+// The worker keeps a shape's inputs and reference for every request of that shape: a range's
+// sample tuned as a shape of its own and the range's kernels measured at that size share them
+// (each drew its inputs and ran its reference before); another size or seed does not.
+TEST(Worker, ARangesSampleAndTheRangesKernelsAtItsSizeShareOneShape) {
+  const Compute range = build_compute(builtin_op("gemm_nt"), parse_param_overrides({"M=1..256", "N=96", "K=64"}));
+  ASSERT_TRUE(range.dynamic.active());
+  KernelSource k;
+  k.name = "k";
+  k.threads = 128;
+  auto request = [&](const Compute& c, std::int64_t size, std::uint64_t seed) {
+    MeasureRequest r = MeasureRequest::for_kernel(c, k, "/nonexistent.cubin", 0, 1, size);
+    r.launch.plan.size_lo = range.dynamic.lo;
+    r.launch.plan.size_hi = range.dynamic.hi;
+    r.seed = seed;
+    return shape_key(request_from_json(to_json(r)));  // as the worker reads it
+  };
+  const std::string at57 = request(range, 57, 1);
+  EXPECT_EQ(request(range_sample(range, 57), 57, 1), at57);
+  EXPECT_NE(request(range, 58, 1), at57);
+  EXPECT_NE(request(range, 57, 2), at57);
+  // A size the range does not take is refused, not prepared.
+  EXPECT_THROW(request(range, 257, 1), std::runtime_error);
+}
+
 TEST(Worker, LaunchPlansFromJsonAreChecked) {
   KernelSource k;
   k.name = "main";

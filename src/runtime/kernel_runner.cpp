@@ -72,18 +72,53 @@ std::uint64_t splitmix64(std::uint64_t z) {
   return z ^ (z >> 31);
 }
 
-/// `n` values uniform in [-1, 1] rounded to `t`, element i drawn from SplitMix64's sequence for
-/// `stream` (a counter-based generator), so the values do not depend on how the work is split.
+/// Value `i` of `stream`: uniform in [-1, 1], rounded to `t`. A counter-based draw (SplitMix64
+/// of the element's index), so the values do not depend on how the work is split.
+double random_value(std::uint64_t key, std::size_t i, DType t) {
+  const std::uint64_t z = splitmix64(key + (i + 1) * 0x9E3779B97F4A7C15ull);
+  return quantize(static_cast<double>(z >> 11) * 0x1.0p-52 - 1.0, t);  // 53 random bits over [-1, 1)
+}
+
+std::uint64_t stream_key(std::uint64_t stream) { return splitmix64(stream + 0x9E3779B97F4A7C15ull); }
+
+/// `n` values of `stream` (random_value).
 std::vector<double> random_values(std::size_t n, DType t, std::uint64_t stream) {
-  const std::uint64_t key = splitmix64(stream + 0x9E3779B97F4A7C15ull);
+  const std::uint64_t key = stream_key(stream);
   std::vector<double> v(n);
   parallel_for(n, [&](std::size_t begin, std::size_t end) {
-    for (std::size_t i = begin; i < end; ++i) {
-      const std::uint64_t z = splitmix64(key + (i + 1) * 0x9E3779B97F4A7C15ull);
-      v[i] = quantize(static_cast<double>(z >> 11) * 0x1.0p-52 - 1.0, t);  // 53 random bits over [-1, 1)
-    }
+    for (std::size_t i = begin; i < end; ++i) v[i] = random_value(key, i, t);
   });
   return v;
+}
+
+/// Writes `v` as one element of dtype `t` at `at` (not int4, which packs two to a byte).
+void encode_one(double v, DType t, unsigned char* at) {
+  auto put = [at](const auto& x) { std::memcpy(at, &x, sizeof x); };
+  switch (t) {
+    case DType::kFloat16: put(__float2half(static_cast<float>(v))); break;
+    case DType::kBFloat16: put(__float2bfloat16(static_cast<float>(v))); break;
+    case DType::kFloat32:
+    case DType::kTFloat32: put(static_cast<float>(v)); break;
+    case DType::kFloat64: put(v); break;
+    case DType::kInt8: put(static_cast<signed char>(v)); break;
+    case DType::kInt32: put(static_cast<int>(v)); break;
+    case DType::kInt4: break;
+    case DType::kFloat8E4M3: put(__nv_fp8_e4m3(static_cast<float>(v))); break;
+    case DType::kFloat8E5M2: put(__nv_fp8_e5m2(static_cast<float>(v))); break;
+  }
+}
+
+/// The bytes of `n` values of `stream`, drawn straight into them: the same bytes as
+/// encode_values(random_values(...)), without holding each value as a double first.
+std::vector<unsigned char> random_bytes(std::size_t n, DType t, std::uint64_t stream) {
+  if (t == DType::kInt4) return encode_values(random_values(n, t, stream), t);
+  const std::uint64_t key = stream_key(stream);
+  const std::size_t size = static_cast<std::size_t>(dtype_bits(t)) / 8;
+  std::vector<unsigned char> out(n * size);
+  parallel_for(n, [&](std::size_t begin, std::size_t end) {
+    for (std::size_t i = begin; i < end; ++i) encode_one(random_value(key, i, t), t, out.data() + i * size);
+  });
+  return out;
 }
 
 }  // namespace
@@ -98,23 +133,7 @@ std::vector<unsigned char> encode_values(const std::vector<double>& values, DTyp
   const std::size_t size = static_cast<std::size_t>(dtype_bits(t)) / 8;
   std::vector<unsigned char> out(values.size() * size);
   parallel_for(values.size(), [&](std::size_t begin, std::size_t end) {
-    for (std::size_t i = begin; i < end; ++i) {
-      unsigned char* at = out.data() + i * size;
-      auto put = [at](const auto& x) { std::memcpy(at, &x, sizeof x); };
-      const double v = values[i];
-      switch (t) {
-        case DType::kFloat16: put(__float2half(static_cast<float>(v))); break;
-        case DType::kBFloat16: put(__float2bfloat16(static_cast<float>(v))); break;
-        case DType::kFloat32:
-        case DType::kTFloat32: put(static_cast<float>(v)); break;
-        case DType::kFloat64: put(v); break;
-        case DType::kInt8: put(static_cast<signed char>(v)); break;
-        case DType::kInt32: put(static_cast<int>(v)); break;
-        case DType::kInt4: break;  // packed above
-        case DType::kFloat8E4M3: put(__nv_fp8_e4m3(static_cast<float>(v))); break;
-        case DType::kFloat8E5M2: put(__nv_fp8_e5m2(static_cast<float>(v))); break;
-      }
-    }
+    for (std::size_t i = begin; i < end; ++i) encode_one(values[i], t, out.data() + i * size);
   });
   return out;
 }
@@ -239,18 +258,24 @@ std::size_t bytes_of(const Tensor& t) {
 
 }  // namespace
 
-Workspace::Workspace(const Compute& c, std::uint64_t seed) : compute_(c), values_(c.tensors.size()), device_(c.tensors.size(), nullptr) {
-  // Every tensor read, the epilogue's operands too, holds fresh values in [-1, 1].
-  for (std::size_t i = 0; i < c.tensors.size(); ++i) {
-    if (static_cast<int>(i) == c.output.tensor) continue;
-    const Tensor& t = c.tensors[i];
-    values_[i] = random_values(static_cast<std::size_t>(t.num_elements()), t.dtype, seed * c.tensors.size() + i);
-  }
+Workspace::Workspace(const Compute& c, std::uint64_t seed, HostValues keep)
+    : compute_(c), values_(c.tensors.size()), device_(c.tensors.size(), nullptr) {
   try {
     for (std::size_t i = 0; i < c.tensors.size(); ++i) {
-      check(cudaMalloc(&device_[i], bytes_of(c.tensors[i])), "cudaMalloc");
+      const Tensor& t = c.tensors[i];
+      check(cudaMalloc(&device_[i], bytes_of(t)), "cudaMalloc");
+      device_bytes_ += bytes_of(t);
       if (static_cast<int>(i) == c.output.tensor) continue;
-      auto host = encode_values(values_[i], c.tensors[i].dtype);
+      // Every tensor read, the epilogue's operands too, holds fresh values in [-1, 1].
+      const std::size_t n = static_cast<std::size_t>(t.num_elements());
+      const std::uint64_t stream = seed * c.tensors.size() + i;
+      std::vector<unsigned char> host;
+      if (keep == HostValues::kKeep) {
+        values_[i] = random_values(n, t.dtype, stream);
+        host = encode_values(values_[i], t.dtype);
+      } else {
+        host = random_bytes(n, t.dtype, stream);
+      }
       check(cudaMemcpy(device_[i], host.data(), host.size(), cudaMemcpyHostToDevice), "cudaMemcpy");
     }
   } catch (...) {

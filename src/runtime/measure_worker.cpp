@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <list>
 #include <map>
 #include <memory>
 
@@ -154,26 +155,112 @@ std::string ReferenceBinaries::path(const nlohmann::json& compute) {
 
 // ---- The worker process ------------------------------------------------------------------
 
+namespace {
+
+std::string key_of(const Compute& sized, std::uint64_t seed) { return to_json(sized).dump() + "#" + std::to_string(seed); }
+
+/// One shape's tensors and reference output, as a worker keeps them.
+struct Prepared {
+  std::unique_ptr<Compute> compute;  ///< Outlives the workspace, which refers to it.
+  std::unique_ptr<Workspace> workspace;
+  std::vector<double> reference;
+  double fastest_us = 0;  ///< Of the correct candidates timed so far (TimingOptions::slow_factor).
+
+  std::size_t bytes() const { return workspace->device_bytes() + reference.size() * sizeof(double); }
+};
+
+/// The shapes a worker has prepared, by sized compute and seed: the candidates of one shape share
+/// its inputs, and its reference runs once, whether a request names the shape itself or a
+/// range's kernel at that size. The least recently used go while those kept take more than the
+/// budget (device tensors and host references), so that a run over many large shapes holds a
+/// bounded share of the GPU's and the host's memory.
+class PreparedShapes {
+ public:
+  explicit PreparedShapes(std::size_t budget_bytes) : budget_(budget_bytes) {}
+
+  /// The shape of `req`, prepared now if it is not kept.
+  Prepared& get(const MeasureRequest& req, int cc_of_device) {
+    Compute sized = sized_compute(req);
+    const std::string key = key_of(sized, req.seed);
+    for (auto it = kept_.begin(); it != kept_.end(); ++it)
+      if (it->first == key) {
+        kept_.splice(kept_.begin(), kept_, it);
+        return kept_.front().second;
+      }
+    kept_.emplace_front(key, prepare(std::move(sized), req, cc_of_device));
+    std::size_t total = 0;
+    for (auto it = kept_.begin(); it != kept_.end();) {
+      const std::size_t bytes = it->second.bytes();
+      if (it != kept_.begin() && total + bytes > budget_) {
+        it = kept_.erase(it);
+      } else {
+        total += bytes;
+        ++it;
+      }
+    }
+    return kept_.front().second;
+  }
+
+ private:
+  Prepared prepare(Compute sized, const MeasureRequest& req, int cc_of_device) {
+    Prepared p;
+    p.compute = std::make_unique<Compute>(std::move(sized));
+    p.workspace = std::make_unique<Workspace>(*p.compute, req.seed, HostValues::kDrop);
+    if (req.verify && !req.reference_cubin_path.empty()) {
+      p.reference = gpu_reference(*p.workspace, read_binary(req.reference_cubin_path));
+    } else if (req.verify) {
+      if (!compiler_) compiler_ = std::make_unique<NvrtcCompiler>(cc_of_device);
+      p.reference = gpu_reference(*p.workspace, *compiler_);
+    }
+    return p;
+  }
+
+  const std::size_t budget_;
+  std::list<std::pair<std::string, Prepared>> kept_;  ///< Most recently used first.
+  std::unique_ptr<NvrtcCompiler> compiler_;
+};
+
+/// The result of running one request's kernel on its prepared shape.
+MeasureResult measure_request(MeasureRequest& req, Prepared& p) {
+  MeasureResult result;
+  if (req.timing.slow_factor > 0) req.timing.slow_us = req.timing.slow_factor * p.fastest_us;
+  KernelRun run = run_candidate(*p.workspace, req.verify ? p.reference : std::vector<double>{}, req.a_tensor,
+                                req.b_tensor, req.launch, read_binary(req.cubin_path), req.timing, req.size);
+  result.rel_l2 = run.rel_l2;
+  result.median_us = run.median_us;
+  result.times_us = run.times_us;
+  result.message = run.error;
+  switch (run.failure) {
+    case FailureKind::kNone:
+      result.status = req.verify && !(run.rel_l2 <= req.tolerance) ? MeasureStatus::kWrongResult : MeasureStatus::kOk;
+      if (result.status == MeasureStatus::kWrongResult)
+        result.message = "relative L2 error " + std::to_string(run.rel_l2) + " over tolerance " + std::to_string(req.tolerance);
+      break;
+    case FailureKind::kLoad: result.status = MeasureStatus::kLoadError; break;
+    case FailureKind::kLaunch: result.status = MeasureStatus::kLaunchError; break;
+    case FailureKind::kRuntime: result.status = MeasureStatus::kRuntimeError; break;
+  }
+  if (result.status == MeasureStatus::kOk && (p.fastest_us == 0 || run.median_us < p.fastest_us))
+    p.fastest_us = run.median_us;
+  return result;
+}
+
+}  // namespace
+
+std::string shape_key(const MeasureRequest& req) { return key_of(sized_compute(req), req.seed); }
+
 int run_measure_worker(std::FILE* in, std::FILE* out, int device) {
   std::string device_error;  // answers every request: the parent reports it per candidate
   int cc_of_device = 0;
+  std::size_t memory = 0;
   try {
     if (device >= 0) select_device(device);
     for (const DeviceInfo& d : query_runtime().devices)
-      if (d.index == std::max(0, device)) cc_of_device = d.compute_capability;
+      if (d.index == std::max(0, device)) cc_of_device = d.compute_capability, memory = d.global_memory_bytes;
   } catch (const std::exception& e) {
     device_error = exception_text(e);
   }
-  // Tensors and the reference are kept per compute and seed, so candidates of one workload
-  // share inputs and the reference runs once.
-  struct Prepared {
-    std::unique_ptr<Compute> compute;
-    std::unique_ptr<Workspace> workspace;
-    std::vector<double> reference;
-    double fastest_us = 0;  ///< Of the correct candidates timed so far (TimingOptions::slow_factor).
-  };
-  std::map<std::string, Prepared> prepared;
-  std::unique_ptr<NvrtcCompiler> compiler;
+  PreparedShapes shapes(memory / 4);
   std::string line;
   for (int ch; (ch = std::fgetc(in)) != EOF;) {
     if (ch != '\n') {
@@ -185,41 +272,8 @@ int run_measure_worker(std::FILE* in, std::FILE* out, int device) {
     try {
       if (!device_error.empty()) throw UserError(device_error);
       MeasureRequest req = request_from_json(nlohmann::json::parse(line));
-      std::string key = req.compute.dump() + "#" + std::to_string(req.seed) + "#" + std::to_string(req.size);
-      auto it = prepared.find(key);
-      if (it == prepared.end()) {
-        Prepared p;
-        p.compute = std::make_unique<Compute>(sized_compute(req));
-        p.workspace = std::make_unique<Workspace>(*p.compute, req.seed);
-        if (req.verify && !req.reference_cubin_path.empty()) {
-          p.reference = gpu_reference(*p.workspace, read_binary(req.reference_cubin_path));
-        } else if (req.verify) {
-          if (!compiler) compiler = std::make_unique<NvrtcCompiler>(cc_of_device);
-          p.reference = gpu_reference(*p.workspace, *compiler);
-        }
-        it = prepared.emplace(key, std::move(p)).first;
-      }
-      Prepared& p = it->second;
-      if (req.timing.slow_factor > 0) req.timing.slow_us = req.timing.slow_factor * p.fastest_us;
-      KernelRun run = run_candidate(*p.workspace, req.verify ? p.reference : std::vector<double>{}, req.a_tensor,
-                                    req.b_tensor, req.launch, read_binary(req.cubin_path), req.timing, req.size);
-      result.rel_l2 = run.rel_l2;
-      result.median_us = run.median_us;
-      result.times_us = run.times_us;
-      result.message = run.error;
-      switch (run.failure) {
-        case FailureKind::kNone:
-          result.status = req.verify && !(run.rel_l2 <= req.tolerance) ? MeasureStatus::kWrongResult : MeasureStatus::kOk;
-          if (result.status == MeasureStatus::kWrongResult)
-            result.message = "relative L2 error " + std::to_string(run.rel_l2) + " over tolerance " + std::to_string(req.tolerance);
-          break;
-        case FailureKind::kLoad: result.status = MeasureStatus::kLoadError; break;
-        case FailureKind::kLaunch: result.status = MeasureStatus::kLaunchError; break;
-        case FailureKind::kRuntime: result.status = MeasureStatus::kRuntimeError; break;
-      }
-      fatal = run.failure != FailureKind::kNone;
-      if (result.status == MeasureStatus::kOk && (p.fastest_us == 0 || run.median_us < p.fastest_us))
-        p.fastest_us = run.median_us;
+      result = measure_request(req, shapes.get(req, cc_of_device));
+      fatal = result.status != MeasureStatus::kOk && result.status != MeasureStatus::kWrongResult;
     } catch (const std::exception& e) {
       result.status = MeasureStatus::kWorkerError;
       result.message = exception_text(e);

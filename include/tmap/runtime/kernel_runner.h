@@ -25,17 +25,26 @@ std::vector<double> cpu_reference(const Compute& c, const std::vector<std::vecto
 std::vector<unsigned char> encode_values(const std::vector<double>& values, DType t);
 std::vector<double> decode_values(const std::vector<unsigned char>& bytes, DType t, std::size_t n);
 
+/// Whether a workspace keeps its inputs' values on the host (host_values()) for a CPU-side use
+/// of them, or only on the device: a measuring worker keeps many workspaces, and a value held as
+/// a double takes four times its 16-bit tensor's bytes.
+enum class HostValues { kKeep, kDrop };
+
 /// One compute's tensors on device 0: inputs drawn from `seed` (uniform in [-1, 1], rounded
-/// to each dtype; small integers for integer types). CUDA failures throw std::runtime_error.
+/// to each dtype; small integers for integer types; the same values whether kept or not). CUDA
+/// failures throw std::runtime_error.
 class Workspace {
  public:
-  Workspace(const Compute& c, std::uint64_t seed);
+  Workspace(const Compute& c, std::uint64_t seed, HostValues keep = HostValues::kKeep);
   ~Workspace();
   Workspace(const Workspace&) = delete;
   Workspace& operator=(const Workspace&) = delete;
 
   const Compute& compute() const { return compute_; }
+  /// Each input's values (empty with HostValues::kDrop); the output's is empty.
   const std::vector<std::vector<double>>& host_values() const { return values_; }
+  /// The bytes of its tensors on the device.
+  std::size_t device_bytes() const { return device_bytes_; }
   void* device(int tensor) const { return device_[tensor]; }
   /// Sets every output byte to 0xFF: NaN for floats, -1 for integers.
   void poison_output();
@@ -49,6 +58,7 @@ class Workspace {
   const Compute& compute_;
   std::vector<std::vector<double>> values_;
   std::vector<void*> device_;
+  std::size_t device_bytes_ = 0;
   mutable std::vector<unsigned char> host_output_;
 };
 

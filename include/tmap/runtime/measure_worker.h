@@ -84,6 +84,11 @@ MeasureRequest request_from_json(const nlohmann::json& j);
 nlohmann::json to_json(const MeasureResult& r);
 MeasureResult result_from_json(const nlohmann::json& j);
 
+/// The shape a request's kernel runs on, as the worker keeps its tensors and reference: requests
+/// with one key share them, whether they name the shape itself (a range's sample) or a range's
+/// kernel at that size. Throws std::runtime_error for a size that the range or the plan refuses.
+std::string shape_key(const MeasureRequest& req);
+
 /// The parent's side: starts `binary worker` on first use and after any failure, on CUDA device
 /// `device` (of the visible ones; -1: the runtime's default).
 class MeasureWorker {
@@ -111,7 +116,8 @@ class MeasureWorker {
 
 /// The worker's loop: reads requests from `in`, writes results to `out`, until end of input.
 /// Exits (returns 3) after a failure that may have corrupted the CUDA context. `device` >= 0
-/// selects the CUDA device first.
+/// selects the CUDA device first. The shapes it prepares (shape_key) are kept, the least
+/// recently used dropped while they take more than a quarter of the device's memory.
 int run_measure_worker(std::FILE* in, std::FILE* out, int device = -1);
 
 }  // namespace tmap
