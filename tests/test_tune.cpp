@@ -1447,6 +1447,9 @@ TEST(RangeTuner, TunesSamplesMeasuresKernelsOfTheRangeAndDispatchesBySize) {
     return synthetic_at(g, size, p);
   });
   EXPECT_EQ(m.calls, 4 * 8);  // every sample tuned, a batch each
+  EXPECT_EQ(s.sample_trials, m.calls);  // the summary says what the samples' tuning measured
+  EXPECT_GE(s.sample_times.measure_s, 0);
+  EXPECT_GT(s.sample_times.measure_s + s.sample_times.propose_s + s.sample_times.record_s, 0);
   // The samples searched the range's kernels, each under a workload of its own.
   EXPECT_EQ(m.keys.size(), 4u * 8);
   std::set<std::string> sample_keys;

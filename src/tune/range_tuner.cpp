@@ -85,8 +85,8 @@ TuneResult result_of(const MeasureResult& m, const RangeCandidate& c, std::int64
 /// next sample's candidates compile while one is measured. Their kernels are the range's, so a
 /// schedule that one sample shares with another as a seed is compiled once (`o`'s compile cache).
 /// No confirmation: measure_samples() measures each sample's fastest again.
-void tune_samples(const Compute& range, const std::vector<HwAbstraction>& hws, const RangeTuneOptions& o,
-                  const std::vector<std::int64_t>& sizes, MeasurePool& gpus) {
+ModelTuneSummary tune_samples(const Compute& range, const std::vector<HwAbstraction>& hws,
+                              const RangeTuneOptions& o, const std::vector<std::int64_t>& sizes, MeasurePool& gpus) {
   std::vector<Compute> computes;
   for (std::int64_t size : sizes) computes.push_back(range_sample(range, size));
   std::vector<ModelTask> tasks;
@@ -100,7 +100,7 @@ void tune_samples(const Compute& range, const std::vector<HwAbstraction>& hws, c
   m.trials = o.tune.trials > 0 ? std::max(floor, static_cast<int>(std::lround(0.8 * o.tune.trials))) : 0;
   m.time_budget_s = 0.8 * o.tune.time_budget_s;
   m.warmup_batches = 1;
-  tune_model(tasks, hws, m, gpus);
+  return tune_model(tasks, hws, m, gpus);
 }
 
 }  // namespace
@@ -399,7 +399,7 @@ RangeTuneSummary tune_range(const Compute& range, const std::vector<HwAbstractio
   RangeTuneOptions ro = o;
   if (ro.tune.compile_cache_dir.empty())
     ro.tune.compile_cache_dir = binaries.emplace("tmap_range", "the range's kernels").path();
-  tune_samples(range, hws, ro, sizes, gpus);
+  const ModelTuneSummary samples = tune_samples(range, hws, ro, sizes, gpus);
   const double tune_s = seconds_since(t0);
   RangeRun run(range, space, ro, sizes, gpus, measure_at);
   if (!run.collect())
@@ -414,6 +414,8 @@ RangeTuneSummary tune_range(const Compute& range, const std::vector<HwAbstractio
   run.choose();
   RangeTuneSummary s = std::move(run.summary());
   s.tune_s = tune_s;
+  s.sample_trials = samples.measured;
+  for (const ModelTaskResult& t : samples.tasks) s.sample_times.add_times(t.summary);
   s.cross_s = seconds_since(t1);
   s.wall_s = seconds_since(t0);
   return s;

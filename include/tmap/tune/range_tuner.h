@@ -74,6 +74,9 @@ struct RangeTuneSummary {
   int skipped = 0;         ///< Measurements at neighbouring samples left out at the time budget.
   std::vector<std::int64_t> unserved;  ///< Samples where every candidate failed.
   double tune_s = 0, cross_s = 0, wall_s = 0;
+  /// The samples' tuning: its trials and where its time went (TuneSummary's seconds, summed).
+  int sample_trials = 0;
+  TuneSummary sample_times;
 };
 
 /// A range's kernel measured at one size: WorkerMeasurer::measure_at in tmap, a fake in tests.
