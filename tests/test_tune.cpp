@@ -1450,6 +1450,9 @@ TEST(RangeTuner, TunesSamplesMeasuresKernelsOfTheRangeAndDispatchesBySize) {
   EXPECT_EQ(s.sample_trials, m.calls);  // the summary says what the samples' tuning measured
   EXPECT_GE(s.sample_times.measure_s, 0);
   EXPECT_GT(s.sample_times.measure_s + s.sample_times.propose_s + s.sample_times.record_s, 0);
+  EXPECT_GT(s.sample_setup_s, 0);  // its setting up and ending are parts of its time
+  EXPECT_GE(s.sample_finish_s, 0);
+  EXPECT_LE(s.sample_setup_s + s.sample_finish_s, s.tune_s);
   // The samples searched the range's kernels, each under a workload of its own.
   EXPECT_EQ(m.keys.size(), 4u * 8);
   std::set<std::string> sample_keys;

@@ -561,7 +561,8 @@ void print_range_summary(const RangeTuneSummary& s, const Compute& c, const std:
               param.c_str(), (long long)c.dynamic.lo, (long long)c.dynamic.hi, c.name.c_str(), s.points.size(),
               duration_text(s.tune_s).c_str(), s.candidates, s.measurements, s.failed, duration_text(s.cross_s).c_str(),
               log_path.c_str());
-  std::printf("samples: %d trials; %s\n", s.sample_trials, time_text(s.sample_times).c_str());
+  std::printf("samples: %d trials (setting up %.1f s, ending %.1f s); %s\n", s.sample_trials, s.sample_setup_s,
+              s.sample_finish_s, time_text(s.sample_times).c_str());
   std::printf("%-12s %-10s %-10s %s\n", "bucket", "worst", "at", "kernel");
   for (const RangeBucket& b : s.buckets)
     std::printf("%5lld-%-6lld %-10.3f %-10lld %s %s\n", (long long)b.lo, (long long)b.hi, b.worst_ratio,
@@ -590,7 +591,8 @@ nlohmann::json range_summary_json(const RangeTuneSummary& s, const Compute& c, c
           {"log", log_path}, {"buckets", buckets}, {"samples", points}, {"unserved", s.unserved},
           {"candidates", s.candidates}, {"measurements", s.measurements}, {"failed", s.failed},
           {"skipped", s.skipped}, {"tune_s", s.tune_s}, {"measure_s", s.cross_s}, {"wall_s", s.wall_s},
-          {"sample_trials", s.sample_trials}, {"sample_time", time_json(s.sample_times)}};
+          {"sample_trials", s.sample_trials}, {"sample_time", time_json(s.sample_times)},
+          {"sample_setup_s", s.sample_setup_s}, {"sample_finish_s", s.sample_finish_s}};
 }
 
 /// Tunes one range of sizes on the machine's GPUs.

@@ -83,6 +83,7 @@ class ModelScheduler {
     for (const Slot& s : slots_) gpus_.prepare(*s.compute);  // the references compile in the background
     share_new_bests();  // what the log resumed
     note_total();
+    out_.setup_s = seconds_since(t0_);
     try {
       bool go = warm_up();
       std::string reason = go ? spend_by_gain() : "";
@@ -311,6 +312,7 @@ class ModelScheduler {
   /// Why the run ended, each workload's fastest candidates confirmed (none after a stop), and
   /// the summaries.
   void finish(std::string reason) {
+    const Clock::time_point ending = Clock::now();
     if (stop_requested()) {
       out_.stopped = true;
       reason = "stopped by the user";
@@ -329,6 +331,7 @@ class ModelScheduler {
       out_.tasks.push_back(s.result);
     }
     for (Slot& s : slots_) s.task.reset();  // waits for batches compiled ahead
+    out_.finish_s = seconds_since(ending);
     out_.wall_s = seconds_since(t0_);
   }
 

@@ -415,6 +415,8 @@ RangeTuneSummary tune_range(const Compute& range, const std::vector<HwAbstractio
   RangeTuneSummary s = std::move(run.summary());
   s.tune_s = tune_s;
   s.sample_trials = samples.measured;
+  s.sample_setup_s = samples.setup_s;
+  s.sample_finish_s = samples.finish_s;
   for (const ModelTaskResult& t : samples.tasks) s.sample_times.add_times(t.summary);
   s.cross_s = seconds_since(t1);
   s.wall_s = seconds_since(t0);

@@ -57,6 +57,10 @@ struct ModelTuneSummary {
   std::vector<ModelTaskResult> tasks;  ///< In the order given (workloads with the same key merged).
   int measured = 0, transferred = 0;
   double wall_s = 0;
+  /// Of wall_s: before the first batch (the slots, the log's history and the model's warm
+  /// start), and after the budget ended (the last measurements, the confirmations, and the
+  /// batches compiled ahead awaited).
+  double setup_s = 0, finish_s = 0;
   bool stopped = false;
   std::string stop_reason;
   /// (seconds into the run, weighted_us) whenever the model total improved.

@@ -74,9 +74,11 @@ struct RangeTuneSummary {
   int skipped = 0;         ///< Measurements at neighbouring samples left out at the time budget.
   std::vector<std::int64_t> unserved;  ///< Samples where every candidate failed.
   double tune_s = 0, cross_s = 0, wall_s = 0;
-  /// The samples' tuning: its trials and where its time went (TuneSummary's seconds, summed).
+  /// The samples' tuning: its trials, where its time went (TuneSummary's seconds, summed), and
+  /// its setting up and ending (ModelTuneSummary's).
   int sample_trials = 0;
   TuneSummary sample_times;
+  double sample_setup_s = 0, sample_finish_s = 0;
 };
 
 /// A range's kernel measured at one size: WorkerMeasurer::measure_at in tmap, a fake in tests.
