@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include <nlohmann/json.hpp>
 
@@ -169,6 +170,30 @@ TEST(Compute, InputDtypesSetTheOperandsAndSumsThatHoldThem) {
   EXPECT_NE(tf32.find("give float32"), std::string::npos) << tf32;
   const std::string unknown = user_error_of([&] { built("gemm", "float8"); });
   EXPECT_EQ(unknown.rfind("--dtype:1:1: error: unknown dtype 'float8'", 0), 0u) << unknown;
+}
+
+// The output check the tuner runs on every candidate compares the output's bytes as they are:
+// the same error as decoding them first, for every output dtype, on outputs large enough to be
+// summed on several threads; infinite when one element is NaN (a poisoned output).
+TEST(Compute, TheOutputCheckOfBytesIsTheRelativeL2OfTheirValues) {
+  const std::size_t n = (std::size_t{5} << 20) + 3;  // several chunks and a ragged end
+  std::vector<double> ref(n), got(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    ref[i] = std::sin(0.001 * double(i)) * 4;
+    got[i] = ref[i] * (1 + 0.003 * std::cos(double(i)));
+  }
+  for (DType t : {DType::kFloat16, DType::kBFloat16, DType::kFloat32, DType::kFloat64, DType::kInt32, DType::kInt8,
+                  DType::kFloat8E4M3}) {
+    SCOPED_TRACE(dtype_name(t));
+    const std::vector<unsigned char> bytes = encode_values(got, t);
+    const double expected = relative_l2(decode_values(bytes, t, n), ref);
+    EXPECT_GT(expected, 0);
+    EXPECT_NEAR(relative_l2_of_bytes(bytes.data(), t, ref), expected, 1e-12 * expected);
+  }
+  std::vector<unsigned char> poisoned = encode_values(got, DType::kFloat16);
+  poisoned[2 * (n - 1)] = poisoned[2 * (n - 1) + 1] = 0xFF;  // the last element a NaN
+  EXPECT_EQ(relative_l2_of_bytes(poisoned.data(), DType::kFloat16, ref), INFINITY);
+  EXPECT_EQ(relative_l2_of_bytes(encode_values(ref, DType::kFloat64).data(), DType::kFloat64, ref), 0.0);
 }
 
 // 8-bit floats: their names, their values (rounded as the hardware rounds, saturating e4m3 at

@@ -73,6 +73,9 @@ double verification_tolerance(const HwAbstraction& hw);
 
 /// ||got - ref|| / ||ref||; infinite when an element of `got` is NaN.
 double relative_l2(const std::vector<double>& got, const std::vector<double>& ref);
+/// The same of the output bytes `bytes` of dtype `t` (reference.size() elements, as
+/// encode_values writes them), compared as they are rather than decoded into a vector first.
+double relative_l2_of_bytes(const unsigned char* bytes, DType t, const std::vector<double>& reference);
 
 struct TimingOptions {
   int warmup = 3;
