@@ -1524,6 +1524,19 @@ TEST(RangeTuner, TunesSamplesMeasuresKernelsOfTheRangeAndDispatchesBySize) {
   std::filesystem::remove(log);
 }
 
+/// Writes to `log` a record of each (size, schedule) of the range's first mapping as the fastest
+/// of that sample's own tuning (1 ns), for tests that skip the samples' tuning.
+void log_sample_records(const std::string& log, const Compute& range, const SearchSpace& space, const Target& target,
+                        const std::vector<std::pair<std::int64_t, ScheduleParams>>& samples) {
+  LogWriter w(log);
+  for (const auto& [size, p] : samples) {
+    TuneRecord r = sample_record(range_sample(range, size), "ok", 1e-3);
+    r.target = target;
+    r.candidate = space.ref(0, p);
+    w.append(r);
+  }
+}
+
 TEST(RangeTuner, ATimeBudgetSpentLeavesOutTheNeighbouringSamples) {
   const Compute range = build_compute(builtin_op("gemm_nt"), parse_param_overrides({"M=1..100", "N=256", "K=128"}));
   const std::vector<HwAbstraction> hws = {find_hw(shipped(), "mma_sync_fp16_fp32")};
@@ -1538,16 +1551,8 @@ TEST(RangeTuner, ATimeBudgetSpentLeavesOutTheNeighbouringSamples) {
   const SearchSpace space(range, hws, Enumeration::kAll, o.tune.limits, 90);
   ScheduleParams fast_small = default_schedule(space.entries()[0].gemm, o.tune.limits), fast_large = fast_small;
   fast_large.raster = fast_small.raster == 2 ? 4 : 2;
-  {
-    LogWriter w(log);
-    for (const auto& [size, p] : {std::pair{std::int64_t{1}, fast_small}, std::pair{std::int64_t{100}, fast_large}}) {
-      ASSERT_TRUE(validate(space.entries()[0].gemm, p, o.tune.limits).empty());
-      TuneRecord r = sample_record(range_sample(range, size), "ok", 1e-3);
-      r.target = o.tune.target;
-      r.candidate = space.ref(0, p);
-      w.append(r);
-    }
-  }
+  ASSERT_TRUE(validate(space.entries()[0].gemm, fast_large, o.tune.limits).empty());
+  log_sample_records(log, range, space, o.tune.target, {{1, fast_small}, {100, fast_large}});
   SyntheticMeasurer m;
   MeasurePool pool({&m});
   std::map<std::int64_t, std::vector<int>> rasters;  // measured across: at each size, the kernels' raster
@@ -1557,12 +1562,59 @@ TEST(RangeTuner, ATimeBudgetSpentLeavesOutTheNeighbouringSamples) {
     rasters[size].push_back(p.raster);
     return synthetic_at(g, size, p);
   });
-  // Each kernel at the end it came from, not at the other.
-  EXPECT_EQ(rasters[1], std::vector<int>{fast_small.raster});
-  EXPECT_EQ(rasters[100], std::vector<int>{fast_large.raster});
+  // Each kernel at the end it came from (and again there, as its bucket's kernel), not at the other.
+  EXPECT_EQ(rasters[1], (std::vector<int>{fast_small.raster, fast_small.raster}));
+  EXPECT_EQ(rasters[100], (std::vector<int>{fast_large.raster, fast_large.raster}));
   EXPECT_EQ(s.skipped, 2);
   ASSERT_EQ(s.buckets.size(), 2u);
   EXPECT_EQ(s.buckets[0].candidate.params.raster, fast_small.raster);
+  std::filesystem::remove(log);
+}
+
+// A kernel measured once faster than it runs (a lucky measurement) is not chosen on that
+// measurement: each chosen kernel is measured again in its bucket, keeps the slower time, and
+// the buckets are chosen again.
+TEST(RangeTuner, AKernelIsChosenOnItsSecondMeasurementToo) {
+  const Compute range = build_compute(builtin_op("gemm_nt"), parse_param_overrides({"M=1..100", "N=256", "K=128"}));
+  const std::vector<HwAbstraction> hws = {find_hw(shipped(), "mma_sync_fp16_fp32")};
+  const std::string log = temp_path("range_confirm.jsonl");
+  std::filesystem::remove(log);
+  RangeTuneOptions o;
+  o.tune = synthetic_options(log, 0);
+  o.tune.time_budget_s = 1e-3;  // no tuning: the log's records are the samples' fastest
+  o.sizes = {100};
+  o.per_size = 2;
+  const SearchSpace space(range, hws, Enumeration::kAll, o.tune.limits, 90);
+  ScheduleParams steady = default_schedule(space.entries()[0].gemm, o.tune.limits), lucky = steady;
+  lucky.raster = steady.raster == 2 ? 4 : 2;
+  log_sample_records(log, range, space, o.tune.target, {{1, steady}, {1, lucky}, {100, steady}, {100, lucky}});
+  SyntheticMeasurer m;
+  MeasurePool pool({&m});
+  std::map<std::pair<int, std::int64_t>, int> calls;  // (raster, size) -> measurements
+  const RangeTuneSummary s = tune_range(range, hws, o, pool, [&](const Compute&, std::int64_t size, const ImplicitGemm&,
+                                                                const ScheduleParams& p, const KernelSource&,
+                                                                const CompileResult&) {
+    const int n = ++calls[{p.raster, size}];
+    MeasureResult r;
+    r.status = MeasureStatus::kOk;
+    // `lucky` runs at 20 us at size 1 but was measured once at 5; `steady` runs at 10. At 100,
+    // `lucky` is the faster.
+    if (p.raster == lucky.raster) r.median_us = size == 1 ? (n == 1 ? 5 : 20) : 40;
+    else r.median_us = size == 1 ? 10 : 50;
+    r.times_us = {r.median_us};
+    return r;
+  });
+  ASSERT_EQ(s.buckets.size(), 2u);  // on its first measurement, `lucky` alone would serve the range
+  EXPECT_EQ(s.buckets[0].hi, 1);
+  EXPECT_EQ(s.buckets[0].candidate.params.raster, steady.raster);
+  EXPECT_EQ(s.buckets[1].candidate.params.raster, lucky.raster);
+  EXPECT_EQ((calls[{lucky.raster, 1}]), 2);
+  EXPECT_EQ((calls[{steady.raster, 1}]), 2);
+  EXPECT_EQ((calls[{lucky.raster, 100}]), 2);
+  EXPECT_EQ((calls[{steady.raster, 100}]), 1);  // never chosen there: measured once
+  ASSERT_EQ(s.points.size(), 2u);
+  EXPECT_EQ(s.points[0].dispatched_us, 10);
+  EXPECT_EQ(s.points[1].dispatched_us, 40);
   std::filesystem::remove(log);
 }
 

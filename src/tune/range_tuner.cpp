@@ -23,6 +23,8 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 /// the best kernel of M = 2 is rarely the best of M = 256, and measuring every candidate at every
 /// sample took as long as tuning the samples.
 constexpr std::size_t kReach = 3;
+/// The most times the buckets are chosen again after their kernels are measured a second time.
+constexpr int kChoiceRounds = 4;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
@@ -42,6 +44,7 @@ struct RangeCandidate {
   KernelSource kernel;
   CompileResult binary;
   std::vector<double> us;
+  std::vector<bool> confirmed;  ///< Per sample: measured a second time (RangeRun::choose).
 };
 
 /// The distinct correct candidates of one sample's tuning, read back from the log, fastest first.
@@ -246,6 +249,7 @@ class RangeRun {
         c.origins = {i};
         c.kernel = emit_kernel(space_.entries()[entry].gemm, ref.params);
         c.us.assign(sizes_.size(), kInf);
+        c.confirmed.assign(sizes_.size(), false);
         cands_.push_back(std::move(c));
       }
     }
@@ -277,16 +281,17 @@ class RangeRun {
   /// Buckets within the loss of the fastest kernel measured across the range at each sample: a
   /// sample whose own tuning measured one faster (a single measurement, or a candidate not among
   /// its fastest few) shows the difference as its ratio, instead of splitting the range into a
-  /// bucket per sample.
+  /// bucket per sample. Each chosen kernel is measured again at its bucket's samples and keeps
+  /// the slower of its two times there; the buckets are chosen again until every chosen kernel
+  /// was measured twice (a kernel once measured 31% faster than it ran afterwards).
   void choose() {
-    std::vector<std::vector<double>> us;
-    std::vector<double> best_range(sizes_.size(), kInf);
-    for (const RangeCandidate& c : cands_) {
-      us.push_back(c.us);
-      for (std::size_t i = 0; i < sizes_.size(); ++i) best_range[i] = std::min(best_range[i], c.us[i]);
-    }
     const std::size_t most = static_cast<std::size_t>(std::max(0, o_.max_buckets));
-    for (const BucketChoice& b : choose_buckets(us, best_range, o_.loss, most)) record_bucket(b);
+    std::vector<BucketChoice> picks;
+    for (int round = 0; round < kChoiceRounds; ++round) {
+      picks = choose_buckets(times(), best_of_range(), o_.loss, most);
+      if (!confirm(picks)) break;
+    }
+    for (const BucketChoice& b : picks) record_bucket(b);
     for (RangePoint& p : summary_.points)
       p.tuned_us = tuned_best(make_workload(range_sample(range_, p.size)).key);
   }
@@ -298,6 +303,38 @@ class RangeRun {
   double tuned_best(const std::string& key) const {
     const auto it = own_best_.find(key);
     return it == own_best_.end() ? 0 : it->second;
+  }
+
+  /// Each candidate's times at the samples.
+  std::vector<std::vector<double>> times() const {
+    std::vector<std::vector<double>> us;
+    for (const RangeCandidate& c : cands_) us.push_back(c.us);
+    return us;
+  }
+
+  /// The fastest kernel of the range at each sample.
+  std::vector<double> best_of_range() const {
+    std::vector<double> best(sizes_.size(), kInf);
+    for (const RangeCandidate& c : cands_)
+      for (std::size_t i = 0; i < sizes_.size(); ++i) best[i] = std::min(best[i], c.us[i]);
+    return best;
+  }
+
+  /// Measures each picked kernel again where it ran once in its bucket, keeping the slower time;
+  /// false when there was none to measure.
+  bool confirm(const std::vector<BucketChoice>& picks) {
+    bool measured = false;
+    for (const BucketChoice& b : picks) {
+      if (b.candidate < 0) continue;
+      RangeCandidate& c = cands_[b.candidate];
+      for (std::size_t t = b.first; t <= b.last; ++t) {
+        if (c.confirmed[t] || !std::isfinite(c.us[t])) continue;
+        c.us[t] = std::max(c.us[t], measure(c, sizes_[t]));
+        c.confirmed[t] = true;
+        measured = true;
+      }
+    }
+    return measured;
   }
 
   /// How many samples sample `i` is from the nearest of those `c` came from.
