@@ -330,7 +330,10 @@ class ModelScheduler {
       out_.measured += s.result.summary.measured;
       out_.tasks.push_back(s.result);
     }
-    for (Slot& s : slots_) s.task.reset();  // waits for batches compiled ahead
+    // Every task's compiling ends at once: destroyed one after another, each waited for its own
+    // running compiles while the others' queued ones kept the compile workers busy.
+    for (Slot& s : slots_) s.task->abandon();
+    for (Slot& s : slots_) s.task.reset();  // waits for the compiles already running
     out_.finish_s = seconds_since(ending);
     out_.wall_s = seconds_since(t0_);
   }

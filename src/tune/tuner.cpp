@@ -341,9 +341,11 @@ class CompilePipeline {
       : space_(space), o_(o), compiler_(o.compute_capability, o.compile_cache_dir) {}
   /// What was proposed but is not compiling yet is not compiled: the run has ended.
   ~CompilePipeline() {
-    abandoned_ = true;
+    abandon();
     for (auto& f : compiling_) f.wait();  // compiled but never measured: nothing to record
   }
+  /// Cancels what waits for a compile worker, without waiting for what compiles now.
+  void abandon() { abandoned_ = true; }
   CompilePipeline(const CompilePipeline&) = delete;
   CompilePipeline& operator=(const CompilePipeline&) = delete;
 
@@ -809,6 +811,8 @@ class TuneTask::Impl : public MeasureClient {
     if (pipeline_.empty() && !exhausted_ && !stop_requested()) start_compile(o_.batch);
   }
 
+  void abandon() { pipeline_.abandon(); }
+
   const Workload& workload() const { return strategy_.search().workload(); }
 
   TuneSummary s_;
@@ -1108,6 +1112,7 @@ void TuneTask::run(int trials, MeasurePool& gpus, const std::function<bool()>& o
 }
 int TuneTask::in_flight() const { return impl_->in_flight(); }
 void TuneTask::prefetch() { impl_->prefetch(); }
+void TuneTask::abandon() { impl_->abandon(); }
 bool TuneTask::offer(const CandidateRef& seed, bool first) { return impl_->offer(seed, first); }
 void TuneTask::confirm(MeasurePool& gpus) { impl_->confirm(gpus); }
 double TuneTask::confirm_seconds() const { return impl_->confirm_seconds(); }

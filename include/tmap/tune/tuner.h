@@ -218,6 +218,11 @@ class TuneTask {
   /// Starts compiling one batch (o.batch) in the background for the next run, unless one is
   /// already compiling: model-level tuning compiles the next workload's batch while measuring.
   void prefetch();
+  /// Ends the task's compiling: what waits for a compile worker is cancelled now, what compiles
+  /// finishes in the background; destroying it then waits for no more than that. Tasks that end
+  /// together are all abandoned first, so that none waits while the others keep the compile
+  /// workers busy. The task runs no more after this.
+  void abandon();
   /// Another workload's schedule (its mapping named by iterators, as in a log record), tried in
   /// a later batch when this space has that mapping, the schedule is valid here and untried:
   /// similar layers often share their winning tiles, and the evolution then starts from them.
