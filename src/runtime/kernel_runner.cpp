@@ -138,26 +138,33 @@ std::vector<unsigned char> encode_values(const std::vector<double>& values, DTyp
   return out;
 }
 
+namespace {
+
+/// Element `i` of the bytes of a tensor of dtype `t` (as encode_values writes them).
+double decode_one(const unsigned char* bytes, DType t, std::size_t i) {
+  switch (t) {
+    case DType::kFloat16: { __half h; std::memcpy(&h, &bytes[i * 2], 2); return __half2float(h); }
+    case DType::kBFloat16: { __nv_bfloat16 h; std::memcpy(&h, &bytes[i * 2], 2); return __bfloat162float(h); }
+    case DType::kFloat32:
+    case DType::kTFloat32: { float f; std::memcpy(&f, &bytes[i * 4], 4); return f; }
+    case DType::kFloat64: { double d; std::memcpy(&d, &bytes[i * 8], 8); return d; }
+    case DType::kInt8: return static_cast<signed char>(bytes[i]);
+    case DType::kInt32: { int v; std::memcpy(&v, &bytes[i * 4], 4); return v; }
+    case DType::kInt4: {
+      const int byte = bytes[i / 2];
+      return static_cast<signed char>(i % 2 ? byte & 0xF0 : byte << 4) >> 4;
+    }
+    case DType::kFloat8E4M3: { __nv_fp8_e4m3 f; std::memcpy(&f, &bytes[i], 1); return static_cast<float>(f); }
+    case DType::kFloat8E5M2: { __nv_fp8_e5m2 f; std::memcpy(&f, &bytes[i], 1); return static_cast<float>(f); }
+  }
+  return 0;
+}
+
+}  // namespace
+
 std::vector<double> decode_values(const std::vector<unsigned char>& bytes, DType t, std::size_t n) {
   std::vector<double> out(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    switch (t) {
-      case DType::kFloat16: { __half h; std::memcpy(&h, &bytes[i * 2], 2); out[i] = __half2float(h); break; }
-      case DType::kBFloat16: { __nv_bfloat16 h; std::memcpy(&h, &bytes[i * 2], 2); out[i] = __bfloat162float(h); break; }
-      case DType::kFloat32:
-      case DType::kTFloat32: { float f; std::memcpy(&f, &bytes[i * 4], 4); out[i] = f; break; }
-      case DType::kFloat64: std::memcpy(&out[i], &bytes[i * 8], 8); break;
-      case DType::kInt8: out[i] = static_cast<signed char>(bytes[i]); break;
-      case DType::kInt32: { int v; std::memcpy(&v, &bytes[i * 4], 4); out[i] = v; break; }
-      case DType::kInt4: {
-        const int byte = bytes[i / 2];
-        out[i] = static_cast<signed char>(i % 2 ? byte & 0xF0 : byte << 4) >> 4;
-        break;
-      }
-      case DType::kFloat8E4M3: { __nv_fp8_e4m3 f; std::memcpy(&f, &bytes[i], 1); out[i] = static_cast<float>(f); break; }
-      case DType::kFloat8E5M2: { __nv_fp8_e5m2 f; std::memcpy(&f, &bytes[i], 1); out[i] = static_cast<float>(f); break; }
-    }
-  }
+  for (std::size_t i = 0; i < n; ++i) out[i] = decode_one(bytes.data(), t, i);
   return out;
 }
 
@@ -374,10 +381,7 @@ double relative_l2_of_bytes(const unsigned char* bytes, DType t, const std::vect
     case DType::kFloat64: return relative_l2_of(n, reference, [&](std::size_t i) { return load(i, double{}); });
     case DType::kInt32:
       return relative_l2_of(n, reference, [&](std::size_t i) { return double(load(i, std::int32_t{})); });
-    default: {
-      const std::size_t size = t == DType::kInt4 ? (n + 1) / 2 : n * static_cast<std::size_t>(dtype_bits(t)) / 8;
-      return relative_l2(decode_values(std::vector<unsigned char>(bytes, bytes + size), t, n), reference);
-    }
+    default: return relative_l2_of(n, reference, [&](std::size_t i) { return decode_one(bytes, t, i); });
   }
 }
 
