@@ -1508,7 +1508,7 @@ TEST(RangeTuner, TunesSamplesMeasuresKernelsOfTheRangeAndDispatchesBySize) {
   EXPECT_EQ(dispatch(records, other, "sm_90").bucket, nullptr);
   EXPECT_EQ(dispatch(records, other, "sm_90").outside, "");
   // Records of a range are not ranked with the shapes' records, nor are its samples' unless
-  // asked; pruning keeps the buckets.
+  // asked; pruning keeps the buckets and each sample's best.
   EXPECT_TRUE(best_records(records).empty());
   const auto samples = best_records(records, true);
   EXPECT_EQ(samples.size(), 4u);
@@ -1517,9 +1517,14 @@ TEST(RangeTuner, TunesSamplesMeasuresKernelsOfTheRangeAndDispatchesBySize) {
     EXPECT_EQ(r->result.size, 0);
     EXPECT_EQ(regenerate(*r, hws, 90).kernel.size_hi, 100);  // a kernel of the range
   }
-  std::size_t kept_buckets = 0;
-  for (const TuneRecord* r : kept_records(records)) kept_buckets += r->result.bucket();
+  std::size_t kept_buckets = 0, kept_samples = 0;
+  for (const TuneRecord* r : kept_records(records)) {
+    kept_buckets += r->result.bucket();
+    kept_samples += std::count(samples.begin(), samples.end(), r);
+  }
   EXPECT_EQ(kept_buckets, buckets.size());
+  EXPECT_EQ(kept_samples, samples.size());
+  EXPECT_EQ(kept_records(records).size(), buckets.size() + samples.size());
 
   std::filesystem::remove(log);
 }

@@ -420,7 +420,7 @@ std::vector<const TuneRecord*> best_records(const std::vector<TuneRecord>& recor
 
 std::vector<const TuneRecord*> model_choices(const std::vector<TuneRecord>& records) {
   std::set<std::string> measured;
-  for (const TuneRecord* r : best_records(records)) measured.insert(r->workload.key);
+  for (const TuneRecord* r : best_records(records, true)) measured.insert(r->workload.key);
   std::map<std::string, const TuneRecord*> choice;
   std::vector<std::string> order;
   for (const auto& r : records) {
@@ -449,7 +449,7 @@ std::vector<const TuneRecord*> range_buckets(const std::vector<TuneRecord>& reco
 }
 
 std::vector<const TuneRecord*> kept_records(const std::vector<TuneRecord>& records) {
-  std::vector<const TuneRecord*> kept = best_records(records);
+  std::vector<const TuneRecord*> kept = best_records(records, true);
   for (const TuneRecord* r : model_choices(records)) kept.push_back(r);
   for (const TuneRecord* r : range_buckets(records)) kept.push_back(r);
   return kept;

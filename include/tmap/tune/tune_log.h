@@ -164,11 +164,13 @@ bool is_range_sample(const Workload& w);
 /// logged, up to 8%.
 std::vector<const TuneRecord*> best_records(const std::vector<TuneRecord>& records, bool samples = false);
 /// The model's choice for each workload without a correct measured record (none that
-/// best_records returns): its unmeasured record of the lowest estimated time, first seen first.
+/// best_records returns, samples included): its unmeasured record of the lowest estimated time,
+/// first seen first.
 std::vector<const TuneRecord*> model_choices(const std::vector<TuneRecord>& records);
-/// Each workload's best record: its best measured one (best_records), else the model's choice
-/// (model_choices), and each range's buckets in force (range_buckets). What `tmap logs best`,
-/// `logs prune` and `logs merge --best` keep.
+/// Each workload's best record: its best measured one (best_records, the samples of ranges
+/// included: what each size's own tuning found, against which tmap_bench compares the bucket's
+/// kernel), else the model's choice (model_choices), and each range's buckets in force
+/// (range_buckets). What `tmap logs best`, `logs prune` and `logs merge --best` keep.
 std::vector<const TuneRecord*> kept_records(const std::vector<TuneRecord>& records);
 /// The order best_records ranks two correct records of a workload by: whether `a` beats `b`.
 bool ranks_before(const TuneRecord& a, const TuneRecord& b);
