@@ -267,6 +267,22 @@ std::vector<double> time_tmap_kernel(Row& row, tmap::Workspace& ws, const std::v
 /// Adds `more` to the row's note.
 void add_note(Row& row, const std::string& more) { row.note += (row.note.empty() ? "" : "; ") + more; }
 
+/// Kernels `a` and `b` (each run given whether it is the first round) timed warm in three
+/// alternating rounds: each side's median. `b`, the one `what` names, is verified in its first
+/// round.
+std::pair<double, double> alternate(const std::function<tmap::KernelRun(bool)>& a,
+                                    const std::function<tmap::KernelRun(bool)>& b, const std::string& what) {
+  std::vector<double> a_us, b_us;
+  for (int round = 0; round < 3; ++round) {
+    const tmap::KernelRun x = a(round == 0), y = b(round == 0);
+    if (!x.ok || !y.ok) throw std::runtime_error("the A/B with " + what + " failed: " + (x.ok ? y.error : x.error));
+    if (!(y.rel_l2 <= 1e-2)) throw std::runtime_error(what + " is WRONG");  // NaN too
+    a_us.push_back(x.median_us);
+    b_us.push_back(y.median_us);
+  }
+  return {tmap::median_of(a_us), tmap::median_of(b_us)};
+}
+
 /// What `fused`'s epilogue costs on `record`'s schedule: the kernel with and without it (the bare
 /// contraction `bare`, verified against its own reference; with nothing to prefetch for it, so
 /// epi_prefetch 0), timed warm in three alternating rounds, each side's median kept in `row`.
@@ -278,19 +294,40 @@ void measure_epilogue_cost(Row& row, const tmap::TuneRecord& record, const Compi
   tmap::TuneRecord bare_record = record;
   bare_record.candidate.params.epi_prefetch = 0;
   const CompiledRecord k = compile_record(bare_record, bare, hws, cc, compiler);
-  std::vector<double> with, without;
-  for (int round = 0; round < 3; ++round) {
-    const tmap::KernelRun f = tmap::run_candidate(ws, {}, fused.a, fused.b, fused.g.kernel, fused.bin.cubin,
-                                                  bench_timing(graph_runs, false));
-    const tmap::KernelRun b = tmap::run_candidate(bare_ws, round ? std::vector<double>() : bare_ref, k.a, k.b,
-                                                  k.g.kernel, k.bin.cubin, bench_timing(graph_runs, false));
-    if (!f.ok || !b.ok) throw std::runtime_error("the epilogue's A/B failed: " + (f.ok ? b.error : f.error));
-    if (b.rel_l2 > 1e-2) throw std::runtime_error("the schedule without the epilogue is WRONG");
-    with.push_back(f.median_us);
-    without.push_back(b.median_us);
+  const auto [with, without] = alternate(
+      [&](bool) { return tmap::run_candidate(ws, {}, fused.a, fused.b, fused.g.kernel, fused.bin.cubin,
+                                             bench_timing(graph_runs, false)); },
+      [&](bool first) { return tmap::run_candidate(bare_ws, first ? bare_ref : std::vector<double>(), k.a, k.b,
+                                                   k.g.kernel, k.bin.cubin, bench_timing(graph_runs, false)); },
+      "the schedule without the epilogue");
+  row.fused_ab_us = with;
+  row.bare_us = without;
+}
+
+/// At size `size` of a range: the kernel of that size's own tuning (the best record of the range's
+/// sample there) against `dispatched`, the kernel of its bucket, timed warm in three alternating
+/// rounds, each side's median kept in `row`: what serving the size from a bucket costs, A/B in the
+/// same run. Nothing when the size was no sample; no timing when both are one kernel.
+void measure_own_size(Row& row, const std::vector<const tmap::TuneRecord*>& best, const tmap::TuneRecord& bucket,
+                      const CompiledRecord& dispatched, std::int64_t size, tmap::Workspace& ws,
+                      const std::vector<double>& ref, const std::vector<tmap::HwAbstraction>& hws, int cc,
+                      int graph_runs, tmap::NvrtcCompiler& compiler) {
+  const std::string key = tmap::make_workload(tmap::range_sample(*dispatched.g.compute, size)).key;
+  const auto own = std::find_if(best.begin(), best.end(), [&](const tmap::TuneRecord* r) { return r->workload.key == key; });
+  if (own == best.end()) return;
+  if (tmap::candidate_signature((*own)->candidate) == tmap::candidate_signature(bucket.candidate)) {
+    row.own_size_us = row.dispatched_ab_us = row.tmap->warm_us;
+    return;
   }
-  row.fused_ab_us = tmap::median_of(with);
-  row.bare_us = tmap::median_of(without);
+  const CompiledRecord k = compile_regenerated(tmap::regenerate(**own, hws, cc), *dispatched.g.compute, compiler);
+  const auto [served, tuned] = alternate(
+      [&](bool) { return tmap::run_candidate(ws, {}, dispatched.a, dispatched.b, dispatched.g.kernel,
+                                             dispatched.bin.cubin, bench_timing(graph_runs, false), size); },
+      [&](bool first) { return tmap::run_candidate(ws, first ? ref : std::vector<double>(), k.a, k.b, k.g.kernel,
+                                                   k.bin.cubin, bench_timing(graph_runs, false), size); },
+      "the kernel of the size's own tuning");
+  row.dispatched_ab_us = served;
+  row.own_size_us = tuned;
 }
 
 /// The baselines of a workload with an epilogue, in tmap's layout: cuDNN's or cuBLASLt's fused
@@ -460,6 +497,7 @@ int main(int argc, char** argv) {
     tmap::LogContents log = tmap::read_log(log_path);
     for (const auto& w : log.warnings) std::cerr << "warning: " << w << "\n";
     const auto best = tmap::best_records(log.records);
+    const auto sample_best = tmap::best_records(log.records, true);  // with the samples of ranges
     tmap::NvrtcCompiler compiler(cc);
 
     std::vector<Row> rows;
@@ -488,6 +526,9 @@ int main(int argc, char** argv) {
         add_note(row, "the kernel of " + k.g.compute->dynamic.param + " = " +
                           std::to_string(dispatched.bucket->result.bucket_lo) + ".." +
                           std::to_string(dispatched.bucket->result.bucket_hi) + " of a range");
+        trace(name + ": the kernel of this size's own tuning");
+        measure_own_size(row, sample_best, *dispatched.bucket, k, dispatched.size, ws, ref, hws, cc, graph_runs,
+                         compiler);
       } else if (record) {
         const CompiledRecord k = compile_record(*record, c, hws, cc, compiler);
         tmap_out = time_tmap_kernel(row, ws, ref, k, graph_runs, 0);
@@ -555,6 +596,7 @@ int main(int argc, char** argv) {
     report.copy_gbs = copy_gbs;
     report.layout_cols = any_conv && !any_fused;
     report.fused = any_fused;
+    report.ranged = std::any_of(entries.begin(), entries.end(), [](const Entry& e) { return e.of_range; });
     report.model = model.has_value();
     report.out_dtype = first ? tmap::dtype_name(first->tensor_of(first->output).dtype) : "";
     if (!csv_path.empty()) {

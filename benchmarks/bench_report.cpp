@@ -36,6 +36,26 @@ std::string epilogue_cost_summary(const std::vector<Row>& rows) {
   return s + ".\n";
 }
 
+/// The sizes of ranges against their own sizes' tuning: within 5% (the tuner's default loss) at
+/// how many, the worst, and those beyond.
+std::string dispatch_summary(const std::vector<Row>& rows) {
+  int n = 0, within = 0;
+  const Row* worst = nullptr;
+  std::string beyond;
+  for (const auto& r : rows) {
+    if (!r.dispatch_loss()) continue;
+    ++n;
+    if (*r.dispatch_loss() <= 0.05) ++within;
+    else beyond += (beyond.empty() ? "" : ", ") + r.name + " " + percent_text(r.dispatch_loss());
+    if (!worst || *r.dispatch_loss() > *worst->dispatch_loss()) worst = &r;
+  }
+  if (!n) return "";
+  return "\nEach size's dispatched kernel against the kernel of its own tuning (the range's sample at that size; "
+         "vs own size; warm, three alternating rounds in this run): within 5% at " + std::to_string(within) + " of " +
+         std::to_string(n) + " sizes, at most " + percent_text(worst->dispatch_loss()) + " (" + worst->name + ")" +
+         (beyond.empty() ? "" : "; beyond 5%: " + beyond) + ".\n";
+}
+
 /// Which of a row's baselines a speedup is against.
 using Against = std::function<const std::optional<Baseline>&(const Row&)>;
 
@@ -77,9 +97,10 @@ std::string markdown_head(const Report& rep) {
                    : "")
      << "| workload | tmap us | baseline | baseline us | speedup | cold speedup |"
      << (rep.layout_cols ? " other layout us | vs fastest |" : rep.fused ? " unfused us | vs unfused | epilogue cost |" : "")
-     << " tmap TFLOP/s | % of peak |" << (bandwidth ? " tmap GB/s (cold) | % of copy |" : "") << "\n"
+     << " tmap TFLOP/s | % of peak |" << (bandwidth ? " tmap GB/s (cold) | % of copy |" : "")
+     << (rep.ranged ? " vs own size |" : "") << "\n"
      << "| --- | ---: | --- | ---: | ---: | ---: |" << (extra_cols ? " ---: | ---: |" : "") << (rep.fused ? " ---: |" : "")
-     << " ---: | ---: |" << (bandwidth ? " ---: | ---: |" : "") << "\n";
+     << " ---: | ---: |" << (bandwidth ? " ---: | ---: |" : "") << (rep.ranged ? " ---: |" : "") << "\n";
   return md.str();
 }
 
@@ -102,8 +123,10 @@ std::string markdown_row(const Row& r, const Report& rep) {
        << " | " << other_cols << fixed(r.gflop / r.tmap->warm_us * 1e3, 1) << " | "
        << fixed(r.gflop / r.tmap->warm_us * 1e3 / rep.peak_tflops * 100, 1) << " |";
   if (r.tmap && r.baseline && bandwidth) md << " " << fixed(gbs(r), 0) << " | " << fixed(gbs(r) / rep.copy_gbs * 100, 1) << " |";
+  const std::string own_size = rep.ranged ? std::string(" ").append(percent_text(r.dispatch_loss())).append(" |") : "";
+  if (r.tmap && r.baseline) md << own_size;
   if (!r.tmap || !r.baseline)
-    md << "- | - | " << other_cols << "- | - |" << (r.note.empty() ? "" : " " + r.note);
+    md << "- | - | " << other_cols << "- | - |" << own_size << (r.note.empty() ? "" : " " + r.note);
   md << "\n";
   return md.str();
 }
@@ -194,7 +217,7 @@ void write_csv(std::ostream& csv, const std::vector<Row>& rows, const Report& re
   csv << "workload,key,gflop,tmap_us,tmap_cold_us,tmap_tflops,baseline,baseline_us,baseline_cold_us,speedup,"
          "speedup_cold,pct_peak,tmap_rel_l2,baseline_vs_tmap_rel_l2,note,other_layout_baseline,other_layout_us,"
          "speedup_vs_fastest_layout,tmap_cold_gbs,pct_copy_bandwidth,unfused_baseline,unfused_us,speedup_vs_unfused,"
-         "bare_us,epilogue_cost_pct\n";
+         "bare_us,epilogue_cost_pct,dispatched_ab_us,own_size_us,dispatch_loss_pct\n";
   for (const auto& r : rows) {
     csv << csv_text(r.name) << "," << r.workload_key << "," << r.gflop << ",";
     if (r.tmap) csv << r.tmap->warm_us << "," << r.tmap->cold_us << "," << r.gflop / r.tmap->warm_us * 1e3;
@@ -221,6 +244,9 @@ void write_csv(std::ostream& csv, const std::vector<Row>& rows, const Report& re
     csv << ",";
     if (r.epilogue_cost()) csv << *r.bare_us << "," << *r.epilogue_cost() * 100;
     else csv << ",";
+    csv << ",";
+    if (r.dispatch_loss()) csv << *r.dispatched_ab_us << "," << *r.own_size_us << "," << *r.dispatch_loss() * 100;
+    else csv << ",,";
     csv << "\n";
   }
 }
@@ -230,6 +256,7 @@ std::string markdown(const std::vector<Row>& rows, const Report& rep) {
   for (const auto& r : rows) md += markdown_row(r, rep);
   md += geometric_means(rows, rep);
   if (rep.fused) md += epilogue_cost_summary(rows);
+  if (rep.ranged) md += dispatch_summary(rows);
   if (rep.model) md += model_total(rows, rep);
   if (const int n = rows_noting(rows, transfer_note(Transfer::kOtherDtype)))
     md += std::to_string(n) + " of tmap's kernels replay schedules tuned for another output dtype (the log holds no " +

@@ -42,12 +42,21 @@ struct Row {
   /// A workload with an epilogue: tmap's schedule without it, and tmap's kernel again, timed warm
   /// in alternating rounds (medians): what the epilogue costs, A/B in the same run.
   std::optional<double> bare_us, fused_ab_us;
+  /// A size of a range that was one of its samples: the kernel of its bucket and the kernel of the
+  /// sample's own tuning, timed warm in alternating rounds (medians): what dispatching costs there.
+  std::optional<double> dispatched_ab_us, own_size_us;
   std::string note;
 
   /// The epilogue's cost as a fraction of the bare kernel's time (0.04: 4% slower).
   std::optional<double> epilogue_cost() const {
     if (!bare_us || !fused_ab_us) return std::nullopt;
     return *fused_ab_us / *bare_us - 1;
+  }
+
+  /// The dispatched kernel's time over that of the size's own tuning, less one (0.04: 4% slower).
+  std::optional<double> dispatch_loss() const {
+    if (!dispatched_ab_us || !own_size_us) return std::nullopt;
+    return *dispatched_ab_us / *own_size_us - 1;
   }
 
   /// The faster of the two layouts' baselines.
@@ -77,6 +86,7 @@ struct Report {
   bool layout_cols = false;  ///< Convolutions: cuDNN's other layout.
   bool fused = false;        ///< Fused workloads: the unfused sequence and the epilogue's cost.
   bool model = false;        ///< A workload table: the model's total.
+  bool ranged = false;       ///< Sizes of ranges: each against its own size's tuning.
   std::string out_dtype;     ///< The output's dtype, named where schedules of another one are replayed.
 };
 

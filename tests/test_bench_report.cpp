@@ -102,9 +102,10 @@ TEST(BenchReport, TheEpilogueCostIsSummedOverLongRowsAndWrittenToTheCsv) {
   std::string header, first;
   std::getline(lines, header);
   std::getline(lines, first);
-  EXPECT_EQ(header.substr(header.rfind(",unfused_us,")), ",unfused_us,speedup_vs_unfused,bare_us,epilogue_cost_pct");
+  EXPECT_EQ(header.substr(header.rfind(",unfused_us,")),
+            ",unfused_us,speedup_vs_unfused,bare_us,epilogue_cost_pct,dispatched_ab_us,own_size_us,dispatch_loss_pct");
   EXPECT_EQ(first.rfind("Conv7,,3.7,10,12,370,cudnn fused,11,13.2,1.1,1.1,", 0), 0u) << first;
-  EXPECT_EQ(first.substr(first.rfind(",cudnn + 2 elementwise,")), ",cudnn + 2 elementwise,20,2,9.5,10");
+  EXPECT_EQ(first.substr(first.rfind(",cudnn + 2 elementwise,")), ",cudnn + 2 elementwise,20,2,9.5,10,,,");
 }
 
 TEST(BenchReport, LayoutsAndBandwidthTakeTheirColumns) {
@@ -122,6 +123,36 @@ TEST(BenchReport, LayoutsAndBandwidthTakeTheirColumns) {
   EXPECT_NE(md.find("workloads: 1.50 (cold L2: 1.00); against cuDNN's fastest layout: 0.50.\n"), std::string::npos) << md;
   EXPECT_EQ(md.find("Model total"), std::string::npos);
   EXPECT_EQ(md.find("Epilogue cost"), std::string::npos);
+}
+
+TEST(BenchReport, SizesOfARangeAreComparedWithTheirOwnTuning) {
+  // m1: its bucket's kernel 4% slower than its own size's; m2: 10% slower; m3: no sample there.
+  Row m1 = timed_row("qkv_m1", 0.05, Timing{10, 12}, baseline("cublasGemmEx", 11, 12));
+  m1.dispatched_ab_us = 10.4;
+  m1.own_size_us = 10;
+  Row m2 = m1;
+  m2.name = "qkv_m2";
+  m2.dispatched_ab_us = 11;
+  Row m3 = timed_row("qkv_m3", 0.05, Timing{10, 12}, baseline("cublasGemmEx", 11, 12));
+  Row m4;
+  m4.name = "qkv_m4";
+  m4.note = "not in the log (tune it first)";
+  Report rep = fused_report();
+  rep.fused = false;
+  rep.ranged = true;
+  const std::string md = markdown({m1, m2, m3, m4}, rep);
+  EXPECT_NE(md.find(" tmap TFLOP/s | % of peak | vs own size |\n| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | "
+                    "---: |\n"),
+            std::string::npos) << md;
+  EXPECT_NE(md.find("| qkv_m1 | 10.00 | cublasGemmEx | 11.00 | 1.10 | 1.00 | 5.0 | 0.5 | +4.0% |\n"), std::string::npos) << md;
+  EXPECT_NE(md.find("| qkv_m3 | 10.00 | cublasGemmEx | 11.00 | 1.10 | 1.00 | 5.0 | 0.5 | - |\n"), std::string::npos) << md;
+  EXPECT_NE(md.find("| qkv_m4 | - | - | - | - | - | - | - | - | not in the log (tune it first)\n"), std::string::npos) << md;
+  EXPECT_NE(md.find("vs own size; warm, three alternating rounds in this run): within 5% at 1 of 2 sizes, at most "
+                    "+10.0% (qkv_m2); beyond 5%: qkv_m2 +10.0%.\n"),
+            std::string::npos) << md;
+  std::ostringstream csv;
+  write_csv(csv, {m2}, rep);
+  EXPECT_NE(csv.str().find(",11,10,10\n"), std::string::npos) << csv.str();
 }
 
 }  // namespace
