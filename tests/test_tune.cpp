@@ -1542,7 +1542,11 @@ void log_sample_records(const std::string& log, const Compute& range, const Sear
   }
 }
 
-TEST(RangeTuner, ATimeBudgetSpentLeavesOutTheNeighbouringSamples) {
+/// A range M = 1..100 whose time budget is spent before the measuring across it begins, each end
+/// resumed from the log with a different fastest kernel (`fast_small`, `fast_large`; their
+/// rasters); at most `max_buckets`. Each size's measured rasters in `rasters`.
+RangeTuneSummary tune_spent_range(int max_buckets, int& fast_small, int& fast_large,
+                                  std::map<std::int64_t, std::vector<int>>& rasters) {
   const Compute range = build_compute(builtin_op("gemm_nt"), parse_param_overrides({"M=1..100", "N=256", "K=128"}));
   const std::vector<HwAbstraction> hws = {find_hw(shipped(), "mma_sync_fp16_fp32")};
   const std::string log = temp_path("range_budget.jsonl");
@@ -1552,28 +1556,52 @@ TEST(RangeTuner, ATimeBudgetSpentLeavesOutTheNeighbouringSamples) {
   o.tune.time_budget_s = 1e-3;  // spent before the measuring across begins
   o.sizes = {100};              // and 1, the range's other end
   o.per_size = 1;
-  // Each sample's tuning is resumed from the log: a different kernel is the fastest at each end.
+  o.max_buckets = max_buckets;
   const SearchSpace space(range, hws, Enumeration::kAll, o.tune.limits, 90);
-  ScheduleParams fast_small = default_schedule(space.entries()[0].gemm, o.tune.limits), fast_large = fast_small;
-  fast_large.raster = fast_small.raster == 2 ? 4 : 2;
-  ASSERT_TRUE(validate(space.entries()[0].gemm, fast_large, o.tune.limits).empty());
-  log_sample_records(log, range, space, o.tune.target, {{1, fast_small}, {100, fast_large}});
+  ScheduleParams small = default_schedule(space.entries()[0].gemm, o.tune.limits), large = small;
+  large.raster = small.raster == 2 ? 4 : 2;
+  EXPECT_TRUE(validate(space.entries()[0].gemm, large, o.tune.limits).empty());
+  log_sample_records(log, range, space, o.tune.target, {{1, small}, {100, large}});
+  fast_small = small.raster;
+  fast_large = large.raster;
   SyntheticMeasurer m;
   MeasurePool pool({&m});
-  std::map<std::int64_t, std::vector<int>> rasters;  // measured across: at each size, the kernels' raster
   const RangeTuneSummary s = tune_range(range, hws, o, pool, [&](const Compute&, std::int64_t size, const ImplicitGemm& g,
                                                                 const ScheduleParams& p, const KernelSource&,
                                                                 const CompileResult&) {
     rasters[size].push_back(p.raster);
     return synthetic_at(g, size, p);
   });
-  // Each kernel at the end it came from (and again there, as its bucket's kernel), not at the other.
-  EXPECT_EQ(rasters[1], (std::vector<int>{fast_small.raster, fast_small.raster}));
-  EXPECT_EQ(rasters[100], (std::vector<int>{fast_large.raster, fast_large.raster}));
-  EXPECT_EQ(s.skipped, 2);
-  ASSERT_EQ(s.buckets.size(), 2u);
-  EXPECT_EQ(s.buckets[0].candidate.params.raster, fast_small.raster);
   std::filesystem::remove(log);
+  return s;
+}
+
+TEST(RangeTuner, ATimeBudgetSpentLeavesOutTheNeighbouringSamples) {
+  int small = 0, large = 0;
+  std::map<std::int64_t, std::vector<int>> rasters;
+  const RangeTuneSummary s = tune_spent_range(0, small, large, rasters);
+  // Each kernel at the end it came from (and again there, as its bucket's kernel), not at the other.
+  EXPECT_EQ(rasters[1], (std::vector<int>{small, small}));
+  EXPECT_EQ(rasters[100], (std::vector<int>{large, large}));
+  EXPECT_EQ(s.skipped, 2);
+  EXPECT_EQ(s.beyond_budget, 0);
+  ASSERT_EQ(s.buckets.size(), 2u);
+  EXPECT_EQ(s.buckets[0].candidate.params.raster, small);
+}
+
+TEST(RangeTuner, AtMostMaxBucketsTheLeftOutNeighboursAreMeasuredAfterAll) {
+  int small = 0, large = 0;
+  std::map<std::int64_t, std::vector<int>> rasters;
+  const RangeTuneSummary s = tune_spent_range(1, small, large, rasters);
+  // Two buckets need no measurement across; one does: each kernel is measured at the other end.
+  EXPECT_EQ(s.skipped, 0);
+  EXPECT_EQ(s.beyond_budget, 2);
+  EXPECT_FALSE(s.over_cap);
+  ASSERT_EQ(s.buckets.size(), 1u);
+  EXPECT_EQ(s.buckets[0].lo, 1);
+  EXPECT_EQ(s.buckets[0].hi, 100);
+  EXPECT_NE(std::count(rasters[1].begin(), rasters[1].end(), large), 0);
+  EXPECT_NE(std::count(rasters[100].begin(), rasters[100].end(), small), 0);
 }
 
 // A kernel measured once faster than it runs (a lucky measurement) is not chosen on that

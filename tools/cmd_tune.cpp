@@ -576,6 +576,12 @@ void print_range_summary(const RangeTuneSummary& s, const Compute& c, const std:
     std::printf("the time budget ended the measuring across the range: %d measurements at neighbouring samples left "
                 "out (a larger --time-budget measures them)\n",
                 s.skipped);
+  if (s.beyond_budget > 0)
+    std::printf("to keep to --max-buckets, %d measurements at neighbouring samples were made after the time budget\n",
+                s.beyond_budget);
+  if (s.over_cap)
+    std::printf("more buckets than --max-buckets: no kernel measured runs across fewer (each is measured within %d "
+                "samples of those it came from; give a larger --max-buckets)\n", static_cast<int>(kRangeReach));
 }
 
 nlohmann::json range_summary_json(const RangeTuneSummary& s, const Compute& c, const std::string& log_path) {
@@ -590,7 +596,7 @@ nlohmann::json range_summary_json(const RangeTuneSummary& s, const Compute& c, c
           {"range", {{"param", c.dynamic.param}, {"lo", c.dynamic.lo}, {"hi", c.dynamic.hi}}},
           {"log", log_path}, {"buckets", buckets}, {"samples", points}, {"unserved", s.unserved},
           {"candidates", s.candidates}, {"measurements", s.measurements}, {"failed", s.failed},
-          {"skipped", s.skipped}, {"tune_s", s.tune_s}, {"measure_s", s.cross_s}, {"wall_s", s.wall_s},
+          {"skipped", s.skipped}, {"beyond_budget", s.beyond_budget}, {"over_cap", s.over_cap}, {"tune_s", s.tune_s}, {"measure_s", s.cross_s}, {"wall_s", s.wall_s},
           {"sample_trials", s.sample_trials}, {"sample_time", time_json(s.sample_times)},
           {"sample_setup_s", s.sample_setup_s}, {"sample_finish_s", s.sample_finish_s}};
 }
@@ -754,7 +760,8 @@ void register_tune(CLI::App& app) {
       ->check(between(0, 1));
   cmd->add_option("--max-buckets", args->max_buckets,
                   "With a range of sizes: at most this many kernels; where the loss needs more, those whose worst "
-                  "ratio to the best is lowest (default 0: as many as the loss needs)")
+                  "ratio to the best is lowest, measuring what --time-budget left out if need be (default 0: as "
+                  "many as the loss needs)")
       ->check(at_least(0));
   cmd->add_option("--sizes", args->sizes,
                   "With a range of sizes: the samples tuned (default: powers of two and their midpoints; the range's "

@@ -19,10 +19,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr double kInf = std::numeric_limits<double>::infinity();
-/// A candidate is measured at the samples within this many of those it was among the fastest of:
-/// the best kernel of M = 2 is rarely the best of M = 256, and measuring every candidate at every
-/// sample took as long as tuning the samples.
-constexpr std::size_t kReach = 3;
 /// The most times the buckets are chosen again after their kernels are measured a second time.
 constexpr int kChoiceRounds = 4;
 
@@ -265,16 +261,16 @@ class RangeRun {
   /// Each candidate at the samples within reach of its own, nearest first: at its own samples
   /// always, at the others until `deadline` (those left out are counted as skipped).
   void measure_samples(Clock::time_point deadline) {
-    for (std::size_t reach = 0; reach <= kReach; ++reach)
+    for (std::size_t reach = 0; reach <= kRangeReach; ++reach)
       for (std::size_t i = 0; i < sizes_.size(); ++i)
         for (RangeCandidate& c : cands_) {
           if ((o_.tune.stop && o_.tune.stop->load()) || distance(c, i) != reach) continue;
           if (reach > 0 && Clock::now() > deadline) {
             ++summary_.skipped;
+            skipped_.push_back({static_cast<std::size_t>(&c - cands_.data()), i});
             continue;
           }
-          c.us[i] = measure(c, sizes_[i]);
-          best_[i] = std::min(best_[i], c.us[i]);  // the best at the sample: of its tuning, or measured again
+          measure_cell(c, i);
         }
   }
 
@@ -289,8 +285,12 @@ class RangeRun {
     std::vector<BucketChoice> picks;
     for (int round = 0; round < kChoiceRounds; ++round) {
       picks = choose_buckets(times(), best_of_range(), o_.loss, most);
+      // More buckets than allowed while neighbours were left out at the time budget: one of
+      // those may hold a kernel that spans more, so they are measured after all.
+      if (most && picks.size() > most && measure_skipped()) picks = choose_buckets(times(), best_of_range(), o_.loss, most);
       if (!confirm(picks)) break;
     }
+    summary_.over_cap = most && picks.size() > most;
     for (const BucketChoice& b : picks) record_bucket(b);
     for (RangePoint& p : summary_.points)
       p.tuned_us = tuned_best(make_workload(range_sample(range_, p.size)).key);
@@ -318,6 +318,22 @@ class RangeRun {
     for (const RangeCandidate& c : cands_)
       for (std::size_t i = 0; i < sizes_.size(); ++i) best[i] = std::min(best[i], c.us[i]);
     return best;
+  }
+
+  /// Candidate `c` at sample `i`; the best there: of its own tuning, or measured across the range.
+  void measure_cell(RangeCandidate& c, std::size_t i) {
+    c.us[i] = measure(c, sizes_[i]);
+    best_[i] = std::min(best_[i], c.us[i]);
+  }
+
+  /// The measurements left out at the time budget, made now; false when there were none.
+  bool measure_skipped() {
+    for (const auto& [candidate, sample] : skipped_) measure_cell(cands_[candidate], sample);
+    summary_.beyond_budget += static_cast<int>(skipped_.size());
+    summary_.skipped -= static_cast<int>(skipped_.size());
+    const bool any = !skipped_.empty();
+    skipped_.clear();
+    return any;
   }
 
   /// Measures each picked kernel again where it ran once in its bucket, keeping the slower time;
@@ -402,6 +418,7 @@ class RangeRun {
   const std::map<std::string, double> own_best_;  ///< The log's best times of each sample, by key.
   std::vector<double> best_;  ///< Per sample: the best of its own tuning, or measured across the range.
   std::vector<RangeCandidate> cands_;
+  std::vector<std::pair<std::size_t, std::size_t>> skipped_;  ///< (candidate, sample) left out at the time budget.
   RangeTuneSummary summary_;
 };
 

@@ -23,6 +23,11 @@ namespace tmap {
 /// between those, ascending.
 std::vector<std::int64_t> range_sample_sizes(std::int64_t lo, std::int64_t hi);
 
+/// A candidate is measured at the samples within this many of those it was among the fastest of:
+/// the best kernel of M = 2 is rarely the best of M = 256, and measuring every candidate at every
+/// sample took as long as tuning the samples.
+inline constexpr std::size_t kRangeReach = 3;
+
 /// One bucket chosen over the samples: samples [first, last] served by candidate `candidate`.
 struct BucketChoice {
   std::size_t first = 0, last = 0;
@@ -47,7 +52,9 @@ struct RangeTuneOptions {
   TuneOptions tune;
   std::vector<std::int64_t> sizes;  ///< Samples (the range's ends are added); empty: range_sample_sizes().
   double loss = 0.05;               ///< A bucket's kernel is within this of the best at its samples.
-  int max_buckets = 0;              ///< At most this many buckets, at a larger loss if need be (0: no limit).
+  /// At most this many buckets, at a larger loss if need be (0: no limit); the measurements at
+  /// neighbouring samples that the time budget left out are made when the buckets exceed it.
+  int max_buckets = 0;
   int per_size = 4;                 ///< Fastest distinct candidates of each sample tried across the range.
 };
 
@@ -72,6 +79,8 @@ struct RangeTuneSummary {
   int measurements = 0;    ///< Of them at the samples and at the buckets' lower ends.
   int failed = 0;          ///< Of which errors or wrong results.
   int skipped = 0;         ///< Measurements at neighbouring samples left out at the time budget.
+  int beyond_budget = 0;   ///< Of those, made after all to keep to max_buckets (no longer skipped).
+  bool over_cap = false;   ///< More buckets than max_buckets: no kernel measured spans fewer.
   std::vector<std::int64_t> unserved;  ///< Samples where every candidate failed.
   double tune_s = 0, cross_s = 0, wall_s = 0;
   /// The samples' tuning: its trials, where its time went (TuneSummary's seconds, summed), and
