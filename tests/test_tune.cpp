@@ -1651,6 +1651,53 @@ TEST(RangeTuner, AKernelIsChosenOnItsSecondMeasurementToo) {
   std::filesystem::remove(log);
 }
 
+// A candidate measured once luckier than it runs sets the bar at its sample even when no bucket
+// takes it: the fastest kernel at each sample is measured again too.
+TEST(RangeTuner, ALuckyBestThatNoBucketTakesDoesNotDecideTheBuckets) {
+  const Compute range = build_compute(builtin_op("gemm_nt"), parse_param_overrides({"M=1..100", "N=256", "K=128"}));
+  const std::vector<HwAbstraction> hws = {find_hw(shipped(), "mma_sync_fp16_fp32")};
+  const std::string log = temp_path("range_lucky_best.jsonl");
+  std::filesystem::remove(log);
+  RangeTuneOptions o;
+  o.tune = synthetic_options(log, 0);
+  o.tune.time_budget_s = 1e-3;  // no tuning: the log's records are the samples' fastest
+  o.sizes = {100};
+  o.per_size = 3;
+  o.max_buckets = 1;
+  const SearchSpace space(range, hws, Enumeration::kAll, o.tune.limits, 90);
+  const ScheduleParams base = default_schedule(space.entries()[0].gemm, o.tune.limits);
+  std::vector<std::pair<std::int64_t, ScheduleParams>> samples;
+  for (int raster : {1, 2, 4})
+    for (std::int64_t size : {1, 100}) {
+      ScheduleParams p = base;
+      p.raster = raster;
+      ASSERT_TRUE(validate(space.entries()[0].gemm, p, o.tune.limits).empty());
+      samples.push_back({size, p});
+    }
+  log_sample_records(log, range, space, o.tune.target, samples);
+  SyntheticMeasurer m;
+  MeasurePool pool({&m});
+  std::map<std::pair<int, std::int64_t>, int> calls;  // (raster, size) -> measurements
+  const RangeTuneSummary s = tune_range(range, hws, o, pool, [&](const Compute&, std::int64_t size, const ImplicitGemm&,
+                                                                const ScheduleParams& p, const KernelSource&,
+                                                                const CompileResult&) {
+    const int n = ++calls[{p.raster, size}];
+    MeasureResult r;
+    r.status = MeasureStatus::kOk;
+    // Raster 1 runs at 10 and 50 us, raster 2 at 11 and 48; raster 4 at 30 and 60, but was
+    // measured at 40 once at size 100. Against 40, raster 2's worst ratio (1.2) beats raster 1's
+    // (1.25); against 48 raster 1's (1.04) beats raster 2's (1.1).
+    r.median_us = p.raster == 1 ? (size == 1 ? 10 : 50) : p.raster == 2 ? (size == 1 ? 11 : 48)
+                                                                          : (size == 1 ? 30 : n == 1 ? 40 : 60);
+    r.times_us = {r.median_us};
+    return r;
+  });
+  ASSERT_EQ(s.buckets.size(), 1u);
+  EXPECT_EQ(s.buckets[0].candidate.params.raster, 1);
+  EXPECT_EQ((calls[{4, 100}]), 2);
+  std::filesystem::remove(log);
+}
+
 TEST(RangeTuner, RecordsOfARangeNameASizeWithinIt) {
   const Compute range = build_compute(builtin_op("gemm_nt"), parse_param_overrides({"M=1..100", "N=64", "K=64"}));
   TuneRecord r = sample_record(range, "ok", 5);

@@ -277,9 +277,9 @@ class RangeRun {
   /// Buckets within the loss of the fastest kernel measured across the range at each sample: a
   /// sample whose own tuning measured one faster (a single measurement, or a candidate not among
   /// its fastest few) shows the difference as its ratio, instead of splitting the range into a
-  /// bucket per sample. Each chosen kernel is measured again at its bucket's samples and keeps
-  /// the slower of its two times there; the buckets are chosen again until every chosen kernel
-  /// was measured twice (a kernel once measured 31% faster than it ran afterwards).
+  /// bucket per sample. Each chosen kernel, and the fastest at each sample, is measured again
+  /// there and keeps the slower of its two times; the buckets are chosen again until every such
+  /// kernel was measured twice (a kernel once measured 31% faster than it ran afterwards).
   void choose() {
     const std::size_t most = static_cast<std::size_t>(std::max(0, o_.max_buckets));
     std::vector<BucketChoice> picks;
@@ -288,7 +288,8 @@ class RangeRun {
       // More buckets than allowed while neighbours were left out at the time budget: one of
       // those may hold a kernel that spans more, so they are measured after all.
       if (most && picks.size() > most && measure_skipped()) picks = choose_buckets(times(), best_of_range(), o_.loss, most);
-      if (!confirm(picks)) break;
+      const bool picks_measured = confirm(picks);
+      if (!confirm_bests() && !picks_measured) break;
     }
     summary_.over_cap = most && picks.size() > most;
     for (const BucketChoice& b : picks) record_bucket(b);
@@ -340,17 +341,31 @@ class RangeRun {
   /// false when there was none to measure.
   bool confirm(const std::vector<BucketChoice>& picks) {
     bool measured = false;
-    for (const BucketChoice& b : picks) {
-      if (b.candidate < 0) continue;
-      RangeCandidate& c = cands_[b.candidate];
-      for (std::size_t t = b.first; t <= b.last; ++t) {
-        if (c.confirmed[t] || !std::isfinite(c.us[t])) continue;
-        c.us[t] = std::max(c.us[t], measure(c, sizes_[t]));
-        c.confirmed[t] = true;
-        measured = true;
-      }
+    for (const BucketChoice& b : picks)
+      if (b.candidate >= 0)
+        for (std::size_t t = b.first; t <= b.last; ++t) measured |= confirm_cell(cands_[b.candidate], t);
+    return measured;
+  }
+
+  /// The same for the fastest kernel at each sample: the bar a bucket's kernel is held to is no
+  /// luckier a measurement than that kernel's own.
+  bool confirm_bests() {
+    bool measured = false;
+    for (std::size_t t = 0; t < sizes_.size(); ++t) {
+      RangeCandidate* fastest = nullptr;
+      for (RangeCandidate& c : cands_)
+        if (!fastest || c.us[t] < fastest->us[t]) fastest = &c;
+      if (fastest) measured |= confirm_cell(*fastest, t);
     }
     return measured;
+  }
+
+  /// Candidate `c` at sample `t` again, keeping the slower time, unless it ran twice or failed.
+  bool confirm_cell(RangeCandidate& c, std::size_t t) {
+    if (c.confirmed[t] || !std::isfinite(c.us[t])) return false;
+    c.us[t] = std::max(c.us[t], measure(c, sizes_[t]));
+    c.confirmed[t] = true;
+    return true;
   }
 
   /// How many samples sample `i` is from the nearest of those `c` came from.
