@@ -1604,98 +1604,88 @@ TEST(RangeTuner, AtMostMaxBucketsTheLeftOutNeighboursAreMeasuredAfterAll) {
   EXPECT_NE(std::count(rasters[100].begin(), rasters[100].end(), small), 0);
 }
 
-// A kernel measured once faster than it runs (a lucky measurement) is not chosen on that
-// measurement: each chosen kernel is measured again in its bucket, keeps the slower time, and
-// the buckets are chosen again.
-TEST(RangeTuner, AKernelIsChosenOnItsSecondMeasurementToo) {
-  const Compute range = build_compute(builtin_op("gemm_nt"), parse_param_overrides({"M=1..100", "N=256", "K=128"}));
-  const std::vector<HwAbstraction> hws = {find_hw(shipped(), "mma_sync_fp16_fp32")};
-  const std::string log = temp_path("range_confirm.jsonl");
-  std::filesystem::remove(log);
-  RangeTuneOptions o;
-  o.tune = synthetic_options(log, 0);
-  o.tune.time_budget_s = 1e-3;  // no tuning: the log's records are the samples' fastest
-  o.sizes = {100};
-  o.per_size = 2;
-  const SearchSpace space(range, hws, Enumeration::kAll, o.tune.limits, 90);
-  ScheduleParams steady = default_schedule(space.entries()[0].gemm, o.tune.limits), lucky = steady;
-  lucky.raster = steady.raster == 2 ? 4 : 2;
-  log_sample_records(log, range, space, o.tune.target, {{1, steady}, {1, lucky}, {100, steady}, {100, lucky}});
-  SyntheticMeasurer m;
-  MeasurePool pool({&m});
-  std::map<std::pair<int, std::int64_t>, int> calls;  // (raster, size) -> measurements
-  const RangeTuneSummary s = tune_range(range, hws, o, pool, [&](const Compute&, std::int64_t size, const ImplicitGemm&,
-                                                                const ScheduleParams& p, const KernelSource&,
-                                                                const CompileResult&) {
-    const int n = ++calls[{p.raster, size}];
-    MeasureResult r;
-    r.status = MeasureStatus::kOk;
-    // `lucky` runs at 20 us at size 1 but was measured once at 5; `steady` runs at 10. At 100,
-    // `lucky` is the faster.
-    if (p.raster == lucky.raster) r.median_us = size == 1 ? (n == 1 ? 5 : 20) : 40;
-    else r.median_us = size == 1 ? 10 : 50;
-    r.times_us = {r.median_us};
-    return r;
-  });
-  ASSERT_EQ(s.buckets.size(), 2u);  // on its first measurement, `lucky` alone would serve the range
-  EXPECT_EQ(s.buckets[0].hi, 1);
-  EXPECT_EQ(s.buckets[0].candidate.params.raster, steady.raster);
-  EXPECT_EQ(s.buckets[1].candidate.params.raster, lucky.raster);
-  EXPECT_EQ((calls[{lucky.raster, 1}]), 2);
-  EXPECT_EQ((calls[{steady.raster, 1}]), 2);
-  EXPECT_EQ((calls[{lucky.raster, 100}]), 2);
-  EXPECT_EQ((calls[{steady.raster, 100}]), 1);  // never chosen there: measured once
-  ASSERT_EQ(s.points.size(), 2u);
-  EXPECT_EQ(s.points[0].dispatched_us, 10);
-  EXPECT_EQ(s.points[1].dispatched_us, 40);
-  std::filesystem::remove(log);
-}
+/// Per (raster, size) of a range's kernel: how many times it was measured.
+using MeasureCounts = std::map<std::pair<int, std::int64_t>, int>;
 
-// A candidate measured once luckier than it runs sets the bar at its sample even when no bucket
-// takes it: the fastest kernel at each sample is measured again too.
-TEST(RangeTuner, ALuckyBestThatNoBucketTakesDoesNotDecideTheBuckets) {
+/// Tunes the range M = 1..100 (N = 256, K = 128) without tuning its samples (1 and 100): the log
+/// holds their fastest, a kernel of each raster in `rasters` at both. At most `max_buckets`; the
+/// n-th measurement of a raster at a size across the range runs in us(raster, size, n).
+RangeTuneSummary tune_logged_range(const std::vector<int>& rasters, int max_buckets,
+                                   const std::function<double(int, std::int64_t, int)>& us, MeasureCounts& calls) {
   const Compute range = build_compute(builtin_op("gemm_nt"), parse_param_overrides({"M=1..100", "N=256", "K=128"}));
   const std::vector<HwAbstraction> hws = {find_hw(shipped(), "mma_sync_fp16_fp32")};
-  const std::string log = temp_path("range_lucky_best.jsonl");
+  const std::string log = temp_path("range_logged.jsonl");
   std::filesystem::remove(log);
   RangeTuneOptions o;
   o.tune = synthetic_options(log, 0);
   o.tune.time_budget_s = 1e-3;  // no tuning: the log's records are the samples' fastest
   o.sizes = {100};
-  o.per_size = 3;
-  o.max_buckets = 1;
+  o.per_size = static_cast<int>(rasters.size());
+  o.max_buckets = max_buckets;
   const SearchSpace space(range, hws, Enumeration::kAll, o.tune.limits, 90);
-  const ScheduleParams base = default_schedule(space.entries()[0].gemm, o.tune.limits);
   std::vector<std::pair<std::int64_t, ScheduleParams>> samples;
-  for (int raster : {1, 2, 4})
+  for (int raster : rasters)
     for (std::int64_t size : {1, 100}) {
-      ScheduleParams p = base;
+      ScheduleParams p = default_schedule(space.entries()[0].gemm, o.tune.limits);
       p.raster = raster;
-      ASSERT_TRUE(validate(space.entries()[0].gemm, p, o.tune.limits).empty());
+      EXPECT_TRUE(validate(space.entries()[0].gemm, p, o.tune.limits).empty());
       samples.push_back({size, p});
     }
   log_sample_records(log, range, space, o.tune.target, samples);
   SyntheticMeasurer m;
   MeasurePool pool({&m});
-  std::map<std::pair<int, std::int64_t>, int> calls;  // (raster, size) -> measurements
   const RangeTuneSummary s = tune_range(range, hws, o, pool, [&](const Compute&, std::int64_t size, const ImplicitGemm&,
                                                                 const ScheduleParams& p, const KernelSource&,
                                                                 const CompileResult&) {
-    const int n = ++calls[{p.raster, size}];
     MeasureResult r;
     r.status = MeasureStatus::kOk;
-    // Raster 1 runs at 10 and 50 us, raster 2 at 11 and 48; raster 4 at 30 and 60, but was
-    // measured at 40 once at size 100. Against 40, raster 2's worst ratio (1.2) beats raster 1's
-    // (1.25); against 48 raster 1's (1.04) beats raster 2's (1.1).
-    r.median_us = p.raster == 1 ? (size == 1 ? 10 : 50) : p.raster == 2 ? (size == 1 ? 11 : 48)
-                                                                          : (size == 1 ? 30 : n == 1 ? 40 : 60);
+    r.median_us = us(p.raster, size, ++calls[{p.raster, size}]);
     r.times_us = {r.median_us};
     return r;
   });
+  std::filesystem::remove(log);
+  return s;
+}
+
+// A kernel measured once faster than it runs (a lucky measurement) is not chosen on that
+// measurement: each chosen kernel is measured again in its bucket, keeps the slower time, and
+// the buckets are chosen again.
+TEST(RangeTuner, AKernelIsChosenOnItsSecondMeasurementToo) {
+  // Raster 2 ("lucky") runs at 20 us at size 1 but was measured once at 5; raster 1 ("steady")
+  // runs at 10. At 100, raster 2 is the faster.
+  MeasureCounts calls;
+  const RangeTuneSummary s = tune_logged_range({1, 2}, 0, [](int raster, std::int64_t size, int n) -> double {
+    if (raster == 2) return size == 1 ? (n == 1 ? 5 : 20) : 40;
+    return size == 1 ? 10 : 50;
+  }, calls);
+  ASSERT_EQ(s.buckets.size(), 2u);  // on its first measurement, raster 2 alone would serve the range
+  EXPECT_EQ(s.buckets[0].hi, 1);
+  EXPECT_EQ(s.buckets[0].candidate.params.raster, 1);
+  EXPECT_EQ(s.buckets[1].candidate.params.raster, 2);
+  EXPECT_EQ((calls[{2, 1}]), 2);
+  EXPECT_EQ((calls[{1, 1}]), 2);
+  EXPECT_EQ((calls[{2, 100}]), 2);
+  EXPECT_EQ((calls[{1, 100}]), 1);  // never chosen there: measured once
+  ASSERT_EQ(s.points.size(), 2u);
+  EXPECT_EQ(s.points[0].dispatched_us, 10);
+  EXPECT_EQ(s.points[1].dispatched_us, 40);
+}
+
+// A candidate measured once luckier than it runs sets the bar at its sample even when no bucket
+// takes it: the fastest kernel at each sample is measured again too.
+TEST(RangeTuner, ALuckyBestThatNoBucketTakesDoesNotDecideTheBuckets) {
+  // Raster 1 runs at 10 and 50 us, raster 2 at 11 and 48; raster 4 at 30 and 60, but was
+  // measured at 40 once at size 100. Against 40, raster 2's worst ratio (1.2) beats raster 1's
+  // (1.25); against 48 raster 1's (1.04) beats raster 2's (1.1).
+  MeasureCounts calls;
+  const RangeTuneSummary s = tune_logged_range({1, 2, 4}, 1, [](int raster, std::int64_t size, int n) -> double {
+    if (raster == 1) return size == 1 ? 10 : 50;
+    if (raster == 2) return size == 1 ? 11 : 48;
+    return size == 1 ? 30 : n == 1 ? 40 : 60;
+  }, calls);
   ASSERT_EQ(s.buckets.size(), 1u);
   EXPECT_EQ(s.buckets[0].candidate.params.raster, 1);
   EXPECT_EQ((calls[{4, 100}]), 2);
-  std::filesystem::remove(log);
 }
 
 TEST(RangeTuner, RecordsOfARangeNameASizeWithinIt) {
