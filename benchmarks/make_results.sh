@@ -114,9 +114,11 @@ H200: `--time-budget 240 --prior logs/h100_resnet50_fused_b16.jsonl --log
 logs/h200_resnet50_fused_b16.jsonl`) and `transformer_ffn.json` (the fused batch-1 table replays
 `logs/h100_resnet50_b1.jsonl` with `tmap_bench` alone), `llm_gemm.json` and `fp8_gemm.json` (logs `logs/h200_*.jsonl`);
 `decode_gemm.json` holds each projection as a range of M with the sizes it compares
-(`tmap tune --table benchmarks/workloads/decode_gemm.json --time-budget 140 --seed 1 --log logs/h200_decode_gemm.jsonl`: 35 s a
-range), and `tmap_bench --table` runs each size with the kernel its bucket dispatches to;
-`conv_batch_range.json` likewise (`--time-budget 40`); then `benchmarks/make_results.sh`.
+(`tmap tune --table benchmarks/workloads/decode_gemm.json --time-budget 140 --max-buckets 6 --seed 1 --log
+logs/h200_decode_gemm.jsonl`: 35 s a range), and `tmap_bench --table` runs each size with the kernel its
+bucket dispatches to, and against the kernel of that size's own tuning ("vs own size": the range's
+sample there, the two timed in alternating rounds); `conv_batch_range.json` likewise
+(`--time-budget 40`); then `benchmarks/make_results.sh`.
 
 ## Summary
 
