@@ -1665,10 +1665,14 @@ TEST(RangeTuner, AKernelIsChosenOnItsSecondMeasurementToo) {
   EXPECT_EQ((calls[{2, 1}]), 2);
   EXPECT_EQ((calls[{1, 1}]), 2);
   EXPECT_EQ((calls[{2, 100}]), 2);
-  EXPECT_EQ((calls[{1, 100}]), 1);  // never chosen there: measured once
+  // Never chosen at 100, but its sample's own fastest there (logged first): measured twice for
+  // the ratio of the dispatched kernel to it.
+  EXPECT_EQ((calls[{1, 100}]), 2);
   ASSERT_EQ(s.points.size(), 2u);
   EXPECT_EQ(s.points[0].dispatched_us, 10);
   EXPECT_EQ(s.points[1].dispatched_us, 40);
+  EXPECT_EQ(s.points[0].tuned_us, 10);  // raster 1, the first logged at each size
+  EXPECT_EQ(s.points[1].tuned_us, 50);
 }
 
 // A candidate measured once luckier than it runs sets the bar at its sample even when no bucket

@@ -19,26 +19,30 @@
 namespace tmap::cli {
 namespace {
 
-/// `tmap logs list`: each workload of a log with its best record, then those without one.
-void logs_list(const std::string& path, const std::string& format) {
-  LogContents log = load_log(path);
-  std::map<std::string, std::pair<int, int>> counts;  // records, correct
-  for (const auto& r : log.records) {
-    auto& c = counts[r.workload.key];
-    ++c.first;
-    c.second += r.result.ok();
+/// The best record of each sample of a range (is_range_sample), by the key of its range.
+std::map<std::string, std::vector<const TuneRecord*>> samples_by_range(const std::vector<TuneRecord>& records) {
+  std::map<std::string, std::vector<const TuneRecord*>> out;
+  for (const TuneRecord* r : best_records(records, true)) {
+    if (!is_range_sample(r->workload)) continue;
+    try {
+      Compute range = compute_from_json(r->workload.compute, "the record of workload " + r->workload.key);
+      range.dynamic.at = 0;
+      out[make_workload(range).key].push_back(r);
+    } catch (const UserError&) {
+      // an unreadable compute: listed as a workload of its own
+    }
   }
-  // Workloads with a correct record (their best), then those without one, in first-seen order.
-  nlohmann::json rows = nlohmann::json::array();
-  std::map<std::string, bool> shown;
-  for (const TuneRecord* r : best_records(log.records)) {
-    shown[r->workload.key] = true;
-    rows.push_back({{"workload", r->workload.key}, {"name", r->workload.description.value("name", "?")},
-                    {"records", counts[r->workload.key].first}, {"correct", counts[r->workload.key].second},
-                    {"best_us", r->result.median_us}, {"tflops", tflops(*r)},
-                    {"best_kernel", candidate_label(r->candidate)}, {"params", to_json(r->candidate.params)}});
-  }
-  // Ranges of sizes: the buckets in force, each with its kernel and the sizes it serves.
+  return out;
+}
+
+/// Per workload key: its records, and how many of them are correct.
+using RecordCounts = std::map<std::string, std::pair<int, int>>;
+
+/// The rows of the log's ranges of sizes, by key: the buckets in force, each with its kernel and
+/// the sizes it serves, and the best of each sample's own tuning (marked `shown`).
+std::map<std::string, nlohmann::json> range_rows(const LogContents& log, RecordCounts& counts,
+                                                 std::map<std::string, bool>& shown) {
+  const auto samples = samples_by_range(log.records);
   std::map<std::string, nlohmann::json> ranges;
   for (const TuneRecord* r : range_buckets(log.records)) {
     nlohmann::json& row = ranges[r->workload.key];
@@ -47,28 +51,23 @@ void logs_list(const std::string& path, const std::string& format) {
       row = {{"workload", r->workload.key}, {"name", r->workload.description.value("name", "?")},
              {"records", counts[r->workload.key].first}, {"correct", counts[r->workload.key].second},
              {"range", {{"param", d.at("param")}, {"lo", d.at("lo")}, {"hi", d.at("hi")}}},
-             {"buckets", nlohmann::json::array()}};
+             {"buckets", nlohmann::json::array()}, {"samples", nlohmann::json::array()}};
+      if (auto it = samples.find(r->workload.key); it != samples.end())
+        for (const TuneRecord* x : it->second) {
+          row["samples"].push_back({{"size", x->workload.compute.at("dynamic").at("at")},
+                                    {"best_us", x->result.median_us}, {"kernel", candidate_label(x->candidate)}});
+          shown[x->workload.key] = true;
+        }
     }
     row["buckets"].push_back({{"lo", r->result.bucket_lo}, {"hi", r->result.bucket_hi},
                               {"worst_us", r->result.median_us}, {"at", r->result.size},
                               {"kernel", candidate_label(r->candidate)}, {"params", to_json(r->candidate.params)}});
   }
-  for (const auto& r : log.records)
-    if (!shown[r.workload.key]) {
-      shown[r.workload.key] = true;
-      if (auto it = ranges.find(r.workload.key); it != ranges.end()) {
-        rows.push_back(it->second);
-        continue;
-      }
-      rows.push_back({{"workload", r.workload.key}, {"name", r.workload.description.value("name", "?")},
-                      {"records", counts[r.workload.key].first}, {"correct", 0}, {"best_us", nullptr},
-                      {"tflops", nullptr}, {"best_kernel", nullptr}, {"params", nullptr}});
-    }
-  if (format == "json") {
-    std::cout << nlohmann::json{{"log", path}, {"skipped_lines", log.warnings.size()}, {"workloads", rows}}.dump(2)
-              << "\n";
-    return;
-  }
+  return ranges;
+}
+
+/// `tmap logs list`'s table of `rows`.
+void print_list(const nlohmann::json& rows) {
   std::printf("%-16s %-20s %8s %8s %10s %9s  %s\n", "workload", "name", "records", "correct", "best us", "TFLOP/s",
               "best kernel");
   for (const auto& row : rows) {
@@ -83,6 +82,9 @@ void logs_list(const std::string& path, const std::string& format) {
         std::printf("%-16s %-20s %8s %8s %10.2f %9s  %lld..%lld: %s\n", "", "", "", "", b["worst_us"].get<double>(),
                     ("at " + std::to_string(b["at"].get<long long>())).c_str(), b["lo"].get<long long>(),
                     b["hi"].get<long long>(), b["kernel"].get<std::string>().c_str());
+      for (const auto& x : row["samples"])
+        std::printf("%-16s %-20s %8s %8s %10.2f %9s  its own tuning's best at %lld: %s\n", "", "", "", "",
+                    x["best_us"].get<double>(), "-", x["size"].get<long long>(), x["kernel"].get<std::string>().c_str());
       continue;
     }
     if (row["best_us"].is_null())
@@ -93,6 +95,46 @@ void logs_list(const std::string& path, const std::string& format) {
                   row["correct"].get<int>(), row["best_us"].get<double>(), row["tflops"].get<double>(),
                   row["best_kernel"].get<std::string>().c_str());
   }
+}
+
+/// `tmap logs list`: each workload of a log with its best record, then its ranges of sizes and
+/// the workloads without one, in first-seen order. A range's samples are listed with it, or on
+/// their own when it has no buckets.
+void logs_list(const std::string& path, const std::string& format) {
+  LogContents log = load_log(path);
+  RecordCounts counts;
+  for (const auto& r : log.records) {
+    auto& c = counts[r.workload.key];
+    ++c.first;
+    c.second += r.result.ok();
+  }
+  nlohmann::json rows = nlohmann::json::array();
+  std::map<std::string, bool> shown;
+  const std::map<std::string, nlohmann::json> ranges = range_rows(log, counts, shown);
+  for (const TuneRecord* r : best_records(log.records, true)) {
+    if (shown[r->workload.key]) continue;
+    shown[r->workload.key] = true;
+    rows.push_back({{"workload", r->workload.key}, {"name", r->workload.description.value("name", "?")},
+                    {"records", counts[r->workload.key].first}, {"correct", counts[r->workload.key].second},
+                    {"best_us", r->result.median_us}, {"tflops", tflops(*r)},
+                    {"best_kernel", candidate_label(r->candidate)}, {"params", to_json(r->candidate.params)}});
+  }
+  for (const auto& r : log.records)
+    if (!shown[r.workload.key]) {
+      shown[r.workload.key] = true;
+      if (auto it = ranges.find(r.workload.key); it != ranges.end()) {
+        rows.push_back(it->second);
+        continue;
+      }
+      rows.push_back({{"workload", r.workload.key}, {"name", r.workload.description.value("name", "?")},
+                      {"records", counts[r.workload.key].first}, {"correct", 0}, {"best_us", nullptr},
+                      {"tflops", nullptr}, {"best_kernel", nullptr}, {"params", nullptr}});
+    }
+  if (format == "json")
+    std::cout << nlohmann::json{{"log", path}, {"skipped_lines", log.warnings.size()}, {"workloads", rows}}.dump(2)
+              << "\n";
+  else
+    print_list(rows);
 }
 
 /// `tmap logs rank`: the Spearman rank correlation of each cost model with a log's measured times.

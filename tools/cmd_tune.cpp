@@ -567,7 +567,7 @@ void print_range_summary(const RangeTuneSummary& s, const Compute& c, const std:
   for (const RangeBucket& b : s.buckets)
     std::printf("%5lld-%-6lld %-10.3f %-10lld %s %s\n", (long long)b.lo, (long long)b.hi, b.worst_ratio,
                 (long long)b.worst_size, candidate_label(b.candidate).c_str(), to_json(b.candidate.params).dump().c_str());
-  std::printf("%-8s %12s %14s %8s\n", param.c_str(), "tuned us", "dispatched us", "ratio");
+  std::printf("%-8s %12s %14s %8s\n", param.c_str(), "own us", "dispatched us", "ratio");
   for (const RangePoint& p : s.points)
     std::printf("%-8lld %12.2f %14.2f %8.3f\n", (long long)p.size, p.tuned_us, p.dispatched_us,
                 p.tuned_us > 0 ? p.dispatched_us / p.tuned_us : 0.0);

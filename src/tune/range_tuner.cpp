@@ -219,27 +219,29 @@ class RangeRun {
            MeasurePool& gpus, const MeasureAt& measure_at)
       : range_(range), space_(space), o_(o), sizes_(std::move(sizes)), gpus_(gpus), measure_at_(measure_at),
         log_(read_log(o.tune.log_path).records), writer_(o.tune.log_path), workload_(make_workload(range)),
-        own_best_(own_bests(log_, o.tune.target)), best_(sizes_.size(), kInf) {}
+        own_best_(own_bests(log_, o.tune.target)), own_(sizes_.size(), -1) {}
 
   /// Each sample's fastest candidates that take the size at run time (a sample's winner may map
-  /// it elsewhere), as kernels of the range, compiled; the samples' own best times.
+  /// it elsewhere), as kernels of the range, compiled; the fastest of each its own (own_).
   bool collect() {
     std::set<std::string> seen;
     for (std::size_t i = 0; i < sizes_.size(); ++i) {
       const std::string key = make_workload(range_sample(range_, sizes_[i])).key;
-      if (const double t = tuned_best(key); t > 0) best_[i] = t;
       int taken = 0;
       for (const CandidateRef& ref : fastest_of(log_, key, o_.tune.target)) {
         if (taken == o_.per_size) break;
         const int entry = space_.find(ref);
         if (entry < 0 || !validate(space_.entries()[entry].gemm, ref.params, o_.tune.limits).empty()) continue;
-        ++taken;
         RangeCandidate c;
         c.entry = entry;
         c.ref = space_.ref(entry, ref.params);
+        if (taken++ == 0) own_[i] = static_cast<int>(cands_.size());
         if (!seen.insert(candidate_signature(c.ref)).second) {
-          for (RangeCandidate& x : cands_)
-            if (candidate_signature(x.ref) == candidate_signature(c.ref)) x.origins.push_back(i);
+          for (std::size_t x = 0; x < cands_.size(); ++x)
+            if (candidate_signature(cands_[x].ref) == candidate_signature(c.ref)) {
+              cands_[x].origins.push_back(i);
+              if (own_[i] == static_cast<int>(cands_.size())) own_[i] = static_cast<int>(x);
+            }
           continue;
         }
         c.origins = {i};
@@ -292,17 +294,23 @@ class RangeRun {
       if (!confirm_bests() && !picks_measured) break;
     }
     summary_.over_cap = most && picks.size() > most;
+    // Each sample's own fastest kernel, measured twice as the dispatched one is, for the ratio
+    // of the two (the log's best of its tuning is the luckiest of many single measurements).
+    for (std::size_t i = 0; i < sizes_.size(); ++i)
+      if (own_[i] >= 0) confirm_cell(cands_[own_[i]], i);
     for (const BucketChoice& b : picks) record_bucket(b);
-    for (RangePoint& p : summary_.points)
-      p.tuned_us = tuned_best(make_workload(range_sample(range_, p.size)).key);
+    for (RangePoint& p : summary_.points) p.tuned_us = own_us(p.size);
   }
 
   RangeTuneSummary& summary() { return summary_; }
 
  private:
-  /// The best correct time of a sample's own tuning (0 when none).
-  double tuned_best(const std::string& key) const {
-    const auto it = own_best_.find(key);
+  /// The time at sample `size` of its own tuning's fastest kernel: measured across the range,
+  /// else as the log has it (0 when none ran correctly).
+  double own_us(std::int64_t size) const {
+    const std::size_t i = std::lower_bound(sizes_.begin(), sizes_.end(), size) - sizes_.begin();
+    if (own_[i] >= 0 && std::isfinite(cands_[own_[i]].us[i])) return cands_[own_[i]].us[i];
+    const auto it = own_best_.find(make_workload(range_sample(range_, size)).key);
     return it == own_best_.end() ? 0 : it->second;
   }
 
@@ -321,11 +329,8 @@ class RangeRun {
     return best;
   }
 
-  /// Candidate `c` at sample `i`; the best there: of its own tuning, or measured across the range.
-  void measure_cell(RangeCandidate& c, std::size_t i) {
-    c.us[i] = measure(c, sizes_[i]);
-    best_[i] = std::min(best_[i], c.us[i]);
-  }
+  /// Candidate `c` at sample `i`.
+  void measure_cell(RangeCandidate& c, std::size_t i) { c.us[i] = measure(c, sizes_[i]); }
 
   /// The measurements left out at the time budget, made now; false when there were none.
   bool measure_skipped() {
@@ -397,13 +402,14 @@ class RangeRun {
       return;
     }
     const RangeCandidate& c = cands_[b.candidate];
+    const std::vector<double> best = best_of_range();
     RangeBucket bucket;
     bucket.lo = b.first == 0 ? range_.dynamic.lo : sizes_[b.first - 1] + 1;
     bucket.hi = sizes_[b.last];
     bucket.candidate = c.ref;
     for (std::size_t t = b.first; t <= b.last; ++t)
-      if (c.us[t] / best_[t] >= bucket.worst_ratio)
-        bucket.worst_ratio = c.us[t] / best_[t], bucket.worst_size = sizes_[t], bucket.worst_us = c.us[t];
+      if (c.us[t] / best[t] >= bucket.worst_ratio)
+        bucket.worst_ratio = c.us[t] / best[t], bucket.worst_size = sizes_[t], bucket.worst_us = c.us[t];
     if (bucket.lo != sizes_[b.first] && !std::isfinite(measure(c, bucket.lo))) {
       summary_.unserved.push_back(bucket.lo);
       return;
@@ -431,7 +437,7 @@ class RangeRun {
   LogWriter writer_;
   const Workload workload_;
   const std::map<std::string, double> own_best_;  ///< The log's best times of each sample, by key.
-  std::vector<double> best_;  ///< Per sample: the best of its own tuning, or measured across the range.
+  std::vector<int> own_;  ///< Per sample: its own tuning's fastest kernel among cands_ (-1: none).
   std::vector<RangeCandidate> cands_;
   std::vector<std::pair<std::size_t, std::size_t>> skipped_;  ///< (candidate, sample) left out at the time budget.
   RangeTuneSummary summary_;

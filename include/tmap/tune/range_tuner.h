@@ -4,10 +4,10 @@
 // modelled at its size (range_sample); the fastest candidates of every sample are then measured
 // again at the samples near those they came from, without compiling again; and the fewest
 // buckets of consecutive sizes are chosen whose kernel stays within a stated loss of the
-// fastest kernel of the range at each sample in it. Each sample's ratio to its own tuning's
-// best is reported. Every measurement and each bucket
-// is recorded in the log (TuneResult's size and bucket), from which `tmap replay` and `tmap
-// export` dispatch by size.
+// fastest kernel of the range at each sample in it. Each sample's dispatched kernel is
+// reported against its own tuning's fastest, both measured twice. Every measurement and each
+// bucket is recorded in the log (TuneResult's size and bucket), from which `tmap replay` and
+// `tmap export` dispatch by size.
 #pragma once
 
 #include <cstdint>
@@ -58,7 +58,9 @@ struct RangeTuneOptions {
   int per_size = 4;                 ///< Fastest distinct candidates of each sample tried across the range.
 };
 
-/// A sample: the best time of its own tuning, and of the kernel dispatched to it.
+/// A sample: the time of its own tuning's fastest kernel and of the kernel dispatched to it,
+/// each the slower of two measurements across the range (the log's best of its tuning where its
+/// own kernel was not measured across).
 struct RangePoint {
   std::int64_t size = 0;
   double tuned_us = 0, dispatched_us = 0;
@@ -67,7 +69,7 @@ struct RangePoint {
 struct RangeBucket {
   std::int64_t lo = 0, hi = 0;
   CandidateRef candidate;
-  double worst_ratio = 0;  ///< Its time over the best (of one shape or of the range) at its worst sample.
+  double worst_ratio = 0;  ///< Its time over the fastest kernel of the range at its worst sample.
   std::int64_t worst_size = 0;
   double worst_us = 0;
 };
