@@ -616,20 +616,28 @@ RangeTuneSummary run_range(const TuneArgs& args, const Compute& c, const std::ve
   return s;
 }
 
+/// How a range is tuned from `a`'s options: into `log`, at the samples `sizes` (sorted; empty:
+/// the tuner's own), within --loss and --max-buckets; a time budget alone leaves the trials
+/// unbounded, as for a model.
+RangeTuneOptions range_options(const TuneArgs& a, Machine& m, const std::string& log, std::vector<std::int64_t> sizes) {
+  RangeTuneOptions o;
+  o.tune = tune_options(a, m, log);
+  if (a.time_budget > 0 && !a.trials_option->count()) o.tune.trials = 0;
+  o.loss = a.loss;
+  o.max_buckets = a.max_buckets;
+  o.sizes = std::move(sizes);
+  std::sort(o.sizes.begin(), o.sizes.end());
+  return o;
+}
+
 /// `tmap tune` of a range of sizes (range_tuner.h), on the GPU.
 void tune_range_command(const TuneArgs& args, const Compute& c, const std::vector<HwAbstraction>& hws, Machine& m) {
   if (args.measure == "model")
     bad("--measure model", "a range of sizes is tuned by measuring its kernels", "drop --measure model, or give one size");
   if (!args.emit_cuda.empty())
     bad("--emit-cuda", "a range of sizes has a kernel per bucket", "write them with tmap export LOG --out DIR");
-  RangeTuneOptions o;
-  o.tune = tune_options(args, m, args.log.empty() ? "logs/" + c.name + ".jsonl" : args.log);
-  // A time budget alone leaves the trials unbounded, as for a model.
-  if (args.time_budget > 0 && !args.trials_option->count()) o.tune.trials = 0;
-  o.loss = args.loss;
-  o.max_buckets = args.max_buckets;
-  o.sizes = args.sizes;
-  std::sort(o.sizes.begin(), o.sizes.end());
+  const RangeTuneOptions o =
+      range_options(args, m, args.log.empty() ? "logs/" + c.name + ".jsonl" : args.log, args.sizes);
   for (std::int64_t size : o.sizes)
     if (size < c.dynamic.lo || size > c.dynamic.hi)
       bad("--sizes", std::to_string(size) + " is outside the range " + std::to_string(c.dynamic.lo) + ".." +
@@ -652,15 +660,11 @@ nlohmann::json tune_table_ranges(const TuneArgs& a, const WorkloadTable& table, 
       continue;
     }
     const Compute c = build_table_workload(w, table.dtype, table.out_dtype, "workload '" + w.name + "'");
-    RangeTuneOptions o;
-    o.tune = tune_options(a, m, log_path);
+    RangeTuneOptions o = range_options(a, m, log_path, w.sizes);
     o.tune.time_budget_s = budget_s;
     // --trials are the whole table's, shared by its workloads; a time budget alone leaves them unbounded.
     if (a.trials_option->count()) o.tune.trials = std::max(1, static_cast<int>(a.trials / whole));
     else if (budget_s > 0) o.tune.trials = 0;
-    o.loss = a.loss;
-    o.max_buckets = a.max_buckets;
-    o.sizes = w.sizes;
     const RangeTuneSummary s = run_range(a, c, hws, m, o);
     if (a.format == "json") out.push_back(range_summary_json(s, c, log_path));
     else print_range_summary(s, c, log_path);
