@@ -385,228 +385,297 @@ void measure_baselines(Row& row, const Compute& c, tmap::Workspace& ws, const st
   if (!row.baseline) add_note(row, "no correct baseline");
 }
 
+/// tmap_bench's command line.
+struct BenchArgs {
+  std::string table_path, log_path, layout = "nhwc", csv_path, md_path, only, in_dtype, out_dtype, commit;
+  int batch = 1, graph_runs = 20;
+  double peak_tflops = 0;
+  bool dispatch_first = false, print_workloads = false;
+};
+
+void add_options(CLI::App& app, BenchArgs& a) {
+  app.add_option("--table", a.table_path,
+                 "benchmarks/workloads/resnet18_conv2d.json, conv1d.json, conv3d.json or gemm.json")
+      ->required();
+  app.add_option("--batch", a.batch, "Batch of the convolution table (see its \"batches\")");
+  app.add_option("--layout", a.layout,
+                 "nchw (channels first: NCW, NCHW, NCDHW) or nhwc (channels last; conv2d only) for tmap's kernels "
+                 "and the first baseline; cuDNN also runs in the other layout")
+      ->check(CLI::IsMember({"nchw", "nhwc"}));
+  app.add_option("--log", a.log_path, "Tuning log with tmap's records")->required();
+  app.add_option("--csv", a.csv_path, "Write the results as CSV");
+  app.add_option("--md", a.md_path, "Write the results as a Markdown table");
+  app.add_option("--only", a.only, "Only the workload of this name");
+  app.add_option("--dtype", a.in_dtype,
+                 "Inputs' dtype of tmap and the baselines alike: float16 (default; a workload table's own), "
+                 "bfloat16, float32 (tf32 Tensor Cores), int8 (cuDNN writes its sums as float32), float8_e4m3 and "
+                 "float8_e5m2 (cuBLASLt, gemm_nt)");
+  app.add_option("--out-dtype", a.out_dtype,
+                 "Output dtype of tmap and the baselines alike (default float16 for float16 inputs, as cuDNN and "
+                 "cuBLAS users run them; a wider one where the inputs' sums need it, e.g. int32 for int8)");
+  app.add_option("--graph", a.graph_runs, "Runs per CUDA graph replay (default 20)");
+  app.add_flag("--dispatch", a.dispatch_first,
+               "Replay each workload with the kernel that a tuned range of sizes (tmap tune --set M=LO..HI) "
+               "dispatches to its size, even where the log has a record of the shape itself (without it, only "
+               "where it has none, and for the sizes of a table's range workloads)");
+  app.add_flag("--print-workloads", a.print_workloads,
+               "Print each workload as 'name key op --set ...' (for run.sh) and exit; no GPU needed. The key is "
+               "that of the log record the benchmark would replay, when there is one");
+  app.add_option("--commit", a.commit, "The tmap commit being measured, for the table's header (run.sh passes git's)");
+  app.add_option("--peak", a.peak_tflops,
+                 "The GPU's dense Tensor Core peak for the inputs' dtype in TFLOP/s, for '% of peak' (default the "
+                 "H100 SXM's: 989.4 for 16-bit inputs, half for tf32, twice for 8-bit)");
+}
+
+/// What a table is: a workload table (tmap import: any mix of ops, each against cuDNN or cuBLAS by
+/// its kind, with the model's weighted total), a convolution table of `rank` spatial dimensions,
+/// or a GEMM table; the op and layout its convolutions run in.
+struct TableKind {
+  std::optional<tmap::WorkloadTable> model;
+  bool conv = false, depthwise = false;
+  bool bandwidth = false;  ///< Memory-bound (its description asks for GB/s): bandwidth beside the times.
+  int rank = 0;
+  std::string conv_op, layout_name;
+};
+
+/// `table`'s kind; nothing, having said why, when `a.layout` does not fit it.
+std::optional<TableKind> table_kind(const nlohmann::json& table, const BenchArgs& a) {
+  TableKind k;
+  if (table.contains("workloads")) k.model = tmap::load_workload_table(a.table_path);
+  k.conv = table.contains("layers");
+  if (k.conv) {
+    const auto& f = table.at("fields");
+    auto has = [&](const char* key) { return std::find(f.begin(), f.end(), key) != f.end(); };
+    k.rank = has("D") ? 3 : has("H") ? 2 : 1;
+    k.depthwise = !has("K");
+  }
+  if (k.conv && k.rank != 2 && a.layout == "nhwc") {
+    std::cerr << "tmap_bench: error: --layout nhwc: tmap has no channels-last conv" << k.rank
+              << "d op; the table compares tmap's channels-first kernels with cuDNN in both layouts\n"
+              << "  hint: use --layout nchw\n";
+    return std::nullopt;
+  }
+  if (k.depthwise && a.layout == "nhwc") {
+    std::cerr << "tmap_bench: error: --layout nhwc: tmap's depthwise_conv2d is channels-first\n  hint: use --layout nchw\n";
+    return std::nullopt;
+  }
+  k.conv_op = k.depthwise ? "depthwise_conv2d" : k.rank == 1 ? "conv1d" : k.rank == 3 ? "conv3d"
+              : a.layout == "nhwc" ? "conv2d_nhwc" : "conv2d";
+  k.bandwidth = table.value("description", std::string()).find("GB/s") != std::string::npos;
+  k.layout_name = k.rank == 1 ? "ncw" : k.rank == 3 ? "ncdhw" : a.layout;
+  return k;
+}
+
+/// What every row of a run shares.
+struct BenchRun {
+  const BenchArgs& args;
+  const TableKind& kind;
+  const std::vector<tmap::HwAbstraction>& hws;
+  int cc = 0;
+  const tmap::LogContents& log;
+  std::vector<const tmap::TuneRecord*> best, sample_best;  ///< sample_best: with the samples of ranges.
+  tmap::NvrtcCompiler& compiler;
+};
+
+/// tmap's kernel of entry `e` (compute `c`; `bare`, without its epilogue), verified and timed into
+/// `row`: its log record, or the kernel its range's bucket dispatches to. Its output; empty when
+/// the log has neither.
+std::vector<double> time_tmap(Row& row, const Entry& e, const Compute& c, const Compute& bare, tmap::Workspace& ws,
+                              const std::vector<double>& ref, const BenchRun& b) {
+  const int graph_runs = b.args.graph_runs;
+  Transfer transfer;
+  const tmap::TuneRecord* record =
+      b.args.dispatch_first || e.of_range ? nullptr : find_record(b.best, c, &bare, transfer);
+  const tmap::Dispatch dispatched =
+      record ? tmap::Dispatch{} : tmap::dispatch(b.log.records, c, "sm_" + std::to_string(b.cc));
+  std::vector<double> out;
+  if (dispatched.bucket) {  // the kernel of a range, run at this size
+    const CompiledRecord k = compile_regenerated(tmap::regenerate(*dispatched.bucket, b.hws, b.cc), c, b.compiler);
+    out = time_tmap_kernel(row, ws, ref, k, graph_runs, dispatched.size);
+    add_note(row, "the kernel of " + k.g.compute->dynamic.param + " = " +
+                      std::to_string(dispatched.bucket->result.bucket_lo) + ".." +
+                      std::to_string(dispatched.bucket->result.bucket_hi) + " of a range");
+    trace(e.name + ": the kernel of this size's own tuning");
+    measure_own_size(row, b.sample_best, *dispatched.bucket, k, dispatched.size, ws, ref, b.hws, b.cc, graph_runs,
+                     b.compiler);
+  } else if (record) {
+    const CompiledRecord k = compile_record(*record, c, b.hws, b.cc, b.compiler);
+    out = time_tmap_kernel(row, ws, ref, k, graph_runs, 0);
+    if (transfer != Transfer::kNone) add_note(row, transfer_note(transfer));
+    if (!c.epilogue.empty()) {
+      trace(e.name + ": the same schedule without the epilogue");
+      measure_epilogue_cost(row, *record, k, ws, bare, b.hws, b.cc, graph_runs, b.compiler);
+    }
+  } else {
+    row.note = "not in the log (tune it first)";
+  }
+  return out;
+}
+
+/// The row's line on stderr, as it is measured.
+void print_progress(const Row& r) {
+  std::fprintf(stderr, "%-10s tmap %8s us  %-36s %8s us  speedup %s", r.name.c_str(),
+               r.tmap ? fixed(r.tmap->warm_us).c_str() : "-", r.baseline ? r.baseline->name.c_str() : "-",
+               r.baseline ? fixed(r.baseline->time.warm_us).c_str() : "-",
+               r.tmap && r.baseline ? fixed(r.baseline->time.warm_us / r.tmap->warm_us).c_str() : "-");
+  if (r.other)
+    std::fprintf(stderr, "  (other layout: %s %s us)", r.other->name.c_str(), fixed(r.other->time.warm_us).c_str());
+  if (r.unfused)
+    std::fprintf(stderr, "  (unfused: %s %s us)", r.unfused->name.c_str(), fixed(r.unfused->time.warm_us).c_str());
+  std::fprintf(stderr, "\n");
+}
+
+/// Entry `e` (compute `c`): tmap's kernel and its baselines, on the same inputs.
+Row bench_row(const Entry& e, const Compute& c, const BenchRun& b) {
+  Row row;
+  row.name = e.name;
+  row.count = e.count;
+  row.workload_key = tmap::make_workload(c).key;
+  row.gflop = 2.0 * c.iteration_points() / 1e9;
+  for (const auto& t : c.tensors) row.bytes += static_cast<double>(t.num_elements()) * tmap::dtype_bits(t.dtype) / 8;
+  trace(e.name + ": inputs");
+  tmap::Workspace ws(c, 2024);
+  trace(e.name + ": reference kernel");
+  const std::vector<double> ref = tmap::gpu_reference(ws, b.compiler);
+  trace(e.name + ": tmap's kernel");
+  const Compute bare = build_workload(e.op, e.sets, b.args.in_dtype, b.args.out_dtype);
+  const std::vector<double> tmap_out = time_tmap(row, e, c, bare, ws, ref, b);
+  trace(e.name + ": baselines");
+  const bool model = b.kind.model.has_value();
+  RowKind kind;
+  if (model ? is_conv_op(e.op) : b.kind.conv) {
+    kind.rank = model ? (e.op == "conv1d" ? 1 : e.op == "conv3d" ? 3 : 2) : b.kind.rank;
+    kind.nhwc = model ? e.op == "conv2d_nhwc" : b.args.layout == "nhwc";
+  }
+  // The baselines read the op from the compute's name, which a table sets to the workload's.
+  Compute op_compute = c;
+  op_compute.name = e.op;
+  measure_baselines(row, op_compute, ws, ref, tmap_out, kind, b.args.graph_runs, b.compiler);
+  print_progress(row);
+  return row;
+}
+
+/// The table's heading: its own name (its "title", else what its file is known as, else the
+/// file's stem), its batch and layout, and the dtypes of its first workload `first`.
+std::string table_title(const nlohmann::json& table, const BenchArgs& a, const TableKind& k, const Compute* first) {
+  const std::string stem = std::filesystem::path(a.table_path).stem().string();
+  const std::string kind = table.contains("title") && table["title"].is_string() ? table["title"].get<std::string>()
+                           : k.depthwise                                      ? "depthwise conv2d"
+                           : stem.find("grouped") != std::string::npos         ? "grouped conv2d"
+                           : stem.find("resnet18") != std::string::npos        ? "ResNet-18 conv2d"
+                           : stem == "conv1d" || stem == "conv3d"             ? stem
+                                                                              : "conv" + std::to_string(k.rank) + "d (" + stem + ")";
+  return (k.model  ? kind + " (workload table)"
+          : k.conv ? kind + ", batch " + std::to_string(a.batch) + ", " + k.layout_name
+          : a.table_path.find("skinny") != std::string::npos ? "skinny GEMM"
+                                                              : "GEMM") +
+         ", " + dtypes_text(first);
+}
+
+/// "Device NAME, driver X, CUDA Y, cuDNN Z, cuBLAS W".
+std::string device_text(const tmap::RuntimeInfo& rt) {
+  const int cudnn_version = static_cast<int>(cudnnGetVersion());
+  int cublas_version = 0;
+  cublasGetProperty(MAJOR_VERSION, &cublas_version);
+  return "Device " + rt.devices.front().name + ", driver " + tmap::cuda_version_text(rt.driver_version) + ", CUDA " +
+         tmap::cuda_version_text(rt.runtime_version) + ", cuDNN " + std::to_string(cudnn_version / 10000) + "." +
+         std::to_string(cudnn_version % 10000 / 100) + "." + std::to_string(cudnn_version % 100) + ", cuBLAS " +
+         std::to_string(cublas_version);
+}
+
+/// What the page says besides its rows, and which columns it has.
+Report make_report(const nlohmann::json& table, const BenchArgs& a, const TableKind& k, const std::vector<Entry>& entries,
+                   const Compute* first, const tmap::RuntimeInfo& rt, double copy_gbs) {
+  bool any_conv = k.conv, any_fused = false;
+  for (const auto& e : entries) {
+    any_conv = any_conv || (k.model && is_conv_op(e.op));
+    any_fused = any_fused || (e.workload && !e.workload->epilogue.empty());
+  }
+  Report report;
+  report.title = table_title(table, a, k, first);
+  report.device = device_text(rt);
+  report.commit = a.commit;
+  report.date = utc_date();
+  report.graph_runs = a.graph_runs;
+  report.peak_tflops = a.peak_tflops;
+  report.copy_gbs = copy_gbs;
+  // A table of fused workloads compares with the unfused sequence where others compare layouts.
+  report.layout_cols = any_conv && !any_fused;
+  report.fused = any_fused;
+  report.ranged = std::any_of(entries.begin(), entries.end(), [](const Entry& e) { return e.of_range; });
+  report.model = k.model.has_value();
+  report.out_dtype = first ? tmap::dtype_name(first->tensor_of(first->output).dtype) : "";
+  return report;
+}
+
+/// Times every entry of the table on the GPU and writes the page: `tmap_bench`'s work once the
+/// table is read. Its exit status.
+int bench_table(const nlohmann::json& table, const BenchArgs& a, const TableKind& k, const std::vector<Entry>& entries,
+                const std::function<Compute(const Entry&)>& compute_of, const Compute* first) {
+  const tmap::RuntimeInfo rt = tmap::query_runtime();
+  if (rt.devices.empty()) {
+    std::cerr << "tmap_bench: error: no GPU: " << rt.status << "\n  hint: run it on the GPU machine\n";
+    return 2;
+  }
+  const int cc = rt.devices.front().compute_capability;
+  const double copy_gbs = k.bandwidth ? copy_bandwidth_gbs() : 0;
+  const std::vector<tmap::HwAbstraction> hws = tmap::load_hw_abstractions();
+  const tmap::LogContents log = tmap::read_log(a.log_path);
+  for (const auto& w : log.warnings) std::cerr << "warning: " << w << "\n";
+  tmap::NvrtcCompiler compiler(cc);
+  const BenchRun run{a, k, hws, cc, log, tmap::best_records(log.records), tmap::best_records(log.records, true), compiler};
+  std::vector<Row> rows;
+  for (const Entry& e : entries) rows.push_back(bench_row(e, compute_of(e), run));
+  const Report report = make_report(table, a, k, entries, first, rt, copy_gbs);
+  if (!a.csv_path.empty()) {
+    std::ofstream csv(a.csv_path);
+    write_csv(csv, rows, report);
+  }
+  const std::string md = markdown(rows, report);
+  if (!a.md_path.empty()) std::ofstream(a.md_path) << md;
+  std::cout << md;
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"tmap_bench: tmap's tuned kernels against cuDNN and cuBLAS, measured the same way"};
-  std::string table_path, log_path, layout = "nhwc", csv_path, md_path, only, in_dtype, out_dtype, commit;
-  int batch = 1, graph_runs = 20;
-  double peak_tflops = 0;
-  app.add_option("--table", table_path,
-                 "benchmarks/workloads/resnet18_conv2d.json, conv1d.json, conv3d.json or gemm.json")
-      ->required();
-  app.add_option("--batch", batch, "Batch of the convolution table (see its \"batches\")");
-  app.add_option("--layout", layout,
-                 "nchw (channels first: NCW, NCHW, NCDHW) or nhwc (channels last; conv2d only) for tmap's kernels "
-                 "and the first baseline; cuDNN also runs in the other layout")
-      ->check(CLI::IsMember({"nchw", "nhwc"}));
-  app.add_option("--log", log_path, "Tuning log with tmap's records")->required();
-  app.add_option("--csv", csv_path, "Write the results as CSV");
-  app.add_option("--md", md_path, "Write the results as a Markdown table");
-  app.add_option("--only", only, "Only the workload of this name");
-  app.add_option("--dtype", in_dtype,
-                 "Inputs' dtype of tmap and the baselines alike: float16 (default; a workload table's own), "
-                 "bfloat16, float32 (tf32 Tensor Cores), int8 (cuDNN writes its sums as float32), float8_e4m3 and "
-                 "float8_e5m2 (cuBLASLt, gemm_nt)");
-  app.add_option("--out-dtype", out_dtype,
-                 "Output dtype of tmap and the baselines alike (default float16 for float16 inputs, as cuDNN and "
-                 "cuBLAS users run them; a wider one where the inputs' sums need it, e.g. int32 for int8)");
-  app.add_option("--graph", graph_runs, "Runs per CUDA graph replay (default 20)");
-  bool dispatch_first = false;
-  app.add_flag("--dispatch", dispatch_first,
-               "Replay each workload with the kernel that a tuned range of sizes (tmap tune --set M=LO..HI) "
-               "dispatches to its size, even where the log has a record of the shape itself (without it, only "
-               "where it has none, and for the sizes of a table's range workloads)");
-  bool print_workloads = false;
-  app.add_flag("--print-workloads", print_workloads,
-               "Print each workload as 'name key op --set ...' (for run.sh) and exit; no GPU needed. The key is "
-               "that of the log record the benchmark would replay, when there is one");
-  app.add_option("--commit", commit, "The tmap commit being measured, for the table's header (run.sh passes git's)");
-  app.add_option("--peak", peak_tflops,
-                 "The GPU's dense Tensor Core peak for the inputs' dtype in TFLOP/s, for '% of peak' (default the "
-                 "H100 SXM's: 989.4 for 16-bit inputs, half for tf32, twice for 8-bit)");
+  BenchArgs a;
+  add_options(app, a);
   CLI11_PARSE(app, argc, argv);
-  const bool table_out_dtype_given = !out_dtype.empty();
   try {
-    std::ifstream in(table_path);
+    std::ifstream in(a.table_path);
     if (!in) {
-      std::cerr << "tmap_bench: error: cannot read table '" << table_path << "'\n";
+      std::cerr << "tmap_bench: error: cannot read table '" << a.table_path << "'\n";
       return 2;
     }
     const nlohmann::json table = nlohmann::json::parse(in);
-    // A workload table (tmap import): any mix of ops, each against cuDNN or cuBLAS by its kind,
-    // with the model's weighted total (count x time) at the end.
-    const bool workloads_table = table.contains("workloads");
-    std::optional<tmap::WorkloadTable> model;
-    if (workloads_table) model = tmap::load_workload_table(table_path);
-    const bool conv = table.contains("layers");
-    // Spatial dimensions of a convolution table, from its fields.
-    int rank = 0;
-    if (conv) {
-      const auto& f = table.at("fields");
-      auto has = [&](const char* key) { return std::find(f.begin(), f.end(), key) != f.end(); };
-      rank = has("D") ? 3 : has("H") ? 2 : 1;
-    }
-    if (conv && rank != 2 && layout == "nhwc") {
-      std::cerr << "tmap_bench: error: --layout nhwc: tmap has no channels-last conv" << rank
-                << "d op; the table compares tmap's channels-first kernels with cuDNN in both layouts\n"
-                << "  hint: use --layout nchw\n";
-      return 2;
-    }
-    const bool depthwise = conv && std::find(table["fields"].begin(), table["fields"].end(), "K") == table["fields"].end();
-    if (depthwise && layout == "nhwc") {
-      std::cerr << "tmap_bench: error: --layout nhwc: tmap's depthwise_conv2d is channels-first\n  hint: use --layout nchw\n";
-      return 2;
-    }
-    const std::string conv_op = depthwise ? "depthwise_conv2d" : rank == 1 ? "conv1d" : rank == 3 ? "conv3d"
-                                : layout == "nhwc" ? "conv2d_nhwc" : "conv2d";
-    // Memory-bound tables (their description asks for GB/s): achieved bandwidth beside the times,
-    // against the device-to-device copy bandwidth measured in this run.
-    const bool bandwidth = table.value("description", std::string()).find("GB/s") != std::string::npos;
-    const std::string layout_name = rank == 1 ? "ncw" : rank == 3 ? "ncdhw" : layout;
+    const std::optional<TableKind> kind = table_kind(table, a);
+    if (!kind) return 2;
     std::vector<Entry> entries;
-    if (model) {
-      if (in_dtype.empty()) in_dtype = model->dtype;
-      if (!table_out_dtype_given) out_dtype = model->out_dtype;
-      entries = model_entries(*model, only);
+    if (kind->model) {
+      if (a.in_dtype.empty()) a.in_dtype = kind->model->dtype;
+      if (a.out_dtype.empty()) a.out_dtype = kind->model->out_dtype;
+      entries = model_entries(*kind->model, a.only);
     } else {
-      if (out_dtype.empty()) out_dtype = default_out_dtype(in_dtype);
-      entries = fixed_entries(table, conv ? conv_op : "", batch, only);
+      if (a.out_dtype.empty()) a.out_dtype = default_out_dtype(a.in_dtype);
+      entries = fixed_entries(table, kind->conv ? kind->conv_op : "", a.batch, a.only);
     }
     auto compute_of = [&](const Entry& e) {
-      return e.workload ? tmap::build_table_workload(*e.workload, in_dtype, out_dtype, table_path)
-                        : build_workload(e.op, e.sets, in_dtype, out_dtype);
+      return e.workload ? tmap::build_table_workload(*e.workload, a.in_dtype, a.out_dtype, a.table_path)
+                        : build_workload(e.op, e.sets, a.in_dtype, a.out_dtype);
     };
     // The first workload's compute: the table's dtypes (its workloads share them) and its peak.
     const std::optional<Compute> first =
         entries.empty() ? std::nullopt : std::optional<Compute>(compute_of(entries.front()));
-    if (peak_tflops <= 0)
-      peak_tflops = h100_peak_tflops(first ? first->tensor_of(first->inputs[0]).dtype : tmap::DType::kFloat16);
-    if (print_workloads) {
-      print_entries(entries, compute_of, in_dtype, out_dtype, tmap::read_log(log_path), dispatch_first);
+    if (a.peak_tflops <= 0)
+      a.peak_tflops = h100_peak_tflops(first ? first->tensor_of(first->inputs[0]).dtype : tmap::DType::kFloat16);
+    if (a.print_workloads) {
+      print_entries(entries, compute_of, a.in_dtype, a.out_dtype, tmap::read_log(a.log_path), a.dispatch_first);
       return 0;
     }
-    const tmap::RuntimeInfo rt = tmap::query_runtime();
-    if (rt.devices.empty()) {
-      std::cerr << "tmap_bench: error: no GPU: " << rt.status << "\n  hint: run it on the GPU machine\n";
-      return 2;
-    }
-    const int cc = rt.devices.front().compute_capability;
-    const double copy_gbs = bandwidth ? copy_bandwidth_gbs() : 0;
-    const std::vector<tmap::HwAbstraction> hws = tmap::load_hw_abstractions();
-    tmap::LogContents log = tmap::read_log(log_path);
-    for (const auto& w : log.warnings) std::cerr << "warning: " << w << "\n";
-    const auto best = tmap::best_records(log.records);
-    const auto sample_best = tmap::best_records(log.records, true);  // with the samples of ranges
-    tmap::NvrtcCompiler compiler(cc);
-
-    std::vector<Row> rows;
-    for (const Entry& e : entries) {
-      const std::string& name = e.name;
-      Compute c = compute_of(e);
-      Row row;
-      row.name = name;
-      row.workload_key = tmap::make_workload(c).key;
-      row.gflop = 2.0 * c.iteration_points() / 1e9;
-      for (const auto& t : c.tensors) row.bytes += static_cast<double>(t.num_elements()) * tmap::dtype_bits(t.dtype) / 8;
-      trace(name + ": inputs");
-      tmap::Workspace ws(c, 2024);
-      trace(name + ": reference kernel");
-      const std::vector<double> ref = tmap::gpu_reference(ws, compiler);
-      trace(name + ": tmap's kernel");
-      std::vector<double> tmap_out;
-      const Compute bare = build_workload(e.op, e.sets, in_dtype, out_dtype);
-      Transfer transfer;
-      const tmap::TuneRecord* record = dispatch_first || e.of_range ? nullptr : find_record(best, c, &bare, transfer);
-      const tmap::Dispatch dispatched =
-          record ? tmap::Dispatch{} : tmap::dispatch(log.records, c, "sm_" + std::to_string(cc));
-      if (dispatched.bucket) {  // the kernel of a range, run at this size
-        const CompiledRecord k = compile_regenerated(tmap::regenerate(*dispatched.bucket, hws, cc), c, compiler);
-        tmap_out = time_tmap_kernel(row, ws, ref, k, graph_runs, dispatched.size);
-        add_note(row, "the kernel of " + k.g.compute->dynamic.param + " = " +
-                          std::to_string(dispatched.bucket->result.bucket_lo) + ".." +
-                          std::to_string(dispatched.bucket->result.bucket_hi) + " of a range");
-        trace(name + ": the kernel of this size's own tuning");
-        measure_own_size(row, sample_best, *dispatched.bucket, k, dispatched.size, ws, ref, hws, cc, graph_runs,
-                         compiler);
-      } else if (record) {
-        const CompiledRecord k = compile_record(*record, c, hws, cc, compiler);
-        tmap_out = time_tmap_kernel(row, ws, ref, k, graph_runs, 0);
-        if (transfer != Transfer::kNone) add_note(row, transfer_note(transfer));
-        if (!c.epilogue.empty()) {
-          trace(name + ": the same schedule without the epilogue");
-          measure_epilogue_cost(row, *record, k, ws, bare, hws, cc, graph_runs, compiler);
-        }
-      } else {
-        row.note = "not in the log (tune it first)";
-      }
-      trace(name + ": baselines");
-      row.count = e.count;
-      RowKind kind;
-      if (model ? is_conv_op(e.op) : conv) {
-        kind.rank = model ? (e.op == "conv1d" ? 1 : e.op == "conv3d" ? 3 : 2) : rank;
-        kind.nhwc = model ? e.op == "conv2d_nhwc" : layout == "nhwc";
-      }
-      // The baselines read the op from the compute's name, which a table sets to the workload's.
-      Compute op_compute = c;
-      op_compute.name = e.op;
-      measure_baselines(row, op_compute, ws, ref, tmap_out, kind, graph_runs, compiler);
-      const Row& r = row;
-      std::fprintf(stderr, "%-10s tmap %8s us  %-36s %8s us  speedup %s", r.name.c_str(),
-                   r.tmap ? fixed(r.tmap->warm_us).c_str() : "-", r.baseline ? r.baseline->name.c_str() : "-",
-                   r.baseline ? fixed(r.baseline->time.warm_us).c_str() : "-",
-                   r.tmap && r.baseline ? fixed(r.baseline->time.warm_us / r.tmap->warm_us).c_str() : "-");
-      if (r.other)
-        std::fprintf(stderr, "  (other layout: %s %s us)", r.other->name.c_str(), fixed(r.other->time.warm_us).c_str());
-      if (r.unfused)
-        std::fprintf(stderr, "  (unfused: %s %s us)", r.unfused->name.c_str(), fixed(r.unfused->time.warm_us).c_str());
-      std::fprintf(stderr, "\n");
-      rows.push_back(std::move(row));
-    }
-
-    int cudnn_version = static_cast<int>(cudnnGetVersion());
-    int cublas_version = 0;
-    cublasGetProperty(MAJOR_VERSION, &cublas_version);
-    // The table's own name: its "title", else what its file is known as, else the file's stem.
-    const std::string stem = std::filesystem::path(table_path).stem().string();
-    const std::string kind = table.contains("title") && table["title"].is_string() ? table["title"].get<std::string>()
-                             : depthwise                                        ? "depthwise conv2d"
-                             : stem.find("grouped") != std::string::npos         ? "grouped conv2d"
-                             : stem.find("resnet18") != std::string::npos        ? "ResNet-18 conv2d"
-                             : stem == "conv1d" || stem == "conv3d"             ? stem
-                                                                                : "conv" + std::to_string(rank) + "d (" + stem + ")";
-    const std::string what = (model ? kind + " (workload table)" : conv ? kind + ", batch " + std::to_string(batch) + ", " + layout_name
-                                   : table_path.find("skinny") != std::string::npos ? "skinny GEMM" : "GEMM") +
-                             ", " + dtypes_text(first ? &*first : nullptr);
-    bool any_conv = conv;
-    for (const auto& e : entries) any_conv = any_conv || (model && is_conv_op(e.op));
-    // A table of fused workloads compares with the unfused sequence where others compare layouts.
-    bool any_fused = false;
-    for (const auto& e : entries) any_fused = any_fused || (e.workload && !e.workload->epilogue.empty());
-    Report report;
-    report.title = what;
-    report.device = "Device " + rt.devices.front().name + ", driver " + tmap::cuda_version_text(rt.driver_version) +
-                    ", CUDA " + tmap::cuda_version_text(rt.runtime_version) + ", cuDNN " +
-                    std::to_string(cudnn_version / 10000) + "." + std::to_string(cudnn_version % 10000 / 100) + "." +
-                    std::to_string(cudnn_version % 100) + ", cuBLAS " + std::to_string(cublas_version);
-    report.commit = commit;
-    report.date = utc_date();
-    report.graph_runs = graph_runs;
-    report.peak_tflops = peak_tflops;
-    report.copy_gbs = copy_gbs;
-    report.layout_cols = any_conv && !any_fused;
-    report.fused = any_fused;
-    report.ranged = std::any_of(entries.begin(), entries.end(), [](const Entry& e) { return e.of_range; });
-    report.model = model.has_value();
-    report.out_dtype = first ? tmap::dtype_name(first->tensor_of(first->output).dtype) : "";
-    if (!csv_path.empty()) {
-      std::ofstream csv(csv_path);
-      write_csv(csv, rows, report);
-    }
-    const std::string md = markdown(rows, report);
-    if (!md_path.empty()) std::ofstream(md_path) << md;
-    std::cout << md;
-    return 0;
+    return bench_table(table, a, *kind, entries, compute_of, first ? &*first : nullptr);
   } catch (const std::exception& e) {
     std::cerr << "tmap_bench: error: " << e.what() << "\n";
     return 1;
