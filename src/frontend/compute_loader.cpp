@@ -23,6 +23,81 @@ constexpr std::int64_t kMaxElements32 = INT32_MAX;
 
 }  // namespace
 
+namespace {
+
+/// "params": integer defaults of the parameters.
+void read_params(const ordered_json& params, JsonReader& r, ComputeDef& def) {
+  r.expect_type(params, "/params", params.is_object(), "\"params\"", "an object of integer defaults");
+  for (const auto& [name, v] : params.items()) {
+    std::string ptr = JsonLocations::child("/params", name);
+    if (!is_integer_of<std::int64_t>(v))
+      r.fail_value(ptr, "parameter \"" + name + "\" must have an integer default, not " +
+                            (v.is_number_integer() ? std::string("one beyond 64 bits") : std::string(v.type_name())));
+    def.params.push_back({name, v.get<std::int64_t>(), r.key_loc(ptr)});
+  }
+}
+
+/// Tensor `name` of "tensors": its shape and dtype.
+TensorDecl read_tensor(const std::string& name, const ordered_json& t, JsonReader& r) {
+  std::string ptr = JsonLocations::child("/tensors", name);
+  r.expect_type(t, ptr, t.is_object(), "tensor \"" + name + "\"", "an object with \"shape\" and \"dtype\"");
+  r.check_keys(t, ptr, {"shape", "dtype"}, "tensor \"" + name + "\"");
+  TensorDecl decl;
+  decl.name = name;
+  decl.loc = r.key_loc(ptr);
+  if (!t.contains("shape")) r.fail_key(ptr, "tensor \"" + name + "\" has no \"shape\"");
+  if (!t.contains("dtype")) r.fail_key(ptr, "tensor \"" + name + "\" has no \"dtype\"",
+                                       "supported dtypes: " + supported_dtype_names());
+  const auto& shape = t["shape"];
+  r.expect_type(shape, ptr + "/shape", shape.is_array() && !shape.empty(), "the shape of \"" + name + "\"",
+                "a non-empty array of integers or expressions");
+  for (std::size_t d = 0; d < shape.size(); ++d)
+    decl.shape.push_back(r.expression(shape[d], ptr + "/shape/" + std::to_string(d),
+                                      "dimension " + std::to_string(d) + " of \"" + name + "\""));
+  const auto& dt = t["dtype"];
+  r.expect_type(dt, ptr + "/dtype", dt.is_string(), "the dtype of \"" + name + "\"", "a string");
+  auto parsed = parse_dtype(dt.get<std::string>());
+  if (!parsed)
+    r.fail_value(ptr + "/dtype", "dtype \"" + dt.get<std::string>() + "\" of tensor \"" + name + "\" is not supported",
+                 "supported dtypes: " + supported_dtype_names());
+  decl.dtype = *parsed;
+  decl.dtype_loc = r.value_loc(ptr + "/dtype");
+  return decl;
+}
+
+/// "iterators", "requires" and "accumulate", each where given.
+void read_loops(const ordered_json& doc, JsonReader& r, ComputeDef& def) {
+  if (doc.contains("iterators")) {
+    const auto& its = doc["iterators"];
+    r.expect_type(its, "/iterators", its.is_object(), "\"iterators\"", "an object of iterator extents");
+    for (const auto& [name, v] : its.items()) {
+      std::string ptr = JsonLocations::child("/iterators", name);
+      def.extents.push_back({name, r.expression(v, ptr, "the extent of iterator \"" + name + "\""), r.key_loc(ptr)});
+    }
+  }
+  if (doc.contains("requires")) {
+    const auto& reqs = doc["requires"];
+    r.expect_type(reqs, "/requires", reqs.is_array(), "\"requires\"", "an array of conditions");
+    for (std::size_t i = 0; i < reqs.size(); ++i) {
+      std::string ptr = "/requires/" + std::to_string(i);
+      r.expect_type(reqs[i], ptr, reqs[i].is_string(), "a requirement", "a string such as \"K % groups == 0\"");
+      def.requirements.push_back({r.expression(reqs[i], ptr, "a requirement", true), r.value_loc(ptr)});
+    }
+  }
+  if (doc.contains("accumulate")) {
+    const auto& acc = doc["accumulate"];
+    r.expect_type(acc, "/accumulate", acc.is_string(), "\"accumulate\"", "a dtype such as \"float32\"");
+    auto parsed = parse_dtype(acc.get<std::string>());
+    if (!parsed)
+      r.fail_value("/accumulate", "accumulation dtype \"" + acc.get<std::string>() + "\" is not supported",
+                   "supported dtypes: " + supported_dtype_names());
+    def.accumulate = *parsed;
+    def.accumulate_loc = r.value_loc("/accumulate");
+  }
+}
+
+}  // namespace
+
 ComputeDef parse_compute_json(const SourceText& source, const std::string& default_name) {
   ordered_json doc = parse_json_text(source, "a compute file is one JSON object; see 'tmap ops show gemm'");
   JsonLocations locs(source);
@@ -50,80 +125,14 @@ ComputeDef parse_compute_json(const SourceText& source, const std::string& defau
   r.expect_type(doc["compute"], "/compute", doc["compute"].is_string(), "\"compute\"", "a string");
   def.statement_text = doc["compute"].get<std::string>();
   def.statement = parse_statement(def.statement_text, r.string_locator("/compute"));
-
-  if (doc.contains("params")) {
-    const auto& params = doc["params"];
-    r.expect_type(params, "/params", params.is_object(), "\"params\"", "an object of integer defaults");
-    for (const auto& [name, v] : params.items()) {
-      std::string ptr = JsonLocations::child("/params", name);
-      if (!is_integer_of<std::int64_t>(v))
-        r.fail_value(ptr, "parameter \"" + name + "\" must have an integer default, not " +
-                              (v.is_number_integer() ? std::string("one beyond 64 bits") : std::string(v.type_name())));
-      def.params.push_back({name, v.get<std::int64_t>(), r.key_loc(ptr)});
-    }
-  }
-
+  if (doc.contains("params")) read_params(doc["params"], r, def);
   if (!doc.contains("tensors"))
     throw_user_error(r.value_loc(""), "missing \"tensors\": the shape and dtype of each tensor",
                      "add e.g. \"tensors\": {\"A\": {\"shape\": [\"M\", \"K\"], \"dtype\": \"float16\"}, ...}");
   const auto& tensors = doc["tensors"];
   r.expect_type(tensors, "/tensors", tensors.is_object(), "\"tensors\"", "an object");
-  for (const auto& [name, t] : tensors.items()) {
-    std::string ptr = JsonLocations::child("/tensors", name);
-    r.expect_type(t, ptr, t.is_object(), "tensor \"" + name + "\"", "an object with \"shape\" and \"dtype\"");
-    r.check_keys(t, ptr, {"shape", "dtype"}, "tensor \"" + name + "\"");
-    TensorDecl decl;
-    decl.name = name;
-    decl.loc = r.key_loc(ptr);
-    if (!t.contains("shape")) r.fail_key(ptr, "tensor \"" + name + "\" has no \"shape\"");
-    if (!t.contains("dtype")) r.fail_key(ptr, "tensor \"" + name + "\" has no \"dtype\"",
-                                         "supported dtypes: " + supported_dtype_names());
-    const auto& shape = t["shape"];
-    r.expect_type(shape, ptr + "/shape", shape.is_array() && !shape.empty(), "the shape of \"" + name + "\"",
-                  "a non-empty array of integers or expressions");
-    for (std::size_t d = 0; d < shape.size(); ++d)
-      decl.shape.push_back(r.expression(shape[d], ptr + "/shape/" + std::to_string(d),
-                                        "dimension " + std::to_string(d) + " of \"" + name + "\""));
-    const auto& dt = t["dtype"];
-    r.expect_type(dt, ptr + "/dtype", dt.is_string(), "the dtype of \"" + name + "\"", "a string");
-    auto parsed = parse_dtype(dt.get<std::string>());
-    if (!parsed)
-      r.fail_value(ptr + "/dtype", "dtype \"" + dt.get<std::string>() + "\" of tensor \"" + name + "\" is not supported",
-                   "supported dtypes: " + supported_dtype_names());
-    decl.dtype = *parsed;
-    decl.dtype_loc = r.value_loc(ptr + "/dtype");
-    def.tensors.push_back(std::move(decl));
-  }
-
-  if (doc.contains("iterators")) {
-    const auto& its = doc["iterators"];
-    r.expect_type(its, "/iterators", its.is_object(), "\"iterators\"", "an object of iterator extents");
-    for (const auto& [name, v] : its.items()) {
-      std::string ptr = JsonLocations::child("/iterators", name);
-      def.extents.push_back({name, r.expression(v, ptr, "the extent of iterator \"" + name + "\""), r.key_loc(ptr)});
-    }
-  }
-
-  if (doc.contains("requires")) {
-    const auto& reqs = doc["requires"];
-    r.expect_type(reqs, "/requires", reqs.is_array(), "\"requires\"", "an array of conditions");
-    for (std::size_t i = 0; i < reqs.size(); ++i) {
-      std::string ptr = "/requires/" + std::to_string(i);
-      r.expect_type(reqs[i], ptr, reqs[i].is_string(), "a requirement", "a string such as \"K % groups == 0\"");
-      def.requirements.push_back({r.expression(reqs[i], ptr, "a requirement", true), r.value_loc(ptr)});
-    }
-  }
-
-  if (doc.contains("accumulate")) {
-    const auto& acc = doc["accumulate"];
-    r.expect_type(acc, "/accumulate", acc.is_string(), "\"accumulate\"", "a dtype such as \"float32\"");
-    auto parsed = parse_dtype(acc.get<std::string>());
-    if (!parsed)
-      r.fail_value("/accumulate", "accumulation dtype \"" + acc.get<std::string>() + "\" is not supported",
-                   "supported dtypes: " + supported_dtype_names());
-    def.accumulate = *parsed;
-    def.accumulate_loc = r.value_loc("/accumulate");
-  }
+  for (const auto& [name, t] : tensors.items()) def.tensors.push_back(read_tensor(name, t, r));
+  read_loops(doc, r, def);
   if (doc.contains("epilogue")) {
     r.expect_type(doc["epilogue"], "/epilogue", doc["epilogue"].is_string(), "\"epilogue\"",
                   "a string such as \"Y[m, n] = relu(C[m, n] + bias[n])\"");
