@@ -56,33 +56,22 @@ std::string operand_read(const ImplicitGemm& g, char op, bool trans, const std::
          element(kk + " + 3") + " << 24))";
 }
 
-KernelSource emit_simt(const ImplicitGemm& g, const ScheduleParams& p) {
-  TMAP_CHECK(g.hw->family == "simt", "the SIMT emitter needs a simt abstraction");
-  TMAP_CHECK(g.shape[Axis::kI] == 1 && g.shape[Axis::kJ] == 1, "SIMT intrinsics are 1 x 1 x P");
-  const int pack = pack_of(g);
-  TMAP_CHECK(pack == 1 || (pack == 2 && g.hw->a_dtype == DType::kFloat16) ||
-                 (pack == 4 && g.hw->a_dtype == DType::kInt8),
-             "SIMT packs are 1 element, half2 or four int8");
-  const std::string ta = storage_type(g.hw->a_dtype), tb = storage_type(g.hw->b_dtype),
-                    tacc = accumulator_type(g.hw->d_dtype),
-                    tout = storage_type(g.compute->tensor_of(g.compute->output).dtype);
+/// The source before the kernel: headers (only those the dtypes need: cuda_bf16.h alone costs
+/// NVRTC a tenth of a second), constants and the device helpers.
+void emit_simt_prelude(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p, int threads, int pack,
+                       const std::string& tout) {
   const bool a_trans = stored_along_mn(g, 0), b_trans = stored_along_mn(g, 1);
   const OutVector ov = out_vector(g, p);
   const bool c_row = ov.along == 'n';
-  KernelSource k = kernel_shell(g, p, block_threads(g, p));
-  const std::string tpart = partial_type(g);
   const StoredTile sa = stored_tile(g, p, 0), sb = stored_tile(g, p, 1);
-
-  std::ostringstream os;
   emit_header(os, g);
-  // Only the headers the dtypes need: cuda_bf16.h alone costs NVRTC a tenth of a second.
   auto uses = [&](DType t) {
     return g.hw->a_dtype == t || g.hw->b_dtype == t || g.compute->tensor_of(g.compute->output).dtype == t;
   };
   if (uses(DType::kFloat16) || pack == 2) os << "#include <cuda_fp16.h>\n";
   if (uses(DType::kBFloat16)) os << "#include <cuda_bf16.h>\n";
   os << "\nnamespace {\n";
-  emit_common_constants(os, g, p, k.threads);
+  emit_common_constants(os, g, p, threads);
   os << "constexpr int TM = WM, TN = WN;  // outputs per thread (its register tile)\n"
      << "constexpr int KL = " << p.k_lanes << ";  // lanes sharing one output's reduction\n"
      << "constexpr int TILES_N = BN / TN;\n"
@@ -94,12 +83,11 @@ KernelSource emit_simt(const ImplicitGemm& g, const ScheduleParams& p) {
   emit_operand_loader(os, g, p, 1);
   emit_output_scatter(os, g, tout, ov.width, ov.along);
   os << "}  // namespace\n\n";
+}
 
-  emit_kernel_entry(os, g, k, p, ta, tb, tout, tpart);
-  os << "  // KL neighbouring lanes share an output tile; the tiles run along n first.\n"
-     << "  const int kl = threadIdx.x % KL, tile = threadIdx.x / KL;\n"
-     << "  const int tm0 = (tile / TILES_N) * TM, tn0 = (tile % TILES_N) * TN;  // this thread's outputs\n\n";
-  const bool half2 = pack == 2;
+/// The thread's register tile of sums, zeroed: half2 pairs of k summed apart in float16 for a
+/// half2 intrinsic (its D), else `tacc`.
+void emit_simt_accumulators(std::ostringstream& os, const std::string& tacc, bool half2) {
   if (half2)
     os << "  __half2 acc2[TM][TN];  // pairs of k summed apart, in float16 as the intrinsic's D\n"
        << "  #pragma unroll\n  for (int i = 0; i < TM; ++i)\n"
@@ -108,13 +96,12 @@ KernelSource emit_simt(const ImplicitGemm& g, const ScheduleParams& p) {
     os << "  " << tacc << " acc[TM][TN];\n"
        << "  #pragma unroll\n  for (int i = 0; i < TM; ++i)\n"
        << "    #pragma unroll\n    for (int j = 0; j < TN; ++j) acc[i][j] = 0;\n";
-  emit_step_range(os);
-  const GatherTile gather_a = gather_tile('a', a_trans, p.vec_a, 1, copies_shifted(g, p, 0)),
-                   gather_b = gather_tile('b', b_trans, p.vec_b, 1, copies_shifted(g, p, 1));
-  const bool staged =
-      emit_tile_loads(os, g, p, k.threads, gather_a, gather_b,
-                      ta + "* a = As + buf * (A_BYTES / (int)sizeof(" + ta + "))",
-                      tb + "* b = Bs + buf * (B_BYTES / (int)sizeof(" + tb + "))");
+}
+
+/// The `compute` lambda: one shared buffer's tiles multiplied into the thread's outputs.
+void emit_simt_compute(std::ostringstream& os, const ImplicitGemm& g, int pack, const std::string& ta,
+                       const std::string& tb, const std::string& tacc) {
+  const bool a_trans = stored_along_mn(g, 0), b_trans = stored_along_mn(g, 1);
   const std::string areg = pack == 1 ? tacc : pack == 2 ? "__half2" : "int";
   os << "  // Multiplies the tiles in shared buffer `buf` into this thread's outputs: its lane takes every\n"
      << "  // KL-th group of P elements of k.\n"
@@ -130,17 +117,21 @@ KernelSource emit_simt(const ImplicitGemm& g, const ScheduleParams& p) {
      << "      #pragma unroll\n      for (int i = 0; i < TM; ++i)\n"
      << "        #pragma unroll\n        for (int j = 0; j < TN; ++j) "
      << (pack == 1   ? "acc[i][j] += av[i] * bv[j];\n"
-         : half2     ? "acc2[i][j] = __hfma2(av[i], bv[j], acc2[i][j]);\n"
+         : pack == 2 ? "acc2[i][j] = __hfma2(av[i], bv[j], acc2[i][j]);\n"
                      : "acc[i][j] = __dp4a(av[i], bv[j], acc[i][j]);\n")
      << "    }\n  };\n\n";
-  emit_main_loop(os, p, staged);
+}
+
+/// After the main loop: half2 pairs folded, the KL lanes' partial sums combined, and each output
+/// tile staged in shared memory `Cs` (of `cs_type`) for the epilogue's stores.
+void emit_simt_stage_outputs(std::ostringstream& os, const ScheduleParams& p, bool half2, bool c_row,
+                             const std::string& cs_type) {
   if (half2)
     os << "  // The two halves of each pair, summed in float16 as the intrinsic's accumulator.\n"
        << "  float acc[TM][TN];\n"
        << "  #pragma unroll\n  for (int i = 0; i < TM; ++i)\n"
        << "    #pragma unroll\n    for (int j = 0; j < TN; ++j) acc[i][j] = __half2float(__hadd(__low2half(acc2[i][j]), "
           "__high2half(acc2[i][j])));\n";
-  const std::string cs_type = half2 ? "float" : tacc;
   if (p.k_lanes > 1)
     os << "  // The KL lanes of an output tile sum their partial results (xor butterfly within the group).\n"
        << "  constexpr unsigned LANES = THREADS >= 32 ? 0xffffffffu : (1u << THREADS) - 1;  // the warp's threads\n"
@@ -154,6 +145,40 @@ KernelSource emit_simt(const ImplicitGemm& g, const ScheduleParams& p) {
      << "      #pragma unroll\n      for (int j = 0; j < TN; ++j) "
      << (c_row ? "Cs[(tm0 + i) * C_LD + tn0 + j]" : "Cs[(tn0 + j) * C_LD + tm0 + i]") << " = acc[i][j];\n"
      << "  }\n";
+}
+
+KernelSource emit_simt(const ImplicitGemm& g, const ScheduleParams& p) {
+  TMAP_CHECK(g.hw->family == "simt", "the SIMT emitter needs a simt abstraction");
+  TMAP_CHECK(g.shape[Axis::kI] == 1 && g.shape[Axis::kJ] == 1, "SIMT intrinsics are 1 x 1 x P");
+  const int pack = pack_of(g);
+  TMAP_CHECK(pack == 1 || (pack == 2 && g.hw->a_dtype == DType::kFloat16) ||
+                 (pack == 4 && g.hw->a_dtype == DType::kInt8),
+             "SIMT packs are 1 element, half2 or four int8");
+  const std::string ta = storage_type(g.hw->a_dtype), tb = storage_type(g.hw->b_dtype),
+                    tacc = accumulator_type(g.hw->d_dtype),
+                    tout = storage_type(g.compute->tensor_of(g.compute->output).dtype);
+  const bool a_trans = stored_along_mn(g, 0), b_trans = stored_along_mn(g, 1), half2 = pack == 2;
+  KernelSource k = kernel_shell(g, p, block_threads(g, p));
+  const std::string tpart = partial_type(g);
+
+  std::ostringstream os;
+  emit_simt_prelude(os, g, p, k.threads, pack, tout);
+  emit_kernel_entry(os, g, k, p, ta, tb, tout, tpart);
+  os << "  // KL neighbouring lanes share an output tile; the tiles run along n first.\n"
+     << "  const int kl = threadIdx.x % KL, tile = threadIdx.x / KL;\n"
+     << "  const int tm0 = (tile / TILES_N) * TM, tn0 = (tile % TILES_N) * TN;  // this thread's outputs\n\n";
+  emit_simt_accumulators(os, tacc, half2);
+  emit_step_range(os);
+  const GatherTile gather_a = gather_tile('a', a_trans, p.vec_a, 1, copies_shifted(g, p, 0)),
+                   gather_b = gather_tile('b', b_trans, p.vec_b, 1, copies_shifted(g, p, 1));
+  const bool staged =
+      emit_tile_loads(os, g, p, k.threads, gather_a, gather_b,
+                      ta + "* a = As + buf * (A_BYTES / (int)sizeof(" + ta + "))",
+                      tb + "* b = Bs + buf * (B_BYTES / (int)sizeof(" + tb + "))");
+  emit_simt_compute(os, g, pack, ta, tb, tacc);
+  emit_main_loop(os, p, staged);
+  const std::string cs_type = half2 ? "float" : tacc;
+  emit_simt_stage_outputs(os, p, half2, out_vector(g, p).along == 'n', cs_type);
   emit_epilogue_stores(os, g, p, cs_type, tout);
   emit_split_reduce(os, g, k, tpart, tout);
   k.code = os.str();
