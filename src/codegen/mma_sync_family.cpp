@@ -260,12 +260,7 @@ KernelSource emit_mma_sync(const ImplicitGemm& g, const ScheduleParams& p) {
      << "    #pragma unroll\n    for (int j = 0; j < NI; ++j)\n"
      << "      #pragma unroll\n      for (int t = 0; t < 4; ++t) acc[i][j][t] = 0;\n\n";
   emit_step_range(os);
-  const GatherTile gather_a = gather_tile('a', a_trans, p.vec_a, 1, copies_shifted(g, p, 0)),
-                   gather_b = gather_tile('b', b_trans, p.vec_b, 1, copies_shifted(g, p, 1));
-  const bool staged =
-      emit_tile_loads(os, g, p, k.threads, gather_a, gather_b,
-                      ta + "* a = As + buf * (A_BYTES / (int)sizeof(" + ta + "))",
-                      tb + "* b = Bs + buf * (B_BYTES / (int)sizeof(" + tb + "))");
+  const bool staged = emit_byte_stage_loads(os, g, p, k.threads, a_trans, b_trans, ta, tb);
   std::ostringstream bases;
   const auto [a_addr, b_addr] = fragment_addresses(bases, g, p, sa, sb, a_trans, b_trans);
   os << "  // ldmatrix row addresses: this thread's part, computed once (see plan_fragments).\n"

@@ -169,12 +169,7 @@ KernelSource emit_simt(const ImplicitGemm& g, const ScheduleParams& p) {
      << "  const int tm0 = (tile / TILES_N) * TM, tn0 = (tile % TILES_N) * TN;  // this thread's outputs\n\n";
   emit_simt_accumulators(os, tacc, half2);
   emit_step_range(os);
-  const GatherTile gather_a = gather_tile('a', a_trans, p.vec_a, 1, copies_shifted(g, p, 0)),
-                   gather_b = gather_tile('b', b_trans, p.vec_b, 1, copies_shifted(g, p, 1));
-  const bool staged =
-      emit_tile_loads(os, g, p, k.threads, gather_a, gather_b,
-                      ta + "* a = As + buf * (A_BYTES / (int)sizeof(" + ta + "))",
-                      tb + "* b = Bs + buf * (B_BYTES / (int)sizeof(" + tb + "))");
+  const bool staged = emit_byte_stage_loads(os, g, p, k.threads, a_trans, b_trans, ta, tb);
   emit_simt_compute(os, g, pack, ta, tb, tacc);
   emit_main_loop(os, p, staged);
   const std::string cs_type = half2 ? "float" : tacc;

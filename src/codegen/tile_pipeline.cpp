@@ -699,6 +699,14 @@ void emit_shift_helpers(std::ostringstream& os, const ImplicitGemm& g, const Sch
   if (copies_shifted(g, p, 0) || copies_shifted(g, p, 1)) emit_device_include(os, "shift");
 }
 
+bool emit_byte_stage_loads(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p, int threads,
+                           bool a_rows, bool b_rows, const std::string& ta, const std::string& tb) {
+  return emit_tile_loads(os, g, p, threads, gather_tile('a', a_rows, p.vec_a, 1, copies_shifted(g, p, 0)),
+                         gather_tile('b', b_rows, p.vec_b, 1, copies_shifted(g, p, 1)),
+                         ta + "* a = As + buf * (A_BYTES / (int)sizeof(" + ta + "))",
+                         tb + "* b = Bs + buf * (B_BYTES / (int)sizeof(" + tb + "))");
+}
+
 bool emit_tile_loads(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p, int threads,
                      const GatherTile& a, const GatherTile& b, const std::string& a_buffer,
                      const std::string& b_buffer) {

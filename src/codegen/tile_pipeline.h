@@ -156,6 +156,11 @@ GatherTile gather_tile(char op, bool k_rows, int vec, int pack, bool shifted);
 bool emit_tile_loads(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p, int threads,
                      const GatherTile& a, const GatherTile& b, const std::string& a_buffer,
                      const std::string& b_buffer);
+/// emit_tile_loads of one element a lane (pack 1), each operand's gather as gather_tile's
+/// `k_rows` (`a_rows`, `b_rows`) gives it, into stage buffers of A_BYTES and B_BYTES holding
+/// `ta` and `tb`.
+bool emit_byte_stage_loads(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p, int threads,
+                           bool a_rows, bool b_rows, const std::string& ta, const std::string& tb);
 /// store_shifted(dst, lo, hi, shift), when an operand is copied in shifted vectors
 /// (copies_shifted), and store_strided<EB, O>(dst, lo, hi, shift) when one is strided (every
 /// other element of the two aligned vectors, Contiguity::step 2).

@@ -1105,13 +1105,7 @@ KernelSource emit_wgmma(const ImplicitGemm& g, const ScheduleParams& p) {
   os << "}  // namespace\n\n";
   emit_entry(os, w);
   bool staged = false;  // operands copied in shifted vectors: fetched into registers, stored later
-  if (!w.ws) {
-    const GatherTile gather_a = gather_tile('a', w.a_mn, p.vec_a, 1, copies_shifted(g, p, 0)),
-                     gather_b = gather_tile('b', w.b_mn, p.vec_b, 1, copies_shifted(g, p, 1));
-    staged = emit_tile_loads(os, g, p, w.k.threads, gather_a, gather_b,
-                             w.ta + "* a = As + buf * (A_BYTES / (int)sizeof(" + w.ta + "))",
-                             w.tb + "* b = Bs + buf * (B_BYTES / (int)sizeof(" + w.tb + "))");
-  }
+  if (!w.ws) staged = emit_byte_stage_loads(os, g, p, w.k.threads, w.a_mn, w.b_mn, w.ta, w.tb);
   emit_compute_lambda(os, w);
   if (w.persistent) {
     emit_persistent_loops(os, g, p, w.sa, w.sb, w.tacc, w.tout, w.c_row,
