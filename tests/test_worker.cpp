@@ -173,10 +173,14 @@ TEST(Worker, RequestsAndResultsRoundTrip) {
   EXPECT_EQ(p.steps[0].cluster_x, 2);
   ASSERT_EQ(p.steps[0].num_args, 6) << "A, B, output, workspace, then the two maps";
   EXPECT_EQ(p.steps[0].args[5].slot, TMAP_SLOT_MAP + 1);
-  MeasureResult res{MeasureStatus::kTimeout, "slow", 0.5, 12.5, {12.0, 13.0}};
+  MeasureResult res{MeasureStatus::kTimeout, "slow", 0.5, 12.5, {12.0, 13.0}, {0.25, 0.125, 0.5, 2.0}};
   MeasureResult res_back = result_from_json(to_json(res));
   EXPECT_EQ(res_back.status, MeasureStatus::kTimeout);
   EXPECT_EQ(res_back.times_us, res.times_us);
+  EXPECT_EQ(res_back.phases.prepare, 0.25);
+  EXPECT_EQ(res_back.phases.load, 0.125);
+  EXPECT_EQ(res_back.phases.check, 0.5);
+  EXPECT_EQ(res_back.phases.time, 2.0);
 }
 
 // A run's measurers share the reference kernels: each compute's is compiled once (in the
@@ -366,6 +370,33 @@ TEST(Worker, CandidatesFarBehindTheFastestAreTimedOnce) {
   const MeasureResult again = worker.measure(request("again", gemm + " out[i * 64 + j] = s;"));
   ASSERT_EQ(again.status, MeasureStatus::kOk) << again.message;
   EXPECT_GE(again.times_us.size(), 5u);
+}
+
+// A measurement says where the worker's time went: the shape is prepared for its first
+// candidate only, and every candidate is loaded, checked and timed, within the measurement's time.
+TEST(Worker, EachMeasurementSaysWhereItsTimeWent) {
+  if (query_runtime().devices.empty()) GTEST_SKIP() << "no GPU: " << query_runtime().status;
+  MeasureWorker worker(TMAP_BINARY, 10.0);
+  const std::string gemm = "int i = blockIdx.x, j = threadIdx.x; float s = 0; for (int k = 0; k < 64; ++k) s += "
+                           "__half2float(a[i * 64 + k]) * __half2float(b[k * 64 + j]); out[i * 64 + j] = s;";
+  std::vector<MeasurePhases> phases;
+  for (const char* name : {"first", "second"}) {
+    MeasureRequest r = gemm_request(name, 64, 64);
+    r.cubin_path = compile_to_file(name, gemm);
+    r.timing = tuning_timing(5);
+    const auto t0 = std::chrono::steady_clock::now();
+    const MeasureResult m = worker.measure(r);
+    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ASSERT_EQ(m.status, MeasureStatus::kOk) << m.message;
+    const MeasurePhases& p = m.phases;
+    EXPECT_GT(p.load, 0) << name;
+    EXPECT_GT(p.check, 0) << name;
+    EXPECT_GE(p.time, 0.005) << name << ": timed until 5 ms of runs";
+    EXPECT_LT(p.prepare + p.load + p.check + p.time, wall) << name;
+    phases.push_back(p);
+  }
+  EXPECT_GT(phases[0].prepare, 0) << "the shape's inputs and reference";
+  EXPECT_LT(phases[1].prepare, phases[0].prepare) << "the second candidate finds the shape kept";
 }
 
 }  // namespace

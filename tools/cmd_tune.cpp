@@ -72,16 +72,23 @@ class StopOnSignals {
 
 /// Where a run's time went (TuneSummary's seconds), for the text and JSON outputs.
 std::string time_text(const TuneSummary& s) {
-  char buf[256];
+  const MeasurePhases& w = s.worker;
+  char buf[384];
   std::snprintf(buf, sizeof buf,
-                "time: measuring %.1f s, waiting for compilation %.1f s, proposing %.1f s, recording %.1f s, "
+                "time: measuring %.1f s (in the worker: shapes %.1f, loading %.1f, first run and check %.1f, "
+                "timing %.1f), waiting for compilation %.1f s, proposing %.1f s, recording %.1f s, "
                 "fitting the model %.1f s",
-                s.measure_s, s.compile_wait_s, s.propose_s, s.record_s, s.fit_s);
+                s.measure_s, w.prepare, w.load, w.check, w.time, s.compile_wait_s, s.propose_s, s.record_s, s.fit_s);
   return buf;
 }
 nlohmann::json time_json(const TuneSummary& s) {
-  return {{"measure", s.measure_s}, {"compile_wait", s.compile_wait_s}, {"propose", s.propose_s},
-          {"record", s.record_s},   {"fit", s.fit_s}};
+  const MeasurePhases& w = s.worker;
+  return {{"measure", s.measure_s},
+          {"measure_phases", {{"prepare", w.prepare}, {"load", w.load}, {"check", w.check}, {"time", w.time}}},
+          {"compile_wait", s.compile_wait_s},
+          {"propose", s.propose_s},
+          {"record", s.record_s},
+          {"fit", s.fit_s}};
 }
 
 std::string duration_text(double s) {

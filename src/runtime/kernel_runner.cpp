@@ -1,6 +1,7 @@
 #include "tmap/runtime/kernel_runner.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -446,6 +447,21 @@ double median_of(std::vector<double> v) {
 
 namespace {
 
+/// Seconds between successive laps.
+class PhaseClock {
+ public:
+  double lap() {
+    const auto now = std::chrono::steady_clock::now();
+    const double s = std::chrono::duration<double>(now - last_).count();
+    last_ = now;
+    return s;
+  }
+
+ private:
+  std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
+};
+
+
 /// Reads a buffer in 16-byte loads and writes nothing (the store is never taken: it only keeps
 /// the loads), so that the L2 ends up holding the buffer's lines, all clean.
 constexpr const char* kFlushSource = R"(
@@ -575,6 +591,14 @@ std::vector<double> time_launches(const std::function<int(void* stream)>& launch
   return times;
 }
 
+MeasurePhases& MeasurePhases::operator+=(const MeasurePhases& o) {
+  prepare += o.prepare;
+  load += o.load;
+  check += o.check;
+  time += o.time;
+  return *this;
+}
+
 KernelRun run_candidate(Workspace& ws, const std::vector<double>& reference, int a_tensor, int b_tensor,
                         const KernelSource& k, const std::vector<char>& cubin, const TimingOptions& timing,
                         std::int64_t size) {
@@ -586,6 +610,7 @@ KernelRun run_candidate(Workspace& ws, const std::vector<double>& reference, int
                         std::int64_t size) {
   KernelRun run;
   const tmap_launch_plan& plan = launch.plan;
+  PhaseClock clock;
   try {
     LoadedModule module(cubin, launch.kernels);
     check(tmap_plan_prepare(&plan, module.kernels()), "cudaFuncSetAttribute", FailureKind::kLoad);
@@ -615,6 +640,7 @@ KernelRun run_candidate(Workspace& ws, const std::vector<double>& reference, int
       return static_cast<int>(
           tmap_plan_enqueue(&plan, module.kernels(), slots, maps, size, &cache, static_cast<cudaStream_t>(s)));
     };
+    run.phases.load = clock.lap();
     ws.poison_output();
     Event first_start, first_stop;
     check(cudaEventRecord(first_start.get(), stream), "cudaEventRecord");
@@ -622,6 +648,7 @@ KernelRun run_candidate(Workspace& ws, const std::vector<double>& reference, int
     check(cudaEventRecord(first_stop.get(), stream), "cudaEventRecord");
     check(cudaStreamSynchronize(stream), "kernel");
     if (!reference.empty()) run.rel_l2 = ws.output_error(reference);
+    run.phases.check = clock.lap();
     float first_ms = 0;
     check(cudaEventElapsedTime(&first_ms, first_start.get(), first_stop.get()), "cudaEventElapsedTime");
     TimingOptions effective = timing;
@@ -633,6 +660,7 @@ KernelRun run_candidate(Workspace& ws, const std::vector<double>& reference, int
     }
 
     run.times_us = time_launches(enqueue, effective);
+    run.phases.time = clock.lap();
     // A plan whose kernels keep state in the workspace between launches (the tile counters of a
     // last-block split-K sum) must still be right after the timed runs: run it once more on a
     // poisoned output, and report the worse error.
@@ -642,6 +670,7 @@ KernelRun run_candidate(Workspace& ws, const std::vector<double>& reference, int
       check(cudaStreamSynchronize(stream), "kernel");
       const double again = ws.output_error(reference);
       if (!(again <= run.rel_l2)) run.rel_l2 = again;  // NaN included
+      run.phases.check += clock.lap();
     }
   } catch (const CudaFailure& e) {
     run.error = e.what();

@@ -100,8 +100,13 @@ MeasureRequest request_from_json(const nlohmann::json& j) {
 }
 
 nlohmann::json to_json(const MeasureResult& r) {
-  return {{"status", status_name(r.status)}, {"message", r.message}, {"rel_l2", r.rel_l2},
-          {"median_us", r.median_us},        {"times_us", r.times_us}};
+  const MeasurePhases& p = r.phases;
+  return {{"status", status_name(r.status)},
+          {"message", r.message},
+          {"rel_l2", r.rel_l2},
+          {"median_us", r.median_us},
+          {"times_us", r.times_us},
+          {"phases", {p.prepare, p.load, p.check, p.time}}};
 }
 
 MeasureResult result_from_json(const nlohmann::json& j) {
@@ -114,6 +119,8 @@ MeasureResult result_from_json(const nlohmann::json& j) {
   r.rel_l2 = j.at("rel_l2").is_number() ? j.at("rel_l2").get<double>() : INFINITY;
   r.median_us = j.at("median_us");
   r.times_us = j.at("times_us").get<std::vector<double>>();
+  const std::vector<double> p = j.value("phases", std::vector<double>{});
+  if (p.size() == 4) r.phases = {p[0], p[1], p[2], p[3]};
   return r;
 }
 
@@ -158,6 +165,10 @@ std::string ReferenceBinaries::path(const nlohmann::json& compute) {
 namespace {
 
 std::string key_of(const Compute& sized, std::uint64_t seed) { return to_json(sized).dump() + "#" + std::to_string(seed); }
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
 
 /// One shape's tensors and reference output, as a worker keeps them.
 struct Prepared {
@@ -224,11 +235,16 @@ class PreparedShapes {
 MeasureResult measure_request(MeasureRequest& req, Prepared& p) {
   MeasureResult result;
   if (req.timing.slow_factor > 0) req.timing.slow_us = req.timing.slow_factor * p.fastest_us;
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::vector<char> cubin = read_binary(req.cubin_path);
+  const double read_s = seconds_since(t0);
   KernelRun run = run_candidate(*p.workspace, req.verify ? p.reference : std::vector<double>{}, req.a_tensor,
-                                req.b_tensor, req.launch, read_binary(req.cubin_path), req.timing, req.size);
+                                req.b_tensor, req.launch, cubin, req.timing, req.size);
+  run.phases.load += read_s;
   result.rel_l2 = run.rel_l2;
   result.median_us = run.median_us;
   result.times_us = run.times_us;
+  result.phases = run.phases;
   result.message = run.error;
   switch (run.failure) {
     case FailureKind::kNone:
@@ -272,7 +288,11 @@ int run_measure_worker(std::FILE* in, std::FILE* out, int device) {
     try {
       if (!device_error.empty()) throw UserError(device_error);
       MeasureRequest req = request_from_json(nlohmann::json::parse(line));
-      result = measure_request(req, shapes.get(req, cc_of_device));
+      const auto t0 = std::chrono::steady_clock::now();
+      Prepared& shape = shapes.get(req, cc_of_device);
+      const double prepare_s = seconds_since(t0);
+      result = measure_request(req, shape);
+      result.phases.prepare = prepare_s;
       fatal = result.status != MeasureStatus::kOk && result.status != MeasureStatus::kWrongResult;
     } catch (const std::exception& e) {
       result.status = MeasureStatus::kWorkerError;

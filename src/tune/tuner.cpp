@@ -255,6 +255,7 @@ void TuneSummary::add_times(const TuneSummary& o) {
   propose_s += o.propose_s;
   record_s += o.record_s;
   fit_s += o.fit_s;
+  worker += o.worker;
 }
 
 std::size_t first_look_limit(int arms, int batch, int trials, double budget_s, double elapsed_s, int measured) {
@@ -931,6 +932,7 @@ class TuneTask::Impl : public MeasureClient {
     measuring_.erase(it);
     measure_durations_.push_back(d.seconds);
     s_.measure_s += d.seconds;
+    s_.worker += d.result.phases;
     TuneResult res = result_before_measuring(f);
     res.status = status_name(d.result.status);
     res.median_us = d.result.median_us;
@@ -1030,6 +1032,7 @@ class TuneTask::Impl : public MeasureClient {
         MeasurePool::Done d = gpus.run_on(0, [&](Measurer& m) { return m.measure(c_, g, c.params, bins[i].kernel, bins[i].binary); });
         last[i] = std::move(d.result);
         s_.measure_s += d.seconds;
+        s_.worker += last[i].phases;
         if (last[i].status != MeasureStatus::kOk) {
           failed[i] = true;
           continue;

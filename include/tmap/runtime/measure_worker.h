@@ -52,6 +52,7 @@ struct MeasureResult {
   double rel_l2 = 0;
   double median_us = 0;
   std::vector<double> times_us;
+  MeasurePhases phases;  ///< In the worker.
 };
 
 /// The reference kernels' binaries of the computes a tuning run measures, each compiled once in

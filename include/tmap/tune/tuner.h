@@ -140,6 +140,7 @@ struct TuneSummary {
   /// and on the tuner's thread proposing batches (pools ranked by the model), recording results
   /// (the log, the search's and the model's samples) and refitting the cost model.
   double measure_s = 0, compile_wait_s = 0, propose_s = 0, record_s = 0, fit_s = 0;
+  MeasurePhases worker;  ///< Of measure_s, what the workers spent on each step.
   /// Adds `o`'s seconds (measure_s ... fit_s) to these: a model's time over its workloads.
   void add_times(const TuneSummary& o);
   /// The confirmation: candidates measured again, the best time before it (single measurements)
