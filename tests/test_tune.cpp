@@ -1453,6 +1453,7 @@ TEST(RangeTuner, TunesSamplesMeasuresKernelsOfTheRangeAndDispatchesBySize) {
   EXPECT_GT(s.sample_setup_s, 0);  // its setting up and ending are parts of its time
   EXPECT_GE(s.sample_finish_s, 0);
   EXPECT_LE(s.sample_setup_s + s.sample_finish_s, s.tune_s);
+  EXPECT_LE(s.sample_finish_compile_s, s.sample_finish_s);
   // The samples searched the range's kernels, each under a workload of its own.
   EXPECT_EQ(m.keys.size(), 4u * 8);
   std::set<std::string> sample_keys;

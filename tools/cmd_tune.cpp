@@ -75,16 +75,18 @@ std::string time_text(const TuneSummary& s) {
   const MeasurePhases& w = s.worker;
   char buf[384];
   std::snprintf(buf, sizeof buf,
-                "time: measuring %.1f s (in the worker: shapes %.1f, loading %.1f, first run and check %.1f, "
-                "timing %.1f), waiting for compilation %.1f s, proposing %.1f s, recording %.1f s, "
+                "time: measuring %.1f s (in the worker: inputs %.1f, references %.1f, loading %.1f, first run and "
+                "check %.1f, timing %.1f), waiting for compilation %.1f s, proposing %.1f s, recording %.1f s, "
                 "fitting the model %.1f s",
-                s.measure_s, w.prepare, w.load, w.check, w.time, s.compile_wait_s, s.propose_s, s.record_s, s.fit_s);
+                s.measure_s, w.inputs, w.reference, w.load, w.check, w.time, s.compile_wait_s, s.propose_s,
+                s.record_s, s.fit_s);
   return buf;
 }
 nlohmann::json time_json(const TuneSummary& s) {
   const MeasurePhases& w = s.worker;
   return {{"measure", s.measure_s},
-          {"measure_phases", {{"prepare", w.prepare}, {"load", w.load}, {"check", w.check}, {"time", w.time}}},
+          {"measure_phases",
+           {{"inputs", w.inputs}, {"reference", w.reference}, {"load", w.load}, {"check", w.check}, {"time", w.time}}},
           {"compile_wait", s.compile_wait_s},
           {"propose", s.propose_s},
           {"record", s.record_s},
@@ -568,8 +570,9 @@ void print_range_summary(const RangeTuneSummary& s, const Compute& c, const std:
               param.c_str(), (long long)c.dynamic.lo, (long long)c.dynamic.hi, c.name.c_str(), s.points.size(),
               duration_text(s.tune_s).c_str(), s.candidates, s.measurements, s.failed, duration_text(s.cross_s).c_str(),
               log_path.c_str());
-  std::printf("samples: %d trials (setting up %.1f s, ending %.1f s); %s\n", s.sample_trials, s.sample_setup_s,
-              s.sample_finish_s, time_text(s.sample_times).c_str());
+  std::printf("samples: %d trials (setting up %.1f s, ending %.1f s, of which %.1f s awaiting compiles); %s\n",
+              s.sample_trials, s.sample_setup_s, s.sample_finish_s, s.sample_finish_compile_s,
+              time_text(s.sample_times).c_str());
   std::printf("%-12s %-10s %-10s %s\n", "bucket", "worst", "at", "kernel");
   for (const RangeBucket& b : s.buckets)
     std::printf("%5lld-%-6lld %-10.3f %-10lld %s %s\n", (long long)b.lo, (long long)b.hi, b.worst_ratio,
@@ -605,7 +608,8 @@ nlohmann::json range_summary_json(const RangeTuneSummary& s, const Compute& c, c
           {"candidates", s.candidates}, {"measurements", s.measurements}, {"failed", s.failed},
           {"skipped", s.skipped}, {"beyond_budget", s.beyond_budget}, {"over_cap", s.over_cap}, {"tune_s", s.tune_s}, {"measure_s", s.cross_s}, {"wall_s", s.wall_s},
           {"sample_trials", s.sample_trials}, {"sample_time", time_json(s.sample_times)},
-          {"sample_setup_s", s.sample_setup_s}, {"sample_finish_s", s.sample_finish_s}};
+          {"sample_setup_s", s.sample_setup_s}, {"sample_finish_s", s.sample_finish_s},
+          {"sample_finish_compile_s", s.sample_finish_compile_s}};
 }
 
 /// Tunes one range of sizes on the machine's GPUs.

@@ -592,7 +592,8 @@ std::vector<double> time_launches(const std::function<int(void* stream)>& launch
 }
 
 MeasurePhases& MeasurePhases::operator+=(const MeasurePhases& o) {
-  prepare += o.prepare;
+  inputs += o.inputs;
+  reference += o.reference;
   load += o.load;
   check += o.check;
   time += o.time;

@@ -106,7 +106,7 @@ nlohmann::json to_json(const MeasureResult& r) {
           {"rel_l2", r.rel_l2},
           {"median_us", r.median_us},
           {"times_us", r.times_us},
-          {"phases", {p.prepare, p.load, p.check, p.time}}};
+          {"phases", {p.inputs, p.reference, p.load, p.check, p.time}}};
 }
 
 MeasureResult result_from_json(const nlohmann::json& j) {
@@ -120,7 +120,7 @@ MeasureResult result_from_json(const nlohmann::json& j) {
   r.median_us = j.at("median_us");
   r.times_us = j.at("times_us").get<std::vector<double>>();
   const std::vector<double> p = j.value("phases", std::vector<double>{});
-  if (p.size() == 4) r.phases = {p[0], p[1], p[2], p[3]};
+  if (p.size() == 5) r.phases = {p[0], p[1], p[2], p[3], p[4]};
   return r;
 }
 
@@ -189,8 +189,8 @@ class PreparedShapes {
  public:
   explicit PreparedShapes(std::size_t budget_bytes) : budget_(budget_bytes) {}
 
-  /// The shape of `req`, prepared now if it is not kept.
-  Prepared& get(const MeasureRequest& req, int cc_of_device) {
+  /// The shape of `req`, prepared now if it is not kept (its seconds added to `phases`).
+  Prepared& get(const MeasureRequest& req, int cc_of_device, MeasurePhases& phases) {
     Compute sized = sized_compute(req);
     const std::string key = key_of(sized, req.seed);
     for (auto it = kept_.begin(); it != kept_.end(); ++it)
@@ -198,7 +198,7 @@ class PreparedShapes {
         kept_.splice(kept_.begin(), kept_, it);
         return kept_.front().second;
       }
-    kept_.emplace_front(key, prepare(std::move(sized), req, cc_of_device));
+    kept_.emplace_front(key, prepare(std::move(sized), req, cc_of_device, phases));
     std::size_t total = 0;
     for (auto it = kept_.begin(); it != kept_.end();) {
       const std::size_t bytes = it->second.bytes();
@@ -213,16 +213,20 @@ class PreparedShapes {
   }
 
  private:
-  Prepared prepare(Compute sized, const MeasureRequest& req, int cc_of_device) {
+  Prepared prepare(Compute sized, const MeasureRequest& req, int cc_of_device, MeasurePhases& phases) {
+    const auto t0 = std::chrono::steady_clock::now();
     Prepared p;
     p.compute = std::make_unique<Compute>(std::move(sized));
     p.workspace = std::make_unique<Workspace>(*p.compute, req.seed, HostValues::kDrop);
+    phases.inputs += seconds_since(t0);
+    const auto t1 = std::chrono::steady_clock::now();
     if (req.verify && !req.reference_cubin_path.empty()) {
       p.reference = gpu_reference(*p.workspace, read_binary(req.reference_cubin_path));
     } else if (req.verify) {
       if (!compiler_) compiler_ = std::make_unique<NvrtcCompiler>(cc_of_device);
       p.reference = gpu_reference(*p.workspace, *compiler_);
     }
+    phases.reference += seconds_since(t1);
     return p;
   }
 
@@ -288,11 +292,11 @@ int run_measure_worker(std::FILE* in, std::FILE* out, int device) {
     try {
       if (!device_error.empty()) throw UserError(device_error);
       MeasureRequest req = request_from_json(nlohmann::json::parse(line));
-      const auto t0 = std::chrono::steady_clock::now();
-      Prepared& shape = shapes.get(req, cc_of_device);
-      const double prepare_s = seconds_since(t0);
+      MeasurePhases preparing;
+      Prepared& shape = shapes.get(req, cc_of_device, preparing);
       result = measure_request(req, shape);
-      result.phases.prepare = prepare_s;
+      result.phases.inputs = preparing.inputs;
+      result.phases.reference = preparing.reference;
       fatal = result.status != MeasureStatus::kOk && result.status != MeasureStatus::kWrongResult;
     } catch (const std::exception& e) {
       result.status = MeasureStatus::kWorkerError;

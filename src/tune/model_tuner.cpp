@@ -332,8 +332,10 @@ class ModelScheduler {
     }
     // Every task's compiling ends at once: destroyed one after another, each waited for its own
     // running compiles while the others' queued ones kept the compile workers busy.
+    const Clock::time_point compiles = Clock::now();
     for (Slot& s : slots_) s.task->abandon();
     for (Slot& s : slots_) s.task.reset();  // waits for the compiles already running
+    out_.finish_compile_s = seconds_since(compiles);
     out_.finish_s = seconds_since(ending);
     out_.wall_s = seconds_since(t0_);
   }

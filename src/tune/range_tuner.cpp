@@ -492,6 +492,7 @@ RangeTuneSummary tune_range(const Compute& range, const std::vector<HwAbstractio
   s.sample_trials = samples.measured;
   s.sample_setup_s = samples.setup_s;
   s.sample_finish_s = samples.finish_s;
+  s.sample_finish_compile_s = samples.finish_compile_s;
   for (const ModelTaskResult& t : samples.tasks) s.sample_times.add_times(t.summary);
   s.cross_s = seconds_since(t1);
   s.wall_s = seconds_since(t0);

@@ -116,17 +116,18 @@ double median_of(std::vector<double> v);
 /// which the CUDA context is unusable).
 enum class FailureKind { kNone, kLoad, kLaunch, kRuntime };
 
-/// Where a measurement's time went, in seconds: preparing its shape (inputs and reference, once
-/// per shape a worker keeps), loading the kernel's module, its first run with the output check,
-/// and the timed runs. Summed over a tuning run, it says what a faster measurement must cut.
+/// Where a measurement's time went, in seconds: preparing its shape's inputs and computing its
+/// reference output (once per shape a worker keeps), loading the kernel's module, its first run
+/// with the output check, and the timed runs. Summed over a tuning run, it says what a faster
+/// measurement must cut.
 struct MeasurePhases {
-  double prepare = 0, load = 0, check = 0, time = 0;
+  double inputs = 0, reference = 0, load = 0, check = 0, time = 0;
   MeasurePhases& operator+=(const MeasurePhases& o);
 };
 
 struct KernelRun {
   bool ok = false;
-  MeasurePhases phases;  ///< All but `prepare`, which is the caller's.
+  MeasurePhases phases;  ///< All but `inputs` and `reference`, which are the caller's.
   FailureKind failure = FailureKind::kNone;
   std::string error;     ///< CUDA's error name and message.
   double rel_l2 = 0;

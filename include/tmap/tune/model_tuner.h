@@ -59,8 +59,8 @@ struct ModelTuneSummary {
   double wall_s = 0;
   /// Of wall_s: before the first batch (the slots, the log's history and the model's warm
   /// start), and after the budget ended (the last measurements, the confirmations, and the
-  /// batches compiled ahead awaited).
-  double setup_s = 0, finish_s = 0;
+  /// batches compiled ahead awaited); finish_compile_s: of finish_s, the last of them.
+  double setup_s = 0, finish_s = 0, finish_compile_s = 0;
   bool stopped = false;
   std::string stop_reason;
   /// (seconds into the run, weighted_us) whenever the model total improved.

@@ -89,7 +89,7 @@ struct RangeTuneSummary {
   /// its setting up and ending (ModelTuneSummary's).
   int sample_trials = 0;
   TuneSummary sample_times;
-  double sample_setup_s = 0, sample_finish_s = 0;
+  double sample_setup_s = 0, sample_finish_s = 0, sample_finish_compile_s = 0;
 };
 
 /// A range's kernel measured at one size: WorkerMeasurer::measure_at in tmap, a fake in tests.
