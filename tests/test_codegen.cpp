@@ -1747,6 +1747,33 @@ TEST(Codegen, ReferenceKernelsCompileForEveryOpAndDtype) {
   }
 }
 
+// A warp shares an output point when an input would be read a row apart across the lanes of a
+// thread-per-point kernel (gemm_nt's B[n][k], the NHWC filter's K) and the reduction fills a warp.
+TEST(Codegen, ReferenceKernelsSplitTheReductionOverAWarpWhereThreadsWouldReadAcrossRows) {
+  NvrtcCompiler compiler(90);
+  const std::pair<std::string, std::vector<std::string>> warp[] = {
+      {"gemm_nt", {"M=4", "N=64", "K=64"}}, {"conv2d_nhwc", {"N=1", "C=16", "H=8", "W=8", "K=8"}}, {"gemv", {}}};
+  const std::pair<std::string, std::vector<std::string>> thread[] = {
+      {"gemm", {"M=4", "N=64", "K=64"}}, {"conv2d", {}}, {"depthwise_conv2d", {}}, {"gemm_nt", {"K=16"}}};
+  for (const auto& [op, sets] : warp) {
+    const Compute c = build_compute(builtin_op(op), parse_param_overrides(sets));
+    const KernelSource k = emit_reference_kernel(c);
+    EXPECT_NE(k.code.find("One warp per output element"), std::string::npos) << op;
+    EXPECT_EQ(k.grid[0] * k.threads, (c.tensor_of(c.output).num_elements() * 32 + 255) / 256 * 256) << op;
+    EXPECT_TRUE(compiler.compile(k.code, k.name).ok) << op;
+  }
+  for (const auto& [op, sets] : thread) {
+    const KernelSource k = emit_reference_kernel(build_compute(builtin_op(op), parse_param_overrides(sets)));
+    EXPECT_NE(k.code.find("One thread per output element"), std::string::npos) << op;
+  }
+  for (const char* in : {"int8", "int4", "float8_e4m3"}) {  // integer sums shuffled as long long
+    const Compute c = testing::typed_op("gemm_nt", in, dtype_is_float(*parse_dtype(in)) ? "float32" : "int32", {"K=64"});
+    const KernelSource k = emit_reference_kernel(c);
+    const CompileResult r = compiler.compile(k.code, k.name);
+    EXPECT_TRUE(r.ok) << in << ":\n" << r.log;
+  }
+}
+
 TEST(Codegen, CompileErrorsKeepNvrtcsLog) {
   NvrtcCompiler compiler(90);
   CompileResult bad = compiler.compile("extern \"C\" __global__ void k() { undefined_thing(); }", "bad");

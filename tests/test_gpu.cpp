@@ -69,6 +69,7 @@ TEST(Gpu, ReferenceKernelMatchesCpuReference) {
   NvrtcCompiler compiler(device_cc());
   const std::pair<std::string, std::vector<std::string>> cases[] = {
       {"gemm", {"M=33", "N=17", "K=40"}},
+      {"gemm_nt", {"M=5", "N=33", "K=70"}},  // a warp a point (its lanes split K)
       {"gemv", {"M=70", "K=33"}},
       {"batched_gemm", {"BATCH=3", "M=20", "N=12", "K=9"}},
       {"conv1d", {"W=50", "C=5", "K=7", "stride=2"}},
@@ -96,6 +97,12 @@ TEST(Gpu, ReferenceKernelMatchesCpuReference) {
     Workspace ws(c, 11);
     std::vector<double> cpu = cpu_reference(c, ws.host_values());
     EXPECT_EQ(relative_l2(gpu_reference(ws, compiler), cpu), 0.0);
+  }
+  for (const std::string in_t : {"int8", "int4"}) {  // summed by a warp
+    SCOPED_TRACE(in_t + " gemm_nt");
+    const Compute c = typed_op("gemm_nt", in_t, "int32", {"M=3", "N=9", "K=100"});
+    Workspace ws(c, 12);
+    EXPECT_EQ(relative_l2(gpu_reference(ws, compiler), cpu_reference(c, ws.host_values())), 0.0);
   }
 }
 

@@ -80,6 +80,22 @@ std::string reference_epilogue(std::ostringstream& os, const Compute& c) {
   return fold_epilogue<std::string>(e.program, leaf, apply);
 }
 
+/// Whether a warp should share each output point, its lanes splitting the reduction: when an
+/// input's innermost index does not follow the output's fastest iterator that another index does
+/// (a gemm_nt's B[n][k], an NHWC filter's K), one thread a point reads it a row apart in each
+/// lane, and large references took seconds. Lanes along the reduction read such an input along
+/// its rows. Short reductions keep a thread a point.
+bool warp_per_point(const Compute& c, const std::vector<int>& spatial, std::int64_t reduction_points) {
+  if (spatial.empty() || reduction_points < 32) return false;
+  const int fastest = spatial.back();
+  for (const Access& a : c.inputs) {
+    if (a.indices.empty() || a.indices.back().uses(fastest)) continue;
+    for (const AffineExpr& e : a.indices)
+      if (e.uses(fastest)) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 KernelSource emit_reference_kernel(const Compute& c) {
@@ -97,15 +113,17 @@ KernelSource emit_reference_kernel(const Compute& c) {
   const Tensor& out = c.tensor_of(c.output);
   const bool is_float = dtype_is_float(c.accumulate);
   const std::string acc = is_float ? "double" : "long long";
+  const bool by_warp = warp_per_point(c, spatial, reduction_points);
+  const std::int64_t lanes = by_warp ? 32 : 1;
   KernelSource k;
   k.name = "tmap_reference";
   k.threads = 256;
-  k.grid = {(spatial_points + 255) / 256, 1, 1};
+  k.grid = {(spatial_points * lanes + 255) / 256, 1, 1};
 
   std::ostringstream os;
   os << "// Reference for: " << c.statement_text() << "\n"
-     << "// One thread per output element; " << reduction_points << " reduction points each, accumulated in " << acc
-     << ".\n" << float_type_includes(c) << "\n"
+     << "// " << (by_warp ? "One warp" : "One thread") << " per output element; " << reduction_points
+     << " reduction points each, accumulated in " << acc << ".\n" << float_type_includes(c) << "\n"
      << "// Signed 4-bit element i of a packed array (two per byte, low nibble first).\n"
      << "__device__ __forceinline__ int nibble(const unsigned char* p, long long i) {\n"
      << "  const int byte = p[i >> 1];\n"
@@ -118,11 +136,12 @@ KernelSource emit_reference_kernel(const Compute& c) {
        << c.tensors[t].name;
   }
   os << ") {\n"
-     << "  const long long point = blockIdx.x * (long long)blockDim.x + threadIdx.x;\n"
-     << "  if (point >= " << spatial_points << "LL) return;\n";
+     << "  const long long thread = blockIdx.x * (long long)blockDim.x + threadIdx.x;\n"
+     << "  const long long point = thread / " << lanes << ", lane = thread % " << lanes << ";\n"
+     << "  if (point >= " << spatial_points << "LL) return;  // the whole warp, when one shares a point\n";
   decompose(os, c, spatial, "point", "  ");
   os << "  " << acc << " sum = 0;\n"
-     << "  for (long long r = 0; r < " << reduction_points << "LL; ++r) {\n";
+     << "  for (long long r = lane; r < " << reduction_points << "LL; r += " << lanes << ") {\n";
   decompose(os, c, reduction, "r", "    ");
   std::string product;
   for (std::size_t i = 0; i < c.inputs.size(); ++i) {
@@ -137,6 +156,9 @@ KernelSource emit_reference_kernel(const Compute& c) {
     product += (i ? " * " : "") + std::string("v") + std::to_string(i);
   }
   os << "    sum += " << product << ";\n  }\n";
+  if (by_warp)
+    os << "  for (int d = 16; d > 0; d /= 2) sum += __shfl_down_sync(0xffffffffu, sum, d);\n"
+       << "  if (lane != 0) return;\n";
   offset_code(os, c, c.output, "y", "  ");
   const std::string value = c.epilogue.empty() ? "sum" : reference_epilogue(os, c);
   os << "  t_" << out.name << "[y] = (" << storage_type(out.dtype) << ")(" << (out.dtype == DType::kFloat16 || out.dtype == DType::kBFloat16 ? "(float)" : "")
