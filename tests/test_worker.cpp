@@ -119,6 +119,34 @@ TEST(CompileWorkers, CompilesWaitingForAWorkerAreCancelledAndNotCached) {
   use_compile_workers("");
 }
 
+// A compile running in a worker when its job is cancelled (a run's end, a stop) is not waited
+// for: the worker is killed, and the next compile starts a fresh one.
+TEST(CompileWorkers, ACompileRunningInAWorkerIsCancelledByKillingTheWorker) {
+  // About 4000 inlined steps: many seconds of NVRTC.
+  const std::string slow =
+      "template <int N, int O> struct F { __device__ __forceinline__ static float f(float s, const float* x) {\n"
+      "  return F<N / 2, O>::f(F<N - N / 2, O + N / 2>::f(s, x), x); } };\n"
+      "template <int O> struct F<1, O> { __device__ __forceinline__ static float f(float s, const float* x) {\n"
+      "  return s * 1.0001f + x[(O * 7) & 1023]; } };\n"
+      "extern \"C\" __global__ void k(float* x) { x[threadIdx.x] = F<4000, 0>::f(x[threadIdx.x], x); }\n";
+  ASSERT_EQ(use_compile_workers(TMAP_BINARY, 1), 1u);
+  NvrtcCompiler compiler(90);
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto after = [&](double s) {
+    return [&, s] { return std::chrono::steady_clock::now() - t0 > std::chrono::duration<double>(s); };
+  };
+  const CompileResult r = compiler.compile(slow, "slow", after(0.5));
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_TRUE(r.cancelled) << r.log;
+  EXPECT_FALSE(r.ok);
+  EXPECT_LT(took, 3.0) << "the run waited for the compile";
+  EXPECT_TRUE(compile_worker_pids().empty()) << "the worker of the cancelled compile still runs";
+  const CompileResult next = compiler.compile("extern \"C\" __global__ void k(int* x) { x[0] = 1; }", "next");
+  EXPECT_TRUE(next.ok) << next.log;
+  EXPECT_EQ(compile_worker_pids().size(), 1u);
+  use_compile_workers("");
+}
+
 TEST(Worker, RequestsAndResultsRoundTrip) {
   // A warp-specialized kernel's TMA descriptions travel with it (the worker encodes them), an
   // im2col map's corners and traversal steps, and a persistent kernel of block pairs.

@@ -149,7 +149,12 @@ class CompilePool {
     put_blob(request, opts);
     put_blob(request, source);
     CompileResult r;
-    if (!write_all(p.to, request) || !read_reply(p, r)) return give_up(p, fresh && !p.answered);
+    const Reply reply = write_all(p.to, request) ? read_reply(p, r, cancelled) : Reply::kBroken;
+    if (reply == Reply::kCancelled) {  // the worker is killed mid-compile: a run's end waits for no compile
+      retire(p, false);
+      return cancelled_result();
+    }
+    if (reply == Reply::kBroken) return give_up(p, fresh && !p.answered);
     p.answered = true;
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -206,8 +211,8 @@ class CompilePool {
     p = Proc{};
   }
 
-  /// The job goes back to the caller (compiled in-process); `broken` turns the pool off.
-  std::optional<CompileResult> give_up(Proc& p, bool broken) {
+  /// Kills the worker and frees its place; `broken` turns the pool off.
+  void retire(Proc& p, bool broken) {
     stop(p, true);
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -215,43 +220,51 @@ class CompilePool {
       broken_ = broken_ || broken;
     }
     cv_.notify_all();
+  }
+
+  /// The job goes back to the caller (compiled in-process); `broken` turns the pool off.
+  std::optional<CompileResult> give_up(Proc& p, bool broken) {
+    retire(p, broken);
     return std::nullopt;
   }
 
-  /// Reads the next blob from `p`, waiting until `deadline`.
-  static bool read_blob(Proc& p, std::string& out, std::chrono::steady_clock::time_point deadline) {
+  enum class Reply { kOk, kBroken, kCancelled };
+
+  /// Reads the next blob from `p`, waiting until `deadline` or the job is cancelled.
+  static Reply read_blob(Proc& p, std::string& out, std::chrono::steady_clock::time_point deadline,
+                         const CompileCancelled& cancelled) {
     for (;;) {
       if (const std::size_t nl = p.pending.find('\n'); nl != std::string::npos) {
-        if (nl == 0 || p.pending.find_first_not_of("0123456789") != nl) return false;
+        if (nl == 0 || p.pending.find_first_not_of("0123456789") != nl) return Reply::kBroken;
         const std::size_t n = std::stoull(p.pending.substr(0, nl));
         if (p.pending.size() - nl - 1 >= n) {
           out = p.pending.substr(nl + 1, n);
           p.pending.erase(0, nl + 1 + n);
-          return true;
+          return Reply::kOk;
         }
       }
+      if (cancelled && cancelled()) return Reply::kCancelled;
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
-      if (left <= 0) return false;
+      if (left <= 0) return Reply::kBroken;
       pollfd fd{p.from, POLLIN, 0};
-      if (poll(&fd, 1, static_cast<int>(std::min<long long>(left, 1000))) <= 0) continue;
+      if (poll(&fd, 1, static_cast<int>(std::min<long long>(left, cancelled ? 20 : 1000))) <= 0) continue;
       char buf[65536];
       const ssize_t n = read(p.from, buf, sizeof buf);
       if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return false;
+      if (n <= 0) return Reply::kBroken;
       p.pending.append(buf, static_cast<std::size_t>(n));
     }
   }
 
-  static bool read_reply(Proc& p, CompileResult& r) {
+  static Reply read_reply(Proc& p, CompileResult& r, const CompileCancelled& cancelled) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(static_cast<long>(kCompileTimeoutS));
     std::string status, seconds, cubin;
-    if (!read_blob(p, status, deadline) || !read_blob(p, seconds, deadline) || !read_blob(p, r.log, deadline) ||
-        !read_blob(p, cubin, deadline))
-      return false;
+    for (std::string* blob : {&status, &seconds, &r.log, &cubin})
+      if (const Reply got = read_blob(p, *blob, deadline, cancelled); got != Reply::kOk) return got;
     r.ok = status == "ok";
     r.seconds = std::strtod(seconds.c_str(), nullptr);
     r.cubin.assign(cubin.begin(), cubin.end());
-    return status == "ok" || status == "fail";
+    return status == "ok" || status == "fail" ? Reply::kOk : Reply::kBroken;
   }
 
   std::string binary_;
