@@ -19,6 +19,7 @@
 #include "tmap/codegen/reference_emitter.h"
 #include "tmap/codegen/emitter.h"
 #include "tmap/frontend/op_library.h"
+#include "tmap/runtime/kernel_runner.h"
 #include "tmap/runtime/launch.h"
 #include "tmap/runtime/nvrtc_compiler.h"
 
@@ -1771,6 +1772,14 @@ TEST(Codegen, ReferenceKernelsSplitTheReductionOverAWarpWhereThreadsWouldReadAcr
     const KernelSource k = emit_reference_kernel(c);
     const CompileResult r = compiler.compile(k.code, k.name);
     EXPECT_TRUE(r.ok) << in << ":\n" << r.log;
+  }
+}
+
+TEST(Codegen, TmapsOwnKernelsCompile) {
+  NvrtcCompiler compiler(90);
+  for (const CompileJob& k : builtin_kernel_sources()) {
+    const CompileResult r = compiler.compile(k.source, k.name);
+    EXPECT_TRUE(r.ok) << k.name << ":\n" << r.log;
   }
 }
 

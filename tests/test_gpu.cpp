@@ -106,8 +106,20 @@ TEST(Gpu, ReferenceKernelMatchesCpuReference) {
   }
 }
 
-// A workspace that drops its host values (as the measuring worker's do) holds the same inputs
-// as one that keeps them: the same reference output, bit for bit, for every input dtype.
+void expect_same_inputs(const Compute& c, const Workspace& a, const Workspace& b) {
+  for (const Access& in : c.inputs) {
+    const Tensor& t = c.tensor_of(in);
+    const std::size_t bytes = (static_cast<std::size_t>(t.num_elements()) * dtype_bits(t.dtype) + 7) / 8;
+    std::vector<unsigned char> x(bytes), y(bytes);
+    ASSERT_EQ(cudaMemcpy(x.data(), a.device(in.tensor), bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(y.data(), b.device(in.tensor), bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_TRUE(x == y) << t.name << " (" << dtype_name(t.dtype) << ") differs";
+  }
+}
+
+// A workspace that drops its host values (as the measuring worker's do, drawing them on the GPU)
+// holds the same inputs as one that keeps them (drawn on the host): the same bytes and the same
+// reference output, for every input dtype.
 TEST(Gpu, WorkspacesDrawTheSameInputsWhetherTheyKeepTheHostValuesOrNot) {
   if (!have_gpu()) GTEST_SKIP() << "no GPU: " << query_runtime().status;
   NvrtcCompiler compiler(device_cc());
@@ -122,11 +134,16 @@ TEST(Gpu, WorkspacesDrawTheSameInputsWhetherTheyKeepTheHostValuesOrNot) {
     EXPECT_FALSE(kept.host_values()[c.inputs[0].tensor].empty());
     EXPECT_TRUE(dropped.host_values()[c.inputs[0].tensor].empty());
     EXPECT_EQ(dropped.device_bytes(), kept.device_bytes());
+    expect_same_inputs(c, kept, dropped);
     const std::vector<double> expected = gpu_reference(kept, compiler);
     EXPECT_EQ(gpu_reference(dropped, compiler), expected);
     // And they are the values drawn: the reference of the kept values on the CPU.
     EXPECT_LT(relative_l2(expected, cpu_reference(c, kept.host_values())), 1e-6);
   }
+  // Inputs larger than one pass of the drawing kernel's grid.
+  const Compute large = typed_op("gemm", "bfloat16", "float32", {"M=1024", "N=1100", "K=3000"});
+  Workspace kept(large, 5), dropped(large, 5, HostValues::kDrop);
+  expect_same_inputs(large, kept, dropped);
 }
 
 // The output check the tuner uses (elements compared as they are in the output's dtype) gives

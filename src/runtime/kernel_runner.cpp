@@ -234,6 +234,92 @@ class LoadedModule {
   std::vector<const void*> kernels_;
 };
 
+/// A module of tmap's own kernels (`source`, defining `names`) on the current device, compiled by
+/// NVRTC on first use and kept for the process (never unloaded: a static's destructor may run
+/// after the runtime is torn down).
+const LoadedModule& builtin_module(const char* source, const std::vector<std::string>& names) {
+  static std::mutex mutex;
+  static std::map<std::pair<int, std::string>, const LoadedModule*> loaded;
+  int device = 0, major = 0, minor = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  std::lock_guard<std::mutex> lock(mutex);
+  const std::pair<int, std::string> key{device, names.front()};
+  if (auto it = loaded.find(key); it != loaded.end()) return *it->second;
+  check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "cudaDeviceGetAttribute");
+  check(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), "cudaDeviceGetAttribute");
+  NvrtcCompiler compiler(major * 10 + minor);
+  const CompileResult compiled = compiler.compile(source, names.front());
+  if (!compiled.ok) throw std::runtime_error("compiling tmap's " + names.front() + " kernel: " + compiled.log);
+  return *(loaded[key] = new LoadedModule(compiled.cubin, names));
+}
+
+/// Draws inputs on the GPU exactly as random_value does on the host: one kernel per storage
+/// type, element i of a stream being SplitMix64 of its index, uniform in [-1, 1), rounded to
+/// the type (integers: round(8 v) for int8, round(v) for int32).
+constexpr const char* kDrawSource = R"(#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+__device__ __forceinline__ double draw(unsigned long long key, unsigned long long i) {
+  unsigned long long z = key + (i + 1ull) * 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return (double)(z >> 11) * 2.220446049250313080847263336181640625e-16 - 1.0;  // 2^-52
+}
+#define TMAP_DRAW(name, T, value)                                                         \
+  extern "C" __global__ void name(T* out, unsigned long long n, unsigned long long key) { \
+    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n; \
+         i += (unsigned long long)gridDim.x * blockDim.x) {                               \
+      const double v = draw(key, i);                                                      \
+      out[i] = value;                                                                     \
+    }                                                                                     \
+  }
+TMAP_DRAW(tmap_draw_f16, __half, __float2half((float)v))
+TMAP_DRAW(tmap_draw_bf16, __nv_bfloat16, __float2bfloat16((float)v))
+TMAP_DRAW(tmap_draw_f32, float, (float)v)
+TMAP_DRAW(tmap_draw_f64, double, v)
+TMAP_DRAW(tmap_draw_i8, signed char, (signed char)round(v * 8))
+TMAP_DRAW(tmap_draw_i32, int, (int)round(v))
+TMAP_DRAW(tmap_draw_e4m3, __nv_fp8_e4m3, __nv_fp8_e4m3((float)v))
+TMAP_DRAW(tmap_draw_e5m2, __nv_fp8_e5m2, __nv_fp8_e5m2((float)v))
+)";
+
+/// The kDrawSource kernel of a dtype, by its position in the module; -1 for int4 (drawn on the host).
+int draw_kernel_index(DType t) {
+  switch (t) {
+    case DType::kFloat16: return 0;
+    case DType::kBFloat16: return 1;
+    case DType::kFloat32:
+    case DType::kTFloat32: return 2;
+    case DType::kFloat64: return 3;
+    case DType::kInt8: return 4;
+    case DType::kInt32: return 5;
+    case DType::kFloat8E4M3: return 6;
+    case DType::kFloat8E5M2: return 7;
+    case DType::kInt4: return -1;
+  }
+  return -1;
+}
+
+/// Fills `out` with the `n` values of `stream` in `t` on the GPU: the bytes random_bytes draws on
+/// the host, which is slow for a large weight while compiles keep the host's cores busy. False
+/// for a dtype drawn on the host only.
+bool draw_on_device(void* out, std::size_t n, DType t, std::uint64_t stream) {
+  const int index = draw_kernel_index(t);
+  if (index < 0) return false;
+  const LoadedModule& module = builtin_module(
+      kDrawSource, {"tmap_draw_f16", "tmap_draw_bf16", "tmap_draw_f32", "tmap_draw_f64", "tmap_draw_i8",
+                    "tmap_draw_i32", "tmap_draw_e4m3", "tmap_draw_e5m2"});
+  int device = 0, sms = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
+  unsigned long long count = n, key = stream_key(stream);
+  void* args[] = {&out, &count, &key};
+  const unsigned blocks = static_cast<unsigned>(std::clamp<std::size_t>((n + 255) / 256, 1, 8 * static_cast<std::size_t>(sms)));
+  check(cudaLaunchKernel(module.kernels()[index], dim3(blocks), dim3(256), args, 0, nullptr), "drawing inputs");
+  return true;
+}
+
 /// The plan's tensor maps over `slots`, each error named.
 void encode_maps(const tmap_launch_plan& plan, void* const* slots, std::int64_t size, tmap_tensor_map* maps) {
   if (!tmap_plan_takes_size(&plan, size))
@@ -281,11 +367,14 @@ Workspace::Workspace(const Compute& c, std::uint64_t seed, HostValues keep)
       if (keep == HostValues::kKeep) {
         values_[i] = random_values(n, t.dtype, stream);
         host = encode_values(values_[i], t.dtype);
+      } else if (draw_on_device(device_[i], n, t.dtype, stream)) {
+        continue;
       } else {
         host = random_bytes(n, t.dtype, stream);
       }
       check(cudaMemcpy(device_[i], host.data(), host.size(), cudaMemcpyHostToDevice), "cudaMemcpy");
     }
+    check(cudaDeviceSynchronize(), "drawing inputs");
   } catch (...) {
     for (void* p : device_) cudaFree(p);
     throw;
@@ -476,24 +565,11 @@ extern "C" __global__ void tmap_l2_flush(const uint4* __restrict__ p, unsigned l
 }
 )";
 
-/// The flush kernel on the current device, compiled by NVRTC on first use and kept for the
-/// process (never unloaded: a static's destructor may run after the runtime is torn down).
-const void* flush_kernel() {
-  static std::mutex mutex;
-  static std::map<int, const LoadedModule*> loaded;
-  int device = 0, major = 0, minor = 0;
-  check(cudaGetDevice(&device), "cudaGetDevice");
-  std::lock_guard<std::mutex> lock(mutex);
-  if (auto it = loaded.find(device); it != loaded.end()) return it->second->kernels()[0];
-  check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "cudaDeviceGetAttribute");
-  check(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), "cudaDeviceGetAttribute");
-  NvrtcCompiler compiler(major * 10 + minor);
-  const CompileResult compiled = compiler.compile(kFlushSource, "tmap_l2_flush");
-  if (!compiled.ok) throw std::runtime_error("compiling the L2 flush kernel: " + compiled.log);
-  return (loaded[device] = new LoadedModule(compiled.cubin, {"tmap_l2_flush"}))->kernels()[0];
-}
+const void* flush_kernel() { return builtin_module(kFlushSource, {"tmap_l2_flush"}).kernels()[0]; }
 
 }  // namespace
+
+std::vector<CompileJob> builtin_kernel_sources() { return {{"tmap_draw", kDrawSource}, {"tmap_l2_flush", kFlushSource}}; }
 
 std::vector<double> time_launches(const std::function<int(void* stream)>& launch_fn, const TimingOptions& timing) {
   std::vector<double> times;

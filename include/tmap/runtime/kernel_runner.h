@@ -11,10 +11,9 @@
 
 #include "tmap/codegen/emitter.h"
 #include "tmap/runtime/launch.h"
+#include "tmap/runtime/nvrtc_compiler.h"
 
 namespace tmap {
-
-class NvrtcCompiler;
 
 /// The reference output computed on the CPU, in double (for checking the GPU reference on
 /// small shapes). `tensors` holds one vector per tensor of the compute; the output's is ignored.
@@ -100,6 +99,10 @@ struct TimingOptions {
   double slow_us = 0;
   double slow_factor = 0;  ///< For the worker, as above (0: every candidate timed in full).
 };
+
+/// tmap's own kernels (drawing a workspace's inputs, flushing the L2), to compile in tests
+/// without a GPU.
+std::vector<CompileJob> builtin_kernel_sources();
 
 /// Times `launch` (one run of whatever is measured, enqueued on the stream it is given, a
 /// cudaStream_t; it returns a cudaError_t) the way tmap times its own kernels: warm-up runs, then
