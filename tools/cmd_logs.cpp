@@ -19,10 +19,11 @@
 namespace tmap::cli {
 namespace {
 
-/// The best record of each sample of a range (is_range_sample), by the key of its range.
-std::map<std::string, std::vector<const TuneRecord*>> samples_by_range(const std::vector<TuneRecord>& records) {
+/// The records of `best` (best_records) that are samples of a range (is_range_sample), by the
+/// key of their range.
+std::map<std::string, std::vector<const TuneRecord*>> samples_by_range(const std::vector<const TuneRecord*>& best) {
   std::map<std::string, std::vector<const TuneRecord*>> out;
-  for (const TuneRecord* r : best_records(records, true)) {
+  for (const TuneRecord* r : best) {
     if (!is_range_sample(r->workload)) continue;
     try {
       Compute range = compute_from_json(r->workload.compute, "the record of workload " + r->workload.key);
@@ -39,10 +40,10 @@ std::map<std::string, std::vector<const TuneRecord*>> samples_by_range(const std
 using RecordCounts = std::map<std::string, std::pair<int, int>>;
 
 /// The rows of the log's ranges of sizes, by key: the buckets in force, each with its kernel and
-/// the sizes it serves, and the best of each sample's own tuning (marked `shown`).
-std::map<std::string, nlohmann::json> range_rows(const LogContents& log, RecordCounts& counts,
-                                                 std::map<std::string, bool>& shown) {
-  const auto samples = samples_by_range(log.records);
+/// the sizes it serves, and the best of each sample's own tuning among `best` (marked `shown`).
+std::map<std::string, nlohmann::json> range_rows(const LogContents& log, const std::vector<const TuneRecord*>& best,
+                                                 RecordCounts& counts, std::map<std::string, bool>& shown) {
+  const auto samples = samples_by_range(best);
   std::map<std::string, nlohmann::json> ranges;
   for (const TuneRecord* r : range_buckets(log.records)) {
     nlohmann::json& row = ranges[r->workload.key];
@@ -110,8 +111,9 @@ void logs_list(const std::string& path, const std::string& format) {
   }
   nlohmann::json rows = nlohmann::json::array();
   std::map<std::string, bool> shown;
-  const std::map<std::string, nlohmann::json> ranges = range_rows(log, counts, shown);
-  for (const TuneRecord* r : best_records(log.records, true)) {
+  const std::vector<const TuneRecord*> best = best_records(log.records, true);
+  const std::map<std::string, nlohmann::json> ranges = range_rows(log, best, counts, shown);
+  for (const TuneRecord* r : best) {
     if (shown[r->workload.key]) continue;
     shown[r->workload.key] = true;
     rows.push_back({{"workload", r->workload.key}, {"name", r->workload.description.value("name", "?")},

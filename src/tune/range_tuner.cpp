@@ -224,7 +224,7 @@ class RangeRun {
   /// Each sample's fastest candidates that take the size at run time (a sample's winner may map
   /// it elsewhere), as kernels of the range, compiled; the fastest of each its own (own_).
   bool collect() {
-    std::set<std::string> seen;
+    std::map<std::string, int> index;  // by candidate_signature: its place in cands_
     for (std::size_t i = 0; i < sizes_.size(); ++i) {
       const std::string key = make_workload(range_sample(range_, sizes_[i])).key;
       int taken = 0;
@@ -235,13 +235,10 @@ class RangeRun {
         RangeCandidate c;
         c.entry = entry;
         c.ref = space_.ref(entry, ref.params);
-        if (taken++ == 0) own_[i] = static_cast<int>(cands_.size());
-        if (!seen.insert(candidate_signature(c.ref)).second) {
-          for (std::size_t x = 0; x < cands_.size(); ++x)
-            if (candidate_signature(cands_[x].ref) == candidate_signature(c.ref)) {
-              cands_[x].origins.push_back(i);
-              if (own_[i] == static_cast<int>(cands_.size())) own_[i] = static_cast<int>(x);
-            }
+        const auto [at, fresh] = index.emplace(candidate_signature(c.ref), static_cast<int>(cands_.size()));
+        if (taken++ == 0) own_[i] = at->second;
+        if (!fresh) {  // another sample's candidate too
+          cands_[at->second].origins.push_back(i);
           continue;
         }
         c.origins = {i};
