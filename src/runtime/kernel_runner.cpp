@@ -550,7 +550,6 @@ class PhaseClock {
   std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
 };
 
-
 /// Reads a buffer in 16-byte loads and writes nothing (the store is never taken: it only keeps
 /// the loads), so that the L2 ends up holding the buffer's lines, all clean.
 constexpr const char* kFlushSource = R"(
