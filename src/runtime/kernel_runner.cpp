@@ -666,15 +666,6 @@ std::vector<double> time_launches(const std::function<int(void* stream)>& launch
   return times;
 }
 
-MeasurePhases& MeasurePhases::operator+=(const MeasurePhases& o) {
-  inputs += o.inputs;
-  reference += o.reference;
-  load += o.load;
-  check += o.check;
-  time += o.time;
-  return *this;
-}
-
 KernelRun run_candidate(Workspace& ws, const std::vector<double>& reference, int a_tensor, int b_tensor,
                         const KernelSource& k, const std::vector<char>& cubin, const TimingOptions& timing,
                         std::int64_t size) {

@@ -334,7 +334,7 @@ class ModelScheduler {
     // running compiles while the others' queued ones kept the compile workers busy.
     const Clock::time_point compiles = Clock::now();
     for (Slot& s : slots_) s.task->abandon();
-    for (Slot& s : slots_) s.task.reset();  // waits for the compiles already running
+    for (Slot& s : slots_) s.task.reset();  // compiles in workers are killed; in-process ones awaited
     out_.finish_compile_s = seconds_since(compiles);
     out_.finish_s = seconds_since(ending);
     out_.wall_s = seconds_since(t0_);

@@ -125,7 +125,10 @@ enum class FailureKind { kNone, kLoad, kLaunch, kRuntime };
 /// measurement must cut.
 struct MeasurePhases {
   double inputs = 0, reference = 0, load = 0, check = 0, time = 0;
-  MeasurePhases& operator+=(const MeasurePhases& o);
+  MeasurePhases& operator+=(const MeasurePhases& o) {
+    inputs += o.inputs, reference += o.reference, load += o.load, check += o.check, time += o.time;
+    return *this;
+  }
 };
 
 struct KernelRun {

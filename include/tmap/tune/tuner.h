@@ -141,7 +141,7 @@ struct TuneSummary {
   /// (the log, the search's and the model's samples) and refitting the cost model.
   double measure_s = 0, compile_wait_s = 0, propose_s = 0, record_s = 0, fit_s = 0;
   MeasurePhases worker;  ///< Of measure_s, what the workers spent on each step.
-  /// Adds `o`'s seconds (measure_s ... fit_s) to these: a model's time over its workloads.
+  /// Adds `o`'s seconds (measure_s ... fit_s, worker) to these: a model's time over its workloads.
   void add_times(const TuneSummary& o);
   /// The confirmation: candidates measured again, the best time before it (single measurements)
   /// and its wall time (within wall_s).
