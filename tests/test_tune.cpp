@@ -1435,7 +1435,7 @@ TEST(RangeTuner, TunesSamplesMeasuresKernelsOfTheRangeAndDispatchesBySize) {
   o.per_size = 2;
   int cross = 0;
   std::set<std::int64_t> measured_at;
-  const RangeTuneSummary s = tune_range(range, hws, o, pool, [&](const Compute& c, std::int64_t size, const ImplicitGemm& g,
+  const RangeTuneSummary s = tune_range(range, hws, o, pool, [&](const Compute& c, std::int64_t size, int, const ImplicitGemm& g,
                                                                 const ScheduleParams& p, const KernelSource& k,
                                                                 const CompileResult& b) {
     EXPECT_TRUE(c.dynamic.active());
@@ -1567,7 +1567,7 @@ RangeTuneSummary tune_spent_range(int max_buckets, int& fast_small, int& fast_la
   fast_large = large.raster;
   SyntheticMeasurer m;
   MeasurePool pool({&m});
-  const RangeTuneSummary s = tune_range(range, hws, o, pool, [&](const Compute&, std::int64_t size, const ImplicitGemm& g,
+  const RangeTuneSummary s = tune_range(range, hws, o, pool, [&](const Compute&, std::int64_t size, int, const ImplicitGemm& g,
                                                                 const ScheduleParams& p, const KernelSource&,
                                                                 const CompileResult&) {
     rasters[size].push_back(p.raster);
@@ -1610,9 +1610,10 @@ using MeasureCounts = std::map<std::pair<int, std::int64_t>, int>;
 
 /// Tunes the range M = 1..100 (N = 256, K = 128) without tuning its samples (1 and 100): the log
 /// holds their fastest, a kernel of each raster in `rasters` at both. At most `max_buckets`; the
-/// n-th measurement of a raster at a size across the range runs in us(raster, size, n).
+/// n-th measurement of a raster at a size across the range, on workspace w, runs in
+/// us(raster, size, n, w).
 RangeTuneSummary tune_logged_range(const std::vector<int>& rasters, int max_buckets,
-                                   const std::function<double(int, std::int64_t, int)>& us, MeasureCounts& calls) {
+                                   const std::function<double(int, std::int64_t, int, int)>& us, MeasureCounts& calls) {
   const Compute range = build_compute(builtin_op("gemm_nt"), parse_param_overrides({"M=1..100", "N=256", "K=128"}));
   const std::vector<HwAbstraction> hws = {find_hw(shipped(), "mma_sync_fp16_fp32")};
   const std::string log = temp_path("range_logged.jsonl");
@@ -1635,12 +1636,12 @@ RangeTuneSummary tune_logged_range(const std::vector<int>& rasters, int max_buck
   log_sample_records(log, range, space, o.tune.target, samples);
   SyntheticMeasurer m;
   MeasurePool pool({&m});
-  const RangeTuneSummary s = tune_range(range, hws, o, pool, [&](const Compute&, std::int64_t size, const ImplicitGemm&,
+  const RangeTuneSummary s = tune_range(range, hws, o, pool, [&](const Compute&, std::int64_t size, int workspace, const ImplicitGemm&,
                                                                 const ScheduleParams& p, const KernelSource&,
                                                                 const CompileResult&) {
     MeasureResult r;
     r.status = MeasureStatus::kOk;
-    r.median_us = us(p.raster, size, ++calls[{p.raster, size}]);
+    r.median_us = us(p.raster, size, ++calls[{p.raster, size}], workspace);
     r.times_us = {r.median_us};
     return r;
   });
@@ -1655,7 +1656,7 @@ TEST(RangeTuner, AKernelIsChosenOnItsSecondMeasurementToo) {
   // Raster 2 ("lucky") runs at 20 us at size 1 but was measured once at 5; raster 1 ("steady")
   // runs at 10. At 100, raster 2 is the faster.
   MeasureCounts calls;
-  const RangeTuneSummary s = tune_logged_range({1, 2}, 0, [](int raster, std::int64_t size, int n) -> double {
+  const RangeTuneSummary s = tune_logged_range({1, 2}, 0, [](int raster, std::int64_t size, int n, int) -> double {
     if (raster == 2) return size == 1 ? (n == 1 ? 5 : 20) : 40;
     return size == 1 ? 10 : 50;
   }, calls);
@@ -1676,6 +1677,30 @@ TEST(RangeTuner, AKernelIsChosenOnItsSecondMeasurementToo) {
   EXPECT_EQ(s.points[1].tuned_us, 50);
 }
 
+// A kernel whose time depends on where its tensors lie (fast on the workspace its sample was
+// tuned on, slow on another) is held to its slower placement: the second measurement of a
+// chosen kernel, and of each sample's fastest, is on another workspace.
+TEST(RangeTuner, AKernelFastOnlyOnItsSamplesWorkspaceIsNotChosenThere) {
+  // Raster 2 runs at 5 us at size 1 on the sample's workspace and at 20 on any other; raster 1
+  // runs at 10 on both. At 100, raster 2 is the faster on both.
+  MeasureCounts calls;
+  std::map<std::pair<int, int>, int> on;  // (n-th measurement, workspace): how many
+  const RangeTuneSummary s = tune_logged_range({1, 2}, 0, [&](int raster, std::int64_t size, int n, int workspace) {
+    ++on[{n, workspace}];
+    if (raster == 2) return size == 1 ? (workspace == 0 ? 5.0 : 20.0) : 40.0;
+    return size == 1 ? 10.0 : 50.0;
+  }, calls);
+  ASSERT_EQ(s.buckets.size(), 2u);
+  EXPECT_EQ(s.buckets[0].hi, 1);
+  EXPECT_EQ(s.buckets[0].candidate.params.raster, 1);
+  EXPECT_EQ(s.buckets[1].candidate.params.raster, 2);
+  // Every first measurement on the sample's workspace, every second on another.
+  EXPECT_GT((on[{1, 0}]), 0);
+  EXPECT_EQ((on[{1, 1}]), 0);
+  EXPECT_GT((on[{2, 1}]), 0);
+  EXPECT_EQ((on[{2, 0}]), 0);
+}
+
 // A candidate measured once luckier than it runs sets the bar at its sample even when no bucket
 // takes it: the fastest kernel at each sample is measured again too.
 TEST(RangeTuner, ALuckyBestThatNoBucketTakesDoesNotDecideTheBuckets) {
@@ -1683,7 +1708,7 @@ TEST(RangeTuner, ALuckyBestThatNoBucketTakesDoesNotDecideTheBuckets) {
   // measured at 40 once at size 100. Against 40, raster 2's worst ratio (1.2) beats raster 1's
   // (1.25); against 48 raster 1's (1.04) beats raster 2's (1.1).
   MeasureCounts calls;
-  const RangeTuneSummary s = tune_logged_range({1, 2, 4}, 1, [](int raster, std::int64_t size, int n) -> double {
+  const RangeTuneSummary s = tune_logged_range({1, 2, 4}, 1, [](int raster, std::int64_t size, int n, int) -> double {
     if (raster == 1) return size == 1 ? 10 : 50;
     if (raster == 2) return size == 1 ? 11 : 48;
     return size == 1 ? 30 : n == 1 ? 40 : 60;

@@ -618,10 +618,10 @@ RangeTuneSummary run_range(const TuneArgs& args, const Compute& c, const std::ve
   StopOnSignals stop_on_signals;
   TuneGpus gpus = open_gpus(m.gpus, args.timeout, args.measure_ms, o.tune.seed);
   WorkerMeasurer& first = *gpus.measurers.front();
-  RangeTuneSummary s = tune_range(c, hws, o, *gpus.pool, [&](const Compute& range, std::int64_t size,
+  RangeTuneSummary s = tune_range(c, hws, o, *gpus.pool, [&](const Compute& range, std::int64_t size, int workspace,
                                                              const ImplicitGemm& g, const ScheduleParams&,
                                                              const KernelSource& k, const CompileResult& b) {
-    return first.measure_at(range, size, g, k, b);
+    return first.measure_at(range, size, g, k, b, workspace);
   });
   if (g_signal) exit_status() = 128 + g_signal;
   return s;

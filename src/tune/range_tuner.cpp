@@ -277,8 +277,9 @@ class RangeRun {
   /// sample whose own tuning measured one faster (a single measurement, or a candidate not among
   /// its fastest few) shows the difference as its ratio, instead of splitting the range into a
   /// bucket per sample. Each chosen kernel, and the fastest at each sample, is measured again
-  /// there and keeps the slower of its two times; the buckets are chosen again until every such
-  /// kernel was measured twice (a kernel once measured 31% faster than it ran afterwards).
+  /// there, on another workspace, and keeps the slower of its two times; the buckets are chosen
+  /// again until every such kernel was measured twice (a lucky single measurement, or a kernel
+  /// fast only where its sample's tensors happened to lie, would otherwise take a bucket).
   void choose() {
     const std::size_t most = static_cast<std::size_t>(std::max(0, o_.max_buckets));
     std::vector<BucketChoice> picks;
@@ -363,9 +364,11 @@ class RangeRun {
   }
 
   /// Candidate `c` at sample `t` again, keeping the slower time, unless it ran twice or failed.
+  /// The second run is on another workspace: a kernel whose time depends on where its tensors
+  /// lie is held to its slower placement.
   bool confirm_cell(RangeCandidate& c, std::size_t t) {
     if (c.confirmed[t] || !std::isfinite(c.us[t])) return false;
-    c.us[t] = std::max(c.us[t], measure(c, sizes_[t]));
+    c.us[t] = std::max(c.us[t], measure(c, sizes_[t], 1));
     c.confirmed[t] = true;
     return true;
   }
@@ -377,14 +380,14 @@ class RangeRun {
     return d;
   }
 
-  /// Candidate `c` at `size`, recorded; its time, infinite when it failed.
-  double measure(const RangeCandidate& c, std::int64_t size) {
+  /// Candidate `c` at `size` on `workspace` (MeasureAt), recorded; its time, infinite when it failed.
+  double measure(const RangeCandidate& c, std::int64_t size, int workspace = 0) {
     MeasureResult m;
     if (!c.binary.ok) {
       m.status = MeasureStatus::kLoadError;
       m.message = "did not compile";
     } else {
-      m = measure_at_(range_, size, space_.entries()[c.entry].gemm, c.ref.params, c.kernel, c.binary);
+      m = measure_at_(range_, size, workspace, space_.entries()[c.entry].gemm, c.ref.params, c.kernel, c.binary);
     }
     ++summary_.measurements;
     summary_.failed += m.status != MeasureStatus::kOk;

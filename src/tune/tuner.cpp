@@ -44,8 +44,12 @@ MeasureResult WorkerMeasurer::measure(const Compute& c, const ImplicitGemm& g, c
   return measure_at(c, 0, g, k, binary);
 }
 
+std::uint64_t workspace_seed(std::uint64_t seed, int workspace) {
+  return seed + static_cast<std::uint64_t>(workspace) * 0x9E3779B97F4A7C15ull;  // far from the next run's seed
+}
+
 MeasureResult WorkerMeasurer::measure_at(const Compute& c, std::int64_t size, const ImplicitGemm& g,
-                                         const KernelSource& k, const CompileResult& binary) {
+                                         const KernelSource& k, const CompileResult& binary, int workspace) {
   if (size == 0) size = c.dynamic.at;  // a sample of a range runs at its size
   const std::string path = dir_.path() + "/" + k.name + ".cubin";
   std::ofstream(path, std::ios::binary).write(binary.cubin.data(), static_cast<std::streamsize>(binary.cubin.size()));
@@ -54,7 +58,7 @@ MeasureResult WorkerMeasurer::measure_at(const Compute& c, std::int64_t size, co
   req.verify = verify_;
   req.tolerance = verification_tolerance(*g.hw);
   req.timing = timing_;
-  req.seed = seed_;
+  req.seed = workspace_seed(seed_, workspace);
   if (verify_ && references_)
     req.reference_cubin_path = references_->path(size > 0 ? to_json(compute_at(c, size)) : req.compute);
   MeasureResult r = worker_.measure(req);

@@ -92,10 +92,12 @@ struct RangeTuneSummary {
   double sample_setup_s = 0, sample_finish_s = 0, sample_finish_compile_s = 0;
 };
 
-/// A range's kernel measured at one size: WorkerMeasurer::measure_at in tmap, a fake in tests.
-using MeasureAt = std::function<MeasureResult(const Compute& range, std::int64_t size, const ImplicitGemm& g,
-                                              const ScheduleParams& p, const KernelSource& k,
-                                              const CompileResult& binary)>;
+/// A range's kernel measured at one size, on workspace `workspace` of that size (0: the one its
+/// sample's tuning measured on; 1: another, see workspace_seed): WorkerMeasurer::measure_at in
+/// tmap, a fake in tests.
+using MeasureAt = std::function<MeasureResult(const Compute& range, std::int64_t size, int workspace,
+                                              const ImplicitGemm& g, const ScheduleParams& p,
+                                              const KernelSource& k, const CompileResult& binary)>;
 
 /// Tunes the range `range` (Compute::dynamic active) as above: the samples on the pool's GPUs,
 /// the candidates across the range through `measure_at`. Throws UserError when the range has no

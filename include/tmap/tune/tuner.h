@@ -49,6 +49,11 @@ constexpr double kTuneMeasureMs = 3;
 /// its workload with one repeat (TimingOptions::slow_factor).
 constexpr double kTuneSlowFactor = 2;
 
+/// The inputs' seed of a shape's workspace `workspace` in a run of seed `seed`: 0 keeps it. A
+/// worker allocates a workspace for each seed, so another seed also puts the tensors elsewhere
+/// in memory, which some kernels' times depend on (design notes: "Where the tensors lie").
+std::uint64_t workspace_seed(std::uint64_t seed, int workspace);
+
 /// Runs candidates in `tmap worker` processes (see MeasureWorker) on one GPU (`gpu.index`; -1:
 /// the runtime's default), verifying each against the reference on the same random inputs (one
 /// seed per tuning run). With `references` (shared by a run's measurers) each reference kernel
@@ -61,9 +66,11 @@ class WorkerMeasurer : public Measurer {
   MeasureResult measure(const Compute& c, const ImplicitGemm& g, const ScheduleParams& p, const KernelSource& k,
                         const CompileResult& binary) override;
   /// The kernel of a range of sizes `c` (Compute::dynamic) measured at `size` (0: `c` is one
-  /// shape, or a sample of the range measured at its own size, DynamicExtent::at).
+  /// shape, or a sample of the range measured at its own size, DynamicExtent::at), on workspace
+  /// `workspace` of that shape: 0, the one every candidate of the shape runs on, or another
+  /// with inputs and memory of its own (workspace_seed()).
   MeasureResult measure_at(const Compute& c, std::int64_t size, const ImplicitGemm& g, const KernelSource& k,
-                           const CompileResult& binary);
+                           const CompileResult& binary, int workspace = 0);
   MeasureGpu gpu() const override { return gpu_; }
   void prepare(const Compute& c) override;
   int restarts() const { return worker_.restarts(); }
