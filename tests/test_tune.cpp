@@ -1718,6 +1718,45 @@ TEST(RangeTuner, ALuckyBestThatNoBucketTakesDoesNotDecideTheBuckets) {
   EXPECT_EQ((calls[{4, 100}]), 2);
 }
 
+// The sizes between two buckets' samples go to the later kernel from where it becomes no
+// slower than the earlier one: bisected when the later one is slower just after the earlier sample.
+TEST(RangeTuner, ABucketStartsWhereItsKernelOvertakesThePreviousOne) {
+  // Raster 1 takes 10 + s / 2 us at size s, raster 2 a flat 40: raster 1 serves 1 and raster 2
+  // 100; they cross at 60.
+  MeasureCounts calls;
+  std::set<std::int64_t> between;
+  const RangeTuneSummary s = tune_logged_range({1, 2}, 0, [&](int raster, std::int64_t size, int, int) {
+    if (size != 1 && size != 100) between.insert(size);
+    return raster == 1 ? 10 + size / 2.0 : 40.0;
+  }, calls);
+  ASSERT_EQ(s.buckets.size(), 2u);
+  EXPECT_EQ(s.buckets[0].candidate.params.raster, 1);
+  EXPECT_EQ(s.buckets[0].lo, 1);
+  EXPECT_EQ(s.buckets[0].hi, 59);
+  EXPECT_EQ(s.buckets[1].lo, 60);
+  EXPECT_EQ(s.buckets[1].hi, 100);
+  EXPECT_TRUE(between.count(2));  // the size after the earlier sample first, then a bisection
+  EXPECT_TRUE(between.count(59) && between.count(60));
+  EXPECT_LE(between.size(), 8u);
+  for (std::int64_t size : between) EXPECT_EQ((calls[{1, size}]), 1) << size;
+}
+
+// Where the later kernel is no slower just after the earlier sample, that size alone is measured.
+TEST(RangeTuner, ABucketStartsAfterThePreviousSampleWhenItsKernelIsNoSlowerThere) {
+  MeasureCounts calls;
+  std::set<std::int64_t> between;
+  const RangeTuneSummary s = tune_logged_range({1, 2}, 0, [&](int raster, std::int64_t size, int, int) {
+    if (size != 1 && size != 100) between.insert(size);
+    return raster == 1 ? (size == 1 ? 10.0 : 50.0) : (size == 1 ? 20.0 : 40.0);
+  }, calls);
+  ASSERT_EQ(s.buckets.size(), 2u);
+  EXPECT_EQ(s.buckets[0].hi, 1);
+  EXPECT_EQ(s.buckets[1].lo, 2);
+  EXPECT_EQ(between, std::set<std::int64_t>{2});
+  EXPECT_EQ((calls[{1, 2}]), 1);
+  EXPECT_EQ((calls[{2, 2}]), 1);
+}
+
 TEST(RangeTuner, RecordsOfARangeNameASizeWithinIt) {
   const Compute range = build_compute(builtin_op("gemm_nt"), parse_param_overrides({"M=1..100", "N=64", "K=64"}));
   TuneRecord r = sample_record(range, "ok", 5);

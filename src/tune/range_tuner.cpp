@@ -296,7 +296,9 @@ class RangeRun {
     // of the two (the log's best of its tuning is the luckiest of many single measurements).
     for (std::size_t i = 0; i < sizes_.size(); ++i)
       if (own_[i] >= 0) confirm_cell(cands_[own_[i]], i);
-    for (const BucketChoice& b : picks) record_bucket(b);
+    const std::vector<BucketStart> starts = lower_ends(picks);
+    for (std::size_t k = 0; k < picks.size(); ++k)
+      record_bucket(picks[k], starts[k], k + 1 < picks.size() ? starts[k + 1].lo - 1 : range_.dynamic.hi);
     for (RangePoint& p : summary_.points) p.tuned_us = own_us(p.size);
   }
 
@@ -395,8 +397,47 @@ class RangeRun {
     return m.status == MeasureStatus::kOk ? m.median_us : kInf;
   }
 
-  /// The bucket record of choice `b`, after measuring its lowest size when that is no sample.
-  void record_bucket(const BucketChoice& b) {
+  /// Where a bucket starts, and its kernel's time there when that was measured (NaN: not yet).
+  struct BucketStart {
+    std::int64_t lo = 0;
+    double us = std::nan("");
+  };
+
+  /// Where each pick's bucket starts. The sizes between two samples of neighbouring buckets were
+  /// measured by neither: they go to the later bucket's kernel from the first size at which it
+  /// runs no slower than the earlier one's. That is the size after the earlier sample when the
+  /// later kernel is no slower there (two measurements), else bisected up to the later sample
+  /// (each kernel's time taken to cross the other's once between them).
+  std::vector<BucketStart> lower_ends(const std::vector<BucketChoice>& picks) {
+    std::vector<BucketStart> out(picks.size(), {range_.dynamic.lo});
+    for (std::size_t k = 1; k < picks.size(); ++k) {
+      const BucketChoice &before = picks[k - 1], &b = picks[k];
+      BucketStart& start = out[k];
+      start.lo = sizes_[b.first - 1] + 1;
+      std::int64_t hi = sizes_[b.first];
+      if (before.candidate < 0 || b.candidate < 0 || start.lo == hi) continue;
+      double at = 0;
+      auto later_wins = [&](std::int64_t size) {
+        at = measure(cands_[b.candidate], size);
+        return at <= measure(cands_[before.candidate], size);
+      };
+      if (later_wins(start.lo)) {
+        start.us = at;
+        continue;
+      }
+      for (++start.lo; start.lo < hi;) {
+        const std::int64_t mid = start.lo + (hi - start.lo) / 2;
+        if (later_wins(mid)) hi = mid, start.us = at;
+        else start.lo = mid + 1;
+      }
+      if (start.lo == sizes_[b.first]) start.us = std::nan("");  // its sample
+    }
+    return out;
+  }
+
+  /// The bucket record of choice `b` serving sizes start.lo..hi (lower_ends), after measuring its
+  /// lowest size when that is no sample and lower_ends did not.
+  void record_bucket(const BucketChoice& b, const BucketStart& start, std::int64_t hi) {
     if (b.candidate < 0) {
       summary_.unserved.push_back(sizes_[b.first]);
       return;
@@ -404,13 +445,13 @@ class RangeRun {
     const RangeCandidate& c = cands_[b.candidate];
     const std::vector<double> best = best_of_range();
     RangeBucket bucket;
-    bucket.lo = b.first == 0 ? range_.dynamic.lo : sizes_[b.first - 1] + 1;
-    bucket.hi = sizes_[b.last];
+    bucket.lo = start.lo;
+    bucket.hi = hi;
     bucket.candidate = c.ref;
     for (std::size_t t = b.first; t <= b.last; ++t)
       if (c.us[t] / best[t] >= bucket.worst_ratio)
         bucket.worst_ratio = c.us[t] / best[t], bucket.worst_size = sizes_[t], bucket.worst_us = c.us[t];
-    if (bucket.lo != sizes_[b.first] && !std::isfinite(measure(c, bucket.lo))) {
+    if (bucket.lo != sizes_[b.first] && !std::isfinite(std::isnan(start.us) ? measure(c, bucket.lo) : start.us)) {
       summary_.unserved.push_back(bucket.lo);
       return;
     }

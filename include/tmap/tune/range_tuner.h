@@ -4,7 +4,8 @@
 // modelled at its size (range_sample); the fastest candidates of every sample are then measured
 // again at the samples near those they came from, without compiling again; and the fewest
 // buckets of consecutive sizes are chosen whose kernel stays within a stated loss of the
-// fastest kernel of the range at each sample in it. Each sample's dispatched kernel is
+// fastest kernel of the range at each sample in it; the sizes between two buckets' samples go
+// to the kernel that is faster there. Each sample's dispatched kernel is
 // reported against its own tuning's fastest, both measured twice. Every measurement and each
 // bucket is recorded in the log (TuneResult's size and bucket), from which `tmap replay` and
 // `tmap export` dispatch by size.
@@ -78,7 +79,7 @@ struct RangeTuneSummary {
   std::vector<RangePoint> points;
   std::vector<RangeBucket> buckets;
   int candidates = 0;      ///< Kernels of the range measured across it.
-  int measurements = 0;    ///< Of them at the samples and at the buckets' lower ends.
+  int measurements = 0;    ///< Of them at the samples and between them (where buckets start).
   int failed = 0;          ///< Of which errors or wrong results.
   int skipped = 0;         ///< Measurements at neighbouring samples left out at the time budget.
   int beyond_budget = 0;   ///< Of those, made after all to keep to max_buckets (no longer skipped).
