@@ -1444,7 +1444,9 @@ TEST(RangeTuner, TunesSamplesMeasuresKernelsOfTheRangeAndDispatchesBySize) {
     EXPECT_TRUE(b.ok) << b.log;
     ++cross;
     measured_at.insert(size);
-    return synthetic_at(g, size, p);
+    MeasureResult r = synthetic_at(g, size, p);
+    r.phases = {0.25, 0.5, 0, 0, 1};
+    return r;
   });
   EXPECT_EQ(m.calls, 4 * 8);  // every sample tuned, a batch each
   EXPECT_EQ(s.sample_trials, m.calls);  // the summary says what the samples' tuning measured
@@ -1462,6 +1464,9 @@ TEST(RangeTuner, TunesSamplesMeasuresKernelsOfTheRangeAndDispatchesBySize) {
   for (std::int64_t size : {1, 8, 64, 100}) EXPECT_TRUE(sample_keys.count(make_workload(range_sample(range, size)).key));
   EXPECT_GE(s.candidates, 2);
   EXPECT_EQ(cross, s.measurements);
+  EXPECT_DOUBLE_EQ(s.cross_phases.inputs, 0.25 * cross);  // where the workers' time went, summed
+  EXPECT_DOUBLE_EQ(s.cross_phases.reference, 0.5 * cross);
+  EXPECT_DOUBLE_EQ(s.cross_phases.time, cross);
   for (std::int64_t size : {1, 8, 64, 100}) EXPECT_TRUE(measured_at.count(size)) << size;
   ASSERT_FALSE(s.buckets.empty());
   EXPECT_TRUE(s.unserved.empty());

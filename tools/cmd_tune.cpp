@@ -70,23 +70,30 @@ class StopOnSignals {
   struct sigaction old_int_ {}, old_term_ {};
 };
 
+/// Where the measuring workers' time went, in seconds, for the text and JSON outputs.
+std::string phases_text(const MeasurePhases& w) {
+  char buf[160];
+  std::snprintf(buf, sizeof buf,
+                "in the worker: inputs %.1f, references %.1f, loading %.1f, first run and check %.1f, timing %.1f",
+                w.inputs, w.reference, w.load, w.check, w.time);
+  return buf;
+}
+nlohmann::json phases_json(const MeasurePhases& w) {
+  return {{"inputs", w.inputs}, {"reference", w.reference}, {"load", w.load}, {"check", w.check}, {"time", w.time}};
+}
+
 /// Where a run's time went (TuneSummary's seconds), for the text and JSON outputs.
 std::string time_text(const TuneSummary& s) {
-  const MeasurePhases& w = s.worker;
   char buf[384];
   std::snprintf(buf, sizeof buf,
-                "time: measuring %.1f s (in the worker: inputs %.1f, references %.1f, loading %.1f, first run and "
-                "check %.1f, timing %.1f), waiting for compilation %.1f s, proposing %.1f s, recording %.1f s, "
+                "time: measuring %.1f s (%s), waiting for compilation %.1f s, proposing %.1f s, recording %.1f s, "
                 "fitting the model %.1f s",
-                s.measure_s, w.inputs, w.reference, w.load, w.check, w.time, s.compile_wait_s, s.propose_s,
-                s.record_s, s.fit_s);
+                s.measure_s, phases_text(s.worker).c_str(), s.compile_wait_s, s.propose_s, s.record_s, s.fit_s);
   return buf;
 }
 nlohmann::json time_json(const TuneSummary& s) {
-  const MeasurePhases& w = s.worker;
   return {{"measure", s.measure_s},
-          {"measure_phases",
-           {{"inputs", w.inputs}, {"reference", w.reference}, {"load", w.load}, {"check", w.check}, {"time", w.time}}},
+          {"measure_phases", phases_json(s.worker)},
           {"compile_wait", s.compile_wait_s},
           {"propose", s.propose_s},
           {"record", s.record_s},
@@ -566,10 +573,10 @@ void resolve_batch_options(TuneArgs& a) {
 void print_range_summary(const RangeTuneSummary& s, const Compute& c, const std::string& log_path) {
   const std::string& param = c.dynamic.param;
   std::printf("range %s=%lld..%lld of %s: %zu samples tuned in %s, %d kernels of the range measured across them "
-              "(%d measurements, %d failed) in %s; log %s\n",
+              "(%d measurements, %d failed) in %s (%s); log %s\n",
               param.c_str(), (long long)c.dynamic.lo, (long long)c.dynamic.hi, c.name.c_str(), s.points.size(),
               duration_text(s.tune_s).c_str(), s.candidates, s.measurements, s.failed, duration_text(s.cross_s).c_str(),
-              log_path.c_str());
+              phases_text(s.cross_phases).c_str(), log_path.c_str());
   std::printf("samples: %d trials (setting up %.1f s, ending %.1f s, of which %.1f s awaiting compiles); %s\n",
               s.sample_trials, s.sample_setup_s, s.sample_finish_s, s.sample_finish_compile_s,
               time_text(s.sample_times).c_str());
@@ -606,7 +613,7 @@ nlohmann::json range_summary_json(const RangeTuneSummary& s, const Compute& c, c
           {"range", {{"param", c.dynamic.param}, {"lo", c.dynamic.lo}, {"hi", c.dynamic.hi}}},
           {"log", log_path}, {"buckets", buckets}, {"samples", points}, {"unserved", s.unserved},
           {"candidates", s.candidates}, {"measurements", s.measurements}, {"failed", s.failed},
-          {"skipped", s.skipped}, {"beyond_budget", s.beyond_budget}, {"over_cap", s.over_cap}, {"tune_s", s.tune_s}, {"measure_s", s.cross_s}, {"wall_s", s.wall_s},
+          {"skipped", s.skipped}, {"beyond_budget", s.beyond_budget}, {"over_cap", s.over_cap}, {"tune_s", s.tune_s}, {"measure_s", s.cross_s}, {"measure_phases", phases_json(s.cross_phases)}, {"wall_s", s.wall_s},
           {"sample_trials", s.sample_trials}, {"sample_time", time_json(s.sample_times)},
           {"sample_setup_s", s.sample_setup_s}, {"sample_finish_s", s.sample_finish_s},
           {"sample_finish_compile_s", s.sample_finish_compile_s}};

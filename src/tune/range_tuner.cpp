@@ -393,6 +393,7 @@ class RangeRun {
     }
     ++summary_.measurements;
     summary_.failed += m.status != MeasureStatus::kOk;
+    summary_.cross_phases += m.phases;
     writer_.append(make_record(workload_, o_.tune.target, c.ref, result_of(m, c, size, gpus_)));
     return m.status == MeasureStatus::kOk ? m.median_us : kInf;
   }

@@ -86,6 +86,7 @@ struct RangeTuneSummary {
   bool over_cap = false;   ///< More buckets than max_buckets: no kernel measured spans fewer.
   std::vector<std::int64_t> unserved;  ///< Samples where every candidate failed.
   double tune_s = 0, cross_s = 0, wall_s = 0;
+  MeasurePhases cross_phases;  ///< Where the workers' time of the measurements across went.
   /// The samples' tuning: its trials, where its time went (TuneSummary's seconds, summed), and
   /// its setting up and ending (ModelTuneSummary's).
   int sample_trials = 0;
