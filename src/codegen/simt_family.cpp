@@ -56,126 +56,134 @@ std::string operand_read(const ImplicitGemm& g, char op, bool trans, const std::
          element(kk + " + 3") + " << 24))";
 }
 
+/// One SIMT kernel being emitted: its GEMM and schedule, and what the emitters below derive from
+/// them once.
+struct SimtKernel {
+  SimtKernel(const ImplicitGemm& g, const ScheduleParams& p)
+      : g(g), p(p), pack(pack_of(g)), a_trans(stored_along_mn(g, 0)), b_trans(stored_along_mn(g, 1)),
+        half2(pack == 2), ov(out_vector(g, p)), ta(storage_type(g.hw->a_dtype)), tb(storage_type(g.hw->b_dtype)),
+        tacc(accumulator_type(g.hw->d_dtype)), tout(storage_type(g.compute->tensor_of(g.compute->output).dtype)),
+        cs_type(half2 ? "float" : tacc) {}
+  const ImplicitGemm& g;
+  const ScheduleParams& p;
+  const int pack;  ///< Elements of k per multiply-add (pack_of).
+  const bool a_trans, b_trans, half2;  ///< Operands stored along m and n; the half2 intrinsic.
+  const OutVector ov;
+  /// Storage types of the operands and the output; the accumulator's; the staged outputs' (Cs).
+  const std::string ta, tb, tacc, tout, cs_type;
+  bool c_row() const { return ov.along == 'n'; }  ///< The staged outputs run along n.
+};
+
 /// The source before the kernel: headers (only those the dtypes need: cuda_bf16.h alone costs
 /// NVRTC a tenth of a second), constants and the device helpers.
-void emit_simt_prelude(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p, int threads, int pack,
-                       const std::string& tout) {
-  const bool a_trans = stored_along_mn(g, 0), b_trans = stored_along_mn(g, 1);
-  const OutVector ov = out_vector(g, p);
-  const bool c_row = ov.along == 'n';
+void emit_simt_prelude(std::ostringstream& os, const SimtKernel& s, int threads) {
+  const ImplicitGemm& g = s.g;
+  const ScheduleParams& p = s.p;
   const StoredTile sa = stored_tile(g, p, 0), sb = stored_tile(g, p, 1);
   emit_header(os, g);
   auto uses = [&](DType t) {
     return g.hw->a_dtype == t || g.hw->b_dtype == t || g.compute->tensor_of(g.compute->output).dtype == t;
   };
-  if (uses(DType::kFloat16) || pack == 2) os << "#include <cuda_fp16.h>\n";
+  if (uses(DType::kFloat16) || s.half2) os << "#include <cuda_fp16.h>\n";
   if (uses(DType::kBFloat16)) os << "#include <cuda_bf16.h>\n";
   os << "\nnamespace {\n";
   emit_common_constants(os, g, p, threads);
   os << "constexpr int TM = WM, TN = WN;  // outputs per thread (its register tile)\n"
      << "constexpr int KL = " << p.k_lanes << ";  // lanes sharing one output's reduction\n"
      << "constexpr int TILES_N = BN / TN;\n"
-     << "constexpr int P = " << pack << ";  // elements of k per multiply-add (" << family_intrinsic(*g.hw) << ")\n"
-     << "// Shared tiles (padded rows): A " << (a_trans ? "[BK][BM]" : "[BM][BK]") << ", B "
-     << (b_trans ? "[BK][BN]" : "[BN][BK]") << "; epilogue " << (c_row ? "[BM][BN + 8]" : "[BN][BM + 4]") << "\n";
-  emit_ring_helpers(os, g, p, sa, sb, c_row);
+     << "constexpr int P = " << s.pack << ";  // elements of k per multiply-add (" << family_intrinsic(*g.hw) << ")\n"
+     << "// Shared tiles (padded rows): A " << (s.a_trans ? "[BK][BM]" : "[BM][BK]") << ", B "
+     << (s.b_trans ? "[BK][BN]" : "[BN][BK]") << "; epilogue " << (s.c_row() ? "[BM][BN + 8]" : "[BN][BM + 4]") << "\n";
+  emit_ring_helpers(os, g, p, sa, sb, s.c_row());
   emit_operand_loader(os, g, p, 0);
   emit_operand_loader(os, g, p, 1);
-  emit_output_scatter(os, g, tout, ov.width, ov.along);
+  emit_output_scatter(os, g, s.tout, s.ov.width, s.ov.along);
   os << "}  // namespace\n\n";
 }
 
 /// The thread's register tile of sums, zeroed: half2 pairs of k summed apart in float16 for a
 /// half2 intrinsic (its D), else `tacc`.
-void emit_simt_accumulators(std::ostringstream& os, const std::string& tacc, bool half2) {
-  if (half2)
+void emit_simt_accumulators(std::ostringstream& os, const SimtKernel& s) {
+  if (s.half2)
     os << "  __half2 acc2[TM][TN];  // pairs of k summed apart, in float16 as the intrinsic's D\n"
        << "  #pragma unroll\n  for (int i = 0; i < TM; ++i)\n"
        << "    #pragma unroll\n    for (int j = 0; j < TN; ++j) acc2[i][j] = __float2half2_rn(0.f);\n";
   else
-    os << "  " << tacc << " acc[TM][TN];\n"
+    os << "  " << s.tacc << " acc[TM][TN];\n"
        << "  #pragma unroll\n  for (int i = 0; i < TM; ++i)\n"
        << "    #pragma unroll\n    for (int j = 0; j < TN; ++j) acc[i][j] = 0;\n";
 }
 
 /// The `compute` lambda: one shared buffer's tiles multiplied into the thread's outputs.
-void emit_simt_compute(std::ostringstream& os, const ImplicitGemm& g, int pack, const std::string& ta,
-                       const std::string& tb, const std::string& tacc) {
-  const bool a_trans = stored_along_mn(g, 0), b_trans = stored_along_mn(g, 1);
-  const std::string areg = pack == 1 ? tacc : pack == 2 ? "__half2" : "int";
+void emit_simt_compute(std::ostringstream& os, const SimtKernel& s) {
+  const std::string areg = s.pack == 1 ? s.tacc : s.pack == 2 ? "__half2" : "int";
   os << "  // Multiplies the tiles in shared buffer `buf` into this thread's outputs: its lane takes every\n"
      << "  // KL-th group of P elements of k.\n"
      << "  auto compute = [&](int buf) {\n"
-     << "    const " << ta << "* a = As + buf * (A_BYTES / (int)sizeof(" << ta << "));\n"
-     << "    const " << tb << "* b = Bs + buf * (B_BYTES / (int)sizeof(" << tb << "));\n"
+     << "    const " << s.ta << "* a = As + buf * (A_BYTES / (int)sizeof(" << s.ta << "));\n"
+     << "    const " << s.tb << "* b = Bs + buf * (B_BYTES / (int)sizeof(" << s.tb << "));\n"
      << "    #pragma unroll\n    for (int kk = kl * P; kk < BK; kk += KL * P) {\n"
      << "      " << areg << " av[TM], bv[TN];\n"
      << "      #pragma unroll\n      for (int i = 0; i < TM; ++i) av[i] = "
-     << operand_read(g, 'a', a_trans, "tm0 + i", "kk") << ";\n"
+     << operand_read(s.g, 'a', s.a_trans, "tm0 + i", "kk") << ";\n"
      << "      #pragma unroll\n      for (int j = 0; j < TN; ++j) bv[j] = "
-     << operand_read(g, 'b', b_trans, "tn0 + j", "kk") << ";\n"
+     << operand_read(s.g, 'b', s.b_trans, "tn0 + j", "kk") << ";\n"
      << "      #pragma unroll\n      for (int i = 0; i < TM; ++i)\n"
      << "        #pragma unroll\n        for (int j = 0; j < TN; ++j) "
-     << (pack == 1   ? "acc[i][j] += av[i] * bv[j];\n"
-         : pack == 2 ? "acc2[i][j] = __hfma2(av[i], bv[j], acc2[i][j]);\n"
-                     : "acc[i][j] = __dp4a(av[i], bv[j], acc[i][j]);\n")
+     << (s.pack == 1   ? "acc[i][j] += av[i] * bv[j];\n"
+         : s.pack == 2 ? "acc2[i][j] = __hfma2(av[i], bv[j], acc2[i][j]);\n"
+                       : "acc[i][j] = __dp4a(av[i], bv[j], acc[i][j]);\n")
      << "    }\n  };\n\n";
 }
 
 /// After the main loop: half2 pairs folded, the KL lanes' partial sums combined, and each output
-/// tile staged in shared memory `Cs` (of `cs_type`) for the epilogue's stores.
-void emit_simt_stage_outputs(std::ostringstream& os, const ScheduleParams& p, bool half2, bool c_row,
-                             const std::string& cs_type) {
-  if (half2)
+/// tile staged in shared memory `Cs` (of cs_type) for the epilogue's stores.
+void emit_simt_stage_outputs(std::ostringstream& os, const SimtKernel& s) {
+  if (s.half2)
     os << "  // The two halves of each pair, summed in float16 as the intrinsic's accumulator.\n"
        << "  float acc[TM][TN];\n"
        << "  #pragma unroll\n  for (int i = 0; i < TM; ++i)\n"
        << "    #pragma unroll\n    for (int j = 0; j < TN; ++j) acc[i][j] = __half2float(__hadd(__low2half(acc2[i][j]), "
           "__high2half(acc2[i][j])));\n";
-  if (p.k_lanes > 1)
+  if (s.p.k_lanes > 1)
     os << "  // The KL lanes of an output tile sum their partial results (xor butterfly within the group).\n"
        << "  constexpr unsigned LANES = THREADS >= 32 ? 0xffffffffu : (1u << THREADS) - 1;  // the warp's threads\n"
        << "  #pragma unroll\n  for (int off = KL / 2; off > 0; off /= 2)\n"
        << "    #pragma unroll\n    for (int i = 0; i < TM; ++i)\n"
        << "      #pragma unroll\n      for (int j = 0; j < TN; ++j) acc[i][j] += __shfl_xor_sync(LANES, acc[i][j], off);\n";
   os << "  // Epilogue: the outputs to shared memory (one lane per output tile), then to the output.\n"
-     << "  " << cs_type << "* Cs = reinterpret_cast<" << cs_type << "*>(smem);\n"
+     << "  " << s.cs_type << "* Cs = reinterpret_cast<" << s.cs_type << "*>(smem);\n"
      << "  if (kl == 0) {\n"
      << "    #pragma unroll\n    for (int i = 0; i < TM; ++i)\n"
      << "      #pragma unroll\n      for (int j = 0; j < TN; ++j) "
-     << (c_row ? "Cs[(tm0 + i) * C_LD + tn0 + j]" : "Cs[(tn0 + j) * C_LD + tm0 + i]") << " = acc[i][j];\n"
+     << (s.c_row() ? "Cs[(tm0 + i) * C_LD + tn0 + j]" : "Cs[(tn0 + j) * C_LD + tm0 + i]") << " = acc[i][j];\n"
      << "  }\n";
 }
 
 KernelSource emit_simt(const ImplicitGemm& g, const ScheduleParams& p) {
   TMAP_CHECK(g.hw->family == "simt", "the SIMT emitter needs a simt abstraction");
   TMAP_CHECK(g.shape[Axis::kI] == 1 && g.shape[Axis::kJ] == 1, "SIMT intrinsics are 1 x 1 x P");
-  const int pack = pack_of(g);
-  TMAP_CHECK(pack == 1 || (pack == 2 && g.hw->a_dtype == DType::kFloat16) ||
-                 (pack == 4 && g.hw->a_dtype == DType::kInt8),
+  const SimtKernel s(g, p);
+  TMAP_CHECK(s.pack == 1 || (s.pack == 2 && g.hw->a_dtype == DType::kFloat16) ||
+                 (s.pack == 4 && g.hw->a_dtype == DType::kInt8),
              "SIMT packs are 1 element, half2 or four int8");
-  const std::string ta = storage_type(g.hw->a_dtype), tb = storage_type(g.hw->b_dtype),
-                    tacc = accumulator_type(g.hw->d_dtype),
-                    tout = storage_type(g.compute->tensor_of(g.compute->output).dtype);
-  const bool a_trans = stored_along_mn(g, 0), b_trans = stored_along_mn(g, 1), half2 = pack == 2;
   KernelSource k = kernel_shell(g, p, block_threads(g, p));
   const std::string tpart = partial_type(g);
 
   std::ostringstream os;
-  emit_simt_prelude(os, g, p, k.threads, pack, tout);
-  emit_kernel_entry(os, g, k, p, ta, tb, tout, tpart);
+  emit_simt_prelude(os, s, k.threads);
+  emit_kernel_entry(os, g, k, p, s.ta, s.tb, s.tout, tpart);
   os << "  // KL neighbouring lanes share an output tile; the tiles run along n first.\n"
      << "  const int kl = threadIdx.x % KL, tile = threadIdx.x / KL;\n"
      << "  const int tm0 = (tile / TILES_N) * TM, tn0 = (tile % TILES_N) * TN;  // this thread's outputs\n\n";
-  emit_simt_accumulators(os, tacc, half2);
+  emit_simt_accumulators(os, s);
   emit_step_range(os);
-  const bool staged = emit_byte_stage_loads(os, g, p, k.threads, a_trans, b_trans, ta, tb);
-  emit_simt_compute(os, g, pack, ta, tb, tacc);
+  const bool staged = emit_byte_stage_loads(os, g, p, k.threads, s.a_trans, s.b_trans, s.ta, s.tb);
+  emit_simt_compute(os, s);
   emit_main_loop(os, p, staged);
-  const std::string cs_type = half2 ? "float" : tacc;
-  emit_simt_stage_outputs(os, p, half2, out_vector(g, p).along == 'n', cs_type);
-  emit_epilogue_stores(os, g, p, cs_type, tout);
-  emit_split_reduce(os, g, k, tpart, tout);
+  emit_simt_stage_outputs(os, s);
+  emit_epilogue_stores(os, g, p, s.cs_type, s.tout);
+  emit_split_reduce(os, g, k, tpart, s.tout);
   k.code = os.str();
   return k;
 }
