@@ -814,8 +814,9 @@ void emit_ring_helpers(std::ostringstream& os, const ImplicitGemm& g, const Sche
   emit_shift_helpers(os, g, p);
 }
 
-void emit_accumulator_quad(std::ostringstream& os, bool c_row, const std::string& value) {
-  const std::string r[4] = {"r", "r", "r + 8", "r + 8"}, c[4] = {"c", "c + 1", "c", "c + 1"};
+void emit_accumulator_quad(std::ostringstream& os, bool c_row, const std::string& value, const std::string& r8,
+                           const std::string& c1) {
+  const std::string r[4] = {"r", "r", r8, r8}, c[4] = {"c", c1, "c", c1};
   auto scaled = [](const std::string& x) { return x.size() > 1 ? "(" + x + ")" : x; };  // x * C_LD
   for (int t = 0; t < 4; ++t) {
     std::string v = value;

@@ -202,7 +202,9 @@ void emit_ring_helpers(std::ostringstream& os, const ImplicitGemm& g, const Sche
 /// Into the epilogue tile Cs (rows along n when `c_row`, else along m), the four accumulators of
 /// the m16n8 C-fragment layout that mma.sync and wgmma share: (r, c), (r, c + 1), (r + 8, c) and
 /// (r + 8, c + 1), with r and c in scope; `value` names accumulator t with '#' standing for t.
-void emit_accumulator_quad(std::ostringstream& os, bool c_row, const std::string& value);
+/// `r8` and `c1` name the rows and columns r + 8 and c + 1 where they are not just that.
+void emit_accumulator_quad(std::ostringstream& os, bool c_row, const std::string& value, const std::string& r8 = "r + 8",
+                           const std::string& c1 = "c + 1");
 /// Whether an operand of the epilogue varies along both virtual axes (a residual, SiLU's gate):
 /// the operands ScheduleParams::epi_prefetch asks L2 for.
 bool epilogue_has_full_shape_operand(const ImplicitGemm& g);

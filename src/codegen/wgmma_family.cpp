@@ -480,10 +480,10 @@ TensorMapSpec tensor_map(const ImplicitGemm& g, const ScheduleParams& p, int whi
 
 /// The coordinate of TMA dimension `d` of operand `which` for the stage of reduction step
 /// (s, k0), with `block` the column block (one swizzled line wide) of the tile.
-std::string tma_coordinate(const ImplicitGemm& g, int which, const TmaDim& d, const std::string& block) {
+std::string tma_coordinate(const ImplicitGemm& g, int which, const TmaDim& d, const std::string& block, bool clamped) {
   const Compute& c = *g.compute;
   const bool mn = stored_along_mn(g, which);
-  const std::string origin = which == 0 ? "m0" : "n0";
+  const std::string origin = std::string(which == 0 ? "m" : "n") + (clamped ? "_box" : "0");
   const std::string up = which == 0 ? "A" : "B";
   switch (d.role) {
     case TmaDim::kCols: return (mn ? origin : "k0") + " + " + block + " * " + up + "_W";
@@ -642,6 +642,44 @@ std::string step_loop(const ScheduleParams& p, const std::string& indent, const 
   return os.str();
 }
 
+/// The axes along which a tile that would reach past the output's end loads, instead, the BM (BN)
+/// rows that end at the extent's end: TMA boxes that reach past a tensor's end load slowly
+/// (docs/design-notes.md, "Boxes at a tensor's end"). Such a tile's boxes start skip_m (skip_n)
+/// rows before its origin. Its epilogue tile takes accumulator row r at r - skip_m, and the rows
+/// before the origin, which the tile before stores, at the tile's end: rows there lie past the
+/// extent, where every store is masked already. Rotating instead of testing keeps the epilogue
+/// tile's writes unconditional.
+struct BoxClamp {
+  bool m = false, n = false;
+
+  /// m_box, n_box: where the producer's boxes start.
+  std::string boxes(const std::string& indent) const {
+    return (m ? indent + "const int m_box = min(m0, max(M - BM, 0));  // the last tile's boxes end at M\n" : "") +
+           (n ? indent + "const int n_box = min(n0, max(N - BN, 0));  // the last tile's boxes end at N\n" : "");
+  }
+  /// skip_m, skip_n: how far before the tile its boxes start, less than twice the tile.
+  std::string skips(const std::string& indent) const {
+    return (m ? indent + "const int skip_m = m0 - min(m0, max(M - BM, 0));  // the boxes' rows before the tile\n" : "") +
+           (n ? indent + "const int skip_n = n0 - min(n0, max(N - BN, 0));  // the boxes' columns before the tile\n" : "");
+  }
+  /// r, c (and r8, c1 for r + 8, c + 1): where accumulator (row, col) of warpgroup tile
+  /// (wm0, wn0) goes in the epilogue tile.
+  std::string position(const std::string& indent) const {
+    const std::string r = "wm0 + i * 64 + row", c = "wn0 + j * 8 + col";
+    std::string s = indent + "const int r = " + (m ? rotated(r, "BM", "skip_m") : r) + ", c = " + (n ? rotated(c, "BN", "skip_n") : c);
+    if (m) s += ", r8 = " + rotated(r + " + 8", "BM", "skip_m");
+    if (n) s += ", c1 = " + rotated(c + " + 1", "BN", "skip_n");
+    return s + ";\n";
+  }
+  std::string r8() const { return m ? "r8" : "r + 8"; }
+  std::string c1() const { return n ? "c1" : "c + 1"; }
+
+ private:
+  static std::string rotated(const std::string& x, const std::string& tile, const std::string& skip) {
+    return "(" + x + " + 2 * " + tile + " - " + skip + ") % " + tile;
+  }
+};
+
 /// The helper a consumer waits for a full stage with (ScheduleParams::uniform_wait).
 std::string wait_call(const ScheduleParams& p) { return p.uniform_wait ? "mbar_wait_warp" : "mbar_wait"; }
 
@@ -654,7 +692,8 @@ std::string wait_call(const ScheduleParams& p) { return p.uniform_wait ? "mbar_w
 /// for phase parity n % 2 over the whole walk.
 void emit_persistent_loops(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p,
                            const StoredTile& sa, const StoredTile& sb, const std::string& tacc,
-                           const std::string& tout, bool c_row, const std::string& origin, const std::string& loads) {
+                           const std::string& tout, bool c_row, const BoxClamp& clamp, const std::string& origin,
+                           const std::string& loads) {
   // The epilogue tile holds the output's dtype where it is 16-bit (persistent_epilogue_bytes()).
   const std::string cs = persistent_epilogue_bytes_per_element(g) == 2 ? tout : tacc;
   const bool pair = pairs_blocks(p);
@@ -673,7 +712,7 @@ void emit_persistent_loops(std::ostringstream& os, const ImplicitGemm& g, const 
      << "      " << walk << " {\n"
      << "        const int z = tile / (GRID_M * GRID_N);\n";
   emit_tile_origin(os, p, "tile % (GRID_M * GRID_N)", "        ");
-  os << "        (void)z;\n" << origin
+  os << "        (void)z;\n" << clamp.boxes("        ") << origin
      << "        for (int step = 0; step < STEPS; ++step, ++t) {\n"
      << "          const int buf = t % STAGES;\n"
      << "          if (t >= STAGES) mbar_wait(&empty[buf], (t / STAGES - 1) & 1);\n"
@@ -693,6 +732,7 @@ void emit_persistent_loops(std::ostringstream& os, const ImplicitGemm& g, const 
      << "  " << walk << " {\n"
      << "    const int z = tile / (GRID_M * GRID_N);\n";
   emit_tile_origin(os, p, "tile % (GRID_M * GRID_N)", "    ");
+  os << clamp.skips("    ");
   emit_epilogue_prefetch(os, g, p, "CONSUMERS * 128", "    ");
   os << "    #pragma unroll\n    for (int i = 0; i < MI; ++i)\n"
      << "      #pragma unroll\n      for (int r = 0; r < ACC; ++r) acc[i][r] = 0;\n"
@@ -711,8 +751,9 @@ void emit_persistent_loops(std::ostringstream& os, const ImplicitGemm& g, const 
      << "    consumer_sync();\n"
      << "    #pragma unroll\n    for (int i = 0; i < MI; ++i)\n"
      << "      #pragma unroll\n      for (int j = 0; j < WN / 8; ++j) {\n"
-     << "        const int r = wm0 + i * 64 + row, c = wn0 + j * 8 + col;\n";
-  emit_accumulator_quad(os, c_row, cs == tacc ? "acc[i][4 * j + #]" : "(" + cs + ")acc[i][4 * j + #]");
+     << clamp.position("        ");
+  emit_accumulator_quad(os, c_row, cs == tacc ? "acc[i][4 * j + #]" : "(" + cs + ")acc[i][4 * j + #]", clamp.r8(),
+                        clamp.c1());
   os << "      }\n";
   EpilogueScope scope;
   scope.barrier = "  consumer_sync();\n";
@@ -743,7 +784,21 @@ struct WgmmaKernel {
   std::string ta, tb, tacc, tout, tpart;
   std::vector<TmaDim> views[2];  ///< With a producer, each operand's TMA view
   Im2colView im2col[2];          ///< or its im2col view (im2col[which].rank > 0).
+  BoxClamp clamp;                ///< With a producer, the axes whose last boxes end at the extent's end.
 };
+
+/// Whether operand `which`'s boxes are clamped to end at the end of its m (n) extent (BoxClamp):
+/// a tiled view whose rows run along that axis, with tiles (a pair's, in a cluster along it) that
+/// may not divide the extent.
+bool clamps_boxes(const WgmmaKernel& w, int which) {
+  const ImplicitGemm& g = w.g;
+  const ScheduleParams& p = w.p;
+  if (!w.ws || w.im2col[which].rank || stored_along_mn(g, which)) return false;
+  const char axis = which == 0 ? 'm' : 'n';
+  if (g.dynamic() && g.dynamic_axis == axis) return true;
+  const std::int64_t tile = which == 0 ? p.block_m * (p.cluster == 2 ? 2 : 1) : p.block_n * (p.cluster == 3 ? 2 : 1);
+  return (which == 0 ? g.M : g.N) % tile != 0;
+}
 
 /// Pairs of blocks along x, each pair one tile twice as tall (cluster 2) or wide (3); a persistent
 /// kernel's tiles in one launch dimension, taken with a grid stride (split_k is 1).
@@ -828,6 +883,8 @@ void emit_copy_setup(std::ostringstream& os, WgmmaKernel& w) {
         k.tensor_maps.back().box[1] /= 2;
       }
     }
+    w.clamp.m = clamps_boxes(w, 0);
+    w.clamp.n = clamps_boxes(w, 1);
     emit_producer_helpers(os, pair);
     os << "constexpr int BAR_OFFSET = " << barrier_offset(g, p) << ";  // the ring's mbarriers, past tiles and epilogue\n";
     if (persistent)
@@ -896,7 +953,8 @@ void emit_entry(std::ostringstream& os, const WgmmaKernel& w) {
       emit_tile_origin(os, p, "blockIdx.x / 2", "  ");
     else
       emit_block_origin(os, p);
-    os << "  const int z = blockIdx.z / SPLIT_K, split = blockIdx.z % SPLIT_K;\n";
+    os << w.clamp.boxes("  ") << w.clamp.skips("  ")
+       << "  const int z = blockIdx.z / SPLIT_K, split = blockIdx.z % SPLIT_K;\n";
     emit_epilogue_prefetch(os, g, p, "THREADS", "  ");
   }
   os << "  const int wg = threadIdx.x / 128, lane = threadIdx.x % 32;\n"
@@ -976,7 +1034,8 @@ std::string tma_loads(const WgmmaKernel& w, int which) {
     << (half ? " + cta_rank * (" + up + "_ROWS / 2) * " + up + "_W" : "") << ", tma_" << (which == 0 ? "a" : "b")
     << ", &full[buf]";
   for (const TmaDim& d : w.views[which])
-    l << ",\n              " << tma_coordinate(g, which, d, "blk") << (d.role == TmaDim::kRows ? offset : "");
+    l << ",\n              " << tma_coordinate(g, which, d, "blk", which == 0 ? w.clamp.m : w.clamp.n)
+      << (d.role == TmaDim::kRows ? offset : "");
   l << ");\n";
   return l.str();
 }
@@ -1068,8 +1127,8 @@ void emit_wgmma_epilogue(std::ostringstream& os, const WgmmaKernel& w) {
      << (ws ? "  if (wg < CONSUMERS)\n" : "")
      << "  #pragma unroll\n  for (int i = 0; i < MI; ++i)\n"
      << "    #pragma unroll\n    for (int j = 0; j < WN / 8; ++j) {\n"
-     << "      const int r = wm0 + i * 64 + row, c = wn0 + j * 8 + col;\n";
-  emit_accumulator_quad(os, c_row, "acc[i][4 * j + #]");
+     << w.clamp.position("      ");
+  emit_accumulator_quad(os, c_row, "acc[i][4 * j + #]", w.clamp.r8(), w.clamp.c1());
   os << "    }\n";
   EpilogueScope scope;
   scope.close = !pair;
@@ -1108,7 +1167,7 @@ KernelSource emit_wgmma(const ImplicitGemm& g, const ScheduleParams& p) {
   if (!w.ws) staged = emit_byte_stage_loads(os, g, p, w.k.threads, w.a_mn, w.b_mn, w.ta, w.tb);
   emit_compute_lambda(os, w);
   if (w.persistent) {
-    emit_persistent_loops(os, g, p, w.sa, w.sb, w.tacc, w.tout, w.c_row,
+    emit_persistent_loops(os, g, p, w.sa, w.sb, w.tacc, w.tout, w.c_row, w.clamp,
                           (w.im2col[0].rank ? im2col_origin(g, w.im2col[0]) : "") +
                               (w.im2col[1].rank ? im2col_origin(g, w.im2col[1]) : ""),
                           tma_loads(w, 0) + tma_loads(w, 1));
