@@ -2,6 +2,7 @@
 // every mapping, layout, shape and dtype family for sm_80 and sm_90.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <functional>
@@ -608,6 +609,77 @@ TEST(Codegen, WgmmaTmaProducer) {
   EXPECT_GE(persistent, 10);
   std::cout << "compiled " << jobs.size() << " warp-specialized wgmma kernels for sm_90a (" << persistent
             << " persistent)\n";
+}
+
+// A tile that would reach past the output's end loads, instead, the rows that end at the extent's
+// end (TMA boxes past a tensor's end load slowly): its boxes start at m_box (n_box), and its
+// epilogue tile rotates the rows that the tile before stores to its end. Only axes whose tiles (a
+// pair's, in a cluster along the axis) may not divide the extent, and whose operand's boxes take
+// their rows along it, are clamped: kernels whose tiles divide their extents are left as they were.
+TEST(Codegen, WgmmaBoxesOfTheLastTileEndAtTheExtentsEnd) {
+  const DeviceLimits limits = DeviceLimits::for_arch(90);
+  std::vector<std::unique_ptr<Compute>> keep;
+  std::vector<Job> jobs;
+  auto code_of = [&](const std::string& op, const std::vector<std::string>& sets,
+                     const std::function<void(ScheduleParams&)>& tweak) -> std::string {
+    const Compute& c = typed_compute(keep, op, "float16", "float32", sets);
+    const std::vector<ImplicitGemm> gemms = gemm_per_match(c, "wgmma_fp16_fp32");
+    const std::string layout = op == "gemm" ? "nnn" : "ntn";  // B [N][K] read along k as rows of n
+    const auto it = std::find_if(gemms.begin(), gemms.end(), [&](const ImplicitGemm& g) { return g.layout == layout; });
+    if (it == gemms.end()) {
+      ADD_FAILURE() << op << ": no match of layout " << layout;
+      return "";
+    }
+    const ImplicitGemm& g = *it;
+    ScheduleParams p = default_schedule(g, limits);
+    p.producer = 1;
+    p.split_k = 1;
+    p.cluster = 0;
+    p.block_m = p.block_n = p.warp_n = 128;
+    p.warp_m = 64;
+    p.block_k = 64;
+    tweak(p);
+    const std::string label = op + " " + sets[0] + " " + sets[1] + " " + to_json(p).dump();
+    EXPECT_TRUE(validate(g, p, limits).empty()) << label;
+    jobs.push_back({label, emit_kernel(g, p)});
+    return jobs.back().kernel.code;
+  };
+  auto has = [](const std::string& code, const std::string& s) { return code.find(s) != std::string::npos; };
+  const auto plain = [](ScheduleParams&) {};
+  const std::string divides = code_of("gemm_nt", {"M=256", "N=256", "K=128"}, plain);
+  EXPECT_FALSE(has(divides, "m_box") || has(divides, "n_box") || has(divides, "skip_")) << divides;
+
+  const std::string m_short = code_of("gemm_nt", {"M=200", "N=256", "K=128"}, plain);
+  EXPECT_TRUE(has(m_short, "const int m_box = min(m0, max(M - BM, 0));")) << m_short;
+  EXPECT_TRUE(has(m_short, "m_box);"));  // the A box's row coordinate
+  EXPECT_TRUE(has(m_short, "const int skip_m = m0 - min(m0, max(M - BM, 0));"));
+  EXPECT_TRUE(has(m_short, "const int r = (wm0 + i * 64 + row + 2 * BM - skip_m) % BM"));
+  EXPECT_TRUE(has(m_short, "r8 = (wm0 + i * 64 + row + 8 + 2 * BM - skip_m) % BM"));
+  EXPECT_FALSE(has(m_short, "n_box") || has(m_short, "skip_n"));
+
+  const std::string n_short = code_of("gemm_nt", {"M=256", "N=200", "K=128"}, plain);
+  EXPECT_TRUE(has(n_short, "n_box);") && has(n_short, "c1 = (wn0 + j * 8 + col + 1 + 2 * BN - skip_n) % BN"));
+  EXPECT_FALSE(has(n_short, "m_box"));
+
+  // A pair along m takes 2 BM rows: 192 rows leave the second block of the last pair past the end.
+  const auto pair = [](ScheduleParams& p) {
+    p.cluster = 2;
+    p.block_m = 64;
+  };
+  EXPECT_TRUE(has(code_of("gemm_nt", {"M=192", "N=256", "K=128"}, pair), "m_box"));
+  EXPECT_FALSE(has(code_of("gemm_nt", {"M=256", "N=256", "K=128"}, pair), "m_box"));
+
+  const std::string persistent = code_of("gemm_nt", {"M=200", "N=256", "K=128"}, [](ScheduleParams& p) {
+    p.producer = 2;
+    p.stages = 3;
+  });
+  EXPECT_TRUE(has(persistent, "m_box") && has(persistent, "skip_m")) << persistent;
+  // gemm's B [K][N] is read along n: its boxes' rows run along k, so n is not clamped.
+  EXPECT_FALSE(has(code_of("gemm", {"M=256", "N=136", "K=128"}, plain), "n_box"));
+
+  std::vector<std::string> failures = compile_all(jobs, {90});
+  EXPECT_TRUE(failures.empty()) << failures.size() << " of " << jobs.size() << " failed; first:\n"
+                                << (failures.empty() ? "" : failures.front());
 }
 
 // The narrower swizzles (swizzle 2, 3: 64- and 32-byte lines): the descriptors name layout type
