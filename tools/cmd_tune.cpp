@@ -613,7 +613,8 @@ nlohmann::json range_summary_json(const RangeTuneSummary& s, const Compute& c, c
           {"range", {{"param", c.dynamic.param}, {"lo", c.dynamic.lo}, {"hi", c.dynamic.hi}}},
           {"log", log_path}, {"buckets", buckets}, {"samples", points}, {"unserved", s.unserved},
           {"candidates", s.candidates}, {"measurements", s.measurements}, {"failed", s.failed},
-          {"skipped", s.skipped}, {"beyond_budget", s.beyond_budget}, {"over_cap", s.over_cap}, {"tune_s", s.tune_s}, {"measure_s", s.cross_s}, {"measure_phases", phases_json(s.cross_phases)}, {"wall_s", s.wall_s},
+          {"skipped", s.skipped}, {"beyond_budget", s.beyond_budget}, {"over_cap", s.over_cap}, {"tune_s", s.tune_s},
+          {"measure_s", s.cross_s}, {"measure_phases", phases_json(s.cross_phases)}, {"wall_s", s.wall_s},
           {"sample_trials", s.sample_trials}, {"sample_time", time_json(s.sample_times)},
           {"sample_setup_s", s.sample_setup_s}, {"sample_finish_s", s.sample_finish_s},
           {"sample_finish_compile_s", s.sample_finish_compile_s}};

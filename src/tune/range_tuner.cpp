@@ -431,7 +431,6 @@ class RangeRun {
         if (later_wins(mid)) hi = mid, start.us = at;
         else start.lo = mid + 1;
       }
-      if (start.lo == sizes_[b.first]) start.us = std::nan("");  // its sample
     }
     return out;
   }
