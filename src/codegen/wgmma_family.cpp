@@ -654,13 +654,13 @@ struct BoxClamp {
 
   /// m_box, n_box: where the producer's boxes start.
   std::string boxes(const std::string& indent) const {
-    return (m ? indent + "const int m_box = min(m0, max(M - BM, 0));  // the last tile's boxes end at M\n" : "") +
-           (n ? indent + "const int n_box = min(n0, max(N - BN, 0));  // the last tile's boxes end at N\n" : "");
+    return (m ? indent + "const int m_box = " + start('m') + ";  // the last tile's boxes end at M\n" : "") +
+           (n ? indent + "const int n_box = " + start('n') + ";  // the last tile's boxes end at N\n" : "");
   }
   /// skip_m, skip_n: how far before the tile its boxes start, less than twice the tile.
   std::string skips(const std::string& indent) const {
-    return (m ? indent + "const int skip_m = m0 - min(m0, max(M - BM, 0));  // the boxes' rows before the tile\n" : "") +
-           (n ? indent + "const int skip_n = n0 - min(n0, max(N - BN, 0));  // the boxes' columns before the tile\n" : "");
+    return (m ? indent + "const int skip_m = m0 - " + start('m') + ";  // the boxes' rows before the tile\n" : "") +
+           (n ? indent + "const int skip_n = n0 - " + start('n') + ";  // the boxes' columns before the tile\n" : "");
   }
   /// r, c (and r8, c1 for r + 8, c + 1): where accumulator (row, col) of warpgroup tile
   /// (wm0, wn0) goes in the epilogue tile.
@@ -675,6 +675,10 @@ struct BoxClamp {
   std::string c1() const { return n ? "c1" : "c + 1"; }
 
  private:
+  /// Where the boxes of the tile at m0 (n0) start along `axis`.
+  static std::string start(char axis) {
+    return axis == 'm' ? "min(m0, max(M - BM, 0))" : "min(n0, max(N - BN, 0))";
+  }
   static std::string rotated(const std::string& x, const std::string& tile, const std::string& skip) {
     return "(" + x + " + 2 * " + tile + " - " + skip + ") % " + tile;
   }
@@ -796,8 +800,7 @@ bool clamps_boxes(const WgmmaKernel& w, int which) {
   if (!w.ws || w.im2col[which].rank || stored_along_mn(g, which)) return false;
   const char axis = which == 0 ? 'm' : 'n';
   if (g.dynamic() && g.dynamic_axis == axis) return true;
-  const std::int64_t tile = which == 0 ? p.block_m * (p.cluster == 2 ? 2 : 1) : p.block_n * (p.cluster == 3 ? 2 : 1);
-  return (which == 0 ? g.M : g.N) % tile != 0;
+  return (which == 0 ? g.M : g.N) % pair_tile(p, axis) != 0;
 }
 
 /// Pairs of blocks along x, each pair one tile twice as tall (cluster 2) or wide (3); a persistent
@@ -808,7 +811,7 @@ void configure_launch(WgmmaKernel& w) {
   KernelSource& k = w.k;
   const bool pair = w.pair, persistent = w.persistent;
   if (pair) {
-    const std::int64_t pair_m = p.cluster == 2 ? 2 * p.block_m : p.block_m, pair_n = p.cluster == 3 ? 2 * p.block_n : p.block_n;
+    const std::int64_t pair_m = pair_tile(p, 'm'), pair_n = pair_tile(p, 'n');
     k.grid = {2 * ((g.M + pair_m - 1) / pair_m) * ((g.N + pair_n - 1) / pair_n), 1, g.batch};
     k.cluster_x = 2;
     if (g.dynamic()) k.grid_growth = {0, g.per_size, g.dynamic_axis == 'm' ? pair_m : pair_n, 1};

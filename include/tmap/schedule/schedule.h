@@ -20,6 +20,10 @@ namespace tmap {
 /// along m, sharing B; 3: along n, sharing A), and which operand they share (-1: none).
 inline bool pairs_blocks(const ScheduleParams& p) { return p.cluster == 2 || p.cluster == 3; }
 inline int pair_shared_operand(const ScheduleParams& p) { return p.cluster == 2 ? 1 : p.cluster == 3 ? 0 : -1; }
+/// The tile along `axis` ('m' or 'n') of a pair of blocks, or of one block where no pair runs along it.
+inline std::int64_t pair_tile(const ScheduleParams& p, char axis) {
+  return axis == 'm' ? std::int64_t{p.block_m} * (p.cluster == 2 ? 2 : 1) : std::int64_t{p.block_n} * (p.cluster == 3 ? 2 : 1);
+}
 
 nlohmann::json to_json(const ScheduleParams& p);
 /// Reads parameters from JSON, one key per knob (knobs.def); keys not given keep their defaults;
