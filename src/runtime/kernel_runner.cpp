@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -256,7 +257,7 @@ const LoadedModule& builtin_module(const char* source, const std::vector<std::st
 /// Draws inputs on the GPU exactly as random_value does on the host: one kernel per storage
 /// type, element i of a stream being SplitMix64 of its index, uniform in [-1, 1), rounded to
 /// the type (integers: round(8 v) for int8, round(v) for int32).
-constexpr const char* kDrawSource = R"(#include <cuda_fp16.h>
+constexpr const char* kDrawPrelude = R"(#include <cuda_fp16.h>
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 __device__ __forceinline__ double draw(unsigned long long key, unsigned long long i) {
@@ -274,30 +275,42 @@ __device__ __forceinline__ double draw(unsigned long long key, unsigned long lon
       out[i] = value;                                                                     \
     }                                                                                     \
   }
-TMAP_DRAW(tmap_draw_f16, __half, __float2half((float)v))
-TMAP_DRAW(tmap_draw_bf16, __nv_bfloat16, __float2bfloat16((float)v))
-TMAP_DRAW(tmap_draw_f32, float, (float)v)
-TMAP_DRAW(tmap_draw_f64, double, v)
-TMAP_DRAW(tmap_draw_i8, signed char, (signed char)round(v * 8))
-TMAP_DRAW(tmap_draw_i32, int, (int)round(v))
-TMAP_DRAW(tmap_draw_e4m3, __nv_fp8_e4m3, __nv_fp8_e4m3((float)v))
-TMAP_DRAW(tmap_draw_e5m2, __nv_fp8_e5m2, __nv_fp8_e5m2((float)v))
 )";
 
-/// The kDrawSource kernel of a dtype, by its position in the module; -1 for int4 (drawn on the host).
+/// The draw kernel of each storage type drawn on the GPU (tf32 is stored as float32; int4 is
+/// drawn on the host): its name, element type and the element made of v.
+struct DrawKernel {
+  DType dtype;
+  const char* name;
+  const char* type;
+  const char* value;
+};
+constexpr DrawKernel kDrawKernels[] = {
+    {DType::kFloat16, "tmap_draw_f16", "__half", "__float2half((float)v)"},
+    {DType::kBFloat16, "tmap_draw_bf16", "__nv_bfloat16", "__float2bfloat16((float)v)"},
+    {DType::kFloat32, "tmap_draw_f32", "float", "(float)v"},
+    {DType::kFloat64, "tmap_draw_f64", "double", "v"},
+    {DType::kInt8, "tmap_draw_i8", "signed char", "(signed char)round(v * 8)"},
+    {DType::kInt32, "tmap_draw_i32", "int", "(int)round(v)"},
+    {DType::kFloat8E4M3, "tmap_draw_e4m3", "__nv_fp8_e4m3", "__nv_fp8_e4m3((float)v)"},
+    {DType::kFloat8E5M2, "tmap_draw_e5m2", "__nv_fp8_e5m2", "__nv_fp8_e5m2((float)v)"},
+};
+
+/// The module of every draw kernel, in kDrawKernels' order.
+const std::string& draw_source() {
+  static const std::string source = [] {
+    std::string s = kDrawPrelude;
+    for (const DrawKernel& k : kDrawKernels) s += std::string("TMAP_DRAW(") + k.name + ", " + k.type + ", " + k.value + ")\n";
+    return s;
+  }();
+  return source;
+}
+
+/// The position of `t`'s draw kernel in kDrawKernels; -1 for a dtype drawn on the host only.
 int draw_kernel_index(DType t) {
-  switch (t) {
-    case DType::kFloat16: return 0;
-    case DType::kBFloat16: return 1;
-    case DType::kFloat32:
-    case DType::kTFloat32: return 2;
-    case DType::kFloat64: return 3;
-    case DType::kInt8: return 4;
-    case DType::kInt32: return 5;
-    case DType::kFloat8E4M3: return 6;
-    case DType::kFloat8E5M2: return 7;
-    case DType::kInt4: return -1;
-  }
+  if (t == DType::kTFloat32) t = DType::kFloat32;
+  for (std::size_t i = 0; i < std::size(kDrawKernels); ++i)
+    if (kDrawKernels[i].dtype == t) return static_cast<int>(i);
   return -1;
 }
 
@@ -307,9 +320,9 @@ int draw_kernel_index(DType t) {
 bool draw_on_device(void* out, std::size_t n, DType t, std::uint64_t stream) {
   const int index = draw_kernel_index(t);
   if (index < 0) return false;
-  const LoadedModule& module = builtin_module(
-      kDrawSource, {"tmap_draw_f16", "tmap_draw_bf16", "tmap_draw_f32", "tmap_draw_f64", "tmap_draw_i8",
-                    "tmap_draw_i32", "tmap_draw_e4m3", "tmap_draw_e5m2"});
+  std::vector<std::string> names;
+  for (const DrawKernel& k : kDrawKernels) names.push_back(k.name);
+  const LoadedModule& module = builtin_module(draw_source().c_str(), names);
   int device = 0, sms = 0;
   check(cudaGetDevice(&device), "cudaGetDevice");
   check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
@@ -568,7 +581,7 @@ const void* flush_kernel() { return builtin_module(kFlushSource, {"tmap_l2_flush
 
 }  // namespace
 
-std::vector<CompileJob> builtin_kernel_sources() { return {{"tmap_draw", kDrawSource}, {"tmap_l2_flush", kFlushSource}}; }
+std::vector<CompileJob> builtin_kernel_sources() { return {{"tmap_draw", draw_source()}, {"tmap_l2_flush", kFlushSource}}; }
 
 std::vector<double> time_launches(const std::function<int(void* stream)>& launch_fn, const TimingOptions& timing) {
   std::vector<double> times;
