@@ -300,7 +300,8 @@ constexpr DrawKernel kDrawKernels[] = {
 const std::string& draw_source() {
   static const std::string source = [] {
     std::string s = kDrawPrelude;
-    for (const DrawKernel& k : kDrawKernels) s += std::string("TMAP_DRAW(") + k.name + ", " + k.type + ", " + k.value + ")\n";
+    for (const DrawKernel& k : kDrawKernels)
+      s += std::string("TMAP_DRAW(") + k.name + ", " + k.type + ", " + k.value + ")\n";
     return s;
   }();
   return source;

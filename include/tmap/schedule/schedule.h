@@ -22,7 +22,8 @@ inline bool pairs_blocks(const ScheduleParams& p) { return p.cluster == 2 || p.c
 inline int pair_shared_operand(const ScheduleParams& p) { return p.cluster == 2 ? 1 : p.cluster == 3 ? 0 : -1; }
 /// The tile along `axis` ('m' or 'n') of a pair of blocks, or of one block where no pair runs along it.
 inline std::int64_t pair_tile(const ScheduleParams& p, char axis) {
-  return axis == 'm' ? std::int64_t{p.block_m} * (p.cluster == 2 ? 2 : 1) : std::int64_t{p.block_n} * (p.cluster == 3 ? 2 : 1);
+  return axis == 'm' ? std::int64_t{p.block_m} * (p.cluster == 2 ? 2 : 1)
+                     : std::int64_t{p.block_n} * (p.cluster == 3 ? 2 : 1);
 }
 
 nlohmann::json to_json(const ScheduleParams& p);
