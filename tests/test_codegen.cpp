@@ -63,12 +63,19 @@ std::vector<std::string> compile_all(const std::vector<Job>& jobs, const std::ve
 /// One virtual GEMM per match of abstraction `hw_name` on `c` (each match's last mapping), in the
 /// matcher's order, in the written operand order only (the swapped order's kernels are compiled
 /// by tests/test_coverage.cpp); `c` must outlive them.
-std::vector<ImplicitGemm> gemm_per_match(const Compute& c, const std::string& hw_name) {
+/// One implicit GEMM per match of the first match's roles (or those with `a_input` as A), of its
+/// last mapping (or of its first that `pick` takes).
+std::vector<ImplicitGemm> gemm_per_match(const Compute& c, const std::string& hw_name, int a_input = -1,
+                                         const std::function<bool(const Mapping&)>& pick = nullptr) {
   const HwAbstraction& hw = find_hw(shipped(), hw_name);
   std::vector<ImplicitGemm> out;
   const MatchReport r = match_compute(c, {hw}, Enumeration::kAll);
-  for (const Match& m : r.matches)
-    if (m.roles.a_input == r.matches.front().roles.a_input) out.push_back(make_implicit_gemm(c, hw, m, m.mappings.back()));
+  if (a_input < 0 && !r.matches.empty()) a_input = r.matches.front().roles.a_input;
+  for (const Match& m : r.matches) {
+    if (m.roles.a_input != a_input) continue;
+    const auto it = pick ? std::find_if(m.mappings.begin(), m.mappings.end(), pick) : m.mappings.end() - 1;
+    if (it != m.mappings.end()) out.push_back(make_implicit_gemm(c, hw, m, *it));
+  }
   return out;
 }
 
@@ -612,10 +619,12 @@ TEST(Codegen, WgmmaTmaProducer) {
 }
 
 // A tile that would reach past the output's end loads, instead, the rows that end at the extent's
-// end (TMA boxes past a tensor's end load slowly): its boxes start at m_box (n_box), and its
-// epilogue tile rotates the rows that the tile before stores to its end. Only axes whose tiles (a
-// pair's, in a cluster along the axis) may not divide the extent, and whose operand's boxes take
-// their rows along it, are clamped: kernels whose tiles divide their extents are left as they were.
+// end (TMA boxes past a tensor's end load slowly): its boxes start at m_box (n_box). Along the
+// epilogue tile's rows (m where the output's vectors run along n) the stores read the rows
+// skip_m later; along its contiguous axis the accumulators rotate instead, the rows that the tile
+// before stores to its end. Only axes whose tiles (a pair's, in a cluster along the axis) may not
+// divide the extent, and whose operand's boxes take their rows along it, are clamped: kernels
+// whose tiles divide their extents are left as they were.
 TEST(Codegen, WgmmaBoxesOfTheLastTileEndAtTheExtentsEnd) {
   const DeviceLimits limits = DeviceLimits::for_arch(90);
   std::vector<std::unique_ptr<Compute>> keep;
@@ -623,7 +632,14 @@ TEST(Codegen, WgmmaBoxesOfTheLastTileEndAtTheExtentsEnd) {
   auto code_of = [&](const std::string& op, const std::vector<std::string>& sets,
                      const std::function<void(ScheduleParams&)>& tweak) -> std::string {
     const Compute& c = typed_compute(keep, op, "float16", "float32", sets);
-    const std::vector<ImplicitGemm> gemms = gemm_per_match(c, "wgmma_fp16_fp32");
+    // A convolution's weights as A (its output channels along m), its pixels (n, p, q) in n and
+    // only c in k: the pixels are then rows of a tiled view, not im2col boxes.
+    const bool conv = op == "conv2d_nhwc";
+    const auto tiled = [&](const Mapping& x) {
+      return x.axes[1].size() == 3 && x.axes[2].size() == 1 && x.fused_extent[2] > 1;
+    };
+    const std::vector<ImplicitGemm> gemms =
+        gemm_per_match(c, "wgmma_fp16_fp32", conv ? 1 : -1, conv ? std::function<bool(const Mapping&)>(tiled) : nullptr);
     const std::string layout = op == "gemm" ? "nnn" : "ntn";  // B [N][K] read along k as rows of n
     const auto it = std::find_if(gemms.begin(), gemms.end(), [&](const ImplicitGemm& g) { return g.layout == layout; });
     if (it == gemms.end()) {
@@ -647,19 +663,41 @@ TEST(Codegen, WgmmaBoxesOfTheLastTileEndAtTheExtentsEnd) {
   auto has = [](const std::string& code, const std::string& s) { return code.find(s) != std::string::npos; };
   const auto plain = [](ScheduleParams&) {};
   const std::string divides = code_of("gemm_nt", {"M=256", "N=256", "K=128"}, plain);
-  EXPECT_FALSE(has(divides, "m_box") || has(divides, "n_box") || has(divides, "skip_")) << divides;
+  EXPECT_FALSE(has(divides, "m_box") || has(divides, "n_box") || has(divides, "skip_") || has(divides, "rot_"))
+      << divides;
 
+  // Along m the writes rotate (a thread's accumulators take MI positions along m): 200 rows, not
+  // a multiple of 16, make r + 8 rotate itself.
   const std::string m_short = code_of("gemm_nt", {"M=200", "N=256", "K=128"}, plain);
   EXPECT_TRUE(has(m_short, "const int m_box = min(m0, max(M - BM, 0));")) << m_short;
   EXPECT_TRUE(has(m_short, "m_box);"));  // the A box's row coordinate
-  EXPECT_TRUE(has(m_short, "const int skip_m = m0 - min(m0, max(M - BM, 0));"));
-  EXPECT_TRUE(has(m_short, "const int r = (wm0 + i * 64 + row + 2 * BM - skip_m) % BM"));
-  EXPECT_TRUE(has(m_short, "r8 = (wm0 + i * 64 + row + 8 + 2 * BM - skip_m) % BM"));
-  EXPECT_FALSE(has(m_short, "n_box") || has(m_short, "skip_n"));
+  EXPECT_TRUE(has(m_short, "const int rot_m = (2 * BM - (m0 - min(m0, max(M - BM, 0)))) % BM;"));
+  EXPECT_TRUE(has(m_short, "const int r = rotated<BM>(wm0 + i * 64 + row, rot_m), c = wn0 + j * 8 + col, "
+                           "r8 = rotated<BM>(wm0 + i * 64 + row + 8, rot_m);"));
+  EXPECT_TRUE(has(m_short, "&Cs[mm * C_LD + nn]") && has(m_short, "e < BM * BN / 4;"));
+  EXPECT_FALSE(has(m_short, "n_box") || has(m_short, "skip_") || has(m_short, "rot_n"));
+  EXPECT_FALSE(has(code_of("gemm_nt", {"M=208", "N=256", "K=128"}, plain), "r8"));  // 208 = 13 x 16
 
+  // n runs along the epilogue tile's vectors: the writes rotate; c + 1 stays inside the tile
+  // where every skip is even (N even), and rotates itself where it may not be.
   const std::string n_short = code_of("gemm_nt", {"M=256", "N=200", "K=128"}, plain);
-  EXPECT_TRUE(has(n_short, "n_box);") && has(n_short, "c1 = (wn0 + j * 8 + col + 1 + 2 * BN - skip_n) % BN"));
-  EXPECT_FALSE(has(n_short, "m_box"));
+  EXPECT_TRUE(has(n_short, "n_box);") && has(n_short, "const int rot_n = (2 * BN - (n0 - min(n0, max(N - BN, 0)))) % BN;"))
+      << n_short;
+  EXPECT_TRUE(has(n_short, "c = rotated<BN>(wn0 + j * 8 + col, rot_n);"));
+  EXPECT_TRUE(has(n_short, "&Cs[mm * C_LD + nn]"));
+  EXPECT_FALSE(has(n_short, "m_box") || has(n_short, "c1"));
+  EXPECT_TRUE(has(code_of("gemm_nt", {"M=256", "N=201", "K=128"}, plain),
+                  "c1 = rotated<BN>(wn0 + j * 8 + col + 1, rot_n);"));
+
+  // A 1x1 convolution's output channels (m) are contiguous: m rotates (200 channels, not a
+  // multiple of 16, make r + 8 rotate itself); its pixels (n), the epilogue tile's rows, are read
+  // skip_n rows on, over the rows inside the extent only.
+  const std::string nhwc = code_of("conv2d_nhwc", {"K=200", "H=14", "N=1", "C=64", "W=14", "R=1", "S=1", "pad=0"}, plain);
+  EXPECT_TRUE(has(nhwc, "const int r = rotated<BM>(wm0 + i * 64 + row, rot_m), c = wn0 + j * 8 + col, "
+                        "r8 = rotated<BM>(wm0 + i * 64 + row + 8, rot_m);"))
+      << nhwc;
+  EXPECT_TRUE(has(nhwc, "n_box);") && has(nhwc, "const int skip_n = n0 - min(n0, max(N - BN, 0));"));
+  EXPECT_TRUE(has(nhwc, "&Cs[(nn + skip_n) * C_LD + mm]") && has(nhwc, " - skip_n * (BM / ")) << nhwc;
 
   // A pair along m takes 2 BM rows: 192 rows leave the second block of the last pair past the end.
   const auto pair = [](ScheduleParams& p) {
@@ -673,7 +711,7 @@ TEST(Codegen, WgmmaBoxesOfTheLastTileEndAtTheExtentsEnd) {
     p.producer = 2;
     p.stages = 3;
   });
-  EXPECT_TRUE(has(persistent, "m_box") && has(persistent, "skip_m")) << persistent;
+  EXPECT_TRUE(has(persistent, "m_box") && has(persistent, "rot_m")) << persistent;
   // gemm's B [K][N] is read along n: its boxes' rows run along k, so n is not clamped.
   EXPECT_FALSE(has(code_of("gemm", {"M=256", "N=136", "K=128"}, plain), "n_box"));
 

@@ -270,11 +270,11 @@ void emit_epilogue_prefetch(std::ostringstream& os, const ImplicitGemm& g, const
 }
 
 void emit_epilogue_loop(std::ostringstream& os, const ImplicitGemm& g, const OutVector& ov, const std::string& threads,
-                        const std::string& values) {
+                        const std::string& end, const std::string& values) {
   const Epilogue& e = g.compute->epilogue;
   bool any_fixed = false;
   for (const Access& a : e.operands) any_fixed = any_fixed || operand_fixed(g, a, ov.along);
-  const std::string V = std::to_string(ov.width), end = "BM * BN / " + V, T = "(" + threads + ")";
+  const std::string V = std::to_string(ov.width), T = "(" + threads + ")";
   const std::string across = ov.along == 'n' ? "BN / " + V : "BM / " + V;
   const std::string position = vector_position(ov.along, V);
   // Operands that use no iterator of the other axis are loaded once when every vector of the

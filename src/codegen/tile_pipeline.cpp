@@ -867,6 +867,24 @@ void emit_values_store(std::ostringstream& os, const ImplicitGemm& g, const Sche
     os << "    store_d(out, m0 + mm, n0 + nn, z, " << stored_value(g, out_type, "values[0]") << ");\n";
 }
 
+/// Where the stores read vector (mm, nn) of the epilogue tile, whose rows are m where the vectors
+/// run `along` n; its rows start `row_skip` before the tile (EpilogueScope::row_skip). `walked`:
+/// the stores walk the rows inside the extent only; else rows past the tile read its last.
+std::string epilogue_tile_at(char along, const std::string& row_skip, bool walked) {
+  const std::string row = along == 'n' ? "mm" : "nn", col = along == 'n' ? "nn" : "mm";
+  if (row_skip.empty()) return row + " * C_LD + " + col;
+  if (walked) return "(" + row + " + " + row_skip + ") * C_LD + " + col;
+  return "min(" + row + " + " + row_skip + ", " + (along == 'n' ? "BM" : "BN") + " - 1) * C_LD + " + col;
+}
+
+/// How many of the tile's vectors of `v` elements the stores walk: all, or with a row skip the
+/// rows that end at the extent's end (none in a tile wholly past it).
+std::string epilogue_vectors(char along, int v, const std::string& row_skip) {
+  const std::string all = "BM * BN / " + std::to_string(v);
+  if (row_skip.empty()) return all;
+  return all + " - " + row_skip + " * (" + (along == 'n' ? "BN" : "BM") + " / " + std::to_string(v) + ")";
+}
+
 }  // namespace
 
 void emit_epilogue_stores(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p,
@@ -877,8 +895,8 @@ void emit_epilogue_stores(std::ostringstream& os, const ImplicitGemm& g, const S
   emit_dependents_trigger(os, p);
   // In a cluster, block `split` sums its share of the tile's vectors (a contiguous run, so that
   // neighbouring threads read neighbouring words) over the cluster's blocks, in split order so
-  // that the sums do not depend on timing.
-  std::string first = "threadIdx.x", end = "BM * BN / " + V;
+  // that the sums do not depend on timing; they walk every row of the tile.
+  std::string first = "threadIdx.x", end = epilogue_vectors(ov.along, v, p.cluster == 1 ? "" : scope.row_skip);
   if (p.cluster == 1) {
     if (acc_type != "float" && acc_type != "int")
       throw InternalError("cluster split-K sums 4-byte accumulators, not " + acc_type);
@@ -892,9 +910,9 @@ void emit_epilogue_stores(std::ostringstream& os, const ImplicitGemm& g, const S
   } else {
     os << scope.barrier;
   }
-  const std::string at = ov.along == 'n' ? "mm * C_LD + nn" : "nn * C_LD + mm";
+  const std::string at = epilogue_tile_at(ov.along, scope.row_skip, p.cluster != 1);
   if (!g.compute->epilogue.empty() && v > 1 && p.cluster != 1 && p.split_k == 1 && scope.sm_to_itself) {
-    emit_epilogue_loop(os, g, ov, scope.threads, "&Cs[" + at + "]");
+    emit_epilogue_loop(os, g, ov, scope.threads, end, "&Cs[" + at + "]");
     os << (scope.close ? "}\n" : "");
     return;
   }

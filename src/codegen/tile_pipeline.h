@@ -180,10 +180,10 @@ struct OutVector {
 };
 
 /// The fused epilogue's store loop over the tile's vectors in Cs (`values`: where vector (mm, nn)
-/// is), `threads` threads from threadIdx.x 0: operands that stay the same along the loop are
-/// loaded once, the others a chunk of vectors ahead of their stores.
+/// is; `end`: how many it walks), `threads` threads from threadIdx.x 0: operands that stay the
+/// same along the loop are loaded once, the others a chunk of vectors ahead of their stores.
 void emit_epilogue_loop(std::ostringstream& os, const ImplicitGemm& g, const OutVector& ov, const std::string& threads,
-                        const std::string& values);
+                        const std::string& end, const std::string& values);
 OutVector out_vector(const ImplicitGemm& g, const ScheduleParams& p);
 /// Where vector `e` of `width` elements along `along` sits in the tile: the C++ statement
 /// "const int mm = ..., nn = ...;" of its row and column there.
@@ -234,6 +234,10 @@ struct EpilogueScope {
   /// here: a fused epilogue may hold operands of several vectors in registers (emit_epilogue_loop)
   /// without lowering the number of resident blocks.
   bool sm_to_itself = false;
+  /// A variable whose rows the epilogue tile holds before the tile's own (a clamped box's, the
+  /// wgmma family's BoxClamp): the stores read row x + row_skip, and walk the rows x below the
+  /// tile's rows less row_skip only (the rest lie past the extent). Empty: none.
+  std::string row_skip;
 };
 /// The end of a kernel whose accumulators are in the epilogue tile `Cs` (of `acc_type`, rows of
 /// C_LD, laid out as epilogue_bytes() says): a barrier, then the block's outputs written in

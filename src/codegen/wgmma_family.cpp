@@ -644,43 +644,64 @@ std::string step_loop(const ScheduleParams& p, const std::string& indent, const 
 
 /// The axes along which a tile that would reach past the output's end loads, instead, the BM (BN)
 /// rows that end at the extent's end: TMA boxes that reach past a tensor's end load slowly
-/// (docs/design-notes.md, "Boxes at a tensor's end"). Such a tile's boxes start skip_m (skip_n)
-/// rows before its origin. Its epilogue tile takes accumulator row r at r - skip_m, and the rows
-/// before the origin, which the tile before stores, at the tile's end: rows there lie past the
-/// extent, where every store is masked already. Rotating instead of testing keeps the epilogue
-/// tile's writes unconditional.
+/// (docs/design-notes.md, "Boxes at a tensor's end"). Such a tile's boxes start skip rows before
+/// its origin (less than twice the tile), and its accumulators hold the rows from there; rows
+/// past the extent are masked at the store. Along m, and along n where n runs along the epilogue
+/// tile's vectors (which a shifted read would misalign), the writes rotate: accumulator x goes
+/// to (x - skip) mod the tile, so that the rows before the origin, which the tile before stores,
+/// land at the tile's end, past the extent; the rotation (rot_m, rot_n) is taken once a tile,
+/// each position with one compare (device::rotated). Along n where n is the epilogue tile's row
+/// axis, the accumulators go in as they are and the stores read row x + skip, walking the rows
+/// inside the extent only (EpilogueScope::row_skip): a thread's accumulators take WN / 8
+/// positions along n, whose rotated addresses held registers that spilled, and MI along m, whose
+/// rotation costs less than the shifted read's run-time bound on the store loop.
 struct BoxClamp {
   bool m = false, n = false;
+  char rows = 'n';  ///< The epilogue tile's row axis.
+  /// Rotations by whole 16 rows (2 columns), which keep r + 8 (c + 1) inside the tile when r
+  /// (c) is: a fixed extent that is a multiple of 16 (2) makes every skip one.
+  bool m_by_16 = false, n_by_2 = false;
 
   /// m_box, n_box: where the producer's boxes start.
   std::string boxes(const std::string& indent) const {
     return (m ? indent + "const int m_box = " + start('m') + ";  // the last tile's boxes end at M\n" : "") +
            (n ? indent + "const int n_box = " + start('n') + ";  // the last tile's boxes end at N\n" : "");
   }
-  /// skip_m, skip_n: how far before the tile its boxes start, less than twice the tile.
-  std::string skips(const std::string& indent) const {
-    return (m ? indent + "const int skip_m = m0 - " + start('m') + ";  // the boxes' rows before the tile\n" : "") +
-           (n ? indent + "const int skip_n = n0 - " + start('n') + ";  // the boxes' columns before the tile\n" : "");
+  /// Taken after the main loop: rot_X where the writes rotate, skip_n where the reads shift.
+  std::string offsets(const std::string& indent) const {
+    std::string s;
+    for (const char axis : {'m', 'n'}) {
+      if (!(axis == 'm' ? m : n)) continue;
+      const std::string x(1, axis), tile = axis == 'm' ? "BM" : "BN", skip = x + "0 - " + start(axis);
+      s += indent + (rotates(axis) ? "const int rot_" + x + " = (2 * " + tile + " - (" + skip + ")) % " + tile +
+                                         ";  // the tile's own first, the rows before at the end\n"
+                                   : "const int skip_" + x + " = " + skip + ";  // the stores read row x + skip_" + x + "\n");
+    }
+    return s;
   }
+  /// The variable the stores' row is offset by, or "" (EpilogueScope::row_skip).
+  std::string row_skip() const { return n && !rotates('n') ? "skip_n" : ""; }
   /// r, c (and r8, c1 for r + 8, c + 1): where accumulator (row, col) of warpgroup tile
   /// (wm0, wn0) goes in the epilogue tile.
   std::string position(const std::string& indent) const {
     const std::string r = "wm0 + i * 64 + row", c = "wn0 + j * 8 + col";
-    std::string s = indent + "const int r = " + (m ? rotated(r, "BM", "skip_m") : r) + ", c = " + (n ? rotated(c, "BN", "skip_n") : c);
-    if (m) s += ", r8 = " + rotated(r + " + 8", "BM", "skip_m");
-    if (n) s += ", c1 = " + rotated(c + " + 1", "BN", "skip_n");
+    std::string s = indent + "const int r = " + (rotates('m') ? rotated(r, "BM", "rot_m") : r) +
+                    ", c = " + (rotates('n') ? rotated(c, "BN", "rot_n") : c);
+    if (r8() == "r8") s += ", r8 = " + rotated(r + " + 8", "BM", "rot_m");
+    if (c1() == "c1") s += ", c1 = " + rotated(c + " + 1", "BN", "rot_n");
     return s + ";\n";
   }
-  std::string r8() const { return m ? "r8" : "r + 8"; }
-  std::string c1() const { return n ? "c1" : "c + 1"; }
+  std::string r8() const { return rotates('m') && !m_by_16 ? "r8" : "r + 8"; }
+  std::string c1() const { return rotates('n') && !n_by_2 ? "c1" : "c + 1"; }
 
  private:
+  bool rotates(char axis) const { return axis == 'm' ? m : (n && rows != 'n'); }
   /// Where the boxes of the tile at m0 (n0) start along `axis`.
   static std::string start(char axis) {
     return axis == 'm' ? "min(m0, max(M - BM, 0))" : "min(n0, max(N - BN, 0))";
   }
-  static std::string rotated(const std::string& x, const std::string& tile, const std::string& skip) {
-    return "(" + x + " + 2 * " + tile + " - " + skip + ") % " + tile;
+  static std::string rotated(const std::string& x, const std::string& tile, const std::string& rot) {
+    return "rotated<" + tile + ">(" + x + ", " + rot + ")";
   }
 };
 
@@ -736,7 +757,6 @@ void emit_persistent_loops(std::ostringstream& os, const ImplicitGemm& g, const 
      << "  " << walk << " {\n"
      << "    const int z = tile / (GRID_M * GRID_N);\n";
   emit_tile_origin(os, p, "tile % (GRID_M * GRID_N)", "    ");
-  os << clamp.skips("    ");
   emit_epilogue_prefetch(os, g, p, "CONSUMERS * 128", "    ");
   os << "    #pragma unroll\n    for (int i = 0; i < MI; ++i)\n"
      << "      #pragma unroll\n      for (int r = 0; r < ACC; ++r) acc[i][r] = 0;\n"
@@ -753,6 +773,7 @@ void emit_persistent_loops(std::ostringstream& os, const ImplicitGemm& g, const 
      << "      #pragma unroll\n      for (int r = 0; r < ACC; ++r) fence_operand(acc[i][r]);\n"
      << "    // Epilogue: accumulators to the epilogue tile, once the last tile's stores have read it.\n"
      << "    consumer_sync();\n"
+     << clamp.offsets("    ")
      << "    #pragma unroll\n    for (int i = 0; i < MI; ++i)\n"
      << "      #pragma unroll\n      for (int j = 0; j < WN / 8; ++j) {\n"
      << clamp.position("        ");
@@ -764,6 +785,7 @@ void emit_persistent_loops(std::ostringstream& os, const ImplicitGemm& g, const 
   scope.threads = "CONSUMERS * 128";
   scope.close = false;
   scope.sm_to_itself = true;  // one block per SM walks the tiles
+  scope.row_skip = clamp.row_skip();
   emit_epilogue_stores(os, g, p, cs, tout, scope);
   os << "  }\n"
      << (pair ? "  cluster_sync();  // no block leaves while the other may still arrive on its barriers\n" : "") << "}\n";
@@ -888,6 +910,9 @@ void emit_copy_setup(std::ostringstream& os, WgmmaKernel& w) {
     }
     w.clamp.m = clamps_boxes(w, 0);
     w.clamp.n = clamps_boxes(w, 1);
+    w.clamp.rows = w.c_row ? 'm' : 'n';
+    w.clamp.m_by_16 = !(g.dynamic() && g.dynamic_axis == 'm') && g.M % 16 == 0;
+    w.clamp.n_by_2 = !(g.dynamic() && g.dynamic_axis == 'n') && g.N % 2 == 0;
     emit_producer_helpers(os, pair);
     os << "constexpr int BAR_OFFSET = " << barrier_offset(g, p) << ";  // the ring's mbarriers, past tiles and epilogue\n";
     if (persistent)
@@ -956,7 +981,7 @@ void emit_entry(std::ostringstream& os, const WgmmaKernel& w) {
       emit_tile_origin(os, p, "blockIdx.x / 2", "  ");
     else
       emit_block_origin(os, p);
-    os << w.clamp.boxes("  ") << w.clamp.skips("  ")
+    os << w.clamp.boxes("  ")
        << "  const int z = blockIdx.z / SPLIT_K, split = blockIdx.z % SPLIT_K;\n";
     emit_epilogue_prefetch(os, g, p, "THREADS", "  ");
   }
@@ -1127,6 +1152,7 @@ void emit_wgmma_epilogue(std::ostringstream& os, const WgmmaKernel& w) {
   os << "  // Epilogue: accumulators to shared memory, then to the output.\n"
      << "  " << tacc << "* Cs = reinterpret_cast<" << tacc << "*>(smem);\n"
      << "  const int row = (threadIdx.x % 128) / 32 * 16 + lane / 4, col = (lane % 4) * 2;\n"
+     << w.clamp.offsets("  ")
      << (ws ? "  if (wg < CONSUMERS)\n" : "")
      << "  #pragma unroll\n  for (int i = 0; i < MI; ++i)\n"
      << "    #pragma unroll\n    for (int j = 0; j < WN / 8; ++j) {\n"
@@ -1136,6 +1162,7 @@ void emit_wgmma_epilogue(std::ostringstream& os, const WgmmaKernel& w) {
   EpilogueScope scope;
   scope.close = !pair;
   scope.sm_to_itself = wgmma_block_alone(g, p);  // else holding operands may cost a resident block
+  scope.row_skip = w.clamp.row_skip();
   emit_epilogue_stores(os, g, p, tacc, tout, scope);
   if (pair) os << "  cluster_sync();  // no block leaves while the other may still arrive on its barriers\n}\n";
 }
