@@ -60,11 +60,10 @@ std::vector<std::string> compile_all(const std::vector<Job>& jobs, const std::ve
   return out;
 }
 
-/// One virtual GEMM per match of abstraction `hw_name` on `c` (each match's last mapping), in the
-/// matcher's order, in the written operand order only (the swapped order's kernels are compiled
-/// by tests/test_coverage.cpp); `c` must outlive them.
-/// One implicit GEMM per match of the first match's roles (or those with `a_input` as A), of its
-/// last mapping (or of its first that `pick` takes).
+/// One virtual GEMM per match of abstraction `hw_name` on `c` (each match's last mapping, or its
+/// first that `pick` takes), in the matcher's order, in the written operand order only (the
+/// swapped order's kernels are compiled by tests/test_coverage.cpp) or with input `a_input` as A;
+/// `c` must outlive them.
 std::vector<ImplicitGemm> gemm_per_match(const Compute& c, const std::string& hw_name, int a_input = -1,
                                          const std::function<bool(const Mapping&)>& pick = nullptr) {
   const HwAbstraction& hw = find_hw(shipped(), hw_name);
@@ -619,10 +618,10 @@ TEST(Codegen, WgmmaTmaProducer) {
 }
 
 // A tile that would reach past the output's end loads, instead, the rows that end at the extent's
-// end (TMA boxes past a tensor's end load slowly): its boxes start at m_box (n_box). Along the
-// epilogue tile's rows (m where the output's vectors run along n) the stores read the rows
-// skip_m later; along its contiguous axis the accumulators rotate instead, the rows that the tile
-// before stores to its end. Only axes whose tiles (a pair's, in a cluster along the axis) may not
+// end (TMA boxes past a tensor's end load slowly): its boxes start at m_box (n_box). Along m, and
+// along n where n is the epilogue tile's contiguous axis, the accumulators rotate, the rows that
+// the tile before stores to its end; along n where n is its row axis the stores read the rows
+// skip_n later. Only axes whose tiles (a pair's, in a cluster along the axis) may not
 // divide the extent, and whose operand's boxes take their rows along it, are clamped: kernels
 // whose tiles divide their extents are left as they were.
 TEST(Codegen, WgmmaBoxesOfTheLastTileEndAtTheExtentsEnd) {
