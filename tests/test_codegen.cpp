@@ -719,6 +719,54 @@ TEST(Codegen, WgmmaBoxesOfTheLastTileEndAtTheExtentsEnd) {
                                 << (failures.empty() ? "" : failures.front());
 }
 
+// A fixed N no wider than one wgmma (a decode step's tokens on the swapped product) is offered
+// as the instruction's N itself, rounded up to 16, beside the usual widths; those kernels
+// compile with and without a TMA producer and with splits summed in a cluster.
+TEST(Codegen, WgmmaOffersAShortNAsTheInstructionsWidth) {
+  const DeviceLimits limits = DeviceLimits::for_arch(90);
+  std::vector<std::unique_ptr<Compute>> keep;
+  auto gemm_of = [&](const std::vector<std::string>& sets) {
+    const std::vector<ImplicitGemm> gemms = gemm_per_match(typed_compute(keep, "gemm_nt", "bfloat16", "float32", sets),
+                                                           "wgmma_bf16_fp32");
+    const auto it = std::find_if(gemms.begin(), gemms.end(), [](const ImplicitGemm& g) { return g.layout == "ntn"; });
+    EXPECT_NE(it, gemms.end());
+    return it == gemms.end() ? ImplicitGemm{} : *it;
+  };
+  auto widths = [&](const ImplicitGemm& g) {
+    return family_of(*g.hw).choices(g, default_schedule(g, limits), limits).values_of("warp_n");
+  };
+  const std::vector<int> usual = {16, 32, 64, 96, 128, 192, 256};
+  const ImplicitGemm tokens200 = gemm_of({"M=6144", "N=200", "K=4096"});
+  const ImplicitGemm tokens100 = gemm_of({"M=6144", "N=100", "K=4096"});
+  EXPECT_EQ(widths(gemm_of({"M=6144", "N=256", "K=4096"})), usual);
+  EXPECT_EQ(widths(gemm_of({"M=6144", "N=1000", "K=4096"})), usual);
+  std::vector<int> with = usual;
+  with.push_back(208);
+  EXPECT_EQ(widths(tokens200), with);
+  with.back() = 112;
+  EXPECT_EQ(widths(tokens100), with);
+
+  std::vector<Job> jobs;
+  for (const ImplicitGemm* g : {&tokens200, &tokens100})
+    for (int form = 0; form < 3; ++form) {
+      ScheduleParams p = default_schedule(*g, limits);
+      p.warp_m = 64;
+      p.block_m = 128;
+      p.warp_n = p.block_n = static_cast<int>((g->N + 15) / 16 * 16);
+      p.block_k = 64;
+      p.producer = form == 0 ? 0 : 1;
+      p.split_k = form == 2 ? 3 : 1;
+      p.cluster = form == 2 ? 1 : 0;
+      const std::string label = "gemm_nt N=" + std::to_string(g->N) + " " + to_json(p).dump();
+      const std::vector<ScheduleIssue> issues = validate(*g, p, limits);
+      EXPECT_TRUE(issues.empty()) << label << ": " << (issues.empty() ? "" : issues.front().detail);
+      if (issues.empty()) jobs.push_back({label, emit_kernel(*g, p)});
+    }
+  const std::vector<std::string> failures = compile_all(jobs, {90});
+  EXPECT_TRUE(failures.empty()) << failures.front();
+  EXPECT_EQ(jobs.size(), 6u);
+}
+
 // The narrower swizzles (swizzle 2, 3: 64- and 32-byte lines): the descriptors name layout type
 // 2 or 3 with SBO of 8 lines, the shared index function XORs the line's 128-byte row masked to a
 // line's chunks, tensor maps swizzle as the tile is laid out with one line per box; every layout,

@@ -1394,6 +1394,17 @@ class WgmmaFamily final : public EmitterFamily {
     return p;
   }
 
+  /// The instruction's N: the usual widths, and the extent itself rounded up to 16 where it is
+  /// fixed and no wider than one instruction, so that a short N (a decode step's tokens on the
+  /// swapped product, e.g. 100 or 200) is not padded to the next of the usual widths.
+  static std::vector<Choice> warp_n_choices(const ImplicitGemm& g) {
+    std::vector<Choice> out = {16, 32, 64, 96, {128, 2}, 192, {256, 2}};
+    const int fitted = static_cast<int>(round_up(g.N, 16));
+    const bool listed = std::any_of(out.begin(), out.end(), [&](const Choice& c) { return c.value == fitted; });
+    if (!(g.dynamic() && g.dynamic_axis == 'n') && fitted <= 256 && !listed) out.push_back(fitted);
+    return out;
+  }
+
   KnobChoices choices(const ImplicitGemm& g, const ScheduleParams&, const DeviceLimits& limits) const override {
     const int w = 128 / elem_bytes(g.hw->a_dtype);  // elements per 128-byte line
     // The 64- and 32-byte lines (and the block_k of one or two wgmma k steps they allow) only where
@@ -1406,7 +1417,7 @@ class WgmmaFamily final : public EmitterFamily {
         // Whole lines (w / 4: one wgmma's k).
         .set("block_k", narrow ? std::vector<Choice>{w / 4, w / 2, {w, 2}, 2 * w} : std::vector<Choice>{{w, 2}, 2 * w})
         .set("warp_m", {{64, 2}, 128})  // m64 accumulators per warpgroup
-        .set("warp_n", {16, 32, 64, 96, {128, 2}, 192, {256, 2}})  // the instruction's N
+        .set("warp_n", warp_n_choices(g))  // the instruction's N
         .set("stages", {3, {4, 2}, 5, 6})
         .set("smem_pad", {0})  // swizzled
         .set("split_k", {{1, 3}, 2, 3, 4, 6, 8, 12, 16})
