@@ -698,10 +698,10 @@ class SlowFirstMeasurer : public SyntheticMeasurer {
 
 // A slow first measurement (the worker's start, its CUDA context, the reference) does not count
 // as the typical one when the time budget reserves room for the confirmations. Resuming a log
-// puts four candidates on the podium from the start: 4 x 3 confirmations of 1 s would have
-// left none of a 6 s budget after the first trial. (The budget leaves room for compiling the
-// first batches on a loaded machine: with 3 s, a sanitizer build beside another job measured
-// only the first trial.)
+// puts four candidates on the podium from the start: 4 x 3 confirmations of 2 s would have
+// left none of a 12 s budget after the first trial. (The budget leaves room for compiling the
+// first batches on a loaded machine: a sanitizer build beside a test that compiles on every
+// core measured only two trials in 6 s.)
 TEST(Tuner, ASlowFirstMeasurementDoesNotEndATimeBudget) {
   Compute c = build_compute(builtin_op("gemm"), parse_param_overrides({"M=512", "N=256", "K=512"}));
   const std::string log = temp_path("slow_first.jsonl");
@@ -711,10 +711,10 @@ TEST(Tuner, ASlowFirstMeasurementDoesNotEndATimeBudget) {
     ASSERT_EQ(tune(c, shipped(), synthetic_options(log, 4), earlier).measured, 4);
   }
   TuneOptions o = synthetic_options(log, 100000);
-  o.time_budget_s = 6;
+  o.time_budget_s = 12;
   o.confirm_top = 4;
   o.confirm_rounds = 3;
-  SlowFirstMeasurer m(1.0);
+  SlowFirstMeasurer m(2.0);
   const TuneSummary s = tune(c, shipped(), o, m);
   EXPECT_EQ(s.resumed, 4);
   EXPECT_EQ(s.stop_reason, "time budget reached");
