@@ -239,12 +239,15 @@ TEST(Cli, FormatJsonPrintsOneDocumentForEveryListingAndResult) {
   }
 }
 
-/// Starts a long model-only tune in the background, sends `sig` after `after_s`, and returns the
-/// run; the log is `log`.
-CliRun tune_and_signal(const std::string& log, const char* sig, int after_s) {
-  // Enough candidates (every schedule of 32 mappings) that the run outlasts the delay.
+/// Starts a long model-only tune in the background, sends `sig` once its log holds a record (or
+/// after 60 s), and returns the run; the log is `log`. Waiting for the first record rather than a
+/// fixed delay keeps the test meaningful on a loaded machine or under a sanitizer, where starting
+/// the tuner can take longer than any delay chosen on an idle one.
+CliRun tune_and_signal(const std::string& log, const char* sig) {
+  // Enough candidates (every schedule of 32 mappings) that the run outlasts the first record.
   return shell("tmap tune --op gemm --measure model --trials 700 --trials-per-batch 8 --log " + log +
-               " & pid=$!; sleep " + std::to_string(after_s) + "; kill -" + sig + " $pid; wait $pid");
+               " & pid=$!; for i in $(seq 600); do [ -s " + log +
+               " ] && break; sleep 0.1; done; kill -" + sig + " $pid; wait $pid");
 }
 
 TEST(Reliability, SigintOrSigtermStopsTuneWithAValidLogAndTheConventionalStatus) {
@@ -252,7 +255,7 @@ TEST(Reliability, SigintOrSigtermStopsTuneWithAValidLogAndTheConventionalStatus)
   for (const auto& [sig, status] : {std::pair<const char*, int>{"INT", 130}, {"TERM", 143}}) {
     SCOPED_TRACE(sig);
     const std::string log = dir / (std::string(sig) + ".jsonl");
-    CliRun r = tune_and_signal(log, sig, 3);
+    CliRun r = tune_and_signal(log, sig);
     EXPECT_EQ(r.code, status) << r.err;
     EXPECT_NE(r.out.find("stopped: stopped by the user"), std::string::npos) << r.out;
     const auto lines = log_lines(log);
