@@ -250,7 +250,7 @@ std::vector<PrefetchedOperand> prefetched_operands(const ImplicitGemm& g, const 
 }
 
 void emit_epilogue_prefetch(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p,
-                            const std::string& threads, const std::string& indent) {
+                            const std::string& threads, const std::string& indent, const std::string& thread) {
   if (!p.epi_prefetch) return;
   const Compute& c = *g.compute;
   const char along = out_vector(g, p).along;
@@ -261,7 +261,7 @@ void emit_epilogue_prefetch(std::ostringstream& os, const ImplicitGemm& g, const
     os << indent << "// " << c.tensor_of(a).name << ", " << po.width * dtype_bits(c.tensor_of(a).dtype) / 8
        << " bytes at a time, asked of L2 while the main loop runs: the\n"
        << indent << "// epilogue's loads of this tile then hit L2 instead of waiting on memory.\n"
-       << indent << "for (int e = threadIdx.x; e < BM * BN / " << W << "; e += " << threads << ") {\n"
+       << indent << "for (int e = " << thread << "; e < BM * BN / " << W << "; e += " << threads << ") {\n"
        << indent << "  " << position << "\n"
        << indent << "  if (m0 + mm < M && n0 + nn < N) epi_prefetch_l2(out." << name << " + " << name
        << "_offset(m0 + mm, n0 + nn, z));\n"
@@ -270,7 +270,7 @@ void emit_epilogue_prefetch(std::ostringstream& os, const ImplicitGemm& g, const
 }
 
 void emit_epilogue_loop(std::ostringstream& os, const ImplicitGemm& g, const OutVector& ov, const std::string& threads,
-                        const std::string& end, const std::string& values) {
+                        const std::string& thread, const std::string& end, const std::string& values) {
   const Epilogue& e = g.compute->epilogue;
   bool any_fixed = false;
   for (const Access& a : e.operands) any_fixed = any_fixed || operand_fixed(g, a, ov.along);
@@ -286,9 +286,9 @@ void emit_epilogue_loop(std::ostringstream& os, const ImplicitGemm& g, const Out
      << "  constexpr bool EPI_FIXED = " << (any_fixed ? T + " % (" + across + ") == 0" : "false") << ";\n"
      << "  constexpr int EPI_CHUNK = 65536 / (THREADS) >= 128 ? 8 : 4;  // 8 where ptxas may give 128 registers\n"
      << "  EpiVec fixed{};\n"
-     << "  if (EPI_FIXED) {\n    const int e = threadIdx.x;\n    " << position << "\n"
+     << "  if (EPI_FIXED) {\n    const int e = " << thread << ";\n    " << position << "\n"
      << "    epi_load(out, m0 + mm, n0 + nn, z, fixed, 1);\n  }\n"
-     << "  for (int e0 = threadIdx.x; e0 < " << end << "; e0 += EPI_CHUNK * " << T << ") {\n"
+     << "  for (int e0 = " << thread << "; e0 < " << end << "; e0 += EPI_CHUNK * " << T << ") {\n"
      << "    EpiVec ops[EPI_CHUNK];\n"
      << "    #pragma unroll\n    for (int c = 0; c < EPI_CHUNK; ++c) {\n"
      << "      const int e = e0 + c * " << T << ";\n      if (e >= " << end << ") break;\n"

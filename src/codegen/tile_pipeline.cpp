@@ -896,7 +896,7 @@ void emit_epilogue_stores(std::ostringstream& os, const ImplicitGemm& g, const S
   // In a cluster, block `split` sums its share of the tile's vectors (a contiguous run, so that
   // neighbouring threads read neighbouring words) over the cluster's blocks, in split order so
   // that the sums do not depend on timing; they walk every row of the tile.
-  std::string first = "threadIdx.x", end = epilogue_vectors(ov.along, v, p.cluster == 1 ? "" : scope.row_skip);
+  std::string first = scope.thread, end = epilogue_vectors(ov.along, v, p.cluster == 1 ? "" : scope.row_skip);
   if (p.cluster == 1) {
     if (acc_type != "float" && acc_type != "int")
       throw InternalError("cluster split-K sums 4-byte accumulators, not " + acc_type);
@@ -912,7 +912,7 @@ void emit_epilogue_stores(std::ostringstream& os, const ImplicitGemm& g, const S
   }
   const std::string at = epilogue_tile_at(ov.along, scope.row_skip, p.cluster != 1);
   if (!g.compute->epilogue.empty() && v > 1 && p.cluster != 1 && p.split_k == 1 && scope.sm_to_itself) {
-    emit_epilogue_loop(os, g, ov, scope.threads, end, "&Cs[" + at + "]");
+    emit_epilogue_loop(os, g, ov, scope.threads, scope.thread, end, "&Cs[" + at + "]");
     os << (scope.close ? "}\n" : "");
     return;
   }

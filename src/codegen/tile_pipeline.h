@@ -180,9 +180,10 @@ struct OutVector {
 };
 
 /// The fused epilogue's store loop over the tile's vectors in Cs (`values`: where vector (mm, nn)
-/// is; `end`: how many it walks), `threads` threads from threadIdx.x 0: operands that stay the
-/// same along the loop are loaded once, the others a chunk of vectors ahead of their stores.
+/// is; `end`: how many it walks), `threads` threads numbered by `thread` from 0: operands that
+/// stay the same along the loop are loaded once, the others a chunk of vectors ahead of their stores.
 void emit_epilogue_loop(std::ostringstream& os, const ImplicitGemm& g, const OutVector& ov, const std::string& threads,
+                        const std::string& thread,
                         const std::string& end, const std::string& values);
 OutVector out_vector(const ImplicitGemm& g, const ScheduleParams& p);
 /// Where vector `e` of `width` elements along `along` sits in the tile: the C++ statement
@@ -218,17 +219,19 @@ struct PrefetchedOperand {
 /// sliding window, nor those contiguous for less than 16 bytes along the output's vectors.
 std::vector<PrefetchedOperand> prefetched_operands(const ImplicitGemm& g, const ScheduleParams& p);
 /// With p.epi_prefetch: each of prefetched_operands() of the block's tile asked of L2 at the
-/// tile's start, by `threads` threads from threadIdx.x, so that its fetch overlaps the main loop.
-/// Emitted where m0, n0, z and `out` are defined.
+/// tile's start, by `threads` threads numbered by `thread` from 0, so that its fetch overlaps the
+/// main loop. Emitted where m0, n0, z and `out` are defined.
 void emit_epilogue_prefetch(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p,
-                            const std::string& threads, const std::string& indent);
+                            const std::string& threads, const std::string& indent,
+                            const std::string& thread = "threadIdx.x");
 
 /// Who runs the epilogue's stores: by default every thread of the block after a __syncthreads,
-/// ending the kernel; a persistent kernel's consumers alone (`threads` of them from thread 0,
-/// after `barrier`) inside its tile loop (`close` false).
+/// ending the kernel; a persistent kernel's consumers alone (`threads` of them numbered by
+/// `thread` from 0, after `barrier`) inside its tile loop (`close` false).
 struct EpilogueScope {
   std::string barrier = "  __syncthreads();\n";
   std::string threads = "THREADS";
+  std::string thread = "threadIdx.x";
   bool close = true;
   /// The block has the SM to itself (__launch_bounds__(THREADS, 1)) and its accumulators are dead
   /// here: a fused epilogue may hold operands of several vectors in registers (emit_epilogue_loop)
