@@ -1077,6 +1077,104 @@ TEST(Codegen, WgmmaUniformWait) {
   EXPECT_NE(said.find("only wgmma kernels take uniform_wait"), std::string::npos) << said;
 }
 
+// Ping-pong consumers (producer 3): two consumer warpgroups each multiplying whole tiles (the
+// block tile is the warpgroup's), every other of the block's tiles, taking turns on the main loop
+// through two mbarriers and storing through an epilogue tile each, synchronized per warpgroup.
+// GEMMs of the four layouts with tails, bf16 and fp8, narrow outputs, a batched GEMM and im2col
+// convolutions in both operand orders compile for sm_90a, the GEMMs' without ptxas serializing
+// the wgmmas (the convolutions' 9-step reductions, whose step loop ptxas unrolls whole, it
+// serializes in some schedules, as it does some persistent ones': the tuner measures them). The
+// tuner draws the block tile of the warpgroup's; the refusals name their reason.
+TEST(Codegen, WgmmaPingPong) {
+  std::vector<Job> jobs;
+  std::vector<std::unique_ptr<Compute>> keep;
+  const DeviceLimits limits = DeviceLimits::for_arch(90);
+  int layouts = 0;
+  auto add = [&](const Compute& c, const std::string& hw_name, const std::string& label, int a_input = -1) {
+    for (const ImplicitGemm& g : gemm_per_match(c, hw_name, a_input)) {
+      const ScheduleParams d = default_schedule(g, limits);
+      int here = 0;
+      auto edit = [&](const std::string& name, auto f) {
+        ScheduleParams p = d;
+        p.producer = 3;
+        p.split_k = 1;
+        p.cluster = 0;
+        f(p);
+        if (!validate(g, p, limits).empty()) return;
+        ++here;
+        const KernelSource k = emit_kernel(g, p);
+        const std::string what = label + " " + g.layout + " " + name;
+        EXPECT_EQ(k.threads, 384) << what << ": two consumer warpgroups and the producer";
+        EXPECT_TRUE(k.persistent) << what;
+        for (const char* s : {"mbar_init(&turn[0], 4);", "mbar_arrive(&turn[1 - wg]);", "tile += 2 * gridDim.x",
+                              "int t = wg * STEPS;", "consumer_sync(wg);", "e += 128)", "CS_OFFSET + (wg % 2) * CS_STRIDE",
+                              "mbar_init(&empty[b], 4);", "const int wm0 = 0, wn0 = 0;"})
+          EXPECT_NE(k.code.find(s), std::string::npos) << what << ": " << s;
+        jobs.push_back({what, k});
+      };
+      edit("128x128", [](ScheduleParams& p) { p.block_m = p.warp_m = 128; p.block_n = p.warp_n = 128; p.stages = 4; });
+      edit("64x256", [](ScheduleParams& p) { p.block_m = p.warp_m = 64; p.block_n = p.warp_n = 256; p.stages = 4; });
+      edit("64x128 raster 4 stages 6", [](ScheduleParams& p) { p.block_m = p.warp_m = 64; p.block_n = p.warp_n = 128; p.stages = 6; p.raster = 4; });
+      edit("64x128 uniform wait", [](ScheduleParams& p) { p.block_m = p.warp_m = 64; p.block_n = p.warp_n = 128; p.uniform_wait = 1; });
+      edit("64x128 a_regs", [](ScheduleParams& p) { p.block_m = p.warp_m = 64; p.block_n = p.warp_n = 128; p.a_regs = 1; });
+      layouts += here > 0;
+    }
+  };
+  for (const char* op : {"gemm", "gemm_nt", "gemm_tn", "gemm_tt"})
+    add(typed_compute(keep, op, "float16", "float32", {"M=200", "N=136", "K=520"}), "wgmma_fp16_fp32", op);
+  add(stored_as(keep, "gemm_nt", "bfloat16", "bfloat16", {"M=4096", "N=4096", "K=256"}), "wgmma_bf16_fp32", "bf16 out");
+  add(typed_compute(keep, "gemm_nt", "float8_e4m3", "float32", {"M=300", "N=200", "K=256"}), "wgmma_e4m3_fp32", "e4m3");
+  add(typed_compute(keep, "batched_gemm", "float16", "float32", {"BATCH=3", "M=72", "N=64", "K=200"}), "wgmma_fp16_fp32",
+      "batched");
+  keep.push_back(std::make_unique<Compute>(
+      testing::narrowed_op("conv2d_nhwc", "float16", {"N=8", "C=64", "H=56", "W=56", "K=64", "pad=1"})));
+  add(*keep.back(), "wgmma_fp16_fp32", "conv2d_nhwc im2col", 0);
+  add(*keep.back(), "wgmma_fp16_fp32", "conv2d_nhwc im2col transposed", 1);
+  EXPECT_GE(layouts, 8);
+  EXPECT_GE(jobs.size(), 30u);
+  std::vector<CompileJob> sources;
+  for (const Job& j : jobs) sources.push_back({j.kernel.name, j.kernel.code});
+  NvrtcCompiler compiler(90);
+  const std::vector<CompileResult> results = compile_parallel(compiler, sources);
+  int serialized = 0;
+  for (std::size_t i = 0; i < jobs.size(); ++i) {
+    EXPECT_TRUE(results[i].ok) << jobs[i].label << ":\n" << results[i].log;
+    // ptxas says so (C7510-C7520) when it must serialize wgmmas around register accesses.
+    const bool said = results[i].log.find("wgmma.mma_async") != std::string::npos;
+    serialized += said;
+    if (jobs[i].label.rfind("conv2d", 0) != 0) EXPECT_FALSE(said) << jobs[i].label << ":\n" << results[i].log;
+  }
+  std::cout << "compiled " << jobs.size() << " ping-pong kernels; wgmmas serialized in " << serialized << "\n";
+
+  // The tuner draws the warpgroup's tile as the block's; other tiles, pairs and splits are refused.
+  const ImplicitGemm g = gemm_per_match(typed_compute(keep, "gemm", "float16", "float32", {}), "wgmma_fp16_fp32").at(0);
+  ScheduleParams p = default_schedule(g, limits);
+  p.producer = 3;
+  p.split_k = 1;
+  p.warp_m = 64, p.warp_n = 128;
+  EXPECT_EQ(family_of(*g.hw).block_tiles(g, p, 'm'), std::vector<int>{64});
+  EXPECT_EQ(family_of(*g.hw).block_tiles(g, p, 'n'), std::vector<int>{128});
+  auto said = [&](const ScheduleParams& q) {
+    std::string out;
+    for (const ScheduleIssue& i : validate(g, q, limits)) out += i.detail + "\n";
+    return out;
+  };
+  p.block_m = 128, p.block_n = 128;
+  EXPECT_NE(said(p).find("producer = 3: each ping-pong consumer warpgroup multiplies whole tiles"), std::string::npos)
+      << said(p);
+  p.block_m = 64;
+  EXPECT_TRUE(said(p).empty()) << said(p);
+  ScheduleParams q = p;
+  q.cluster = 2;
+  EXPECT_NE(said(q).find("ping-pong consumers take tiles of their own, not a pair's"), std::string::npos) << said(q);
+  q = p;
+  q.split_k = 2;
+  EXPECT_NE(said(q).find("a persistent kernel (producer = 3) takes whole output tiles"), std::string::npos) << said(q);
+  q = p;
+  q.producer = 4;
+  EXPECT_NE(said(q).find("producer = 4: producer takes 0 to 3"), std::string::npos) << said(q);
+}
+
 // Pairs of blocks sharing an operand tile by TMA multicast (cluster 2: along m sharing B, 3: along
 // n sharing A): the kernel is a cluster of 2 along x, the grid's x a whole number of pairs, the
 // shared operand's boxes half its rows, its loads multicast and the ring's empty barriers counting

@@ -159,7 +159,7 @@ TEST(Epilogue, AlteredRecordsAreRefused) {
 
 /// Kernels of `c` for each family: the default schedule of the first full mapping, and variants
 /// (split-K summed by a reduce kernel, by the tile's last block and in a cluster, wgmma's
-/// producer, a residual asked of L2 at the tile's start) where valid.
+/// producer, persistent and ping-pong, a residual asked of L2 at the tile's start) where valid.
 std::vector<testing::GpuCase> family_cases(const Compute& c, const std::string& label, int cc) {
   std::vector<testing::GpuCase> out;
   for (const std::string hw_name : {"wmma_fp16_fp32", "mma_sync_fp16_fp32", "wgmma_fp16_fp32", "simt_fp16_fp32"}) {
@@ -191,6 +191,11 @@ std::vector<testing::GpuCase> family_cases(const Compute& c, const std::string& 
       ScheduleParams persistent = base;  // its epilogue loads operands the same along the loop once
       persistent.producer = 2;
       schedules.push_back({"persistent", persistent});
+      ScheduleParams ping_pong = base;  // two consumers' epilogues, each over its own tile
+      ping_pong.producer = 3;
+      ping_pong.block_m = ping_pong.warp_m;
+      ping_pong.block_n = ping_pong.warp_n;
+      schedules.push_back({"ping-pong", ping_pong});
     }
     const std::size_t plain = schedules.size();
     for (std::size_t i = 0; i < plain; ++i) {
@@ -271,7 +276,7 @@ TEST(Epilogue, OperandsTheSameAlongTheLoopAreLoadedOnce) {
       EXPECT_EQ(code.find("// R: the same along the loop"), std::string::npos) << gc.label;
       const bool hoists = code.find("epi_load(out, m0 + mm, n0 + nn, z, fixed, 1)") != std::string::npos;
       if (hoists) EXPECT_EQ(gc.g.hw->family, "wgmma") << gc.label;
-      if (gc.g.hw->family == "wgmma" && gc.p.producer == 2) EXPECT_TRUE(hoists) << gc.label << ": persistent";
+      if (gc.g.hw->family == "wgmma" && gc.p.producer >= 2) EXPECT_TRUE(hoists) << gc.label << ": persistent";
       ++(hoists ? hoisting : per_vector);
     }
   EXPECT_GE(hoisting, 1u);

@@ -787,6 +787,68 @@ std::vector<GpuCase> on_every_layout(const Compute& c, const std::string& hw, co
   return out;
 }
 
+// Ping-pong consumers (producer 3): two consumer warpgroups take every other tile of their block
+// and turns on the main loop. GEMMs of all four layouts with tails in M, N and K, large GEMMs
+// whose blocks walk many tiles (so that both consumers take several and wait on the ring across
+// tiles), 16-bit outputs through the epilogue tiles, A from registers, warp-uniform waits,
+// batched GEMMs and im2col convolutions in both operand orders.
+TEST(Gpu, WgmmaPingPong) {
+  if (!have_gpu()) GTEST_SKIP() << "no GPU: " << query_runtime().status;
+  if (device_cc() != 90) GTEST_SKIP() << "wgmma needs sm_90, the GPU is sm_" << device_cc();
+  std::uint64_t seed = 2900;
+  using Edit = std::pair<std::string, std::function<void(ScheduleParams&)>>;
+  auto tile = [](int bm, int bn) {
+    return [=](ScheduleParams& p) {
+      p.producer = 3;
+      p.split_k = 1;
+      p.cluster = 0;
+      p.block_m = p.warp_m = bm;
+      p.block_n = p.warp_n = bn;
+    };
+  };
+  const std::vector<Edit> edits = {
+      {"ping-pong 64x128", tile(64, 128)},
+      {"ping-pong 128x128", tile(128, 128)},
+      {"ping-pong 64x256", tile(64, 256)},
+      {"ping-pong 64x64 raster 3 stages 6", [&](ScheduleParams& p) { tile(64, 64)(p); p.raster = 3; p.stages = 6; }},
+      {"ping-pong 64x128 a_regs", [&](ScheduleParams& p) { tile(64, 128)(p); p.a_regs = 1; }},
+      {"ping-pong 64x128 uniform wait", [&](ScheduleParams& p) { tile(64, 128)(p); p.uniform_wait = 1; }},
+  };
+  for (const char* op : {"gemm", "gemm_nt", "gemm_tn", "gemm_tt"}) {
+    Compute c = build_compute(builtin_op(op), parse_param_overrides({"M=200", "N=136", "K=520"}));
+    run_cases(c, on_every_layout(c, "wgmma_fp16_fp32", std::string(op) + " 200x136x520", 1e-2, edits), seed++);
+  }
+  // 512 and 1024 tiles of 64 x 128 on about one block per SM: each consumer walks several.
+  for (const auto& [in_t, out_t] : std::vector<std::pair<std::string, std::string>>{{"float16", "float32"},
+                                                                                     {"bfloat16", "bfloat16"}}) {
+    const std::string hw = in_t == "float16" ? "wgmma_fp16_fp32" : "wgmma_bf16_fp32";
+    Compute c = out_t == "bfloat16" ? testing::stored_as_op("gemm_nt", in_t, out_t, {"M=4096", "N=2048", "K=512"})
+                                    : typed_op("gemm_nt", in_t, out_t, {"M=2048", "N=2048", "K=1024"});
+    run_cases(c, on_every_layout(c, hw, hw + " gemm_nt " + out_t + " out, many tiles", 1e-2,
+                                 {{"ping-pong 64x128", tile(64, 128)}, {"ping-pong 128x128 raster 8", [&](ScheduleParams& p) { tile(128, 128)(p); p.raster = 8; }}}),
+              seed++);
+  }
+  Compute b = build_compute(builtin_op("batched_gemm"), parse_param_overrides({"BATCH=3", "M=72", "N=64", "K=200"}));
+  run_cases(b, on_every_layout(b, "wgmma_fp16_fp32", "batched_gemm 3x72x64x200", 1e-2, {{"ping-pong 64x64", tile(64, 64)}}),
+            seed++);
+  // 196 tiles of 128 pixels read in im2col boxes, in both operand orders, a float16 output.
+  Compute v = testing::narrowed_op("conv2d_nhwc", "float16", {"N=8", "C=64", "H=56", "W=56", "K=64", "pad=1"});
+  MatchReport r = match_compute(v, {find_hw(shipped(), "wgmma_fp16_fp32")}, Enumeration::kAll);
+  std::vector<GpuCase> cases;
+  for (int swapped = 0; swapped < 2; ++swapped)
+    for (std::size_t i = 0; i < r.matches.size(); ++i) {
+      if ((r.matches[i].roles.a_input != 0) != (swapped == 1)) continue;
+      GpuCase gc = full_mapping(v, "wgmma_fp16_fp32", "conv2d_nhwc 8x56x56x64 ping-pong", 1e-2, i);
+      tile(swapped ? 64 : 128, 64)(gc.p);
+      if (!validate(gc.g, gc.p, DeviceLimits::for_arch(90)).empty()) continue;
+      gc.label += swapped ? " transposed" : "";
+      cases.push_back(gc);
+      break;
+    }
+  EXPECT_EQ(cases.size(), 2u) << "ping-pong im2col kernels in both operand orders";
+  run_cases(v, cases, seed++);
+}
+
 // Operand A from registers (a_regs 1): fragments loaded by ldmatrix (.trans for an A stored along
 // m) into two register sets by step parity, B by descriptor; GEMMs of all four layouts with tails,
 // every producer (threads' gathers, TMA, persistent), two consumers, split-K, the narrower

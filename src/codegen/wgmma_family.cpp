@@ -93,18 +93,28 @@ std::int64_t persistent_epilogue_bytes(const ImplicitGemm& g, const SchedulePara
   return rows * (cols + persistent_epilogue_pad(g, c_row)) * persistent_epilogue_bytes_per_element(g);
 }
 
-/// Where a warp-specialized kernel keeps its 2 x STAGES mbarriers: past the operand ring and the
-/// epilogue tile, which reuses the ring, or in a persistent kernel (producer 2) follows it, since
-/// the producer is already filling the ring with the next tile's operands.
+/// A persistent kernel (producer 2 or 3): each block walks output tiles, its producer filling the
+/// ring with the next tile's operands while the consumers store the last.
+bool persistent(const ScheduleParams& p) { return p.producer >= 2; }
+
+/// A ping-pong kernel (producer 3): two consumer warpgroups, each multiplying whole tiles of its
+/// own, take turns on the main loop, so that one's epilogue runs beside the other's wgmmas.
+bool ping_pong(const ScheduleParams& p) { return p.producer == 3; }
+
+/// Where a warp-specialized kernel keeps its 2 x STAGES mbarriers (and a ping-pong kernel's two
+/// turn barriers): past the operand ring and the epilogue tile, which reuses the ring, or in a
+/// persistent kernel follows it (one per consumer warpgroup in ping-pong), since the producer is
+/// already filling the ring with the next tile's operands.
 std::int64_t barrier_offset(const ImplicitGemm& g, const ScheduleParams& p) {
-  if (p.producer == 2) return ring_bytes(g, p) + round_up(persistent_epilogue_bytes(g, p), 128);
+  if (persistent(p))
+    return ring_bytes(g, p) + (ping_pong(p) ? 2 : 1) * round_up(persistent_epilogue_bytes(g, p), 128);
   return std::max(ring_bytes(g, p), round_up(epilogue_bytes(g, p), 128));
 }
 
 /// The kernel's dynamic shared memory: the epilogue reuses the buffers; a warp-specialized
 /// kernel's mbarriers follow; 1 KiB of slack aligns the tiles to 1024 bytes.
 std::int64_t wgmma_shared_bytes(const ImplicitGemm& g, const ScheduleParams& p) {
-  return barrier_offset(g, p) + (p.producer ? 16 * p.stages : 0) + 1024;
+  return barrier_offset(g, p) + (p.producer ? 16 * p.stages : 0) + (ping_pong(p) ? 16 : 0) + 1024;
 }
 
 /// Whether a block has its SM to itself: a second one's shared memory (and the 1 KiB the driver
@@ -115,7 +125,7 @@ bool wgmma_block_alone(const ImplicitGemm& g, const ScheduleParams& p) {
 
 /// How a warp-specialized kernel splits the register file: at launch every thread gets `even`
 /// registers (ptxas's limit for THREADS threads a block, __launch_bounds__(THREADS, 1)). In a
-/// persistent kernel (producer 2), where that leaves the consumer warpgroups too few for their
+/// persistent kernel (producer 2 or 3), where that leaves the consumer warpgroups too few for their
 /// accumulators (about 40 more for addresses and loop state), the producer warpgroup, which only
 /// issues TMA copies, gives all but kProducerRegs back with `setmaxnreg.dec` and the consumers
 /// take them with `setmaxnreg.inc` (`consumer` registers each, a multiple of 8 that the pool the
@@ -140,7 +150,7 @@ RegisterSplit register_split(const ImplicitGemm& g, const ScheduleParams& p) {
   if (threads <= 0) return r;
   r.even = r.consumer = std::min(255, 65536 / threads / 8 * 8);
   const int consumers = threads / 128 - 1, acc_regs = operand_registers(g, p);
-  if (p.producer != 2 || consumers < 2 || acc_regs + 40 <= r.even || r.even <= kProducerRegs) return r;
+  if (!persistent(p) || consumers < 2 || acc_regs + 40 <= r.even || r.even <= kProducerRegs) return r;
   // The producer frees (even - kProducerRegs) x 128 registers; each consumer thread may take an
   // equal share of them on top of its own.
   const int consumer = r.even + (r.even - kProducerRegs) * 128 / (consumers * 128) / 8 * 8;
@@ -592,18 +602,24 @@ void emit_producer_helpers(std::ostringstream& os, bool pair) {
 /// A warp-specialized kernel's ring barriers: CONSUMERS, STAGE_TX, full[] and empty[] at
 /// BAR_OFFSET, initialized by thread 0 (full: the producer's arrival and the stage's TMA bytes;
 /// empty: one arrival per consumer warp once its wgmmas on the buffer retired).
-/// In a pair of blocks sharing an operand (`pair`), empty[] counts the consumer warps of both.
-std::string ring_barriers(const StoredTile& sa, const StoredTile& sb, bool pair) {
+/// In a pair of blocks sharing an operand (`pair`), empty[] counts the consumer warps of both; in
+/// ping-pong (`ping_pong`), where one consumer warpgroup reads each stage, its four warps, and
+/// turn[wg] follows: consumer warpgroup wg's turn at the main loop, one arrival per warp of the other.
+std::string ring_barriers(const StoredTile& sa, const StoredTile& sb, bool pair, bool ping_pong = false) {
   std::ostringstream os;
   os << "  constexpr int CONSUMERS = THREADS / 128 - 1;\n"
      << "  constexpr unsigned STAGE_TX = " << (sa.rows * sa.cols * sa.bytes + sb.rows * sb.cols * sb.bytes)
      << ";  // bytes of A and B boxes per stage\n"
      << "  unsigned long long* full = reinterpret_cast<unsigned long long*>(smem + BAR_OFFSET);\n"
      << "  unsigned long long* empty = full + STAGES;\n"
+     << (ping_pong ? "  unsigned long long* turn = empty + STAGES;  // [2]\n" : "")
      << "  if (threadIdx.x == 0) {\n"
      << "    for (int b = 0; b < STAGES; ++b) {\n"
-     << "      mbar_init(&full[b], 1);\n      mbar_init(&empty[b], 4 * CONSUMERS" << (pair ? " * 2);  // both blocks' consumers" : ");")
+     << "      mbar_init(&full[b], 1);\n      mbar_init(&empty[b], "
+     << (ping_pong ? "4);  // the one consumer warpgroup reading it" : pair ? "4 * CONSUMERS * 2);  // both blocks' consumers"
+                                                                      : "4 * CONSUMERS);")
      << "\n    }\n"
+     << (ping_pong ? "    mbar_init(&turn[0], 4);\n    mbar_init(&turn[1], 4);\n" : "")
      << "    mbar_fence_init();\n"
      << "  }\n";
   return os.str();
@@ -715,19 +731,26 @@ std::string wait_call(const ScheduleParams& p) { return p.uniform_wait ? "mbar_w
 /// each tile through an epilogue tile of their own (CS_OFFSET), synchronized among themselves
 /// only, so that the producer runs into the next tile meanwhile. The n-th use of a buffer waits
 /// for phase parity n % 2 over the whole walk.
+/// In ping-pong (producer 3) consumer warpgroup wg takes every other of the block's tiles (the
+/// block's tile 2j + wg) through an epilogue tile of its own, and the two take turns on the main
+/// loop: each starts its wgmmas once the other's wgmmas of the tile before are done (turn[wg]),
+/// so that one's epilogue overlaps the other's main loop. The turns also keep each consumer's
+/// waits on the ring within one phase of its barriers: the stages of the tile before were all
+/// filled.
 void emit_persistent_loops(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p,
                            const StoredTile& sa, const StoredTile& sb, const std::string& tacc,
                            const std::string& tout, bool c_row, const BoxClamp& clamp, const std::string& origin,
                            const std::string& loads) {
   // The epilogue tile holds the output's dtype where it is 16-bit (persistent_epilogue_bytes()).
   const std::string cs = persistent_epilogue_bytes_per_element(g) == 2 ? tout : tacc;
-  const bool pair = pairs_blocks(p);
+  const bool pair = pairs_blocks(p), pp = ping_pong(p);
   // A pair's blocks walk the same tiles (the pair's), each its half.
   const std::string release = pair ? "mbar_arrive_pair" : "mbar_arrive", wait = wait_call(p);
   const std::string walk = pair ? "for (int tile = blockIdx.x / 2; tile < TILES; tile += gridDim.x / 2)"
                                 : "for (int tile = blockIdx.x; tile < TILES; tile += gridDim.x)";
-  os << ring_barriers(sa, sb, pair)
-     << "  " << cs << "* Cs = reinterpret_cast<" << cs << "*>(smem + CS_OFFSET);\n"
+  os << ring_barriers(sa, sb, pair, pp)
+     << "  " << cs << "* Cs = reinterpret_cast<" << cs << "*>(smem + CS_OFFSET"
+     << (pp ? " + (wg % 2) * CS_STRIDE);  // this consumer's (the producer's is unused)\n" : ");\n")
      << (pair ? "  cluster_sync();  // the last barrier of both blocks: the roles part here, every mbarrier initialized\n"
               : "  __syncthreads();  // the last barrier of the whole block: the roles part here\n")
      << "  if (wg == CONSUMERS) {\n"
@@ -752,12 +775,20 @@ void emit_persistent_loops(std::ostringstream& os, const ImplicitGemm& g, const 
      << "    return;\n"
      << "  }\n"
      << set_registers(g, p, false, "  ")
-     << "  const int row = (threadIdx.x % 128) / 32 * 16 + lane / 4, col = (lane % 4) * 2;\n"
-     << "  int t = 0;  // stages consumed so far\n"
-     << "  " << walk << " {\n"
-     << "    const int z = tile / (GRID_M * GRID_N);\n";
+     << "  const int row = (threadIdx.x % 128) / 32 * 16 + lane / 4, col = (lane % 4) * 2;\n";
+  if (pp)
+    os << "  int t = wg * STEPS;  // stages of the block's tiles before this one's next\n"
+       << "  // taken: this warpgroup's tiles so far.\n"
+       << "  for (int tile = blockIdx.x + wg * gridDim.x, taken = 0; tile < TILES; tile += 2 * gridDim.x, t += STEPS, ++taken) {\n";
+  else
+    os << "  int t = 0;  // stages consumed so far\n"
+       << "  " << walk << " {\n";
+  os << "    const int z = tile / (GRID_M * GRID_N);\n";
   emit_tile_origin(os, p, "tile % (GRID_M * GRID_N)", "    ");
-  emit_epilogue_prefetch(os, g, p, "CONSUMERS * 128", "    ");
+  emit_epilogue_prefetch(os, g, p, pp ? "128" : "CONSUMERS * 128", "    ", pp ? "(threadIdx.x % 128)" : "threadIdx.x");
+  if (pp)
+    os << "    // This warpgroup's turn: the wgmmas of the other's tile before are done.\n"
+       << "    if (taken + wg > 0) " << wait << "(&turn[wg], (taken + wg - 1) & 1);\n";
   os << "    #pragma unroll\n    for (int i = 0; i < MI; ++i)\n"
      << "      #pragma unroll\n      for (int r = 0; r < ACC; ++r) acc[i][r] = 0;\n"
      << step_loop(p, "    ", "0", "STEPS",
@@ -768,11 +799,14 @@ void emit_persistent_loops(std::ostringstream& os, const ImplicitGemm& g, const 
                       "      if (step > 0 && lane == 0) " + release + "(&empty[(t + STAGES - 1) % STAGES]);\n",
                   true)
      << "    wgmma_wait<0>();\n"
+     // After the wait: an arrival between the last wgmmas and their wait made ptxas serialize
+     // every wgmma of kernels whose step loop it unrolls whole (C7514).
+     << (pp ? "    if (lane == 0) mbar_arrive(&turn[1 - wg]);  // this tile's wgmmas are done: the other's turn\n" : "")
      << "    if (lane == 0) " << release << "(&empty[(t + STAGES - 1) % STAGES]);  // the tile's last buffer\n"
      << "    #pragma unroll\n    for (int i = 0; i < MI; ++i)\n"
      << "      #pragma unroll\n      for (int r = 0; r < ACC; ++r) fence_operand(acc[i][r]);\n"
      << "    // Epilogue: accumulators to the epilogue tile, once the last tile's stores have read it.\n"
-     << "    consumer_sync();\n"
+     << (pp ? "    consumer_sync(wg);\n" : "    consumer_sync();\n")
      << clamp.offsets("    ")
      << "    #pragma unroll\n    for (int i = 0; i < MI; ++i)\n"
      << "      #pragma unroll\n      for (int j = 0; j < WN / 8; ++j) {\n"
@@ -781,8 +815,9 @@ void emit_persistent_loops(std::ostringstream& os, const ImplicitGemm& g, const 
                         clamp.c1());
   os << "      }\n";
   EpilogueScope scope;
-  scope.barrier = "  consumer_sync();\n";
-  scope.threads = "CONSUMERS * 128";
+  scope.barrier = pp ? "  consumer_sync(wg);\n" : "  consumer_sync();\n";
+  scope.threads = pp ? "128" : "CONSUMERS * 128";
+  if (pp) scope.thread = "(threadIdx.x % 128)";
   scope.close = false;
   scope.sm_to_itself = true;  // one block per SM walks the tiles
   scope.row_skip = clamp.row_skip();
@@ -797,8 +832,8 @@ struct WgmmaKernel {
   WgmmaKernel(const ImplicitGemm& g, const ScheduleParams& p)
       : g(g), p(p), k(kernel_shell(g, p, block_threads(g, p))), sa(stored_tile(g, p, 0)), sb(stored_tile(g, p, 1)),
         a_mn(stored_along_mn(g, 0)), b_mn(stored_along_mn(g, 1)), c_row(out_vector(g, p).along == 'n'),
-        ws(p.producer != 0), persistent(p.producer == 2), pair(pairs_blocks(p)), ta(storage_type(g.hw->a_dtype)),
-        tb(storage_type(g.hw->b_dtype)), tacc(accumulator_type(g.hw->d_dtype)),
+        ws(p.producer != 0), persistent(tmap::persistent(p)), ping_pong(tmap::ping_pong(p)), pair(pairs_blocks(p)),
+        ta(storage_type(g.hw->a_dtype)), tb(storage_type(g.hw->b_dtype)), tacc(accumulator_type(g.hw->d_dtype)),
         tout(storage_type(g.compute->tensor_of(g.compute->output).dtype)), tpart(partial_type(g)) {}
 
   const ImplicitGemm& g;
@@ -806,7 +841,7 @@ struct WgmmaKernel {
   KernelSource k;
   StoredTile sa, sb;
   bool a_mn, b_mn, c_row;
-  bool ws, persistent, pair;  ///< A producer warpgroup; a persistent one; pairs of blocks in a cluster.
+  bool ws, persistent, ping_pong, pair;  ///< A producer warpgroup; persistent; ping-pong; pairs of blocks.
   std::string ta, tb, tacc, tout, tpart;
   std::vector<TmaDim> views[2];  ///< With a producer, each operand's TMA view
   Im2colView im2col[2];          ///< or its im2col view (im2col[which].rank > 0).
@@ -915,7 +950,15 @@ void emit_copy_setup(std::ostringstream& os, WgmmaKernel& w) {
     w.clamp.n_by_2 = !(g.dynamic() && g.dynamic_axis == 'n') && g.N % 2 == 0;
     emit_producer_helpers(os, pair);
     os << "constexpr int BAR_OFFSET = " << barrier_offset(g, p) << ";  // the ring's mbarriers, past tiles and epilogue\n";
-    if (persistent)
+    if (persistent && w.ping_pong)
+      os << "constexpr int CS_OFFSET = " << ring_bytes(g, p) << ";  // the epilogue tiles, one per consumer, past the ring\n"
+         << "constexpr int CS_STRIDE = " << round_up(persistent_epilogue_bytes(g, p), 128) << ";  // bytes of one\n"
+         << "// Synchronizes consumer warpgroup `wg` alone (named barrier 2 + wg), not the other or the producer;\n"
+         << "// constant barrier ids, so that ptxas reserves those alone.\n"
+         << "__device__ __forceinline__ void consumer_sync(int wg) {\n"
+         << "  if (wg == 0) asm volatile(\"bar.sync 2, 128;\\n\" ::: \"memory\");\n"
+         << "  else asm volatile(\"bar.sync 3, 128;\\n\" ::: \"memory\");\n}\n";
+    else if (persistent)
       os << "constexpr int CS_OFFSET = " << ring_bytes(g, p) << ";  // the epilogue tile, past the ring\n"
          << "// Synchronizes the consumer warpgroups alone (named barrier 1), not the producer.\n"
          << "__device__ __forceinline__ void consumer_sync() { asm volatile(\"bar.sync 1, " << k.threads - 128
@@ -986,7 +1029,8 @@ void emit_entry(std::ostringstream& os, const WgmmaKernel& w) {
     emit_epilogue_prefetch(os, g, p, "THREADS", "  ");
   }
   os << "  const int wg = threadIdx.x / 128, lane = threadIdx.x % 32;\n"
-     << "  const int wm0 = (wg / WARPS_N) * WM, wn0 = (wg % WARPS_N) * WN;  // warpgroup tile origin in the block\n\n"
+     << (w.ping_pong ? "  const int wm0 = 0, wn0 = 0;  // each consumer warpgroup multiplies whole tiles\n\n"
+                     : "  const int wm0 = (wg / WARPS_N) * WM, wn0 = (wg % WARPS_N) * WN;  // warpgroup tile origin in the block\n\n")
      << "  " << tacc << " acc[MI][ACC];\n"
      << "  #pragma unroll\n  for (int i = 0; i < MI; ++i)\n"
      << "    #pragma unroll\n    for (int r = 0; r < ACC; ++r) acc[i][r] = 0;\n\n"
@@ -1231,11 +1275,18 @@ class WgmmaFamily final : public EmitterFamily {
   int ordinal() const override { return 2; }
   int threads_per_warp_tile(const ScheduleParams&) const override { return 128; }
   std::span<const KnobUse> knob_uses() const override {
-    static constexpr KnobUse kUses[] = {{"swizzle", 0, 3}, {"producer", 0, 2}, {"a_regs", 0, 1}, {"cluster", 0, 3},
+    static constexpr KnobUse kUses[] = {{"swizzle", 0, 3}, {"producer", 0, 3}, {"a_regs", 0, 1}, {"cluster", 0, 3},
                                         {"uniform_wait", 0, 1}};
     return kUses;
   }
-  int extra_threads(const ScheduleParams& p) const override { return p.producer ? 128 : 0; }
+  // The producer warpgroup, and in ping-pong the second consumer warpgroup (the block's one warp
+  // tile is the first's).
+  int extra_threads(const ScheduleParams& p) const override { return ping_pong(p) ? 256 : p.producer ? 128 : 0; }
+  // A ping-pong block's tile is its consumer warpgroup's.
+  std::vector<int> block_tiles(const ImplicitGemm& g, const ScheduleParams& p, char axis) const override {
+    if (ping_pong(p)) return {axis == 'm' ? p.warp_m : p.warp_n};
+    return EmitterFamily::block_tiles(g, p, axis);
+  }
   KernelSource emit(const ImplicitGemm& g, const ScheduleParams& p) const override { return emit_wgmma(g, p); }
 
   void validate(const ImplicitGemm& g, const ScheduleParams& p, const DeviceLimits& limits,
@@ -1308,12 +1359,19 @@ class WgmmaFamily final : public EmitterFamily {
                  " stored along " + (which == 0 ? "m" : "n") + " is read in blocks of " + std::to_string(line(t, p)) +
                  " (one " + std::to_string(line_bytes(p)) + "-byte line); use a multiple");
     }
-    if (p.producer < 0 || p.producer > 2)
-      fail(ScheduleError::kBadOption, "producer = " + std::to_string(p.producer) + ": 0, 1 or 2 (persistent)");
-    if (p.producer == 2 && p.split_k != 1)
-      fail(ScheduleError::kBadSplitK, "split_k = " + std::to_string(p.split_k) +
-                                          ": a persistent kernel (producer = 2) takes whole output tiles; use split_k 1");
-    if (p.producer == 1 || p.producer == 2) {
+    if (p.producer < 0 || p.producer > 3)
+      fail(ScheduleError::kBadOption, "producer = " + std::to_string(p.producer) +
+                                          ": 0, 1, 2 (persistent) or 3 (persistent ping-pong)");
+    if (persistent(p) && p.split_k != 1)
+      fail(ScheduleError::kBadSplitK, "split_k = " + std::to_string(p.split_k) + ": a persistent kernel (producer = " +
+                                          std::to_string(p.producer) + ") takes whole output tiles; use split_k 1");
+    if (ping_pong(p) && (p.block_m != p.warp_m || p.block_n != p.warp_n))
+      fail(ScheduleError::kBadOption, "producer = 3: each ping-pong consumer warpgroup multiplies whole tiles, so the "
+                                      "block tile is the warpgroup's; use block_m = warp_m and block_n = warp_n");
+    if (ping_pong(p) && pairs_blocks(p))
+      fail(ScheduleError::kBadOption, "producer = 3 with cluster = " + std::to_string(p.cluster) +
+                                          ": ping-pong consumers take tiles of their own, not a pair's; use cluster 0");
+    if (p.producer >= 1 && p.producer <= 3) {
       for (int which = 0; which < 2; ++which) {
         std::vector<TmaDim> dims;
         Im2colView im2col;
@@ -1431,8 +1489,9 @@ class WgmmaFamily final : public EmitterFamily {
         .set("raster", {1, 2, 4, 8})
         .set("async_copy", {0, {1, 2}})
         .set("swizzle", narrow ? std::vector<Choice>{1, 2, 3} : std::vector<Choice>{1})  // 128-, 64-, 32-byte lines
-        // A TMA warp-specialized producer (2: persistent) where the operands allow one.
-        .set("producer", tma_operands(g) ? std::vector<Choice>{0, {1, 2}, {2, 2}} : std::vector<Choice>{0})
+        // A TMA warp-specialized producer (2: persistent, 3: persistent ping-pong) where the
+        // operands allow one.
+        .set("producer", tma_operands(g) ? std::vector<Choice>{0, {1, 2}, {2, 2}, 3} : std::vector<Choice>{0})
         // A from registers is level with A by descriptor on large GEMMs and slower on
         // convolutions: one draw in 8.
         .set("a_regs", {{0, 7}, {1, 1}})
