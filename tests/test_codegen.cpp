@@ -1547,7 +1547,9 @@ TEST(Schedule, WgmmaValidationReasons) {
        ScheduleError::kTooManyThreads, "640 threads leave 96 registers"},
       {"shared memory", with([](ScheduleParams& p) { p.block_m = 128; p.warp_m = 64; p.stages = 6; }),
        ScheduleError::kSharedMemoryExceeded, "limit"},
-      {"producer 3", with([](ScheduleParams& p) { p.producer = 3; }), ScheduleError::kBadOption, "0, 1 or 2"},
+      {"producer 4", with([](ScheduleParams& p) { p.producer = 4; }), ScheduleError::kBadOption, "producer takes 0 to 3"},
+      {"ping-pong of two warpgroup tiles", with([](ScheduleParams& p) { p.producer = 3; p.block_m = 128; p.warp_m = 64; p.block_n = p.warp_n = 128; }),
+       ScheduleError::kBadOption, "each ping-pong consumer warpgroup multiplies whole tiles"},
       {"persistent split", with([](ScheduleParams& p) { p.producer = 2; p.split_k = 2; }), ScheduleError::kBadSplitK,
        "whole output tiles"},
   };
