@@ -806,10 +806,11 @@ TEST(Gpu, WgmmaPingPong) {
       p.block_n = p.warp_n = bn;
     };
   };
+  // Two float32 epilogue tiles of 128 x 128 (or 64 x 256) do not fit beside a ring: those tiles
+  // with a 16-bit output below.
   const std::vector<Edit> edits = {
       {"ping-pong 64x128", tile(64, 128)},
-      {"ping-pong 128x128", tile(128, 128)},
-      {"ping-pong 64x256", tile(64, 256)},
+      {"ping-pong 128x64", tile(128, 64)},
       {"ping-pong 64x64 raster 3 stages 6", [&](ScheduleParams& p) { tile(64, 64)(p); p.raster = 3; p.stages = 6; }},
       {"ping-pong 64x128 a_regs", [&](ScheduleParams& p) { tile(64, 128)(p); p.a_regs = 1; }},
       {"ping-pong 64x128 uniform wait", [&](ScheduleParams& p) { tile(64, 128)(p); p.uniform_wait = 1; }},
@@ -824,9 +825,13 @@ TEST(Gpu, WgmmaPingPong) {
     const std::string hw = in_t == "float16" ? "wgmma_fp16_fp32" : "wgmma_bf16_fp32";
     Compute c = out_t == "bfloat16" ? testing::stored_as_op("gemm_nt", in_t, out_t, {"M=4096", "N=2048", "K=512"})
                                     : typed_op("gemm_nt", in_t, out_t, {"M=2048", "N=2048", "K=1024"});
-    run_cases(c, on_every_layout(c, hw, hw + " gemm_nt " + out_t + " out, many tiles", 1e-2,
-                                 {{"ping-pong 64x128", tile(64, 128)}, {"ping-pong 128x128 raster 8", [&](ScheduleParams& p) { tile(128, 128)(p); p.raster = 8; }}}),
-              seed++);
+    std::vector<Edit> large = {{"ping-pong 64x128", tile(64, 128)},
+                               {"ping-pong 128x64 raster 8", [&](ScheduleParams& p) { tile(128, 64)(p); p.raster = 8; }}};
+    if (out_t == "bfloat16") {
+      large.push_back({"ping-pong 128x128 raster 8", [&](ScheduleParams& p) { tile(128, 128)(p); p.raster = 8; }});
+      large.push_back({"ping-pong 64x256 stages 3", [&](ScheduleParams& p) { tile(64, 256)(p); p.stages = 3; }});
+    }
+    run_cases(c, on_every_layout(c, hw, hw + " gemm_nt " + out_t + " out, many tiles", 1e-2, large), seed++);
   }
   Compute b = build_compute(builtin_op("batched_gemm"), parse_param_overrides({"BATCH=3", "M=72", "N=64", "K=200"}));
   run_cases(b, on_every_layout(b, "wgmma_fp16_fp32", "batched_gemm 3x72x64x200", 1e-2, {{"ping-pong 64x64", tile(64, 64)}}),
