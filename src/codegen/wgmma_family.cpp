@@ -744,6 +744,8 @@ void emit_persistent_loops(std::ostringstream& os, const ImplicitGemm& g, const 
   // The epilogue tile holds the output's dtype where it is 16-bit (persistent_epilogue_bytes()).
   const std::string cs = persistent_epilogue_bytes_per_element(g) == 2 ? tout : tacc;
   const bool pair = pairs_blocks(p), pp = ping_pong(p);
+  // The consumers' barrier: each ping-pong warpgroup's own, else all consumers'.
+  const std::string sync = pp ? "consumer_sync(wg);\n" : "consumer_sync();\n";
   // A pair's blocks walk the same tiles (the pair's), each its half.
   const std::string release = pair ? "mbar_arrive_pair" : "mbar_arrive", wait = wait_call(p);
   const std::string walk = pair ? "for (int tile = blockIdx.x / 2; tile < TILES; tile += gridDim.x / 2)"
@@ -806,7 +808,7 @@ void emit_persistent_loops(std::ostringstream& os, const ImplicitGemm& g, const 
      << "    #pragma unroll\n    for (int i = 0; i < MI; ++i)\n"
      << "      #pragma unroll\n      for (int r = 0; r < ACC; ++r) fence_operand(acc[i][r]);\n"
      << "    // Epilogue: accumulators to the epilogue tile, once the last tile's stores have read it.\n"
-     << (pp ? "    consumer_sync(wg);\n" : "    consumer_sync();\n")
+     << "    " << sync
      << clamp.offsets("    ")
      << "    #pragma unroll\n    for (int i = 0; i < MI; ++i)\n"
      << "      #pragma unroll\n      for (int j = 0; j < WN / 8; ++j) {\n"
@@ -815,7 +817,7 @@ void emit_persistent_loops(std::ostringstream& os, const ImplicitGemm& g, const 
                         clamp.c1());
   os << "      }\n";
   EpilogueScope scope;
-  scope.barrier = pp ? "  consumer_sync(wg);\n" : "  consumer_sync();\n";
+  scope.barrier = "  " + sync;
   scope.threads = pp ? "128" : "CONSUMERS * 128";
   if (pp) scope.thread = "(threadIdx.x % 128)";
   scope.close = false;
@@ -1269,6 +1271,61 @@ bool narrow_lines_help(const ImplicitGemm& g) {
   return false;
 }
 
+/// The wgmma family's reasons against `p`'s producer: persistent and ping-pong kernels' tiles, and
+/// the TMA boxes a producer loads (operand sources, im2col lines and K tails, box rows, a pair's
+/// shared operand).
+void validate_producer(const ImplicitGemm& g, const ScheduleParams& p, std::vector<ScheduleIssue>& out) {
+  auto fail = [&](ScheduleError e, std::string detail) { out.push_back({e, std::move(detail)}); };
+  if (persistent(p) && p.split_k != 1)
+    fail(ScheduleError::kBadSplitK, "split_k = " + std::to_string(p.split_k) + ": a persistent kernel (producer = " +
+                                        std::to_string(p.producer) + ") takes whole output tiles; use split_k 1");
+  if (ping_pong(p) && (p.block_m != p.warp_m || p.block_n != p.warp_n))
+    fail(ScheduleError::kBadOption, "producer = 3: each ping-pong consumer warpgroup multiplies whole tiles, so the "
+                                    "block tile is the warpgroup's; use block_m = warp_m and block_n = warp_n");
+  if (ping_pong(p) && pairs_blocks(p))
+    fail(ScheduleError::kBadOption, "producer = 3 with cluster = " + std::to_string(p.cluster) +
+                                        ": ping-pong consumers take tiles of their own, not a pair's; use cluster 0");
+  if (!p.producer) return;
+  for (int which = 0; which < 2; ++which) {
+    std::vector<TmaDim> dims;
+    Im2colView im2col;
+    const std::string why = tma_source(g, which, dims, &im2col);
+    if (!why.empty())
+      fail(ScheduleError::kBadOption, "producer = " + std::to_string(p.producer) + " loads operands with TMA, but " + why);
+    const int lb = line_bytes(p), bytes = elem_bytes(which == 0 ? g.hw->a_dtype : g.hw->b_dtype);
+    if (why.empty() && im2col.rank && (im2col.channels * bytes) % lb)
+      fail(ScheduleError::kBadOption, "swizzle = " + std::to_string(p.swizzle) + ": operand " +
+                                          (which == 0 ? "A" : "B") + " is read in im2col boxes of one " +
+                                          std::to_string(lb) + "-byte line of channels, and its " +
+                                          std::to_string(im2col.channels) + " channels are not whole lines; "
+                                          "use swizzle " + ((im2col.channels * bytes) % 64 ? "3" : "2"));
+    if (why.empty() && im2col.rank && g.K % p.block_k)
+      fail(ScheduleError::kBadOption, "block_k = " + std::to_string(p.block_k) + ": operand " +
+                                          (which == 0 ? "A" : "B") + " is read in im2col boxes, "
+                                          "which cannot zero a K tail; use a block_k dividing K = " + std::to_string(g.K));
+    const StoredTile t = stored_tile(g, p, which);
+    if (t.rows > 256)
+      fail(ScheduleError::kBadOption, "producer = " + std::to_string(p.producer) + ": a TMA box has at most 256 rows, " +
+                                          (which == 0 ? "A" : "B") + "'s tile " + std::to_string(t.rows));
+  }
+  if (pairs_blocks(p)) {
+    const int which = pair_shared_operand(p);
+    const char* name = which == 0 ? "A" : "B";
+    const std::string pair = "cluster = " + std::to_string(p.cluster) + " (a pair of blocks along " +
+                             (which == 0 ? "n" : "m") + " sharing " + name + ")";
+    std::vector<TmaDim> dims;
+    const StoredTile t = stored_tile(g, p, which);
+    if (!tma_view(g, which, dims).empty())
+      fail(ScheduleError::kBadOption, pair + ": " + name + " is read in im2col boxes, and a pair multicasts tiled "
+                                      "boxes only; use cluster " + (which == 0 ? "2 (sharing B)" : "3 (sharing A)") +
+                                      " or 0");
+    else if (t.rows % 16)
+      fail(ScheduleError::kBadOption, pair + ": each block loads half of " + name + "'s " + std::to_string(t.rows) +
+                                      " tile rows, whole 8-row swizzle atoms each; use a tile whose rows are a "
+                                      "multiple of 16");
+  }
+}
+
 class WgmmaFamily final : public EmitterFamily {
  public:
   std::string_view name() const override { return "wgmma"; }
@@ -1359,59 +1416,7 @@ class WgmmaFamily final : public EmitterFamily {
                  " stored along " + (which == 0 ? "m" : "n") + " is read in blocks of " + std::to_string(line(t, p)) +
                  " (one " + std::to_string(line_bytes(p)) + "-byte line); use a multiple");
     }
-    if (p.producer < 0 || p.producer > 3)
-      fail(ScheduleError::kBadOption, "producer = " + std::to_string(p.producer) +
-                                          ": 0, 1, 2 (persistent) or 3 (persistent ping-pong)");
-    if (persistent(p) && p.split_k != 1)
-      fail(ScheduleError::kBadSplitK, "split_k = " + std::to_string(p.split_k) + ": a persistent kernel (producer = " +
-                                          std::to_string(p.producer) + ") takes whole output tiles; use split_k 1");
-    if (ping_pong(p) && (p.block_m != p.warp_m || p.block_n != p.warp_n))
-      fail(ScheduleError::kBadOption, "producer = 3: each ping-pong consumer warpgroup multiplies whole tiles, so the "
-                                      "block tile is the warpgroup's; use block_m = warp_m and block_n = warp_n");
-    if (ping_pong(p) && pairs_blocks(p))
-      fail(ScheduleError::kBadOption, "producer = 3 with cluster = " + std::to_string(p.cluster) +
-                                          ": ping-pong consumers take tiles of their own, not a pair's; use cluster 0");
-    if (p.producer >= 1 && p.producer <= 3) {
-      for (int which = 0; which < 2; ++which) {
-        std::vector<TmaDim> dims;
-        Im2colView im2col;
-        const std::string why = tma_source(g, which, dims, &im2col);
-        if (!why.empty())
-          fail(ScheduleError::kBadOption, "producer = " + std::to_string(p.producer) + " loads operands with TMA, but " + why);
-        const int lb = line_bytes(p), bytes = elem_bytes(which == 0 ? g.hw->a_dtype : g.hw->b_dtype);
-        if (why.empty() && im2col.rank && (im2col.channels * bytes) % lb)
-          fail(ScheduleError::kBadOption, "swizzle = " + std::to_string(p.swizzle) + ": operand " +
-                                              (which == 0 ? "A" : "B") + " is read in im2col boxes of one " +
-                                              std::to_string(lb) + "-byte line of channels, and its " +
-                                              std::to_string(im2col.channels) + " channels are not whole lines; "
-                                              "use swizzle " + ((im2col.channels * bytes) % 64 ? "3" : "2"));
-        if (why.empty() && im2col.rank && g.K % p.block_k)
-          fail(ScheduleError::kBadOption, "block_k = " + std::to_string(p.block_k) + ": operand " +
-                                              (which == 0 ? "A" : "B") + " is read in im2col boxes, "
-                                              "which cannot zero a K tail; use a block_k dividing K = " + std::to_string(g.K));
-        const StoredTile t = stored_tile(g, p, which);
-        if (t.rows > 256)
-          fail(ScheduleError::kBadOption, "producer = " + std::to_string(p.producer) + ": a TMA box has at most 256 rows, " +
-                                              (which == 0 ? "A" : "B") + "'s tile " + std::to_string(t.rows));
-      }
-      if (pairs_blocks(p)) {
-        const int which = pair_shared_operand(p);
-        const char* name = which == 0 ? "A" : "B";
-        const std::string pair = "cluster = " + std::to_string(p.cluster) + " (a pair of blocks along " +
-                                 (which == 0 ? "n" : "m") + " sharing " + name + ")";
-        std::vector<TmaDim> dims;
-        const StoredTile t = stored_tile(g, p, which);
-        if (!tma_view(g, which, dims).empty())
-          fail(ScheduleError::kBadOption, pair + ": " + name + " is read in im2col boxes, and a pair multicasts tiled "
-                                          "boxes only; use cluster " + (which == 0 ? "2 (sharing B)" : "3 (sharing A)") +
-                                          " or 0");
-        else if (t.rows % 16)
-          fail(ScheduleError::kBadOption, pair + ": each block loads half of " + name + "'s " + std::to_string(t.rows) +
-                                          " tile rows, whole 8-row swizzle atoms each; use a tile whose rows are a "
-                                          "multiple of 16");
-      }
-      return;  // the gather's vectors are unused
-    }
+    validate_producer(g, p, out);
   }
 
   std::int64_t shared_bytes(const ImplicitGemm& g, const ScheduleParams& p) const override {
