@@ -207,6 +207,8 @@ TEST(Matcher, EveryStageSaysWhyItFails) {
        "inputs A (float32) and B (float32); operands A (float16) and B (float16)"},
       {"fp16 out on fp32 accumulator", gemm_json("float16", "float16"), "wmma_fp16_fp32",
        MatchFailure::kAccumulatorDTypeMismatch, "output C accumulates in float16, accumulator D is float32"},
+      {"fp16 out names the fix", gemm_json("float16", "float16"), "wmma_fp16_fp32", MatchFailure::kAccumulatorDTypeMismatch,
+       "to sum in float32 and store float16, give \"accumulate\": \"float32\" in the compute"},
       {"bf16 data on fp16 units", gemm_json("bfloat16", "float32"), "wmma_fp16_fp32", MatchFailure::kInputDTypeMismatch, "bfloat16"},
       {"int8 into fp32", gemm_json("float16", "float32"), "wmma_int8_int32", MatchFailure::kAccumulatorDTypeMismatch, "int32"},
       {"elementwise accumulate",

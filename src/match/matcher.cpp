@@ -52,6 +52,12 @@ ExprMatch match_expression(const Compute& c, const HwAbstraction& hw) {
     m.failure = MatchFailure::kAccumulatorDTypeMismatch;
     m.detail = "output " + out.name + " accumulates in " + std::string(dtype_name(c.accumulate)) + ", accumulator " +
                hw.d + " is " + std::string(dtype_name(hw.d_dtype));
+    // A narrow output without "accumulate" sums in its own dtype: name the fix.
+    if (c.accumulate == out.dtype && dtype_is_float(out.dtype) && dtype_is_float(hw.d_dtype) &&
+        dtype_bits(out.dtype) < dtype_bits(hw.d_dtype))
+      m.detail += "; to sum in " + std::string(dtype_name(hw.d_dtype)) + " and store " +
+                  std::string(dtype_name(out.dtype)) + ", give \"accumulate\": \"" +
+                  std::string(dtype_name(hw.d_dtype)) + "\" in the compute";
     return m;
   }
   const Tensor& x = c.tensor_of(c.inputs[0]);
