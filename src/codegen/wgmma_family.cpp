@@ -242,32 +242,36 @@ struct TmaDim {
   std::int64_t value = 0;     ///< kFixed: the constant index.
 };
 
-/// How TMA boxes fetch operand `which`'s tile: its tensor seen as at most 5 dimensions, innermost
-/// first. Dimension 0 runs along the stored tile's columns (contiguous in memory), dimension 1
-/// along its rows; each is one virtual axis whose iterators index consecutive dimensions of the
-/// tensor alone (coefficient 1, no offset), every one but the outermost covered whole, so that
-/// the axis is one strided run. The tensor's other dimensions are indexed by one batch or serial
-/// iterator alone, or by a constant. Returns the reason when the operand is not such a view (a
-/// convolution's input, whose rows move with the filter taps, or a row stride TMA cannot take).
-std::string tma_view(const ImplicitGemm& g, int which, std::vector<TmaDim>& dims) {
-  const Compute& c = *g.compute;
-  const Access& acc = c.inputs[which == 0 ? g.a_input : g.b_input];
-  const Tensor& t = c.tensor_of(acc);
-  const std::string name = "operand " + std::string(which == 0 ? "A" : "B") + " (" + t.name + ")";
-  const int bytes = elem_bytes(which == 0 ? g.hw->a_dtype : g.hw->b_dtype);
-  const int rank = static_cast<int>(acc.indices.size());
-  auto extent = [&](int it) { return c.iters[it].extent; };
-  std::vector<std::int64_t> stride(rank, 1);
-  for (int d = rank - 2; d >= 0; --d) stride[d] = stride[d + 1] * t.shape[d + 1];
-  // `e` is iterator `it` alone (terms of extent-1 iterators are always zero).
-  auto alone = [&](const AffineExpr& e, int it) {
+/// Operand `which`'s access as the TMA views read it: its tensor, the name errors give it, its
+/// element size, and which tensor dimension each iterator indexes. Iterators of extent 1 never
+/// count: their terms are always zero.
+struct OperandAccess {
+  OperandAccess(const ImplicitGemm& g, int which)
+      : which(which),
+        c(*g.compute),
+        acc(c.inputs[which == 0 ? g.a_input : g.b_input]),
+        t(c.tensor_of(acc)),
+        name("operand " + std::string(which == 0 ? "A" : "B") + " (" + t.name + ")"),
+        bytes(elem_bytes(which == 0 ? g.hw->a_dtype : g.hw->b_dtype)),
+        rank(static_cast<int>(acc.indices.size())) {}
+
+  std::int64_t extent(int it) const { return c.iters[it].extent; }
+  /// The terms of `e` whose iterators have an extent above 1.
+  std::vector<std::pair<int, std::int64_t>> live_terms(const AffineExpr& e) const {
+    std::vector<std::pair<int, std::int64_t>> out;
+    for (const auto& [x, coef] : e.terms)
+      if (extent(x) != 1) out.push_back({x, coef});
+    return out;
+  }
+  /// Whether `e` is iterator `it` alone.
+  bool alone(const AffineExpr& e, int it) const {
     if (e.constant != 0 || e.coef(it) != 1) return false;
     for (const auto& [x, coef] : e.terms)
       if (x != it && extent(x) != 1) return false;
     return true;
-  };
-  // The one dimension iterator `it` indexes (-1: none or several).
-  auto dim_of = [&](int it) {
+  }
+  /// The one dimension iterator `it` indexes (-1: none or several).
+  int dim_of(int it) const {
     int found = -1;
     for (int d = 0; d < rank; ++d)
       if (acc.indices[d].uses(it)) {
@@ -275,54 +279,78 @@ std::string tma_view(const ImplicitGemm& g, int which, std::vector<TmaDim>& dims
         found = d;
       }
     return found;
-  };
-  std::vector<bool> used(rank, false);
-  dims.clear();
-  auto collapse = [&](const std::vector<int>& axis, TmaDim::Role role, const char* axis_name) -> std::string {
-    std::vector<int> its;
-    for (int it : axis)
-      if (extent(it) != 1) its.push_back(it);
-    if (its.empty()) return name + ": its " + axis_name + " axis has extent 1";
-    int d = dim_of(its.back());
-    if (d < 0 || !alone(acc.indices[d], its.back()))
-      return name + ": its " + axis_name + " axis is not one tensor dimension indexed by an iterator alone";
-    TmaDim dim{role, static_cast<std::uint64_t>(extent(its.back())), static_cast<std::uint64_t>(stride[d] * bytes)};
+  }
+
+  const int which;  ///< 0: A, 1: B
+  const Compute& c;
+  const Access& acc;
+  const Tensor& t;
+  const std::string name;
+  const int bytes, rank;
+};
+
+/// The row-major element strides of `a`'s tensor.
+std::vector<std::int64_t> element_strides(const OperandAccess& a) {
+  std::vector<std::int64_t> stride(a.rank, 1);
+  for (int d = a.rank - 2; d >= 0; --d) stride[d] = stride[d + 1] * a.t.shape[d + 1];
+  return stride;
+}
+
+/// Appends to `dims` the dimension that virtual axis `axis` (iterators, outermost first) runs
+/// along: its iterators must index consecutive tensor dimensions alone, all but the outermost
+/// covered whole. Marks those dimensions `used`; returns the reason when the axis is no such run.
+std::string tma_axis(const OperandAccess& a, const std::vector<int>& axis, TmaDim::Role role, const char* axis_name,
+                     std::vector<bool>& used, std::vector<TmaDim>& dims) {
+  const std::vector<std::int64_t> stride = element_strides(a);
+  std::vector<int> its;
+  for (int it : axis)
+    if (a.extent(it) != 1) its.push_back(it);
+  if (its.empty()) return a.name + ": its " + axis_name + " axis has extent 1";
+  int d = a.dim_of(its.back());
+  if (d < 0 || !a.alone(a.acc.indices[d], its.back()))
+    return a.name + ": its " + axis_name + " axis is not one tensor dimension indexed by an iterator alone";
+  TmaDim dim{role, static_cast<std::uint64_t>(a.extent(its.back())), static_cast<std::uint64_t>(stride[d] * a.bytes)};
+  used[d] = true;
+  for (int x = static_cast<int>(its.size()) - 2; x >= 0; --x) {
+    const int inner = d;
+    d = a.dim_of(its[x]);
+    if (d != inner - 1 || !a.alone(a.acc.indices[d], its[x]) || a.t.shape[inner] != a.extent(its[x + 1]))
+      return a.name + ": its " + axis_name + " axis is not one strided run of the tensor";
+    dim.extent *= static_cast<std::uint64_t>(a.extent(its[x]));
     used[d] = true;
-    for (int a = static_cast<int>(its.size()) - 2; a >= 0; --a) {
-      const int inner = d;
-      d = dim_of(its[a]);
-      if (d != inner - 1 || !alone(acc.indices[d], its[a]) || t.shape[inner] != extent(its[a + 1]))
-        return name + ": its " + axis_name + " axis is not one strided run of the tensor";
-      dim.extent *= static_cast<std::uint64_t>(extent(its[a]));
-      used[d] = true;
-    }
-    dims.push_back(dim);
-    return "";
-  };
-  const bool mn = stored_along_mn(g, which);
-  const std::vector<int>& mn_iters = which == 0 ? g.m_iters : g.n_iters;
-  std::string why = collapse(mn ? mn_iters : g.k_iters, TmaDim::kCols, mn ? (which == 0 ? "m" : "n") : "k");
-  if (why.empty()) why = collapse(mn ? g.k_iters : mn_iters, TmaDim::kRows, mn ? "k" : (which == 0 ? "m" : "n"));
-  if (!why.empty()) return why;
-  if (dims[0].stride_bytes != static_cast<std::uint64_t>(bytes)) return name + ": its stored rows are not contiguous";
-  for (int d = 0; d < rank; ++d) {
+  }
+  dims.push_back(dim);
+  return "";
+}
+
+/// Appends to `dims` the tensor's dimensions that no axis runs along: each indexed by one batch or
+/// serial iterator alone, or by a constant. Returns the reason when one is neither.
+std::string tma_other_dims(const ImplicitGemm& g, const OperandAccess& a, const std::vector<bool>& used,
+                           std::vector<TmaDim>& dims) {
+  const std::vector<std::int64_t> stride = element_strides(a);
+  for (int d = 0; d < a.rank; ++d) {
     if (used[d]) continue;
-    const AffineExpr& e = acc.indices[d];
-    std::vector<int> live;
-    for (const auto& [x, coef] : e.terms)
-      if (extent(x) != 1) live.push_back(x);
-    const auto st = static_cast<std::uint64_t>(stride[d] * bytes), ext = static_cast<std::uint64_t>(t.shape[d]);
+    const AffineExpr& e = a.acc.indices[d];
+    const auto live = a.live_terms(e);
+    const auto st = static_cast<std::uint64_t>(stride[d] * a.bytes), ext = static_cast<std::uint64_t>(a.t.shape[d]);
     if (live.empty()) {
-      if (t.shape[d] == 1 && e.constant == 0) continue;
-      if (e.constant < 0 || e.constant >= t.shape[d]) return name + ": dimension " + std::to_string(d) + " is out of bounds";
+      if (a.t.shape[d] == 1 && e.constant == 0) continue;
+      if (e.constant < 0 || e.constant >= a.t.shape[d])
+        return a.name + ": dimension " + std::to_string(d) + " is out of bounds";
       dims.push_back({TmaDim::kFixed, ext, st, -1, e.constant});
-    } else if (live.size() == 1 && alone(e, live[0]) && dim_of(live[0]) == d &&
-               (contains(g.batch_iters, live[0]) || contains(g.serial_iters, live[0]))) {
-      dims.push_back({contains(g.batch_iters, live[0]) ? TmaDim::kBatch : TmaDim::kSerial, ext, st, live[0]});
+    } else if (const int it = live[0].first; live.size() == 1 && a.alone(e, it) && a.dim_of(it) == d &&
+                                             (contains(g.batch_iters, it) || contains(g.serial_iters, it))) {
+      dims.push_back({contains(g.batch_iters, it) ? TmaDim::kBatch : TmaDim::kSerial, ext, st, it});
     } else {
-      return name + ": dimension " + std::to_string(d) + " is not indexed by one batch or serial iterator alone";
+      return a.name + ": dimension " + std::to_string(d) + " is not indexed by one batch or serial iterator alone";
     }
   }
+  return "";
+}
+
+/// What a tensor map holds: at most 5 dimensions, row strides in multiples of 16 bytes below
+/// 2^40, extents up to 2^32.
+std::string tma_limits(const std::string& name, const std::vector<TmaDim>& dims) {
   if (dims.size() > 5) return name + ": a TMA view has at most 5 dimensions, this one " + std::to_string(dims.size());
   for (std::size_t d = 1; d < dims.size(); ++d)
     if (dims[d].stride_bytes % 16 || dims[d].stride_bytes >= (1ull << 40))
@@ -331,6 +359,28 @@ std::string tma_view(const ImplicitGemm& g, int which, std::vector<TmaDim>& dims
   for (const TmaDim& d : dims)
     if (d.extent > (1ull << 32)) return name + ": a dimension of more than 2^32 elements";
   return "";
+}
+
+/// How TMA boxes fetch operand `which`'s tile: its tensor seen as at most 5 dimensions, innermost
+/// first. Dimension 0 runs along the stored tile's columns (contiguous in memory), dimension 1
+/// along its rows; each is one virtual axis whose iterators index consecutive dimensions of the
+/// tensor alone (coefficient 1, no offset), every one but the outermost covered whole, so that
+/// the axis is one strided run. The tensor's other dimensions are indexed by one batch or serial
+/// iterator alone, or by a constant. Returns the reason when the operand is not such a view (a
+/// convolution's input, whose rows move with the filter taps, or a row stride TMA cannot take).
+std::string tma_view(const ImplicitGemm& g, int which, std::vector<TmaDim>& dims) {
+  const OperandAccess a(g, which);
+  std::vector<bool> used(a.rank, false);
+  dims.clear();
+  const bool mn = stored_along_mn(g, which);
+  const std::vector<int>& mn_iters = which == 0 ? g.m_iters : g.n_iters;
+  const char* mn_name = which == 0 ? "m" : "n";
+  std::string why = tma_axis(a, mn ? mn_iters : g.k_iters, TmaDim::kCols, mn ? mn_name : "k", used, dims);
+  if (why.empty()) why = tma_axis(a, mn ? g.k_iters : mn_iters, TmaDim::kRows, mn ? "k" : mn_name, used, dims);
+  if (!why.empty()) return why;
+  if (dims[0].stride_bytes != static_cast<std::uint64_t>(a.bytes)) return a.name + ": its stored rows are not contiguous";
+  why = tma_other_dims(g, a, used, dims);
+  return why.empty() ? tma_limits(a.name, dims) : why;
 }
 
 /// How TMA im2col boxes fetch a channels-last convolution input as an operand: the tensor
@@ -354,52 +404,76 @@ struct Im2colView {
   std::vector<Spatial> spatial;      ///< Dimensions 1 .. rank - 2, outermost first.
 };
 
+/// Reads dimension `d` (1 .. rank - 2) of an im2col operand's tensor as an output position times
+/// a stride plus a filter tap times a dilation (either may be absent), into `sp`. The tap must be
+/// a reduction (or serial) iterator other than the channels' `ci` and not one `taps_seen` holds;
+/// it joins them. Returns the reason when the dimension is no such sum or TMA cannot walk it.
+std::string im2col_spatial(const ImplicitGemm& g, const OperandAccess& a, int d, int ci,
+                           const std::vector<int>& k_iters, std::vector<int>& taps_seen, Im2colView::Spatial& sp) {
+  const std::vector<int>& pixels = a.which == 0 ? g.m_iters : g.n_iters;
+  const AffineExpr& e = a.acc.indices[d];
+  sp.lower = e.constant;
+  for (const auto& [x, coef] : a.live_terms(e)) {
+    if (contains(pixels, x) && sp.out < 0) {
+      sp.out = x;
+      sp.stride = coef;
+    } else if ((contains(k_iters, x) || contains(g.serial_iters, x)) && x != ci && sp.tap < 0 && !contains(taps_seen, x)) {
+      sp.tap = x;
+      sp.dil = coef;
+      taps_seen.push_back(x);
+    } else {
+      return a.name + ": dimension " + std::to_string(d) + " is not an output position times a stride plus a filter tap";
+    }
+  }
+  if (sp.stride < 1 || sp.stride > 8) return a.name + ": a stride of " + std::to_string(sp.stride) + " (TMA walks 1 to 8)";
+  if (sp.dil < 1 || sp.dil * (sp.tap >= 0 ? a.extent(sp.tap) - 1 : 0) > 65535)
+    return a.name + ": a dilation of " + std::to_string(sp.dil) + " (im2col offsets are 0 to 65535)";
+  sp.extent = sp.out >= 0 ? a.extent(sp.out) : 1;
+  sp.upper = sp.lower + (sp.extent - 1) * sp.stride + 1 - a.t.shape[d];
+  const std::int64_t range = a.rank == 3 ? 32768 : a.rank == 4 ? 128 : 16;
+  if (sp.lower < -range || sp.lower >= range || sp.upper < -range || sp.upper >= range)
+    return a.name + ": its bounding box corners " + std::to_string(sp.lower) + ", " + std::to_string(sp.upper) +
+           " exceed what a rank-" + std::to_string(a.rank) + " im2col map holds (" + std::to_string(-range) + " to " +
+           std::to_string(range - 1) + ")";
+  return "";
+}
 /// The im2col view of operand `which` (see Im2colView), or the reason it has none. The output
 /// positions are on m for A; for B (the transposed product, whose m is the filters) on n.
 std::string im2col_view(const ImplicitGemm& g, int which, Im2colView& v) {
-  const Compute& c = *g.compute;
-  const Access& acc = c.inputs[which == 0 ? g.a_input : g.b_input];
-  const Tensor& t = c.tensor_of(acc);
-  const std::string name = "operand " + std::string(which == 0 ? "A" : "B") + " (" + t.name + ")";
+  const OperandAccess a(g, which);
+  const std::string& name = a.name;
   const char* axis = which == 0 ? "m" : "n";
   const std::vector<int>& pixels = which == 0 ? g.m_iters : g.n_iters;
-  const int rank = static_cast<int>(acc.indices.size());
-  auto extent = [&](int it) { return c.iters[it].extent; };
+  const int rank = a.rank;
   if (stored_along_mn(g, which))
     return name + ": stored along " + axis + "; an im2col box holds k (channels) along its lines";
   if (rank < 3 || rank > 5) return name + ": im2col views tensors of 3 to 5 dimensions, this one has " + std::to_string(rank);
   std::vector<int> k_iters;
   for (int it : g.k_iters)
-    if (extent(it) != 1) k_iters.push_back(it);
+    if (a.extent(it) != 1) k_iters.push_back(it);
   if (k_iters.empty()) return name + ": no reduction axis";
   const int ci = k_iters.back();
-  const AffineExpr& last = acc.indices[rank - 1];
-  auto live_terms = [&](const AffineExpr& e) {
-    std::vector<std::pair<int, std::int64_t>> out;
-    for (const auto& [x, coef] : e.terms)
-      if (extent(x) != 1) out.push_back({x, coef});
-    return out;
-  };
+  const AffineExpr& last = a.acc.indices[rank - 1];
   {
-    const auto terms = live_terms(last);
+    const auto terms = a.live_terms(last);
     if (last.constant != 0 || terms.size() != 1 || terms[0].first != ci || terms[0].second != 1 ||
-        extent(ci) != t.shape[rank - 1])
+        a.extent(ci) != a.t.shape[rank - 1])
       return name + ": its last dimension is not the innermost reduction iterator over all its channels";
   }
-  const int bytes = elem_bytes(which == 0 ? g.hw->a_dtype : g.hw->b_dtype);
   // Whole lines of the narrowest swizzle; validate() checks against the schedule's.
-  if ((extent(ci) * bytes) % 32)
-    return name + ": " + std::to_string(extent(ci)) + " channels are not a whole number of 32-byte lines";
+  if ((a.extent(ci) * a.bytes) % 32)
+    return name + ": " + std::to_string(a.extent(ci)) + " channels are not a whole number of 32-byte lines";
   v = Im2colView{};
   v.which = which;
   v.rank = rank;
-  v.shape.assign(t.shape.begin(), t.shape.end());
-  v.channels = extent(ci);
+  v.shape.assign(a.t.shape.begin(), a.t.shape.end());
+  v.channels = a.extent(ci);
   {
-    const auto terms = live_terms(acc.indices[0]);
+    const AffineExpr& first = a.acc.indices[0];
+    const auto terms = a.live_terms(first);
     if (terms.empty()) {
-      if (acc.indices[0].constant != 0) return name + ": dimension 0 has a constant index";
-    } else if (terms.size() != 1 || terms[0].second != 1 || acc.indices[0].constant != 0 ||
+      if (first.constant != 0) return name + ": dimension 0 has a constant index";
+    } else if (terms.size() != 1 || terms[0].second != 1 || first.constant != 0 ||
                !(contains(g.batch_iters, terms[0].first) || contains(pixels, terms[0].first))) {
       return name + ": dimension 0 is not indexed by one batch or " + axis + " iterator alone";
     } else {
@@ -411,42 +485,19 @@ std::string im2col_view(const ImplicitGemm& g, int which, Im2colView& v) {
   std::vector<int> taps_seen;
   for (int d = 1; d < rank - 1; ++d) {
     Im2colView::Spatial sp;
-    const AffineExpr& e = acc.indices[d];
-    sp.lower = e.constant;
-    for (const auto& [x, coef] : live_terms(e)) {
-      if (contains(pixels, x) && sp.out < 0) {
-        sp.out = x;
-        sp.stride = coef;
-      } else if ((contains(k_iters, x) || contains(g.serial_iters, x)) && x != ci && sp.tap < 0 && !contains(taps_seen, x)) {
-        sp.tap = x;
-        sp.dil = coef;
-        taps_seen.push_back(x);
-      } else {
-        return name + ": dimension " + std::to_string(d) + " is not an output position times a stride plus a filter tap";
-      }
-    }
-    if (sp.stride < 1 || sp.stride > 8) return name + ": a stride of " + std::to_string(sp.stride) + " (TMA walks 1 to 8)";
-    if (sp.dil < 1 || sp.dil * (sp.tap >= 0 ? extent(sp.tap) - 1 : 0) > 65535)
-      return name + ": a dilation of " + std::to_string(sp.dil) + " (im2col offsets are 0 to 65535)";
-    sp.extent = sp.out >= 0 ? extent(sp.out) : 1;
+    if (std::string why = im2col_spatial(g, a, d, ci, k_iters, taps_seen, sp); !why.empty()) return why;
     if (sp.out >= 0) expected.push_back(sp.out);
-    sp.upper = sp.lower + (sp.extent - 1) * sp.stride + 1 - t.shape[d];
-    const std::int64_t range = rank == 3 ? 32768 : rank == 4 ? 128 : 16;
-    if (sp.lower < -range || sp.lower >= range || sp.upper < -range || sp.upper >= range)
-      return name + ": its bounding box corners " + std::to_string(sp.lower) + ", " + std::to_string(sp.upper) +
-             " exceed what a rank-" + std::to_string(rank) + " im2col map holds (" + std::to_string(-range) + " to " +
-             std::to_string(range - 1) + ")";
     v.spatial.push_back(sp);
   }
   std::vector<int> live;
   for (int it : pixels)
-    if (extent(it) != 1) live.push_back(it);
+    if (a.extent(it) != 1) live.push_back(it);
   if (live != expected)  // both hold iterators of extent > 1 only
     return name + ": its " + axis + " iterators are not the image and output positions in the tensor's order";
   for (int it : k_iters)
     if (it != ci && !contains(taps_seen, it)) return name + ": a reduction iterator that is not a filter tap";
   for (int d = 0; d < rank; ++d)
-    for (const auto& [x, coef] : live_terms(acc.indices[d]))
+    for (const auto& [x, coef] : a.live_terms(a.acc.indices[d]))
       if (contains(taps_seen, x) && (d == 0 || d == rank - 1)) return name + ": a filter tap indexes its batch or channels";
   return "";
 }
