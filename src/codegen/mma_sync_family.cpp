@@ -214,82 +214,106 @@ void emit_fragment_lambdas(std::ostringstream& os, const ImplicitGemm& g, const 
      << "  };\n\n";
 }
 
-KernelSource emit_mma_sync(const ImplicitGemm& g, const ScheduleParams& p) {
-  TMAP_CHECK(g.hw->family == "mma_sync", "the mma.sync emitter needs an mma_sync abstraction");
-  const std::string ta = storage_type(g.hw->a_dtype), tb = storage_type(g.hw->b_dtype),
-                    tfrag = accumulator_type(g.hw->d_dtype),
-                    tout = storage_type(g.compute->tensor_of(g.compute->output).dtype);
-  const auto im = g.shape[Axis::kI], in = g.shape[Axis::kJ], ik = g.shape[Axis::kK];
-  TMAP_CHECK(im == 16 && in == 8, "mma_sync kernels are written for m16n8 intrinsics");
-  const bool a_trans = stored_along_mn(g, 0), b_trans = stored_along_mn(g, 1);
-  const int ab = elem_bytes(g.hw->a_dtype);
-  TMAP_CHECK(ab == elem_bytes(g.hw->b_dtype) && ik * ab == 32, "mma_sync operands of one size, k of 32 bytes");
-  TMAP_CHECK((!a_trans && !b_trans) || ab == 2, "ldmatrix.trans needs 16-bit operands");
-  const OutVector ov = out_vector(g, p);
-  const bool c_row = ov.along == 'n';
+/// What the parts of an mma.sync kernel share: its types, operand orders and tiles.
+struct MmaSyncKernel {
+  MmaSyncKernel(const ImplicitGemm& g, const ScheduleParams& p)
+      : g(g), p(p), k(kernel_shell(g, p, block_threads(g, p))), ta(storage_type(g.hw->a_dtype)),
+        tb(storage_type(g.hw->b_dtype)), tfrag(accumulator_type(g.hw->d_dtype)),
+        tout(storage_type(g.compute->tensor_of(g.compute->output).dtype)), tpart(partial_type(g)),
+        ik(g.shape[Axis::kK]), ab(elem_bytes(g.hw->a_dtype)), a_trans(stored_along_mn(g, 0)),
+        b_trans(stored_along_mn(g, 1)), ov(out_vector(g, p)), c_row(ov.along == 'n'), sa(stored_tile(g, p, 0)),
+        sb(stored_tile(g, p, 1)) {
+    TMAP_CHECK(g.shape[Axis::kI] == 16 && g.shape[Axis::kJ] == 8, "mma_sync kernels are written for m16n8 intrinsics");
+    TMAP_CHECK(ab == elem_bytes(g.hw->b_dtype) && ik * ab == 32, "mma_sync operands of one size, k of 32 bytes");
+    TMAP_CHECK((!a_trans && !b_trans) || ab == 2, "ldmatrix.trans needs 16-bit operands");
+  }
 
-  KernelSource k = kernel_shell(g, p, block_threads(g, p));
-  const std::string tpart = partial_type(g);
-  const StoredTile sa = stored_tile(g, p, 0), sb = stored_tile(g, p, 1);
+  const ImplicitGemm& g;
+  const ScheduleParams& p;
+  KernelSource k;
+  std::string ta, tb, tfrag, tout, tpart;
+  std::int64_t ik;  ///< the intrinsic's k
+  int ab;           ///< operand bytes
+  bool a_trans, b_trans;
+  OutVector ov;
+  bool c_row;
+  StoredTile sa, sb;
+};
 
-  std::ostringstream os;
+/// The kernel's constants and helpers, in the anonymous namespace before its entry.
+void emit_mma_sync_namespace(std::ostringstream& os, const MmaSyncKernel& w) {
+  const ImplicitGemm& g = w.g;
+  const ScheduleParams& p = w.p;
   emit_header(os, g);
   os << "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n\n"
      << "namespace {\n";
-  emit_common_constants(os, g, p, k.threads);
-  os << "constexpr int IK = " << ik << ";  // the intrinsic is m16 n8 k" << ik << "\n"
-     << "constexpr int C8 = " << 16 / ab << ";  // elements per 16-byte row of an ldmatrix 8x8 matrix\n"
+  emit_common_constants(os, g, p, w.k.threads);
+  os << "constexpr int IK = " << w.ik << ";  // the intrinsic is m16 n8 k" << w.ik << "\n"
+     << "constexpr int C8 = " << 16 / w.ab << ";  // elements per 16-byte row of an ldmatrix 8x8 matrix\n"
      << "constexpr int MI = WM / 16, NI = WN / 8;  // accumulator fragments per warp\n"
-     << "// Shared tiles: A " << (a_trans ? "[BK][BM] (ldmatrix.trans)" : "[BM][BK]") << ", B "
-     << (b_trans ? "[BK][BN] (ldmatrix.trans)" : "[BN][BK]") << (p.swizzle ? ", XOR-swizzled" : ", padded")
-     << "; epilogue " << (c_row ? "[BM][BN + 8]" : "[BN][BM + 4]") << "\n";
-  emit_ring_helpers(os, g, p, sa, sb, c_row);
-  emit_mma_sync_helpers(os, g, tfrag);
+     << "// Shared tiles: A " << (w.a_trans ? "[BK][BM] (ldmatrix.trans)" : "[BM][BK]") << ", B "
+     << (w.b_trans ? "[BK][BN] (ldmatrix.trans)" : "[BN][BK]") << (p.swizzle ? ", XOR-swizzled" : ", padded")
+     << "; epilogue " << (w.c_row ? "[BM][BN + 8]" : "[BN][BM + 4]") << "\n";
+  emit_ring_helpers(os, g, p, w.sa, w.sb, w.c_row);
+  emit_mma_sync_helpers(os, g, w.tfrag);
   emit_operand_loader(os, g, p, 0);
   emit_operand_loader(os, g, p, 1);
-  emit_output_scatter(os, g, tout, ov.width, ov.along);
+  emit_output_scatter(os, g, w.tout, w.ov.width, w.ov.along);
   os << "}  // namespace\n\n";
+}
 
-  emit_kernel_entry(os, g, k, p, ta, tb, tout, tpart);
+/// The main loop: fragments loaded and multiplied per sub-step, double-buffered in registers
+/// where the ring and an even number of sub-steps allow.
+void emit_mma_sync_main_loop(std::ostringstream& os, const MmaSyncKernel& w, bool staged) {
+  const ScheduleParams& p = w.p;
+  const bool pipelined = p.async_copy && p.stages >= 2 && (p.block_k / w.ik) % 2 == 0;
+  if (pipelined) {
+    emit_mma_sync_pipelined_loop(os, p, staged);
+    return;
+  }
+  os << "  // Multiplies the tiles in shared buffer `buf` into the accumulators.\n"
+     << "  auto compute = [&](int buf) {\n"
+     << "    #pragma unroll\n    for (int kk = 0; kk < BK; kk += IK) {\n"
+     << "      unsigned fa[MI][4], fb[NI / 2][4];\n"
+     << "      load_fragments(buf, kk, fa, fb);\n"
+     << "      multiply(fa, fb);\n"
+     << "    }\n  };\n\n";
+  emit_main_loop(os, p, staged);
+}
+
+KernelSource emit_mma_sync(const ImplicitGemm& g, const ScheduleParams& p) {
+  TMAP_CHECK(g.hw->family == "mma_sync", "the mma.sync emitter needs an mma_sync abstraction");
+  MmaSyncKernel w(g, p);
+  std::ostringstream os;
+  emit_mma_sync_namespace(os, w);
+  emit_kernel_entry(os, g, w.k, p, w.ta, w.tb, w.tout, w.tpart);
   os << "  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;\n"
      << "  const int wm0 = (warp / WARPS_N) * WM, wn0 = (warp % WARPS_N) * WN;  // warp tile origin in the block\n"
      << "  // ldmatrix x4: lane l names row l % 8 of 8x8 matrix l / 8.\n"
      << "  const int lr = lane % 8, lj = lane / 8;\n\n"
-     << "  " << tfrag << " acc[MI][NI][4];\n"
+     << "  " << w.tfrag << " acc[MI][NI][4];\n"
      << "  #pragma unroll\n  for (int i = 0; i < MI; ++i)\n"
      << "    #pragma unroll\n    for (int j = 0; j < NI; ++j)\n"
      << "      #pragma unroll\n      for (int t = 0; t < 4; ++t) acc[i][j][t] = 0;\n\n";
   emit_step_range(os);
-  const bool staged = emit_byte_stage_loads(os, g, p, k.threads, a_trans, b_trans, ta, tb);
+  const bool staged = emit_byte_stage_loads(os, g, p, w.k.threads, w.a_trans, w.b_trans, w.ta, w.tb);
   std::ostringstream bases;
-  const auto [a_addr, b_addr] = fragment_addresses(bases, g, p, sa, sb, a_trans, b_trans);
+  const auto [a_addr, b_addr] = fragment_addresses(bases, g, p, w.sa, w.sb, w.a_trans, w.b_trans);
   os << "  // ldmatrix row addresses: this thread's part, computed once (see plan_fragments).\n"
      << bases.str();
-  emit_fragment_lambdas(os, g, a_addr, b_addr, a_trans, b_trans);
-  const bool pipelined = p.async_copy && p.stages >= 2 && (p.block_k / ik) % 2 == 0;
-  if (pipelined) {
-    emit_mma_sync_pipelined_loop(os, p, staged);
-  } else {
-    os << "  // Multiplies the tiles in shared buffer `buf` into the accumulators.\n"
-       << "  auto compute = [&](int buf) {\n"
-       << "    #pragma unroll\n    for (int kk = 0; kk < BK; kk += IK) {\n"
-       << "      unsigned fa[MI][4], fb[NI / 2][4];\n"
-       << "      load_fragments(buf, kk, fa, fb);\n"
-       << "      multiply(fa, fb);\n"
-       << "    }\n  };\n\n";
-    emit_main_loop(os, p, staged);
-  }
+  emit_fragment_lambdas(os, g, a_addr, b_addr, w.a_trans, w.b_trans);
+  emit_mma_sync_main_loop(os, w, staged);
   os << "  // Epilogue: accumulators to shared memory, then to the output.\n"
-     << "  " << tfrag << "* Cs = reinterpret_cast<" << tfrag << "*>(smem);\n"
+     << "  " << w.tfrag << "* Cs = reinterpret_cast<" << w.tfrag << "*>(smem);\n"
      << "  #pragma unroll\n  for (int i = 0; i < MI; ++i)\n"
      << "    #pragma unroll\n    for (int j = 0; j < NI; ++j) {\n"
      << "      const int r = wm0 + i * 16 + lane / 4, c = wn0 + j * 8 + (lane % 4) * 2;\n";
-  emit_accumulator_quad(os, c_row, "acc[i][j][#]");
+  emit_accumulator_quad(os, w.c_row, "acc[i][j][#]");
   os << "    }\n";
-  emit_epilogue_stores(os, g, p, tfrag, tout);
-  emit_split_reduce(os, g, k, tpart, tout);
-  k.code = os.str();
-  return k;
+  emit_epilogue_stores(os, g, p, w.tfrag, w.tout);
+  emit_split_reduce(os, g, w.k, w.tpart, w.tout);
+  w.k.code = os.str();
+  return std::move(w.k);
 }
 
 class MmaSyncFamily final : public EmitterFamily {
