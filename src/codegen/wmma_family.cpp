@@ -158,76 +158,98 @@ void emit_wmma_epilogue(std::ostringstream& os, const ImplicitGemm& g, const Sch
   os << "}\n";
 }
 
-KernelSource emit_wmma(const ImplicitGemm& g, const ScheduleParams& p) {
-  TMAP_CHECK(g.hw->family == "wmma", "the WMMA emitter needs a WMMA abstraction");
-  const std::string ta = storage_type(g.hw->a_dtype), tb = storage_type(g.hw->b_dtype),
-                    tacc = storage_type(g.hw->d_dtype),
-                    tout = storage_type(g.compute->tensor_of(g.compute->output).dtype);
-  const auto im = g.shape[Axis::kI], in = g.shape[Axis::kJ], ik = g.shape[Axis::kK];
-  const bool a_row = g.layout[0] == 'n', b_row = g.layout[1] == 'n', c_row = g.layout[2] == 'n';
-  // Sub-byte operands are packed two to a byte; shared tiles hold them packed too.
-  const int a_pack = dtype_bits(g.hw->a_dtype) < 8 ? 2 : 1, b_pack = dtype_bits(g.hw->b_dtype) < 8 ? 2 : 1;
+/// What the parts of a WMMA kernel share: its types, fragment orders and packing.
+struct WmmaKernel {
+  WmmaKernel(const ImplicitGemm& g, const ScheduleParams& p)
+      : g(g), p(p), k(kernel_shell(g, p, block_threads(g, p))), ta(storage_type(g.hw->a_dtype)),
+        tb(storage_type(g.hw->b_dtype)), tacc(storage_type(g.hw->d_dtype)),
+        tout(storage_type(g.compute->tensor_of(g.compute->output).dtype)), tpart(partial_type(g)),
+        a_row(g.layout[0] == 'n'), b_row(g.layout[1] == 'n'), c_row(g.layout[2] == 'n'),
+        a_pack(dtype_bits(g.hw->a_dtype) < 8 ? 2 : 1), b_pack(dtype_bits(g.hw->b_dtype) < 8 ? 2 : 1) {}
 
-  KernelSource k = kernel_shell(g, p, block_threads(g, p));
-  const std::string tpart = partial_type(g);
+  const ImplicitGemm& g;
+  const ScheduleParams& p;
+  KernelSource k;
+  std::string ta, tb, tacc, tout, tpart;
+  bool a_row, b_row, c_row;
+  /// Sub-byte operands are packed two to a byte; shared tiles hold them packed too.
+  int a_pack, b_pack;
+};
 
-  std::ostringstream os;
+/// The kernel's constants and helpers, in the anonymous namespace before its entry.
+void emit_wmma_namespace(std::ostringstream& os, const WmmaKernel& w) {
+  const ImplicitGemm& g = w.g;
+  const ScheduleParams& p = w.p;
   emit_header(os, g);
   os << "#include <mma.h>\n#include <cuda_fp16.h>\n#include <cuda_bf16.h>\nusing namespace nvcuda;\n\n"
      << "namespace {\n";
-  emit_common_constants(os, g, p, k.threads);
-  os << "constexpr int IM = " << im << ", IN = " << in << ", IK = " << ik << ";  // intrinsic shape\n"
+  emit_common_constants(os, g, p, w.k.threads);
+  os << "constexpr int IM = " << g.shape[Axis::kI] << ", IN = " << g.shape[Axis::kJ] << ", IK = " << g.shape[Axis::kK]
+     << ";  // intrinsic shape\n"
      << "constexpr int FM = WM / IM, FN = WN / IN;  // fragments per warp\n"
      << "constexpr int VEC_A = " << p.vec_a << ", VEC_B = " << p.vec_b << ";  // elements per global load\n"
-     << "constexpr int PACK_A = " << a_pack << ", PACK_B = " << b_pack << ";  // elements per stored byte or more\n"
-     << "// Shared tiles: A " << (a_row ? "[BM][BK + pad] row-major" : "[BK][BM + pad] column-major") << ", B "
-     << (b_row ? "[BK][BN + pad] row-major" : "[BN][BK + pad] column-major") << ", D "
-     << (c_row ? "[BM][BN + pad] row-major" : "[BN][BM + pad] column-major") << "\n"
-     << "constexpr int C_LD = " << (c_row ? "BN" : "BM") << " + " << p.smem_pad << ";\n";
+     << "constexpr int PACK_A = " << w.a_pack << ", PACK_B = " << w.b_pack << ";  // elements per stored byte or more\n"
+     << "// Shared tiles: A " << (w.a_row ? "[BM][BK + pad] row-major" : "[BK][BM + pad] column-major") << ", B "
+     << (w.b_row ? "[BK][BN + pad] row-major" : "[BN][BK + pad] column-major") << ", D "
+     << (w.c_row ? "[BM][BN + pad] row-major" : "[BN][BM + pad] column-major") << "\n"
+     << "constexpr int C_LD = " << (w.c_row ? "BN" : "BM") << " + " << p.smem_pad << ";\n";
   emit_tile_layouts(os, g, p);
   if (p.async_copy) emit_cp_async_helpers(os);
   emit_shift_helpers(os, g, p);
-  if (a_pack > 1 || b_pack > 1)
+  if (w.a_pack > 1 || w.b_pack > 1)
     os << "// Signed 4-bit element i of a packed array (two per byte, low nibble first).\n"
        << "__device__ __forceinline__ int nibble(const unsigned char* p, int i) {\n"
        << "  const int byte = p[i >> 1];\n"
        << "  return (i & 1) ? (signed char)(byte & 0xF0) >> 4 : (signed char)(byte << 4) >> 4;\n}\n\n";
   emit_operand_loader(os, g, p, 0);
   emit_operand_loader(os, g, p, 1);
-  emit_output_scatter(os, g, tout, 1, 'n');
+  emit_output_scatter(os, g, w.tout, 1, 'n');
   os << "}  // namespace\n\n";
+}
 
+/// The kernel's entry: its signature, shared tiles, block origin, warp tile, zeroed accumulators
+/// and this block's share of the reduction steps.
+void emit_wmma_entry(std::ostringstream& os, const WmmaKernel& w) {
+  const ImplicitGemm& g = w.g;
+  const ScheduleParams& p = w.p;
   os << "extern \"C\" __global__ void __launch_bounds__(THREADS)\n"
-     << k.name << "(const " << ta << "* __restrict__ a_src, const " << tb << "* __restrict__ b_src, "
-     << output_params(g, tout) << ", " << tpart << "* __restrict__ partial) {\n"
+     << w.k.name << "(const " << w.ta << "* __restrict__ a_src, const " << w.tb << "* __restrict__ b_src, "
+     << output_params(g, w.tout) << ", " << w.tpart << "* __restrict__ partial) {\n"
      << output_bundle(g) << "  extern __shared__ __align__(128) unsigned char smem[];\n"
-     << "  " << ta << "* As = reinterpret_cast<" << ta << "*>(smem);                  // [STAGES][A_TILE / PACK_A]\n"
-     << "  " << tb << "* Bs = reinterpret_cast<" << tb << "*>(smem + STAGES * A_BYTES);  // [STAGES][B_TILE / PACK_B]\n";
+     << "  " << w.ta << "* As = reinterpret_cast<" << w.ta << "*>(smem);                  // [STAGES][A_TILE / PACK_A]\n"
+     << "  " << w.tb << "* Bs = reinterpret_cast<" << w.tb << "*>(smem + STAGES * A_BYTES);  // [STAGES][B_TILE / PACK_B]\n";
   emit_prologue_wait(os, g);
   emit_block_origin(os, p);
   os << "  const int z = blockIdx.z / SPLIT_K, split = blockIdx.z % SPLIT_K;\n";
   emit_epilogue_prefetch(os, g, p, "THREADS", "  ");
   os << "  const int warp = threadIdx.x / 32;\n"
      << "  const int wm0 = (warp / WARPS_N) * WM, wn0 = (warp % WARPS_N) * WN;  // warp tile origin in the block\n\n"
-     << "  wmma::fragment<wmma::accumulator, IM, IN, IK, " << tacc << "> acc[FM][FN];  // (FM x FN) fragments of IM x IN\n"
-     << "  for (int i = 0; i < FM; ++i)\n    for (int j = 0; j < FN; ++j) wmma::fill_fragment(acc[i][j], static_cast<" << tacc
-     << ">(0.0f));\n\n"
+     << "  wmma::fragment<wmma::accumulator, IM, IN, IK, " << w.tacc << "> acc[FM][FN];  // (FM x FN) fragments of IM x IN\n"
+     << "  for (int i = 0; i < FM; ++i)\n    for (int j = 0; j < FN; ++j) wmma::fill_fragment(acc[i][j], static_cast<"
+     << w.tacc << ">(0.0f));\n\n"
      << "  constexpr int K_TILES = (K + BK - 1) / BK;\n"
      << "  constexpr int STEPS = SERIAL * K_TILES;  // serial reduction points x K tiles\n"
      << "  // This block's share of the steps: [first, last).\n"
-     << "  const int first = (int)((long long)STEPS * split / SPLIT_K), last = (int)((long long)STEPS * (split + 1) / SPLIT_K);\n"
-     ;
-  const GatherTile gather_a = gather_tile('a', !a_row, p.vec_a, a_pack, copies_shifted(g, p, 0)),
-                   gather_b = gather_tile('b', b_row, p.vec_b, b_pack, copies_shifted(g, p, 1));
-  const bool staged = emit_tile_loads(os, g, p, k.threads, gather_a, gather_b, ta + "* a = As + buf * (A_TILE / PACK_A)",
-                                      tb + "* b = Bs + buf * (B_TILE / PACK_B)");
+     << "  const int first = (int)((long long)STEPS * split / SPLIT_K), last = (int)((long long)STEPS * (split + 1) / SPLIT_K);\n";
+}
+
+KernelSource emit_wmma(const ImplicitGemm& g, const ScheduleParams& p) {
+  TMAP_CHECK(g.hw->family == "wmma", "the WMMA emitter needs a WMMA abstraction");
+  WmmaKernel w(g, p);
+  std::ostringstream os;
+  emit_wmma_namespace(os, w);
+  emit_wmma_entry(os, w);
+  const GatherTile gather_a = gather_tile('a', !w.a_row, p.vec_a, w.a_pack, copies_shifted(g, p, 0)),
+                   gather_b = gather_tile('b', w.b_row, p.vec_b, w.b_pack, copies_shifted(g, p, 1));
+  const bool staged = emit_tile_loads(os, g, p, w.k.threads, gather_a, gather_b,
+                                      w.ta + "* a = As + buf * (A_TILE / PACK_A)", w.tb + "* b = Bs + buf * (B_TILE / PACK_B)");
   emit_compute_lambda(os, g, p);
   emit_main_loop(os, p, staged);
   emit_dependents_trigger(os, p);
   emit_wmma_epilogue(os, g, p);
-  emit_split_reduce(os, g, k, tpart, tout);
-  k.code = os.str();
-  return k;
+  emit_split_reduce(os, g, w.k, w.tpart, w.tout);
+  w.k.code = os.str();
+  return std::move(w.k);
 }
 
 class WmmaFamily final : public EmitterFamily {
