@@ -256,6 +256,13 @@ struct OperandAccess {
         rank(static_cast<int>(acc.indices.size())) {}
 
   std::int64_t extent(int it) const { return c.iters[it].extent; }
+  /// The iterators of `its` whose extent is above 1, in their order.
+  std::vector<int> live(const std::vector<int>& its) const {
+    std::vector<int> out;
+    for (int it : its)
+      if (extent(it) != 1) out.push_back(it);
+    return out;
+  }
   /// The terms of `e` whose iterators have an extent above 1.
   std::vector<std::pair<int, std::int64_t>> live_terms(const AffineExpr& e) const {
     std::vector<std::pair<int, std::int64_t>> out;
@@ -289,27 +296,17 @@ struct OperandAccess {
   const int bytes, rank;
 };
 
-/// The row-major element strides of `a`'s tensor.
-std::vector<std::int64_t> element_strides(const OperandAccess& a) {
-  std::vector<std::int64_t> stride(a.rank, 1);
-  for (int d = a.rank - 2; d >= 0; --d) stride[d] = stride[d + 1] * a.t.shape[d + 1];
-  return stride;
-}
-
 /// Appends to `dims` the dimension that virtual axis `axis` (iterators, outermost first) runs
 /// along: its iterators must index consecutive tensor dimensions alone, all but the outermost
 /// covered whole. Marks those dimensions `used`; returns the reason when the axis is no such run.
 std::string tma_axis(const OperandAccess& a, const std::vector<int>& axis, TmaDim::Role role, const char* axis_name,
                      std::vector<bool>& used, std::vector<TmaDim>& dims) {
-  const std::vector<std::int64_t> stride = element_strides(a);
-  std::vector<int> its;
-  for (int it : axis)
-    if (a.extent(it) != 1) its.push_back(it);
+  const std::vector<int> its = a.live(axis);
   if (its.empty()) return a.name + ": its " + axis_name + " axis has extent 1";
   int d = a.dim_of(its.back());
   if (d < 0 || !a.alone(a.acc.indices[d], its.back()))
     return a.name + ": its " + axis_name + " axis is not one tensor dimension indexed by an iterator alone";
-  TmaDim dim{role, static_cast<std::uint64_t>(a.extent(its.back())), static_cast<std::uint64_t>(stride[d] * a.bytes)};
+  TmaDim dim{role, static_cast<std::uint64_t>(a.extent(its.back())), static_cast<std::uint64_t>(a.t.stride(d) * a.bytes)};
   used[d] = true;
   for (int x = static_cast<int>(its.size()) - 2; x >= 0; --x) {
     const int inner = d;
@@ -327,12 +324,11 @@ std::string tma_axis(const OperandAccess& a, const std::vector<int>& axis, TmaDi
 /// serial iterator alone, or by a constant. Returns the reason when one is neither.
 std::string tma_other_dims(const ImplicitGemm& g, const OperandAccess& a, const std::vector<bool>& used,
                            std::vector<TmaDim>& dims) {
-  const std::vector<std::int64_t> stride = element_strides(a);
   for (int d = 0; d < a.rank; ++d) {
     if (used[d]) continue;
     const AffineExpr& e = a.acc.indices[d];
     const auto live = a.live_terms(e);
-    const auto st = static_cast<std::uint64_t>(stride[d] * a.bytes), ext = static_cast<std::uint64_t>(a.t.shape[d]);
+    const auto st = static_cast<std::uint64_t>(a.t.stride(d) * a.bytes), ext = static_cast<std::uint64_t>(a.t.shape[d]);
     if (live.empty()) {
       if (a.t.shape[d] == 1 && e.constant == 0) continue;
       if (e.constant < 0 || e.constant >= a.t.shape[d])
@@ -437,6 +433,7 @@ std::string im2col_spatial(const ImplicitGemm& g, const OperandAccess& a, int d,
            std::to_string(range - 1) + ")";
   return "";
 }
+
 /// The im2col view of operand `which` (see Im2colView), or the reason it has none. The output
 /// positions are on m for A; for B (the transposed product, whose m is the filters) on n.
 std::string im2col_view(const ImplicitGemm& g, int which, Im2colView& v) {
@@ -448,9 +445,7 @@ std::string im2col_view(const ImplicitGemm& g, int which, Im2colView& v) {
   if (stored_along_mn(g, which))
     return name + ": stored along " + axis + "; an im2col box holds k (channels) along its lines";
   if (rank < 3 || rank > 5) return name + ": im2col views tensors of 3 to 5 dimensions, this one has " + std::to_string(rank);
-  std::vector<int> k_iters;
-  for (int it : g.k_iters)
-    if (a.extent(it) != 1) k_iters.push_back(it);
+  const std::vector<int> k_iters = a.live(g.k_iters);
   if (k_iters.empty()) return name + ": no reduction axis";
   const int ci = k_iters.back();
   const AffineExpr& last = a.acc.indices[rank - 1];
@@ -489,10 +484,7 @@ std::string im2col_view(const ImplicitGemm& g, int which, Im2colView& v) {
     if (sp.out >= 0) expected.push_back(sp.out);
     v.spatial.push_back(sp);
   }
-  std::vector<int> live;
-  for (int it : pixels)
-    if (a.extent(it) != 1) live.push_back(it);
-  if (live != expected)  // both hold iterators of extent > 1 only
+  if (a.live(pixels) != expected)  // both hold iterators of extent > 1 only
     return name + ": its " + axis + " iterators are not the image and output positions in the tensor's order";
   for (int it : k_iters)
     if (it != ci && !contains(taps_seen, it)) return name + ": a reduction iterator that is not a filter tap";
