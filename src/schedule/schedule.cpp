@@ -69,7 +69,8 @@ std::string_view message(ScheduleError e) {
   switch (e) {
     case ScheduleError::kTileNotMultipleOfIntrinsic: return "a tile is not a multiple of the intrinsic's shape";
     case ScheduleError::kBlockNotMultipleOfWarp: return "the block tile is not a multiple of the warp tile";
-    case ScheduleError::kTooManyThreads: return "the block has more threads than the device allows";
+    case ScheduleError::kTooManyThreads:
+      return "the block has more threads than the device allows, or than its register file holds";
     case ScheduleError::kSharedMemoryExceeded: return "the shared memory exceeds the device's limit";
     case ScheduleError::kBadStages:
       return "stages must be 1 or 2, or up to the family's pipeline depth (wmma 4, mma_sync 5) with async_copy = 1";
