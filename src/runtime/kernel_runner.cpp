@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 #include <type_traits>
@@ -580,102 +581,132 @@ extern "C" __global__ void tmap_l2_flush(const uint4* __restrict__ p, unsigned l
 
 const void* flush_kernel() { return builtin_module(kFlushSource, {"tmap_l2_flush"}).kernels()[0]; }
 
+/// A buffer twice the L2's size and the kernel that reads it, so that a run after it finds its
+/// inputs in device memory (TimingOptions::flush_l2). A flush that wrote the buffer (a memset, as
+/// before) left the L2 full of dirty lines, whose write-back then slowed the timed run: on the
+/// H100 a kernel that only streams 32 MiB took 15.3 us after a memset and 12.4 us after a read.
+class L2Flush {
+ public:
+  explicit L2Flush(cudaStream_t stream) : buffer_(nullptr, &cudaFree) {
+    int device = 0, l2 = 0;
+    check(cudaGetDevice(&device), "cudaGetDevice");
+    check(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device), "cudaDeviceGetAttribute");
+    check(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
+    const std::size_t bytes = 2 * static_cast<std::size_t>(l2);
+    void* buffer = nullptr;
+    check(cudaMalloc(&buffer, bytes), "cudaMalloc");
+    buffer_.reset(buffer);
+    check(cudaMemsetAsync(buffer, 0, bytes, stream), "cudaMemsetAsync");
+    vectors_ = bytes / 16;
+    kernel_ = flush_kernel();
+  }
+  void enqueue(cudaStream_t stream) {
+    void* buffer = buffer_.get();
+    void* args[] = {&buffer, &vectors_, &buffer};
+    check(cudaLaunchKernel(kernel_, dim3(4 * sms_), dim3(512), args, 0, stream), "L2 flush", FailureKind::kLaunch);
+  }
+
+ private:
+  std::unique_ptr<void, decltype(&cudaFree)> buffer_;
+  unsigned long long vectors_ = 0;
+  int sms_ = 0;
+  const void* kernel_ = nullptr;
+};
+
+/// A stream of its own, what is timed on it and the events that time it. Graphs of runs carry
+/// their events as nodes: recorded on the stream around cudaGraphLaunch, they also timed the
+/// launch's submission, and a tuner whose host is busy compiling got the same 2.3 us kernel at
+/// 2.35, 2.60 and 2.49 us in three rounds on the H100.
+class LaunchTimer {
+ public:
+  using Graph = std::unique_ptr<std::remove_pointer_t<cudaGraphExec_t>, decltype(&cudaGraphExecDestroy)>;
+
+  explicit LaunchTimer(const std::function<int(void* stream)>& launch) : launch_(launch) {
+    cudaStream_t stream = nullptr;
+    check(cudaStreamCreate(&stream), "cudaStreamCreate");
+    stream_.reset(stream);
+  }
+  cudaStream_t stream() const { return stream_.get(); }
+  void launch(const char* what) { check(static_cast<cudaError_t>(launch_(stream())), what, FailureKind::kLaunch); }
+
+  /// `count` runs, each after a flush when `flush` is given, and without the runs when `runs`
+  /// is false (the flushes alone); launched once, as a warm-up.
+  Graph capture(int count, bool runs, L2Flush* flush) {
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    check(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+    check(cudaEventRecordWithFlags(start_.get(), stream(), cudaEventRecordExternal), "cudaEventRecordWithFlags");
+    for (int i = 0; i < count; ++i) {
+      if (flush) flush->enqueue(stream());
+      if (runs) launch("graph capture");
+    }
+    check(cudaEventRecordWithFlags(stop_.get(), stream(), cudaEventRecordExternal), "cudaEventRecordWithFlags");
+    check(cudaStreamEndCapture(stream(), &graph), "cudaStreamEndCapture");
+    check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+    cudaGraphDestroy(graph);
+    Graph owned(exec, &cudaGraphExecDestroy);
+    check(cudaGraphLaunch(exec, stream()), "graph warm-up");
+    return owned;
+  }
+  /// Milliseconds of one replay of `g`, timed by its own events.
+  double replay(const Graph& g) {
+    check(cudaGraphLaunch(g.get(), stream()), "graph launch", FailureKind::kLaunch);
+    return elapsed();
+  }
+  /// Milliseconds of one run, timed by events on the stream.
+  double run() {
+    check(cudaEventRecord(start_.get(), stream()), "cudaEventRecord");
+    launch("timed launch");
+    check(cudaEventRecord(stop_.get(), stream()), "cudaEventRecord");
+    return elapsed();
+  }
+
+ private:
+  double elapsed() {
+    check(cudaEventSynchronize(stop_.get()), "timed kernel");
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, start_.get(), stop_.get()), "cudaEventElapsedTime");
+    return static_cast<double>(ms);
+  }
+
+  const std::function<int(void* stream)>& launch_;
+  std::unique_ptr<std::remove_pointer_t<cudaStream_t>, decltype(&cudaStreamDestroy)> stream_{nullptr, &cudaStreamDestroy};
+  Event start_, stop_;
+};
+
 }  // namespace
 
 std::vector<CompileJob> builtin_kernel_sources() { return {{"tmap_draw", draw_source()}, {"tmap_l2_flush", kFlushSource}}; }
 
-std::vector<double> time_launches(const std::function<int(void* stream)>& launch_fn, const TimingOptions& timing) {
-  std::vector<double> times;
-  cudaStream_t stream = nullptr;
-  check(cudaStreamCreate(&stream), "cudaStreamCreate");
-  std::unique_ptr<std::remove_pointer_t<cudaStream_t>, decltype(&cudaStreamDestroy)> stream_owner(stream, &cudaStreamDestroy);
-  auto launch = [&](const char* what) {
-    check(static_cast<cudaError_t>(launch_fn(stream)), what, FailureKind::kLaunch);
-  };
-  for (int i = 0; i < timing.warmup; ++i) launch("warm-up launch");
-  void* flush = nullptr;
-  std::size_t flush_bytes = 0;
-  int sms = 0;
-  const void* flusher = nullptr;
-  if (timing.flush_l2) {
-    int device = 0, l2 = 0;
-    check(cudaGetDevice(&device), "cudaGetDevice");
-    check(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device), "cudaDeviceGetAttribute");
-    check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
-    flush_bytes = 2 * static_cast<std::size_t>(l2);
-    check(cudaMalloc(&flush, flush_bytes), "cudaMalloc");
-    check(cudaMemsetAsync(flush, 0, flush_bytes, stream), "cudaMemsetAsync");
-    flusher = flush_kernel();
+std::vector<double> time_launches(const std::function<int(void* stream)>& launch, const TimingOptions& timing) {
+  LaunchTimer timer(launch);
+  for (int i = 0; i < timing.warmup; ++i) timer.launch("warm-up launch");
+  std::optional<L2Flush> flush;
+  if (timing.flush_l2) flush.emplace(timer.stream());
+  L2Flush* flushing = flush ? &*flush : nullptr;
+  // With graph_runs: one graph of the runs (each after a flush when flushing), and with flushes
+  // a second graph of the flushes alone, whose time is taken off.
+  LaunchTimer::Graph runs(nullptr, &cudaGraphExecDestroy), flushes(nullptr, &cudaGraphExecDestroy);
+  if (timing.graph_runs > 0) {
+    runs = timer.capture(timing.graph_runs, true, flushing);
+    if (flushing) flushes = timer.capture(timing.graph_runs, false, flushing);
   }
-  std::unique_ptr<void, decltype(&cudaFree)> flush_owner(flush, &cudaFree);
-  // Reads the flush buffer, twice the L2's size. A flush that wrote it (a memset, as before) left
-  // the L2 full of dirty lines, whose write-back then slowed the timed run: on the H100 a kernel
-  // that only streams 32 MiB took 15.3 us after a memset and 12.4 us after this read.
-  unsigned long long flush_vectors = flush_bytes / 16;
-  void* flush_args[] = {&flush, &flush_vectors, &flush};
-  auto flush_l2 = [&](int) {
-    check(cudaLaunchKernel(flusher, dim3(4 * sms), dim3(512), flush_args, 0, stream), "L2 flush", FailureKind::kLaunch);
-  };
-  Event start_event, stop_event;
-  cudaEvent_t start = start_event.get(), stop = stop_event.get();
-  // graph_runs > 0: one graph of the runs (each after a flush when flushing), and with flushes
-  // a second graph of the flushes alone. The events that time a graph are nodes of it: recorded
-  // on the stream around cudaGraphLaunch, they also timed the launch's submission, and a tuner
-  // whose host is busy compiling got the same 2.3 us kernel at 2.35, 2.60 and 2.49 us in three
-  // rounds on the H100.
-  auto capture = [&](bool runs, bool flushes) {
-    cudaGraph_t graph = nullptr;
-    cudaGraphExec_t exec = nullptr;
-    check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
-    check(cudaEventRecordWithFlags(start, stream, cudaEventRecordExternal), "cudaEventRecordWithFlags");
-    for (int i = 0; i < timing.graph_runs; ++i) {
-      if (flushes) flush_l2(i);
-      if (runs) launch("graph capture");
-    }
-    check(cudaEventRecordWithFlags(stop, stream, cudaEventRecordExternal), "cudaEventRecordWithFlags");
-    check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
-    check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
-    cudaGraphDestroy(graph);
-    check(cudaGraphLaunch(exec, stream), "graph warm-up");
-    return exec;
-  };
-  using GraphOwner = std::unique_ptr<std::remove_pointer_t<cudaGraphExec_t>, decltype(&cudaGraphExecDestroy)>;
-  GraphOwner graph_owner(timing.graph_runs > 0 ? capture(true, flush != nullptr) : nullptr, &cudaGraphExecDestroy);
-  GraphOwner flush_graph_owner(timing.graph_runs > 0 && flush ? capture(false, true) : nullptr, &cudaGraphExecDestroy);
-  cudaGraphExec_t graph_exec = graph_owner.get(), flush_graph = flush_graph_owner.get();
+  std::vector<double> times;
   double total_ms = 0;
-  int repeat = 0;
-  auto elapsed = [&] {
-    check(cudaEventSynchronize(stop), "timed kernel");
-    float ms = 0;
-    check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
-    return static_cast<double>(ms);
-  };
-  auto timed = [&](const std::function<void()>& enqueue) {
-    check(cudaEventRecord(start, stream), "cudaEventRecord");
-    enqueue();
-    check(cudaEventRecord(stop, stream), "cudaEventRecord");
-    return elapsed();
-  };
-  auto replay = [&](cudaGraphExec_t g) {  // the graph records its own events
-    check(cudaGraphLaunch(g, stream), "graph launch", FailureKind::kLaunch);
-    return elapsed();
-  };
-  while (repeat < timing.min_repeats || total_ms < timing.min_total_ms) {
+  while (static_cast<int>(times.size()) < timing.min_repeats || total_ms < timing.min_total_ms) {
     double ms = 0;
-    if (graph_exec) {
-      ms = replay(graph_exec);
+    if (runs) {
+      ms = timer.replay(runs);
       total_ms += ms;
-      // The flushes alone, timed right after: their time is taken off (never below zero, when a
-      // tiny kernel drowns in the flushes' noise).
-      if (flush_graph) ms = std::max(0.0, ms - replay(flush_graph));
+      // Never below zero, when a tiny kernel drowns in the flushes' noise.
+      if (flushes) ms = std::max(0.0, ms - timer.replay(flushes));
     } else {
-      if (flush) flush_l2(repeat);
-      ms = timed([&] { launch("timed launch"); });
+      if (flushing) flushing->enqueue(timer.stream());
+      ms = timer.run();
       total_ms += ms;
     }
     times.push_back(ms * 1000.0 / std::max(1, timing.graph_runs));
-    if (++repeat > 100000 || (timing.slow_us > 0 && times.back() > timing.slow_us)) break;
+    if (times.size() > 100000 || (timing.slow_us > 0 && times.back() > timing.slow_us)) break;
   }
   return times;
 }
