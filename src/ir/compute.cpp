@@ -248,6 +248,76 @@ T integer(const nlohmann::json& v, const char* what) {
   return v.get<T>();
 }
 
+DType dtype_from_json(const nlohmann::json& v, const char* what) {
+  const std::string name = v.get<std::string>();
+  auto dtype = parse_dtype(name);
+  if (!dtype) throw std::runtime_error(std::string("unknown ") + what + " " + name);
+  return *dtype;
+}
+
+void read_tensors_and_iterators(const nlohmann::json& j, Compute& c) {
+  for (const auto& t : j.at("tensors")) {
+    std::vector<std::int64_t> shape;
+    for (const auto& d : t.at("shape")) shape.push_back(integer<std::int64_t>(d, "a dimension"));
+    c.tensors.push_back({t.at("name").get<std::string>(), std::move(shape), dtype_from_json(t.at("dtype"), "dtype")});
+  }
+  for (const auto& it : j.at("iterators"))
+    c.iters.push_back({it.at("name").get<std::string>(), integer<std::int64_t>(it.at("extent"), "an extent"),
+                       it.at("kind").get<std::string>() == "spatial" ? IterKind::kSpatial : IterKind::kReduction});
+}
+
+/// An access of one of `c`'s tensors by affine indices of its iterators, checked against both.
+Access access_from_json(const nlohmann::json& a, const Compute& c) {
+  Access out;
+  out.tensor = integer<int>(a.at("tensor"), "a tensor number");
+  if (out.tensor < 0 || out.tensor >= static_cast<int>(c.tensors.size())) throw std::runtime_error("bad tensor index");
+  for (const auto& idx : a.at("indices")) {
+    AffineExpr e{integer<std::int64_t>(idx.at("constant"), "an index constant"), {}};
+    for (const auto& term : idx.at("terms")) {
+      if (!term.is_array() || term.size() != 2) throw std::runtime_error("an index term is not [iterator, coefficient]");
+      const int it = integer<int>(term[0], "an iterator number");
+      if (it < 0 || it >= static_cast<int>(c.iters.size())) throw std::runtime_error("bad iterator index");
+      e.terms.push_back({it, integer<std::int64_t>(term[1], "a coefficient")});
+    }
+    out.indices.push_back(std::move(e));
+  }
+  if (out.indices.size() != c.tensors[out.tensor].shape.size()) throw std::runtime_error("rank mismatch");
+  return out;
+}
+
+void read_epilogue(const nlohmann::json& e, Compute& c) {
+  c.epilogue.acc = e.at("acc").get<std::string>();
+  for (const auto& a : e.at("operands")) c.epilogue.operands.push_back(access_from_json(a, c));
+  for (const auto& n : e.at("program")) {
+    if (!n.is_array() || n.size() != 3 || !n[2].is_number()) throw std::runtime_error("an epilogue node is not [op, operand, value]");
+    c.epilogue.program.push_back({static_cast<EpiOp>(integer<int>(n[0], "an epilogue op")),
+                                  integer<int>(n[1], "an epilogue operand"), n[2].get<double>()});
+  }
+  if (const std::string why = epilogue_program_error(c.epilogue.program, c.epilogue.operands.size()); !why.empty())
+    throw std::runtime_error("an epilogue with " + why);
+}
+
+/// Whether `name` can stand as a C identifier: a range's parameter reaches exported sources (a
+/// launch function's parameter, comments).
+bool is_identifier(const std::string& name) {
+  return !name.empty() && name.size() <= 64 && !std::isdigit(static_cast<unsigned char>(name[0])) &&
+         std::all_of(name.begin(), name.end(), [](char ch) { return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_'; });
+}
+
+void read_dynamic(const nlohmann::json& d, Compute& c) {
+  c.dynamic = {integer<int>(d.at("iterator"), "the dynamic iterator"), d.at("param").get<std::string>(),
+               integer<std::int64_t>(d.at("lo"), "a range's start"), integer<std::int64_t>(d.at("hi"), "a range's end"), 0};
+  if (const std::string why = dynamic_extent_error(c, c.dynamic.iter); !why.empty()) throw std::runtime_error(why);
+  if (!is_identifier(c.dynamic.param)) throw std::runtime_error("a range's parameter that is not an identifier");
+  if (c.dynamic.lo < 1 || c.dynamic.lo >= c.dynamic.hi || c.dynamic.hi != c.iters[c.dynamic.iter].extent)
+    throw std::runtime_error("a range that is not 1 <= lo < hi = the iterator's extent");
+  if (d.contains("at")) {
+    c.dynamic.at = integer<std::int64_t>(d.at("at"), "a range's sample size");
+    if (c.dynamic.at < c.dynamic.lo || c.dynamic.at > c.dynamic.hi)
+      throw std::runtime_error("a range's sample size outside the range");
+  }
+}
+
 }  // namespace
 
 Compute compute_from_json(const nlohmann::json& j, const std::string& what) {
@@ -255,73 +325,14 @@ Compute compute_from_json(const nlohmann::json& j, const std::string& what) {
     Compute c;
     c.name = j.at("name").get<std::string>();
     for (const auto& [k, v] : j.at("params").items()) c.params.emplace_back(k, integer<std::int64_t>(v, "a parameter"));
-    for (const auto& t : j.at("tensors")) {
-      auto dtype = parse_dtype(t.at("dtype").get<std::string>());
-      if (!dtype) throw std::runtime_error("unknown dtype " + t.at("dtype").get<std::string>());
-      std::vector<std::int64_t> shape;
-      for (const auto& d : t.at("shape")) shape.push_back(integer<std::int64_t>(d, "a dimension"));
-      c.tensors.push_back({t.at("name").get<std::string>(), std::move(shape), *dtype});
-    }
-    for (const auto& it : j.at("iterators"))
-      c.iters.push_back({it.at("name").get<std::string>(), integer<std::int64_t>(it.at("extent"), "an extent"),
-                         it.at("kind").get<std::string>() == "spatial" ? IterKind::kSpatial : IterKind::kReduction});
-    auto access = [&](const nlohmann::json& a) {
-      Access out;
-      out.tensor = integer<int>(a.at("tensor"), "a tensor number");
-      if (out.tensor < 0 || out.tensor >= static_cast<int>(c.tensors.size())) throw std::runtime_error("bad tensor index");
-      for (const auto& idx : a.at("indices")) {
-        AffineExpr e{integer<std::int64_t>(idx.at("constant"), "an index constant"), {}};
-        for (const auto& term : idx.at("terms")) {
-          if (!term.is_array() || term.size() != 2) throw std::runtime_error("an index term is not [iterator, coefficient]");
-          const int it = integer<int>(term[0], "an iterator number");
-          if (it < 0 || it >= static_cast<int>(c.iters.size())) throw std::runtime_error("bad iterator index");
-          e.terms.push_back({it, integer<std::int64_t>(term[1], "a coefficient")});
-        }
-        out.indices.push_back(std::move(e));
-      }
-      if (out.indices.size() != c.tensors[out.tensor].shape.size()) throw std::runtime_error("rank mismatch");
-      return out;
-    };
+    read_tensors_and_iterators(j, c);
     c.update = j.at("update").get<std::string>() == "+=" ? UpdateKind::kAccumulate : UpdateKind::kAssign;
-    c.output = access(j.at("output"));
-    c.accumulate = c.tensor_of(c.output).dtype;
-    if (j.contains("accumulate")) {
-      auto acc = parse_dtype(j.at("accumulate").get<std::string>());
-      if (!acc) throw std::runtime_error("unknown accumulate dtype " + j.at("accumulate").get<std::string>());
-      c.accumulate = *acc;
-    }
-    for (const auto& in : j.at("inputs")) c.inputs.push_back(access(in));
-    if (j.contains("epilogue")) {
-      const nlohmann::json& e = j.at("epilogue");
-      c.epilogue.acc = e.at("acc").get<std::string>();
-      for (const auto& a : e.at("operands")) c.epilogue.operands.push_back(access(a));
-      for (const auto& n : e.at("program")) {
-        if (!n.is_array() || n.size() != 3 || !n[2].is_number()) throw std::runtime_error("an epilogue node is not [op, operand, value]");
-        c.epilogue.program.push_back({static_cast<EpiOp>(integer<int>(n[0], "an epilogue op")),
-                                      integer<int>(n[1], "an epilogue operand"), n[2].get<double>()});
-      }
-      if (const std::string why = epilogue_program_error(c.epilogue.program, c.epilogue.operands.size()); !why.empty())
-        throw std::runtime_error("an epilogue with " + why);
-    }
-    if (j.contains("dynamic")) {
-      const nlohmann::json& d = j.at("dynamic");
-      c.dynamic = {integer<int>(d.at("iterator"), "the dynamic iterator"), d.at("param").get<std::string>(),
-                   integer<std::int64_t>(d.at("lo"), "a range's start"), integer<std::int64_t>(d.at("hi"), "a range's end"), 0};
-      if (const std::string why = dynamic_extent_error(c, c.dynamic.iter); !why.empty()) throw std::runtime_error(why);
-      // The parameter's name reaches exported sources (a launch function's parameter, comments).
-      const std::string& param = c.dynamic.param;
-      const bool identifier =
-          !param.empty() && param.size() <= 64 && !std::isdigit(static_cast<unsigned char>(param[0])) &&
-          std::all_of(param.begin(), param.end(), [](char ch) { return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_'; });
-      if (!identifier) throw std::runtime_error("a range's parameter that is not an identifier");
-      if (c.dynamic.lo < 1 || c.dynamic.lo >= c.dynamic.hi || c.dynamic.hi != c.iters[c.dynamic.iter].extent)
-        throw std::runtime_error("a range that is not 1 <= lo < hi = the iterator's extent");
-      if (d.contains("at")) {
-        c.dynamic.at = integer<std::int64_t>(d.at("at"), "a range's sample size");
-        if (c.dynamic.at < c.dynamic.lo || c.dynamic.at > c.dynamic.hi)
-          throw std::runtime_error("a range's sample size outside the range");
-      }
-    }
+    c.output = access_from_json(j.at("output"), c);
+    c.accumulate = j.contains("accumulate") ? dtype_from_json(j.at("accumulate"), "accumulate dtype")
+                                            : c.tensor_of(c.output).dtype;
+    for (const auto& in : j.at("inputs")) c.inputs.push_back(access_from_json(in, c));
+    if (j.contains("epilogue")) read_epilogue(j.at("epilogue"), c);
+    if (j.contains("dynamic")) read_dynamic(j.at("dynamic"), c);
     return c;
   } catch (const std::exception& e) {
     throw UserError(format_diagnostic(SourceLoc::whole(what), "malformed compute description: " + exception_text(e),
