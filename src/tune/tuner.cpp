@@ -1153,37 +1153,70 @@ TuneSummary tune(const Compute& c, const std::vector<HwAbstraction>& hws, const 
   return s;
 }
 
+namespace {
+
+using Ranked = std::vector<std::pair<double, Candidate>>;
+
+/// Every arm's default and a pool of samples, ranked by the analytic estimate, the fastest
+/// `o.trials` of them. Past the time budget no further arm is ranked (the first always is).
+Ranked rank_analytically(Search& search, const TuneOptions& o, const std::function<bool()>& over_budget,
+                         bool& budget_reached) {
+  const SearchSpace& space = search.space();
+  Ranked ranked;
+  for (std::size_t e = 0; e < space.entries().size(); ++e) {
+    if (e > 0 && over_budget()) {
+      budget_reached = true;
+      break;
+    }
+    for (const Candidate& cand : search.pool(static_cast<int>(e), 24)) {
+      search.mark_seen(static_cast<int>(e), cand.params);
+      ranked.emplace_back(analytic_time_us(space.entries()[e].gemm, cand.params, o.device), cand);
+    }
+  }
+  std::sort(ranked.begin(), ranked.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+  ranked.resize(std::min<std::size_t>(ranked.size(), static_cast<std::size_t>(std::max(1, o.trials))));
+  return ranked;
+}
+
+/// The record of a ranked candidate compiled (or not), unmeasured.
+TuneRecord unmeasured_record(Search& search, const std::pair<double, Candidate>& ranked, const CompileResult& bin) {
+  TuneResult res;
+  res.status = bin.ok ? "unmeasured" : "compile_error";
+  res.estimated_us = ranked.first;
+  res.compile_seconds = bin.seconds;
+  if (!bin.ok) res.error = "generated kernel does not compile (a bug in tmap): " + bin.log.substr(0, 2000);
+  return search.record(ranked.second.entry, ranked.second.params, res);
+}
+
+void report_ranked(const TuneOptions& o, const std::string& arm, int done, std::size_t total, Clock::time_point t0) {
+  if (!o.on_progress) return;
+  TuneProgress p;
+  p.trials = done;
+  p.total = static_cast<int>(total);
+  p.arm = arm;
+  p.elapsed_s = seconds_since(t0);
+  p.eta_s = p.elapsed_s / done * static_cast<double>(total - static_cast<std::size_t>(done));
+  o.on_progress(p);
+}
+
+}  // namespace
+
 TuneSummary rank_with_model(const Compute& c, const std::vector<HwAbstraction>& hws, const TuneOptions& o) {
   const auto t0 = Clock::now();
   Search search(c, hws, o);
   const SearchSpace& space = search.space();
   TuneSummary s;
   s.arms = static_cast<int>(space.entries().size());
-  // Every arm's default and a pool of samples, ranked by the analytic estimate.
   // A time budget bounds the ranking and the compiling (the first batch is always compiled).
-  const auto over_budget = [&] { return o.time_budget_s > 0 && seconds_since(t0) > o.time_budget_s; };
+  const std::function<bool()> over_budget = [&] { return o.time_budget_s > 0 && seconds_since(t0) > o.time_budget_s; };
   bool budget_reached = false;
-  std::vector<std::pair<double, Candidate>> ranked;
-  for (int e = 0; e < s.arms; ++e) {
-    if (e > 0 && over_budget()) {
-      budget_reached = true;
-      break;
-    }
-    for (const Candidate& cand : search.pool(e, 24)) {
-      search.mark_seen(e, cand.params);
-      ranked.emplace_back(analytic_time_us(space.entries()[e].gemm, cand.params, o.device), cand);
-    }
-  }
-  std::sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  ranked.resize(std::min<std::size_t>(ranked.size(), static_cast<std::size_t>(std::max(1, o.trials))));
-  std::vector<Candidate> chosen;
-  for (const auto& r : ranked) chosen.push_back(r.second);
+  const Ranked ranked = rank_analytically(search, o, over_budget, budget_reached);
   NvrtcCompiler compiler(o.compute_capability, o.compile_cache_dir);
   std::unique_ptr<LogWriter> log;
   if (!o.log_path.empty()) log = std::make_unique<LogWriter>(o.log_path);
   // Compiled and recorded batch by batch, so that a stop (SIGINT) loses nothing compiled.
   const std::size_t batch = static_cast<std::size_t>(std::max(1, o.batch));
-  for (std::size_t begin = 0; begin < chosen.size(); begin += batch) {
+  for (std::size_t begin = 0; begin < ranked.size(); begin += batch) {
     if (o.stop && o.stop->load()) {
       s.stopped = true;
       break;
@@ -1192,32 +1225,15 @@ TuneSummary rank_with_model(const Compute& c, const std::vector<HwAbstraction>& 
       budget_reached = true;
       break;
     }
-    const std::size_t end = std::min(chosen.size(), begin + batch);
-    std::vector<Candidate> part(chosen.begin() + begin, chosen.begin() + end);
+    std::vector<Candidate> part;
+    for (std::size_t i = begin; i < std::min(ranked.size(), begin + batch); ++i) part.push_back(ranked[i].second);
     CompiledBatch b = compile_batch(space, compiler, part, o.compile_threads, stopped_by(o.stop));
-    for (std::size_t i = 0; i < part.size(); ++i) {
-      if (b.binaries[i].cancelled) break;  // stopped by the user, not a failure: not recorded
-      TuneResult res;
-      res.status = b.binaries[i].ok ? "unmeasured" : "compile_error";
-      res.estimated_us = ranked[begin + i].first;
-      res.compile_seconds = b.binaries[i].seconds;
-      if (!b.binaries[i].ok) {
-        res.error = "generated kernel does not compile (a bug in tmap): " + b.binaries[i].log.substr(0, 2000);
-        ++s.failed;
-      }
-      TuneRecord rec = search.record(part[i].entry, part[i].params, res);
+    for (std::size_t i = 0; i < part.size() && !b.binaries[i].cancelled; ++i) {  // a stop is not recorded
+      TuneRecord rec = unmeasured_record(search, ranked[begin + i], b.binaries[i]);
       if (log) log->append(rec);
+      if (!b.binaries[i].ok) ++s.failed;
       if (!s.best && b.binaries[i].ok) s.best = rec;
-      ++s.measured;
-      if (o.on_progress) {
-        TuneProgress p;
-        p.trials = s.measured;
-        p.total = static_cast<int>(chosen.size());
-        p.arm = space.entries()[part[i].entry].label;
-        p.elapsed_s = seconds_since(t0);
-        p.eta_s = p.elapsed_s / s.measured * static_cast<double>(chosen.size() - s.measured);
-        o.on_progress(p);
-      }
+      report_ranked(o, space.entries()[part[i].entry].label, ++s.measured, ranked.size(), t0);
     }
   }
   s.stop_reason = s.stopped         ? "stopped by the user"
