@@ -92,25 +92,65 @@ int best_in_place(const ImplicitGemm& g, int which) {
                   contiguity(*g.compute, a, which == 0 ? g.m_iters : g.n_iters, bits).aligned);
 }
 
+/// The reduction iterator to make innermost, and its dimension in A and in B: the innermost of k
+/// that indexes one dimension of both operands alone (-1: none does).
+std::pair<int, std::array<int, 2>> relayout_iterator(const ImplicitGemm& g) {
+  const Compute& c = *g.compute;
+  for (auto it = g.k_iters.rbegin(); it != g.k_iters.rend(); ++it) {
+    if (c.iters[*it].extent == 1) continue;
+    const int da = sole_dimension(c, c.inputs[g.a_input], *it), db = sole_dimension(c, c.inputs[g.b_input], *it);
+    if (da >= 0 && db >= 0) return {*it, {da, db}};
+  }
+  return {-1, {-1, -1}};
+}
+
+/// Moves dimension `dim` of operand `which`'s tensor and access in `owned` last, with extent
+/// `padded`, and says in `view.relayout` how its copy is made. Empty, or why it cannot be.
+std::string move_last(Compute& owned, ImplicitGemm& view, int which, int dim, std::int64_t extent, std::int64_t padded) {
+  const int input = which == 0 ? view.a_input : view.b_input;
+  Access& acc = owned.inputs[input];
+  const int last = static_cast<int>(acc.indices.size()) - 1;
+  if (dim == last && padded == extent) return {};
+  for (std::size_t i = 0; i < owned.inputs.size(); ++i)
+    if (static_cast<int>(i) != input && owned.inputs[i].tensor == acc.tensor) return "the operand's tensor is read twice";
+  Tensor& t = owned.tensors[acc.tensor];
+  if (padded != extent && t.shape[dim] != extent)
+    return "the channels' dimension is longer than the iterator's extent; it is not padded";
+  OperandRelayout& r = view.relayout[which];
+  r.bytes = dtype_bits(t.dtype) / 8;
+  for (int d = 0; d <= last; ++d) (d < dim ? r.outer : d == dim ? r.moved : r.inner) *= t.shape[d];
+  r.padded = padded;
+  // Dimensions after it all of extent 1 (1x1 filters): the same bytes, read in place as they
+  // are, unless padded.
+  r.active = (r.inner > 1 && r.moved > 1) || r.pads();
+  std::rotate(t.shape.begin() + dim, t.shape.begin() + dim + 1, t.shape.end());
+  std::rotate(acc.indices.begin() + dim, acc.indices.begin() + dim + 1, acc.indices.end());
+  t.shape.back() = padded;
+  return {};
+}
+
+/// Why the relayout `view` of `g` is not worth a prologue (empty: it is): it is, where an operand
+/// that has no aligned 16-byte vectors in place gets them along the axis this mapping's layout
+/// stores it, and no operand loses.
+std::string relayout_loss(const ImplicitGemm& g, const ImplicitGemm& view) {
+  bool gains = false;
+  for (int which = 0; which < 2; ++which) {
+    const int full = 128 / dtype_bits(which == 0 ? g.hw->a_dtype : g.hw->b_dtype);
+    const int before = best_in_place(g, which), after = operand_contiguity(view, which).aligned;
+    if (after < std::min(before, full) && after < operand_contiguity(g, which).aligned)
+      return "operand " + std::string(which == 0 ? "A" : "B") + " would be read in narrower vectors";
+    if (view.relayout[which].active && before < full && after == full) gains = true;
+  }
+  return gains ? "" : "no operand gains aligned 16-byte vectors along the axis this layout stores it";
+}
+
 }  // namespace
 
 RelayoutView relayout_view(const ImplicitGemm& g) {
-  RelayoutView v;
   if (g.relayouted()) return {"already a relayout view", {}};
   const Compute& c = *g.compute;
-  const int inputs[2] = {g.a_input, g.b_input};
-  for (int which = 0; which < 2; ++which)
-    if (dtype_bits(which == 0 ? g.hw->a_dtype : g.hw->b_dtype) < 8)
-      return {"packed sub-byte operands are not copied", {}};
-  // The reduction iterator to make innermost: the innermost of k that indexes one dimension of
-  // both operands alone.
-  int iter = -1;
-  std::array<int, 2> dims{-1, -1};
-  for (auto it = g.k_iters.rbegin(); it != g.k_iters.rend() && iter < 0; ++it) {
-    if (c.iters[*it].extent == 1) continue;
-    const int da = sole_dimension(c, c.inputs[inputs[0]], *it), db = sole_dimension(c, c.inputs[inputs[1]], *it);
-    if (da >= 0 && db >= 0) iter = *it, dims = {da, db};
-  }
+  if (dtype_bits(g.hw->a_dtype) < 8 || dtype_bits(g.hw->b_dtype) < 8) return {"packed sub-byte operands are not copied", {}};
+  const auto [iter, dims] = relayout_iterator(g);
   if (iter < 0) return {"no reduction iterator of k indexes one dimension of both operands alone", {}};
   auto owned = std::make_shared<Compute>(c);
   ImplicitGemm view = g;
@@ -121,28 +161,9 @@ RelayoutView relayout_view(const ImplicitGemm& g) {
   const int unit = 128 / std::min(dtype_bits(g.hw->a_dtype), dtype_bits(g.hw->b_dtype));
   const std::int64_t extent = c.iters[iter].extent;
   const std::int64_t padded = (extent + unit - 1) / unit * unit;
-  for (int which = 0; which < 2; ++which) {
-    Access& acc = owned->inputs[inputs[which]];
-    const int last = static_cast<int>(acc.indices.size()) - 1;
-    if (dims[which] == last && padded == extent) continue;
-    for (std::size_t i = 0; i < owned->inputs.size(); ++i)
-      if (static_cast<int>(i) != inputs[which] && owned->inputs[i].tensor == acc.tensor)
-        return {"the operand's tensor is read twice", {}};
-    Tensor& t = owned->tensors[acc.tensor];
-    if (padded != extent && t.shape[dims[which]] != extent)
-      return {"the channels' dimension is longer than the iterator's extent; it is not padded", {}};
-    OperandRelayout& r = view.relayout[which];
-    r.bytes = dtype_bits(t.dtype) / 8;
-    for (int d = 0; d <= last; ++d) (d < dims[which] ? r.outer : d == dims[which] ? r.moved : r.inner) *= t.shape[d];
-    r.padded = padded;
-    // Dimensions after it all of extent 1 (1x1 filters): the same bytes, read in place as they
-    // are, unless padded.
-    r.active = (r.inner > 1 && r.moved > 1) || r.pads();
-    // The moved dimension goes last, in the tensor and in the access, with its padded extent.
-    std::rotate(t.shape.begin() + dims[which], t.shape.begin() + dims[which] + 1, t.shape.end());
-    std::rotate(acc.indices.begin() + dims[which], acc.indices.begin() + dims[which] + 1, acc.indices.end());
-    t.shape.back() = padded;
-  }
+  for (int which = 0; which < 2; ++which)
+    if (std::string why = move_last(*owned, view, which, dims[which], extent, padded); !why.empty())
+      return {std::move(why), {}};
   if (padded != extent) {
     if (!view.relayout[0].active || !view.relayout[1].active)
       return {"the channels would be padded in one operand only", {}};
@@ -153,17 +174,8 @@ RelayoutView relayout_view(const ImplicitGemm& g) {
     return {"both operands already have the reduction's dimension innermost in memory", {}};
   view.compute = owned.get();
   view.view_owner = owned;
-  // Worth a prologue only where an operand that has no aligned 16-byte vectors in place gets them
-  // along the axis this mapping's layout stores it, and no operand loses.
-  bool gains = false;
-  for (int which = 0; which < 2; ++which) {
-    const int full = 128 / dtype_bits(which == 0 ? g.hw->a_dtype : g.hw->b_dtype);
-    const int before = best_in_place(g, which), after = operand_contiguity(view, which).aligned;
-    if (after < std::min(before, full) && after < operand_contiguity(g, which).aligned)
-      return {"operand " + std::string(which == 0 ? "A" : "B") + " would be read in narrower vectors", {}};
-    if (view.relayout[which].active && before < full && after == full) gains = true;
-  }
-  if (!gains) return {"no operand gains aligned 16-byte vectors along the axis this layout stores it", {}};
+  if (std::string why = relayout_loss(g, view); !why.empty()) return {std::move(why), {}};
+  RelayoutView v;
   v.gemm = std::move(view);
   return v;
 }
