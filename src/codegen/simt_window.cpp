@@ -105,56 +105,80 @@ std::pair<std::string, std::string> bounds_and_offset(const Compute& c, const Ac
   return {ok, offset};
 }
 
+/// Why `g`'s mapping cannot stage windows at all (empty: it can).
+std::string window_mapping_error(const ImplicitGemm& g) {
+  if (g.shape[Axis::kK] != 1)
+    return "its multiply-add packs " + std::to_string(g.shape[Axis::kK]) +
+           " elements of k; windows are multiplied one element at a time (fma.rn.f32 abstractions)";
+  if (!stored_along_mn(g, 0) || !stored_along_mn(g, 1))
+    return "windows are staged on the layout with A stored along m and B along n (tnn), not " + g.layout;
+  if (g.N != 1) return "N = " + std::to_string(g.N) + ": a window has one filter per batch entry (N = 1)";
+  if (g.serial != 1) return "a reduction is a serial loop; every filter tap must be on k";
+  return {};
+}
+
+/// Dimension `d` of the image as a window: its output iterator (of m) and its tap iterator (of
+/// k), or why it is not one. `kept` says whether the plan keeps it: a window, or a last dimension
+/// that no iterator moves (a window of one output and one tap, as along W = 1).
+std::string image_dimension(const ImplicitGemm& g, std::size_t d, WindowDim& wd, bool& kept) {
+  const Compute& c = *g.compute;
+  const Access& img = c.inputs[g.a_input];
+  const std::vector<int> m_live = c.live_iterators(g.m_iters), k_live = c.live_iterators(g.k_iters);
+  const std::string not_window = "dimension " + std::to_string(d) + " of the image is not a window";
+  wd.dim = static_cast<int>(d);
+  wd.offset = img.indices[d].constant;
+  wd.size = c.tensor_of(img).shape[d];
+  bool window = false, batch = false;
+  for (const auto& [it, coef] : img.indices[d].terms) {
+    if (c.iters[it].extent == 1) continue;
+    if (contains(m_live, it)) {
+      if (wd.out_iter >= 0 || coef <= 0) return not_window;
+      wd.out_iter = it, wd.stride = coef, wd.outputs = c.iters[it].extent, window = true;
+    } else if (contains(k_live, it)) {
+      if (wd.tap_iter >= 0 || coef <= 0) return not_window;
+      wd.tap_iter = it, wd.dilation = coef, wd.taps = c.iters[it].extent, window = true;
+    } else {
+      batch = true;
+    }
+  }
+  if (window && batch) return "dimension " + std::to_string(d) + " of the image mixes a window with batch iterators";
+  kept = window || (!batch && d + 1 == img.indices.size());
+  return {};
+}
+
+/// Why the window dimensions `dims` do not cover m and k exactly as outputs and taps (empty:
+/// they do).
+std::string window_cover_error(const ImplicitGemm& g, const std::vector<WindowDim>& dims) {
+  const Compute& c = *g.compute;
+  std::vector<int> outs, taps;
+  for (const WindowDim& d : dims) {
+    if (d.out_iter >= 0) outs.push_back(d.out_iter);
+    if (d.tap_iter >= 0) taps.push_back(d.tap_iter);
+  }
+  if (outs != c.live_iterators(g.m_iters)) return "m is not the window's outputs, rows then columns";
+  std::vector<int> k_sorted = c.live_iterators(g.k_iters);
+  std::sort(k_sorted.begin(), k_sorted.end());
+  std::sort(taps.begin(), taps.end());
+  if (k_sorted != taps) return "k is not the window's taps";
+  return {};
+}
+
 }  // namespace
 
 WindowPlan window_plan(const ImplicitGemm& g) {
   WindowPlan w;
-  const Compute& c = *g.compute;
   auto fail = [&](std::string why) {
     w.why_not = std::move(why);
     return w;
   };
-  if (g.shape[Axis::kK] != 1)
-    return fail("its multiply-add packs " + std::to_string(g.shape[Axis::kK]) +
-                " elements of k; windows are multiplied one element at a time (fma.rn.f32 abstractions)");
-  if (!stored_along_mn(g, 0) || !stored_along_mn(g, 1))
-    return fail("windows are staged on the layout with A stored along m and B along n (tnn), not " + g.layout);
-  if (g.N != 1) return fail("N = " + std::to_string(g.N) + ": a window has one filter per batch entry (N = 1)");
-  if (g.serial != 1) return fail("a reduction is a serial loop; every filter tap must be on k");
-  auto significant = [&](const std::vector<int>& its) {
-    std::vector<int> out;
-    for (int it : its)
-      if (c.iters[it].extent > 1) out.push_back(it);
-    return out;
-  };
-  const std::vector<int> m_sig = significant(g.m_iters), k_sig = significant(g.k_iters);
-  const Access& img = c.inputs[g.a_input];
-  const Tensor& t = c.tensor_of(img);
+  if (std::string why = window_mapping_error(g); !why.empty()) return fail(std::move(why));
+  const Tensor& t = g.compute->tensor_of(g.compute->inputs[g.a_input]);
   std::vector<WindowDim> dims;
-  for (std::size_t d = 0; d < img.indices.size(); ++d) {
+  for (std::size_t d = 0; d < t.shape.size(); ++d) {
     WindowDim wd;
-    wd.dim = static_cast<int>(d);
-    wd.offset = img.indices[d].constant;
-    wd.size = t.shape[d];
-    bool window = false, batch = false;
-    for (const auto& [it, coef] : img.indices[d].terms) {
-      if (c.iters[it].extent == 1) continue;
-      if (contains(m_sig, it)) {
-        if (wd.out_iter >= 0 || coef <= 0) return fail("dimension " + std::to_string(d) + " of the image is not a window");
-        wd.out_iter = it, wd.stride = coef, wd.outputs = c.iters[it].extent, window = true;
-      } else if (contains(k_sig, it)) {
-        if (wd.tap_iter >= 0 || coef <= 0) return fail("dimension " + std::to_string(d) + " of the image is not a window");
-        wd.tap_iter = it, wd.dilation = coef, wd.taps = c.iters[it].extent, window = true;
-      } else {
-        batch = true;
-      }
-    }
-    if (window && batch)
-      return fail("dimension " + std::to_string(d) + " of the image mixes a window with batch iterators");
-    // A last dimension that no iterator moves (a window of one output and one tap, as along W = 1)
-    // is the window's columns all the same.
-    const bool constant_last = !window && !batch && d + 1 == img.indices.size();
-    if (window || constant_last) dims.push_back(wd);
+    bool kept = false;
+    if (std::string why = image_dimension(g, d, wd, kept); !why.empty()) return fail(std::move(why));
+    if (kept) dims.push_back(wd);
   }
   if (dims.empty() || dims.size() > 2)
     return fail("the image has " + std::to_string(dims.size()) + " window dimensions; windows of 1 or 2 are staged");
@@ -165,16 +189,7 @@ WindowPlan window_plan(const ImplicitGemm& g) {
     w.row = dims.front();
     w.row_stride = t.stride(static_cast<std::size_t>(w.row.dim));
   }
-  std::vector<int> outs, taps;
-  for (const WindowDim& d : dims) {
-    if (d.out_iter >= 0) outs.push_back(d.out_iter);
-    if (d.tap_iter >= 0) taps.push_back(d.tap_iter);
-  }
-  if (outs != m_sig) return fail("m is not the window's outputs, rows then columns");
-  std::vector<int> k_sorted = k_sig, taps_sorted = taps;
-  std::sort(k_sorted.begin(), k_sorted.end());
-  std::sort(taps_sorted.begin(), taps_sorted.end());
-  if (k_sorted != taps_sorted) return fail("k is not the window's taps");
+  if (std::string why = window_cover_error(g, dims); !why.empty()) return fail(std::move(why));
   if (w.row.taps * w.col.taps > kMaxTaps)
     return fail(std::to_string(w.row.taps * w.col.taps) + " filter taps; at most " + std::to_string(kMaxTaps) +
                 " are held in registers");

@@ -256,13 +256,6 @@ struct OperandAccess {
         rank(static_cast<int>(acc.indices.size())) {}
 
   std::int64_t extent(int it) const { return c.iters[it].extent; }
-  /// The iterators of `its` whose extent is above 1, in their order.
-  std::vector<int> live(const std::vector<int>& its) const {
-    std::vector<int> out;
-    for (int it : its)
-      if (extent(it) != 1) out.push_back(it);
-    return out;
-  }
   /// The terms of `e` whose iterators have an extent above 1.
   std::vector<std::pair<int, std::int64_t>> live_terms(const AffineExpr& e) const {
     std::vector<std::pair<int, std::int64_t>> out;
@@ -301,7 +294,7 @@ struct OperandAccess {
 /// covered whole. Marks those dimensions `used`; returns the reason when the axis is no such run.
 std::string tma_axis(const OperandAccess& a, const std::vector<int>& axis, TmaDim::Role role, const char* axis_name,
                      std::vector<bool>& used, std::vector<TmaDim>& dims) {
-  const std::vector<int> its = a.live(axis);
+  const std::vector<int> its = a.c.live_iterators(axis);
   if (its.empty()) return a.name + ": its " + axis_name + " axis has extent 1";
   int d = a.dim_of(its.back());
   if (d < 0 || !a.alone(a.acc.indices[d], its.back()))
@@ -445,7 +438,7 @@ std::string im2col_view(const ImplicitGemm& g, int which, Im2colView& v) {
   if (stored_along_mn(g, which))
     return name + ": stored along " + axis + "; an im2col box holds k (channels) along its lines";
   if (rank < 3 || rank > 5) return name + ": im2col views tensors of 3 to 5 dimensions, this one has " + std::to_string(rank);
-  const std::vector<int> k_iters = a.live(g.k_iters);
+  const std::vector<int> k_iters = a.c.live_iterators(g.k_iters);
   if (k_iters.empty()) return name + ": no reduction axis";
   const int ci = k_iters.back();
   const AffineExpr& last = a.acc.indices[rank - 1];
@@ -484,7 +477,7 @@ std::string im2col_view(const ImplicitGemm& g, int which, Im2colView& v) {
     if (sp.out >= 0) expected.push_back(sp.out);
     v.spatial.push_back(sp);
   }
-  if (a.live(pixels) != expected)  // both hold iterators of extent > 1 only
+  if (a.c.live_iterators(pixels) != expected)  // both hold iterators of extent > 1 only
     return name + ": its " + axis + " iterators are not the image and output positions in the tensor's order";
   for (int it : k_iters)
     if (it != ci && !contains(taps_seen, it)) return name + ": a reduction iterator that is not a filter tap";

@@ -52,6 +52,13 @@ int Compute::find_iterator(const std::string& name) const {
   return -1;
 }
 
+std::vector<int> Compute::live_iterators(const std::vector<int>& its) const {
+  std::vector<int> out;
+  for (int it : its)
+    if (iters[it].extent != 1) out.push_back(it);
+  return out;
+}
+
 std::int64_t Compute::iteration_points() const {
   std::int64_t n = 1;
   for (const auto& it : iters) n *= it.extent;

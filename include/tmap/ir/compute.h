@@ -99,6 +99,9 @@ struct Compute {
   const Tensor& tensor_of(const Access& a) const { return tensors.at(a.tensor); }
   std::vector<std::string> iterator_names() const;
   int find_iterator(const std::string& name) const;  ///< -1 when absent.
+  /// The iterators of `its` whose extent is above 1, in their order (one of extent 1 indexes
+  /// nothing: a convolution's group iterator when groups is 1).
+  std::vector<int> live_iterators(const std::vector<int>& its) const;
   /// The smallest and largest value of index `e` as its iterators range over their extents.
   std::pair<std::int64_t, std::int64_t> index_range(const AffineExpr& e) const;
   /// Multiply-adds in the iteration space (product of all extents).
