@@ -96,31 +96,23 @@ bool warp_per_point(const Compute& c, const std::vector<int>& spatial, std::int6
   return false;
 }
 
-}  // namespace
+/// The iterators of one kind, in order, and the points they span.
+struct Loop {
+  std::vector<int> iters;
+  std::int64_t points = 1;
+};
 
-KernelSource emit_reference_kernel(const Compute& c) {
-  std::vector<int> spatial, reduction;
-  std::int64_t spatial_points = 1, reduction_points = 1;
-  for (int i = 0; i < static_cast<int>(c.iters.size()); ++i) {
-    if (c.iters[i].kind == IterKind::kSpatial) {
-      spatial.push_back(i);
-      spatial_points *= c.iters[i].extent;
-    } else {
-      reduction.push_back(i);
-      reduction_points *= c.iters[i].extent;
-    }
-  }
-  const Tensor& out = c.tensor_of(c.output);
-  const bool is_float = dtype_is_float(c.accumulate);
-  const std::string acc = is_float ? "double" : "long long";
-  const bool by_warp = warp_per_point(c, spatial, reduction_points);
-  const std::int64_t lanes = by_warp ? 32 : 1;
-  KernelSource k;
-  k.name = "tmap_reference";
-  k.threads = 256;
-  k.grid = {(spatial_points * lanes + 255) / 256, 1, 1};
+Loop loop_of(const Compute& c, IterKind kind) {
+  Loop l;
+  for (int i = 0; i < static_cast<int>(c.iters.size()); ++i)
+    if (c.iters[i].kind == kind) l.iters.push_back(i), l.points *= c.iters[i].extent;
+  return l;
+}
 
-  std::ostringstream os;
+/// What the reference says of itself, its includes and helpers, and its signature: every
+/// tensor by name, the output's writable.
+void emit_reference_head(std::ostringstream& os, const Compute& c, bool by_warp, std::int64_t reduction_points,
+                         const std::string& acc) {
   os << "// Reference for: " << c.statement_text() << "\n"
      << "// " << (by_warp ? "One warp" : "One thread") << " per output element; " << reduction_points
      << " reduction points each, accumulated in " << acc << ".\n" << float_type_includes(c) << "\n"
@@ -135,14 +127,12 @@ KernelSource emit_reference_kernel(const Compute& c) {
     os << (t ? ", " : "") << (is_out ? "" : "const ") << storage_type(c.tensors[t].dtype) << "* __restrict__ t_"
        << c.tensors[t].name;
   }
-  os << ") {\n"
-     << "  const long long thread = blockIdx.x * (long long)blockDim.x + threadIdx.x;\n"
-     << "  const long long point = thread / " << lanes << ", lane = thread % " << lanes << ";\n"
-     << "  if (point >= " << spatial_points << "LL) return;  // the whole warp, when one shares a point\n";
-  decompose(os, c, spatial, "point", "  ");
-  os << "  " << acc << " sum = 0;\n"
-     << "  for (long long r = lane; r < " << reduction_points << "LL; r += " << lanes << ") {\n";
-  decompose(os, c, reduction, "r", "    ");
+  os << ") {\n";
+}
+
+/// Loads each input's element at the reduction point (zero outside its tensor) into v0, v1, ...;
+/// returns their product.
+std::string emit_reference_factors(std::ostringstream& os, const Compute& c, const std::string& acc) {
   std::string product;
   for (std::size_t i = 0; i < c.inputs.size(); ++i) {
     std::string var = "x" + std::to_string(i);
@@ -155,14 +145,41 @@ KernelSource emit_reference_kernel(const Compute& c) {
        << element << ") : 0;\n";
     product += (i ? " * " : "") + std::string("v") + std::to_string(i);
   }
+  return product;
+}
+
+}  // namespace
+
+KernelSource emit_reference_kernel(const Compute& c) {
+  const Loop spatial = loop_of(c, IterKind::kSpatial), reduction = loop_of(c, IterKind::kReduction);
+  const Tensor& out = c.tensor_of(c.output);
+  const std::string acc = dtype_is_float(c.accumulate) ? "double" : "long long";
+  const bool by_warp = warp_per_point(c, spatial.iters, reduction.points);
+  const std::int64_t lanes = by_warp ? 32 : 1;
+  KernelSource k;
+  k.name = "tmap_reference";
+  k.threads = 256;
+  k.grid = {(spatial.points * lanes + 255) / 256, 1, 1};
+
+  std::ostringstream os;
+  emit_reference_head(os, c, by_warp, reduction.points, acc);
+  os << "  const long long thread = blockIdx.x * (long long)blockDim.x + threadIdx.x;\n"
+     << "  const long long point = thread / " << lanes << ", lane = thread % " << lanes << ";\n"
+     << "  if (point >= " << spatial.points << "LL) return;  // the whole warp, when one shares a point\n";
+  decompose(os, c, spatial.iters, "point", "  ");
+  os << "  " << acc << " sum = 0;\n"
+     << "  for (long long r = lane; r < " << reduction.points << "LL; r += " << lanes << ") {\n";
+  decompose(os, c, reduction.iters, "r", "    ");
+  const std::string product = emit_reference_factors(os, c, acc);
   os << "    sum += " << product << ";\n  }\n";
   if (by_warp)
     os << "  for (int d = 16; d > 0; d /= 2) sum += __shfl_down_sync(0xffffffffu, sum, d);\n"
        << "  if (lane != 0) return;\n";
   offset_code(os, c, c.output, "y", "  ");
   const std::string value = c.epilogue.empty() ? "sum" : reference_epilogue(os, c);
-  os << "  t_" << out.name << "[y] = (" << storage_type(out.dtype) << ")(" << (out.dtype == DType::kFloat16 || out.dtype == DType::kBFloat16 ? "(float)" : "")
-     << value << ");\n}\n";
+  const bool half_out = out.dtype == DType::kFloat16 || out.dtype == DType::kBFloat16;
+  os << "  t_" << out.name << "[y] = (" << storage_type(out.dtype) << ")(" << (half_out ? "(float)" : "") << value
+     << ");\n}\n";
   k.code = os.str();
   return k;
 }
