@@ -72,6 +72,124 @@ ReplayChoice choose_replays(const ReplayArgs& args, const LogContents& log, cons
   return out;
 }
 
+/// Regenerates, compiles and (with a GPU of the log's arch) runs records, one row each.
+class Replayer {
+ public:
+  Replayer(const ReplayArgs& args, Machine m)
+      : args_(args), m_(std::move(m)), run_(m_.has_gpu && m_.cc == m_.rt.devices.front().compute_capability),
+        hws_(args.hw_dirs.all()), compiler_(m_.cc) {
+    if (!run_) spdlog::warn("no GPU for {} ({}): compiling only", m_.target.arch, m_.has_gpu ? "another GPU" : m_.rt.status);
+    if (run_)
+      measurer_ = std::make_unique<WorkerMeasurer>("/proc/self/exe", args.timeout, tuning_timing(), args.verify,
+                                                   std::random_device{}());
+  }
+  const Machine& machine() const { return m_; }
+  bool runs() const { return run_; }
+
+  /// Record `r` replayed (at `size` of its range, 0: its own shape): a row with its status.
+  nlohmann::json replay(const TuneRecord& r, std::int64_t size) {
+    warn_if_elsewhere(r);
+    Regenerated g = regenerate(r, hws_, m_.cc);
+    if (!args_.emit_dir.empty()) emit_cuda(g.kernel, r.workload.key);
+    CompileResult bin = compiler_.compile(g.kernel.code, g.kernel.name);
+    if (!bin.ok) throw InternalError("regenerated kernel " + g.kernel.name + " does not compile:\n" + bin.log);
+    // A range's kernel was measured at its bucket's worst size; at another, there is no logged time.
+    const double logged = size && size != r.result.size ? std::nan("")
+                          : r.result.ok()              ? r.result.median_us
+                                                       : r.result.estimated_us;
+    nlohmann::json row = {{"workload", r.workload.key},
+                          {"name", r.workload.description.value("name", "?") +
+                                       (size ? "@" + g.compute->dynamic.param + "=" + std::to_string(size) : "")},
+                          {"kernel", g.kernel.name},
+                          {"logged_us", logged},
+                          {"logged_measured", r.result.ok()},
+                          {"compile_s", bin.seconds}};
+    if (!run_) {
+      row["status"] = "compiled";
+      return row;
+    }
+    MeasureResult res = measurer_->measure_at(*g.compute, size, g.gemm(), g.kernel, bin);
+    row["status"] = status_name(res.status);
+    if (res.status != MeasureStatus::kOk) {
+      row["error"] = res.message;
+      return row;
+    }
+    row["now_us"] = res.median_us;
+    row["change"] = res.median_us / logged - 1;
+    row["rel_l2"] = args_.verify ? nlohmann::json(res.rel_l2) : nlohmann::json();
+    return row;
+  }
+
+ private:
+  void warn_if_elsewhere(const TuneRecord& r) const {
+    if (r.target.arch != m_.target.arch || (run_ && !r.target.device.empty() && r.target.device != m_.target.device))
+      spdlog::warn("workload {} was recorded on {} ({}), this is {} ({})", r.workload.key, r.target.arch,
+                   r.target.device.empty() ? "no GPU" : r.target.device, m_.target.arch,
+                   m_.target.device.empty() ? "no GPU" : m_.target.device);
+  }
+  /// Named by workload too: workloads of one op share kernel names (the shape is baked into the code).
+  void emit_cuda(const KernelSource& k, const std::string& key) const {
+    std::error_code ec;
+    std::filesystem::create_directories(args_.emit_dir, ec);
+    if (ec) bad("--emit-cuda", "cannot create the directory '" + args_.emit_dir + "': " + ec.message(), "check the path");
+    write_file(args_.emit_dir + "/" + k.name + "." + key + ".cu", self_contained(k.code), "--emit-cuda");
+  }
+
+  const ReplayArgs& args_;
+  Machine m_;
+  bool run_;
+  std::vector<HwAbstraction> hws_;
+  NvrtcCompiler compiler_;
+  std::unique_ptr<WorkerMeasurer> measurer_;
+};
+
+/// One row of the text table.
+void print_row(const nlohmann::json& row) {
+  const std::string key = row["workload"], name = row["name"], kernel = row["kernel"], status = row["status"];
+  const double logged = row["logged_us"].is_number() ? row["logged_us"].get<double>() : std::nan("");
+  if (status == "compiled") {
+    std::printf("%-16s %-20s %12.2f %12s %8s %10s  %s (compiled in %.2f s)\n", key.c_str(), name.c_str(), logged, "-",
+                "-", "-", kernel.c_str(), row["compile_s"].get<double>());
+  } else if (row.contains("error")) {
+    std::printf("%-16s %-20s %12.2f %12s: %s: %s\n", key.c_str(), name.c_str(), logged, "FAILED", status.c_str(),
+                row["error"].get<std::string>().c_str());
+  } else {
+    const double now = row["now_us"];
+    char err[32] = "-", logged_text[32] = "-", change[32] = "-";
+    if (row["rel_l2"].is_number()) std::snprintf(err, sizeof err, "%.1e", row["rel_l2"].get<double>());
+    if (!std::isnan(logged)) {
+      std::snprintf(logged_text, sizeof logged_text, "%.2f", logged);
+      std::snprintf(change, sizeof change, "%+.1f%%", (now / logged - 1) * 100);
+    }
+    std::printf("%-16s %-20s %12s %12.2f %8s %10s  %s\n", key.c_str(), name.c_str(), logged_text, now, change, err,
+                kernel.c_str());
+  }
+}
+
+void replay_command(const ReplayArgs& args) {
+  LogContents log = load_log(args.log);
+  Machine m = detect(args.arch);
+  auto [chosen, sizes] = choose_replays(args, log, m.target.arch);
+  Replayer replayer(args, std::move(m));
+  const bool text = args.format == "text";
+  if (text)
+    std::printf("%-16s %-20s %12s %12s %8s %10s  %s\n", "workload", "name", "logged us", "now us", "change", "rel L2",
+                "kernel");
+  bool failed = false;
+  nlohmann::json rows = nlohmann::json::array();
+  for (const TuneRecord* r : chosen) {
+    rows.push_back(replayer.replay(*r, sizes.count(r) ? sizes[r] : 0));
+    failed |= rows.back().contains("error");
+    if (text) print_row(rows.back());
+  }
+  if (!text)
+    std::cout << nlohmann::json{{"log", args.log}, {"arch", replayer.machine().target.arch}, {"ran", replayer.runs()},
+                                {"results", rows}}
+                     .dump(2)
+              << "\n";
+  if (failed) throw std::runtime_error("a replayed kernel failed or is wrong");
+}
+
 }  // namespace
 
 void register_replay(CLI::App& app) {
@@ -89,87 +207,7 @@ void register_replay(CLI::App& app) {
   args->hw_dirs.add_to(*cmd);
   cmd->add_option("--arch", args->arch, "Compile for sm_XX (without a GPU: compile only)");
   cmd->add_option("--timeout", args->timeout, "Seconds before a hanging kernel is stopped (default 30)");
-  cmd->callback([args] {
-    LogContents log = load_log(args->log);
-    Machine m = detect(args->arch);
-    auto [chosen, sizes] = choose_replays(*args, log, m.target.arch);
-
-    const bool run = m.has_gpu && m.cc == m.rt.devices.front().compute_capability;
-    if (!run) spdlog::warn("no GPU for {} ({}): compiling only", m.target.arch, m.has_gpu ? "another GPU" : m.rt.status);
-    const std::vector<HwAbstraction> hws = args->hw_dirs.all();
-    NvrtcCompiler compiler(m.cc);
-    std::unique_ptr<WorkerMeasurer> measurer;
-    if (run) measurer = std::make_unique<WorkerMeasurer>("/proc/self/exe", args->timeout, tuning_timing(), args->verify,
-                                                         std::random_device{}());
-    bool failed = false;
-    const bool text = args->format == "text";
-    nlohmann::json rows = nlohmann::json::array();
-    if (text)
-      std::printf("%-16s %-20s %12s %12s %8s %10s  %s\n", "workload", "name", "logged us", "now us", "change", "rel L2",
-                  "kernel");
-    for (const TuneRecord* r : chosen) {
-      if (r->target.arch != m.target.arch || (run && !r->target.device.empty() && r->target.device != m.target.device))
-        spdlog::warn("workload {} was recorded on {} ({}), this is {} ({})", r->workload.key, r->target.arch,
-                     r->target.device.empty() ? "no GPU" : r->target.device, m.target.arch,
-                     m.target.device.empty() ? "no GPU" : m.target.device);
-      Regenerated g = regenerate(*r, hws, m.cc);
-      if (!args->emit_dir.empty()) {
-        // Named by workload too: workloads of one op share kernel names (the shape is baked into the code).
-        std::error_code ec;
-        std::filesystem::create_directories(args->emit_dir, ec);
-        if (ec) bad("--emit-cuda", "cannot create the directory '" + args->emit_dir + "': " + ec.message(), "check the path");
-        write_file(args->emit_dir + "/" + g.kernel.name + "." + r->workload.key + ".cu", self_contained(g.kernel.code),
-                   "--emit-cuda");
-      }
-      CompileResult bin = compiler.compile(g.kernel.code, g.kernel.name);
-      if (!bin.ok) throw InternalError("regenerated kernel " + g.kernel.name + " does not compile:\n" + bin.log);
-      const std::int64_t size = sizes.count(r) ? sizes[r] : 0;
-      const std::string name = r->workload.description.value("name", "?") +
-                               (size ? "@" + g.compute->dynamic.param + "=" + std::to_string(size) : "");
-      // A range's kernel was measured at its bucket's worst size; at another, there is no logged time.
-      const double logged = size && size != r->result.size ? std::nan("")
-                            : r->result.ok()                ? r->result.median_us
-                                                            : r->result.estimated_us;
-      nlohmann::json row = {{"workload", r->workload.key}, {"name", name},          {"kernel", g.kernel.name},
-                            {"logged_us", logged},          {"logged_measured", r->result.ok()},
-                            {"compile_s", bin.seconds}};
-      if (!run) {
-        row["status"] = "compiled";
-        rows.push_back(row);
-        if (text)
-          std::printf("%-16s %-20s %12.2f %12s %8s %10s  %s (compiled in %.2f s)\n", r->workload.key.c_str(),
-                      name.c_str(), logged, "-", "-", "-", g.kernel.name.c_str(), bin.seconds);
-        continue;
-      }
-      MeasureResult res = measurer->measure_at(*g.compute, size, g.gemm(), g.kernel, bin);
-      row["status"] = status_name(res.status);
-      if (res.status != MeasureStatus::kOk) {
-        failed = true;
-        row["error"] = res.message;
-        rows.push_back(row);
-        if (text)
-          std::printf("%-16s %-20s %12.2f %12s: %s: %s\n", r->workload.key.c_str(), name.c_str(), logged, "FAILED",
-                      status_name(res.status), res.message.c_str());
-        continue;
-      }
-      row["now_us"] = res.median_us;
-      row["change"] = res.median_us / logged - 1;
-      row["rel_l2"] = args->verify ? nlohmann::json(res.rel_l2) : nlohmann::json();
-      rows.push_back(row);
-      char err[32] = "-";
-      if (args->verify) std::snprintf(err, sizeof err, "%.1e", res.rel_l2);
-      char logged_text[32] = "-", change[32] = "-";
-      if (!std::isnan(logged)) {
-        std::snprintf(logged_text, sizeof logged_text, "%.2f", logged);
-        std::snprintf(change, sizeof change, "%+.1f%%", (res.median_us / logged - 1) * 100);
-      }
-      if (text)
-        std::printf("%-16s %-20s %12s %12.2f %8s %10s  %s\n", r->workload.key.c_str(), name.c_str(), logged_text,
-                    res.median_us, change, err, g.kernel.name.c_str());
-    }
-    if (!text) std::cout << nlohmann::json{{"log", args->log}, {"arch", m.target.arch}, {"ran", run}, {"results", rows}}.dump(2) << "\n";
-    if (failed) throw std::runtime_error("a replayed kernel failed or is wrong");
-  });
+  cmd->callback([args] { replay_command(*args); });
 }
 
 }  // namespace tmap::cli
