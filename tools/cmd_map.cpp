@@ -35,7 +35,8 @@ std::string names_text(const Compute& c, const std::vector<int>& ids) {
   return out;
 }
 
-void print_text(const Compute& c, const MatchReport& r) {
+/// The workload: statement, iterators and tensors.
+void print_workload(const Compute& c) {
   std::printf("workload %s: %s\n", c.name.c_str(), c.statement_text().c_str());
   if (!c.epilogue.empty()) std::printf("  epilogue: %s\n", c.epilogue_text().c_str());
   std::string spatial, reduction;
@@ -56,7 +57,15 @@ void print_text(const Compute& c, const MatchReport& r) {
                 shape_text(tensor.shape).c_str(),
                 narrowed ? (" (summed in " + std::string(dtype_name(c.accumulate)) + ")").c_str() : "");
   }
+}
 
+/// "A, B" of a match's operand roles.
+std::string operands_text(const Compute& c, const Match& m) {
+  return c.tensor_of(c.inputs[m.roles.a_input]).name + ", " + c.tensor_of(c.inputs[m.roles.b_input]).name;
+}
+
+/// One line a match: abstraction, layout, intrinsic shape, operands, mappings that fit.
+void print_matches(const Compute& c, const MatchReport& r) {
   std::printf("\n%zu match(es), mappings enumerated by '%s':\n", r.matches.size(),
               std::string(enumeration_name(r.enumeration)).c_str());
   if (!r.matches.empty())
@@ -65,12 +74,33 @@ void print_text(const Compute& c, const MatchReport& r) {
     const Match& m = r.matches[i];
     int fit = 0;
     for (const auto& map : m.mappings) fit += map.fits();
-    std::string ops = c.tensor_of(c.inputs[m.roles.a_input]).name + ", " + c.tensor_of(c.inputs[m.roles.b_input]).name +
-                      " -> " + c.tensor_of(c.output).name;
+    const std::string ops = operands_text(c, m) + " -> " + c.tensor_of(c.output).name;
     std::printf("  %-3zu %-18s %-7s %-9s %-16s %d of %zu\n", i, m.hw_abs.c_str(), m.layout.c_str(), m.shape.str().c_str(),
                 ops.c_str(), fit, m.mappings.size());
   }
+}
 
+/// The mappings of match `m`, whose layouts are `layouts`.
+void print_mappings(const Compute& c, const Match& m, const std::string& layouts) {
+  std::printf("\nmappings onto %s %s (A, B = %s; layouts %s); batch loops: %s; outer loops: %s\n", m.hw_abs.c_str(),
+              m.shape.str().c_str(), operands_text(c, m).c_str(), layouts.c_str(), names_text(c, m.index.batch).c_str(),
+              names_text(c, m.index.outer).c_str());
+  std::printf("  %-4s %-14s %-10s %-14s %-22s %-7s %s\n", "id", "i", "j", "k", "fused extents i x j x k", "waste",
+              "status");
+  for (const auto& map : m.mappings) {
+    std::string ext = std::to_string(map.fused_extent[0]) + " x " + std::to_string(map.fused_extent[1]) + " x " +
+                      std::to_string(map.fused_extent[2]);
+    char waste[16];
+    std::snprintf(waste, sizeof waste, "%.1f%%", 100.0 * map.padding_waste);
+    std::printf("  %-4d %-14s %-10s %-14s %-22s %-7s %s\n", map.id, axis_set_text(c, map.axes[0]).c_str(),
+                axis_set_text(c, map.axes[1]).c_str(), axis_set_text(c, map.axes[2]).c_str(), ext.c_str(), waste,
+                map.fits() ? "fits" : ("padded: " + map.padding).c_str());
+  }
+}
+
+void print_text(const Compute& c, const MatchReport& r) {
+  print_workload(c);
+  print_matches(c, r);
   // Mappings and their padding depend on the abstraction, shape and operand roles, not on the
   // layout: print each table once.
   auto table = [](const Match& m) { return m.hw_abs + " " + m.shape.str() + " " + std::to_string(m.roles.a_input); };
@@ -84,23 +114,8 @@ void print_text(const Compute& c, const MatchReport& r) {
   for (const Match* m : firsts) {
     std::string ls;
     for (const auto& l : layouts[table(*m)]) ls += (ls.empty() ? "" : ", ") + l;
-    std::string ops = c.tensor_of(c.inputs[m->roles.a_input]).name + ", " + c.tensor_of(c.inputs[m->roles.b_input]).name;
-    std::printf("\nmappings onto %s %s (A, B = %s; layouts %s); batch loops: %s; outer loops: %s\n", m->hw_abs.c_str(),
-                m->shape.str().c_str(), ops.c_str(), ls.c_str(), names_text(c, m->index.batch).c_str(),
-                names_text(c, m->index.outer).c_str());
-    std::printf("  %-4s %-14s %-10s %-14s %-22s %-7s %s\n", "id", "i", "j", "k", "fused extents i x j x k", "waste",
-                "status");
-    for (const auto& map : m->mappings) {
-      std::string ext = std::to_string(map.fused_extent[0]) + " x " + std::to_string(map.fused_extent[1]) + " x " +
-                        std::to_string(map.fused_extent[2]);
-      char waste[16];
-      std::snprintf(waste, sizeof waste, "%.1f%%", 100.0 * map.padding_waste);
-      std::printf("  %-4d %-14s %-10s %-14s %-22s %-7s %s\n", map.id, axis_set_text(c, map.axes[0]).c_str(),
-                  axis_set_text(c, map.axes[1]).c_str(), axis_set_text(c, map.axes[2]).c_str(), ext.c_str(), waste,
-                  map.fits() ? "fits" : ("padded: " + map.padding).c_str());
-    }
+    print_mappings(c, *m, ls);
   }
-
   if (!r.rejected.empty()) std::printf("\nrejected:\n");
   for (const auto& rej : r.rejected) std::printf("  %-18s %s\n", rej.hw_abs.c_str(), rej.reason.c_str());
 }
