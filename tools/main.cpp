@@ -84,7 +84,59 @@ std::vector<std::string> subcommand_options_last(const CLI::App& app, int argc, 
 }
 }  // namespace tmap::cli
 
+namespace {
+
+/// The workers tmap starts itself, which speak JSON lines on stdin and stdout: the measurement
+/// worker (one a GPU) and the compile worker of tuning. -1 when the arguments name neither.
+int run_internal_command(int argc, char** argv) {
+  if (argc == 2 && std::string(argv[1]) == "worker") return tmap::run_measure_worker(stdin, stdout);
+  if (argc == 4 && std::string(argv[1]) == "worker" && std::string(argv[2]) == "--device")
+    return tmap::run_measure_worker(stdin, stdout, std::atoi(argv[3]));
+  if (argc == 2 && std::string(argv[1]) == "compile-worker") return tmap::run_compile_worker(stdin, stdout);
+  return -1;
+}
+
+/// Whether `name` is one of `app`'s commands; if not, says so plainly with the list (CLI11 would
+/// only say that a subcommand is required).
+bool known_command(const CLI::App& app, const std::string& name) {
+  std::string commands;
+  bool known = false;
+  for (const auto* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+    known = known || sub->get_name() == name;
+    commands += (commands.empty() ? "" : ", ") + sub->get_name();
+  }
+  if (!known) std::cerr << "error: unknown command '" << name << "'\n  hint: commands are: " << commands << " (tmap --help)\n";
+  return known;
+}
+
+/// Parses `args` (the program's name first) and runs the command: the exit status, 2 for the
+/// user's errors, 1 for tmap's and the system's.
+int parse_and_run(CLI::App& app, std::vector<char*>& args) {
+  try {
+    app.parse(static_cast<int>(args.size()), args.data());
+  } catch (const CLI::ParseError& e) {
+    int code = app.exit(e);
+    return code == 0 ? 0 : 2;
+  } catch (const tmap::UserError& e) {
+    std::cerr << e.what() << "\n";
+    return 2;
+  } catch (const tmap::InternalError& e) {
+    std::cerr << e.what() << "\n";
+    return 1;
+  } catch (const std::filesystem::filesystem_error& e) {
+    std::cerr << "tmap: error: " << tmap::exception_text(e) << "\n";  // an I/O failure: disk, permissions
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "tmap: internal error (a bug in tmap): " << tmap::exception_text(e) << "\n";
+    return 1;
+  }
+  return tmap::cli::exit_status();
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  if (const int status = run_internal_command(argc, argv); status >= 0) return status;
   CLI::App app{"tmap: maps tensor computations (GEMM, convolutions, ...) onto hardware intrinsics such as "
                "NVIDIA Tensor Cores"};
   app.require_subcommand(1);
@@ -108,47 +160,9 @@ int main(int argc, char** argv) {
   tmap::cli::register_model(app);
   tmap::cli::register_tuning(app);
   register_version(app);
-
-  // The measurement worker (started by tmap itself): JSON lines on stdin and stdout.
-  if (argc == 2 && std::string(argv[1]) == "worker") return tmap::run_measure_worker(stdin, stdout);
-  if (argc == 4 && std::string(argv[1]) == "worker" && std::string(argv[2]) == "--device")
-    return tmap::run_measure_worker(stdin, stdout, std::atoi(argv[3]));
-  // The compile workers of tuning (started by tmap itself): NVRTC requests on stdin.
-  if (argc == 2 && std::string(argv[1]) == "compile-worker") return tmap::run_compile_worker(stdin, stdout);
-  // Name an unknown command plainly (CLI11 would only say that a subcommand is required).
-  if (argc > 1 && argv[1][0] != '-') {
-    std::string commands;
-    bool known = false;
-    for (const auto* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
-      known = known || sub->get_name() == argv[1];
-      commands += (commands.empty() ? "" : ", ") + sub->get_name();
-    }
-    if (!known) {
-      std::cerr << "error: unknown command '" << argv[1] << "'\n  hint: commands are: " << commands
-                << " (tmap --help)\n";
-      return 2;
-    }
-  }
+  if (argc > 1 && argv[1][0] != '-' && !known_command(app, argv[1])) return 2;
   const std::vector<std::string> args = tmap::cli::subcommand_options_last(app, argc, argv);
   std::vector<char*> reordered{argv[0]};
   for (const std::string& a : args) reordered.push_back(const_cast<char*>(a.c_str()));
-  try {
-    app.parse(static_cast<int>(reordered.size()), reordered.data());
-  } catch (const CLI::ParseError& e) {
-    int code = app.exit(e);
-    return code == 0 ? 0 : 2;
-  } catch (const tmap::UserError& e) {
-    std::cerr << e.what() << "\n";
-    return 2;
-  } catch (const tmap::InternalError& e) {
-    std::cerr << e.what() << "\n";
-    return 1;
-  } catch (const std::filesystem::filesystem_error& e) {
-    std::cerr << "tmap: error: " << tmap::exception_text(e) << "\n";  // an I/O failure: disk, permissions
-    return 1;
-  } catch (const std::exception& e) {
-    std::cerr << "tmap: internal error (a bug in tmap): " << tmap::exception_text(e) << "\n";
-    return 1;
-  }
-  return tmap::cli::exit_status();
+  return parse_and_run(app, reordered);
 }
