@@ -629,67 +629,87 @@ void fuse_into(TableWorkload& w, const onnx::NodeProto& n, const Contraction& c,
   }
 }
 
-void add_node(WorkloadTable& t, const onnx::NodeProto& n, int index, ImportState& s, const OnnxImportOptions& o) {
+/// Notes node `n`, which is no contraction: an operator tmap does not map, one of another domain,
+/// or another node outside any kernel.
+void note_other_node(WorkloadTable& t, const onnx::NodeProto& n, const std::string& name, bool ai_onnx) {
+  static const std::set<std::string> unmapped = {"ConvTranspose", "ConvInteger", "QLinearConv", "MatMulInteger",
+                                                 "QLinearMatMul", "Einsum", "DeformConv"};
   const std::string& type = n.op_type();
-  const std::string node_name = tmap::node_name(n, index);
-  const std::map<std::string, Shape>& shapes = s.shapes;
-  if (s.absorbed.count(&n)) return;
-  const bool ai_onnx = n.domain().empty() || n.domain() == "ai.onnx";
-  const bool contraction = ai_onnx && (type == "Conv" || type == "Gemm" || type == "MatMul");
-  if (!contraction) {
-    static const std::set<std::string> unmapped = {"ConvTranspose", "ConvInteger", "QLinearConv", "MatMulInteger",
-                                                   "QLinearMatMul", "Einsum", "DeformConv"};
-    if (ai_onnx && unmapped.count(type))
-      t.unsupported.push_back({node_name, type, type + " is not supported yet (tmap maps Conv, Gemm and MatMul)"});
-    else if (!ai_onnx)
-      t.unsupported.push_back({node_name, n.domain() + "." + type, "operator of domain '" + n.domain() + "': not read"});
-    else
-      ++t.other_ops[type];
+  if (ai_onnx && unmapped.count(type))
+    t.unsupported.push_back({name, type, type + " is not supported yet (tmap maps Conv, Gemm and MatMul)"});
+  else if (!ai_onnx)
+    t.unsupported.push_back({name, n.domain() + "." + type, "operator of domain '" + n.domain() + "': not read"});
+  else
+    ++t.other_ops[type];
+}
+
+/// The static shapes of contraction `n`'s two operands.
+std::vector<Shape> operand_shapes(const onnx::NodeProto& n, const std::map<std::string, Shape>& shapes) {
+  std::vector<Shape> operands;
+  for (int i = 0; i < std::min(n.input_size(), 2); ++i) {
+    auto it = shapes.find(n.input(i));
+    if (it == shapes.end()) throw Unsupported{"the shape of input '" + n.input(i) + "' is unknown after shape inference"};
+    for (std::int64_t d : it->second)
+      if (d < 0) throw Unsupported{"the shape of input '" + n.input(i) + "' " + shape_text(it->second) + " is not static"};
+    operands.push_back(it->second);
+  }
+  if (operands.size() < 2) throw Unsupported{"fewer than two inputs"};
+  return operands;
+}
+
+/// Contraction `n` as a workload, with what follows it fused when o.fuse.
+TableWorkload contraction_workload(const onnx::NodeProto& n, const std::string& name, ImportState& s,
+                                   const OnnxImportOptions& o) {
+  const std::vector<Shape> operands = operand_shapes(n, s.shapes);
+  const Attributes attrs(n);
+  const std::string& type = n.op_type();
+  Contraction c = type == "Conv"   ? read_conv(n, attrs, operands[0], operands[1], o.channels_last)
+                  : type == "Gemm" ? read_gemm(n, attrs, operands[0], operands[1])
+                                   : read_matmul(operands[0], operands[1]);
+  TableWorkload w;
+  w.op = c.op;
+  w.params = c.params;
+  w.nodes = {name};
+  w.notes = c.notes;
+  try {
+    w.flops = 2.0 * build_table_workload(w, o.dtype, o.out_dtype, "node '" + name + "'").iteration_points();
+  } catch (const UserError& e) {
+    throw Unsupported{std::string("no valid ") + c.op + ": " + e.what()};
+  }
+  if (o.fuse) fuse_into(w, n, c, s, o);
+  return w;
+}
+
+/// Adds `w` to the table, or counts it into the workload of the same op, parameters and epilogue.
+void add_workload(WorkloadTable& t, TableWorkload w, ImportState& s) {
+  std::string key = w.op + " | " + w.epilogue;
+  for (const auto& [p, v] : w.params) key += " " + p + "=" + std::to_string(v);
+  const std::string& node = w.nodes.front();
+  if (auto it = s.by_key.find(key); it != s.by_key.end()) {
+    TableWorkload& same = t.workloads[it->second];
+    ++same.count;
+    same.nodes.push_back(node);
+    same.absorbed.insert(same.absorbed.end(), w.absorbed.begin(), w.absorbed.end());
+    for (const auto& note : w.notes)
+      if (std::find(same.notes.begin(), same.notes.end(), note) == same.notes.end()) same.notes.push_back(note);
     return;
   }
+  w.name = sanitized(node);
+  for (int k = 2; !s.names.insert(w.name).second; ++k) w.name = sanitized(node) + "_" + std::to_string(k);
+  s.by_key[key] = t.workloads.size();
+  t.workloads.push_back(std::move(w));
+}
+
+void add_node(WorkloadTable& t, const onnx::NodeProto& n, int index, ImportState& s, const OnnxImportOptions& o) {
+  if (s.absorbed.count(&n)) return;
+  const std::string& type = n.op_type();
+  const std::string name = node_name(n, index);
+  const bool ai_onnx = n.domain().empty() || n.domain() == "ai.onnx";
+  if (!ai_onnx || (type != "Conv" && type != "Gemm" && type != "MatMul")) return note_other_node(t, n, name, ai_onnx);
   try {
-    std::vector<Shape> operands;
-    for (int i = 0; i < std::min(n.input_size(), 2); ++i) {
-      auto it = shapes.find(n.input(i));
-      if (it == shapes.end()) throw Unsupported{"the shape of input '" + n.input(i) + "' is unknown after shape inference"};
-      for (std::int64_t d : it->second)
-        if (d < 0) throw Unsupported{"the shape of input '" + n.input(i) + "' " + shape_text(it->second) + " is not static"};
-      operands.push_back(it->second);
-    }
-    if (operands.size() < 2) throw Unsupported{"fewer than two inputs"};
-    const Attributes attrs(n);
-    Contraction c = type == "Conv"   ? read_conv(n, attrs, operands[0], operands[1], o.channels_last)
-                    : type == "Gemm" ? read_gemm(n, attrs, operands[0], operands[1])
-                                     : read_matmul(operands[0], operands[1]);
-    TableWorkload w;
-    w.op = c.op;
-    w.params = c.params;
-    w.nodes = {node_name};
-    w.notes = c.notes;
-    try {
-      w.flops = 2.0 * build_table_workload(w, o.dtype, o.out_dtype, "node '" + node_name + "'").iteration_points();
-    } catch (const UserError& e) {
-      throw Unsupported{std::string("no valid ") + c.op + ": " + e.what()};
-    }
-    if (o.fuse) fuse_into(w, n, c, s, o);
-    std::string key = c.op + " | " + w.epilogue;
-    for (const auto& [p, v] : c.params) key += " " + p + "=" + std::to_string(v);
-    auto it = s.by_key.find(key);
-    if (it != s.by_key.end()) {
-      TableWorkload& same = t.workloads[it->second];
-      ++same.count;
-      same.nodes.push_back(node_name);
-      same.absorbed.insert(same.absorbed.end(), w.absorbed.begin(), w.absorbed.end());
-      for (const auto& note : w.notes)
-        if (std::find(same.notes.begin(), same.notes.end(), note) == same.notes.end()) same.notes.push_back(note);
-      return;
-    }
-    w.name = sanitized(node_name);
-    for (int k = 2; !s.names.insert(w.name).second; ++k) w.name = sanitized(node_name) + "_" + std::to_string(k);
-    s.by_key[key] = t.workloads.size();
-    t.workloads.push_back(std::move(w));
+    add_workload(t, contraction_workload(n, name, s, o), s);
   } catch (const Unsupported& u) {
-    t.unsupported.push_back({node_name, type, u.reason});
+    t.unsupported.push_back({name, type, u.reason});
   }
 }
 
