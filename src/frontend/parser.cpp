@@ -96,55 +96,12 @@ class Parser {
 
  private:
   void lex() {
-    std::size_t i = 0;
-    while (i < text_.size()) {
-      char c = text_[i];
-      if (std::isspace(static_cast<unsigned char>(c))) {
+    for (std::size_t i = 0; i < text_.size();) {
+      if (std::isspace(static_cast<unsigned char>(text_[i]))) {
         ++i;
         continue;
       }
-      Token t;
-      t.offset = i;
-      if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
-        std::size_t j = i;
-        while (j < text_.size() && (std::isalnum(static_cast<unsigned char>(text_[j])) || text_[j] == '_')) ++j;
-        t.kind = Tok::kName;
-        t.length = j - i;
-      } else if (numbers_ && std::isdigit(static_cast<unsigned char>(c))) {
-        t.length = number_length(i);
-        // Whole numbers are integers, which indices take too.
-        t.kind = text_.substr(i, t.length).find_first_not_of("0123456789") == std::string_view::npos ? Tok::kInt
-                                                                                                    : Tok::kNumber;
-      } else if (std::isdigit(static_cast<unsigned char>(c))) {
-        std::size_t j = i;
-        while (j < text_.size() && std::isdigit(static_cast<unsigned char>(text_[j]))) ++j;
-        if (j < text_.size() && (std::isalpha(static_cast<unsigned char>(text_[j])) || text_[j] == '_' || text_[j] == '.'))
-          fail_at(i, j + 1 - i, "malformed number '" + std::string(text_.substr(i, j + 1 - i)) + "'",
-                  "numbers are decimal integers; write a product as '2*x'");
-        t.kind = Tok::kInt;
-        t.length = j - i;
-      } else {
-        auto two = text_.substr(i, 2);
-        struct Op { std::string_view s; Tok k; };
-        static constexpr Op kOps[] = {
-            {"+=", Tok::kPlusAssign}, {"==", Tok::kEq}, {"!=", Tok::kNe}, {"<=", Tok::kLe},
-            {">=", Tok::kGe}, {"[", Tok::kLBracket}, {"]", Tok::kRBracket}, {"(", Tok::kLParen},
-            {")", Tok::kRParen}, {",", Tok::kComma}, {"+", Tok::kPlus}, {"-", Tok::kMinus},
-            {"*", Tok::kStar}, {"/", Tok::kSlash}, {"%", Tok::kPercent}, {"=", Tok::kAssign},
-            {"<", Tok::kLt}, {">", Tok::kGt}};
-        bool matched = false;
-        for (const auto& op : kOps) {
-          if (op.s.size() == 2 ? two == op.s : c == op.s[0]) {
-            t.kind = op.k;
-            t.length = op.s.size();
-            matched = true;
-            break;
-          }
-        }
-        if (!matched)
-          fail_at(i, 1, std::string("unexpected character '") + c + "'",
-                  "expressions use names, integers, + - * / %, parentheses and brackets");
-      }
+      Token t = token_at(i);
       t.text = text_.substr(t.offset, t.length);
       if (t.kind == Tok::kName && t.length > kMaxNameLength)
         fail_at(t.offset, t.length, "a name of " + std::to_string(t.length) + " characters; at most " +
@@ -156,6 +113,56 @@ class Parser {
       i += t.length;
     }
     tokens_.push_back(Token{Tok::kEnd, text_.size(), 1, {}});
+  }
+
+  /// The token that starts at `i` (not a space): its kind and length.
+  Token token_at(std::size_t i) const {
+    const char c = text_[i];
+    Token t;
+    t.offset = i;
+    if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
+      std::size_t j = i;
+      while (j < text_.size() && (std::isalnum(static_cast<unsigned char>(text_[j])) || text_[j] == '_')) ++j;
+      t.kind = Tok::kName;
+      t.length = j - i;
+    } else if (numbers_ && std::isdigit(static_cast<unsigned char>(c))) {
+      t.length = number_length(i);
+      // Whole numbers are integers, which indices take too.
+      t.kind = text_.substr(i, t.length).find_first_not_of("0123456789") == std::string_view::npos ? Tok::kInt
+                                                                                                  : Tok::kNumber;
+    } else if (std::isdigit(static_cast<unsigned char>(c))) {
+      std::size_t j = i;
+      while (j < text_.size() && std::isdigit(static_cast<unsigned char>(text_[j]))) ++j;
+      if (j < text_.size() && (std::isalpha(static_cast<unsigned char>(text_[j])) || text_[j] == '_' || text_[j] == '.'))
+        fail_at(i, j + 1 - i, "malformed number '" + std::string(text_.substr(i, j + 1 - i)) + "'",
+                "numbers are decimal integers; write a product as '2*x'");
+      t.kind = Tok::kInt;
+      t.length = j - i;
+    } else {
+      const auto [kind, length] = operator_at(i);
+      t.kind = kind;
+      t.length = length;
+    }
+    return t;
+  }
+
+  /// The operator or bracket at `i`, and its length (two-character operators first).
+  std::pair<Tok, std::size_t> operator_at(std::size_t i) const {
+    struct Op {
+      std::string_view s;
+      Tok k;
+    };
+    static constexpr Op kOps[] = {
+        {"+=", Tok::kPlusAssign}, {"==", Tok::kEq}, {"!=", Tok::kNe}, {"<=", Tok::kLe},
+        {">=", Tok::kGe}, {"[", Tok::kLBracket}, {"]", Tok::kRBracket}, {"(", Tok::kLParen},
+        {")", Tok::kRParen}, {",", Tok::kComma}, {"+", Tok::kPlus}, {"-", Tok::kMinus},
+        {"*", Tok::kStar}, {"/", Tok::kSlash}, {"%", Tok::kPercent}, {"=", Tok::kAssign},
+        {"<", Tok::kLt}, {">", Tok::kGt}};
+    const auto two = text_.substr(i, 2);
+    for (const auto& op : kOps)
+      if (op.s.size() == 2 ? two == op.s : text_[i] == op.s[0]) return {op.k, op.s.size()};
+    fail_at(i, 1, std::string("unexpected character '") + text_[i] + "'",
+            "expressions use names, integers, + - * / %, parentheses and brackets");
   }
 
   /// Bytes of the decimal number at `i`: digits, an optional fraction, an optional exponent.
