@@ -149,11 +149,9 @@ double window_time_us(const ImplicitGemm& g, const ScheduleParams& p, const Devi
 bool sampled(const ImplicitGemm& g) { return g.dynamic() && g.compute->dynamic.at > 0; }
 ImplicitGemm at_sample(const ImplicitGemm& g) { return gemm_at_size(g, g.compute->dynamic.at); }
 
-double analytic_time_of(const ImplicitGemm& g, const ScheduleParams& p, const DeviceModel& d) {
-  if (p.window) return window_time_us(g, p, d);
-  const Shape s = shape_of(g, p, d);
-  // Tensor-core work, padded to whole tiles, at a rate reduced when few warps per SM feed the
-  // four tensor pipes or when small warp tiles reload fragments for every mma.
+/// Tensor-core work, padded to whole tiles, at a rate reduced when few warps per SM feed the
+/// four tensor pipes or when small warp tiles reload fragments for every mma.
+double compute_seconds(const ImplicitGemm& g, const ScheduleParams& p, const DeviceModel& d, const Shape& s) {
   const double padded_flops = 2.0 * (s.tiles_m * p.block_m) * (s.tiles_n * p.block_n) *
                               (ceil_div(g.K, p.block_k) * p.block_k) * g.batch * g.serial;
   const double peak = d.tensor_flops_per_clock_sm * d.clock_ghz * 1e9 * d.sm_count * dtype_rate(g.hw->a_dtype);
@@ -161,8 +159,11 @@ double analytic_time_of(const ImplicitGemm& g, const ScheduleParams& p, const De
   const double frag_eff = std::min(1.0, static_cast<double>(s.fragments) / (s.fm + s.fn));
   // Without padding or a swizzle, fragment loads from shared memory conflict on banks.
   const double conflicts = p.smem_pad == 0 && !p.swizzle ? 3.0 : 1.0;
-  const double compute_s =
-      padded_flops / (peak * s.wave_efficiency * warp_eff * frag_eff * family_of(*g.hw).peak_fraction()) * conflicts;
+  return padded_flops / (peak * s.wave_efficiency * warp_eff * frag_eff * family_of(*g.hw).peak_fraction()) * conflicts;
+}
+
+/// Loading the operand tiles: the slower of their traffic and the instructions that gather them.
+double load_seconds(const ImplicitGemm& g, const ScheduleParams& p, const DeviceModel& d, const Shape& s) {
   // Operand traffic: every block reads its A and B tiles once per step; the first read of each
   // element comes from DRAM, re-reads by other blocks from L2.
   const double a_bits = dtype_bits(g.hw->a_dtype), b_bits = dtype_bits(g.hw->b_dtype);
@@ -182,13 +183,17 @@ double analytic_time_of(const ImplicitGemm& g, const ScheduleParams& p, const De
       tiles_steps * (gather_cost(static_cast<double>(p.block_m) * p.block_k, p.vec_a) +
                      gather_cost(static_cast<double>(p.block_k) * p.block_n, p.vec_b)) * (p.unroll ? 1.0 : 3.0);
   const double gather_s = instructions / (128.0 * d.sm_count * d.clock_ghz * 1e9 * s.wave_efficiency);
-  const double load_s = std::max(memory_s, gather_s);
-  const double body_s = p.stages >= 2 ? std::max(compute_s, load_s) : compute_s + load_s;
-  // Epilogue: the output written once; split-K writes and re-reads float partial sums.
+  return std::max(memory_s, gather_s);
+}
+
+/// What follows the main loop and what precedes it, in seconds: the output written once (split-K
+/// writes and re-reads float partial sums) and a relayout prologue's copies. Adds their launches
+/// to `launches_us`.
+std::pair<double, double> outside_loop_seconds(const ImplicitGemm& g, const ScheduleParams& p, const DeviceModel& d,
+                                               double& launches_us) {
   const double out_bytes =
       static_cast<double>(g.M) * g.N * g.batch * dtype_bits(g.compute->tensor_of(g.compute->output).dtype) / 8;
   double epilogue_s = out_bytes / d.dram_bytes_per_s;
-  double launches_us = d.launch_us;
   if (p.split_k > 1 && p.cluster) {
     // The splits' blocks read each other's tiles over the SM-to-SM network (about twice DRAM's
     // rate) and need no second launch; but a cluster's blocks are scheduled and retired together,
@@ -207,6 +212,16 @@ double analytic_time_of(const ImplicitGemm& g, const ScheduleParams& p, const De
     prologue_s = 2.0 * relayout_bytes(g) / d.dram_bytes_per_s;
     launches_us += 0.5 * d.launch_us;
   }
+  return {epilogue_s, prologue_s};
+}
+
+double analytic_time_of(const ImplicitGemm& g, const ScheduleParams& p, const DeviceModel& d) {
+  if (p.window) return window_time_us(g, p, d);
+  const Shape s = shape_of(g, p, d);
+  const double compute_s = compute_seconds(g, p, d, s), load_s = load_seconds(g, p, d, s);
+  const double body_s = p.stages >= 2 ? std::max(compute_s, load_s) : compute_s + load_s;
+  double launches_us = d.launch_us;
+  const auto [epilogue_s, prologue_s] = outside_loop_seconds(g, p, d, launches_us);
   return launches_us + (body_s + epilogue_s + prologue_s) * 1e6;
 }
 
