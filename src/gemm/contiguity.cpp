@@ -14,64 +14,86 @@ int widest_dividing(int cap, std::initializer_list<std::int64_t> values) {
   return w;
 }
 
-}  // namespace
+/// An access's indices seen from its iterators.
+struct IndexView {
+  const Compute& c;
+  const Access& acc;
+  int last = static_cast<int>(acc.indices.size()) - 1;
 
-Contiguity contiguity(const Compute& c, const Access& acc, const std::vector<int>& axis, int bits, int max_bytes) {
-  Contiguity out;
-  if (acc.indices.empty() || axis.empty() || bits < 8) return out;
-  const Tensor& t = c.tensor_of(acc);
-  const int last = static_cast<int>(acc.indices.size()) - 1;
-  auto extent = [&](int it) { return c.iters[it].extent; };
-  // `e` is iterator `it` alone (terms of extent-1 iterators, a group index when groups = 1, are
-  // always zero).
-  auto alone = [&](const AffineExpr& e, int it) {
+  std::int64_t extent(int it) const { return c.iters[it].extent; }
+  /// Whether `e` is iterator `it` alone (terms of extent-1 iterators, a group index when groups =
+  /// 1, are always zero).
+  bool alone(const AffineExpr& e, int it) const {
     if (e.constant != 0 || e.coef(it) != 1) return false;
     for (const auto& [x, coef] : e.terms)
       if (x != it && extent(x) != 1) return false;
     return true;
-  };
-  auto only_in = [&](int it, int dim) {
+  }
+  /// Whether no dimension but `dim` uses iterator `it`.
+  bool only_in(int it, int dim) const {
     for (int d = 0; d <= last; ++d)
       if (d != dim && acc.indices[d].uses(it)) return false;
     return true;
-  };
-  const int inner = axis.back();
-  const AffineExpr& e = acc.indices[last];
-  const int max = max_bytes * 8 / bits;
-  if (e.coef(inner) == 2 && only_in(inner, last)) {
-    // Strided: two aligned vectors of `load` elements cover a group of width <= load / 2.
-    const int load = widest_dividing(max, {t.shape[last]});
-    const int width = widest_dividing(load / 2, {extent(inner)});
-    if (width * bits >= 32) {
-      out.width = width;
-      out.step = 2;
-      out.load = load;
-    }
-    return out;
   }
-  if (e.coef(inner) != 1 || !only_in(inner, last)) return out;
-  if (alone(e, inner)) {
-    // Fused: extend the run outwards while each dimension is covered whole by its iterator.
-    std::int64_t run = extent(inner), stride = 1;
-    int d = last;
-    for (int a = static_cast<int>(axis.size()) - 1; d > 0 && a > 0; --d, --a) {
-      if (t.shape[d] != extent(axis[a]) || !alone(acc.indices[d - 1], axis[a - 1]) || !only_in(axis[a - 1], d - 1))
-        break;
-      stride *= t.shape[d];
-      run *= extent(axis[a - 1]);
-    }
-    // Dimensions outside the run step by multiples of the outermost run dimension's extent.
-    out.width = widest_dividing(max, {run, d > 0 ? t.shape[d] * stride : 0});
-    out.aligned = out.width;
-    return out;
+};
+
+/// Strided (the innermost iterator with coefficient 2): two aligned vectors of `load` elements
+/// cover a group of width <= load / 2.
+Contiguity strided(const IndexView& v, const Tensor& t, int inner, int max, int bits) {
+  Contiguity out;
+  const int load = widest_dividing(max, {t.shape[v.last]});
+  const int width = widest_dividing(load / 2, {v.extent(inner)});
+  if (width * bits >= 32) {
+    out.width = width;
+    out.step = 2;
+    out.load = load;
   }
-  // Shifted: the other terms move the group's start; the dimension's bounds cut it anywhere.
-  out.width = widest_dividing(max, {extent(inner), t.shape[last]});
+  return out;
+}
+
+/// Fused (the last index is the innermost iterator alone): the run extends outwards while each
+/// dimension is covered whole by its iterator of `axis`.
+Contiguity fused(const IndexView& v, const Tensor& t, const std::vector<int>& axis, int max) {
+  std::int64_t run = v.extent(axis.back()), stride = 1;
+  int d = v.last;
+  for (int a = static_cast<int>(axis.size()) - 1; d > 0 && a > 0; --d, --a) {
+    if (t.shape[d] != v.extent(axis[a]) || !v.alone(v.acc.indices[d - 1], axis[a - 1]) || !v.only_in(axis[a - 1], d - 1))
+      break;
+    stride *= t.shape[d];
+    run *= v.extent(axis[a - 1]);
+  }
+  // Dimensions outside the run step by multiples of the outermost run dimension's extent.
+  Contiguity out;
+  out.width = widest_dividing(max, {run, d > 0 ? t.shape[d] * stride : 0});
+  out.aligned = out.width;
+  return out;
+}
+
+/// Shifted (other terms in the last index): they move the group's start; the dimension's bounds
+/// cut it anywhere.
+Contiguity shifted(const IndexView& v, const Tensor& t, int inner, int max) {
+  const AffineExpr& e = v.acc.indices[v.last];
+  Contiguity out;
+  out.width = widest_dividing(max, {v.extent(inner), t.shape[v.last]});
   out.aligned = out.width;
   for (const auto& [x, coef] : e.terms)
-    if (x != inner && extent(x) != 1) out.aligned = widest_dividing(out.aligned, {coef});
+    if (x != inner && v.extent(x) != 1) out.aligned = widest_dividing(out.aligned, {coef});
   out.aligned = widest_dividing(out.aligned, {e.constant});
   return out;
+}
+
+}  // namespace
+
+Contiguity contiguity(const Compute& c, const Access& acc, const std::vector<int>& axis, int bits, int max_bytes) {
+  if (acc.indices.empty() || axis.empty() || bits < 8) return {};
+  const IndexView v{c, acc};
+  const Tensor& t = c.tensor_of(acc);
+  const int inner = axis.back();
+  const AffineExpr& e = acc.indices[v.last];
+  const int max = max_bytes * 8 / bits;
+  if (e.coef(inner) == 2 && v.only_in(inner, v.last)) return strided(v, t, inner, max, bits);
+  if (e.coef(inner) != 1 || !v.only_in(inner, v.last)) return {};
+  return v.alone(e, inner) ? fused(v, t, axis, max) : shifted(v, t, inner, max);
 }
 
 int contiguous_width(const Compute& c, const Access& acc, const std::vector<int>& axis, int bits, int max_bytes) {
