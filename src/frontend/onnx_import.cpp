@@ -100,20 +100,10 @@ std::string ints_text(const Shape& s) {
   return out + ")";
 }
 
-Contraction read_conv(const onnx::NodeProto& n, const Attributes& a, const Shape& x, const Shape& w, bool channels_last) {
-  if (x.size() < 3 || x.size() > 5) throw Unsupported{"input of rank " + std::to_string(x.size()) + ": tmap maps 1-D, 2-D and 3-D convolutions"};
-  const std::size_t rank = x.size() - 2;
-  if (w.size() != x.size()) throw Unsupported{"weight rank " + std::to_string(w.size()) + " differs from the input's " + std::to_string(x.size())};
-  const std::int64_t groups = a.integer("group", 1);
-  const std::int64_t N = x[0], C = x[1], K = w[0];
-  if (groups < 1 || C % groups || K % groups || w[1] * groups != C)
-    throw Unsupported{"group " + std::to_string(groups) + " does not divide channels " + std::to_string(C) + " -> " + std::to_string(K)};
-  Shape kernel(w.begin() + 2, w.end());
-  if (auto ks = a.ints("kernel_shape"); ks && *ks != kernel)
-    throw Unsupported{"kernel_shape " + ints_text(*ks) + " disagrees with the weight's " + ints_text(kernel)};
-  const Shape strides = a.ints("strides").value_or(Shape(rank, 1));
-  const Shape dilations = a.ints("dilations").value_or(Shape(rank, 1));
-  if (strides.size() != rank || dilations.size() != rank) throw Unsupported{"strides or dilations of the wrong length"};
+/// A convolution's padding, each dimension's start then each one's end: `pads`, or what
+/// `auto_pad` makes of the input `x` (N, C, spatial...) and the filter.
+Shape conv_pads(const Attributes& a, const Shape& x, const Shape& kernel, const Shape& strides, const Shape& dilations) {
+  const std::size_t rank = kernel.size();
   Shape pads = a.ints("pads").value_or(Shape(2 * rank, 0));
   const std::string auto_pad = a.text("auto_pad", "NOTSET");
   if (auto_pad == "VALID") {
@@ -129,31 +119,63 @@ Contraction read_conv(const onnx::NodeProto& n, const Attributes& a, const Shape
     throw Unsupported{"auto_pad '" + auto_pad + "' is unknown"};
   }
   if (pads.size() != 2 * rank) throw Unsupported{"pads of the wrong length"};
+  return pads;
+}
+
+/// What a convolution is, once its attributes are read: one stride, dilation and padding.
+struct ConvGeometry {
+  Shape x, kernel;  ///< The input's shape (N, C, spatial...) and the filter's spatial extents.
+  std::int64_t K = 0, groups = 1, stride = 1, pad = 0, dil = 1;
+};
+
+/// The built-in op of a convolution of 1, 2 or 3 spatial dimensions, and its parameters.
+Contraction conv_op(const ConvGeometry& g, bool channels_last) {
+  const Shape& x = g.x;
+  const Shape& k = g.kernel;
+  const std::int64_t N = x[0], C = x[1];
+  Contraction c;
+  if (k.size() == 1) {
+    if (g.groups != 1) throw Unsupported{"grouped 1-D convolution (group " + std::to_string(g.groups) + "): tmap's conv1d has no groups"};
+    c.op = "conv1d";
+    c.params = {{"N", N}, {"C", C}, {"W", x[2]}, {"K", g.K}, {"S", k[0]}, {"stride", g.stride}, {"pad", g.pad}, {"dil", g.dil}};
+  } else if (k.size() == 2) {
+    if (g.groups > 1 && g.groups == C && g.K == C && !channels_last) {
+      c.op = "depthwise_conv2d";
+      c.params = {{"N", N}, {"C", C}, {"H", x[2]}, {"W", x[3]}, {"R", k[0]}, {"S", k[1]},
+                  {"stride", g.stride}, {"pad", g.pad}, {"dil", g.dil}};
+    } else {
+      c.op = channels_last ? "conv2d_nhwc" : "conv2d";
+      c.params = {{"N", N}, {"C", C}, {"H", x[2]}, {"W", x[3]}, {"K", g.K}, {"R", k[0]}, {"S", k[1]},
+                  {"stride", g.stride}, {"pad", g.pad}, {"dil", g.dil}, {"groups", g.groups}};
+    }
+  } else {
+    if (g.groups != 1) throw Unsupported{"grouped 3-D convolution (group " + std::to_string(g.groups) + "): tmap's conv3d has no groups"};
+    c.op = "conv3d";
+    c.params = {{"N", N},    {"C", C},    {"D", x[2]},         {"H", x[3]},    {"W", x[4]},    {"K", g.K},
+                {"T", k[0]}, {"R", k[1]}, {"S", k[2]}, {"stride", g.stride}, {"pad", g.pad}, {"dil", g.dil}};
+  }
+  return c;
+}
+
+Contraction read_conv(const onnx::NodeProto& n, const Attributes& a, const Shape& x, const Shape& w, bool channels_last) {
+  if (x.size() < 3 || x.size() > 5) throw Unsupported{"input of rank " + std::to_string(x.size()) + ": tmap maps 1-D, 2-D and 3-D convolutions"};
+  const std::size_t rank = x.size() - 2;
+  if (w.size() != x.size()) throw Unsupported{"weight rank " + std::to_string(w.size()) + " differs from the input's " + std::to_string(x.size())};
+  ConvGeometry g{x, Shape(w.begin() + 2, w.end()), w[0], a.integer("group", 1)};
+  const std::int64_t C = x[1];
+  if (g.groups < 1 || C % g.groups || g.K % g.groups || w[1] * g.groups != C)
+    throw Unsupported{"group " + std::to_string(g.groups) + " does not divide channels " + std::to_string(C) + " -> " + std::to_string(g.K)};
+  if (auto ks = a.ints("kernel_shape"); ks && *ks != g.kernel)
+    throw Unsupported{"kernel_shape " + ints_text(*ks) + " disagrees with the weight's " + ints_text(g.kernel)};
+  const Shape strides = a.ints("strides").value_or(Shape(rank, 1));
+  const Shape dilations = a.ints("dilations").value_or(Shape(rank, 1));
+  if (strides.size() != rank || dilations.size() != rank) throw Unsupported{"strides or dilations of the wrong length"};
+  const Shape pads = conv_pads(a, x, g.kernel, strides, dilations);
   if (!all_equal(strides)) throw Unsupported{"strides " + ints_text(strides) + " differ per dimension; tmap's convolutions take one stride"};
   if (!all_equal(dilations)) throw Unsupported{"dilations " + ints_text(dilations) + " differ per dimension; tmap's convolutions take one dilation"};
   if (!all_equal(pads)) throw Unsupported{"pads " + ints_text(pads) + " are asymmetric or differ per dimension; tmap's convolutions take one padding"};
-  Contraction c;
-  const std::int64_t stride = strides[0], dil = dilations[0], pad = pads[0];
-  if (rank == 1) {
-    if (groups != 1) throw Unsupported{"grouped 1-D convolution (group " + std::to_string(groups) + "): tmap's conv1d has no groups"};
-    c.op = "conv1d";
-    c.params = {{"N", N}, {"C", C}, {"W", x[2]}, {"K", K}, {"S", kernel[0]}, {"stride", stride}, {"pad", pad}, {"dil", dil}};
-  } else if (rank == 2) {
-    if (groups > 1 && groups == C && K == C && !channels_last) {
-      c.op = "depthwise_conv2d";
-      c.params = {{"N", N}, {"C", C}, {"H", x[2]}, {"W", x[3]}, {"R", kernel[0]}, {"S", kernel[1]},
-                  {"stride", stride}, {"pad", pad}, {"dil", dil}};
-    } else {
-      c.op = channels_last ? "conv2d_nhwc" : "conv2d";
-      c.params = {{"N", N}, {"C", C}, {"H", x[2]}, {"W", x[3]}, {"K", K}, {"R", kernel[0]}, {"S", kernel[1]},
-                  {"stride", stride}, {"pad", pad}, {"dil", dil}, {"groups", groups}};
-    }
-  } else {
-    if (groups != 1) throw Unsupported{"grouped 3-D convolution (group " + std::to_string(groups) + "): tmap's conv3d has no groups"};
-    c.op = "conv3d";
-    c.params = {{"N", N},         {"C", C},         {"D", x[2]},         {"H", x[3]},     {"W", x[4]},     {"K", K},
-                {"T", kernel[0]}, {"R", kernel[1]}, {"S", kernel[2]},    {"stride", stride}, {"pad", pad}, {"dil", dil}};
-  }
+  g.stride = strides[0], g.dil = dilations[0], g.pad = pads[0];
+  Contraction c = conv_op(g, channels_last);
   if (n.input_size() > 2 && !n.input(2).empty()) c.notes.push_back("bias add not fused");
   return c;
 }
