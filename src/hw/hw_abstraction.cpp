@@ -12,6 +12,7 @@
 
 #include "tmap/frontend/json_locations.h"
 #include "tmap/frontend/parser.h"
+#include "tmap/support/identifier.h"
 #include "tmap/support/json_integer.h"
 
 namespace tmap {
@@ -158,12 +159,6 @@ void check_intrinsic(const JsonReader& r, const HwAbstraction& hw) {
                  "intrinsic " + nlohmann::json(hw.compute_intrinsic).dump() + " is not the instruction family " +
                      hw.family + " issues for " + types,
                  "write \"intrinsic\": \"" + want + "\"");
-}
-
-/// Whether `s` is a C identifier: the abstraction's name appears in generated source.
-bool is_identifier(const std::string& s) {
-  if (s.empty() || std::isdigit(static_cast<unsigned char>(s[0]))) return false;
-  return std::all_of(s.begin(), s.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
 }
 
 void read_shapes(JsonReader& r, const ordered_json& comp, HwAbstraction& hw) {
@@ -316,7 +311,7 @@ HwAbstraction parse_hw_abstraction(const SourceText& source) {
                "a hardware abstraction");
   const std::string what = "the hardware abstraction";
   hw.name = string_member(r, doc, "", "name", what);
-  if (!is_identifier(hw.name))
+  if (!is_identifier(hw.name))  // the name appears in generated source
     r.fail_value("/name", "name " + nlohmann::json(hw.name).dump() + " is not an identifier",
                  "use letters, digits and '_', not starting with a digit, e.g. \"mma_sync_fp16_fp32\"");
   hw.family = string_member(r, doc, "", "family", what);

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tmap/support/diagnostic.h"
+#include "tmap/support/identifier.h"
 #include "tmap/support/json_integer.h"
 
 namespace tmap {
@@ -304,18 +305,12 @@ void read_epilogue(const nlohmann::json& e, Compute& c) {
     throw std::runtime_error("an epilogue with " + why);
 }
 
-/// Whether `name` can stand as a C identifier: a range's parameter reaches exported sources (a
-/// launch function's parameter, comments).
-bool is_identifier(const std::string& name) {
-  return !name.empty() && name.size() <= 64 && !std::isdigit(static_cast<unsigned char>(name[0])) &&
-         std::all_of(name.begin(), name.end(), [](char ch) { return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_'; });
-}
-
 void read_dynamic(const nlohmann::json& d, Compute& c) {
   c.dynamic = {integer<int>(d.at("iterator"), "the dynamic iterator"), d.at("param").get<std::string>(),
                integer<std::int64_t>(d.at("lo"), "a range's start"), integer<std::int64_t>(d.at("hi"), "a range's end"), 0};
   if (const std::string why = dynamic_extent_error(c, c.dynamic.iter); !why.empty()) throw std::runtime_error(why);
-  if (!is_identifier(c.dynamic.param)) throw std::runtime_error("a range's parameter that is not an identifier");
+  // The parameter's name reaches exported sources (a launch function's parameter, comments).
+  if (c.dynamic.param.size() > 64 || !is_identifier(c.dynamic.param)) throw std::runtime_error("a range's parameter that is not an identifier");
   if (c.dynamic.lo < 1 || c.dynamic.lo >= c.dynamic.hi || c.dynamic.hi != c.iters[c.dynamic.iter].extent)
     throw std::runtime_error("a range that is not 1 <= lo < hi = the iterator's extent");
   if (d.contains("at")) {
