@@ -120,10 +120,10 @@ std::string window_mapping_error(const ImplicitGemm& g) {
 /// Dimension `d` of the image as a window: its output iterator (of m) and its tap iterator (of
 /// k), or why it is not one. `kept` says whether the plan keeps it: a window, or a last dimension
 /// that no iterator moves (a window of one output and one tap, as along W = 1).
-std::string image_dimension(const ImplicitGemm& g, std::size_t d, WindowDim& wd, bool& kept) {
+std::string image_dimension(const ImplicitGemm& g, const std::vector<int>& m_live, const std::vector<int>& k_live,
+                            std::size_t d, WindowDim& wd, bool& kept) {
   const Compute& c = *g.compute;
   const Access& img = c.inputs[g.a_input];
-  const std::vector<int> m_live = c.live_iterators(g.m_iters), k_live = c.live_iterators(g.k_iters);
   const std::string not_window = "dimension " + std::to_string(d) + " of the image is not a window";
   wd.dim = static_cast<int>(d);
   wd.offset = img.indices[d].constant;
@@ -146,20 +146,19 @@ std::string image_dimension(const ImplicitGemm& g, std::size_t d, WindowDim& wd,
   return {};
 }
 
-/// Why the window dimensions `dims` do not cover m and k exactly as outputs and taps (empty:
-/// they do).
-std::string window_cover_error(const ImplicitGemm& g, const std::vector<WindowDim>& dims) {
-  const Compute& c = *g.compute;
+/// Why the window dimensions `dims` do not cover m and k (their iterators of extent above 1)
+/// exactly as outputs and taps (empty: they do).
+std::string window_cover_error(const std::vector<WindowDim>& dims, const std::vector<int>& m_live,
+                               std::vector<int> k_live) {
   std::vector<int> outs, taps;
   for (const WindowDim& d : dims) {
     if (d.out_iter >= 0) outs.push_back(d.out_iter);
     if (d.tap_iter >= 0) taps.push_back(d.tap_iter);
   }
-  if (outs != c.live_iterators(g.m_iters)) return "m is not the window's outputs, rows then columns";
-  std::vector<int> k_sorted = c.live_iterators(g.k_iters);
-  std::sort(k_sorted.begin(), k_sorted.end());
+  if (outs != m_live) return "m is not the window's outputs, rows then columns";
+  std::sort(k_live.begin(), k_live.end());
   std::sort(taps.begin(), taps.end());
-  if (k_sorted != taps) return "k is not the window's taps";
+  if (k_live != taps) return "k is not the window's taps";
   return {};
 }
 
@@ -172,12 +171,14 @@ WindowPlan window_plan(const ImplicitGemm& g) {
     return w;
   };
   if (std::string why = window_mapping_error(g); !why.empty()) return fail(std::move(why));
-  const Tensor& t = g.compute->tensor_of(g.compute->inputs[g.a_input]);
+  const Compute& c = *g.compute;
+  const Tensor& t = c.tensor_of(c.inputs[g.a_input]);
+  const std::vector<int> m_live = c.live_iterators(g.m_iters), k_live = c.live_iterators(g.k_iters);
   std::vector<WindowDim> dims;
   for (std::size_t d = 0; d < t.shape.size(); ++d) {
     WindowDim wd;
     bool kept = false;
-    if (std::string why = image_dimension(g, d, wd, kept); !why.empty()) return fail(std::move(why));
+    if (std::string why = image_dimension(g, m_live, k_live, d, wd, kept); !why.empty()) return fail(std::move(why));
     if (kept) dims.push_back(wd);
   }
   if (dims.empty() || dims.size() > 2)
@@ -189,7 +190,7 @@ WindowPlan window_plan(const ImplicitGemm& g) {
     w.row = dims.front();
     w.row_stride = t.stride(static_cast<std::size_t>(w.row.dim));
   }
-  if (std::string why = window_cover_error(g, dims); !why.empty()) return fail(std::move(why));
+  if (std::string why = window_cover_error(dims, m_live, k_live); !why.empty()) return fail(std::move(why));
   if (w.row.taps * w.col.taps > kMaxTaps)
     return fail(std::to_string(w.row.taps * w.col.taps) + " filter taps; at most " + std::to_string(kMaxTaps) +
                 " are held in registers");
