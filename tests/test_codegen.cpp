@@ -1339,7 +1339,7 @@ TEST(Codegen, WgmmaIm2colProducer) {
     const int which = g.a_input == 0 ? 0 : 1;  // the input tensor I (or X) is the compute's first
     ScheduleParams d = default_schedule(g, limits);
     d.producer = 1;
-    if (g.relayouted()) d.relayout = 1;
+    d.relayout = g.relayout_knob;
     const auto issues = validate(g, d, limits);
     if (!issues.empty()) return issues[0].detail;
     std::vector<std::pair<std::string, ScheduleParams>> schedules = {{"default", d}};

@@ -7,8 +7,10 @@
 // inputs, 1e-3 for tf32, exact for int8).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -29,16 +31,17 @@ using testing::have_gpu;
 using testing::shipped;
 using testing::typed_op;
 
-/// The relayout views of `c` under abstraction `hw_name`: the first offered mapping of each match,
-/// at most `max`; the reasons of the mappings refused go to `why_not`.
+/// The relayout views (of ScheduleParams::relayout `knob`) of `c` under abstraction `hw_name`: the
+/// first offered mapping of each match, at most `max`; the reasons of the mappings refused go to
+/// `why_not`.
 std::vector<ImplicitGemm> views_of(const Compute& c, const std::string& hw_name, std::size_t max,
-                                   std::vector<std::string>* why_not = nullptr) {
+                                   std::vector<std::string>* why_not = nullptr, int knob = 1) {
   const HwAbstraction& hw = find_hw(shipped(), hw_name);
   std::vector<ImplicitGemm> out;
   const MatchReport r = match_compute(c, {hw}, Enumeration::kAll);
   for (const Match& m : r.matches) {
     for (const Mapping& map : m.mappings) {
-      RelayoutView v = relayout_view(make_implicit_gemm(c, hw, m, map));
+      RelayoutView v = relayout_view(make_implicit_gemm(c, hw, m, map), knob);
       if (v.why_not.empty()) {
         out.push_back(std::move(v.gemm));
         break;
@@ -59,7 +62,7 @@ Compute op(const std::string& name, const std::vector<std::string>& sets) {
 /// where WMMA's rows would misalign them).
 ScheduleParams view_schedule(const ImplicitGemm& g, int cc = 90) {
   ScheduleParams p = default_schedule(g, DeviceLimits::for_arch(cc));
-  p.relayout = 1;
+  p.relayout = std::max(1, g.relayout_knob);
   if (!validate(g, p, DeviceLimits::for_arch(cc)).empty()) {
     ScheduleParams panels = p;
     panels.panels = 1;
@@ -70,9 +73,9 @@ ScheduleParams view_schedule(const ImplicitGemm& g, int cc = 90) {
 
 /// Up to `max` views of `c` under `hw_name` (one per match) whose view_schedule() is valid.
 std::vector<std::pair<ImplicitGemm, ScheduleParams>> schedulable_views(const Compute& c, const std::string& hw_name,
-                                                                       std::size_t max, int cc = 90) {
+                                                                       std::size_t max, int cc = 90, int knob = 1) {
   std::vector<std::pair<ImplicitGemm, ScheduleParams>> out;
-  for (ImplicitGemm& g : views_of(c, hw_name, 64)) {
+  for (ImplicitGemm& g : views_of(c, hw_name, 64, nullptr, knob)) {
     ScheduleParams p = view_schedule(g, cc);
     if (validate(g, p, DeviceLimits::for_arch(cc)).empty()) out.emplace_back(std::move(g), p);
     if (out.size() == max) break;
@@ -250,6 +253,57 @@ TEST(Relayout, FewChannelsArePaddedToWholeVectors) {
   EXPECT_EQ(emit_kernel(whole[0], view_schedule(whole[0])).code.find("_pad("), std::string::npos);
 }
 
+TEST(Relayout, FewChannelsArePaddedToEightByteVectorsByRelayoutTwo) {
+  // relayout = 2 pads a first layer's three channels to 4 halves (one 8-byte vector), not 8: its
+  // copies, tiles and multiplies are half those of relayout = 1.
+  for (const std::string name : {"conv2d", "conv2d_nhwc"}) {
+    SCOPED_TRACE(name);
+    const Compute c = op(name, {"N=2", "C=3", "H=32", "W=30", "K=64", "R=7", "S=7", "stride=2", "pad=3"});
+    const std::vector<ImplicitGemm> views = views_of(c, "mma_sync_fp16_fp32", 8, nullptr, 2);
+    ASSERT_FALSE(views.empty());
+    for (const ImplicitGemm& g : views) {
+      EXPECT_EQ(g.relayout_knob, 2);
+      EXPECT_EQ(g.compute->iters[g.k_iters.back()].extent, 4);
+      EXPECT_EQ(g.K % 4, 0);
+      EXPECT_EQ(g.relayout[0].copy_moved(), 4);
+      EXPECT_EQ(g.relayout[1].copy_moved(), 4);
+      int widest = 0;
+      for (int which = 0; which < 2; ++which) widest = std::max(widest, operand_contiguity(g, which).aligned);
+      EXPECT_EQ(widest, 4) << "an operand is read in aligned 8-byte vectors";
+      const ScheduleParams p = view_schedule(g);
+      EXPECT_EQ(p.relayout, 2);
+      ASSERT_TRUE(validate(g, p, DeviceLimits::for_arch(90)).empty());
+      const KernelSource kernel = emit_kernel(g, p);
+      EXPECT_EQ(kernel.name.substr(kernel.name.size() - 10), "_relayout8") << kernel.name;
+      EXPECT_NE(kernel.code.find("relayout_pad_rows<unsigned short, 4, 4>(reinterpret_cast"), std::string::npos);
+      // Half the workspace of relayout = 1's copies.
+      EXPECT_GE(kernel.workspace_bytes, 2 * (g.relayout[0].copy_elements() + g.relayout[1].copy_elements()));
+      EXPECT_EQ(g.relayout[0].copy_elements(), g.relayout[0].elements() / 3 * 4);
+      // A schedule of the other view's value is refused with the value to use.
+      ScheduleParams other = p;
+      other.relayout = 1;
+      const auto issues = validate(g, other, DeviceLimits::for_arch(90));
+      ASSERT_FALSE(issues.empty());
+      EXPECT_NE(issues[0].detail.find("relayout = 1 on a relayout view of 2"), std::string::npos) << issues[0].detail;
+    }
+  }
+  // int8 pads 3 channels to 8 (8 bytes) against 16; tf32 pads to 4 either way, so relayout = 2 is
+  // not offered, and a channel count that is whole 16-byte vectors has no 8-byte twin either.
+  const Compute i8 = typed_op("conv2d", "int8", "int32", {"N=2", "C=3", "H=12", "W=12", "K=32", "pad=1"});
+  const std::vector<ImplicitGemm> narrow = views_of(i8, "mma_sync_int8_int32", 1, nullptr, 2);
+  ASSERT_FALSE(narrow.empty());
+  EXPECT_EQ(narrow[0].relayout[0].copy_moved(), 8);
+  for (const auto& [c, hw] : std::vector<std::pair<Compute, std::string>>{
+           {typed_op("conv2d", "float32", "float32", {"N=2", "C=3", "H=12", "W=12", "K=32", "pad=1"}), "mma_sync_tf32_fp32"},
+           {op("conv2d", {"N=2", "C=16", "H=9", "W=9", "K=32", "pad=1"}), "mma_sync_fp16_fp32"}}) {
+    std::vector<std::string> why;
+    EXPECT_TRUE(views_of(c, hw, 1, &why, 2).empty()) << hw;
+    EXPECT_TRUE(std::any_of(why.begin(), why.end(), [](const std::string& w) {
+      return w.find("relayout = 1 covers it") != std::string::npos;
+    })) << hw;
+  }
+}
+
 TEST(Relayout, NotOfferedWhereOperandsAreReadInAlignedVectorsInPlace) {
   struct Case {
     std::string name;
@@ -328,7 +382,7 @@ TEST(Relayout, SearchSpaceHasTwinArms) {
   int twins = 0;
   for (int i = 0; i < static_cast<int>(space.entries().size()); ++i) {
     const SpaceEntry& e = space.entries()[i];
-    EXPECT_EQ(e.defaults.relayout, e.gemm.relayouted() ? 1 : 0);
+    EXPECT_EQ(e.defaults.relayout, e.gemm.relayout_knob);
     EXPECT_EQ(e.choices.values_of("a_regs"), std::vector<int>{0}) << "a_regs: wgmma only";
     EXPECT_EQ(e.choices.values_of("relayout"), std::vector<int>{e.defaults.relayout});
     EXPECT_EQ(e.choices.values_of("cluster"), (std::vector<int>{0, 1}))
@@ -345,6 +399,18 @@ TEST(Relayout, SearchSpaceHasTwinArms) {
     EXPECT_FALSE(space.entries()[j].gemm.relayouted());
   }
   EXPECT_GT(twins, 0);
+  // A first layer has both twins; a record of relayout = 2 finds the 8-byte one.
+  const Compute first = op("conv2d_nhwc", {"N=2", "C=3", "H=32", "W=30", "K=64", "R=7", "S=7", "stride=2", "pad=3"});
+  SearchSpace both(first, hws, Enumeration::kAmos, limits, 90);
+  std::set<int> knobs;
+  for (int i = 0; i < static_cast<int>(both.entries().size()); ++i) {
+    const SpaceEntry& e = both.entries()[i];
+    EXPECT_EQ(e.defaults.relayout, e.gemm.relayout_knob);
+    knobs.insert(e.gemm.relayout_knob);
+    EXPECT_EQ(both.find(both.ref(i, e.defaults)), i);
+    if (e.gemm.relayout_knob == 2) EXPECT_NE(e.label.find(" relayout (8-byte)"), std::string::npos) << e.label;
+  }
+  EXPECT_EQ(knobs, (std::set<int>{0, 1, 2}));
   const Compute nhwc = op("conv2d_nhwc", {"N=2", "C=64", "H=15", "W=15", "K=96", "pad=1"});
   SearchSpace plain(nhwc, hws, Enumeration::kAmos, limits, 90);
   for (const SpaceEntry& e : plain.entries()) EXPECT_FALSE(e.gemm.relayouted()) << e.label;
@@ -401,8 +467,8 @@ TEST(Relayout, EveryFamilysViewKernelsCompile) {
       // Three channels padded to a whole vector, in both layouts (the sets' [1] and [4] label them).
       {"conv2d", {"N=2", "C=3", "H=20", "W=18", "K=32", "R=7", "S=7", "stride=2", "pad=3"}},
       {"conv2d_nhwc", {"N=2", "C=3", "H=20", "W=18", "K=32", "R=7", "S=7", "stride=2", "pad=3"}}};
-  auto add = [&](const Compute& c, const std::string& hw, const std::string& label, std::size_t max) {
-    const auto views = schedulable_views(c, hw, max);
+  auto add = [&](const Compute& c, const std::string& hw, const std::string& label, std::size_t max, int knob) {
+    const auto views = schedulable_views(c, hw, max, 90, knob);
     ASSERT_FALSE(views.empty()) << label << " " << hw << ": no view offered with a valid schedule";
     for (const auto& [g, p] : views) {
       KernelSource k = emit_kernel(g, p);
@@ -426,8 +492,10 @@ TEST(Relayout, EveryFamilysViewKernelsCompile) {
   };
   for (const auto& [name, sets] : convs) {
     const Compute c = op(name, sets);
-    for (const std::string hw : {"wmma_fp16_fp32", "mma_sync_fp16_fp32", "wgmma_fp16_fp32", "simt_fp16_fp32"})
-      add(c, hw, name + " " + sets[1] + " " + sets[4], 2);
+    for (const std::string hw : {"wmma_fp16_fp32", "mma_sync_fp16_fp32", "wgmma_fp16_fp32", "simt_fp16_fp32"}) {
+      add(c, hw, name + " " + sets[1] + " " + sets[4], 2, 1);
+      if (sets[1] == "C=3") add(c, hw, name + " " + sets[1] + " " + sets[4] + " 8-byte", 2, 2);
+    }
   }
   // Other element sizes: bf16 (2 bytes), tf32 (4) and int8 (1) copies.
   for (const auto& [hw, in_t, out_t] : std::vector<std::tuple<std::string, std::string, std::string>>{
@@ -436,10 +504,14 @@ TEST(Relayout, EveryFamilysViewKernelsCompile) {
            {"mma_sync_int8_int32", "int8", "int32"},
            {"wgmma_int8_int32", "int8", "int32"}})
   {
-    add(typed_op("conv2d", in_t, out_t, {"N=2", "C=32", "H=9", "W=11", "K=64", "pad=1"}), hw, "conv2d " + in_t, 1);
-    // Three channels padded to a whole vector of the type: 4 tf32, 16 int8 (relayout_pad_rows).
-    if (hw.rfind("mma_sync", 0) == 0)
-      add(typed_op("conv2d", in_t, out_t, {"N=2", "C=3", "H=12", "W=12", "K=32", "pad=1"}), hw, "conv2d C=3 " + in_t, 1);
+    add(typed_op("conv2d", in_t, out_t, {"N=2", "C=32", "H=9", "W=11", "K=64", "pad=1"}), hw, "conv2d " + in_t, 1, 1);
+    // Three channels padded to a whole vector of the type: 4 tf32, 16 int8 (relayout_pad_rows);
+    // int8 also to 8 (relayout = 2, 8-byte vectors).
+    if (hw.rfind("mma_sync", 0) == 0) {
+      const Compute c = typed_op("conv2d", in_t, out_t, {"N=2", "C=3", "H=12", "W=12", "K=32", "pad=1"});
+      add(c, hw, "conv2d C=3 " + in_t, 1, 1);
+      if (in_t == "int8") add(c, hw, "conv2d C=3 8-byte " + in_t, 1, 2);
+    }
   }
   std::vector<std::string> failures;
   for (int cc : {80, 90}) {
@@ -480,7 +552,8 @@ TEST(Gpu, RelayoutPrologue) {
       // Rows shorter than 32 of more than 256 channels: blocks of 256 rows and a partial one (64),
       // for the 5 x 5 input and for the filters.
       {"conv2d", {"N=4", "C=320", "H=5", "W=5", "K=32", "pad=1"}},
-      // Three channels padded with zeros to 8 in both copies (a first layer), in both layouts.
+      // Three channels padded with zeros to 8 (and to 4) in both copies (a first layer), in both
+      // layouts.
       {"conv2d", {"N=2", "C=3", "H=20", "W=18", "K=32", "R=7", "S=7", "stride=2", "pad=3"}},
       {"conv2d_nhwc", {"N=2", "C=3", "H=20", "W=18", "K=32", "R=7", "S=7", "stride=2", "pad=3"}}};
   std::vector<std::string> hws = {"wmma_fp16_fp32", "mma_sync_fp16_fp32", "simt_fp16_fp32"};
@@ -489,20 +562,25 @@ TEST(Gpu, RelayoutPrologue) {
   for (const auto& [name, sets] : convs) {
     const Compute c = op(name, sets);
     std::vector<testing::GpuCase> cases;
+    std::vector<std::pair<ImplicitGemm, ScheduleParams>> views;
     for (const std::string& hw : hws) {
-      for (const auto& [g, p] : schedulable_views(c, hw, 2, cc)) {
-        const std::string label = name + " " + sets[1] + " " + sets[4] + " " + hw + " " + g.layout + " map " +
-                                  std::to_string(g.mapping_id) + " relayout";
-        cases.push_back({label, g, p, 1e-2});
-        ScheduleParams split = p;
-        split.split_k = 2;
-        if (validate(g, split, limits).empty()) cases.push_back({label + " split 2", g, split, 1e-2});
-        split.cluster = 1;  // summed in a cluster after a prologue (sm_90)
-        if (validate(g, split, limits).empty()) cases.push_back({label + " split 2 cluster", g, split, 1e-2});
-        ScheduleParams tma = p;
-        tma.producer = 1;
-        if (validate(g, tma, limits).empty()) cases.push_back({label + " tma", g, tma, 1e-2});
-      }
+      for (auto& v : schedulable_views(c, hw, 2, cc)) views.push_back(std::move(v));
+      // A first layer's channels padded to 8-byte vectors too (relayout = 2).
+      if (sets[1] == "C=3")
+        for (auto& v : schedulable_views(c, hw, 2, cc, 2)) views.push_back(std::move(v));
+    }
+    for (const auto& [g, p] : views) {
+      const std::string label = name + " " + sets[1] + " " + sets[4] + " " + g.hw->name + " " + g.layout + " map " +
+                                std::to_string(g.mapping_id) + " relayout " + std::to_string(p.relayout);
+      cases.push_back({label, g, p, 1e-2});
+      ScheduleParams split = p;
+      split.split_k = 2;
+      if (validate(g, split, limits).empty()) cases.push_back({label + " split 2", g, split, 1e-2});
+      split.cluster = 1;  // summed in a cluster after a prologue (sm_90)
+      if (validate(g, split, limits).empty()) cases.push_back({label + " split 2 cluster", g, split, 1e-2});
+      ScheduleParams tma = p;
+      tma.producer = 1;
+      if (validate(g, tma, limits).empty()) cases.push_back({label + " tma", g, tma, 1e-2});
     }
     runs += static_cast<int>(cases.size());
     testing::run_cases(c, cases, seed++);

@@ -137,7 +137,8 @@ KernelSource kernel_shell(const ImplicitGemm& g, const ScheduleParams& p, int th
   const Compute& c = *g.compute;
   KernelSource k;
   k.name = identifier("tmap_" + c.name + "_" + g.hw->name + "_" + g.layout + "_" + g.shape.str() + "_map" +
-                      std::to_string(g.mapping_id) + (g.relayouted() ? "_relayout" : ""));
+                      std::to_string(g.mapping_id) + (g.relayouted() ? "_relayout" : "") +
+                      (g.relayout_knob == 2 ? "8" : ""));
   k.threads = threads;
   k.shared_bytes = shared_bytes(g, p);
   k.grid = {(g.N + p.block_n - 1) / p.block_n, (g.M + p.block_m - 1) / p.block_m, g.batch * p.split_k};
@@ -1097,7 +1098,7 @@ int relayout_vector(const OperandRelayout& r) {
 /// emitted and the call all follow.
 enum class RelayoutCopy {
   kNone,               ///< not copied
-  kPadRows,            ///< padded (to whole 16-byte vectors, relayout_view()): relayout_pad_rows
+  kPadRows,            ///< padded (to whole 16- or 8-byte vectors, relayout_view()): relayout_pad_rows
   kRegisterTranspose,  ///< relayout_transpose_v
   kRows,               ///< short rows of at least kRowsMinMoved: relayout_rows
   kGather,             ///< short rows of fewer: relayout_gather
@@ -1108,7 +1109,7 @@ RelayoutCopy relayout_copy(const OperandRelayout& r) {
   if (!r.active) return RelayoutCopy::kNone;
   const bool short_rows = r.inner < kTransposeMinInner;
   if (r.pads()) {
-    TMAP_CHECK(r.copy_moved() * r.bytes % 16 == 0, "relayout_view() pads channels to whole 16-byte vectors");
+    TMAP_CHECK(r.copy_moved() * r.bytes % 8 == 0, "relayout_view() pads channels to whole 16- or 8-byte vectors");
     return RelayoutCopy::kPadRows;
   }
   if (relayout_vector(r)) return RelayoutCopy::kRegisterTranspose;

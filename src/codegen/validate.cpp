@@ -107,12 +107,14 @@ void validate_tiling(const ImplicitGemm& g, const ScheduleParams& p, const Devic
     fail(ScheduleError::kBlockNotMultipleOfWarp, "block " + std::to_string(p.block_m) + "x" + std::to_string(p.block_n) +
                                                      ", warp " + std::to_string(p.warp_m) + "x" + std::to_string(p.warp_n));
   if (p.window != 0 && p.relayout != 0)
-    fail(ScheduleError::kBadOption, "window = 1 with relayout = 1: a window is staged from the input in place; use "
-                                    "relayout = 0");
+    fail(ScheduleError::kBadOption, "window = 1 with relayout = " + std::to_string(p.relayout) +
+                                        ": a window is staged from the input in place; use relayout = 0");
   validate_clusters_and_splits(p, limits, out);
   if (g.compute->dynamic.active()) {
     if (const std::string why = dynamic_gemm_error(g); !why.empty()) fail(ScheduleError::kBadOption, why);
-    if (p.relayout) fail(ScheduleError::kBadOption, "relayout = 1 copies operands of a fixed size; a run-time size takes 0");
+    if (p.relayout)
+      fail(ScheduleError::kBadOption, "relayout = " + std::to_string(p.relayout) +
+                                          " copies operands of a fixed size; a run-time size takes 0");
     if (p.window) fail(ScheduleError::kBadOption, "window = 1 stages images of a fixed size; a run-time size takes 0");
   }
 }
@@ -185,19 +187,22 @@ int block_threads(const ImplicitGemm& g, const ScheduleParams& p) {
 
 std::vector<ScheduleIssue> validate(const ImplicitGemm& in, const ScheduleParams& p, const DeviceLimits& limits) {
   std::vector<ScheduleIssue> out;
-  if (p.relayout != 0 && p.relayout != 1) {
-    out.push_back({ScheduleError::kBadOption, "relayout = " + std::to_string(p.relayout) + ": use 0 or 1"});
+  const std::string relayout = "relayout = " + std::to_string(p.relayout);
+  if (p.relayout < 0 || p.relayout > 2) {
+    out.push_back({ScheduleError::kBadOption, relayout + ": use 0, 1 or 2"});
     return out;
   }
-  if (p.relayout == 0 && in.relayouted()) {
-    out.push_back({ScheduleError::kBadOption, "relayout = 0 on a relayout view, whose kernels read copied operands; use 1"});
+  if (in.relayouted() && p.relayout != in.relayout_knob) {
+    out.push_back({ScheduleError::kBadOption, relayout + " on a relayout view of " + std::to_string(in.relayout_knob) +
+                                                  ", whose kernels read operands copied so; use " +
+                                                  std::to_string(in.relayout_knob)});
     return out;
   }
   ImplicitGemm storage;
   std::string why_not;
   const ImplicitGemm* view = gemm_view_for(in, p, storage, why_not);
   if (!view) {
-    out.push_back({ScheduleError::kBadOption, "relayout = 1: " + why_not + "; use 0"});
+    out.push_back({ScheduleError::kBadOption, relayout + ": " + why_not + "; use 0"});
     return out;
   }
   const ImplicitGemm& g = *view;

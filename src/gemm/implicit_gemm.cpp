@@ -130,37 +130,46 @@ std::string move_last(Compute& owned, ImplicitGemm& view, int which, int dim, st
 }
 
 /// Why the relayout `view` of `g` is not worth a prologue (empty: it is): it is, where an operand
-/// that has no aligned 16-byte vectors in place gets them along the axis this mapping's layout
+/// that has no aligned vectors of `bytes` in place gets them along the axis this mapping's layout
 /// stores it, and no operand loses.
-std::string relayout_loss(const ImplicitGemm& g, const ImplicitGemm& view) {
+std::string relayout_loss(const ImplicitGemm& g, const ImplicitGemm& view, int bytes) {
   bool gains = false;
   for (int which = 0; which < 2; ++which) {
-    const int full = 128 / dtype_bits(which == 0 ? g.hw->a_dtype : g.hw->b_dtype);
+    const int full = 8 * bytes / dtype_bits(which == 0 ? g.hw->a_dtype : g.hw->b_dtype);
     const int before = best_in_place(g, which), after = operand_contiguity(view, which).aligned;
     if (after < std::min(before, full) && after < operand_contiguity(g, which).aligned)
       return "operand " + std::string(which == 0 ? "A" : "B") + " would be read in narrower vectors";
-    if (view.relayout[which].active && before < full && after == full) gains = true;
+    if (view.relayout[which].active && before < full && after >= full) gains = true;
   }
-  return gains ? "" : "no operand gains aligned 16-byte vectors along the axis this layout stores it";
+  return gains ? "" : "no operand gains aligned " + std::to_string(bytes) +
+                          "-byte vectors along the axis this layout stores it";
+}
+
+/// The channels' extent padded to whole vectors of `bytes` of both operands' types.
+std::int64_t padded_channels(const ImplicitGemm& g, std::int64_t extent, int bytes) {
+  const int unit = 8 * bytes / std::min(dtype_bits(g.hw->a_dtype), dtype_bits(g.hw->b_dtype));
+  return (extent + unit - 1) / unit * unit;
 }
 
 }  // namespace
 
-RelayoutView relayout_view(const ImplicitGemm& g) {
+RelayoutView relayout_view(const ImplicitGemm& g, int knob) {
   if (g.relayouted()) return {"already a relayout view", {}};
+  if (knob != 1 && knob != 2) return {"relayout = " + std::to_string(knob) + " is not a view: use 1 or 2", {}};
   const Compute& c = *g.compute;
   if (dtype_bits(g.hw->a_dtype) < 8 || dtype_bits(g.hw->b_dtype) < 8) return {"packed sub-byte operands are not copied", {}};
   const auto [iter, dims] = relayout_iterator(g);
   if (iter < 0) return {"no reduction iterator of k indexes one dimension of both operands alone", {}};
+  const int bytes = relayout_vector_bytes(knob);
+  const std::int64_t extent = c.iters[iter].extent, padded = padded_channels(g, extent, bytes);
+  if (knob == 2 && padded == padded_channels(g, extent, relayout_vector_bytes(1)))
+    return {"the channels pad to the same extent in 8-byte vectors as in 16-byte ones: relayout = 1 covers it", {}};
   auto owned = std::make_shared<Compute>(c);
   ImplicitGemm view = g;
   view.k_iters.erase(std::find(view.k_iters.begin(), view.k_iters.end(), iter));
   view.k_iters.push_back(iter);
-  // Channels that are not a whole number of 16-byte vectors of both operands are padded with
-  // zeros to the next one in both copies, whose rows are then read in aligned vectors.
-  const int unit = 128 / std::min(dtype_bits(g.hw->a_dtype), dtype_bits(g.hw->b_dtype));
-  const std::int64_t extent = c.iters[iter].extent;
-  const std::int64_t padded = (extent + unit - 1) / unit * unit;
+  // Channels that are not a whole number of vectors of both operands are padded with zeros to the
+  // next one in both copies, whose rows are then read in aligned vectors.
   for (int which = 0; which < 2; ++which)
     if (std::string why = move_last(*owned, view, which, dims[which], extent, padded); !why.empty())
       return {std::move(why), {}};
@@ -174,7 +183,8 @@ RelayoutView relayout_view(const ImplicitGemm& g) {
     return {"both operands already have the reduction's dimension innermost in memory", {}};
   view.compute = owned.get();
   view.view_owner = owned;
-  if (std::string why = relayout_loss(g, view); !why.empty()) return {std::move(why), {}};
+  view.relayout_knob = knob;
+  if (std::string why = relayout_loss(g, view, bytes); !why.empty()) return {std::move(why), {}};
   RelayoutView v;
   v.gemm = std::move(view);
   return v;

@@ -99,8 +99,8 @@ std::int64_t stored_row_length(const ImplicitGemm& g, const ScheduleParams& p, i
 
 const ImplicitGemm* gemm_view_for(const ImplicitGemm& g, const ScheduleParams& p, ImplicitGemm& storage,
                                   std::string& why_not) {
-  if (p.relayout != 1 || g.relayouted()) return &g;
-  RelayoutView v = relayout_view(g);
+  if (p.relayout == 0 || g.relayouted()) return &g;
+  RelayoutView v = relayout_view(g, p.relayout);
   if (!v.why_not.empty()) {
     why_not = std::move(v.why_not);
     return nullptr;
@@ -113,7 +113,9 @@ const ImplicitGemm& gemm_for(const ImplicitGemm& g, const ScheduleParams& p, Imp
   std::string why_not;
   const ImplicitGemm* view = gemm_view_for(g, p, storage, why_not);
   if (!view)
-    throw UserError(format_diagnostic(SourceLoc::whole("--params"), "relayout = 1 is not offered for this mapping: " + why_not,
+    throw UserError(format_diagnostic(SourceLoc::whole("--params"),
+                                      "relayout = " + std::to_string(p.relayout) +
+                                          " is not offered for this mapping: " + why_not,
                                       "use relayout = 0"));
   return *view;
 }

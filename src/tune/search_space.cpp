@@ -1,6 +1,7 @@
 #include "tmap/tune/search_space.h"
 
 #include <algorithm>
+#include <array>
 #include <map>
 #include <set>
 
@@ -53,7 +54,8 @@ SearchSpace::SearchSpace(const Compute& c, const std::vector<HwAbstraction>& hws
       if (h.name == m.hw_abs) hw = &h;
     for (const Mapping& map : m.mappings) {
       if (!map.fits() && !arms.insert(arm_key(m.hw_abs, m.layout, m.shape.extent, map.axes)).second) continue;
-      // The mapping's arm, and where relayout_view() offers it a twin reading channels-last copies.
+      // The mapping's arm, and where relayout_view() offers them, twins reading channels-last
+      // copies (relayout 1; relayout 2 for channels padded to 8-byte vectors).
       auto add = [&](ImplicitGemm gemm, int relayout) {
         SpaceEntry entry{hw, &m, &map, std::move(gemm), "", {}, {}};
         entry.defaults = default_schedule(entry.gemm, limits_);
@@ -71,9 +73,10 @@ SearchSpace::SearchSpace(const Compute& c, const std::vector<HwAbstraction>& hws
         entries_.back().label = candidate_label(ref(static_cast<int>(entries_.size()) - 1, entries_.back().defaults));
       };
       ImplicitGemm gemm = make_implicit_gemm(c, *hw, m, map);
-      RelayoutView view = relayout_view(gemm);
+      std::array<RelayoutView, 2> twins = {relayout_view(gemm, 1), relayout_view(gemm, 2)};
       add(std::move(gemm), 0);
-      if (view.why_not.empty()) add(std::move(view.gemm), 1);
+      for (int knob : {1, 2})
+        if (twins[knob - 1].why_not.empty()) add(std::move(twins[knob - 1].gemm), knob);
     }
   }
   for (const auto& [name, why] : unscheduled)
@@ -173,10 +176,10 @@ int SearchSpace::find(const CandidateRef& r) const {
     }
   // The arm of exactly that mapping, else the arm that stands for it (a padded mapping the same
   // up to extent-1 iterators).
-  // (A record with relayout = 1 belongs to the mapping's relayout twin.)
+  // (A record with relayout 1 or 2 belongs to the mapping's relayout twin of that value.)
   auto same_match = [&](const SpaceEntry& e) {
     return e.hw->name == r.hw_abs && e.match->layout == r.layout && e.match->shape.extent == r.shape &&
-           e.gemm.relayouted() == (r.params.relayout == 1);
+           e.gemm.relayout_knob == r.params.relayout;
   };
   for (int i = 0; i < static_cast<int>(entries_.size()); ++i)
     if (same_match(entries_[i]) && entries_[i].mapping->axes == axes) return i;

@@ -86,15 +86,21 @@ __device__ __forceinline__ void relayout_gather(const T* __restrict__ src, T* __
   }
 }
 
-/// Copies with [moved] padded with zeros to PADDED elements, whole 16-byte vectors (a first
+/// The vector a padded row is stored in: 16 bytes where its length is whole 16-byte vectors, else
+/// 8 (relayout_view() pads to one or the other).
+template <bool WHOLE_16> struct PadRowVector { typedef uint4 type; };
+template <> struct PadRowVector<false> { typedef uint2 type; };
+
+/// Copies with [moved] padded with zeros to PADDED elements, whole 16- or 8-byte vectors (a first
 /// layer's channels): a thread builds PIX destination rows ([inner] position i of [outer] o: the
 /// [moved] values read along inner, consecutive threads at consecutive i, then zeros) and stores
-/// each as 16-byte vectors, consecutive threads' rows side by side.
+/// each as vectors, consecutive threads' rows side by side.
 template <typename T, int PADDED, int PIX>
 __device__ __forceinline__ void relayout_pad_rows(const T* __restrict__ src, T* __restrict__ dst, long long block,
                                                   long long moved, long long inner, long long rows) {
-  constexpr int VECS = PADDED * sizeof(T) / 16;
-  union Row { uint4 v[VECS]; T e[PADDED]; };
+  typedef typename PadRowVector<PADDED * sizeof(T) % 16 == 0>::type V;
+  constexpr int VECS = PADDED * sizeof(T) / sizeof(V);
+  union Row { V v[VECS]; T e[PADDED]; };
   Row x[PIX];
 #pragma unroll
   for (int j = 0; j < PIX; ++j) {
@@ -108,7 +114,7 @@ __device__ __forceinline__ void relayout_pad_rows(const T* __restrict__ src, T* 
     const long long row = (block * PIX + j) * blockDim.x + threadIdx.x;
     if (row < rows)
 #pragma unroll
-      for (int v = 0; v < VECS; ++v) reinterpret_cast<uint4*>(dst)[row * VECS + v] = x[j].v[v];
+      for (int v = 0; v < VECS; ++v) reinterpret_cast<V*>(dst)[row * VECS + v] = x[j].v[v];
   }
 }
 

@@ -26,8 +26,9 @@ namespace tmap {
 struct OperandRelayout {
   bool active = false;
   std::int64_t outer = 1, moved = 1, inner = 1;
-  /// [moved] in the copy: `moved`, or more, the rest zeros (channels padded to whole 16-byte
-  /// vectors, C = 3 -> 8 for 2-byte elements); 0 reads as `moved`.
+  /// [moved] in the copy: `moved`, or more, the rest zeros (channels padded to whole vectors of
+  /// the view's width, C = 3 -> 8 for 2-byte elements in 16-byte vectors, -> 4 in 8-byte ones);
+  /// 0 reads as `moved`.
   std::int64_t padded = 0;
   int bytes = 2;  ///< Bytes per element.
   std::int64_t elements() const { return outer * moved * inner; }  ///< Read from the operand.
@@ -58,6 +59,8 @@ struct ImplicitGemm {
   /// A relayout view: operands A and B (index 0, 1) copied channels-last by a prologue kernel
   /// where `active`; the reduction iterator made innermost is k_iters.back().
   std::array<OperandRelayout, 2> relayout{};
+  /// The ScheduleParams::relayout value of a relayout view (relayout_vector_bytes()); 0 otherwise.
+  int relayout_knob = 0;
   std::shared_ptr<const Compute> view_owner;
   bool relayouted() const { return view_owner != nullptr; }
   bool dynamic() const { return per_size > 0; }
@@ -79,20 +82,25 @@ ImplicitGemm gemm_at_size(const ImplicitGemm& g, std::int64_t size);
 /// Builds the virtual GEMM of one mapping of one match.
 ImplicitGemm make_implicit_gemm(const Compute& c, const HwAbstraction& hw, const Match& match, const Mapping& mapping);
 
-/// The relayout view of `g` (ScheduleParams::relayout): a reduction iterator `c` that indexes one
-/// dimension of both operands alone (a convolution's input channels) is made the innermost of k,
-/// and each operand whose dimension of `c` is not its last is read from a copy with that
-/// dimension moved last (NCHW -> NHWC, KCRS -> KRSC, NCW -> NWC, NCDHW -> NDHWC). Where `c`'s
-/// extent is not a whole number of 16-byte vectors (a first layer's C = 3), both operands are
-/// copied with `c` padded with zeros to the next one (NHWC and KRSC too), and `c` in the view
-/// has the padded extent. Offered where an
-/// operand cannot be read in aligned 16-byte vectors in place along k nor along m / n (a 3x3 or
-/// strided convolution's NCHW input) but can in the view, along the axis this mapping's layout
-/// stores it, and no operand loses. `why_not` says why not, else `gemm` is the view.
+/// The vector width, in bytes, that a relayout view of ScheduleParams::relayout `knob` (1 or 2)
+/// pads its channels to and is offered for.
+constexpr int relayout_vector_bytes(int knob) { return knob == 2 ? 8 : 16; }
+
+/// The relayout view of `g` for ScheduleParams::relayout `knob` (1 or 2): a reduction iterator `c`
+/// that indexes one dimension of both operands alone (a convolution's input channels) is made the
+/// innermost of k, and each operand whose dimension of `c` is not its last is read from a copy
+/// with that dimension moved last (NCHW -> NHWC, KCRS -> KRSC, NCW -> NWC, NCDHW -> NDHWC). Where
+/// `c`'s extent is not a whole number of the knob's vectors (relayout_vector_bytes(); a first
+/// layer's C = 3), both operands are copied with `c` padded with zeros to the next one (NHWC and
+/// KRSC too), and `c` in the view has the padded extent. Offered where an operand cannot be read
+/// in aligned vectors of that width in place along k nor along m / n (a 3x3 or strided
+/// convolution's NCHW input) but can in the view, along the axis this mapping's layout stores it,
+/// and no operand loses; knob 2 only where it pads fewer channels than knob 1 (C = 3 -> 4, not 8:
+/// half the bytes and multiplies of a first layer). `why_not` says why not, else `gemm` is the view.
 struct RelayoutView {
   std::string why_not;
   ImplicitGemm gemm;
 };
-RelayoutView relayout_view(const ImplicitGemm& g);
+RelayoutView relayout_view(const ImplicitGemm& g, int knob = 1);
 
 }  // namespace tmap
