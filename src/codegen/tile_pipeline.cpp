@@ -1131,6 +1131,38 @@ std::int64_t relayout_blocks(const OperandRelayout& r) {
   return r.outer * ((r.copy_moved() + 31) / 32) * ((r.inner + 31) / 32);
 }
 
+/// The call that copies operand `src`'s part of block `block` (relayout_copy(r) says which copy)
+/// into its place at `offset` of the workspace.
+void emit_copy_call(std::ostringstream& os, const OperandRelayout& r, const std::string& src, std::int64_t offset,
+                    int threads) {
+  const std::string t = vector_type(r.bytes);
+  // The source, the copy in the workspace, the block and [moved]: what every copy takes first.
+  const std::string head = "reinterpret_cast<const " + t + "*>(" + src + "), reinterpret_cast<" + t + "*>(workspace + " +
+                           std::to_string(offset) + "LL), block, " + std::to_string(r.moved) + "LL";
+  const std::string args = head + ", " + std::to_string(r.inner) + "LL";
+  switch (relayout_copy(r)) {
+    case RelayoutCopy::kPadRows:
+      os << "    relayout_pad_rows<" << t << ", " << r.copy_moved() << ", " << kPadRowsPerThread << ">(" << args << ", "
+         << r.outer * r.inner << "LL);\n";
+      break;
+    case RelayoutCopy::kRegisterTranspose: {
+      const int v = relayout_vector(r);
+      os << "    relayout_transpose_v<" << t << ", " << vector_type(v * r.bytes) << ", " << v << ">(" << args << ");\n";
+      break;
+    }
+    case RelayoutCopy::kGather:
+      os << "    relayout_gather<" << t << ", " << threads << ", " << kGatherPerBlock << ">(" << args << ", "
+         << r.elements() << "LL);\n";
+      break;
+    case RelayoutCopy::kRows:
+      os << "    relayout_rows<" << t << ", " << r.inner << ", " << rows_per_block(r) << ", " << threads << ">(" << head
+         << ");\n";
+      break;
+    case RelayoutCopy::kTiles: os << "    relayout_transpose(" << args << ");\n"; break;
+    case RelayoutCopy::kNone: break;  // not reached: operands not copied have no call
+  }
+}
+
 /// The prologue kernel: each block copies its part of operand A's or B's copy; records where
 /// each copy lies in the workspace, how many blocks the kernel takes and the workspace's size.
 void emit_relayout_entry(std::ostringstream& os, KernelSource& k, const ImplicitGemm& g) {
@@ -1143,35 +1175,10 @@ void emit_relayout_entry(std::ostringstream& os, KernelSource& k, const Implicit
     if (!r.active) continue;
     k.relayout_offset[which] = offset;
     const std::int64_t n = relayout_blocks(r);
-    const std::string t = vector_type(r.bytes), src = which == 0 ? "a_src" : "b_src";
-    // The source, the copy in the workspace, the block and [moved]: what every copy takes first.
-    const std::string head = "reinterpret_cast<const " + t + "*>(" + src + "), reinterpret_cast<" + t + "*>(workspace + " +
-                             std::to_string(offset) + "LL), block, " + std::to_string(r.moved) + "LL";
-    const std::string args = head + ", " + std::to_string(r.inner) + "LL";
     os << "  if (block < " << n << ") {  // operand " << (which == 0 ? 'A' : 'B') << ": [" << r.outer << "][" << r.moved
        << "][" << r.inner << "] -> [" << r.outer << "][" << r.inner << "][" << r.copy_moved() << "]"
        << (r.pads() ? " (zeros after " + std::to_string(r.moved) + ")" : std::string()) << "\n";
-    switch (relayout_copy(r)) {
-      case RelayoutCopy::kPadRows:
-        os << "    relayout_pad_rows<" << t << ", " << r.copy_moved() << ", " << kPadRowsPerThread << ">(" << args << ", "
-           << r.outer * r.inner << "LL);\n";
-        break;
-      case RelayoutCopy::kRegisterTranspose: {
-        const int v = relayout_vector(r);
-        os << "    relayout_transpose_v<" << t << ", " << vector_type(v * r.bytes) << ", " << v << ">(" << args << ");\n";
-        break;
-      }
-      case RelayoutCopy::kGather:
-        os << "    relayout_gather<" << t << ", " << k.relayout_threads << ", " << kGatherPerBlock << ">(" << args << ", "
-           << r.elements() << "LL);\n";
-        break;
-      case RelayoutCopy::kRows:
-        os << "    relayout_rows<" << t << ", " << r.inner << ", " << rows_per_block(r) << ", " << k.relayout_threads << ">("
-           << head << ");\n";
-        break;
-      case RelayoutCopy::kTiles: os << "    relayout_transpose(" << args << ");\n"; break;
-      case RelayoutCopy::kNone: break;  // not reached: operands not copied are skipped above
-    }
+    emit_copy_call(os, r, which == 0 ? "a_src" : "b_src", offset, k.relayout_threads);
     os << "    goto copied;\n  }\n";
     if (which == 0 && g.relayout[1].active) os << "  block -= " << n << ";\n";
     offset = round_up(offset + r.copy_elements() * r.bytes, 256);
