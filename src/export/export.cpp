@@ -472,26 +472,17 @@ bool follows_size(const Compute& c, std::size_t t, std::size_t d) {
   return c.dynamic.active() && d == 0 && compute_at(c, c.dynamic.hi - 1).tensors[t].shape[0] != c.tensors[t].shape[0];
 }
 
-/// An example PyTorch extension around one launch function `fn` of compute `c` (a range's takes
-/// the size from its inputs), and its setup.py.
-void write_torch_example(const fs::path& dir, const Compute& c, const std::string& fn) {
+const char* torch_dtype(DType t) {
+  return t == DType::kFloat16 ? "torch::kHalf" : t == DType::kBFloat16 ? "torch::kBFloat16"
+         : t == DType::kInt32 ? "torch::kInt" : t == DType::kFloat64 ? "torch::kDouble" : "torch::kFloat";
+}
+
+/// The extension's checks of its inputs `ins` (device, layout, size, alignment), after the line
+/// that reads a range's `size` from the first input that follows it.
+std::string torch_input_checks(const Compute& c, const std::vector<int>& ins, const std::string& size) {
   std::ostringstream ext;
-  ext << "// A PyTorch C++ extension calling one exported kernel (" << fn << "):\n//   "
-      << c.statement_text() << "\n" << (c.epilogue.empty() ? "" : "//   then " + c.epilogue_text() + "\n")
-      << "// Build and run: see setup.py and test.py beside this file.\n"
-      << "#include <ATen/cuda/CUDAContext.h>\n#include <torch/extension.h>\n\n#include \"tmap_kernels.h\"\n\n"
-      << "torch::Tensor run(";
-  std::vector<int> ins;
-  for (std::size_t t = 0; t < c.tensors.size(); ++t)
-    if (static_cast<int>(t) != c.output.tensor) ins.push_back(static_cast<int>(t));
-  for (std::size_t i = 0; i < ins.size(); ++i) ext << (i ? ", " : "") << "torch::Tensor " << identifier(c.tensors[ins[i]].name);
-  const Tensor& ot = c.tensors[c.output.tensor];
-  const char* torch_dtype = ot.dtype == DType::kFloat16 ? "torch::kHalf" : ot.dtype == DType::kBFloat16 ? "torch::kBFloat16"
-                            : ot.dtype == DType::kInt32 ? "torch::kInt" : ot.dtype == DType::kFloat64 ? "torch::kDouble" : "torch::kFloat";
-  ext << ") {\n";
-  const std::string size = c.dynamic.active() ? size_name(c) : "";
   for (int t : ins)
-    if (!size.empty() && follows_size(c, t, 0)) {  // the range's size, from the first input that has it
+    if (!size.empty() && follows_size(c, t, 0)) {
       ext << "  const long long " << size << " = " << identifier(c.tensors[t].name) << ".size(0);\n";
       break;
     }
@@ -507,10 +498,27 @@ void write_torch_example(const fs::path& dir, const Compute& c, const std::strin
         << " must start at a " << kPointerAlignment << "-byte aligned address (a view at an offset may not: pass "
         << n << ".clone())\");\n";
   }
-  ext << "  auto out = torch::empty({";
+  return ext.str();
+}
+
+/// The example extension's source: run() checks its inputs, allocates the output and calls `fn`.
+std::string torch_extension_text(const Compute& c, const std::string& fn) {
+  std::ostringstream ext;
+  ext << "// A PyTorch C++ extension calling one exported kernel (" << fn << "):\n//   "
+      << c.statement_text() << "\n" << (c.epilogue.empty() ? "" : "//   then " + c.epilogue_text() + "\n")
+      << "// Build and run: see setup.py and test.py beside this file.\n"
+      << "#include <ATen/cuda/CUDAContext.h>\n#include <torch/extension.h>\n\n#include \"tmap_kernels.h\"\n\n"
+      << "torch::Tensor run(";
+  std::vector<int> ins;
+  for (std::size_t t = 0; t < c.tensors.size(); ++t)
+    if (static_cast<int>(t) != c.output.tensor) ins.push_back(static_cast<int>(t));
+  for (std::size_t i = 0; i < ins.size(); ++i) ext << (i ? ", " : "") << "torch::Tensor " << identifier(c.tensors[ins[i]].name);
+  const Tensor& ot = c.tensors[c.output.tensor];
+  const std::string size = c.dynamic.active() ? size_name(c) : "";
+  ext << ") {\n" << torch_input_checks(c, ins, size) << "  auto out = torch::empty({";
   for (std::size_t i = 0; i < ot.shape.size(); ++i)
     ext << (i ? ", " : "") << (follows_size(c, c.output.tensor, i) ? size : std::to_string(ot.shape[i]));
-  ext << "}, " << identifier(c.tensors[ins[0]].name) << ".options().dtype(" << torch_dtype << "));\n";
+  ext << "}, " << identifier(c.tensors[ins[0]].name) << ".options().dtype(" << torch_dtype(ot.dtype) << "));\n";
   ext << "  const cudaError_t e = " << fn << "(";
   for (std::size_t t = 0; t < c.tensors.size(); ++t)
     ext << (t ? ", " : "") << "reinterpret_cast<" << pointer_type(c, t) << ">("
@@ -518,7 +526,13 @@ void write_torch_example(const fs::path& dir, const Compute& c, const std::strin
   ext << (size.empty() ? "" : ", " + size) << ", at::cuda::getCurrentCUDAStream());\n  TORCH_CHECK(e == cudaSuccess, \"" << fn
       << ": \", cudaGetErrorString(e));\n  return out;\n}\n\n"
       << "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def(\"run\", &run, \"" << c.statement_text() << "\"); }\n";
-  write(dir / "torch" / "tmap_ext.cpp", ext.str());
+  return ext.str();
+}
+
+/// An example PyTorch extension around one launch function `fn` of compute `c` (a range's takes
+/// the size from its inputs), and its setup.py.
+void write_torch_example(const fs::path& dir, const Compute& c, const std::string& fn) {
+  write(dir / "torch" / "tmap_ext.cpp", torch_extension_text(c, fn));
   std::ostringstream setup;
   setup << "# Builds the example extension against the static library (build it first:\n"
         << "#   cmake -S .. -B ../build && cmake --build ../build), then: python3 test.py\n"
