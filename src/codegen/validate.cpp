@@ -185,26 +185,33 @@ int block_threads(const ImplicitGemm& g, const ScheduleParams& p) {
   return static_cast<int>(std::min<std::int64_t>(threads, std::numeric_limits<int>::max()));
 }
 
-std::vector<ScheduleIssue> validate(const ImplicitGemm& in, const ScheduleParams& p, const DeviceLimits& limits) {
-  std::vector<ScheduleIssue> out;
+namespace {
+
+/// The GEMM `p`'s kernel computes (gemm_view_for(): `in`, or its relayout view built in
+/// `storage`), or null with the reason in `out` where p.relayout cannot apply to `in`.
+const ImplicitGemm* relayout_checked(const ImplicitGemm& in, const ScheduleParams& p, ImplicitGemm& storage,
+                                     std::vector<ScheduleIssue>& out) {
   const std::string relayout = "relayout = " + std::to_string(p.relayout);
-  if (p.relayout < 0 || p.relayout > 2) {
-    out.push_back({ScheduleError::kBadOption, relayout + ": use 0, 1 or 2"});
-    return out;
-  }
-  if (in.relayouted() && p.relayout != in.relayout_knob) {
-    out.push_back({ScheduleError::kBadOption, relayout + " on a relayout view of " + std::to_string(in.relayout_knob) +
-                                                  ", whose kernels read operands copied so; use " +
-                                                  std::to_string(in.relayout_knob)});
-    return out;
-  }
-  ImplicitGemm storage;
+  auto refuse = [&](const std::string& why) {
+    out.push_back({ScheduleError::kBadOption, relayout + why});
+    return nullptr;
+  };
+  if (p.relayout < 0 || p.relayout > 2) return refuse(": use 0, 1 or 2");
+  const std::string view_knob = std::to_string(in.relayout_knob);
+  if (in.relayouted() && p.relayout != in.relayout_knob)
+    return refuse(" on a relayout view of " + view_knob + ", whose kernels read operands copied so; use " + view_knob);
   std::string why_not;
   const ImplicitGemm* view = gemm_view_for(in, p, storage, why_not);
-  if (!view) {
-    out.push_back({ScheduleError::kBadOption, relayout + ": " + why_not + "; use 0"});
-    return out;
-  }
+  return view ? view : refuse(": " + why_not + "; use 0");
+}
+
+}  // namespace
+
+std::vector<ScheduleIssue> validate(const ImplicitGemm& in, const ScheduleParams& p, const DeviceLimits& limits) {
+  std::vector<ScheduleIssue> out;
+  ImplicitGemm storage;
+  const ImplicitGemm* view = relayout_checked(in, p, storage, out);
+  if (!view) return out;
   const ImplicitGemm& g = *view;
   auto fail = [&](ScheduleError e, std::string detail) { out.push_back({e, std::move(detail)}); };
   validate_tiling(g, p, limits, out);
