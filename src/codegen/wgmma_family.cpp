@@ -427,6 +427,31 @@ std::string im2col_spatial(const ImplicitGemm& g, const OperandAccess& a, int d,
   return "";
 }
 
+/// Reads dimension 0 of an im2col operand's tensor: a constant 0, or one batch iterator or one
+/// of the output positions' `pixels` (on `axis`) alone, into `batch_iter`. The reason if neither.
+std::string im2col_batch(const ImplicitGemm& g, const OperandAccess& a, const std::vector<int>& pixels, const char* axis,
+                         int& batch_iter) {
+  const AffineExpr& first = a.acc.indices[0];
+  const auto terms = a.live_terms(first);
+  if (terms.empty()) return first.constant != 0 ? a.name + ": dimension 0 has a constant index" : "";
+  if (terms.size() != 1 || terms[0].second != 1 || first.constant != 0 ||
+      !(contains(g.batch_iters, terms[0].first) || contains(pixels, terms[0].first)))
+    return a.name + ": dimension 0 is not indexed by one batch or " + axis + " iterator alone";
+  batch_iter = terms[0].first;
+  return "";
+}
+
+/// Why the reduction of an im2col operand is more than its channels `ci` and the filter taps
+/// `taps` of its spatial dimensions, or a tap indexes its batch or channels ("" when neither).
+std::string im2col_taps_only(const OperandAccess& a, const std::vector<int>& k_iters, int ci, const std::vector<int>& taps) {
+  for (int it : k_iters)
+    if (it != ci && !contains(taps, it)) return a.name + ": a reduction iterator that is not a filter tap";
+  for (int d = 0; d < a.rank; ++d)
+    for (const auto& [x, coef] : a.live_terms(a.acc.indices[d]))
+      if (contains(taps, x) && (d == 0 || d == a.rank - 1)) return a.name + ": a filter tap indexes its batch or channels";
+  return "";
+}
+
 /// The im2col view of operand `which` (see Im2colView), or the reason it has none. The output
 /// positions are on m for A; for B (the transposed product, whose m is the filters) on n.
 std::string im2col_view(const ImplicitGemm& g, int which, Im2colView& v) {
@@ -456,18 +481,7 @@ std::string im2col_view(const ImplicitGemm& g, int which, Im2colView& v) {
   v.rank = rank;
   v.shape.assign(a.t.shape.begin(), a.t.shape.end());
   v.channels = a.extent(ci);
-  {
-    const AffineExpr& first = a.acc.indices[0];
-    const auto terms = a.live_terms(first);
-    if (terms.empty()) {
-      if (first.constant != 0) return name + ": dimension 0 has a constant index";
-    } else if (terms.size() != 1 || terms[0].second != 1 || first.constant != 0 ||
-               !(contains(g.batch_iters, terms[0].first) || contains(pixels, terms[0].first))) {
-      return name + ": dimension 0 is not indexed by one batch or " + axis + " iterator alone";
-    } else {
-      v.batch_iter = terms[0].first;
-    }
-  }
+  if (std::string why = im2col_batch(g, a, pixels, axis, v.batch_iter); !why.empty()) return why;
   std::vector<int> expected;  // the m (n) iterators im2col walks, slowest first
   if (v.batch_iter >= 0 && contains(pixels, v.batch_iter)) expected.push_back(v.batch_iter);
   std::vector<int> taps_seen;
@@ -479,12 +493,7 @@ std::string im2col_view(const ImplicitGemm& g, int which, Im2colView& v) {
   }
   if (a.c.live_iterators(pixels) != expected)  // both hold iterators of extent > 1 only
     return name + ": its " + axis + " iterators are not the image and output positions in the tensor's order";
-  for (int it : k_iters)
-    if (it != ci && !contains(taps_seen, it)) return name + ": a reduction iterator that is not a filter tap";
-  for (int d = 0; d < rank; ++d)
-    for (const auto& [x, coef] : a.live_terms(a.acc.indices[d]))
-      if (contains(taps_seen, x) && (d == 0 || d == rank - 1)) return name + ": a filter tap indexes its batch or channels";
-  return "";
+  return im2col_taps_only(a, k_iters, ci, taps_seen);
 }
 
 /// Where a warp-specialized kernel's TMA boxes come from for operand `which`: a tiled view
