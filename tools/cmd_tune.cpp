@@ -742,11 +742,8 @@ void tune_command(TuneArgs& args) {
   if (!s.best && !model_only && !g_signal) throw std::runtime_error("tuning found no correct kernel");
 }
 
-void register_tune(CLI::App& app) {
-  auto args = std::make_shared<TuneArgs>();
-  auto* cmd = app.add_subcommand("tune", "Search mappings and schedules for the fastest kernel, logging every trial");
-  args->compute.add_to(*cmd);
-  args->hw.add_to(*cmd, "Only these abstractions (repeatable; default: every one that matches)");
+/// The search: its budget, batches, logs, priors, measuring and seed.
+void add_search_options(CLI::App* cmd, TuneArgs* args) {
   cmd->add_option("--trials", args->trials, "Candidates to measure (default 200; with --model or --table, in all, 64 per workload by default, a --shard its share)")->check(at_least(1));
   cmd->add_option("--time-budget", args->time_budget, "Stop after this many seconds")->check(at_least(0));
   cmd->add_option("--early-stop", args->early_stop, "Stop after this many trials without improvement (0: never)")
@@ -777,6 +774,10 @@ void register_tune(CLI::App& app) {
   cmd->add_option("--measure-ms", args->measure_ms,
                   "Time each candidate for at least this many milliseconds of runs (default 3)")
       ->check(at_least(1));
+}
+
+/// With a range of sizes: the loss, the cap on kernels and the samples.
+void add_range_options(CLI::App* cmd, TuneArgs* args) {
   cmd->add_option("--loss", args->loss,
                   "With a range of sizes (--set M=1..256): each bucket's kernel is within this fraction of the "
                   "best at every sample it serves (default 0.05)")
@@ -790,10 +791,10 @@ void register_tune(CLI::App& app) {
                   "With a range of sizes: the samples tuned (default: powers of two and their midpoints; the range's "
                   "ends are always among them); --trials and --time-budget are shared by all")
       ->delimiter(',');
-  cmd->add_option("--emit-cuda", args->emit_cuda, "Write the best kernel's CUDA source to this file");
-  cmd->add_option("--cache-dir", args->cache_dir, "Keep compiled binaries in this directory across runs");
-  cmd->add_option("--format", args->format, "The summary as text or json (one document on stdout)")
-      ->check(CLI::IsMember({"text", "json"}));
+}
+
+/// A whole model or table: which one, its shard, GPUs, symbolic dimensions and baselines.
+void add_model_options(CLI::App* cmd, TuneArgs* args) {
   auto* model = cmd->add_option("--model", args->model, "Tune every unique workload of this ONNX model (see 'tmap import') "
                                                         "under one budget: --trials in all (default 64 per workload) "
                                                         "or --time-budget");
@@ -814,6 +815,20 @@ void register_tune(CLI::App& app) {
       ->check(CLI::IsMember({"nchw", "nhwc"}));
   cmd->add_flag("--no-baselines", args->no_baselines,
                 "With --model or --table: skip timing cuDNN/cuBLAS with tmap_bench after tuning");
+}
+
+void register_tune(CLI::App& app) {
+  auto args = std::make_shared<TuneArgs>();
+  auto* cmd = app.add_subcommand("tune", "Search mappings and schedules for the fastest kernel, logging every trial");
+  args->compute.add_to(*cmd);
+  args->hw.add_to(*cmd, "Only these abstractions (repeatable; default: every one that matches)");
+  add_search_options(cmd, args.get());
+  add_range_options(cmd, args.get());
+  cmd->add_option("--emit-cuda", args->emit_cuda, "Write the best kernel's CUDA source to this file");
+  cmd->add_option("--cache-dir", args->cache_dir, "Keep compiled binaries in this directory across runs");
+  cmd->add_option("--format", args->format, "The summary as text or json (one document on stdout)")
+      ->check(CLI::IsMember({"text", "json"}));
+  add_model_options(cmd, args.get());
   args->trials_option = cmd->get_option("--trials");
   for (const char* name : {"--loss", "--max-buckets", "--sizes"}) args->range_options.push_back(cmd->get_option(name));
   cmd->callback([args] { tune_command(*args); });
