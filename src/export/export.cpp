@@ -228,14 +228,9 @@ std::string arguments_function(const CheckCase& x, int index) {
   return os.str();
 }
 
-std::string check_function(const CheckCase& x, int index) {
-  const Compute& c = x.compute;
-  const DType out_t = c.tensors[c.output.tensor].dtype;
-  const double tol = x.tolerance;
+/// The check's tensors: each allocated on the GPU, the inputs drawn on the host and copied over.
+std::string check_tensors_text(const Compute& c) {
   std::ostringstream os;
-  os << "// " << x.fn << (x.size ? " at size " + std::to_string(x.size) : "") << ": " << c.statement_text() << "\n";
-  if (!c.epilogue.empty()) os << "//   then " << c.epilogue_text() << "\n";
-  os << "static bool check_" << index << "(unsigned seed) {\n";
   for (std::size_t t = 0; t < c.tensors.size(); ++t) {
     const std::string ty = storage_type(c.tensors[t].dtype);
     os << "  const size_t n" << t << " = " << c.tensors[t].num_elements() << ";\n";
@@ -247,6 +242,32 @@ std::string check_function(const CheckCase& x, int index) {
     if (static_cast<int>(t) != c.output.tensor)
       os << "  CHECK(cudaMemcpy(d" << t << ", h" << t << ".data(), n" << t << " * sizeof(" << ty << "), cudaMemcpyHostToDevice));\n";
   }
+  return os.str();
+}
+
+/// The check's timing of `call`: 3 warm-up runs, then 20 event-timed ones into `ms`, sorted.
+std::string check_timing_text(const std::string& call) {
+  std::ostringstream os;
+  os << "  // Time: 3 warm-up runs, then the median of 20 event-timed ones.\n";
+  os << "  for (int i = 0; i < 3; ++i) CHECK(" << call << ");\n";
+  os << "  cudaEvent_t t0, t1;\n  CHECK(cudaEventCreate(&t0));\n  CHECK(cudaEventCreate(&t1));\n  std::vector<float> ms;\n";
+  os << "  for (int i = 0; i < 20; ++i) {\n    CHECK(cudaEventRecord(t0, stream));\n    CHECK(" << call
+     << ");\n    CHECK(cudaEventRecord(t1, stream));\n    CHECK(cudaEventSynchronize(t1));\n    float m = 0;\n"
+        "    CHECK(cudaEventElapsedTime(&m, t0, t1));\n    ms.push_back(m);\n  }\n";
+  os << "  std::sort(ms.begin(), ms.end());\n";
+  return os.str();
+}
+
+/// The check program's correctness and timing phase for one launch function: the reference
+/// kernel, then the tuned one on a poisoned output, its relative L2 error and median time.
+std::string check_function(const CheckCase& x, int index) {
+  const Compute& c = x.compute;
+  const DType out_t = c.tensors[c.output.tensor].dtype;
+  const double tol = x.tolerance;
+  std::ostringstream os;
+  os << "// " << x.fn << (x.size ? " at size " + std::to_string(x.size) : "") << ": " << c.statement_text() << "\n";
+  if (!c.epilogue.empty()) os << "//   then " << c.epilogue_text() << "\n";
+  os << "static bool check_" << index << "(unsigned seed) {\n" << check_tensors_text(c);
   const int o = c.output.tensor;
   const std::string oty = storage_type(out_t);
   os << "  // The reference kernel (from the IR alone), then the tuned kernel on a poisoned output.\n";
@@ -266,13 +287,7 @@ std::string check_function(const CheckCase& x, int index) {
   os << "  double num = 0, den = 0;\n  for (size_t i = 0; i < n" << o << "; ++i) {\n    const double v = "
      << host_value(out_t, "h" + std::to_string(o) + "[i]") << ";\n    num += (v - ref[i]) * (v - ref[i]);\n    den += ref[i] * ref[i];\n  }\n";
   os << "  const double err = std::isnan(num) ? INFINITY : std::sqrt(num / (den > 0 ? den : 1));\n";
-  os << "  // Time: 3 warm-up runs, then the median of 20 event-timed ones.\n";
-  os << "  for (int i = 0; i < 3; ++i) CHECK(" << call << ");\n";
-  os << "  cudaEvent_t t0, t1;\n  CHECK(cudaEventCreate(&t0));\n  CHECK(cudaEventCreate(&t1));\n  std::vector<float> ms;\n";
-  os << "  for (int i = 0; i < 20; ++i) {\n    CHECK(cudaEventRecord(t0, stream));\n    CHECK(" << call
-     << ");\n    CHECK(cudaEventRecord(t1, stream));\n    CHECK(cudaEventSynchronize(t1));\n    float m = 0;\n"
-        "    CHECK(cudaEventElapsedTime(&m, t0, t1));\n    ms.push_back(m);\n  }\n";
-  os << "  std::sort(ms.begin(), ms.end());\n";
+  os << check_timing_text(call);
   os << "  const bool ok = err <= " << tol << ";\n";
   const std::string label = x.fn + (x.size ? "(" + std::to_string(x.size) + ")" : "");
   os << "  std::printf(\"%-40s rel L2 %.2e (tolerance " << tol << ") %s  %9.2f us (logged "
