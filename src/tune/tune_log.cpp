@@ -171,15 +171,10 @@ void read_range(const nlohmann::json& res, TuneRecord& r) {
 
 }  // namespace
 
-TuneRecord record_from_json(const nlohmann::json& j) {
-  if (!j.is_object()) throw std::runtime_error("not a JSON object");
-  const int schema = field<int>(j, "schema");
-  if (schema != kLogSchemaVersion)
-    throw std::runtime_error("schema version " + std::to_string(schema) + " (this tmap reads version " +
-                             std::to_string(kLogSchemaVersion) + ")");
-  TuneRecord r;
-  r.recorded_at = field<std::string>(j, "recorded_at");
-  const auto& w = j.at("workload");
+namespace {
+
+/// The record's workload: its key, checked name, compute (validated when used) and flops.
+void read_workload(const nlohmann::json& w, TuneRecord& r) {
   r.workload.key = field<std::string>(w, "key");
   if (r.workload.key.size() != 16 || r.workload.key.find_first_not_of("0123456789abcdef") != std::string::npos)
     throw std::runtime_error("field \"key\" is not 16 lowercase hex digits");
@@ -190,17 +185,15 @@ TuneRecord record_from_json(const nlohmann::json& j) {
   r.workload.description.erase("key");
   r.workload.description.erase("compute");
   r.flops = field<double>(w, "flops");
-  const auto& t = field<nlohmann::json>(j, "target");
-  r.target = {field<std::string>(t, "arch"), field<std::string>(t, "device"), field<std::string>(t, "driver"),
-              field<std::string>(t, "cuda"), field<std::string>(t, "tmap")};
-  const auto& c = field<nlohmann::json>(j, "candidate");
+}
+
+/// The record's candidate: abstraction, layout, intrinsic shape, mapping and schedule.
+void read_candidate(const nlohmann::json& c, TuneRecord& r) {
   r.candidate.hw_abs = field<std::string>(c, "hw_abs");
   r.candidate.layout = field<std::string>(c, "layout");
-  {
-    const auto shape = field<nlohmann::json>(c, "shape");
-    if (!shape.is_array() || shape.size() != 3) throw std::runtime_error("field \"shape\" is not 3 integers");
-    for (std::size_t a = 0; a < 3; ++a) r.candidate.shape[a] = integer<std::int64_t>(shape[a], "field \"shape\"");
-  }
+  const auto shape = field<nlohmann::json>(c, "shape");
+  if (!shape.is_array() || shape.size() != 3) throw std::runtime_error("field \"shape\" is not 3 integers");
+  for (std::size_t a = 0; a < 3; ++a) r.candidate.shape[a] = integer<std::int64_t>(shape[a], "field \"shape\"");
   const auto& m = field<nlohmann::json>(c, "mapping");
   r.candidate.mapping_id = field<int>(m, "id");
   r.candidate.axes = {field<std::vector<std::string>>(m, "i"), field<std::vector<std::string>>(m, "j"),
@@ -210,7 +203,10 @@ TuneRecord record_from_json(const nlohmann::json& j) {
   } catch (const UserError& e) {
     throw std::runtime_error(std::string("bad schedule parameters: ") + e.what());
   }
-  const auto& res = field<nlohmann::json>(j, "result");
+}
+
+/// The record's result: status, times, error, the GPU it ran on and its range fields.
+void read_result(const nlohmann::json& res, TuneRecord& r) {
   r.result.status = field<std::string>(res, "status");
   r.result.median_us = optional_field(res, "median_us", 0.0);
   r.result.times_us = optional_field(res, "times_us", std::vector<double>{});
@@ -222,6 +218,24 @@ TuneRecord record_from_json(const nlohmann::json& j) {
   if (r.result.ok() && !(r.result.median_us > 0)) throw std::runtime_error("an \"ok\" result without a median time");
   if (res.contains("gpu")) read_gpu(field<nlohmann::json>(res, "gpu"), r.result);
   read_range(res, r);
+}
+
+}  // namespace
+
+TuneRecord record_from_json(const nlohmann::json& j) {
+  if (!j.is_object()) throw std::runtime_error("not a JSON object");
+  const int schema = field<int>(j, "schema");
+  if (schema != kLogSchemaVersion)
+    throw std::runtime_error("schema version " + std::to_string(schema) + " (this tmap reads version " +
+                             std::to_string(kLogSchemaVersion) + ")");
+  TuneRecord r;
+  r.recorded_at = field<std::string>(j, "recorded_at");
+  read_workload(j.at("workload"), r);
+  const auto& t = field<nlohmann::json>(j, "target");
+  r.target = {field<std::string>(t, "arch"), field<std::string>(t, "device"), field<std::string>(t, "driver"),
+              field<std::string>(t, "cuda"), field<std::string>(t, "tmap")};
+  read_candidate(field<nlohmann::json>(j, "candidate"), r);
+  read_result(field<nlohmann::json>(j, "result"), r);
   return r;
 }
 
