@@ -196,7 +196,8 @@ const ImplicitGemm* relayout_checked(const ImplicitGemm& in, const ScheduleParam
     out.push_back({ScheduleError::kBadOption, relayout + why});
     return nullptr;
   };
-  if (p.relayout < 0 || p.relayout > 2) return refuse(": use 0, 1 or 2");
+  const Knob& knob = *find_knob("relayout");  // its range, checked here before a view is built
+  if (p.relayout < knob.min || p.relayout > knob.max) return refuse(": use " + values_text(knob.min, knob.max));
   const std::string view_knob = std::to_string(in.relayout_knob);
   if (in.relayouted() && p.relayout != in.relayout_knob)
     return refuse(" on a relayout view of " + view_knob + ", whose kernels read operands copied so; use " + view_knob);

@@ -487,6 +487,7 @@ bool follows_size(const Compute& c, std::size_t t, std::size_t d) {
   return c.dynamic.active() && d == 0 && compute_at(c, c.dynamic.hi - 1).tensors[t].shape[0] != c.tensors[t].shape[0];
 }
 
+/// The torch dtype of an output of dtype `t`.
 const char* torch_dtype(DType t) {
   return t == DType::kFloat16 ? "torch::kHalf" : t == DType::kBFloat16 ? "torch::kBFloat16"
          : t == DType::kInt32 ? "torch::kInt" : t == DType::kFloat64 ? "torch::kDouble" : "torch::kFloat";
