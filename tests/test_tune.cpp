@@ -661,6 +661,64 @@ TEST(Tuner, OtherWorkloadsBestSchedulesAreTriedAsSeeds) {
   std::filesystem::remove(log);
 }
 
+// A first layer's best from a prior log (channels padded to 16-byte rows) is measured in the
+// first batch on the mapping's 8-byte twin too, its vectors narrowed (SearchSpace::twins); the
+// twins of other seeds wait their turn with the seeds.
+TEST(Tuner, APriorBestIsTriedOnItsRelayoutTwins) {
+  const Compute first = build_compute(
+      builtin_op("conv2d_nhwc"),
+      parse_param_overrides({"N=2", "C=3", "H=32", "W=30", "K=64", "R=7", "S=7", "stride=2", "pad=3"}));
+  const std::vector<HwAbstraction> hws = {find_hw(shipped(), "mma_sync_fp16_fp32")};
+  TuneOptions o = synthetic_options(temp_path("twins.jsonl"), 8);
+  std::filesystem::remove(o.log_path);
+  SearchSpace space(first, hws, Enumeration::kAmos, o.limits, 90);
+  int wide = -1;
+  ScheduleParams p;
+  for (int i = 0; i < static_cast<int>(space.entries().size()) && wide < 0; ++i) {
+    p = space.entries()[i].defaults;
+    p.vec_a = 8;
+    if (space.entries()[i].gemm.relayout_knob == 1 && space.valid(i, p)) wide = i;
+  }
+  ASSERT_GE(wide, 0) << "no arm of 16-byte rows loads 8 halves at a time";
+  std::set<int> values;  // the twins: the same mapping, the same tiles, the widest vectors valid there
+  for (const auto& [i, q] : space.twins(wide, p)) {
+    EXPECT_EQ(space.entries()[i].mapping, space.entries()[wide].mapping);
+    EXPECT_EQ(q.relayout, space.entries()[i].gemm.relayout_knob);
+    EXPECT_TRUE(space.valid(i, q));
+    EXPECT_EQ(q.block_m, p.block_m);
+    EXPECT_EQ(q.stages, p.stages);
+    if (q.relayout == 2) EXPECT_EQ(q.vec_a, 4) << "an 8-byte row holds 4 halves";
+    values.insert(q.relayout);
+  }
+  EXPECT_TRUE(values.count(2)) << "no 8-byte twin";
+  EXPECT_FALSE(values.count(1)) << "an arm is not its own twin";
+  const std::string prior = temp_path("twins_prior.jsonl");
+  std::filesystem::remove(prior);
+  {
+    TuneRecord r;
+    r.workload = make_workload(first);
+    r.target = o.target;
+    r.candidate = space.ref(wide, p);
+    r.result.status = "ok";
+    r.result.rel_l2 = 1e-7;
+    r.result.median_us = 100;
+    r.result.times_us = {100};
+    LogWriter(prior).append(r);
+  }
+  o.prior_logs = {prior};
+  SyntheticMeasurer gpu;
+  const TuneSummary s = tune(first, hws, o, gpu);
+  EXPECT_GE(s.seeded, 2) << "the prior best and its twin";
+  bool twin = false;
+  for (const TuneRecord& r : read_log(o.log_path).records)
+    twin = twin || (r.candidate.params.relayout == 2 && r.candidate.params.vec_a == 4 &&
+                    r.candidate.params.block_m == p.block_m && r.candidate.params.block_n == p.block_n &&
+                    r.candidate.params.stages == p.stages && r.candidate.axes == space.ref(wide, p).axes);
+  EXPECT_TRUE(twin) << "the prior best on 8-byte rows was not measured";
+  std::filesystem::remove(prior);
+  std::filesystem::remove(o.log_path);
+}
+
 /// The synthetic cost, except that every candidate's first measurement is lucky (0.5-0.995x, by
 /// its name) and the first candidate measured a second time gives wrong results from then on.
 class LuckyMeasurer : public Measurer {

@@ -189,6 +189,27 @@ int SearchSpace::find(const CandidateRef& r) const {
   return -1;
 }
 
+std::vector<std::pair<int, ScheduleParams>> SearchSpace::twins(int entry, const ScheduleParams& p) const {
+  std::vector<std::pair<int, ScheduleParams>> out;
+  const SpaceEntry& of = entries_[entry];
+  for (int i = 0; i < static_cast<int>(entries_.size()); ++i) {
+    const SpaceEntry& e = entries_[i];
+    if (i == entry || e.match != of.match || e.mapping != of.mapping) continue;
+    if (auto q = narrowed(i, p)) out.emplace_back(i, *q);
+  }
+  return out;
+}
+
+std::optional<ScheduleParams> SearchSpace::narrowed(int entry, ScheduleParams p) const {
+  // A twin of 8-byte rows holds half the elements of a 16-byte vector: the widest loads valid there.
+  p.relayout = entries_[entry].gemm.relayout_knob;
+  const int vec_a = p.vec_a, vec_b = p.vec_b;
+  for (p.vec_a = vec_a; p.vec_a >= 1; p.vec_a /= 2)
+    for (p.vec_b = vec_b; p.vec_b >= 1; p.vec_b /= 2)
+      if (valid(entry, p)) return p;
+  return std::nullopt;
+}
+
 std::string SearchSpace::arm_key(const std::string& hw_abs, const std::string& layout,
                                  const std::array<std::int64_t, 3>& shape,
                                  const std::array<std::vector<int>, 3>& axes) const {

@@ -529,14 +529,17 @@ class SearchStrategy {
 
   /// Another workload's schedule, kept as a seed when this space has its mapping, the schedule
   /// is valid here and it was neither tried nor offered before; `first`: this workload's own
-  /// from a prior log, measured before anything else.
+  /// from a prior log, measured before anything else. The same schedule on the mapping's relayout
+  /// twins is offered too (a first layer's best at 16-byte rows is a fair guess at 8-byte rows);
+  /// first only for the fastest of a prior log's, so that a prior log costs few extra trials.
   bool offer(const CandidateRef& r, bool first) {
     const SearchSpace& space = search_.space();
     const int e = space.find(r);
-    if (e < 0 || !space.valid(e, r.params) || search_.seen(e, r.params)) return false;
-    if (!offered_.insert(SearchSpace::key(e, r.params)).second) return false;
-    (first ? first_seeds_ : seeds_).push_back(search_.candidate(e, r.params));
-    return true;
+    if (e < 0) return false;
+    const bool twins_first = first && first_offers_++ == 0;
+    bool kept = space.valid(e, r.params) && keep(e, r.params, first);
+    for (const auto& [twin, p] : space.twins(e, r.params)) kept = keep(twin, p, twins_first) || kept;
+    return kept;
   }
   bool is_seed(int entry, const ScheduleParams& p) const { return seed_keys_.count(SearchSpace::key(entry, p)) > 0; }
 
@@ -587,6 +590,12 @@ class SearchStrategy {
   }
 
  private:
+  bool keep(int entry, const ScheduleParams& p, bool first) {
+    if (search_.seen(entry, p) || !offered_.insert(SearchSpace::key(entry, p)).second) return false;
+    (first ? first_seeds_ : seeds_).push_back(search_.candidate(entry, p));
+    return true;
+  }
+
   /// Up to `n` seeds not yet tried, the model's best first, into `out`; once this workload has a
   /// kernel, only seeds the model rates within 2x of it (the rest wait: the model may change).
   void take_seeds(std::vector<Candidate>& out, int n, const CostModel& model, const std::optional<TuneRecord>& best) {
@@ -661,6 +670,7 @@ class SearchStrategy {
   std::vector<Candidate> seeds_;               ///< Offered, not yet tried.
   std::vector<Candidate> first_seeds_;         ///< Offered first (this workload's, from a prior log).
   std::set<std::string> offered_, seed_keys_;  ///< SearchSpace::key of every offer / of those tried.
+  int first_offers_ = 0;                       ///< Calls of offer() with `first`.
 };
 
 }  // namespace

@@ -5,8 +5,10 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tmap/gemm/implicit_gemm.h"
@@ -63,6 +65,10 @@ class SearchSpace {
   /// padded mapping that differs from an arm's only by iterators of extent 1 finds that arm).
   CandidateRef ref(int entry, const ScheduleParams& p) const;  // candidate_ref() of the entry
   int find(const CandidateRef& r) const;
+  /// Schedule `p` of arm `entry` on each of the mapping's relayout twins (the same mapping reading
+  /// a prologue's copies, or not), with the vectors narrowed where the twin's rows are shorter;
+  /// twins where no narrowing is valid are left out.
+  std::vector<std::pair<int, ScheduleParams>> twins(int entry, const ScheduleParams& p) const;
   /// A key naming a candidate uniquely within the space.
   static std::string key(int entry, const ScheduleParams& p);
 
@@ -70,6 +76,8 @@ class SearchSpace {
   /// Names an arm up to iterators of extent 1, which change no kernel.
   std::string arm_key(const std::string& hw_abs, const std::string& layout, const std::array<std::int64_t, 3>& shape,
                       const std::array<std::vector<int>, 3>& axes) const;
+  /// `p` on arm `entry` with its relayout value and the widest vectors valid there, if any.
+  std::optional<ScheduleParams> narrowed(int entry, ScheduleParams p) const;
 
   const Compute& compute_;
   DeviceLimits limits_;
