@@ -709,6 +709,27 @@ class TuneTask::Impl : public MeasureClient {
 
   int in_flight() const { return static_cast<int>(measuring_.size()); }
 
+  /// Waits for what measure_trials looks at next: with no GPU busy, a compile (nullopt;
+  /// `nothing_in_flight` when nothing compiles either); else a measurement, looking at the
+  /// compiles again every 2 ms while an idle GPU `wants` a candidate. Time a GPU waits on
+  /// compiles goes to compile_wait_s.
+  std::optional<MeasurePool::Done> wait(MeasurePool& gpus, bool wants, bool& nothing_in_flight) {
+    const auto waited = Clock::now();
+    if (gpus.in_flight() == 0) {
+      nothing_in_flight = pipeline_.empty();
+      if (!nothing_in_flight) {
+        pipeline_.wait_ready();
+        s_.compile_wait_s += gpus.size() * seconds_since(waited);
+      }
+      return std::nullopt;
+    }
+    const bool poll = wants && !pipeline_.empty();
+    const std::size_t idle = gpus.idle();
+    std::optional<MeasurePool::Done> done = gpus.collect(poll ? 0.002 : -1);
+    if (poll) s_.compile_wait_s += idle * seconds_since(waited);
+    return done;
+  }
+
   void measure_trials(int trials, MeasurePool& gpus, const std::function<bool()>& out_of_time, RunEnd end) {
     const auto t0 = Clock::now();
     run_start_ = t0;
@@ -735,20 +756,9 @@ class TuneTask::Impl : public MeasureClient {
         started_all = true;
       }
       if (started_all && (end == RunEnd::kAllStarted || measuring_.empty())) break;
-      const bool wants = !started_all && gpus.idle() > 0;
-      if (gpus.in_flight() == 0) {
-        if (pipeline_.empty()) break;  // nothing compiling, nothing measuring: nothing to wait for
-        const auto waited = Clock::now();
-        pipeline_.wait_ready();
-        s_.compile_wait_s += gpus.size() * seconds_since(waited);
-        continue;
-      }
-      // A GPU is free and candidates are compiling: look at them again soon.
-      const bool poll = wants && !pipeline_.empty();
-      const auto waited = Clock::now();
-      const std::size_t idle = gpus.idle();
-      std::optional<MeasurePool::Done> done = gpus.collect(poll ? 0.002 : -1);
-      if (poll) s_.compile_wait_s += idle * seconds_since(waited);
+      bool nothing_in_flight = false;
+      std::optional<MeasurePool::Done> done = wait(gpus, !started_all && gpus.idle() > 0, nothing_in_flight);
+      if (nothing_in_flight) break;
       if (!done) continue;
       // The GPU starts its next candidate before this result is recorded and the budget looked at
       // (the caller's check may propose another workload's batch): a GPU measures at most one
