@@ -30,6 +30,17 @@ conv=$("$bench" --table "$src/benchmarks/workloads/resnet18_conv2d.json" --batch
 while read -r name key op sets; do
   grep -q "\"key\":\"$key\"" "$src/logs/h200_resnet18_b16_bfloat16.jsonl" || { echo "$name bf16 ($key) is not logged"; exit 1; }
 done <<<"$conv"
+# ResNet-18 at batch 256, NHWC, tuned on an H200 (the table's rows, and the same workloads as a
+# workload table for tmap tune --table).
+for rows in "$("$bench" --table "$src/benchmarks/workloads/resnet18_conv2d.json" --batch 256 --layout nhwc \
+                 --log "$src/logs/h200_resnet18_b256_nhwc.jsonl" --print-workloads)" \
+            "$("$bench" --table "$src/benchmarks/workloads/resnet18_b256_nhwc.json" --log "$src/logs/h200_resnet18_b256_nhwc.jsonl" \
+                 --print-workloads)"; do
+  [ "$(wc -l <<<"$rows")" -eq 12 ] || { echo "expected 12 batch-256 NHWC workloads"; exit 1; }
+  while read -r name key op sets; do
+    grep -q "\"key\":\"$key\"" "$src/logs/h200_resnet18_b256_nhwc.jsonl" || { echo "$name b256 nhwc ($key) is not in the H200 log"; exit 1; }
+  done <<<"$rows"
+done
 # The conv1d (batch 1, 16) and conv3d (batch 1) tables, channels first.
 for t in conv1d_b1 conv1d_b16 conv3d_b1; do
   table=${t%_b*} batch=${t#*_b} log=logs/h100_$t.jsonl
