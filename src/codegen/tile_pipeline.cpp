@@ -374,64 +374,76 @@ void emit_loader_signature(std::ostringstream& os, const OperandLoader& l) {
   }
 }
 
-/// The moving part, per step: the rest of the offset and of the bounds; out of bounds reads
-/// zero without a branch (cp.async with a source size of 0, or a select).
-void emit_loader_body(std::ostringstream& os, const OperandLoader& l) {
-  const ImplicitGemm& g = l.g;
-  const ScheduleParams& p = l.p;
-  const Compute& c = l.c;
+/// The condition that a step's element lies inside the GEMM (k < K) and inside the tensor
+/// along each checked dimension that moves with the step.
+std::string step_in_bounds(const OperandLoader& l) {
   const OperandSplit& sp = l.sp;
-  const Access& acc = l.acc;
-  const Tensor& t = l.t;
-  const std::vector<bool>& used = l.used;
-  const int vec = l.vec, elem_bytes = l.elem_bytes, bytes = vec * elem_bytes, load = l.load;
-  const std::string type = l.type, vtype = vector_type(bytes), load_type = vector_type(load * elem_bytes);
-  const bool async = l.async, packed = l.packed;
-  auto code = [&](const AffineExpr& e) { return l.code(e); };
-  decompose(os, c, g.k_iters, "k", used, "  ");
-  decompose(os, c, g.serial_iters, "s", used, "  ");
   std::string valid = "f.ok";
-  if (g.K % p.block_k) valid += " && k < K";
-  for (std::size_t d = 0; d < acc.indices.size(); ++d) {
+  if (l.g.K % l.p.block_k) valid += " && k < K";
+  for (std::size_t d = 0; d < l.acc.indices.size(); ++d) {
     if (!sp.checked(d) || !sp.has_moving(d)) continue;
     AffineExpr m = sp.moving[d];
     if (!sp.has_fixed(d)) m.constant = sp.fixed[d].constant;
-    valid += " && (unsigned)(" + std::string(sp.kept(d) ? "f.d" + std::to_string(d) + " + " : "") + code(m) +
-             ") < " + std::to_string(t.shape[d]) + "u";
+    valid += " && (unsigned)(" + std::string(sp.kept(d) ? "f.d" + std::to_string(d) + " + " : "") + l.code(m) +
+             ") < " + std::to_string(l.t.shape[d]) + "u";
   }
+  return valid;
+}
+
+/// The part of the element offset that moves with the step (" + (index) * stride" terms).
+std::string step_offset(const OperandLoader& l) {
+  const OperandSplit& sp = l.sp;
   std::string moving;
-  for (std::size_t d = 0; d < acc.indices.size(); ++d)
+  for (std::size_t d = 0; d < l.acc.indices.size(); ++d)
     if (sp.has_moving(d))
-      moving += " + (" + code(sp.moving[d]) + ")" + (sp.strides[d] != 1 ? " * " + std::to_string(sp.strides[d]) : "");
-  if (sp.shifted) {
-    // The group starts `r` elements into an aligned vector of the last dimension; the two
-    // aligned vectors covering it are each wholly inside or outside the dimension.
-    const std::size_t last = sp.last();
-    const std::string start = "f.d" + std::to_string(last) + (sp.has_moving(last) ? " + " + code(sp.moving[last]) : "");
-    const std::string V = std::to_string(load), W = std::to_string(t.shape[last]) + "u";
-    os << "  const bool ok = " << valid << ";\n"
-       << "  const int i = " << start << ";  // the group's first index in dim " << last << "\n"
-       << "  const int r = i & " << load - 1 << ", lo = i - r;\n"
-       << "  const bool ok_lo = ok && (unsigned)lo < " << W << ", ok_hi = ok && (unsigned)(lo + " << V << ") < " << W
-       << ";\n"
-       << "  const int offset = ok ? f.offset" << moving << " - r : 0;\n"
-       << "  st.lo = ok_lo ? *reinterpret_cast<const " << load_type << "*>(src + offset) : decltype(st.lo){};\n"
-       << "  st.hi = ok_hi ? *reinterpret_cast<const " << load_type << "*>(src + offset + " << V
-       << ") : decltype(st.hi){};\n"
-       << "  st.shift = r * " << elem_bytes << ";\n}\n\n";
+      moving += " + (" + l.code(sp.moving[d]) + ")" + (sp.strides[d] != 1 ? " * " + std::to_string(sp.strides[d]) : "");
+  return moving;
+}
+
+/// A shifted group: it starts `r` elements into an aligned vector of the last dimension; the two
+/// aligned vectors covering it are each wholly inside or outside the dimension.
+void emit_shifted_load(std::ostringstream& os, const OperandLoader& l, const std::string& valid,
+                       const std::string& moving) {
+  const OperandSplit& sp = l.sp;
+  const std::size_t last = sp.last();
+  const std::string load_type = vector_type(l.load * l.elem_bytes);
+  const std::string start = "f.d" + std::to_string(last) + (sp.has_moving(last) ? " + " + l.code(sp.moving[last]) : "");
+  const std::string V = std::to_string(l.load), W = std::to_string(l.t.shape[last]) + "u";
+  os << "  const bool ok = " << valid << ";\n"
+     << "  const int i = " << start << ";  // the group's first index in dim " << last << "\n"
+     << "  const int r = i & " << l.load - 1 << ", lo = i - r;\n"
+     << "  const bool ok_lo = ok && (unsigned)lo < " << W << ", ok_hi = ok && (unsigned)(lo + " << V << ") < " << W
+     << ";\n"
+     << "  const int offset = ok ? f.offset" << moving << " - r : 0;\n"
+     << "  st.lo = ok_lo ? *reinterpret_cast<const " << load_type << "*>(src + offset) : decltype(st.lo){};\n"
+     << "  st.hi = ok_hi ? *reinterpret_cast<const " << load_type << "*>(src + offset + " << V
+     << ") : decltype(st.hi){};\n"
+     << "  st.shift = r * " << l.elem_bytes << ";\n}\n\n";
+}
+
+/// The moving part, per step: the rest of the offset and of the bounds; out of bounds reads
+/// zero without a branch (cp.async with a source size of 0, or a select).
+void emit_loader_body(std::ostringstream& os, const OperandLoader& l) {
+  decompose(os, l.c, l.g.k_iters, "k", l.used, "  ");
+  decompose(os, l.c, l.g.serial_iters, "s", l.used, "  ");
+  const std::string valid = step_in_bounds(l), moving = step_offset(l);
+  if (l.sp.shifted) {
+    emit_shifted_load(os, l, valid, moving);
     return;
   }
+  const int bytes = l.vec * l.elem_bytes;
+  const std::string vtype = vector_type(bytes);
   os << "  const bool ok = " << valid << ";\n"
      << "  const int offset = ok ? f.offset" << moving << " : 0;\n";
-  if (async)
+  if (l.async)
     os << "  cp_async<" << bytes << ">(dst, src + offset, ok);\n}\n\n";
-  else if (vec > 1)
+  else if (l.vec > 1)
     os << "  " << vtype << " v{};\n  if (ok) v = *reinterpret_cast<const " << vtype << "*>(src + offset);\n"
        << "  *reinterpret_cast<" << vtype << "*>(dst) = v;\n}\n\n";
-  else if (packed)
+  else if (l.packed)
     os << "  return ok ? nibble(src, offset) : 0;\n}\n\n";
   else
-    os << "  return ok ? src[offset] : static_cast<" << type << ">(0.0f);\n}\n\n";
+    os << "  return ok ? src[offset] : static_cast<" << l.type << ">(0.0f);\n}\n\n";
 }
 
 }  // namespace

@@ -963,57 +963,68 @@ void emit_constants(std::ostringstream& os, const WgmmaKernel& w) {
      << "constexpr int C_LD = " << (persistent ? persistent_c_ld(g, c_row) : c_row ? "BN + 8" : "BM + 4") << ";\n\n";
 }
 
-/// With a producer: each operand's tensor map (a pair's shared operand loads half the rows), the
-/// TMA and mbarrier helpers and the ring's offsets; without, the cp.async and shift helpers.
-void emit_copy_setup(std::ostringstream& os, WgmmaKernel& w) {
+/// Each operand's tensor map (a pair's shared operand loads half the rows; a dynamic size's
+/// operand follows the run-time size), and which of the boxes' edges the kernel clamps.
+void add_tensor_maps(WgmmaKernel& w) {
   const ImplicitGemm& g = w.g;
   const ScheduleParams& p = w.p;
-  KernelSource& k = w.k;
-  const bool pair = w.pair, persistent = w.persistent;
-  std::vector<TmaDim>* views = w.views;
-  Im2colView* im2col = w.im2col;
-  if (p.producer) {
-    for (int which = 0; which < 2; ++which) {
-      const std::string why = tma_source(g, which, views[which], &im2col[which]);
-      TMAP_CHECK(why.empty(), why);
-      k.tensor_maps.push_back(im2col[which].rank ? im2col_map(g, p, im2col[which])
-                                                 : tensor_map(g, p, which, views[which]));
-      if (g.dynamic() && which == (g.dynamic_axis == 'm' ? 0 : 1)) {  // its m (n) dimension, or batch, follows the size
-        TensorMapSpec& m = k.tensor_maps.back();
-        m.grow_dim = im2col[which].rank ? m.rank - 1 : stored_along_mn(g, which) ? 0 : 1;
-        const std::uint64_t largest = static_cast<std::uint64_t>(g.compute->dynamic.hi);
-        TMAP_CHECK(m.dims[m.grow_dim] % largest == 0, "a tensor map that does not follow the run-time size");
-        m.grow_per_size = m.dims[m.grow_dim] / largest;
-      }
-      if (which == pair_shared_operand(p)) {  // each block of the pair loads half of its rows
-        TMAP_CHECK(!im2col[which].rank, "a pair shares tiled boxes only (validate rejects im2col)");
-        k.tensor_maps.back().box[1] /= 2;
-      }
+  for (int which = 0; which < 2; ++which) {
+    Im2colView& im2col = w.im2col[which];
+    const std::string why = tma_source(g, which, w.views[which], &im2col);
+    TMAP_CHECK(why.empty(), why);
+    w.k.tensor_maps.push_back(im2col.rank ? im2col_map(g, p, im2col) : tensor_map(g, p, which, w.views[which]));
+    if (g.dynamic() && which == (g.dynamic_axis == 'm' ? 0 : 1)) {  // its m (n) dimension, or batch, follows the size
+      TensorMapSpec& m = w.k.tensor_maps.back();
+      m.grow_dim = im2col.rank ? m.rank - 1 : stored_along_mn(g, which) ? 0 : 1;
+      const std::uint64_t largest = static_cast<std::uint64_t>(g.compute->dynamic.hi);
+      TMAP_CHECK(m.dims[m.grow_dim] % largest == 0, "a tensor map that does not follow the run-time size");
+      m.grow_per_size = m.dims[m.grow_dim] / largest;
     }
-    w.clamp.m = clamps_boxes(w, 0);
-    w.clamp.n = clamps_boxes(w, 1);
-    w.clamp.rows = w.c_row ? 'm' : 'n';
-    w.clamp.m_by_16 = !(g.dynamic() && g.dynamic_axis == 'm') && g.M % 16 == 0;
-    w.clamp.n_by_2 = !(g.dynamic() && g.dynamic_axis == 'n') && g.N % 2 == 0;
-    emit_producer_helpers(os, pair);
-    os << "constexpr int BAR_OFFSET = " << barrier_offset(g, p) << ";  // the ring's mbarriers, past tiles and epilogue\n";
-    if (persistent && w.ping_pong)
-      os << "constexpr int CS_OFFSET = " << ring_bytes(g, p) << ";  // the epilogue tiles, one per consumer, past the ring\n"
-         << "constexpr int CS_STRIDE = " << round_up(persistent_epilogue_bytes(g, p), 128) << ";  // bytes of one\n"
-         << "// Synchronizes consumer warpgroup `wg` alone (named barrier 2 + wg), not the other or the producer;\n"
-         << "// constant barrier ids, so that ptxas reserves those alone.\n"
-         << "__device__ __forceinline__ void consumer_sync(int wg) {\n"
-         << "  if (wg == 0) asm volatile(\"bar.sync 2, 128;\\n\" ::: \"memory\");\n"
-         << "  else asm volatile(\"bar.sync 3, 128;\\n\" ::: \"memory\");\n}\n";
-    else if (persistent)
-      os << "constexpr int CS_OFFSET = " << ring_bytes(g, p) << ";  // the epilogue tile, past the ring\n"
-         << "// Synchronizes the consumer warpgroups alone (named barrier 1), not the producer.\n"
-         << "__device__ __forceinline__ void consumer_sync() { asm volatile(\"bar.sync 1, " << k.threads - 128
-         << ";\\n\" ::: \"memory\"); }\n";
-  } else {
-    emit_cp_async_helpers(os);
-    emit_shift_helpers(os, g, p);
+    if (which == pair_shared_operand(p)) {  // each block of the pair loads half of its rows
+      TMAP_CHECK(!im2col.rank, "a pair shares tiled boxes only (validate rejects im2col)");
+      w.k.tensor_maps.back().box[1] /= 2;
+    }
   }
+  w.clamp.m = clamps_boxes(w, 0);
+  w.clamp.n = clamps_boxes(w, 1);
+  w.clamp.rows = w.c_row ? 'm' : 'n';
+  w.clamp.m_by_16 = !(g.dynamic() && g.dynamic_axis == 'm') && g.M % 16 == 0;
+  w.clamp.n_by_2 = !(g.dynamic() && g.dynamic_axis == 'n') && g.N % 2 == 0;
+}
+
+/// A persistent kernel's epilogue tiles past the ring, and the barrier its consumers share
+/// without the producer (ping-pong: each consumer warpgroup its own), so that the producer runs
+/// into the next tile meanwhile.
+void emit_consumer_sync(std::ostringstream& os, const WgmmaKernel& w) {
+  if (!w.persistent) return;
+  os << "constexpr int CS_OFFSET = " << ring_bytes(w.g, w.p)
+     << (w.ping_pong ? ";  // the epilogue tiles, one per consumer, past the ring\n"
+                     : ";  // the epilogue tile, past the ring\n");
+  if (w.ping_pong)
+    os << "constexpr int CS_STRIDE = " << round_up(persistent_epilogue_bytes(w.g, w.p), 128) << ";  // bytes of one\n"
+       << "// Synchronizes consumer warpgroup `wg` alone (named barrier 2 + wg), not the other or the producer;\n"
+       << "// constant barrier ids, so that ptxas reserves those alone.\n"
+       << "__device__ __forceinline__ void consumer_sync(int wg) {\n"
+       << "  if (wg == 0) asm volatile(\"bar.sync 2, 128;\\n\" ::: \"memory\");\n"
+       << "  else asm volatile(\"bar.sync 3, 128;\\n\" ::: \"memory\");\n}\n";
+  else
+    os << "// Synchronizes the consumer warpgroups alone (named barrier 1), not the producer.\n"
+       << "__device__ __forceinline__ void consumer_sync() { asm volatile(\"bar.sync 1, " << w.k.threads - 128
+       << ";\\n\" ::: \"memory\"); }\n";
+}
+
+/// With a producer: the tensor maps, the TMA and mbarrier helpers and the ring's offsets;
+/// without, the cp.async and shift helpers.
+void emit_copy_setup(std::ostringstream& os, WgmmaKernel& w) {
+  if (!w.p.producer) {
+    emit_cp_async_helpers(os);
+    emit_shift_helpers(os, w.g, w.p);
+    return;
+  }
+  add_tensor_maps(w);
+  emit_producer_helpers(os, w.pair);
+  os << "constexpr int BAR_OFFSET = " << barrier_offset(w.g, w.p) << ";  // the ring's mbarriers, past tiles and epilogue\n";
+  emit_consumer_sync(os, w);
 }
 
 /// Descriptor offsets (16-byte units) of accumulator i's A and of B at sub-step kk, from the
@@ -1316,6 +1327,46 @@ bool narrow_lines_help(const ImplicitGemm& g) {
   return false;
 }
 
+/// Operand `which` read by a TMA producer: a source TMA can read, im2col boxes of whole swizzle
+/// lines and no K tail, and at most 256 rows a box.
+void validate_tma_operand(const ImplicitGemm& g, const ScheduleParams& p, int which, std::vector<ScheduleIssue>& out) {
+  auto fail = [&](std::string detail) { out.push_back({ScheduleError::kBadOption, std::move(detail)}); };
+  const char* name = which == 0 ? "A" : "B";
+  std::vector<TmaDim> dims;
+  Im2colView im2col;
+  const std::string why = tma_source(g, which, dims, &im2col);
+  if (!why.empty()) fail("producer = " + std::to_string(p.producer) + " loads operands with TMA, but " + why);
+  const int lb = line_bytes(p), bytes = elem_bytes(which == 0 ? g.hw->a_dtype : g.hw->b_dtype);
+  if (why.empty() && im2col.rank && (im2col.channels * bytes) % lb)
+    fail("swizzle = " + std::to_string(p.swizzle) + ": operand " + name + " is read in im2col boxes of one " +
+         std::to_string(lb) + "-byte line of channels, and its " + std::to_string(im2col.channels) +
+         " channels are not whole lines; use swizzle " + ((im2col.channels * bytes) % 64 ? "3" : "2"));
+  if (why.empty() && im2col.rank && g.K % p.block_k)
+    fail("block_k = " + std::to_string(p.block_k) + ": operand " + name + " is read in im2col boxes, "
+         "which cannot zero a K tail; use a block_k dividing K = " + std::to_string(g.K));
+  const StoredTile t = stored_tile(g, p, which);
+  if (t.rows > 256)
+    fail("producer = " + std::to_string(p.producer) + ": a TMA box has at most 256 rows, " + name + "'s tile " +
+         std::to_string(t.rows));
+}
+
+/// A pair of blocks multicasting the operand they share: tiled boxes of whole 16-row halves.
+void validate_pair(const ImplicitGemm& g, const ScheduleParams& p, std::vector<ScheduleIssue>& out) {
+  const int which = pair_shared_operand(p);
+  const char* name = which == 0 ? "A" : "B";
+  const std::string pair = "cluster = " + std::to_string(p.cluster) + " (a pair of blocks along " +
+                           (which == 0 ? "n" : "m") + " sharing " + name + ")";
+  std::vector<TmaDim> dims;
+  const StoredTile t = stored_tile(g, p, which);
+  if (!tma_view(g, which, dims).empty())
+    out.push_back({ScheduleError::kBadOption, pair + ": " + name + " is read in im2col boxes, and a pair multicasts "
+                   "tiled boxes only; use cluster " + (which == 0 ? "2 (sharing B)" : "3 (sharing A)") + " or 0"});
+  else if (t.rows % 16)
+    out.push_back({ScheduleError::kBadOption, pair + ": each block loads half of " + name + "'s " +
+                   std::to_string(t.rows) + " tile rows, whole 8-row swizzle atoms each; use a tile whose rows "
+                   "are a multiple of 16"});
+}
+
 /// The wgmma family's reasons against `p`'s producer: persistent and ping-pong kernels' tiles, and
 /// the TMA boxes a producer loads (operand sources, im2col lines and K tails, box rows, a pair's
 /// shared operand).
@@ -1331,44 +1382,8 @@ void validate_producer(const ImplicitGemm& g, const ScheduleParams& p, std::vect
     fail(ScheduleError::kBadOption, "producer = 3 with cluster = " + std::to_string(p.cluster) +
                                         ": ping-pong consumers take tiles of their own, not a pair's; use cluster 0");
   if (!p.producer) return;
-  for (int which = 0; which < 2; ++which) {
-    std::vector<TmaDim> dims;
-    Im2colView im2col;
-    const std::string why = tma_source(g, which, dims, &im2col);
-    if (!why.empty())
-      fail(ScheduleError::kBadOption, "producer = " + std::to_string(p.producer) + " loads operands with TMA, but " + why);
-    const int lb = line_bytes(p), bytes = elem_bytes(which == 0 ? g.hw->a_dtype : g.hw->b_dtype);
-    if (why.empty() && im2col.rank && (im2col.channels * bytes) % lb)
-      fail(ScheduleError::kBadOption, "swizzle = " + std::to_string(p.swizzle) + ": operand " +
-                                          (which == 0 ? "A" : "B") + " is read in im2col boxes of one " +
-                                          std::to_string(lb) + "-byte line of channels, and its " +
-                                          std::to_string(im2col.channels) + " channels are not whole lines; "
-                                          "use swizzle " + ((im2col.channels * bytes) % 64 ? "3" : "2"));
-    if (why.empty() && im2col.rank && g.K % p.block_k)
-      fail(ScheduleError::kBadOption, "block_k = " + std::to_string(p.block_k) + ": operand " +
-                                          (which == 0 ? "A" : "B") + " is read in im2col boxes, "
-                                          "which cannot zero a K tail; use a block_k dividing K = " + std::to_string(g.K));
-    const StoredTile t = stored_tile(g, p, which);
-    if (t.rows > 256)
-      fail(ScheduleError::kBadOption, "producer = " + std::to_string(p.producer) + ": a TMA box has at most 256 rows, " +
-                                          (which == 0 ? "A" : "B") + "'s tile " + std::to_string(t.rows));
-  }
-  if (pairs_blocks(p)) {
-    const int which = pair_shared_operand(p);
-    const char* name = which == 0 ? "A" : "B";
-    const std::string pair = "cluster = " + std::to_string(p.cluster) + " (a pair of blocks along " +
-                             (which == 0 ? "n" : "m") + " sharing " + name + ")";
-    std::vector<TmaDim> dims;
-    const StoredTile t = stored_tile(g, p, which);
-    if (!tma_view(g, which, dims).empty())
-      fail(ScheduleError::kBadOption, pair + ": " + name + " is read in im2col boxes, and a pair multicasts tiled "
-                                      "boxes only; use cluster " + (which == 0 ? "2 (sharing B)" : "3 (sharing A)") +
-                                      " or 0");
-    else if (t.rows % 16)
-      fail(ScheduleError::kBadOption, pair + ": each block loads half of " + name + "'s " + std::to_string(t.rows) +
-                                      " tile rows, whole 8-row swizzle atoms each; use a tile whose rows are a "
-                                      "multiple of 16");
-  }
+  for (int which = 0; which < 2; ++which) validate_tma_operand(g, p, which, out);
+  if (pairs_blocks(p)) validate_pair(g, p, out);
 }
 
 class WgmmaFamily final : public EmitterFamily {
