@@ -538,60 +538,66 @@ void read_model(const std::string& path, onnx::ModelProto& model) {
          "export the model with torch.onnx.export or onnx.save");
 }
 
+/// What fixing the inputs' symbolic dimensions found: the options used and what stays unset.
+struct SymbolicDims {
+  std::set<std::string> used_dims, names;
+  std::vector<std::string> unresolved;
+  bool batch_used = false;
+  std::string fixed_batch_example;  ///< An input with a fixed batch, for --batch's error.
+};
+
+/// Sets `input`'s symbolic dimensions from --dim (by name) and --batch (the first dimension),
+/// and notes in `s` what it used and what it could not set.
+void fix_input_dims(onnx::ValueInfoProto& input, const OnnxImportOptions& o, SymbolicDims& s) {
+  auto* tensor = input.mutable_type()->mutable_tensor_type();
+  if (!tensor->has_shape()) {
+    s.unresolved.push_back("input '" + input.name() + "' has no shape");
+    return;
+  }
+  auto* shape = tensor->mutable_shape();
+  for (int i = 0; i < shape->dim_size(); ++i) {
+    auto* d = shape->mutable_dim(i);
+    if (d->has_dim_value()) {
+      if (i == 0 && s.fixed_batch_example.empty())
+        s.fixed_batch_example = "input '" + input.name() + "' has a fixed batch of " + std::to_string(d->dim_value());
+      continue;
+    }
+    const std::string name = d->has_dim_param() ? d->dim_param() : "";
+    if (!name.empty()) s.names.insert(name);
+    if (!name.empty() && o.dims.count(name)) {
+      s.used_dims.insert(name);
+      d->set_dim_value(o.dims.at(name));
+    } else if (i == 0 && o.batch > 0) {
+      s.batch_used = true;
+      d->set_dim_value(o.batch);
+    } else {
+      s.unresolved.push_back("input '" + input.name() + "' dimension " + std::to_string(i) +
+                             (name.empty() ? " (unnamed)" : " ('" + name + "')"));
+    }
+  }
+}
+
 /// Fixes the symbolic dimensions of the model's inputs from --batch and --dim; each of those must
 /// be used, and none may be left unset.
 void fix_symbolic_dims(onnx::GraphProto* g, const OnnxImportOptions& o, const std::string& path) {
   std::set<std::string> initializers;
   for (const auto& t : g->initializer()) initializers.insert(t.name());
-  std::set<std::string> used_dims, symbolic_names;
-  std::vector<std::string> unresolved;
-  bool batch_used = false;
-  std::string fixed_batch_example;
-  for (auto& input : *g->mutable_input()) {
-    if (initializers.count(input.name()) || !input.type().has_tensor_type()) continue;
-    auto* tensor = input.mutable_type()->mutable_tensor_type();
-    if (!tensor->has_shape()) {
-      unresolved.push_back("input '" + input.name() + "' has no shape");
-      continue;
-    }
-    auto* shape = tensor->mutable_shape();
-    for (int i = 0; i < shape->dim_size(); ++i) {
-      auto* d = shape->mutable_dim(i);
-      if (d->has_dim_value()) {
-        if (i == 0 && fixed_batch_example.empty()) fixed_batch_example = "input '" + input.name() + "' has a fixed batch of " + std::to_string(d->dim_value());
-        continue;
-      }
-      const std::string name = d->has_dim_param() ? d->dim_param() : "";
-      if (!name.empty()) symbolic_names.insert(name);
-      if (!name.empty() && o.dims.count(name)) {
-        used_dims.insert(name);
-        d->set_dim_value(o.dims.at(name));
-      } else if (i == 0 && o.batch > 0) {
-        batch_used = true;
-        d->set_dim_value(o.batch);
-      } else {
-        unresolved.push_back("input '" + input.name() + "' dimension " + std::to_string(i) +
-                             (name.empty() ? " (unnamed)" : " ('" + name + "')"));
-      }
-    }
-  }
+  SymbolicDims s;
+  for (auto& input : *g->mutable_input())
+    if (!initializers.count(input.name()) && input.type().has_tensor_type()) fix_input_dims(input, o, s);
   for (const auto& [name, value] : o.dims) {
-    if (used_dims.count(name)) continue;
-    std::string known;
-    for (const auto& s : symbolic_names) known += (known.empty() ? "" : ", ") + s;
+    if (s.used_dims.count(name)) continue;
+    const std::string known = join(std::vector<std::string>(s.names.begin(), s.names.end()));
     fail("--dim " + name, "the model has no symbolic input dimension '" + name + "'",
          known.empty() ? "its inputs have no symbolic dimensions: drop --dim" : "its symbolic dimensions: " + known);
   }
-  if (o.batch > 0 && !batch_used)
-    fail("--batch", "the model's inputs have no symbolic batch dimension" + (fixed_batch_example.empty() ? "" : " (" + fixed_batch_example + ")"),
+  if (o.batch > 0 && !s.batch_used)
+    fail("--batch", "the model's inputs have no symbolic batch dimension" +
+                        (s.fixed_batch_example.empty() ? "" : " (" + s.fixed_batch_example + ")"),
          "drop --batch, or export the model with a dynamic batch dimension");
-  if (!unresolved.empty()) {
-    std::string list;
-    for (const auto& u : unresolved) list += (list.empty() ? "" : ", ") + u;
-    fail(path, "symbolic dimensions are unset: " + list,
+  if (!s.unresolved.empty())
+    fail(path, "symbolic dimensions are unset: " + join(s.unresolved),
          "give --batch N for the batch (first) dimension and --dim NAME=VALUE for the others");
-  }
-
 }
 
 /// Every value's shape after shape inference (-1 for a dimension still unknown).

@@ -270,52 +270,65 @@ std::size_t first_look_limit(int arms, int batch, int trials, double budget_s, d
   return 2 * n <= expected ? n : std::max<std::size_t>(std::min<double>(batch, expected), static_cast<std::size_t>(expected / 4));
 }
 
-std::vector<double> arm_shares(const std::vector<ArmStanding>& arms) {
-  const std::size_t n = arms.size();
-  std::vector<double> score(n, 0.0);
-  if (n == 0) return score;
-  // Not measured yet and not known to fail: ranked by the model's estimate.
-  auto unmeasured_arm = [](const ArmStanding& a) { return a.best_us == kInf && !a.failed_only; };
-  double global = kInf, predicted = kInf;
-  std::size_t best = 0;  // the fastest measured arm (meaningful when global < kInf)
-  for (std::size_t e = 0; e < n; ++e) {
-    if (arms[e].best_us < global) global = arms[e].best_us, best = e;
-    if (unmeasured_arm(arms[e])) predicted = std::min(predicted, arms[e].predicted_us);
-  }
-  // Measured arms: exp(-2 x log2(best / best overall)); arms that only failed a little.
-  // Unmeasured ones on the same scale by the model's estimate against the best known time (the
-  // model is often optimistic about mappings it has not seen, so they are capped below).
+namespace {
+
+/// Not measured yet and not known to fail: ranked by the model's estimate.
+bool unmeasured_arm(const ArmStanding& a) { return a.best_us == kInf && !a.failed_only; }
+
+/// Measured arms: exp(-2 x log2(best / best overall)); arms that only failed a little.
+/// Unmeasured ones on the same scale by the model's estimate against the best known time.
+std::vector<double> arm_scores(const std::vector<ArmStanding>& arms, double global) {
+  double predicted = kInf;
+  for (const ArmStanding& a : arms)
+    if (unmeasured_arm(a)) predicted = std::min(predicted, a.predicted_us);
   const double reference = std::min(global, predicted);
   auto closeness = [](double t, double ref) { return std::exp(-2.0 * std::log2(std::max(1.0, t / ref))); };
-  double measured = 0, unmeasured = 0;
-  for (std::size_t e = 0; e < n; ++e) {
+  std::vector<double> score(arms.size(), 0.0);
+  for (std::size_t e = 0; e < arms.size(); ++e) {
     const ArmStanding& a = arms[e];
-    if (a.best_us < kInf) measured += score[e] = closeness(a.best_us, global);
-    else if (a.failed_only) measured += score[e] = 0.002;
-    else if (a.predicted_us < kInf && reference < kInf)
-      unmeasured += score[e] = std::max(1e-4, closeness(a.predicted_us, reference));
-    else
-      unmeasured += score[e] = 1e-4;
+    if (a.best_us < kInf) score[e] = closeness(a.best_us, global);
+    else if (a.failed_only) score[e] = 0.002;
+    else if (a.predicted_us < kInf && reference < kInf) score[e] = std::max(1e-4, closeness(a.predicted_us, reference));
+    else score[e] = 1e-4;
   }
+  return score;
+}
+
+/// The model is often optimistic about mappings it has not seen: once some arm is measured, the
+/// unmeasured ones together are capped at kExploreShare of the whole. Returns the scores' sum.
+double cap_unmeasured(std::vector<double>& score, const std::vector<ArmStanding>& arms) {
+  double measured = 0, unmeasured = 0;
+  for (std::size_t e = 0; e < arms.size(); ++e) (unmeasured_arm(arms[e]) ? unmeasured : measured) += score[e];
   if (measured > 0 && unmeasured > 0) {
     const double cap = kExploreShare / (1 - kExploreShare) * measured;
     if (unmeasured > cap) {
-      for (std::size_t e = 0; e < n; ++e)
+      for (std::size_t e = 0; e < arms.size(); ++e)
         if (unmeasured_arm(arms[e])) score[e] *= cap / unmeasured;
       unmeasured = cap;
     }
   }
-  double total = measured + unmeasured;
+  return measured + unmeasured;
+}
+
+}  // namespace
+
+std::vector<double> arm_shares(const std::vector<ArmStanding>& arms) {
+  const std::size_t n = arms.size();
+  if (n == 0) return {};
+  double global = kInf;
+  std::size_t best = 0;  // the fastest measured arm (meaningful when global < kInf)
+  for (std::size_t e = 0; e < n; ++e)
+    if (arms[e].best_us < global) global = arms[e].best_us, best = e;
+  std::vector<double> score = arm_scores(arms, global);
+  double total = cap_unmeasured(score, arms);
   // The best arm gets at least a quarter: among dozens of measured arms (a depthwise convolution
   // at batch 16 has about 190) the many that are 1.2-2x slower would otherwise outweigh it, and
   // under a time budget of a few seconds the winning arm would see one or two trials after its
   // first look.
-  if (global < kInf && n > 1) {
-    if (score[best] < kBestArmShare * total) {
-      const double rest = total - score[best];
-      score[best] = kBestArmShare / (1 - kBestArmShare) * rest;
-      total = rest + score[best];
-    }
+  if (global < kInf && n > 1 && score[best] < kBestArmShare * total) {
+    const double rest = total - score[best];
+    score[best] = kBestArmShare / (1 - kBestArmShare) * rest;
+    total = rest + score[best];
   }
   for (double& v : score) v /= total;
   return score;
