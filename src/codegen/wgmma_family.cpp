@@ -1046,24 +1046,12 @@ void emit_descriptor_offsets(std::ostringstream& os, const WgmmaKernel& w) {
     os << "  return ((kk / B_W) * B_ROWS * " << line_bytes(p) << " + (kk % B_W) * " << sb.bytes << ") >> 4;\n}\n";
 }
 
-/// The kernel's signature, shared tiles, block origin (a pair's, a persistent block's tiles),
-/// warpgroup origin, accumulators and share of the steps.
-void emit_entry(std::ostringstream& os, const WgmmaKernel& w) {
+/// Which output tiles the block takes: a pair's half of the pair's tile, a persistent block's
+/// walk over all tiles, else its own tile and its split of the reduction.
+void emit_block_tiles(std::ostringstream& os, const WgmmaKernel& w) {
   const ImplicitGemm& g = w.g;
   const ScheduleParams& p = w.p;
-  const KernelSource& k = w.k;
-  const std::string &ta = w.ta, &tb = w.tb, &tacc = w.tacc, &tout = w.tout, &tpart = w.tpart;
-  const bool ws = w.ws, pair = w.pair, persistent = w.persistent;
-  os << "extern \"C\" __global__ void " << cluster_attribute(p) << "__launch_bounds__(THREADS, 1)\n"
-     << k.name << "(const " << ta << "* __restrict__ a_src, const " << tb << "* __restrict__ b_src, "
-     << output_params(g, tout) << ", " << tpart << "* __restrict__ partial"
-     << (ws ? ",\n    const __grid_constant__ TmaMap tma_a, const __grid_constant__ TmaMap tma_b" : "") << ") {\n"
-     << output_bundle(g) << "  extern __shared__ __align__(1024) unsigned char smem_raw[];\n"
-     << "  // Swizzled tiles start on 1024-byte boundaries (the launch adds 1 KiB of slack).\n"
-     << "  unsigned char* smem = smem_raw + ((1024 - static_cast<unsigned>(__cvta_generic_to_shared(smem_raw)) % 1024) % 1024);\n"
-     << "  " << ta << "* As = reinterpret_cast<" << ta << "*>(smem);                    // [STAGES][A_BYTES]\n"
-     << "  " << tb << "* Bs = reinterpret_cast<" << tb << "*>(smem + STAGES * A_BYTES);  // [STAGES][B_BYTES]\n";
-  emit_prologue_wait(os, g);
+  const bool pair = w.pair, persistent = w.persistent;
   if (pair)
     os << "  // A pair of blocks (a cluster along x) takes one tile of " << (p.cluster == 2 ? "2 BM x BN" : "BM x 2 BN")
        << ", this block the half cta_rank; both\n"
@@ -1086,6 +1074,27 @@ void emit_entry(std::ostringstream& os, const WgmmaKernel& w) {
        << "  const int z = blockIdx.z / SPLIT_K, split = blockIdx.z % SPLIT_K;\n";
     emit_epilogue_prefetch(os, g, p, "THREADS", "  ");
   }
+}
+
+/// The kernel's signature, shared tiles, the block's tiles (emit_block_tiles), warpgroup
+/// origin, accumulators and share of the steps.
+void emit_entry(std::ostringstream& os, const WgmmaKernel& w) {
+  const ImplicitGemm& g = w.g;
+  const ScheduleParams& p = w.p;
+  const KernelSource& k = w.k;
+  const std::string &ta = w.ta, &tb = w.tb, &tacc = w.tacc, &tout = w.tout, &tpart = w.tpart;
+  const bool ws = w.ws, persistent = w.persistent;
+  os << "extern \"C\" __global__ void " << cluster_attribute(p) << "__launch_bounds__(THREADS, 1)\n"
+     << k.name << "(const " << ta << "* __restrict__ a_src, const " << tb << "* __restrict__ b_src, "
+     << output_params(g, tout) << ", " << tpart << "* __restrict__ partial"
+     << (ws ? ",\n    const __grid_constant__ TmaMap tma_a, const __grid_constant__ TmaMap tma_b" : "") << ") {\n"
+     << output_bundle(g) << "  extern __shared__ __align__(1024) unsigned char smem_raw[];\n"
+     << "  // Swizzled tiles start on 1024-byte boundaries (the launch adds 1 KiB of slack).\n"
+     << "  unsigned char* smem = smem_raw + ((1024 - static_cast<unsigned>(__cvta_generic_to_shared(smem_raw)) % 1024) % 1024);\n"
+     << "  " << ta << "* As = reinterpret_cast<" << ta << "*>(smem);                    // [STAGES][A_BYTES]\n"
+     << "  " << tb << "* Bs = reinterpret_cast<" << tb << "*>(smem + STAGES * A_BYTES);  // [STAGES][B_BYTES]\n";
+  emit_prologue_wait(os, g);
+  emit_block_tiles(os, w);
   os << "  const int wg = threadIdx.x / 128, lane = threadIdx.x % 32;\n"
      << (w.ping_pong ? "  const int wm0 = 0, wn0 = 0;  // each consumer warpgroup multiplies whole tiles\n\n"
                      : "  const int wm0 = (wg / WARPS_N) * WM, wn0 = (wg % WARPS_N) * WN;  // warpgroup tile origin in the block\n\n")
