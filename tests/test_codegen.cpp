@@ -1538,6 +1538,10 @@ TEST(Schedule, WgmmaValidationReasons) {
       {"transposed B in half a line", with([](ScheduleParams& p) { p.warp_n = 32; p.block_n = 64; }),
        ScheduleError::kTileNotMultipleOfIntrinsic, "blocks of 64"},
       {"two stages", with([](ScheduleParams& p) { p.stages = 2; }), ScheduleError::kBadStages, "3 to 6"},
+      {"eight stages filled by cp.async", with([](ScheduleParams& p) { p.stages = 8; }), ScheduleError::kBadStages,
+       "up to 12 with a TMA producer"},
+      {"thirteen stages filled by TMA", with([](ScheduleParams& p) { p.stages = 13; p.producer = 1; }),
+       ScheduleError::kBadStages, "up to 12 with a TMA producer"},
       {"not swizzled", with([](ScheduleParams& p) { p.swizzle = 0; p.smem_pad = 8; }), ScheduleError::kBadOption,
        "swizzled tiles only"},
       {"k off the line", with([](ScheduleParams& p) { p.block_k = 32; }), ScheduleError::kMisalignedRows, "128-byte lines"},
@@ -1560,6 +1564,13 @@ TEST(Schedule, WgmmaValidationReasons) {
     EXPECT_EQ(issues[0].error, ic.error) << message(issues[0].error) << ": " << issues[0].detail;
     EXPECT_NE(issues[0].detail.find(ic.says), std::string::npos) << issues[0].detail;
   }
+  // A TMA producer waits on each buffer's barriers, so its ring may be deeper than cp.async's.
+  ScheduleParams deep = with([](ScheduleParams& p) {
+    p.producer = 1;
+    p.block_m = p.warp_m = p.block_n = p.warp_n = 64;
+    p.stages = 8;
+  });
+  EXPECT_TRUE(validate(g, deep, limits).empty());
   // Another architecture gets the family refused with the reason, and sm_90a names sm_90.
   for (int cc : {80, 100}) {
     auto other = validate(g, d, DeviceLimits::for_arch(cc));

@@ -133,6 +133,9 @@ bool wgmma_block_alone(const ImplicitGemm& g, const ScheduleParams& p) {
 /// producer warpgroup joins the consumers' epilogue, and ptxas compiled such a kernel (3 consumers
 /// of 64 x 192) with its wgmmas serialized (C7512) even with setmaxnreg in both roles.
 constexpr int kProducerRegs = 40;
+/// The deepest ring a TMA producer fills. Small tiles over a gathered operand keep more copies in
+/// flight with eight buffers than with six (cuDNN's deepest sm_90 engines keep about ten).
+constexpr int kMaxProducerStages = 12;
 /// Registers a consumer thread holds for its operands: the accumulators, and with p.a_regs two
 /// sets of A fragments (4 registers per m64 accumulator and k step).
 int operand_registers(const ImplicitGemm& g, const ScheduleParams& p) {
@@ -1433,10 +1436,13 @@ class WgmmaFamily final : public EmitterFamily {
                                           std::to_string(p.smem_pad) +
                                           ": wgmma reads swizzled tiles only (swizzle 1, 2 or 3: 128-, 64- or "
                                           "32-byte lines; smem_pad 0)");
-    if (p.stages < 3 || p.stages > 6)
+    // cp.async copies run STAGES - 2 steps ahead, each step waiting on its group by count; a TMA
+    // producer's ring waits on each buffer's barriers, so any depth the shared memory holds works.
+    if (p.stages < 3 || p.stages > (p.producer ? kMaxProducerStages : 6))
       fail(ScheduleError::kBadStages, "stages = " + std::to_string(p.stages) +
                                           ": the wgmma ring needs 3 to 6 buffers (one read by wgmma, one "
-                                          "retiring, the rest in flight)");
+                                          "retiring, the rest in flight), up to " +
+                                          std::to_string(kMaxProducerStages) + " with a TMA producer");
     if (p.warp_n > 256 || (g.hw->a_dtype == DType::kInt8 && p.warp_n > 32 && p.warp_n % 16))
       fail(ScheduleError::kTileNotMultipleOfIntrinsic,
            "warp_n = " + std::to_string(p.warp_n) + ": wgmma's N runs from 8 to 256 (multiples of 16 above 32 for int8)");
@@ -1550,7 +1556,8 @@ class WgmmaFamily final : public EmitterFamily {
         .set("block_k", narrow ? std::vector<Choice>{w / 4, w / 2, {w, 2}, 2 * w} : std::vector<Choice>{{w, 2}, 2 * w})
         .set("warp_m", {{64, 2}, 128})  // m64 accumulators per warpgroup
         .set("warp_n", warp_n_choices(g))  // the instruction's N
-        .set("stages", {3, {4, 2}, 5, 6})
+        // Eight buffers only where a TMA producer fills the ring (validation refuses them otherwise).
+        .set("stages", {3, {4, 2}, 5, 6, 8})
         .set("smem_pad", {0})  // swizzled
         .set("split_k", {{1, 3}, 2, 3, 4, 6, 8, 12, 16})
         // The splits summed by a second kernel, or by the tile's last block (slower where measured).
