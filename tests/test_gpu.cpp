@@ -645,6 +645,10 @@ TEST(Gpu, WgmmaTmaProducer) {
   const std::vector<Edit> edits = {
       {"stages 3", [](ScheduleParams& p) { p.stages = 3; }},
       {"stages 6 bm 64", [](ScheduleParams& p) { p.stages = 6; p.block_m = 64; }},
+      {"stages 8 bm 64", [](ScheduleParams& p) { p.stages = 8; p.block_m = 64; }},
+      // A ring deeper than the reduction's 9 steps.
+      {"persistent stages 12 64x64", [](ScheduleParams& p) {
+         p.producer = 2; p.stages = 12; p.block_m = p.warp_m = p.block_n = p.warp_n = 64; }},
       {"2 consumers 128x256", [](ScheduleParams& p) { p.block_m = 128; p.warp_m = 64; p.block_n = p.warp_n = 256; }},
       {"wm 128 wn 64", [](ScheduleParams& p) { p.warp_m = 128; p.block_m = 128; p.warp_n = 64; p.block_n = 128; }},
       {"bk 128 raster 3", [](ScheduleParams& p) { p.block_k = 128; p.stages = 3; p.raster = 3; }},

@@ -958,6 +958,24 @@ TEST(Tuner, BudgetsAndTheStopFlagEndTheSearch) {
     EXPECT_LT(s.measured, 200);
     EXPECT_NE(s.stop_reason.find("no improvement"), std::string::npos) << s.stop_reason;
   }
+  {
+    // No trial count: the time budget alone ends the run, and progress shows no total.
+    SyntheticMeasurer m;
+    TuneOptions o = synthetic_options("", 0);
+    o.time_budget_s = 4;
+    std::vector<TuneProgress> seen;
+    o.on_progress = [&](const TuneProgress& p) { seen.push_back(p); };
+    TuneSummary s = tune(c, shipped(), o, m);
+    EXPECT_EQ(s.stop_reason, "time budget reached");
+    EXPECT_GE(s.measured, 1);
+    ASSERT_FALSE(seen.empty());
+    for (const TuneProgress& p : seen) {
+      EXPECT_EQ(p.total, 0);
+      EXPECT_LE(p.eta_s, o.time_budget_s) << "the ETA is the budget's rest";
+    }
+    o.time_budget_s = 0;  // neither bound: no trial (a resumed run's confirmation alone)
+    EXPECT_EQ(tune(c, shipped(), o, m).measured, 0);
+  }
 }
 
 TEST(Tuner, ModelRankingWithoutAGpuRecordsUnmeasuredKernelsThatCompile) {

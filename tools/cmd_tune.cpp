@@ -511,7 +511,8 @@ std::function<void(const TuneProgress&)> tune_progress_printer(const TuneArgs& a
   return [&args, &block, tty, pace = ProgressPace{}](const TuneProgress& p) mutable {
     if (!pace.due(args, tty, p.trials, p.total, p.elapsed_s, p.gpus ? p.gpus->size() : 1)) return;
     char line[512];
-    std::snprintf(line, sizeof line, "[%4d/%d] best %s | %s | model %s | %s elapsed, ~%s left", p.trials, p.total,
+    std::snprintf(line, sizeof line, "[%4d%s] best %s | %s | model %s | %s elapsed, ~%s left", p.trials,
+                  p.total ? ("/" + std::to_string(p.total)).c_str() : " trials",
                   p.best_us > 0 ? (std::to_string(p.best_us).substr(0, 7) + " us, " +
                                    std::to_string(p.best_tflops).substr(0, 6) + " TFLOP/s").c_str()
                                 : "none yet",
@@ -709,6 +710,7 @@ void tune_command(TuneArgs& args) {
   check_measurable(args, m);
   if (c.dynamic.active()) return tune_range_command(args, c, hws, m);
   TuneOptions o = tune_options(args, m, args.log.empty() ? "logs/" + c.name + ".jsonl" : args.log);
+  if (!model_only && args.time_budget > 0 && !args.trials_option->count()) o.trials = 0;  // the budget bounds it
   const bool tty = ::isatty(STDERR_FILENO);
   ProgressBlock block(tty);
   o.on_progress = tune_progress_printer(args, block, tty);
@@ -744,7 +746,7 @@ void tune_command(TuneArgs& args) {
 
 /// The search: its budget, batches, logs, priors, measuring and seed.
 void add_search_options(CLI::App* cmd, TuneArgs* args) {
-  cmd->add_option("--trials", args->trials, "Candidates to measure (default 200; with --model or --table, in all, 64 per workload by default, a --shard its share)")->check(at_least(1));
+  cmd->add_option("--trials", args->trials, "Candidates to measure (default 200, or what --time-budget allows where given; with --model or --table, in all, 64 per workload by default, a --shard its share)")->check(at_least(1));
   cmd->add_option("--time-budget", args->time_budget, "Stop after this many seconds")->check(at_least(0));
   cmd->add_option("--early-stop", args->early_stop, "Stop after this many trials without improvement (0: never)")
       ->check(at_least(0));

@@ -75,6 +75,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr double kInf = std::numeric_limits<double>::infinity();
+
+/// The trials a run may measure: `o.trials`; with 0 as many as its time budget allows, or none
+/// without one (a resumed run that only confirms).
+int trial_cap(const TuneOptions& o) { return o.trials > 0 || o.time_budget_s <= 0 ? o.trials : 1 << 28; }
 /// The least share of a batch's picks that the best arm so far gets (arm_shares).
 constexpr double kBestArmShare = 0.25;
 /// The most that the arms not yet measured share of a batch's picks (arm_shares).
@@ -530,11 +534,11 @@ class SearchStrategy {
     }
     std::sort(best_per_arm.begin(), best_per_arm.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
     for (const auto& look : best_per_arm) first_looks_.push_back(look.second);
-    if (o_.time_budget_s > 0 && o_.trials > 2 * n) {
+    if (o_.time_budget_s > 0 && trial_cap(o_) > 2 * n) {
       note(o_, std::to_string(n) + " mappings to search; a first look for the model's best, as many as a quarter of "
                                    "the trials the time budget allows");
     } else {
-      first_looks_.resize(std::min(first_looks_.size(), first_look_limit(n, o_.batch, o_.trials, 0, 0, 0)));
+      first_looks_.resize(std::min(first_looks_.size(), first_look_limit(n, o_.batch, trial_cap(o_), 0, 0, 0)));
       note(o_, std::to_string(n) + " mappings to search; a first look for " + std::to_string(first_looks_.size()) +
                    (first_looks_.size() < best_per_arm.size() ? " (the model's best)" : ""));
     }
@@ -901,7 +905,7 @@ class TuneTask::Impl : public MeasureClient {
 
   /// The first looks this run may take so far.
   std::size_t look_limit() const {
-    return first_look_limit(s_.arms, o_.batch, o_.trials, o_.time_budget_s, seconds_since(created_), s_.measured);
+    return first_look_limit(s_.arms, o_.batch, trial_cap(o_), o_.time_budget_s, seconds_since(created_), s_.measured);
   }
 
   /// Proposes a batch and starts compiling it; each candidate is ready on its own.
@@ -1017,7 +1021,8 @@ class TuneTask::Impl : public MeasureClient {
     }
     p.arm = strategy_.search().space().entries()[cand.entry].label;
     p.elapsed_s = s_.wall_s + seconds_since(run_start_);
-    p.eta_s = p.elapsed_s / s_.measured * std::max(0, o_.trials - s_.measured);
+    p.eta_s = p.elapsed_s / s_.measured * std::max(0, trial_cap(o_) - s_.measured);
+    if (o_.time_budget_s > 0) p.eta_s = std::min(p.eta_s, std::max(0.0, o_.time_budget_s - p.elapsed_s));
     p.rank_correlation = s_.rank_correlations.empty() ? 0 : s_.rank_correlations.back();
     p.model_trained = model_trained;
     p.gpus = &gpus;
@@ -1176,7 +1181,7 @@ TuneSummary tune(const Compute& c, const std::vector<HwAbstraction>& hws, const 
   for (const CandidateRef& seed : history.first_seeds[key]) task.offer(seed, true);
   for (const CandidateRef& seed : history.seeds) task.offer(seed);
   // The confirmation's time is kept out of the time budget's search.
-  task.run(o.trials, gpus, [&] {
+  task.run(trial_cap(o), gpus, [&] {
     return o.time_budget_s > 0 && seconds_since(t0) + task.confirm_seconds() > o.time_budget_s;
   });
   task.confirm(gpus);

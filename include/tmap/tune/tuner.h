@@ -96,7 +96,7 @@ struct TuneProgress {
 };
 
 struct TuneOptions {
-  int trials = 200;
+  int trials = 200;          ///< 0: as many as the time budget allows; none without one.
   double time_budget_s = 0;  ///< 0: none.
   int early_stop = 0;        ///< Stop after this many trials without improvement; 0: never.
   int batch = 16;
