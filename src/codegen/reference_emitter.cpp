@@ -21,9 +21,11 @@ void decompose(std::ostringstream& os, const Compute& c, const std::vector<int>&
     strides[i] = stride;
     stride *= c.iters[iters[i]].extent;
   }
-  for (std::size_t i = 0; i < iters.size(); ++i)
-    os << indent << "const long long it_" << c.iters[iters[i]].name << " = (" << flat << " / " << strides[i] << "LL) % "
+  for (std::size_t i = 0; i < iters.size(); ++i) {
+    const std::string quotient = strides[i] == 1 ? flat : "(" + flat + " / " + std::to_string(strides[i]) + "LL)";
+    os << indent << "const long long it_" << c.iters[iters[i]].name << " = " << quotient << " % "
        << c.iters[iters[i]].extent << "LL;\n";
+  }
 }
 
 // Names in the kernel: tensors are t_<name>, iterators it_<name>, so neither clashes with the
