@@ -693,6 +693,22 @@ nlohmann::json tune_table_ranges(const TuneArgs& a, const WorkloadTable& table, 
   return out;
 }
 
+/// A one-workload run's end: the best kernel's source where --emit-cuda asks, and the summary.
+void report_tune(const TuneArgs& args, const TuneSummary& s, const Compute& c, const std::vector<HwAbstraction>& hws,
+                 int cc, const std::string& log_path, const TuneGpus& gpus) {
+  if (!args.emit_cuda.empty() && s.best) {
+    Regenerated r = regenerate(*s.best, hws, cc);
+    write_file(args.emit_cuda, self_contained(r.kernel.code), "--emit-cuda");
+  }
+  const Workload w = make_workload(c);
+  if (args.format == "json") {
+    print_tune_json(args, s, c, w, log_path, gpus.pool ? gpu_summary_json(gpus, s.wall_s, s.compile_wait_s) : nlohmann::json());
+  } else {
+    print_tune_summary(s, c, w, log_path, args.measure == "model");
+    if (gpus.pool) print_gpu_summary(gpus, s.wall_s, s.compile_wait_s);
+  }
+}
+
 void tune_command(TuneArgs& args) {
   resolve_batch_options(args);
   if (!args.shard.empty() && args.model.empty() && args.table.empty())
@@ -729,18 +745,7 @@ void tune_command(TuneArgs& args) {
   block.end();
   // Interrupted: the summary is printed, then the conventional status of death by that signal.
   if (g_signal) exit_status() = 128 + g_signal;
-
-  if (!args.emit_cuda.empty() && s.best) {
-    Regenerated r = regenerate(*s.best, hws, m.cc);
-    write_file(args.emit_cuda, self_contained(r.kernel.code), "--emit-cuda");
-  }
-  const Workload w = make_workload(c);
-  if (args.format == "json") {
-    print_tune_json(args, s, c, w, o.log_path, gpus.pool ? gpu_summary_json(gpus, s.wall_s, s.compile_wait_s) : nlohmann::json());
-  } else {
-    print_tune_summary(s, c, w, o.log_path, model_only);
-    if (gpus.pool) print_gpu_summary(gpus, s.wall_s, s.compile_wait_s);
-  }
+  report_tune(args, s, c, hws, m.cc, o.log_path, gpus);
   if (!s.best && !model_only && !g_signal) throw std::runtime_error("tuning found no correct kernel");
 }
 
