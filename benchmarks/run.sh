@@ -3,7 +3,8 @@
 #   benchmarks/run.sh conv [--batch 1|16|256] [--layout nhwc|nchw] [--trials N] [--time-budget S] [--log LOG] [--out DIR]
 #   benchmarks/run.sh conv1d|conv3d [--batch 1|16 (conv1d), 1|8 (conv3d)] [--trials N] [--time-budget S] [--log LOG] [--out DIR]
 #   benchmarks/run.sh gemm|skinny [--trials N] [--time-budget S] [--log LOG] [--out DIR]
-#   benchmarks/run.sh depthwise|grouped [--batch 1|16] [--trials N] [--time-budget S] [--log LOG] [--out DIR]
+#   benchmarks/run.sh depthwise [--batch 1|16] [--trials N] [--time-budget S] [--log LOG] [--out DIR]
+#   benchmarks/run.sh grouped [--batch 1|16] [--layout nchw|nhwc] [--trials N] [--time-budget S] [--log LOG] [--out DIR]
 #   benchmarks/run.sh table FILE.json [--trials N] [--time-budget S] [--log LOG] [--prior LOG]... [--out DIR]
 # A workload table (tmap import MODEL --format json) is tuned as one model: tmap tune --table,
 # --trials in all (default 64 per workload) or --time-budget seconds in all, the cost model and
@@ -98,11 +99,15 @@ case "$table" in
   gemm) layout=nhwc; json="$root/benchmarks/workloads/gemm.json"; name="gemm$suffix"; log=${log:-$root/logs/h100_gemm$suffix.jsonl} ;;
   skinny) layout=nhwc; json="$root/benchmarks/workloads/skinny_gemm.json"; name="skinny_gemm$suffix"
         log=${log:-$root/logs/h100_skinny_gemm$suffix.jsonl} ;;
-  depthwise|grouped)
-        [ "${layout:-nchw}" = nchw ] || { echo "error: $table runs channels first (NCHW): no --layout $layout" >&2; exit 2; }
-        layout=nchw; json="$root/benchmarks/workloads/${table/depthwise/depthwise_conv2d}.json"
-        json=${json/grouped.json/grouped_conv2d.json}; name="${table}_b${batch}_nchw$suffix"
-        log=${log:-$root/logs/h100_${table}_b${batch}$suffix.jsonl} ;;
+  depthwise)
+        [ "${layout:-nchw}" = nchw ] || { echo "error: depthwise runs channels first (NCHW): no --layout $layout" >&2; exit 2; }
+        layout=nchw; json="$root/benchmarks/workloads/depthwise_conv2d.json"; name="depthwise_b${batch}_nchw$suffix"
+        log=${log:-$root/logs/h100_depthwise_b${batch}$suffix.jsonl} ;;
+  grouped)
+        layout=${layout:-nchw}; json="$root/benchmarks/workloads/grouped_conv2d.json"; name="grouped_b${batch}_${layout}$suffix"
+        # The channels-first logs were recorded on the H100, the channels-last one on the H200.
+        [ "$layout" = nchw ] && log=${log:-$root/logs/h100_grouped_b${batch}$suffix.jsonl}
+        log=${log:-$root/logs/h200_grouped_b${batch}_nhwc$suffix.jsonl} ;;
   *) echo "error: table must be conv, conv1d, conv3d, gemm, skinny, depthwise or grouped" >&2; exit 2 ;;
 esac
 mkdir -p "$out" "$(dirname "$log")"
