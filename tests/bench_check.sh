@@ -30,16 +30,20 @@ conv=$("$bench" --table "$src/benchmarks/workloads/resnet18_conv2d.json" --batch
 while read -r name key op sets; do
   grep -q "\"key\":\"$key\"" "$src/logs/h200_resnet18_b16_bfloat16.jsonl" || { echo "$name bf16 ($key) is not logged"; exit 1; }
 done <<<"$conv"
-# ResNet-18 at batch 256, NHWC, tuned on an H200 (the table's rows, and the same workloads as a
-# workload table for tmap tune --table).
-for rows in "$("$bench" --table "$src/benchmarks/workloads/resnet18_conv2d.json" --batch 256 --layout nhwc \
-                 --log "$src/logs/h200_resnet18_b256_nhwc.jsonl" --print-workloads)" \
-            "$("$bench" --table "$src/benchmarks/workloads/resnet18_b256_nhwc.json" --log "$src/logs/h200_resnet18_b256_nhwc.jsonl" \
-                 --print-workloads)"; do
-  [ "$(wc -l <<<"$rows")" -eq 12 ] || { echo "expected 12 batch-256 NHWC workloads"; exit 1; }
+# The tables tuned on an H200 in NHWC (ResNet-18 at batch 256, grouped at batch 16): their rows,
+# and the same workloads as a workload table for tmap tune --table, each have a record in the log.
+logged() {  # ROWS COUNT LOG WHAT
+  [ "$(wc -l <<<"$1")" -eq "$2" ] || { echo "expected $2 $4 workloads"; exit 1; }
   while read -r name key op sets; do
-    grep -q "\"key\":\"$key\"" "$src/logs/h200_resnet18_b256_nhwc.jsonl" || { echo "$name b256 nhwc ($key) is not in the H200 log"; exit 1; }
-  done <<<"$rows"
+    grep -q "\"key\":\"$key\"" "$src/$3" || { echo "$name $4 ($key) is not in $3"; exit 1; }
+  done <<<"$1"
+}
+for t in resnet18_conv2d:256:resnet18_b256_nhwc:12 grouped_conv2d:16:grouped_b16_nhwc:4; do
+  IFS=: read -r table batch wtable count <<<"$t"
+  log=logs/h200_$wtable.jsonl
+  logged "$("$bench" --table "$src/benchmarks/workloads/$table.json" --batch "$batch" --layout nhwc --log "$src/$log" \
+              --print-workloads)" "$count" "$log" "$wtable"
+  logged "$("$bench" --table "$src/benchmarks/workloads/$wtable.json" --log "$src/$log" --print-workloads)" "$count" "$log" "$wtable"
 done
 # The conv1d (batch 1, 16) and conv3d (batch 1) tables, channels first.
 for t in conv1d_b1 conv1d_b16 conv3d_b1; do
