@@ -5,39 +5,30 @@
 set -euo pipefail
 build=$1 src=$2
 bench=$build/bin/tmap_bench tmap=$build/bin/tmap
-# With a log, the key printed is that of the record the benchmark replays (one of float32 output
-# when the table asks for float16 and the log has no such record).
-gemm=$("$bench" --table "$src/benchmarks/workloads/gemm.json" --log "$src/logs/h100_gemm.jsonl" --print-workloads)
-[ "$(wc -l <<<"$gemm")" -eq 11 ] || { echo "expected 11 GEMM workloads"; exit 1; }
-while read -r name key op sets; do
-  grep -q "\"key\":\"$key\"" "$src/logs/h100_gemm.jsonl" || { echo "$name ($key) is not in logs/h100_gemm.jsonl"; exit 1; }
-done <<<"$gemm"
-# Every layer of the ResNet-18 table at every batch, in both layouts.
-for batch in 1 16 256; do
-  for layout in nhwc nchw; do
-    log=logs/h100_resnet18_b$batch.jsonl
-    conv=$("$bench" --table "$src/benchmarks/workloads/resnet18_conv2d.json" --batch $batch --layout $layout --log "$src/$log" --print-workloads)
-    [ "$(wc -l <<<"$conv")" -eq 12 ] || { echo "expected 12 conv workloads"; exit 1; }
-    while read -r name key op sets; do
-      grep -q "\"key\":\"$key\"" "$src/$log" || { echo "$name b$batch $layout ($key) is not in $log"; exit 1; }
-    done <<<"$conv"
-  done
-done
-# The bfloat16 table of ResNet-18 at batch 16, NHWC (tuned on an H200).
-conv=$("$bench" --table "$src/benchmarks/workloads/resnet18_conv2d.json" --batch 16 --dtype bfloat16 \
-  --log "$src/logs/h200_resnet18_b16_bfloat16.jsonl" --print-workloads)
-[ "$(wc -l <<<"$conv")" -eq 12 ] || { echo "expected 12 bfloat16 conv workloads"; exit 1; }
-while read -r name key op sets; do
-  grep -q "\"key\":\"$key\"" "$src/logs/h200_resnet18_b16_bfloat16.jsonl" || { echo "$name bf16 ($key) is not logged"; exit 1; }
-done <<<"$conv"
-# The tables tuned on an H200 in NHWC (ResNet-18 at batch 256, grouped at batch 16): their rows,
-# and the same workloads as a workload table for tmap tune --table, each have a record in the log.
+# ROWS (tmap_bench --print-workloads) are COUNT workloads, each with a record in LOG (under $src).
 logged() {  # ROWS COUNT LOG WHAT
   [ "$(wc -l <<<"$1")" -eq "$2" ] || { echo "expected $2 $4 workloads"; exit 1; }
   while read -r name key op sets; do
     grep -q "\"key\":\"$key\"" "$src/$3" || { echo "$name $4 ($key) is not in $3"; exit 1; }
   done <<<"$1"
 }
+# With a log, the key printed is that of the record the benchmark replays (one of float32 output
+# when the table asks for float16 and the log has no such record).
+logged "$("$bench" --table "$src/benchmarks/workloads/gemm.json" --log "$src/logs/h100_gemm.jsonl" --print-workloads)" \
+  11 logs/h100_gemm.jsonl GEMM
+# Every layer of the ResNet-18 table at every batch, in both layouts.
+for batch in 1 16 256; do
+  for layout in nhwc nchw; do
+    log=logs/h100_resnet18_b$batch.jsonl
+    logged "$("$bench" --table "$src/benchmarks/workloads/resnet18_conv2d.json" --batch $batch --layout $layout \
+                --log "$src/$log" --print-workloads)" 12 "$log" "conv b$batch $layout"
+  done
+done
+# The bfloat16 table of ResNet-18 at batch 16, NHWC (tuned on an H200).
+logged "$("$bench" --table "$src/benchmarks/workloads/resnet18_conv2d.json" --batch 16 --dtype bfloat16 \
+            --log "$src/logs/h200_resnet18_b16_bfloat16.jsonl" --print-workloads)" 12 logs/h200_resnet18_b16_bfloat16.jsonl "bfloat16 conv"
+# The tables tuned on an H200 in NHWC (ResNet-18 at batch 256, grouped at batch 16): their rows,
+# and the same workloads as a workload table for tmap tune --table, each have a record in the log.
 for t in resnet18_conv2d:256:resnet18_b256_nhwc:12 grouped_conv2d:16:grouped_b16_nhwc:4; do
   IFS=: read -r table batch wtable count <<<"$t"
   log=logs/h200_$wtable.jsonl
@@ -48,22 +39,16 @@ done
 # The conv1d (batch 1, 16) and conv3d (batch 1) tables, channels first.
 for t in conv1d_b1 conv1d_b16 conv3d_b1; do
   table=${t%_b*} batch=${t#*_b} log=logs/h100_$t.jsonl
-  conv=$("$bench" --table "$src/benchmarks/workloads/$table.json" --batch "$batch" --layout nchw --log "$src/$log" --print-workloads)
-  [ "$(wc -l <<<"$conv")" -eq 5 ] || { echo "expected 5 $table workloads"; exit 1; }
-  while read -r name key op sets; do
-    grep -q "\"key\":\"$key\"" "$src/$log" || { echo "$name ($key) is not in $log"; exit 1; }
-  done <<<"$conv"
+  logged "$("$bench" --table "$src/benchmarks/workloads/$table.json" --batch "$batch" --layout nchw --log "$src/$log" \
+              --print-workloads)" 5 "$log" "$table"
 done
 # The skinny GEMM table and the depthwise and grouped tables at batch 1 and 16 (channels first).
 for t in skinny_gemm:skinny_gemm:9 depthwise_conv2d:depthwise_b1:7 depthwise_conv2d:depthwise_b16:7 grouped_conv2d:grouped_b1:4 grouped_conv2d:grouped_b16:4; do
   IFS=: read -r table logname count <<<"$t"
   log=logs/h100_$logname.jsonl batch=${logname##*_b}
   [ "$batch" = "$logname" ] && batch=1
-  rows=$("$bench" --table "$src/benchmarks/workloads/$table.json" --batch "$batch" --layout nchw --log "$src/$log" --print-workloads)
-  [ "$(wc -l <<<"$rows")" -eq "$count" ] || { echo "expected $count $table workloads"; exit 1; }
-  while read -r name key op sets; do
-    grep -q "\"key\":\"$key\"" "$src/$log" || { echo "$name ($key) is not in $log"; exit 1; }
-  done <<<"$rows"
+  logged "$("$bench" --table "$src/benchmarks/workloads/$table.json" --batch "$batch" --layout nchw --log "$src/$log" \
+              --print-workloads)" "$count" "$log" "$table"
 done
 # Workload tables, fused and LLM GEMMs: each workload has a record to replay (the fused batch-1
 # table's are the bare batch-1 log's schedules, which tmap_bench applies with the epilogue).
@@ -72,11 +57,7 @@ for t in resnet50_fused_b1_nhwc:h100_resnet50_b1:25 resnet50_fused_b16_nhwc:h200
          transformer_ffn:h100_transformer_ffn:6 llm_gemm:h200_llm_gemm:13 fp8_gemm:h200_fp8_gemm:13; do
   IFS=: read -r table logname count <<<"$t"
   log=logs/$logname.jsonl
-  rows=$("$bench" --table "$src/benchmarks/workloads/$table.json" --log "$src/$log" --print-workloads)
-  [ "$(wc -l <<<"$rows")" -eq "$count" ] || { echo "expected $count $table workloads"; exit 1; }
-  while read -r name key op sets; do
-    grep -q "\"key\":\"$key\"" "$src/$log" || { echo "$name ($key) is not in $log"; exit 1; }
-  done <<<"$rows"
+  logged "$("$bench" --table "$src/benchmarks/workloads/$table.json" --log "$src/$log" --print-workloads)" "$count" "$log" "$table"
 done
 # The decode table: four workloads, each a range of M compared at 14 sizes, so 56 rows, each
 # served by a bucket of its range (a range's sizes go through its buckets without --dispatch),
