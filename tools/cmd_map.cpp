@@ -10,6 +10,7 @@
 
 #include "commands.h"
 #include "tmap/hw/hw_abstraction.h"
+#include "tmap/ir/group_pack.h"
 #include "tmap/match/match_report.h"
 
 namespace tmap::cli {
@@ -20,6 +21,7 @@ struct MapArgs {
   HwSelection hw;
   std::string enumerate = "amos";
   std::string format = "text";
+  int group_pack = 1;
 };
 
 std::string shape_text(const std::vector<std::int64_t>& shape) {
@@ -122,6 +124,26 @@ void print_text(const Compute& c, const MatchReport& r) {
 
 }  // namespace
 
+Compute packed_compute(const Compute& c, int pack) {
+  if (pack == 1) return c;
+  GroupPack p = pack_groups(c, pack);
+  if (!p.why_not.empty()) {
+    std::string offered;
+    for (int q : group_packs(c)) offered += (offered.empty() ? "" : ", ") + std::to_string(q);
+    bad("--group-pack", "'" + c.name + "' cannot pack " + std::to_string(pack) + " groups into one: " + p.why_not,
+        offered.empty() ? "drop --group-pack: only a grouped contraction packs groups"
+                        : "the tuner offers " + offered + "; or drop --group-pack");
+  }
+  return std::move(p.compute);
+}
+
+void add_group_pack_option(CLI::App& cmd, int& pack) {
+  cmd.add_option("--group-pack", pack,
+                 "Pack this many groups of a grouped convolution into one block-diagonal product, whose mappings "
+                 "the schedule's group_pack names (default 1: the compute as written)")
+      ->check(between(1, 32));
+}
+
 void register_map(CLI::App& app) {
   auto args = std::make_shared<MapArgs>();
   auto* cmd = app.add_subcommand("map", "Match a compute against the hardware abstractions and enumerate its mappings");
@@ -131,8 +153,9 @@ void register_map(CLI::App& app) {
       ->check(CLI::IsMember({"amos", "all"}));
   cmd->add_option("--format", args->format, "text or json (one JSON document on stdout)")
       ->check(CLI::IsMember({"text", "json"}));
+  add_group_pack_option(*cmd, args->group_pack);
   cmd->callback([args] {
-    Compute c = args->compute.build();
+    Compute c = packed_compute(args->compute.build(), args->group_pack);
     const std::vector<HwAbstraction> chosen = args->hw.chosen(args->hw.all());
     spdlog::debug("matching '{}' against {} abstraction(s)", c.name, chosen.size());
     MatchReport r = match_compute(c, chosen, args->enumerate == "all" ? Enumeration::kAll : Enumeration::kAmos);

@@ -33,6 +33,7 @@ struct RunArgs {
   HwSelection hw_dirs;  ///< --hw-dir only: --hw names one abstraction here
   std::string hw, layout, shape, params, arch, emit_cuda, log, format = "text";
   int mapping = -1, match = -1;
+  int group_pack = 1;
   double timeout = 60;
   int graph_runs = 0;
   bool flush_l2 = false;
@@ -173,7 +174,7 @@ bool measure(const RunArgs& args, const RunCandidate& x, const KernelSource& ker
     const Target target{"sm_" + std::to_string(x.cc), rt.devices.front().name, cuda_version_text(rt.driver_version),
                         cuda_version_text(rt.runtime_version), TMAP_VERSION};
     LogWriter(args.log).append(make_record(make_workload(c), target,
-                                           candidate_ref(c, x.hw.name, x.match, x.mapping, x.params), std::move(measured)));
+                                           candidate_ref(*x.g.compute, x.hw.name, x.match, x.mapping, x.params), std::move(measured)));
     result["log"] = args.log;
   }
   result["status"] = status_name(m.status);
@@ -217,11 +218,13 @@ void run_command(RunArgs& args) {
   const int cc = target_arch(args, rt);
   auto all = args.hw_dirs.all();
   const std::vector<HwAbstraction> chosen = args.hw.empty() ? runnable_on(all, cc) : std::vector{find_hw(all, args.hw)};
-  MatchReport report = match_compute(c, chosen, Enumeration::kAll);
-  const Match& match = pick_match(args, report, c, all);
+  // The compute matched: `c`, or its groups packed (the workload, reference and log stay `c`).
+  const Compute matched = packed_compute(c, args.group_pack);
+  MatchReport report = match_compute(matched, chosen, Enumeration::kAll);
+  const Match& match = pick_match(args, report, matched, all);
   const HwAbstraction& hw = find_hw(all, match.hw_abs);
   const Mapping& mapping = pick_mapping(args, match);
-  ImplicitGemm g = make_implicit_gemm(c, hw, match, mapping);
+  ImplicitGemm g = make_implicit_gemm(matched, hw, match, mapping);
   DeviceLimits limits = DeviceLimits::for_arch(cc);
   if (!rt.devices.empty() && rt.devices.front().compute_capability == cc) limits.sm_count = rt.devices.front().sm_count;
   const ScheduleParams params = schedule_of(args, g, limits);
@@ -266,6 +269,7 @@ void register_run(CLI::App& app) {
                   "Match number (#) from 'tmap map' with the same --hw, e.g. a transposed product (default: the first "
                   "of --layout and --shape)");
   cmd->add_option("--mapping", args->mapping, "Mapping id from 'tmap map' (default: every candidate fused)");
+  add_group_pack_option(*cmd, args->group_pack);
   cmd->add_option("--params", args->params,
                   "Schedule parameters as JSON, keys from 'tmap knobs': " + join(knob_names()) +
                       " (default: a sensible schedule)");

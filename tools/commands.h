@@ -60,6 +60,12 @@ int& exit_status();
 CLI::Validator at_least(double min);
 CLI::Validator between(double min, double max);
 
+/// `c` with --group-pack `pack` of its groups packed into one block-diagonal product
+/// (pack_groups()); `c` itself for 1. A UserError naming the option where it cannot be packed so.
+Compute packed_compute(const Compute& c, int pack);
+/// Adds --group-pack to a subcommand that matches a compute (map, run).
+void add_group_pack_option(CLI::App& cmd, int& pack);
+
 /// A UserError for a bad command-line value, naming the option and the fix.
 [[noreturn]] void bad(const std::string& option, const std::string& msg, const std::string& hint);
 

@@ -70,14 +70,22 @@ Contiguity fused(const IndexView& v, const Tensor& t, const std::vector<int>& ax
 }
 
 /// Shifted (other terms in the last index): they move the group's start; the dimension's bounds
-/// cut it anywhere.
-Contiguity shifted(const IndexView& v, const Tensor& t, int inner, int max) {
+/// cut it anywhere. The group runs on over the axis's next iterators while the index holds them
+/// in mixed radix after the innermost (a packed group's gj * C/groups + c), which do not shift it.
+Contiguity shifted(const IndexView& v, const Tensor& t, const std::vector<int>& axis, int max) {
   const AffineExpr& e = v.acc.indices[v.last];
+  std::int64_t run = v.extent(axis.back());
+  std::vector<int> in_run = {axis.back()};
+  for (int a = static_cast<int>(axis.size()) - 2; a >= 0 && e.coef(axis[a]) == run && v.only_in(axis[a], v.last); --a) {
+    run *= v.extent(axis[a]);
+    in_run.push_back(axis[a]);
+  }
   Contiguity out;
-  out.width = widest_dividing(max, {v.extent(inner), t.shape[v.last]});
+  out.width = widest_dividing(max, {run, t.shape[v.last]});
   out.aligned = out.width;
   for (const auto& [x, coef] : e.terms)
-    if (x != inner && v.extent(x) != 1) out.aligned = widest_dividing(out.aligned, {coef});
+    if (std::find(in_run.begin(), in_run.end(), x) == in_run.end() && v.extent(x) != 1)
+      out.aligned = widest_dividing(out.aligned, {coef});
   out.aligned = widest_dividing(out.aligned, {e.constant});
   return out;
 }
@@ -93,7 +101,7 @@ Contiguity contiguity(const Compute& c, const Access& acc, const std::vector<int
   const int max = max_bytes * 8 / bits;
   if (e.coef(inner) == 2 && v.only_in(inner, v.last)) return strided(v, t, inner, max, bits);
   if (e.coef(inner) != 1 || !v.only_in(inner, v.last)) return {};
-  return v.alone(e, inner) ? fused(v, t, axis, max) : shifted(v, t, inner, max);
+  return v.alone(e, inner) ? fused(v, t, axis, max) : shifted(v, t, axis, max);
 }
 
 int contiguous_width(const Compute& c, const Access& acc, const std::vector<int>& axis, int bits, int max_bytes) {

@@ -6,9 +6,20 @@
 #include <set>
 
 #include "tmap/codegen/emitter.h"
+#include "tmap/ir/group_pack.h"
 #include "tmap/support/diagnostic.h"
 
 namespace tmap {
+
+namespace {
+
+std::size_t mapping_count(const MatchReport& report) {
+  std::size_t total = 0;
+  for (const Match& m : report.matches) total += m.mappings.size();
+  return total;
+}
+
+}  // namespace
 
 SearchSpace::SearchSpace(const Compute& c, const std::vector<HwAbstraction>& hws, Enumeration e,
                          const DeviceLimits& limits, int compute_capability)
@@ -30,34 +41,58 @@ SearchSpace::SearchSpace(const Compute& c, const std::vector<HwAbstraction>& hws
   }
   report_ = match_compute(c, usable, e);
   for (const auto& r : report_.rejected) add_reason(r.hw_abs + ": " + r.reason);
-  std::size_t total = 0;
-  for (const Match& m : report_.matches) total += m.mappings.size();
+  check_mapping_count(c, report_);
+  std::set<std::string> scheduled;                 // matched abstractions with an arm
+  std::map<std::string, std::string> unscheduled;  // the first invalid default of each, as a reason
+  add_arms(c, report_, hws, scheduled, unscheduled);
+  // A grouped compute's packs (pack_groups()): more arms, of their own computes.
+  for (int pack : group_packs(c)) {
+    GroupPack gp = pack_groups(c, pack);
+    if (!gp.why_not.empty()) continue;
+    auto packed = std::make_unique<PackedCompute>();
+    packed->compute = std::move(gp.compute);
+    packed->report = match_compute(packed->compute, usable, e);
+    if (mapping_count(packed->report) > kMaxSearchMappings) continue;  // the compute as written stands
+    packs_.push_back(std::move(packed));
+    add_arms(packs_.back()->compute, packs_.back()->report, hws, scheduled, unscheduled);
+  }
+  for (const auto& [name, why] : unscheduled)
+    if (!scheduled.count(name)) add_reason(name + ": " + why);
+  if (entries_.empty() && empty_reason_.empty())
+    empty_reason_ = "no mapping has a valid schedule on this device";
+}
+
+
+void SearchSpace::check_mapping_count(const Compute& c, const MatchReport& report) const {
+  const std::size_t total = mapping_count(report);
   if (total > kMaxSearchMappings)
     throw UserError(format_diagnostic(
         SourceLoc::whole(c.name), "'" + c.name + "' has " + std::to_string(total) + " mappings onto " +
-                                      std::to_string(report_.matches.size()) + " matches; tmap searches at most " +
+                                      std::to_string(report.matches.size()) + " matches; tmap searches at most " +
                                       std::to_string(kMaxSearchMappings),
         "choose abstractions with --hw, keep --enumerate amos, or fuse iterators that always appear together"));
+}
+
+void SearchSpace::add_arms(const Compute& c, const MatchReport& report, const std::vector<HwAbstraction>& hws,
+                           std::set<std::string>& scheduled, std::map<std::string, std::string>& unscheduled) {
   // Padded mappings that differ from another mapping only by iterators of extent 1 (conv2d's n at
   // batch 1, r and s of a 1x1 window) do the same work: one arm stands for them, a mapping that
   // fits the intrinsic if there is one, else the first in enumeration order. Mappings that fit
   // are all kept (logs name them, and their vector widths can differ).
   std::set<std::string> arms;
-  for (const Match& m : report_.matches)
+  for (const Match& m : report.matches)
     for (const Mapping& map : m.mappings)
-      if (map.fits()) arms.insert(arm_key(m.hw_abs, m.layout, m.shape.extent, map.axes));
-  std::set<std::string> scheduled;                 // matched abstractions with an arm
-  std::map<std::string, std::string> unscheduled;  // the first invalid default of each, as a reason
-  for (const Match& m : report_.matches) {
+      if (map.fits()) arms.insert(arm_key(c, m.hw_abs, m.layout, m.shape.extent, map.axes));
+  for (const Match& m : report.matches) {
     const HwAbstraction* hw = nullptr;
     for (const auto& h : hws)
       if (h.name == m.hw_abs) hw = &h;
     for (const Mapping& map : m.mappings) {
-      if (!map.fits() && !arms.insert(arm_key(m.hw_abs, m.layout, m.shape.extent, map.axes)).second) continue;
+      if (!map.fits() && !arms.insert(arm_key(c, m.hw_abs, m.layout, m.shape.extent, map.axes)).second) continue;
       // The mapping's arm, and where relayout_view() offers them, twins reading channels-last
       // copies (relayout 1; relayout 2 for channels padded to 8-byte vectors).
       auto add = [&](ImplicitGemm gemm, int relayout) {
-        SpaceEntry entry{hw, &m, &map, std::move(gemm), "", {}, {}};
+        SpaceEntry entry{hw, &m, &map, &c, std::move(gemm), "", {}, {}};
         entry.defaults = default_schedule(entry.gemm, limits_);
         entry.defaults.relayout = relayout;
         if (auto issues = validate(entry.gemm, entry.defaults, limits_); !issues.empty()) {
@@ -69,6 +104,7 @@ SearchSpace::SearchSpace(const Compute& c, const std::vector<HwAbstraction>& hws
         scheduled.insert(m.hw_abs);
         entry.choices = family_of(*hw).choices(entry.gemm, entry.defaults, limits_);
         entry.choices.set("relayout", {relayout});
+        entry.choices.set("group_pack", {c.group_pack});
         entries_.push_back(std::move(entry));
         entries_.back().label = candidate_label(ref(static_cast<int>(entries_.size()) - 1, entries_.back().defaults));
       };
@@ -79,12 +115,7 @@ SearchSpace::SearchSpace(const Compute& c, const std::vector<HwAbstraction>& hws
         if (twins[knob - 1].why_not.empty()) add(std::move(twins[knob - 1].gemm), knob);
     }
   }
-  for (const auto& [name, why] : unscheduled)
-    if (!scheduled.count(name)) add_reason(name + ": " + why);
-  if (entries_.empty() && empty_reason_.empty())
-    empty_reason_ = "no mapping has a valid schedule on this device";
 }
-
 
 bool SearchSpace::valid(int entry, const ScheduleParams& p) const {
   const ImplicitGemm& g = entries_[entry].gemm;
@@ -160,32 +191,38 @@ CandidateRef candidate_ref(const Compute& c, const std::string& hw_abs, const Ma
 
 CandidateRef SearchSpace::ref(int entry, const ScheduleParams& p) const {
   const SpaceEntry& e = entries_[entry];
-  return candidate_ref(compute_, e.hw->name, *e.match, *e.mapping, p);
+  return candidate_ref(*e.compute, e.hw->name, *e.match, *e.mapping, p);
 }
 
 int SearchSpace::find(const CandidateRef& r) const {
-  // The record's axes as iterator ids (-1: a name this compute lacks, which matches no arm).
-  std::array<std::vector<int>, 3> axes;
-  for (int a = 0; a < 3; ++a)
-    for (const auto& name : r.axes[a]) {
-      int id = -1;
-      for (int it = 0; it < static_cast<int>(compute_.iters.size()); ++it)
-        if (compute_.iters[it].name == name) id = it;
-      if (id < 0) return -1;
-      axes[a].push_back(id);
-    }
+  // The record's axes as iterator ids of an arm's compute (none where it lacks a name).
+  auto axes_in = [&](const Compute& c) -> std::optional<std::array<std::vector<int>, 3>> {
+    std::array<std::vector<int>, 3> axes;
+    for (int a = 0; a < 3; ++a)
+      for (const auto& name : r.axes[a]) {
+        const int id = c.find_iterator(name);
+        if (id < 0) return std::nullopt;
+        axes[a].push_back(id);
+      }
+    return axes;
+  };
   // The arm of exactly that mapping, else the arm that stands for it (a padded mapping the same
-  // up to extent-1 iterators).
-  // (A record with relayout 1 or 2 belongs to the mapping's relayout twin of that value.)
+  // up to extent-1 iterators). A record with relayout 1 or 2 belongs to the mapping's relayout
+  // twin of that value, one with group_pack P to an arm of the compute packed by P.
   auto same_match = [&](const SpaceEntry& e) {
     return e.hw->name == r.hw_abs && e.match->layout == r.layout && e.match->shape.extent == r.shape &&
-           e.gemm.relayout_knob == r.params.relayout;
+           e.gemm.relayout_knob == r.params.relayout && e.compute->group_pack == r.params.group_pack;
   };
-  for (int i = 0; i < static_cast<int>(entries_.size()); ++i)
-    if (same_match(entries_[i]) && entries_[i].mapping->axes == axes) return i;
-  const std::string key = arm_key(r.hw_abs, r.layout, r.shape, axes);
-  for (int i = 0; i < static_cast<int>(entries_.size()); ++i)
-    if (same_match(entries_[i]) && arm_key(r.hw_abs, r.layout, r.shape, entries_[i].mapping->axes) == key) return i;
+  for (bool exact : {true, false})
+    for (int i = 0; i < static_cast<int>(entries_.size()); ++i) {
+      const SpaceEntry& e = entries_[i];
+      const auto axes = same_match(e) ? axes_in(*e.compute) : std::nullopt;
+      if (!axes) continue;
+      if (exact ? e.mapping->axes == *axes
+                : arm_key(*e.compute, r.hw_abs, r.layout, r.shape, e.mapping->axes) ==
+                      arm_key(*e.compute, r.hw_abs, r.layout, r.shape, *axes))
+        return i;
+    }
   return -1;
 }
 
@@ -210,15 +247,14 @@ std::optional<ScheduleParams> SearchSpace::narrowed(int entry, ScheduleParams p)
   return std::nullopt;
 }
 
-std::string SearchSpace::arm_key(const std::string& hw_abs, const std::string& layout,
-                                 const std::array<std::int64_t, 3>& shape,
-                                 const std::array<std::vector<int>, 3>& axes) const {
+std::string SearchSpace::arm_key(const Compute& c, const std::string& hw_abs, const std::string& layout,
+                                 const std::array<std::int64_t, 3>& shape, const std::array<std::vector<int>, 3>& axes) {
   std::string key = hw_abs + " " + layout + " " + std::to_string(shape[0]) + "x" + std::to_string(shape[1]) + "x" +
                     std::to_string(shape[2]);
   for (const auto& axis : axes) {
     key += " {";
     for (int it : axis)
-      if (compute_.iters[it].extent > 1) key += std::to_string(it) + ",";
+      if (c.iters[it].extent > 1) key += std::to_string(it) + ",";
     key += "}";
   }
   return key;

@@ -82,7 +82,8 @@ std::string candidate_label(const CandidateRef& c) {
   }
   return c.hw_abs + " " + c.layout + " " + std::to_string(c.shape[0]) + "x" + std::to_string(c.shape[1]) + "x" +
          std::to_string(c.shape[2]) + " map " + std::to_string(c.mapping_id) + " " + axes +
-         (c.params.relayout ? " relayout" : "") + (c.params.relayout == 2 ? " (8-byte)" : "");
+         (c.params.relayout ? " relayout" : "") + (c.params.relayout == 2 ? " (8-byte)" : "") +
+         (c.params.group_pack > 1 ? " groups packed by " + std::to_string(c.params.group_pack) : "");
 }
 
 std::string candidate_signature(const CandidateRef& c) {

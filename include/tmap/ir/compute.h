@@ -95,6 +95,9 @@ struct Compute {
   /// stored) and the operands' tensors follow the statement's in `tensors`.
   Epilogue epilogue;
   DynamicExtent dynamic;  ///< Inactive for a compute of one shape.
+  /// Groups of the user's compute that one group of this one packs (pack_groups()); 1 for a
+  /// compute as written. Not part of the workload: a record names the user's compute.
+  int group_pack = 1;
 
   const Tensor& tensor_of(const Access& a) const { return tensors.at(a.tensor); }
   std::vector<std::string> iterator_names() const;

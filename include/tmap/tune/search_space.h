@@ -5,8 +5,11 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <optional>
 #include <random>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -22,6 +25,8 @@ struct SpaceEntry {
   const HwAbstraction* hw = nullptr;
   const Match* match = nullptr;
   const Mapping* mapping = nullptr;
+  /// The compute matched: the space's, or one of its group packs (pack_groups()).
+  const Compute* compute = nullptr;
   ImplicitGemm gemm;
   std::string label;  ///< candidate_label() of the arm
   ScheduleParams defaults;  ///< default_schedule() of the arm on the space's device.
@@ -73,15 +78,27 @@ class SearchSpace {
   static std::string key(int entry, const ScheduleParams& p);
 
  private:
-  /// Names an arm up to iterators of extent 1, which change no kernel.
-  std::string arm_key(const std::string& hw_abs, const std::string& layout, const std::array<std::int64_t, 3>& shape,
-                      const std::array<std::vector<int>, 3>& axes) const;
+  /// Names an arm of compute `c` up to iterators of extent 1, which change no kernel.
+  static std::string arm_key(const Compute& c, const std::string& hw_abs, const std::string& layout,
+                             const std::array<std::int64_t, 3>& shape, const std::array<std::vector<int>, 3>& axes);
+  /// Refuses a compute of more mappings than tuning considers (kMaxSearchMappings).
+  void check_mapping_count(const Compute& c, const MatchReport& report) const;
+  /// The arms of `report`'s mappings of `c` (the space's compute or a pack of it); `scheduled`
+  /// and `unscheduled` gather, over all calls, which abstractions have an arm and why not.
+  void add_arms(const Compute& c, const MatchReport& report, const std::vector<HwAbstraction>& hws,
+                std::set<std::string>& scheduled, std::map<std::string, std::string>& unscheduled);
   /// `p` on arm `entry` with its relayout value and the widest vectors valid there, if any.
   std::optional<ScheduleParams> narrowed(int entry, ScheduleParams p) const;
 
   const Compute& compute_;
   DeviceLimits limits_;
   MatchReport report_;
+  /// The group packs of the compute (pack_groups()) and their matches, which arms point into.
+  struct PackedCompute {
+    Compute compute;
+    MatchReport report;
+  };
+  std::vector<std::unique_ptr<PackedCompute>> packs_;
   std::vector<SpaceEntry> entries_;
   std::string empty_reason_;
 };

@@ -64,7 +64,8 @@ struct CandidateRef {
   ScheduleParams params;
 };
 
-/// "wmma_fp16_fp32 nnn 16x16x16 map 7 {n, p, q}x{k}x{c, r, s}" (the schedule left out).
+/// "wmma_fp16_fp32 nnn 16x16x16 map 7 {n, p, q}x{k}x{c, r, s}" (the schedule left out; "relayout" and
+/// "groups packed by 4" name the views whose mappings they are).
 std::string candidate_label(const CandidateRef& c);
 /// What identifies a candidate within a workload: the mapping and the whole schedule.
 std::string candidate_signature(const CandidateRef& c);
