@@ -62,7 +62,6 @@ SearchSpace::SearchSpace(const Compute& c, const std::vector<HwAbstraction>& hws
     empty_reason_ = "no mapping has a valid schedule on this device";
 }
 
-
 void SearchSpace::check_mapping_count(const Compute& c, const MatchReport& report) const {
   const std::size_t total = mapping_count(report);
   if (total > kMaxSearchMappings)
@@ -213,10 +212,15 @@ int SearchSpace::find(const CandidateRef& r) const {
     return e.hw->name == r.hw_abs && e.match->layout == r.layout && e.match->shape.extent == r.shape &&
            e.gemm.relayout_knob == r.params.relayout && e.compute->group_pack == r.params.group_pack;
   };
+  // Looked up once per compute (the space's and its packs'), not per arm.
+  std::map<const Compute*, std::optional<std::array<std::vector<int>, 3>>> by_compute;
   for (bool exact : {true, false})
     for (int i = 0; i < static_cast<int>(entries_.size()); ++i) {
       const SpaceEntry& e = entries_[i];
-      const auto axes = same_match(e) ? axes_in(*e.compute) : std::nullopt;
+      if (!same_match(e)) continue;
+      auto found = by_compute.find(e.compute);
+      if (found == by_compute.end()) found = by_compute.emplace(e.compute, axes_in(*e.compute)).first;
+      const auto& axes = found->second;
       if (!axes) continue;
       if (exact ? e.mapping->axes == *axes
                 : arm_key(*e.compute, r.hw_abs, r.layout, r.shape, e.mapping->axes) ==
