@@ -155,7 +155,7 @@ TEST(GroupPack, SearchSpaceHasPackedArmsThatRecordsFind) {
     const SpaceEntry& entry = space.entries()[e];
     packs.insert(entry.compute->group_pack);
     EXPECT_EQ(entry.defaults.group_pack, entry.compute->group_pack);
-    EXPECT_EQ(entry.gemm.group_pack, entry.compute->group_pack);
+    EXPECT_EQ(entry.gemm.compute->group_pack, entry.compute->group_pack);
     // A record names the packed compute's iterators and the pack; it finds its arm again.
     const CandidateRef ref = space.ref(e, entry.defaults);
     EXPECT_EQ(ref.params.group_pack, entry.compute->group_pack);

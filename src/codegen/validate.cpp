@@ -210,11 +210,12 @@ const ImplicitGemm* relayout_checked(const ImplicitGemm& in, const ScheduleParam
 
 std::vector<ScheduleIssue> validate(const ImplicitGemm& in, const ScheduleParams& p, const DeviceLimits& limits) {
   std::vector<ScheduleIssue> out;
-  if (p.group_pack != in.group_pack) {
-    const std::string packed = std::to_string(in.group_pack);
+  // The pack is the mapped compute's (pack_groups()), which relayout views and sizes copy.
+  if (const int pack = in.compute->group_pack; p.group_pack != pack) {
+    const std::string packed = std::to_string(pack);
     out.push_back({ScheduleError::kBadOption,
                    "group_pack = " + std::to_string(p.group_pack) + " on a mapping of " +
-                       (in.group_pack == 1 ? std::string("the compute as written") : "groups packed by " + packed) +
+                       (pack == 1 ? std::string("the compute as written") : "groups packed by " + packed) +
                        "; use " + packed + " (each pack has mappings of its own: 'tmap map --group-pack N' lists them)"});
     return out;
   }
@@ -259,7 +260,7 @@ std::vector<ScheduleIssue> validate(const ImplicitGemm& in, const ScheduleParams
 
 ScheduleParams default_schedule(const ImplicitGemm& g, const DeviceLimits& limits) {
   ScheduleParams p = family_of(*g.hw).default_schedule(g, limits);
-  p.group_pack = g.group_pack;
+  p.group_pack = g.compute->group_pack;
   if (limits.sm_count > 0) {
     const std::int64_t blocks = ((g.M + p.block_m - 1) / p.block_m) * ((g.N + p.block_n - 1) / p.block_n) * g.batch;
     const std::int64_t steps = g.serial * ((g.K + p.block_k - 1) / p.block_k);

@@ -15,7 +15,6 @@ ImplicitGemm make_implicit_gemm(const Compute& c, const HwAbstraction& hw, const
   g.a_input = match.roles.a_input;
   g.b_input = match.roles.b_input;
   g.mapping_id = mapping.id;
-  g.group_pack = c.group_pack;
   g.m_iters = mapping.axes[0];
   g.n_iters = mapping.axes[1];
   g.k_iters = mapping.axes[2];

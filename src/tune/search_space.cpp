@@ -212,19 +212,25 @@ int SearchSpace::find(const CandidateRef& r) const {
     return e.hw->name == r.hw_abs && e.match->layout == r.layout && e.match->shape.extent == r.shape &&
            e.gemm.relayout_knob == r.params.relayout && e.compute->group_pack == r.params.group_pack;
   };
-  // Looked up once per compute (the space's and its packs'), not per arm.
-  std::map<const Compute*, std::optional<std::array<std::vector<int>, 3>>> by_compute;
+  // The record's axes and arm key, looked up once per compute (the space's and its packs').
+  struct Named {
+    std::optional<std::array<std::vector<int>, 3>> axes;
+    std::string key;
+  };
+  std::map<const Compute*, Named> by_compute;
   for (bool exact : {true, false})
     for (int i = 0; i < static_cast<int>(entries_.size()); ++i) {
       const SpaceEntry& e = entries_[i];
       if (!same_match(e)) continue;
       auto found = by_compute.find(e.compute);
-      if (found == by_compute.end()) found = by_compute.emplace(e.compute, axes_in(*e.compute)).first;
-      const auto& axes = found->second;
-      if (!axes) continue;
-      if (exact ? e.mapping->axes == *axes
-                : arm_key(*e.compute, r.hw_abs, r.layout, r.shape, e.mapping->axes) ==
-                      arm_key(*e.compute, r.hw_abs, r.layout, r.shape, *axes))
+      if (found == by_compute.end()) {
+        Named n{axes_in(*e.compute), ""};
+        if (n.axes) n.key = arm_key(*e.compute, r.hw_abs, r.layout, r.shape, *n.axes);
+        found = by_compute.emplace(e.compute, std::move(n)).first;
+      }
+      const Named& n = found->second;
+      if (!n.axes) continue;
+      if (exact ? e.mapping->axes == *n.axes : arm_key(*e.compute, r.hw_abs, r.layout, r.shape, e.mapping->axes) == n.key)
         return i;
     }
   return -1;

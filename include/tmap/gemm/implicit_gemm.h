@@ -61,8 +61,6 @@ struct ImplicitGemm {
   std::array<OperandRelayout, 2> relayout{};
   /// The ScheduleParams::relayout value of a relayout view (relayout_vector_bytes()); 0 otherwise.
   int relayout_knob = 0;
-  /// Compute::group_pack of the compute mapped: the ScheduleParams::group_pack of its kernels.
-  int group_pack = 1;
   std::shared_ptr<const Compute> view_owner;
   bool relayouted() const { return view_owner != nullptr; }
   bool dynamic() const { return per_size > 0; }
