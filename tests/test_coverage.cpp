@@ -284,8 +284,9 @@ Compute retyped(const std::string& name, DType in, DType acc, const std::vector<
 }
 
 /// Sliding windows with one filter per channel, in every form the window stager takes: strides,
-/// dilations, paddings, odd and tiny extents, larger filters, 1-D (conv1d of one channel) and the
-/// grouped NCHW convolution with groups = C.
+/// dilations, paddings, odd and tiny extents, larger filters, 1-D (conv1d of one channel), the
+/// grouped NCHW convolution with groups = C, and channels last (NHWC with groups = C: copies
+/// along the channels of 16, 4 and 2 bytes).
 std::vector<std::pair<std::string, Compute>> window_computes(DType in = DType::kFloat16, DType acc = DType::kFloat32) {
   std::vector<std::pair<std::string, Compute>> out;
   auto add = [&](const std::string& name, const std::vector<std::string>& sets) {
@@ -303,6 +304,11 @@ std::vector<std::pair<std::string, Compute>> window_computes(DType in = DType::k
   add("depthwise_conv2d", {"C=16", "H=56", "W=56", "stride=1"});
   add("conv1d", {"N=3", "C=1", "K=1", "W=127", "S=5", "pad=2"});
   add("conv2d", {"C=12", "K=12", "groups=12", "H=10", "W=10"});
+  add("conv2d_nhwc", {"C=24", "K=24", "groups=24", "H=15", "W=15", "stride=2"});
+  add("conv2d_nhwc", {"N=2", "C=40", "K=40", "groups=40", "H=9", "W=9"});
+  add("conv2d_nhwc", {"C=16", "K=16", "groups=16", "H=12", "W=12", "R=5", "S=5", "pad=2"});
+  add("conv2d_nhwc", {"C=6", "K=6", "groups=6", "H=16", "W=16", "dil=2", "pad=2"});
+  add("conv2d_nhwc", {"C=3", "K=3", "groups=3", "H=7", "W=10", "pad=0"});
   return out;
 }
 
@@ -327,7 +333,12 @@ std::vector<std::pair<std::string, ScheduleParams>> window_variants(const Search
       p.block_m = b == 0 ? tiles.front() : b < 0 ? tiles.back() : p.block_m;
       out.emplace_back("warp_m " + std::to_string(tm) + " block_m " + std::to_string(p.block_m), p);
     }
-  for (int bz : {1, 4}) {
+  for (int cv : {1, 4, 8}) {  // channels a thread, channels last (refused by the others)
+    ScheduleParams p = entry.defaults;
+    p.warp_n = cv;
+    out.emplace_back("warp_n " + std::to_string(cv), p);
+  }
+  for (int bz : {1, 4, 64}) {
     ScheduleParams p = entry.defaults;
     p.block_n = bz;
     out.emplace_back("block_n " + std::to_string(bz), p);
@@ -429,6 +440,27 @@ TEST(Coverage, SimtWindowValidationReasons) {
   EXPECT_TRUE(has(reasons(entry.gemm, d, [](ScheduleParams& p) { p.vec_a = 1; p.async_copy = 1; }),
                   "async_copy = 1 with copies of 2 bytes"));
   EXPECT_TRUE(has(reasons(entry.gemm, d, [](ScheduleParams& p) { p.window = 2; }), "window = 2"));
+  // Channels last: copies run along the channels, V batch entries at a time.
+  const Compute nhwc = op("conv2d_nhwc", {"C=12", "K=12", "groups=12", "H=14", "W=14"});
+  SearchSpace cl_space(nhwc, shipped(), Enumeration::kAmos, limits, 90);
+  const std::vector<int> cl_arms = window_arms(cl_space);
+  ASSERT_FALSE(cl_arms.empty());
+  const SpaceEntry& cl = cl_space.entries()[cl_arms[0]];
+  EXPECT_NE(emit_kernel(cl.gemm, cl.defaults).code.find("X = reinterpret_cast<half*>(smem);  // [IN_ROWS][LD][BZ]"),
+            std::string::npos);  // channels staged side by side
+  EXPECT_EQ(cl.defaults.vec_a, 4);  // 12 channels: 8-byte copies
+  EXPECT_TRUE(reasons(cl.gemm, cl.defaults, [](ScheduleParams&) {}).empty());
+  EXPECT_TRUE(has(reasons(cl.gemm, cl.defaults, [](ScheduleParams& p) { p.vec_a = 8; }),
+                  "the image's 12 channels allow vectors of up to 4"));
+  EXPECT_TRUE(has(reasons(cl.gemm, cl.defaults, [](ScheduleParams& p) { p.block_n = 2; }),
+                  "block_n = 2 is not a multiple of vec_a = 4"));
+  EXPECT_TRUE(has(reasons(cl.gemm, cl.defaults, [](ScheduleParams& p) { p.warp_n = 8; }),
+                  "warp_n = 8: a thread's channels are a power of two of at most 16 bytes dividing the 12 channels"));
+  EXPECT_TRUE(has(reasons(entry.gemm, d, [](ScheduleParams& p) { p.warp_n = 2; }), "warp_n = 2: use 1"));
+  // Channels last without one filter per channel has no window.
+  const Compute dense = op("conv2d_nhwc", {"C=12", "K=12", "H=14", "W=14"});
+  for (const auto& e : SearchSpace(dense, shipped(), Enumeration::kAmos, limits, 90).entries())
+    EXPECT_EQ(e.defaults.window, 0);
   // A mapping without a window (a GEMM), and a Tensor Core family, refuse window = 1.
   const Compute gemm = op("gemm", {"M=64", "N=64", "K=64"});
   const ImplicitGemm simt = gemms_of(gemm, "simt_fp16_fp32", false).front();

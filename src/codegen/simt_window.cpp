@@ -50,9 +50,13 @@ WindowTile window_tile(const WindowPlan& w, const ScheduleParams& p) {
   t.rows_out = t.one_row ? 1 : std::min(w.row.outputs, bm % q == 0 ? bm / q : (bm - 1) / q + 2);
   t.in_rows = (t.rows_out - 1) * w.row.stride + (w.row.taps - 1) * w.row.dilation + 1;
   const std::int64_t span = (cols_out - 1) * w.col.stride + (w.col.taps - 1) * w.col.dilation + 1;
+  t.segment = (p.warp_m - 1) * w.col.stride + (w.col.taps - 1) * w.col.dilation + 1;
+  if (w.channels_last) {  // copied along the channels: the columns are staged as they are
+    t.ld = span;
+    return t;
+  }
   // The first column is aligned down to the vector: up to vec - 1 more elements.
   t.ld = round_up(span + p.vec_a - 1, p.vec_a);
-  t.segment = (p.warp_m - 1) * w.col.stride + (w.col.taps - 1) * w.col.dilation + 1;
   // The window is staged from w0, the first column aligned down to the vector: a thread's segment
   // then starts (w_start - w0) + a multiple of warp_m x stride elements into its row. The first
   // term is the schedule's when every block's w_start lies the same way against the vector
@@ -162,6 +166,33 @@ std::string window_cover_error(const std::vector<WindowDim>& dims, const std::ve
   return {};
 }
 
+/// Why the image's last dimension `last` is not the channels of a channels-last window (empty:
+/// it is): indexed by one batch iterator alone, the one that varies fastest over the batch entries,
+/// over the dimension's whole extent, so that consecutive entries are consecutive elements.
+/// The one iterator of extent above 1 that index `e` adds with coefficient 1 and nothing else, or -1.
+int sole_iterator(const Compute& c, const AffineExpr& e) {
+  int it = -1;
+  for (const auto& [i, coef] : e.terms) {
+    if (c.iters[i].extent == 1) continue;
+    if (it >= 0 || coef != 1) return -1;
+    it = i;
+  }
+  return e.constant == 0 ? it : -1;
+}
+
+std::string channels_last_error(const ImplicitGemm& g, int last) {
+  const Compute& c = *g.compute;
+  const Access& img = c.inputs[g.a_input];
+  const int chan = sole_iterator(c, img.indices[static_cast<std::size_t>(last)]);
+  if (chan < 0) return "it is not indexed by one iterator alone";
+  const std::vector<int> live = c.live_iterators(g.batch_iters);
+  if (live.empty() || live.back() != chan)
+    return "iterator " + c.iters[chan].name + " is not the fastest of the batch entries";
+  if (c.iters[chan].extent != c.tensor_of(img).shape[static_cast<std::size_t>(last)])
+    return "iterator " + c.iters[chan].name + " does not cover the dimension";
+  return {};
+}
+
 }  // namespace
 
 WindowPlan window_plan(const ImplicitGemm& g) {
@@ -184,8 +215,18 @@ WindowPlan window_plan(const ImplicitGemm& g) {
   if (dims.empty() || dims.size() > 2)
     return fail("the image has " + std::to_string(dims.size()) + " window dimensions; windows of 1 or 2 are staged");
   w.col = dims.back();
-  if (w.col.dim != static_cast<int>(t.shape.size()) - 1)
-    return fail("the image's last (contiguous) dimension is not a window dimension");
+  const int last = static_cast<int>(t.shape.size()) - 1;
+  if (w.col.dim != last) {
+    if (std::string why = channels_last_error(g, last); !why.empty())
+      return fail("the image's last (contiguous) dimension is neither a window dimension nor the channels: " + why);
+    w.channels_last = true;
+    w.channels = t.shape[static_cast<std::size_t>(last)];
+    w.col_stride = t.stride(static_cast<std::size_t>(w.col.dim));
+    const Access& out = c.output;
+    const Tensor& out_t = c.tensor_of(out);
+    w.output_channels_last = sole_iterator(c, out.indices.back()) == sole_iterator(c, c.inputs[g.a_input].indices.back()) &&
+                             out_t.shape.back() == w.channels;
+  }
   if (dims.size() == 2) {
     w.row = dims.front();
     w.row_stride = t.stride(static_cast<std::size_t>(w.row.dim));
@@ -201,8 +242,9 @@ int window_vector_limit(const ImplicitGemm& g) {
   const WindowPlan w = window_plan(g);
   if (!w.why_not.empty()) return 1;
   const int bytes = std::max(1, dtype_bits(g.hw->a_dtype) / 8);
+  const std::int64_t along = w.channels_last ? w.channels : w.col.size;
   int v = 1;
-  while (v * 2 * bytes <= 16 && w.col.size % (v * 2) == 0) v *= 2;
+  while (v * 2 * bytes <= 16 && along % (v * 2) == 0) v *= 2;
   return v;
 }
 
@@ -211,6 +253,28 @@ int window_block_k(const ImplicitGemm& g) {
     if (k >= g.K) return k;
   return 0;
 }
+
+namespace {
+
+/// Channels last, warp_n counts a thread's consecutive channels: read from shared memory as one
+/// vector of up to 16 bytes, and stored as one where the output's channels are contiguous.
+template <typename Fail>
+void validate_channel_vector(const ImplicitGemm& g, const WindowPlan& w, const ScheduleParams& p, Fail&& fail) {
+  const int cv = p.warp_n;
+  const int bytes = std::max(1, dtype_bits(g.hw->a_dtype) / 8);
+  if (cv < 1 || (cv & (cv - 1)) || cv * bytes > 16 || w.channels % cv || p.block_n % cv)
+    return fail(ScheduleError::kBadOption, "warp_n = " + std::to_string(cv) +
+                                               ": a thread's channels are a power of two of at most 16 bytes "
+                                               "dividing the " + std::to_string(w.channels) + " channels and block_n = " +
+                                               std::to_string(p.block_n));
+  if (w.row.taps * w.col.taps * cv > kMaxTaps * 2 || std::int64_t{p.warp_m} * cv > kMaxTaps)
+    fail(ScheduleError::kBadOption, "warp_n = " + std::to_string(cv) + ": each thread would hold " +
+                                        std::to_string(w.row.taps * w.col.taps * cv) + " filter taps and " +
+                                        std::to_string(p.warp_m * cv) + " sums (at most " + std::to_string(kMaxTaps * 2) +
+                                        " and " + std::to_string(kMaxTaps) + ")");
+}
+
+}  // namespace
 
 void validate_window(const ImplicitGemm& g, const ScheduleParams& p, const DeviceLimits& limits,
                      std::vector<ScheduleIssue>& out) {
@@ -230,7 +294,7 @@ void validate_window(const ImplicitGemm& g, const ScheduleParams& p, const Devic
   fixed("unroll", p.unroll, 1, "the taps are always unrolled");
   fixed("k_lanes", p.k_lanes, 1, "a thread sums its outputs' windows");
   fixed("vec_b", p.vec_b, 1, "the taps are read one by one into registers");
-  fixed("warp_n", p.warp_n, 1, "N is 1; block_n counts batch entries");
+  if (!w.channels_last) fixed("warp_n", p.warp_n, 1, "N is 1; block_n counts batch entries");
   fixed("block_k", p.block_k, window_block_k(g), "the smallest block_k covering K, one step");
   const std::int64_t q = w.col.outputs;
   if (q % p.warp_m)
@@ -242,9 +306,13 @@ void validate_window(const ImplicitGemm& g, const ScheduleParams& p, const Devic
                                                      std::to_string(q) + " outputs");
   const int limit = window_vector_limit(g);
   if (p.vec_a < 1 || (p.vec_a & (p.vec_a - 1)) || p.vec_a > limit)
-    fail(ScheduleError::kBadVector, "vec_a = " + std::to_string(p.vec_a) + ": the image's rows of " +
-                                        std::to_string(w.col.size) + " elements allow vectors of up to " +
-                                        std::to_string(limit));
+    fail(ScheduleError::kBadVector, "vec_a = " + std::to_string(p.vec_a) + ": the image's " +
+                                        (w.channels_last ? std::to_string(w.channels) + " channels"
+                                                         : "rows of " + std::to_string(w.col.size) + " elements") +
+                                        " allow vectors of up to " + std::to_string(limit));
+  if (w.channels_last && p.vec_a > 0 && p.block_n % p.vec_a)
+    fail(ScheduleError::kBadVector, "block_n = " + std::to_string(p.block_n) + " is not a multiple of vec_a = " +
+                                        std::to_string(p.vec_a) + " (channels last: a copy spans vec_a batch entries)");
   const std::int64_t bytes = std::int64_t{p.vec_a} * std::max(1, dtype_bits(g.hw->a_dtype) / 8);
   if (p.async_copy != 0 && (p.async_copy != 1 || (bytes != 4 && bytes != 8 && bytes != 16) ||
                             (limits.compute_capability != 0 && limits.compute_capability < 80)))
@@ -254,10 +322,12 @@ void validate_window(const ImplicitGemm& g, const ScheduleParams& p, const Devic
   if (p.block_n < 1 || (g.batch + p.block_n - 1) / p.block_n > 65535)
     fail(ScheduleError::kGridTooLarge, "block_n = " + std::to_string(p.block_n) + " batch entries per block of " +
                                            std::to_string(g.batch));
-  if (out.empty() && window_tile(w, p).segment > kMaxSegment)
-    fail(ScheduleError::kBadOption, "warp_m = " + std::to_string(p.warp_m) + ": each thread would hold " +
-                                        std::to_string(window_tile(w, p).segment) + " inputs of a row (at most " +
-                                        std::to_string(kMaxSegment) + ")");
+  if (w.channels_last) validate_channel_vector(g, w, p, fail);
+  if (out.empty() && window_tile(w, p).segment * p.warp_n > kMaxSegment)
+    fail(ScheduleError::kBadOption, "warp_m = " + std::to_string(p.warp_m) + ", warp_n = " + std::to_string(p.warp_n) +
+                                        ": each thread would hold " +
+                                        std::to_string(window_tile(w, p).segment * p.warp_n) +
+                                        " inputs of a row (at most " + std::to_string(kMaxSegment) + ")");
 }
 
 std::int64_t window_shared_bytes(const ImplicitGemm& g, const ScheduleParams& p) {
@@ -268,14 +338,16 @@ std::int64_t window_shared_bytes(const ImplicitGemm& g, const ScheduleParams& p)
       p.block_m > (1 << 24) || p.block_n > (1 << 24))
     return 0;
   const int bytes = std::max(1, dtype_bits(g.hw->a_dtype) / 8);
-  return round_up(std::int64_t{p.block_n} * window_tile(w, p).slice() * bytes, 128);
+  const std::int64_t image = round_up(std::int64_t{p.block_n} * window_tile(w, p).slice() * bytes, 128);
+  // Channels last, the block's filter taps follow as float: [TAPS_R * TAPS_C][BZ].
+  return w.channels_last ? image + round_up(std::int64_t{p.block_n} * w.row.taps * w.col.taps * 4, 128) : image;
 }
 
 std::vector<int> window_block_tiles(const ImplicitGemm& g, const ScheduleParams& p, char axis) {
   const WindowPlan w = window_plan(g);
   std::vector<int> out;
   if (axis == 'n') {
-    for (int b = 1; b <= 64 && b < 2 * g.batch; b *= 2) out.push_back(b);
+    for (int b = w.channels_last ? std::max(1, p.vec_a) : 1; b <= 64 && b < 2 * g.batch; b *= 2) out.push_back(b);
     return out;
   }
   const std::int64_t q = w.col.outputs;
@@ -298,6 +370,19 @@ ScheduleParams window_default_schedule(const ImplicitGemm& g, const DeviceLimits
   p.block_k = window_block_k(g);
   const std::int64_t q = w.col.outputs;
   p.warp_m = q % 4 == 0 ? 4 : q % 2 == 0 ? 2 : 1;
+  p.vec_a = window_vector_limit(g);
+  const int bytes = p.vec_a * std::max(1, dtype_bits(g.hw->a_dtype) / 8);
+  p.async_copy = (bytes == 4 || bytes == 8 || bytes == 16) &&
+                 (limits.compute_capability == 0 || limits.compute_capability >= 80);
+  if (w.channels_last) {
+    // 32 channels (a warp's lanes), then the longest run of a row's outputs up to 256 threads.
+    p.block_n = std::max(p.vec_a, 32);
+    p.warp_n = w.channels % 2 == 0 ? 2 : 1;
+    p.block_m = p.warp_m;
+    for (std::int64_t d = p.warp_m; d <= q && d / p.warp_m * (p.block_n / p.warp_n) <= 256; d += p.warp_m)
+      if (q % d == 0) p.block_m = static_cast<int>(d);
+    return p;
+  }
   // Whole rows, about 64 threads of them; a part of a row when one row needs more threads.
   std::int64_t rows = 1;
   while (rows * 2 <= w.row.outputs && q * rows * 2 / p.warp_m <= 64) rows *= 2;
@@ -307,10 +392,6 @@ ScheduleParams window_default_schedule(const ImplicitGemm& g, const DeviceLimits
   // Batch entries until the block has about 128 threads.
   p.block_n = 1;
   while (p.block_n * 2 <= g.batch && (p.block_m / p.warp_m) * p.block_n * 2 <= 128) p.block_n *= 2;
-  p.vec_a = window_vector_limit(g);
-  const int bytes = p.vec_a * std::max(1, dtype_bits(g.hw->a_dtype) / 8);
-  p.async_copy = (bytes == 4 || bytes == 8 || bytes == 16) &&
-                 (limits.compute_capability == 0 || limits.compute_capability >= 80);
   return p;
 }
 
@@ -325,7 +406,7 @@ KnobChoices window_choices(const ImplicitGemm& g) {
       .set("block_n", {1})
       .set("block_k", {window_block_k(g)})  // the whole window in one step
       .set_each("warp_m", warp_m)
-      .set("warp_n", {1})
+      .set_each("warp_n", w.channels_last ? std::vector<int>{1, 2, 4, 8} : std::vector<int>{1})  // channels a thread
       .set("stages", {1})
       .set("smem_pad", {0})
       .set_each("vec_a", powers_up_to(window_vector_limit(g)))  // the image's copies
@@ -350,7 +431,15 @@ void emit_window_constants(std::ostringstream& os, const ImplicitGemm& g, const 
      << ", TAPS_R = " << w.row.taps << ", H_R = " << w.row.size << ";\n"
      << "constexpr int ST_C = " << w.col.stride << ", DIL_C = " << w.col.dilation << ", OFF_C = " << w.col.offset
      << ", TAPS_C = " << w.col.taps << ", W_C = " << w.col.size << ";\n"
-     << "constexpr int ROW_STRIDE = " << w.row_stride << ";  // image elements between rows\n"
+     << "constexpr int ROW_STRIDE = " << w.row_stride << ";  // image elements between rows\n";
+  if (w.channels_last)
+    os << "constexpr int COL_STRIDE = " << w.col_stride << ";  // image elements between columns\n"
+       << "constexpr int CV = " << p.warp_n << ";  // consecutive channels (batch entries) per thread\n"
+       << "constexpr int X_BYTES = " << round_up(std::int64_t{p.block_n} * t.slice() * std::max(1, dtype_bits(g.hw->a_dtype) / 8), 128)
+       << ";  // the staged window; the filter taps follow\n"
+       << "// Channels last: the block's BZ batch entries (consecutive channels) are staged side by side,\n"
+       << "// [IN_ROWS][LD][BZ], and copied V channels at a time.\n";
+  os
      << "constexpr int V = " << p.vec_a << ";  // image elements per copy\n"
      << "constexpr int IN_ROWS = " << t.in_rows << ", LD = " << t.ld << ";  // the staged window of one batch entry\n"
      << "constexpr int SLICE = IN_ROWS * LD;\n"
@@ -405,11 +494,27 @@ void emit_window_accessors(std::ostringstream& os, const ImplicitGemm& g, const 
   }
 }
 
-/// The block copies the window its outputs read into shared memory (with cp.async, or vectors).
-void emit_window_staging(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p) {
-  const std::string ta = storage_type(g.hw->a_dtype);
+/// The end of a staging loop: one copy of vec_a elements from a_src + offset to dst (zeros where
+/// !ok), with cp.async (then committed) or a vector or element copy.
+void emit_window_copy(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p) {
   const int copy_bytes = p.vec_a * std::max(1, dtype_bits(g.hw->a_dtype) / 8);
   const bool async = p.async_copy == 1;
+  if (async)
+    os << "    cp_async<" << copy_bytes << ">(dst, a_src + offset, ok);\n";
+  else if (p.vec_a > 1)
+    os << "    " << vector_type(copy_bytes) << " v{};\n"
+       << "    if (ok) v = *reinterpret_cast<const " << vector_type(copy_bytes) << "*>(a_src + offset);\n"
+       << "    *reinterpret_cast<" << vector_type(copy_bytes) << "*>(dst) = v;\n";
+  else
+    os << "    *dst = ok ? a_src[offset] : static_cast<" << storage_type(g.hw->a_dtype) << ">(0.0f);\n";
+  os << "  }\n";
+  if (async) os << "  cp_async_commit();\n";
+}
+
+/// The block copies the window its outputs read into shared memory: the head of the copy loop,
+/// up to each copy's source offset, ok and dst; emit_window_copy() ends it.
+void emit_window_staging(std::ostringstream& os, const ImplicitGemm& g) {
+  const std::string ta = storage_type(g.hw->a_dtype);
   os << "  const int m0 = blockIdx.y * BM, z0 = blockIdx.z * BZ;\n"
      << "  // The block's first output row and column, and the window they read: image rows from h0,\n"
      << "  // columns from w_start, staged from w0 (aligned down to the copies' vectors).\n"
@@ -425,16 +530,24 @@ void emit_window_staging(std::ostringstream& os, const ImplicitGemm& g, const Sc
      << "    const bool ok = b.ok && (unsigned)h < (unsigned)H_R && (unsigned)w < (unsigned)W_C;\n"
      << "    const int offset = ok ? b.offset + h * ROW_STRIDE + w : 0;\n"
      << "    " << ta << "* dst = X + zl * SLICE + r * LD + col;\n";
-  if (async)
-    os << "    cp_async<" << copy_bytes << ">(dst, a_src + offset, ok);\n";
-  else if (p.vec_a > 1)
-    os << "    " << vector_type(copy_bytes) << " v{};\n"
-       << "    if (ok) v = *reinterpret_cast<const " << vector_type(copy_bytes) << "*>(a_src + offset);\n"
-       << "    *reinterpret_cast<" << vector_type(copy_bytes) << "*>(dst) = v;\n";
-  else
-    os << "    *dst = ok ? a_src[offset] : static_cast<" << ta << ">(0.0f);\n";
-  os << "  }\n";
-  if (async) os << "  cp_async_commit();\n";
+}
+
+/// Channels last: the block copies its BZ channels of the window, V channels a copy (the head of
+/// the copy loop, as emit_window_staging()).
+void emit_channels_last_staging(std::ostringstream& os, const ImplicitGemm& g) {
+  os << "  const int m0 = blockIdx.y * BM, z0 = blockIdx.z * BZ;\n"
+     << "  // The block's first output row and column, and the window they read: image rows from h0,\n"
+     << "  // columns from w0.\n"
+     << "  const int p_lo = m0 / OQ, c_lo = ONE_ROW ? m0 % OQ : 0;\n"
+     << "  const int h0 = p_lo * ST_R + OFF_R, w0 = c_lo * ST_C + OFF_C;\n"
+     << "  constexpr int ZV = BZ / V, COPIES = IN_ROWS * LD * ZV;\n"
+     << "  for (int e = threadIdx.x; e < COPIES; e += THREADS) {\n"
+     << "    const int zv = e % ZV, rest = e / ZV, r = rest / LD, col = rest % LD;\n"
+     << "    const ImageBase b = image_base(z0 + zv * V);  // V channels of one image (the channels % V == 0)\n"
+     << "    const int h = h0 + r, w = w0 + col;\n"
+     << "    const bool ok = b.ok && (unsigned)h < (unsigned)H_R && (unsigned)w < (unsigned)W_C;\n"
+     << "    const int offset = ok ? b.offset + h * ROW_STRIDE + w * COL_STRIDE : 0;\n"
+     << "    " << storage_type(g.hw->a_dtype) << "* dst = X + (r * LD + col) * BZ + zv * V;\n";
 }
 
 /// Each thread's run of TM outputs from the staged window and its filter taps, then the stores.
@@ -491,6 +604,58 @@ void emit_window_math(std::ostringstream& os, const ImplicitGemm& g, const Sched
   os << "}\n";
 }
 
+/// Channels last: each thread's run of TM outputs for its CV consecutive channels, read from the
+/// staged window CV at a time; a warp's lanes take consecutive channels, so that its reads are
+/// conflict-free and its stores coalesced (one vector of CV outputs where the output's channels
+/// are contiguous and no epilogue loads per element).
+void emit_channels_last_math(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p, bool vector_store) {
+  const std::string ta = storage_type(g.hw->a_dtype), tout = storage_type(g.compute->tensor_of(g.compute->output).dtype);
+  const int bytes = p.warp_n * std::max(1, dtype_bits(g.hw->a_dtype) / 8);
+  const bool async = p.async_copy == 1;
+  os << "  // The block's filter taps, read once while the window lands (lanes along the channels: no\n"
+     << "  // bank conflicts).\n"
+     << "  constexpr int TAPS = TAPS_R * TAPS_C;\n"
+     << "  float* Wt_s = reinterpret_cast<float*>(smem + X_BYTES);  // [TAPS][BZ]\n"
+     << "  for (int e = threadIdx.x; e < BZ * TAPS; e += THREADS) {\n"
+     << "    const int zt = e % BZ, t = e / BZ;\n"
+     << "    Wt_s[t * BZ + zt] = z0 + zt < BATCH ? tap(b_src, z0 + zt, t / TAPS_C, t % TAPS_C) : 0.f;\n"
+     << "  }\n";
+  if (async) os << "  cp_async_wait<0>();\n";
+  os << "  __syncthreads();\n"
+     << "  // This thread's channels and run of outputs.\n"
+     << "  const int zl = threadIdx.x % (BZ / CV) * CV, mt = m0 + threadIdx.x / (BZ / CV) * TM, z = z0 + zl;\n"
+     << "  if (z >= BATCH || mt >= M) return;  // all CV channels or none (BATCH % CV == 0)\n"
+     << "  float wt[CV][TAPS_R][TAPS_C];\n"
+     << "  #pragma unroll\n  for (int tr = 0; tr < TAPS_R; ++tr)\n"
+     << "    #pragma unroll\n    for (int ts = 0; ts < TAPS_C; ++ts)\n"
+     << "      #pragma unroll\n      for (int c = 0; c < CV; ++c) wt[c][tr][ts] = Wt_s[(tr * TAPS_C + ts) * BZ + zl + c];\n"
+     << "  const int pr = mt / OQ, cc = mt % OQ;\n"
+     << "  float acc[TM][CV] = {};\n"
+     << "  const " << ta << "* x = X + ((pr - p_lo) * ST_R * LD + (cc - c_lo) * ST_C) * BZ + zl;\n"
+     << "  #pragma unroll\n  for (int tr = 0; tr < TAPS_R; ++tr) {\n"
+     << "    const " << ta << "* row = x + tr * DIL_R * LD * BZ;\n"
+     << "    float seg[SEG][CV];  // the row's inputs, each read from shared memory once\n"
+     << "    #pragma unroll\n    for (int i = 0; i < SEG; ++i) {\n"
+     << "      const " << vector_type(bytes) << " raw = *reinterpret_cast<const " << vector_type(bytes)
+     << "*>(row + i * BZ);\n"
+     << "      #pragma unroll\n      for (int c = 0; c < CV; ++c) seg[i][c] = "
+     << element_to_float(g.hw->a_dtype, "reinterpret_cast<const " + ta + "*>(&raw)[c]") << ";\n    }\n"
+     << "    #pragma unroll\n    for (int j = 0; j < TM; ++j)\n"
+     << "      #pragma unroll\n      for (int ts = 0; ts < TAPS_C; ++ts)\n"
+     << "        #pragma unroll\n        for (int c = 0; c < CV; ++c) acc[j][c] += wt[c][tr][ts] * seg[j * ST_C + ts * DIL_C][c];\n"
+     << "  }\n";
+  if (vector_store)
+    os << "  #pragma unroll\n  for (int j = 0; j < TM; ++j) {\n"
+       << "    __align__(16) " << tout << " values[CV];  // rounded to the output's dtype\n"
+       << "    #pragma unroll\n    for (int c = 0; c < CV; ++c) values[c] = (" << tout << ")acc[j][c];\n"
+       << "    store_d_vec(out, mt + j, 0, z, values);\n  }\n";
+  else
+    os << "  #pragma unroll\n  for (int j = 0; j < TM; ++j)\n"
+       << "    #pragma unroll\n    for (int c = 0; c < CV; ++c) store_d(out, mt + j, 0, z + c, "
+       << stored_value(g, tout, "acc[j][c]") << ");\n";
+  os << "}\n";
+}
+
 KernelSource emit_simt_window(const ImplicitGemm& g, const ScheduleParams& p) {
   const WindowPlan w = window_plan(g);
   TMAP_CHECK(w.why_not.empty(), "window staging of a mapping without a window: " + w.why_not);
@@ -503,6 +668,10 @@ KernelSource emit_simt_window(const ImplicitGemm& g, const ScheduleParams& p) {
   // Outputs of a thread's run stored together where consecutive m are contiguous in the output.
   int out_vec = std::min(p.warp_m, output_vector_width(g, 'm', dtype_bits(out_dtype)));
   while (out_vec > 1 && out_vec * dtype_bits(out_dtype) / 8 > 16) out_vec /= 2;
+  // Channels last: a thread's CV channels are stored as one vector where they are contiguous.
+  const bool vector_store = w.channels_last && p.warp_n > 1 && w.output_channels_last &&
+                            g.compute->epilogue.empty() && p.warp_n * dtype_bits(out_dtype) / 8 <= 16;
+  if (w.channels_last) out_vec = vector_store ? p.warp_n : 1;
 
   std::ostringstream os;
   emit_header(os, g);
@@ -516,7 +685,7 @@ KernelSource emit_simt_window(const ImplicitGemm& g, const ScheduleParams& p) {
   if (async) emit_cp_async_helpers(os);
 
   emit_window_accessors(os, g, w);
-  emit_output_scatter(os, g, tout, out_vec, 'm');
+  emit_output_scatter(os, g, tout, out_vec, w.channels_last ? 'z' : 'm');
   os << "}  // namespace\n\n";
 
   os << "extern \"C\" __global__ void __launch_bounds__(THREADS)\n"
@@ -524,9 +693,17 @@ KernelSource emit_simt_window(const ImplicitGemm& g, const ScheduleParams& p) {
      << output_params(g, tout) << ", float* __restrict__ partial) {\n"
      << output_bundle(g) << "  (void)partial;\n"
      << "  extern __shared__ __align__(128) unsigned char smem[];\n"
-     << "  " << ta << "* X = reinterpret_cast<" << ta << "*>(smem);  // [BZ][IN_ROWS][LD]\n";
-  emit_window_staging(os, g, p);
-  emit_window_math(os, g, p, t, out_vec);
+     << "  " << ta << "* X = reinterpret_cast<" << ta << "*>(smem);  // "
+     << (w.channels_last ? "[IN_ROWS][LD][BZ]\n" : "[BZ][IN_ROWS][LD]\n");
+  if (w.channels_last)
+    emit_channels_last_staging(os, g);
+  else
+    emit_window_staging(os, g);
+  emit_window_copy(os, g, p);
+  if (w.channels_last)
+    emit_channels_last_math(os, g, p, vector_store);
+  else
+    emit_window_math(os, g, p, t, out_vec);
   k.code = os.str();
   return k;
 }

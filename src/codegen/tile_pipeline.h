@@ -329,14 +329,23 @@ struct WindowDim {
   std::int64_t size = 1;               ///< The image's extent along `dim`.
 };
 /// How a mapping stages its image (operand A) as windows: rows (absent in 1-D: outputs 1, taps
-/// 1) and columns (the image's contiguous last dimension).
+/// 1) and columns. The image's contiguous last dimension is either the columns (channels first:
+/// each batch entry's window is staged whole) or one batch iterator, the channels (channels
+/// last: the block's consecutive batch entries are staged side by side, copied along them).
 struct WindowPlan {
   std::string why_not;  ///< Empty when the mapping can stage windows, else the reason.
   WindowDim row, col;
   std::int64_t row_stride = 0;  ///< Image elements between consecutive rows.
+  bool channels_last = false;
+  std::int64_t col_stride = 1;  ///< Image elements between consecutive columns.
+  std::int64_t channels = 1;    ///< Channels last: the extent of the image's last dimension.
+  /// Channels last: whether the output's last dimension is the channels too, so that a thread's
+  /// consecutive channels are stored as one vector.
+  bool output_channels_last = false;
 };
 WindowPlan window_plan(const ImplicitGemm& g);
-/// The widest copy of the image (elements): a power of two up to 16 bytes dividing its rows.
+/// The widest copy of the image (elements): a power of two up to 16 bytes dividing its rows (or
+/// its channels, channels last).
 int window_vector_limit(const ImplicitGemm& g);
 /// The block_k of a window schedule: its whole reduction in one step (the smallest of 8, 16,
 /// ..., 256 covering K), or 0 when K is larger.
