@@ -10,7 +10,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 results=$root/benchmarks/results
 order="resnet18_b1_nhwc resnet18_b1_nchw resnet18_b16_nhwc resnet18_b16_nchw resnet18_b16_nhwc_bfloat16 resnet18_b256_nhwc resnet18_b256_nchw
-resnet50_b1_nhwc resnet50_fused_b1_nhwc resnet50_fused_b16_nhwc transformer_ffn gemm skinny_gemm llm_gemm fp8_gemm decode_gemm conv_batch_range conv1d_b1_ncw conv1d_b16_ncw conv3d_b1_ncdhw depthwise_b1_nchw depthwise_b16_nchw
+resnet50_b1_nhwc resnet50_fused_b1_nhwc resnet50_fused_b16_nhwc transformer_ffn gemm skinny_gemm llm_gemm fp8_gemm decode_gemm conv_batch_range conv1d_b1_ncw conv1d_b16_ncw conv3d_b1_ncdhw depthwise_b1_nchw depthwise_b16_nchw depthwise_b16_nhwc
 grouped_b1_nchw grouped_b16_nchw grouped_b16_nhwc"
 
 # Every workload's speedups in the Markdown table agree with the CSV's, to the two decimals shown.
@@ -114,6 +114,8 @@ Reproduce: `benchmarks/run.sh gemm`, `benchmarks/run.sh conv --batch B --layout 
 benchmarks/workloads/resnet18_b256_nhwc.json --time-budget 400 --prior logs/h100_resnet18_b256.jsonl`), `benchmarks/run.sh conv1d --batch B`, `conv3d --batch 1`, `skinny`,
 `depthwise --batch B`, `grouped --batch B` (at batch 16 also `--layout nhwc`, on the H200 from
 `logs/h200_grouped_b16_nhwc.jsonl`), `benchmarks/run.sh table
+benchmarks/workloads/depthwise_b16_nhwc.json --log logs/h200_depthwise_b16_nhwc.jsonl` (on the
+H200), `benchmarks/run.sh table
 benchmarks/workloads/resnet50_b1_nhwc.json` and likewise `resnet50_fused_b16_nhwc.json` (on the
 H200: `--time-budget 240 --prior logs/h100_resnet50_fused_b16.jsonl --log
 logs/h200_resnet50_fused_b16.jsonl`) and `transformer_ffn.json` (the fused batch-1 table replays

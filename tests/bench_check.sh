@@ -36,6 +36,9 @@ for t in resnet18_conv2d:256:resnet18_b256_nhwc:12 grouped_conv2d:16:grouped_b16
               --print-workloads)" "$count" "$log" "$wtable"
   logged "$("$bench" --table "$src/benchmarks/workloads/$wtable.json" --log "$src/$log" --print-workloads)" "$count" "$log" "$wtable"
 done
+# The depthwise table in NHWC (tuned on an H200), a workload table only.
+logged "$("$bench" --table "$src/benchmarks/workloads/depthwise_b16_nhwc.json" --log "$src/logs/h200_depthwise_b16_nhwc.jsonl" \
+            --print-workloads)" 7 logs/h200_depthwise_b16_nhwc.jsonl "depthwise_b16_nhwc"
 # The conv1d (batch 1, 16) and conv3d (batch 1) tables, channels first.
 for t in conv1d_b1 conv1d_b16 conv3d_b1; do
   table=${t%_b*} batch=${t#*_b} log=logs/h100_$t.jsonl
