@@ -14,6 +14,12 @@
 // row when block_m divides the row (only the columns they read are staged) or whole rows when
 // it is a multiple of one (full rows are staged), for block_n consecutive batch entries (the
 // channels of a depthwise convolution), each with its own window in shared memory.
+//
+// Channels last (NHWC), the image's contiguous dimension is the batch entries themselves: the
+// block's entries are staged side by side ([rows][columns][entries], copied vec_a entries at a
+// time), a warp's lanes take consecutive entries, each thread computes its run for warp_n
+// consecutive entries, read from shared memory as one vector, and the block's filter taps are
+// read into shared memory once (each thread would otherwise load taps x warp_n of them).
 #include <algorithm>
 #include <numeric>
 #include <sstream>
