@@ -172,9 +172,6 @@ std::string window_cover_error(const std::vector<WindowDim>& dims, const std::ve
   return {};
 }
 
-/// Why the image's last dimension `last` is not the channels of a channels-last window (empty:
-/// it is): indexed by one batch iterator alone, the one that varies fastest over the batch entries,
-/// over the dimension's whole extent, so that consecutive entries are consecutive elements.
 /// The one iterator of extent above 1 that index `e` adds with coefficient 1 and nothing else, or -1.
 int sole_iterator(const Compute& c, const AffineExpr& e) {
   int it = -1;
@@ -186,6 +183,9 @@ int sole_iterator(const Compute& c, const AffineExpr& e) {
   return e.constant == 0 ? it : -1;
 }
 
+/// Why the image's last dimension `last` is not the channels of a channels-last window (empty:
+/// it is): indexed by one batch iterator alone, the one that varies fastest over the batch entries,
+/// over the dimension's whole extent, so that consecutive entries are consecutive elements.
 std::string channels_last_error(const ImplicitGemm& g, int last) {
   const Compute& c = *g.compute;
   const Access& img = c.inputs[g.a_input];
