@@ -459,8 +459,8 @@ TEST(Coverage, SimtWindowValidationReasons) {
   EXPECT_TRUE(has(reasons(entry.gemm, d, [](ScheduleParams& p) { p.warp_n = 2; }), "warp_n = 2: use 1"));
   // Channels last without one filter per channel has no window.
   const Compute dense = op("conv2d_nhwc", {"C=12", "K=12", "H=14", "W=14"});
-  for (const auto& e : SearchSpace(dense, shipped(), Enumeration::kAmos, limits, 90).entries())
-    EXPECT_EQ(e.defaults.window, 0);
+  const SearchSpace dense_space(dense, shipped(), Enumeration::kAmos, limits, 90);
+  for (const auto& e : dense_space.entries()) EXPECT_EQ(e.defaults.window, 0);
   // A mapping without a window (a GEMM), and a Tensor Core family, refuse window = 1.
   const Compute gemm = op("gemm", {"M=64", "N=64", "K=64"});
   const ImplicitGemm simt = gemms_of(gemm, "simt_fp16_fp32", false).front();
