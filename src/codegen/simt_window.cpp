@@ -336,6 +336,13 @@ void validate_window(const ImplicitGemm& g, const ScheduleParams& p, const Devic
                                         " inputs of a row (at most " + std::to_string(kMaxSegment) + ")");
 }
 
+namespace {
+/// Bytes of the block's staged windows (before the filter taps, channels last), 128-aligned.
+std::int64_t staged_window_bytes(const ImplicitGemm& g, const ScheduleParams& p, const WindowTile& t) {
+  return round_up(std::int64_t{p.block_n} * t.slice() * std::max(1, dtype_bits(g.hw->a_dtype) / 8), 128);
+}
+}  // namespace
+
 std::int64_t window_shared_bytes(const ImplicitGemm& g, const ScheduleParams& p) {
   const WindowPlan w = window_plan(g);
   // Parameters out of any sane range are refused by validate_window; only keep the arithmetic
@@ -343,8 +350,7 @@ std::int64_t window_shared_bytes(const ImplicitGemm& g, const ScheduleParams& p)
   if (!w.why_not.empty() || p.block_m < 1 || p.vec_a < 1 || p.warp_m < 1 || p.block_n < 1 || p.vec_a > 16 ||
       p.block_m > (1 << 24) || p.block_n > (1 << 24))
     return 0;
-  const int bytes = std::max(1, dtype_bits(g.hw->a_dtype) / 8);
-  const std::int64_t image = round_up(std::int64_t{p.block_n} * window_tile(w, p).slice() * bytes, 128);
+  const std::int64_t image = staged_window_bytes(g, p, window_tile(w, p));
   // Channels last, the block's filter taps follow as float: [TAPS_R * TAPS_C][BZ].
   return w.channels_last ? image + round_up(std::int64_t{p.block_n} * w.row.taps * w.col.taps * 4, 128) : image;
 }
@@ -441,7 +447,7 @@ void emit_window_constants(std::ostringstream& os, const ImplicitGemm& g, const 
   if (w.channels_last)
     os << "constexpr int COL_STRIDE = " << w.col_stride << ";  // image elements between columns\n"
        << "constexpr int CV = " << p.warp_n << ";  // consecutive channels (batch entries) per thread\n"
-       << "constexpr int X_BYTES = " << round_up(std::int64_t{p.block_n} * t.slice() * std::max(1, dtype_bits(g.hw->a_dtype) / 8), 128)
+       << "constexpr int X_BYTES = " << staged_window_bytes(g, p, t)
        << ";  // the staged window; the filter taps follow\n"
        << "// Channels last: the block's BZ batch entries (consecutive channels) are staged side by side,\n"
        << "// [IN_ROWS][LD][BZ], and copied V channels at a time.\n";
