@@ -40,8 +40,9 @@ done
 logged "$("$bench" --table "$src/benchmarks/workloads/depthwise_b16_nhwc.json" --log "$src/logs/h200_depthwise_b16_nhwc.jsonl" \
             --print-workloads)" 7 logs/h200_depthwise_b16_nhwc.jsonl "depthwise_b16_nhwc"
 # The conv1d (batch 1, 16) and conv3d (batch 1) tables, channels first.
-for t in conv1d_b1 conv1d_b16 conv3d_b1; do
-  table=${t%_b*} batch=${t#*_b} log=logs/h100_$t.jsonl
+for t in h200_conv1d_b1 h200_conv1d_b16 h100_conv3d_b1; do
+  log=logs/$t.jsonl t=${t#*_}
+  table=${t%_b*} batch=${t#*_b}
   logged "$("$bench" --table "$src/benchmarks/workloads/$table.json" --batch "$batch" --layout nchw --log "$src/$log" \
               --print-workloads)" 5 "$log" "$table"
 done
