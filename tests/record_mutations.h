@@ -78,8 +78,9 @@ inline std::vector<nlohmann::json> altered_records(const nlohmann::json& record,
 inline std::string altered_shipped_records(const std::string& source_dir) {
   std::string text;
   std::uint32_t seed = 1;
-  for (const char* name : {"gemm", "resnet18_b1", "conv1d_b1", "conv3d_b1", "depthwise_b1", "grouped_b1"}) {
-    std::ifstream in(source_dir + "/logs/h100_" + name + ".jsonl");
+  for (const char* name : {"h100_gemm", "h100_resnet18_b1", "h200_conv1d_b1", "h100_conv3d_b1", "h100_depthwise_b1",
+                           "h100_grouped_b1"}) {
+    std::ifstream in(source_dir + "/logs/" + name + ".jsonl");
     std::string line;
     if (!std::getline(in, line)) throw std::runtime_error(std::string("cannot read the shipped log of ") + name);
     for (const nlohmann::json& r : altered_records(nlohmann::json::parse(line), 60, seed++)) text += r.dump() + "\n";
