@@ -387,7 +387,7 @@ void measure_baselines(Row& row, const Compute& c, tmap::Workspace& ws, const st
 
 /// tmap_bench's command line.
 struct BenchArgs {
-  std::string table_path, log_path, layout = "nhwc", csv_path, md_path, only, in_dtype, out_dtype, commit;
+  std::string table_path, log_path, layout, csv_path, md_path, only, in_dtype, out_dtype, commit;
   int batch = 1, graph_runs = 20;
   double peak_tflops = 0;
   bool dispatch_first = false, print_workloads = false;
@@ -400,7 +400,8 @@ void add_options(CLI::App& app, BenchArgs& a) {
   app.add_option("--batch", a.batch, "Batch of the convolution table (see its \"batches\")");
   app.add_option("--layout", a.layout,
                  "nchw (channels first: NCW, NCHW, NCDHW) or nhwc (channels last; conv2d only) for tmap's kernels "
-                 "and the first baseline; cuDNN also runs in the other layout")
+                 "and the first baseline; cuDNN also runs in the other layout (default: nhwc for conv2d, nchw for the "
+                 "conv1d, conv3d and depthwise tables)")
       ->check(CLI::IsMember({"nchw", "nhwc"}));
   app.add_option("--log", a.log_path, "Tuning log with tmap's records")->required();
   app.add_option("--csv", a.csv_path, "Write the results as CSV");
@@ -438,8 +439,9 @@ struct TableKind {
   std::string conv_op, layout_name;
 };
 
-/// `table`'s kind; nothing, having said why, when `a.layout` does not fit it.
-std::optional<TableKind> table_kind(const nlohmann::json& table, const BenchArgs& a) {
+/// `table`'s kind; nothing, having said why, when `a.layout` does not fit it. Without --layout,
+/// `a.layout` becomes the table's own: channels first where tmap has no channels-last op.
+std::optional<TableKind> table_kind(const nlohmann::json& table, BenchArgs& a) {
   TableKind k;
   if (table.contains("workloads")) k.model = tmap::load_workload_table(a.table_path);
   k.conv = table.contains("layers");
@@ -449,6 +451,7 @@ std::optional<TableKind> table_kind(const nlohmann::json& table, const BenchArgs
     k.rank = has("D") ? 3 : has("H") ? 2 : 1;
     k.depthwise = !has("K");
   }
+  if (a.layout.empty()) a.layout = k.conv && (k.rank != 2 || k.depthwise) ? "nchw" : "nhwc";
   if (k.conv && k.rank != 2 && a.layout == "nhwc") {
     std::cerr << "tmap_bench: error: --layout nhwc: tmap has no channels-last conv" << k.rank
               << "d op; the table compares tmap's channels-first kernels with cuDNN in both layouts\n"

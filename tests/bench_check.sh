@@ -1,6 +1,6 @@
 #!/bin/bash
 # Without a GPU: tmap_bench lists the tables' workloads with the keys tmap tune logs them under,
-# the shipped H100 logs cover those workloads, and every shipped kernel regenerates and compiles.
+# the shipped logs cover those workloads, and every shipped kernel regenerates and compiles.
 #   tests/bench_check.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 build=$1 src=$2
@@ -84,6 +84,13 @@ rows=$("$bench" --table "$src/benchmarks/workloads/conv_batch_range.json" --log 
   { echo "the batch-range rows are not served by a bucket"; exit 1; }
 refusal=$("$bench" --table "$src/benchmarks/workloads/conv1d.json" --layout nhwc --log /dev/null --print-workloads 2>&1 || true)
 grep -q "no channels-last conv1d op" <<<"$refusal" || { echo "conv1d --layout nhwc should be refused with a reason"; exit 1; }
+# Without --layout, a table that tmap runs channels first only is benchmarked so (the same rows).
+for t in conv1d:16:h200_conv1d_b16 depthwise_conv2d:1:h100_depthwise_b1; do
+  IFS=: read -r table batch log <<<"$t"
+  [ "$("$bench" --table "$src/benchmarks/workloads/$table.json" --batch "$batch" --log "$src/logs/$log.jsonl" \
+        --print-workloads)" = "$("$bench" --table "$src/benchmarks/workloads/$table.json" --batch "$batch" --layout nchw \
+        --log "$src/logs/$log.jsonl" --print-workloads)" ] || { echo "$table without --layout should run channels first"; exit 1; }
+done
 # Without a record, the key tmap_bench prints is the one tmap tune records (run.sh relies on it).
 conv=$("$bench" --table "$src/benchmarks/workloads/resnet18_conv2d.json" --batch 16 --log /dev/null --print-workloads)
 read -r name key op sets <<<"$(head -1 <<<"$conv")"
