@@ -70,8 +70,8 @@ by hand. Each table is written by one run of `benchmarks/run.sh` on the GPU mach
 bfloat16 and fp8 tables (ResNet-18 batch 16 in bfloat16, the LLM GEMMs), the range-of-sizes tables,
 the ResNet-50 tables (the batch-16 fused one tuned there from the H100's log; batch 1, bare and
 fused, the H100's log replayed), ResNet-18 at batch 256 in NHWC (tuned there from the H100's log),
-the conv1d tables and the grouped and depthwise NHWC ones (tuned there, the conv1d tables from the
-H100's logs), and the transformer fused table (the H100's log replayed), the
+the conv1d tables, depthwise at batch 16 in NCHW and the grouped and depthwise NHWC ones (tuned
+there, the conv1d and depthwise NCHW tables from the H100's logs), and the transformer fused table (the H100's log replayed), the
 fused ones with each epilogue's cost beside them, were measured on an H200 (the same sm_90 chip
 with more and faster memory), as their headers say; compare them with nothing but their own
 baselines.
@@ -113,7 +113,7 @@ Reproduce: `benchmarks/run.sh gemm`, `benchmarks/run.sh conv --batch B --layout 
 256; L nhwc, nchw; `--dtype bfloat16` for the bfloat16 table; batch 256 NHWC on the H200 with
 `--log logs/h200_resnet18_b256_nhwc.jsonl`, tuned by `tmap tune --table
 benchmarks/workloads/resnet18_b256_nhwc.json --time-budget 400 --prior logs/h100_resnet18_b256.jsonl`), `benchmarks/run.sh conv1d --batch B` (on the H200, from `logs/h200_conv1d_b<B>.jsonl`), `conv3d --batch 1`, `skinny`,
-`depthwise --batch B`, `grouped --batch B` (at batch 16 also `--layout nhwc`, on the H200 from
+`depthwise --batch B` (batch 16 on the H200, from `logs/h200_depthwise_b16.jsonl`), `grouped --batch B` (at batch 16 also `--layout nhwc`, on the H200 from
 `logs/h200_grouped_b16_nhwc.jsonl`), `benchmarks/run.sh table
 benchmarks/workloads/depthwise_b16_nhwc.json --log logs/h200_depthwise_b16_nhwc.jsonl` (on the
 H200), `benchmarks/run.sh table

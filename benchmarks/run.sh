@@ -103,7 +103,8 @@ case "$table" in
   depthwise)
         [ "${layout:-nchw}" = nchw ] || { echo "error: depthwise runs channels first (NCHW): no --layout $layout" >&2; exit 2; }
         layout=nchw; json="$root/benchmarks/workloads/depthwise_conv2d.json"; name="depthwise_b${batch}_nchw$suffix"
-        log=${log:-$root/logs/h100_depthwise_b${batch}$suffix.jsonl} ;;
+        # The batch-16 log was recorded on the H200, the batch-1 one on the H100.
+        log=${log:-$root/logs/$([ "$batch" = 16 ] && echo h200 || echo h100)_depthwise_b${batch}$suffix.jsonl} ;;
   grouped)
         layout=${layout:-nchw}; json="$root/benchmarks/workloads/grouped_conv2d.json"; name="grouped_b${batch}_${layout}$suffix"
         # The channels-first logs were recorded on the H100, the channels-last one on the H200.

@@ -47,9 +47,11 @@ for t in h200_conv1d_b1 h200_conv1d_b16 h100_conv3d_b1; do
               --print-workloads)" 5 "$log" "$table"
 done
 # The skinny GEMM table and the depthwise and grouped tables at batch 1 and 16 (channels first).
-for t in skinny_gemm:skinny_gemm:9 depthwise_conv2d:depthwise_b1:7 depthwise_conv2d:depthwise_b16:7 grouped_conv2d:grouped_b1:4 grouped_conv2d:grouped_b16:4; do
+# The depthwise batch-16 log was recorded on the H200, the others on the H100.
+for t in skinny_gemm:h100_skinny_gemm:9 depthwise_conv2d:h100_depthwise_b1:7 depthwise_conv2d:h200_depthwise_b16:7 \
+         grouped_conv2d:h100_grouped_b1:4 grouped_conv2d:h100_grouped_b16:4; do
   IFS=: read -r table logname count <<<"$t"
-  log=logs/h100_$logname.jsonl batch=${logname##*_b}
+  log=logs/$logname.jsonl logname=${logname#*_} batch=${logname##*_b}
   [ "$batch" = "$logname" ] && batch=1
   logged "$("$bench" --table "$src/benchmarks/workloads/$table.json" --batch "$batch" --layout nchw --log "$src/$log" \
               --print-workloads)" "$count" "$log" "$table"
