@@ -1015,6 +1015,92 @@ TEST(Codegen, WgmmaRegisterA) {
   std::cout << "compiled " << jobs.size() - failed << " of " << jobs.size() << " wgmma kernels with A from registers\n";
 }
 
+// Persistent kernels that store their tiles by bulk copies (bulk_store 1): GEMMs and an im2col
+// convolution in both operand orders (the epilogue tile's rows along m, and along n in the
+// transposed product), float16 and float32 outputs, two consumers, ping-pong and pairs of blocks,
+// compile for sm_90a and store through out_address(); kernels without the knob carry no trace of
+// it; validation names what it refuses.
+TEST(Codegen, WgmmaBulkStore) {
+  std::vector<Job> jobs;
+  std::vector<std::unique_ptr<Compute>> keep;
+  const DeviceLimits limits = DeviceLimits::for_arch(90);
+  const std::vector<std::pair<std::string, std::function<void(ScheduleParams&)>>> edits = {
+      {"64x64", [](ScheduleParams&) {}},
+      {"2 consumers 128x128", [](ScheduleParams& p) { p.block_m = 128; p.warp_m = 64; p.block_n = p.warp_n = 128; }},
+      {"ping-pong 64x128", [](ScheduleParams& p) { p.producer = 3; p.block_m = p.warp_m = 64; p.block_n = p.warp_n = 128; }},
+      {"pair along m", [](ScheduleParams& p) { p.cluster = 2; }}};
+  const std::vector<std::pair<std::string, std::vector<std::string>>> computes = {
+      {"gemm_nt", {"M=256", "N=384", "K=520"}}, {"gemm", {"M=256", "N=512", "K=200"}},
+      {"gemm_nt", {"M=200", "N=136", "K=72"}},  // last tiles past the end, their boxes clamped
+      {"conv2d_nhwc", {"N=8", "C=64", "H=16", "W=16", "K=128", "pad=1"}}};
+  for (const auto& [op, sets] : computes)
+    for (const std::string out : {"float16", "float32"})
+      for (int a_input : {0, 1}) {
+        keep.push_back(std::make_unique<Compute>(testing::narrowed_op(op, out, sets)));
+        auto persistent = [&](const ImplicitGemm& g) {
+          ScheduleParams p = default_schedule(g, limits);
+          p.producer = 2, p.split_k = 1;
+          p.block_m = p.warp_m = p.block_n = p.warp_n = 64;
+          return p;
+        };
+        // The first layout whose operands a TMA producer reads.
+        const std::vector<ImplicitGemm> layouts = gemm_per_match(*keep.back(), "wgmma_fp16_fp32", a_input);
+        const auto g_it = std::find_if(layouts.begin(), layouts.end(),
+                                       [&](const ImplicitGemm& g) { return validate(g, persistent(g), limits).empty(); });
+        ASSERT_NE(g_it, layouts.end()) << op << " " << out << ": no layout takes a persistent kernel";
+        const ImplicitGemm& g = *g_it;
+        for (const auto& [label, edit] : edits) {
+          if (out == "float32" && label != "64x64") continue;
+          const std::string what = op + " " + out + " " + g.layout + (a_input ? " transposed " : " ") + label;
+          ScheduleParams p = persistent(g);
+          edit(p);
+          if (!validate(g, p, limits).empty()) continue;  // a pair shares tiled boxes only
+          EXPECT_EQ(emit_kernel(g, p).code.find("bulk_store(out_address"), std::string::npos) << what;
+          p.bulk_store = 1;
+          std::string said;
+          for (const ScheduleIssue& i : validate(g, p, limits)) said += i.detail + "\n";
+          EXPECT_EQ(said, "") << what;
+          if (!said.empty()) continue;
+          jobs.push_back({what, emit_kernel(g, p)});
+          EXPECT_NE(jobs.back().kernel.code.find("bulk_store(out_address"), std::string::npos) << what;
+          EXPECT_NE(jobs.back().kernel.code.find("bulk_wait_read();"), std::string::npos) << what;
+        }
+      }
+  // 4 computes x 2 orders x 4 in float16, 8 in float32, less the transposed convolution's pair:
+  // its B (the pixels) is read in im2col boxes, which a pair does not share.
+  EXPECT_EQ(jobs.size(), 39u);
+  // The clamped last tiles: rows rotated into place, and rows read skip_n further on.
+  const auto skipping = std::count_if(jobs.begin(), jobs.end(), [](const Job& j) {
+    return j.kernel.code.find("&Cs[(row + skip_n) * C_LD + col]") != std::string::npos;
+  });
+  const auto rotating = std::count_if(jobs.begin(), jobs.end(), [](const Job& j) {
+    return j.kernel.code.find("rotated<BM>(") != std::string::npos;
+  });
+  EXPECT_GT(skipping, 0);
+  EXPECT_GT(rotating, 0);
+  for (const std::string& f : compile_all(jobs, {90})) ADD_FAILURE() << f;
+  // Refusals, each with its reason.
+  auto refusal = [&](const Compute& c, const std::string& hw, const std::function<void(ScheduleParams&)>& edit) {
+    const ImplicitGemm g = gemm_per_match(c, hw).at(0);
+    ScheduleParams p = default_schedule(g, limits);
+    p.producer = 2, p.split_k = 1, p.bulk_store = 1;
+    edit(p);
+    std::string said;
+    for (const ScheduleIssue& i : validate(g, p, limits)) said += i.detail + "\n";
+    return said;
+  };
+  const Compute gemm = testing::narrowed_op("gemm", "float16", {"M=256", "N=256", "K=64"});
+  EXPECT_NE(refusal(gemm, "wgmma_fp16_fp32", [](ScheduleParams& p) { p.producer = 1; }).find("only persistent kernels"),
+            std::string::npos);
+  const Compute odd = testing::narrowed_op("gemm", "float16", {"M=200", "N=130", "K=64"});
+  EXPECT_NE(refusal(odd, "wgmma_fp16_fp32", [](ScheduleParams&) {}).find("not contiguous, aligned runs of 16 bytes"),
+            std::string::npos);
+  const Compute fused = testing::fused_op("gemm", "float16", "Y[m, n] = relu(C[m, n] + bias[n])", {"M=256", "N=256", "K=64"});
+  EXPECT_NE(refusal(fused, "wgmma_fp16_fp32", [](ScheduleParams&) {}).find("a fused epilogue"), std::string::npos);
+  EXPECT_NE(refusal(gemm, "mma_sync_fp16_fp32", [](ScheduleParams& p) { p.producer = 0; }).find("only wgmma kernels take bulk_store"),
+            std::string::npos);
+}
+
 // Consumers of a TMA producer's ring that wait on a stage warp-uniformly (uniform_wait 1): the
 // kernels compile for sm_90a, wait through mbar_wait_warp() (vote.all), and ptxas serializes the
 // wgmmas of fewer of them than with per-thread waits; uniform_wait 0 emits no trace of it.

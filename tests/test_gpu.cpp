@@ -621,6 +621,48 @@ TEST(Gpu, WgmmaFamily) {
   }
 }
 
+// Persistent kernels that store their output tiles by bulk copies (bulk_store 1): GEMMs and an
+// im2col convolution in both operand orders (the epilogue tile's rows along m, and along n in the
+// transposed product), float16 and float32 outputs, two consumers, ping-pong and pairs of blocks.
+TEST(Gpu, WgmmaBulkStore) {
+  if (!have_gpu()) GTEST_SKIP() << "no GPU: " << query_runtime().status;
+  if (device_cc() != 90) GTEST_SKIP() << "wgmma needs sm_90, the GPU is sm_" << device_cc();
+  using Edit = std::pair<std::string, std::function<void(ScheduleParams&)>>;
+  const std::vector<Edit> edits = {
+      {"2 consumers 128x128", [](ScheduleParams& p) { p.block_m = 128; p.warp_m = 64; p.block_n = p.warp_n = 128; }},
+      {"ping-pong 64x128", [](ScheduleParams& p) { p.producer = 3; p.block_m = p.warp_m = 64; p.block_n = p.warp_n = 128; }},
+      {"pair along m", [](ScheduleParams& p) { p.cluster = 2; }},
+      {"raster 4 stages 6", [](ScheduleParams& p) { p.raster = 4; p.stages = 6; }},
+  };
+  std::uint64_t seed = 2400;
+  int ran = 0;
+  const std::vector<std::pair<std::string, std::vector<std::string>>> computes = {
+      {"gemm_nt", {"M=256", "N=384", "K=520"}}, {"gemm", {"M=256", "N=512", "K=200"}},
+      {"gemm_nt", {"M=200", "N=136", "K=72"}},  // last tiles past the end, their boxes clamped
+      {"conv2d_nhwc", {"N=8", "C=64", "H=16", "W=16", "K=128", "pad=1"}}};
+  for (const auto& [op, sets] : computes)
+    for (const std::string out : {"float16", "float32"}) {
+      Compute c = testing::narrowed_op(op, out, sets);
+      MatchReport r = match_compute(c, {find_hw(shipped(), "wgmma_fp16_fp32")}, Enumeration::kAll);
+      for (int swapped = 0; swapped < 2; ++swapped)
+        for (std::size_t i = 0; i < r.matches.size(); ++i) {
+          if ((r.matches[i].roles.a_input != 0) != (swapped == 1)) continue;
+          GpuCase gc = full_mapping(c, "wgmma_fp16_fp32", op + " " + out + " bulk store", 1e-2, i);
+          gc.p.producer = 2;
+          gc.p.block_m = gc.p.warp_m = 64;
+          gc.p.block_n = gc.p.warp_n = 64;
+          gc.p.split_k = 1;
+          gc.p.bulk_store = 1;
+          if (!validate(gc.g, gc.p, DeviceLimits::for_arch(90)).empty()) continue;
+          gc.label += swapped ? " transposed" : "";
+          run_cases(c, variants(gc, edits), seed++);
+          ++ran;
+          break;
+        }
+    }
+  EXPECT_EQ(ran, 16) << "each compute and output dtype in both operand orders";
+}
+
 // Warp-specialized wgmma kernels (producer = 1): TMA boxes through an mbarrier ring, zero-filled
 // outside the tensor (tails in M, N and K), one or two consumer warpgroups, split-K, every GEMM
 // layout, batched GEMMs (the batch a tensor-map dimension), 1x1 convolutions and every dtype.

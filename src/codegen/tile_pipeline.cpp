@@ -465,6 +465,19 @@ void emit_output_offset(std::ostringstream& os, const ImplicitGemm& g) {
   access_code(os, c, c.output, "  ");
 }
 
+void emit_output_address(std::ostringstream& os, const ImplicitGemm& g, const std::string& out_type) {
+  const Compute& c = *g.compute;
+  const std::vector<bool> used = used_by(c, c.output);
+  os << "// Where " << c.tensor_of(c.output).name << "'s element at virtual (m, n) of batch z lies\n"
+     << "__device__ __forceinline__ " << out_type << "* out_address(" << out_type
+     << "* __restrict__ out, int m, int n, int z) {\n";
+  decompose(os, c, g.m_iters, "m", used, "  ");
+  decompose(os, c, g.n_iters, "n", used, "  ");
+  decompose(os, c, g.batch_iters, "z", used, "  ");
+  access_code(os, c, c.output, "  ");
+  os << "  (void)m; (void)n; (void)z;\n  return out + offset;\n}\n\n";
+}
+
 int output_vector_width(const ImplicitGemm& g, char along, int out_bits) {
   const std::vector<int>& axis = along == 'm' ? g.m_iters : g.n_iters;
   if (axis.empty() || out_bits < 8) return 1;

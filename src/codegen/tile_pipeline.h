@@ -100,6 +100,9 @@ void emit_output_scatter(std::ostringstream& os, const ImplicitGemm& g, const st
 /// In a function of (m, n, z): returns when outside the GEMM, else `const int offset` of the
 /// output element (its iterators it_<name> in scope).
 void emit_output_offset(std::ostringstream& os, const ImplicitGemm& g);
+/// `out_address(out, m, n, z)`: where the output element at virtual (m, n) of batch z lies, which
+/// must be inside the GEMM (the start of a bulk store's run).
+void emit_output_address(std::ostringstream& os, const ImplicitGemm& g, const std::string& out_type);
 /// With a fused epilogue (epilogue_stage.cpp): the struct Output that `out` is in kernels (the
 /// output's data and the epilogue's operands), and store_d / store_d_vec templates over the
 /// accumulator type that apply the epilogue in float32 and round its result to `out_type`.

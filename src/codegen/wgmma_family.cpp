@@ -93,6 +93,21 @@ std::int64_t persistent_epilogue_bytes(const ImplicitGemm& g, const SchedulePara
   return rows * (cols + persistent_epilogue_pad(g, c_row)) * persistent_epilogue_bytes_per_element(g);
 }
 
+/// Elements of the output one bulk store copies (ScheduleParams::bulk_store): the widest power of
+/// two that divides the epilogue tile's rows and that the output holds contiguous and aligned
+/// along them (contiguous_width()); 0 where no such run is 16 bytes or more.
+int bulk_store_piece(const ImplicitGemm& g, const ScheduleParams& p) {
+  const Compute& c = *g.compute;
+  const OutVector ov = out_vector(g, p);
+  const int bits = dtype_bits(c.tensor_of(c.output).dtype);
+  const std::vector<int>& axis = ov.along == 'n' ? g.n_iters : g.m_iters;
+  if (bits < 8 || axis.empty()) return 0;
+  int piece = contiguous_width(c, c.output, axis, bits, 1024);
+  const int row = ov.along == 'n' ? p.block_n : p.block_m;
+  while (piece > 1 && row % piece) piece /= 2;
+  return piece * bits / 8 >= 16 ? piece : 0;
+}
+
 /// A persistent kernel (producer 2 or 3): each block walks output tiles, its producer filling the
 /// ring with the next tile's operands while the consumers store the last.
 bool persistent(const ScheduleParams& p) { return p.producer >= 2; }
@@ -772,6 +787,34 @@ struct BoxClamp {
 /// The helper a consumer waits for a full stage with (ScheduleParams::uniform_wait).
 std::string wait_call(const ScheduleParams& p) { return p.uniform_wait ? "mbar_wait_warp" : "mbar_wait"; }
 
+/// A persistent kernel's stores of its epilogue tile by bulk copies (bulk_store 1): each writer
+/// makes its writes visible to the async proxy, then `threads` threads issue the copies of the
+/// tile's row pieces (bulk_store_piece() elements each, which divide the output's contiguous runs,
+/// so that each lies wholly inside or past its end) and close their bulk group; before the next
+/// tile's writes each waits until its copies have read the tile. A last tile stores the pieces
+/// inside the output; rows that a clamped tile holds `row_skip` further on are read from there
+/// (BoxClamp).
+void emit_bulk_stores(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p, bool c_row,
+                      const std::string& sync, const std::string& threads, const std::string& thread,
+                      const std::string& row_skip) {
+  const int piece = bulk_store_piece(g, p);
+  TMAP_CHECK(piece > 0, "bulk stores of an output whose tile rows are no contiguous runs (validate refuses them)");
+  const int bytes = piece * dtype_bits(g.compute->tensor_of(g.compute->output).dtype) / 8;
+  const std::string rows = c_row ? "BM" : "BN", cols = c_row ? "BN" : "BM";
+  const std::string mm = c_row ? "row" : "col", nn = c_row ? "col" : "row";
+  os << "    fence_proxy_async();  // this thread's writes to Cs, visible to the bulk copies\n"
+     << "    " << sync
+     << "    // The tile's rows in pieces of " << piece << " elements (" << bytes << " bytes), each contiguous in the output.\n"
+     << "    constexpr int PIECES = " << cols << " / " << piece << ";\n"
+     << "    for (int e = " << thread << "; e < " << rows << " * PIECES; e += " << threads << ") {\n"
+     << "      const int row = e / PIECES, col = e % PIECES * " << piece << ";\n"
+     << "      if (m0 + " << mm << " >= M || n0 + " << nn << " >= N) continue;  // past the output's end\n"
+     << "      bulk_store(out_address(out, m0 + " << mm << ", n0 + " << nn << ", z), &Cs["
+     << (row_skip.empty() ? "row" : "(row + " + row_skip + ")") << " * C_LD + col], " << bytes << "u);\n"
+     << "    }\n"
+     << "    bulk_commit();\n";
+}
+
 /// The body of a persistent warp-specialized kernel (producer 2), from the mbarriers on: the
 /// producer thread walks this block's tiles and their steps, filling the ring ahead (`origin`
 /// gives an im2col operand's first pixel of the tile, `loads` one stage's TMA boxes); the
@@ -856,6 +899,7 @@ void emit_persistent_loops(std::ostringstream& os, const ImplicitGemm& g, const 
      << "    #pragma unroll\n    for (int i = 0; i < MI; ++i)\n"
      << "      #pragma unroll\n      for (int r = 0; r < ACC; ++r) fence_operand(acc[i][r]);\n"
      << "    // Epilogue: accumulators to the epilogue tile, once the last tile's stores have read it.\n"
+     << (p.bulk_store ? "    bulk_wait_read();  // this thread's copies of the last tile have read Cs\n" : "")
      << "    " << sync
      << clamp.offsets("    ")
      << "    #pragma unroll\n    for (int i = 0; i < MI; ++i)\n"
@@ -864,6 +908,14 @@ void emit_persistent_loops(std::ostringstream& os, const ImplicitGemm& g, const 
   emit_accumulator_quad(os, c_row, cs == tacc ? "acc[i][4 * j + #]" : "(" + cs + ")acc[i][4 * j + #]", clamp.r8(),
                         clamp.c1());
   os << "      }\n";
+  if (p.bulk_store) {
+    emit_bulk_stores(os, g, p, c_row, sync, pp ? "128" : "CONSUMERS * 128", pp ? "(threadIdx.x % 128)" : "threadIdx.x",
+                     clamp.row_skip());
+    os << "  }\n"
+       << "  bulk_wait_all();  // the copies are done before the block's shared memory goes\n"
+       << (pair ? "  cluster_sync();  // no block leaves while the other may still arrive on its barriers\n" : "") << "}\n";
+    return;
+  }
   EpilogueScope scope;
   scope.barrier = "  " + sync;
   scope.threads = pp ? "128" : "CONSUMERS * 128";
@@ -1304,6 +1356,7 @@ KernelSource emit_wgmma(const ImplicitGemm& g, const ScheduleParams& p) {
   }
   const OutVector ov = out_vector(g, p);
   emit_output_scatter(os, g, w.tout, ov.width, ov.along);
+  if (p.bulk_store) emit_output_address(os, g, w.tout);
   emit_descriptor_offsets(os, w);
   os << "}  // namespace\n\n";
   emit_entry(os, w);
@@ -1325,6 +1378,10 @@ KernelSource emit_wgmma(const ImplicitGemm& g, const ScheduleParams& p) {
   w.k.code = os.str();
   return w.k;
 }
+
+/// Whether `g`'s output may be stored by bulk copies under some schedule: no fused epilogue, fixed
+/// extents, operands a TMA producer reads (validate_bulk_store() decides for each schedule).
+bool bulk_store_possible(const ImplicitGemm& g) { return g.compute->epilogue.empty() && !g.dynamic() && tma_operands(g); }
 
 /// Whether lines narrower than 128 bytes (ScheduleParams::swizzle 2, 3) can do what 128-byte ones
 /// cannot for `g`: hold its whole reduction in one line (K of at most 64 bytes), or read an im2col
@@ -1360,6 +1417,27 @@ void validate_tma_operand(const ImplicitGemm& g, const ScheduleParams& p, int wh
   if (t.rows > 256)
     fail("producer = " + std::to_string(p.producer) + ": a TMA box has at most 256 rows, " + name + "'s tile " +
          std::to_string(t.rows));
+}
+
+/// Bulk stores (bulk_store 1): a persistent kernel's own epilogue tile, holding the output's dtype,
+/// whose rows lie in the output in contiguous, aligned runs of fixed extents.
+void validate_bulk_store(const ImplicitGemm& g, const ScheduleParams& p, std::vector<ScheduleIssue>& out) {
+  if (!p.bulk_store) return;
+  const Compute& c = *g.compute;
+  const int bits = dtype_bits(c.tensor_of(c.output).dtype);
+  std::string why;
+  if (!persistent(p))
+    why = "only persistent kernels (producer 2 or 3) store through an epilogue tile of their own";
+  else if (!c.epilogue.empty())
+    why = "a fused epilogue reads its operands at each output's store";
+  else if (g.dynamic())
+    why = "the output's runs would follow a run-time size";
+  else if (!(bits == 16 || (bits == 32 && elem_bytes(g.hw->d_dtype) == 4 &&
+                            storage_type(c.tensor_of(c.output).dtype) == accumulator_type(g.hw->d_dtype))))
+    why = "the epilogue tile holds 16-bit outputs or the accumulators, not " + std::string(dtype_name(c.tensor_of(c.output).dtype));
+  else if (!bulk_store_piece(g, p))
+    why = "the output's tile rows are not contiguous, aligned runs of 16 bytes or more";
+  if (!why.empty()) out.push_back({ScheduleError::kBadOption, "bulk_store = 1: " + why + "; use bulk_store 0"});
 }
 
 /// A pair of blocks multicasting the operand they share: tiled boxes of whole 16-row halves.
@@ -1405,7 +1483,7 @@ class WgmmaFamily final : public EmitterFamily {
   int threads_per_warp_tile(const ScheduleParams&) const override { return 128; }
   std::span<const KnobUse> knob_uses() const override {
     static constexpr KnobUse kUses[] = {{"swizzle", 0, 3}, {"producer", 0, 3}, {"a_regs", 0, 1}, {"cluster", 0, 3},
-                                        {"uniform_wait", 0, 1}};
+                                        {"uniform_wait", 0, 1}, {"bulk_store", 0, 1}};
     return kUses;
   }
   // The producer warpgroup, and in ping-pong the second consumer warpgroup (the block's one warp
@@ -1492,6 +1570,7 @@ class WgmmaFamily final : public EmitterFamily {
                  " (one " + std::to_string(line_bytes(p)) + "-byte line); use a multiple");
     }
     validate_producer(g, p, out);
+    validate_bulk_store(g, p, out);
   }
 
   std::int64_t shared_bytes(const ImplicitGemm& g, const ScheduleParams& p) const override {
@@ -1577,7 +1656,11 @@ class WgmmaFamily final : public EmitterFamily {
         // convolutions: one draw in 8.
         .set("a_regs", {{0, 7}, {1, 1}})
         // Warp-uniform waits unserialize short reductions' wgmmas but slowed some long ones.
-        .set("uniform_wait", {{0, 3}, 1});
+        .set("uniform_wait", {{0, 3}, 1})
+        // Bulk stores of persistent kernels' tiles, where an output without an epilogue may take
+        // them: level or slower than vector stores on most shipped kernels (docs/design-notes.md),
+        // so one draw in 6.
+        .set("bulk_store", bulk_store_possible(g) ? std::vector<Choice>{{0, 5}, 1} : std::vector<Choice>{0});
     // Split-K summed in a cluster, and pairs of blocks sharing an operand tile (no faster than
     // single blocks where measured: a third of the draws without splits; sample() turns a 1
     // without splits into 0, and 2 or 3 with splits into 0 or 1).

@@ -1,5 +1,6 @@
-// tmap device primitives: tensor memory accelerator (TMA) copies, global -> shared (sm_90).
-// Each completes a transaction of its bytes on an mbarrier (see mbarrier.cuh).
+// tmap device primitives: tensor memory accelerator (TMA) copies, global -> shared (sm_90), each
+// completing a transaction of its bytes on an mbarrier (see mbarrier.cuh); and bulk copies
+// shared -> global, tracked by the issuing thread's bulk groups.
 #ifndef TMAP_DEVICE_TMA_CUH
 #define TMAP_DEVICE_TMA_CUH
 
@@ -99,6 +100,20 @@ __device__ __forceinline__ void tma_im2col_5d(void* dst, const TmaMap& map, unsi
   asm volatile("cp.async.bulk.tensor.5d.shared::cluster.global.im2col.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6, %7}], [%2], {%8, %9, %10};\n"
                :: "r"(smem_u32(dst)), "l"(&map), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4), "h"(o1), "h"(o2), "h"(o3) : "memory");
 }
+
+/// Copies `bytes` (a multiple of 16; both addresses 16-byte aligned) from shared memory to global
+/// memory in the background, in this thread's open bulk group. The shared memory's writes must be
+/// visible to the async proxy first (fence_proxy_async() by each writer, then a barrier).
+__device__ __forceinline__ void bulk_store(void* dst, const void* src, unsigned bytes) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n"
+               :: "l"(__cvta_generic_to_global(dst)), "r"(smem_u32(src)), "r"(bytes) : "memory");
+}
+/// Closes this thread's open bulk group.
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+/// Waits until this thread's bulk copies have read their shared memory, which may then be reused.
+__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
+/// Waits until this thread's bulk copies are complete: their writes are done.
+__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
 
 }  // namespace device
 }  // namespace tmap
