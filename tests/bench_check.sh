@@ -14,8 +14,9 @@ logged() {  # ROWS COUNT LOG WHAT
 }
 # With a log, the key printed is that of the record the benchmark replays (one of float32 output
 # when the table asks for float16 and the log has no such record).
-logged "$("$bench" --table "$src/benchmarks/workloads/gemm.json" --log "$src/logs/h100_gemm.jsonl" --print-workloads)" \
-  11 logs/h100_gemm.jsonl GEMM
+for log in logs/h100_gemm.jsonl logs/h200_gemm.jsonl; do
+  logged "$("$bench" --table "$src/benchmarks/workloads/gemm.json" --log "$src/$log" --print-workloads)" 11 "$log" GEMM
+done
 # Every layer of the ResNet-18 table at every batch, in both layouts.
 for batch in 1 16 256; do
   for layout in nhwc nchw; do
