@@ -724,9 +724,10 @@ TEST(Tuner, APriorBestIsTriedOnItsRelayoutTwins) {
 /// its name) and the first candidate measured a second time gives wrong results from then on.
 class LuckyMeasurer : public Measurer {
  public:
-  MeasureResult measure(const Compute& c, const ImplicitGemm& g, const ScheduleParams& p, const KernelSource& k,
+  MeasureResult measure(const Compute& c, const ImplicitGemm& g, const ScheduleParams& p, const KernelSource&,
                         const CompileResult&) override {
-    const std::string key = make_workload(c).key + " " + k.name + ":" + to_json(p).dump();
+    const std::string key = make_workload(c).key + " " + g.hw->name + " " + g.layout + " " + g.shape.str() + " map " +
+                            std::to_string(g.mapping_id) + ":" + to_json(p).dump();
     const int n = ++calls[key];
     const std::size_t h = std::hash<std::string>{}(key);
     MeasureResult r;
@@ -811,10 +812,12 @@ TEST(Tuner, TheFastestAreMeasuredAgainAtTheEnd) {
   const TuneRecord* fastest = nullptr;
   for (const TuneRecord* r : confirms) {
     EXPECT_EQ(r->result.confirm_rounds, 3);
-    const std::string key = r->workload.key + " ";
-    int calls = 0;
-    for (const auto& [k, n] : m.calls)
-      if (k.rfind(key, 0) == 0 && k.find(":" + to_json(r->candidate.params).dump()) != std::string::npos) calls = n;
+    const auto& ref = r->candidate;
+    const std::string key = r->workload.key + " " + ref.hw_abs + " " + ref.layout + " " + std::to_string(ref.shape[0]) +
+                            "x" + std::to_string(ref.shape[1]) + "x" + std::to_string(ref.shape[2]) + " map " +
+                            std::to_string(ref.mapping_id) + ":" + to_json(ref.params).dump();
+    ASSERT_TRUE(m.calls.count(key)) << key << " was not measured";
+    const int calls = m.calls.at(key);
     if (!r->result.ok()) {
       ++flaky;
       EXPECT_EQ(r->result.status, "wrong_result");
