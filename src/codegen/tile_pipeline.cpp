@@ -455,26 +455,31 @@ void emit_operand_loader(std::ostringstream& os, const ImplicitGemm& g, const Sc
   emit_loader_body(os, l);
 }
 
-void emit_output_offset(std::ostringstream& os, const ImplicitGemm& g) {
+namespace {
+
+/// In a function of (m, n, z): `const int offset` of the output element (its iterators it_<name>
+/// in scope), without a bound check.
+void emit_output_index(std::ostringstream& os, const ImplicitGemm& g) {
   const Compute& c = *g.compute;
   const std::vector<bool> used = used_by(c, c.output);
-  os << "  if (m >= M || n >= N) return;\n";
   decompose(os, c, g.m_iters, "m", used, "  ");
   decompose(os, c, g.n_iters, "n", used, "  ");
   decompose(os, c, g.batch_iters, "z", used, "  ");
   access_code(os, c, c.output, "  ");
 }
 
+}  // namespace
+
+void emit_output_offset(std::ostringstream& os, const ImplicitGemm& g) {
+  os << "  if (m >= M || n >= N) return;\n";
+  emit_output_index(os, g);
+}
+
 void emit_output_address(std::ostringstream& os, const ImplicitGemm& g, const std::string& out_type) {
-  const Compute& c = *g.compute;
-  const std::vector<bool> used = used_by(c, c.output);
-  os << "// Where " << c.tensor_of(c.output).name << "'s element at virtual (m, n) of batch z lies\n"
+  os << "// Where " << g.compute->tensor_of(g.compute->output).name << "'s element at virtual (m, n) of batch z lies\n"
      << "__device__ __forceinline__ " << out_type << "* out_address(" << out_type
      << "* __restrict__ out, int m, int n, int z) {\n";
-  decompose(os, c, g.m_iters, "m", used, "  ");
-  decompose(os, c, g.n_iters, "n", used, "  ");
-  decompose(os, c, g.batch_iters, "z", used, "  ");
-  access_code(os, c, c.output, "  ");
+  emit_output_index(os, g);
   os << "  (void)m; (void)n; (void)z;\n  return out + offset;\n}\n\n";
 }
 

@@ -84,6 +84,12 @@ int persistent_epilogue_bytes_per_element(const ImplicitGemm& g) {
 int persistent_epilogue_pad(const ImplicitGemm& g, bool c_row) {
   return c_row || persistent_epilogue_bytes_per_element(g) == 2 ? 8 : 4;
 }
+/// The C++ type of that tile's elements: the output's storage type where it is 16-bit (or 8-bit),
+/// else the accumulators'.
+std::string persistent_epilogue_type(const ImplicitGemm& g) {
+  return persistent_epilogue_bytes_per_element(g) == 2 ? storage_type(g.compute->tensor_of(g.compute->output).dtype)
+                                                       : accumulator_type(g.hw->d_dtype);
+}
 std::string persistent_c_ld(const ImplicitGemm& g, bool c_row) {
   return std::string(c_row ? "BN" : "BM") + " + " + std::to_string(persistent_epilogue_pad(g, c_row));
 }
@@ -882,6 +888,20 @@ void emit_tma_stores(std::ostringstream& os, const ImplicitGemm& g, const Schedu
   (void)p;
 }
 
+/// A persistent kernel's stores of its epilogue tile by every consumer thread (emit_epilogue_stores()),
+/// synchronized by the consumers' barrier `sync` only, ping-pong warpgroups each their own tile.
+void emit_vector_stores(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p, const std::string& cs,
+                        const std::string& tout, const std::string& sync, bool pp, const BoxClamp& clamp) {
+  EpilogueScope scope;
+  scope.barrier = "  " + sync;
+  scope.threads = pp ? "128" : "CONSUMERS * 128";
+  if (pp) scope.thread = "(threadIdx.x % 128)";
+  scope.close = false;
+  scope.sm_to_itself = true;  // one block per SM walks the tiles
+  scope.row_skip = clamp.row_skip();
+  emit_epilogue_stores(os, g, p, cs, tout, scope);
+}
+
 /// The body of a persistent warp-specialized kernel (producer 2), from the mbarriers on: the
 /// producer thread walks this block's tiles and their steps, filling the ring ahead (`origin`
 /// gives an im2col operand's first pixel of the tile, `loads` one stage's TMA boxes); the
@@ -899,8 +919,7 @@ void emit_persistent_loops(std::ostringstream& os, const ImplicitGemm& g, const 
                            const StoredTile& sa, const StoredTile& sb, const std::string& tacc,
                            const std::string& tout, bool c_row, const BoxClamp& clamp, const std::string& origin,
                            const std::string& loads) {
-  // The epilogue tile holds the output's dtype where it is 16-bit (persistent_epilogue_bytes()).
-  const std::string cs = persistent_epilogue_bytes_per_element(g) == 2 ? tout : tacc;
+  const std::string cs = persistent_epilogue_type(g);
   const bool pair = pairs_blocks(p), pp = ping_pong(p), tma_stores = p.bulk_store == 2;
   // The consumers' barrier: each ping-pong warpgroup's own, else all consumers'.
   const std::string sync = pp ? "consumer_sync(wg);\n" : "consumer_sync();\n";
@@ -980,24 +999,15 @@ void emit_persistent_loops(std::ostringstream& os, const ImplicitGemm& g, const 
   emit_accumulator_quad(os, c_row, cs == tacc ? "acc[i][4 * j + #]" : "(" + cs + ")acc[i][4 * j + #]", clamp.r8(),
                         clamp.c1(), tma_stores ? "Ct" : "");
   os << "      }\n";
-  if (p.bulk_store) {
-    if (tma_stores) emit_tma_stores(os, g, p, c_row, sync, issuer);
-    else emit_bulk_stores(os, g, p, c_row, sync, pp ? "128" : "CONSUMERS * 128", pp ? "(threadIdx.x % 128)" : "threadIdx.x",
-                          clamp.row_skip());
-    os << "  }\n"
-       << "  bulk_wait_all();  // the copies are done before the block's shared memory goes\n"
-       << (pair ? "  cluster_sync();  // no block leaves while the other may still arrive on its barriers\n" : "") << "}\n";
-    return;
-  }
-  EpilogueScope scope;
-  scope.barrier = "  " + sync;
-  scope.threads = pp ? "128" : "CONSUMERS * 128";
-  if (pp) scope.thread = "(threadIdx.x % 128)";
-  scope.close = false;
-  scope.sm_to_itself = true;  // one block per SM walks the tiles
-  scope.row_skip = clamp.row_skip();
-  emit_epilogue_stores(os, g, p, cs, tout, scope);
+  if (tma_stores)
+    emit_tma_stores(os, g, p, c_row, sync, issuer);
+  else if (p.bulk_store)
+    emit_bulk_stores(os, g, p, c_row, sync, pp ? "128" : "CONSUMERS * 128", pp ? "(threadIdx.x % 128)" : "threadIdx.x",
+                     clamp.row_skip());
+  else
+    emit_vector_stores(os, g, p, cs, tout, sync, pp, clamp);
   os << "  }\n"
+     << (p.bulk_store ? "  bulk_wait_all();  // the copies are done before the block's shared memory goes\n" : "")
      << (pair ? "  cluster_sync();  // no block leaves while the other may still arrive on its barriers\n" : "") << "}\n";
 }
 
@@ -1557,8 +1567,7 @@ void validate_bulk_store(const ImplicitGemm& g, const ScheduleParams& p, std::ve
     why = "a fused epilogue reads its operands at each output's store";
   else if (g.dynamic())
     why = "the output's runs would follow a run-time size";
-  else if (!(bits == 16 || (bits == 32 && elem_bytes(g.hw->d_dtype) == 4 &&
-                            storage_type(c.tensor_of(c.output).dtype) == accumulator_type(g.hw->d_dtype))))
+  else if (bits < 16 || persistent_epilogue_type(g) != storage_type(c.tensor_of(c.output).dtype))
     why = "the epilogue tile holds 16-bit outputs or the accumulators, not " + std::string(dtype_name(c.tensor_of(c.output).dtype));
   else if (p.bulk_store == 1 && !bulk_store_piece(g, p))
     why = "the output's tile rows are not contiguous, aligned runs of 16 bytes or more";
