@@ -621,8 +621,8 @@ TEST(Gpu, WgmmaFamily) {
   }
 }
 
-// Persistent kernels that store their output tiles by bulk copies (bulk_store 1): GEMMs and an
-// im2col convolution in both operand orders (the epilogue tile's rows along m, and along n in the
+// Persistent kernels that store their output tiles by bulk copies (bulk_store 1) and by TMA
+// (bulk_store 2): GEMMs and an im2col convolution in both operand orders (the epilogue tile's rows along m, and along n in the
 // transposed product), float16 and float32 outputs, two consumers, ping-pong and pairs of blocks.
 TEST(Gpu, WgmmaBulkStore) {
   if (!have_gpu()) GTEST_SKIP() << "no GPU: " << query_runtime().status;
@@ -635,7 +635,7 @@ TEST(Gpu, WgmmaBulkStore) {
       {"raster 4 stages 6", [](ScheduleParams& p) { p.raster = 4; p.stages = 6; }},
   };
   std::uint64_t seed = 2400;
-  int ran = 0;
+  int ran = 0, tma_ran = 0;
   const std::vector<std::pair<std::string, std::vector<std::string>>> computes = {
       {"gemm_nt", {"M=256", "N=384", "K=520"}}, {"gemm", {"M=256", "N=512", "K=200"}},
       {"gemm_nt", {"M=200", "N=136", "K=72"}},  // last tiles past the end, their boxes clamped
@@ -656,11 +656,17 @@ TEST(Gpu, WgmmaBulkStore) {
           if (!validate(gc.g, gc.p, DeviceLimits::for_arch(90)).empty()) continue;
           gc.label += swapped ? " transposed" : "";
           run_cases(c, variants(gc, edits), seed++);
+          // TMA stores of a swizzled tile (bulk_store 2), where the last tiles' rows are not shifted.
+          GpuCase tma = gc;
+          tma.p.bulk_store = 2;
+          tma.label += " tma";
+          if (validate(tma.g, tma.p, DeviceLimits::for_arch(90)).empty()) run_cases(c, variants(tma, edits), seed++), ++tma_ran;
           ++ran;
           break;
         }
     }
   EXPECT_EQ(ran, 16) << "each compute and output dtype in both operand orders";
+  EXPECT_EQ(tma_ran, 14) << "all but the transposed ragged GEMM's in TMA stores too";
 }
 
 // Warp-specialized wgmma kernels (producer = 1): TMA boxes through an mbarrier ring, zero-filled

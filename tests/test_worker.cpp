@@ -298,7 +298,8 @@ TEST(Worker, LaunchPlansFromJsonAreChecked) {
   refused([](nlohmann::json& j) { j["steps"] = nlohmann::json::array(); }, "no step");
   refused([](nlohmann::json& j) { j["steps"][0]["args"] = std::vector<nlohmann::json>(TMAP_PLAN_MAX_ARGS + 1, {0, 0}); },
           "more arguments than a step holds");
-  refused([&](nlohmann::json& j) { j["maps"] = std::vector<nlohmann::json>(3, nlohmann::json::object()); }, "3 maps");
+  refused([&](nlohmann::json& j) { j["maps"] = std::vector<nlohmann::json>(TMAP_PLAN_MAX_MAPS + 1, nlohmann::json::object()); },
+          "more maps than a plan holds");
 }
 
 TEST(Worker, AHangingWorkerIsKilledAtTheTimeout) {

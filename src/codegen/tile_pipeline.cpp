@@ -846,14 +846,17 @@ void emit_ring_helpers(std::ostringstream& os, const ImplicitGemm& g, const Sche
 }
 
 void emit_accumulator_quad(std::ostringstream& os, bool c_row, const std::string& value, const std::string& r8,
-                           const std::string& c1) {
+                           const std::string& c1, const std::string& swizzled) {
   const std::string r[4] = {"r", "r", r8, r8}, c[4] = {"c", c1, "c", c1};
   auto scaled = [](const std::string& x) { return x.size() > 1 ? "(" + x + ")" : x; };  // x * C_LD
   for (int t = 0; t < 4; ++t) {
     std::string v = value;
     v.replace(v.find('#'), 1, std::to_string(t));
-    os << "      Cs[" << (c_row ? scaled(r[t]) + " * C_LD + " + c[t] : scaled(c[t]) + " * C_LD + " + r[t]) << "] = " << v
-       << ";\n";
+    if (!swizzled.empty())
+      os << "      " << swizzled << "[cs_at(" << (c_row ? r[t] + ", " + c[t] : c[t] + ", " + r[t]) << ")] = " << v << ";\n";
+    else
+      os << "      Cs[" << (c_row ? scaled(r[t]) + " * C_LD + " + c[t] : scaled(c[t]) + " * C_LD + " + r[t]) << "] = " << v
+         << ";\n";
   }
 }
 

@@ -207,8 +207,9 @@ void emit_ring_helpers(std::ostringstream& os, const ImplicitGemm& g, const Sche
 /// the m16n8 C-fragment layout that mma.sync and wgmma share: (r, c), (r, c + 1), (r + 8, c) and
 /// (r + 8, c + 1), with r and c in scope; `value` names accumulator t with '#' standing for t.
 /// `r8` and `c1` name the rows and columns r + 8 and c + 1 where they are not just that.
+/// `swizzled`: instead into that tile, laid out by cs_at(row, column) (TMA-stored tiles).
 void emit_accumulator_quad(std::ostringstream& os, bool c_row, const std::string& value, const std::string& r8 = "r + 8",
-                           const std::string& c1 = "c + 1");
+                           const std::string& c1 = "c + 1", const std::string& swizzled = "");
 /// Whether an operand of the epilogue varies along both virtual axes (a residual, SiLU's gate):
 /// the operands ScheduleParams::epi_prefetch asks L2 for.
 bool epilogue_has_full_shape_operand(const ImplicitGemm& g);

@@ -88,7 +88,7 @@ LaunchPlan plan_launch(const KernelSource& k) {
   const bool prologue = !k.relayout_name.empty();
   if (prologue) add_step(out, k.relayout_name, k.relayout_blocks, k.relayout_threads, {a_in, b_in, workspace});
   TMAP_CHECK(k.epilogue_operands >= 0 && kSlotEpilogue + k.epilogue_operands <= TMAP_PLAN_MAX_SLOTS &&
-                 5 + k.epilogue_operands + TMAP_PLAN_MAX_MAPS <= TMAP_PLAN_MAX_ARGS,
+                 5 + k.epilogue_operands + static_cast<int>(k.tensor_maps.size()) <= TMAP_PLAN_MAX_ARGS,
              "more epilogue operands than a plan passes");
   auto epilogue_args = [&](tmap_launch_step& s) {
     for (int i = 0; i < k.epilogue_operands; ++i) s.args[s.num_args++] = {kSlotEpilogue + i, 0};
@@ -111,7 +111,7 @@ LaunchPlan plan_launch(const KernelSource& k) {
   TMAP_CHECK(k.tensor_maps.size() <= TMAP_PLAN_MAX_MAPS, "more tensor maps than a plan holds");
   for (const TensorMapSpec& m : k.tensor_maps) {
     main.args[main.num_args++] = {TMAP_SLOT_MAP + p.num_maps, 0};
-    p.maps[p.num_maps++] = map_of(m, operand(m.operand));
+    p.maps[p.num_maps++] = map_of(m, m.operand == 2 ? output : operand(m.operand));
   }
   if (!k.reduce_name.empty()) {
     tmap_launch_step& reduce = add_step(out, k.reduce_name, k.reduce_blocks, k.reduce_threads, {workspace, output});
@@ -283,7 +283,7 @@ LaunchPlan launch_plan_from_json(const nlohmann::json& j) {
   }
   const nlohmann::json& maps = j.at("maps");
   const nlohmann::json& steps = j.at("steps");
-  if (!maps.is_array() || maps.size() > TMAP_PLAN_MAX_MAPS) bad_plan("at most 2 tensor maps");
+  if (!maps.is_array() || maps.size() > TMAP_PLAN_MAX_MAPS) bad_plan("at most " + std::to_string(TMAP_PLAN_MAX_MAPS) + " tensor maps");
   if (!steps.is_array() || steps.empty() || steps.size() > TMAP_PLAN_MAX_STEPS) bad_plan("1 to 3 steps");
   for (const auto& m : maps) p.maps[p.num_maps++] = read_map(m, p);
   for (const auto& s : steps) p.steps[p.num_steps++] = read_step(s, p, static_cast<int>(lp.kernels.size()));

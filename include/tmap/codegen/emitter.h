@@ -30,7 +30,7 @@ namespace tmap {
 /// tensor as up to 5 dimensions, innermost first (dimension 0 is contiguous), read in boxes of
 /// `box` elements into shared memory swizzled in lines of `swizzle_bytes`, zero outside `dims`.
 struct TensorMapSpec {
-  int operand = 0;  ///< 0: the tensor passed as the kernel's first argument (A), 1: its second (B).
+  int operand = 0;  ///< 0: the tensor passed as the kernel's first argument (A), 1: its second (B), 2: the output.
   DType dtype = DType::kFloat16;
   int rank = 0;
   std::array<std::uint64_t, 5> dims{};     ///< Elements per dimension.

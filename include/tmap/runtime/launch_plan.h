@@ -15,7 +15,7 @@ extern "C" {
 enum {
   TMAP_PLAN_MAX_STEPS = 3,  ///< A relayout prologue, the main kernel, a split-K reduction.
   TMAP_PLAN_MAX_ARGS = 16,
-  TMAP_PLAN_MAX_MAPS = 2,
+  TMAP_PLAN_MAX_MAPS = 3,  ///< A's, B's, and the output's where the kernel stores by TMA.
   TMAP_PLAN_MAX_SLOTS = 16,  ///< Pointers a caller passes (a reference kernel takes every tensor).
   TMAP_SLOT_MAP = 64,        ///< An argument's slot TMAP_SLOT_MAP + i: the plan's tensor map i.
   TMAP_SLOT_SIZE = 96,       ///< An argument's slot: the run-time size, passed as an int.
