@@ -300,6 +300,10 @@ TEST(Worker, LaunchPlansFromJsonAreChecked) {
           "more arguments than a step holds");
   refused([&](nlohmann::json& j) { j["maps"] = std::vector<nlohmann::json>(TMAP_PLAN_MAX_MAPS + 1, nlohmann::json::object()); },
           "more maps than a plan holds");
+  refused([](nlohmann::json& j) { j["maps"] = {nlohmann::json::object()}; }, "a tensor map without its fields");
+  refused([](nlohmann::json& j) { j.erase("steps"); }, "no steps field");
+  refused([](nlohmann::json& j) { j["workspace_bytes"] = "1024"; }, "a size given as text");
+  refused([](nlohmann::json& j) { j["steps"][0]["args"][0] = {"0", 0}; }, "a slot given as text");
 }
 
 TEST(Worker, AHangingWorkerIsKilledAtTheTimeout) {

@@ -259,9 +259,7 @@ tmap_launch_step read_step(const nlohmann::json& j, const tmap_launch_plan& p, i
   return s;
 }
 
-}  // namespace
-
-LaunchPlan launch_plan_from_json(const nlohmann::json& j) {
+LaunchPlan read_plan(const nlohmann::json& j) {
   LaunchPlan lp;
   tmap_launch_plan& p = lp.plan;
   lp.kernels = j.at("kernels").get<std::vector<std::string>>();
@@ -288,6 +286,16 @@ LaunchPlan launch_plan_from_json(const nlohmann::json& j) {
   for (const auto& m : maps) p.maps[p.num_maps++] = read_map(m, p);
   for (const auto& s : steps) p.steps[p.num_steps++] = read_step(s, p, static_cast<int>(lp.kernels.size()));
   return lp;
+}
+
+}  // namespace
+
+LaunchPlan launch_plan_from_json(const nlohmann::json& j) {
+  try {
+    return read_plan(j);
+  } catch (const nlohmann::json::exception& e) {  // a missing field, or one of the wrong type
+    bad_plan(e.what());
+  }
 }
 
 namespace {
