@@ -869,8 +869,8 @@ std::string output_tma_coordinate(const ImplicitGemm& g, const TmaDim& d, bool c
 /// stores the tile's slices of one 128-byte line each and closes its bulk group, which drains
 /// while the consumers go on. The tile alternates with the other (`stored`), which the issuer
 /// waits to have been read before the consumers' barrier that precedes its next writes.
-void emit_tma_stores(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p, bool c_row,
-                     const std::string& sync, const std::string& issuer) {
+void emit_tma_stores(std::ostringstream& os, const ImplicitGemm& g, bool c_row, const std::string& sync,
+                     const std::string& issuer) {
   std::vector<TmaDim> dims;
   const std::string why = output_tma_view(g, c_row, dims);
   TMAP_CHECK(why.empty(), why);
@@ -885,7 +885,6 @@ void emit_tma_stores(std::ostringstream& os, const ImplicitGemm& g, const Schedu
      << "      bulk_commit();\n"
      << "    }\n"
      << "    ++stored;\n";
-  (void)p;
 }
 
 /// A persistent kernel's stores of its epilogue tile by every consumer thread (emit_epilogue_stores()),
@@ -1000,7 +999,7 @@ void emit_persistent_loops(std::ostringstream& os, const ImplicitGemm& g, const 
                         clamp.c1(), tma_stores ? "Ct" : "");
   os << "      }\n";
   if (tma_stores)
-    emit_tma_stores(os, g, p, c_row, sync, issuer);
+    emit_tma_stores(os, g, c_row, sync, issuer);
   else if (p.bulk_store)
     emit_bulk_stores(os, g, p, c_row, sync, pp ? "128" : "CONSUMERS * 128", pp ? "(threadIdx.x % 128)" : "threadIdx.x",
                      clamp.row_skip());
