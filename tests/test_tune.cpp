@@ -724,10 +724,16 @@ TEST(Tuner, APriorBestIsTriedOnItsRelayoutTwins) {
 /// its name) and the first candidate measured a second time gives wrong results from then on.
 class LuckyMeasurer : public Measurer {
  public:
+  /// A kernel's name in `calls`: its workload, intrinsic, layout, shape, mapping and schedule (mapping
+  /// ids repeat across intrinsic shapes and layouts, and two mappings may draw one schedule).
+  static std::string key_of(const std::string& workload, const std::string& hw, const std::string& layout,
+                            const IntrinsicShape& shape, int mapping_id, const ScheduleParams& p) {
+    return workload + " " + hw + " " + layout + " " + shape.str() + " map " + std::to_string(mapping_id) + ":" +
+           to_json(p).dump();
+  }
   MeasureResult measure(const Compute& c, const ImplicitGemm& g, const ScheduleParams& p, const KernelSource&,
                         const CompileResult&) override {
-    const std::string key = make_workload(c).key + " " + g.hw->name + " " + g.layout + " " + g.shape.str() + " map " +
-                            std::to_string(g.mapping_id) + ":" + to_json(p).dump();
+    const std::string key = key_of(make_workload(c).key, g.hw->name, g.layout, g.shape, g.mapping_id, p);
     const int n = ++calls[key];
     const std::size_t h = std::hash<std::string>{}(key);
     MeasureResult r;
@@ -813,9 +819,8 @@ TEST(Tuner, TheFastestAreMeasuredAgainAtTheEnd) {
   for (const TuneRecord* r : confirms) {
     EXPECT_EQ(r->result.confirm_rounds, 3);
     const auto& ref = r->candidate;
-    const std::string key = r->workload.key + " " + ref.hw_abs + " " + ref.layout + " " + std::to_string(ref.shape[0]) +
-                            "x" + std::to_string(ref.shape[1]) + "x" + std::to_string(ref.shape[2]) + " map " +
-                            std::to_string(ref.mapping_id) + ":" + to_json(ref.params).dump();
+    const std::string key = LuckyMeasurer::key_of(r->workload.key, ref.hw_abs, ref.layout, IntrinsicShape{ref.shape},
+                                                  ref.mapping_id, ref.params);
     ASSERT_TRUE(m.calls.count(key)) << key << " was not measured";
     const int calls = m.calls.at(key);
     if (!r->result.ok()) {
