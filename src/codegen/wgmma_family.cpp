@@ -769,10 +769,12 @@ std::string step_loop(const ScheduleParams& p, const std::string& indent, const 
 /// axis, the accumulators go in as they are and the stores read row x + skip, walking the rows
 /// inside the extent only (EpilogueScope::row_skip): a thread's accumulators take WN / 8
 /// positions along n, whose rotated addresses held registers that spilled, and MI along m, whose
-/// rotation costs less than the shifted read's run-time bound on the store loop.
+/// rotation costs less than the shifted read's run-time bound on the store loop. TMA stores
+/// (bulk_store 2) store the tile whole, so their writes rotate along n too.
 struct BoxClamp {
   bool m = false, n = false;
   char rows = 'n';  ///< The epilogue tile's row axis.
+  bool whole_tile = false;  ///< The tile is stored whole (TMA stores): every axis rotates.
   /// Rotations by whole 16 rows (2 columns), which keep r + 8 (c + 1) inside the tile when r
   /// (c) is: a fixed extent that is a multiple of 16 (2) makes every skip one.
   bool m_by_16 = false, n_by_2 = false;
@@ -810,7 +812,7 @@ struct BoxClamp {
   std::string c1() const { return rotates('n') && !n_by_2 ? "c1" : "c + 1"; }
 
  private:
-  bool rotates(char axis) const { return axis == 'm' ? m : (n && rows != 'n'); }
+  bool rotates(char axis) const { return axis == 'm' ? m : (n && (rows != 'n' || whole_tile)); }
   /// Where the boxes of the tile at m0 (n0) start along `axis`.
   static std::string start(char axis) {
     return axis == 'm' ? "min(m0, max(M - BM, 0))" : "min(n0, max(N - BN, 0))";
@@ -1166,6 +1168,7 @@ void add_tensor_maps(WgmmaKernel& w) {
   w.clamp.m = clamps_boxes(w, 0);
   w.clamp.n = clamps_boxes(w, 1);
   w.clamp.rows = w.c_row ? 'm' : 'n';
+  w.clamp.whole_tile = p.bulk_store == 2;
   w.clamp.m_by_16 = !(g.dynamic() && g.dynamic_axis == 'm') && g.M % 16 == 0;
   w.clamp.n_by_2 = !(g.dynamic() && g.dynamic_axis == 'n') && g.N % 2 == 0;
 }
@@ -1547,7 +1550,7 @@ void validate_tma_operand(const ImplicitGemm& g, const ScheduleParams& p, int wh
 
 /// Why TMA cannot store `p`'s epilogue tiles (bulk_store 2), "" where it can: the output must be a
 /// TMA view along the tile's axes (output_tma_view()), the tile's rows whole 128-byte lines, at
-/// most 256 of them, and no last tile's rows read shifted (BoxClamp::row_skip()).
+/// most 256 of them, and a fused epilogue's vectors within the tile's 16-byte chunks.
 std::string tma_store_refusal(const ImplicitGemm& g, const ScheduleParams& p) {
   const bool c_row = out_vector(g, p).along == 'n';
   std::vector<TmaDim> dims;
@@ -1563,9 +1566,6 @@ std::string tma_store_refusal(const ImplicitGemm& g, const ScheduleParams& p) {
   if (!g.compute->epilogue.empty() && (v < 2 || chunk % v))
     return "a fused epilogue is applied in the epilogue tile to vectors of 2 to " + std::to_string(chunk) +
            " outputs (one 16-byte chunk), not of " + std::to_string(v);
-  if (!c_row && g.N % pair_tile(p, 'n'))
-    return "a last tile along n (N = " + std::to_string(g.N) + ") holds its rows shifted, where no box stores them; "
-           "use a block_n that divides N";
   return "";
 }
 
