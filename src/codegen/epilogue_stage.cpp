@@ -305,6 +305,7 @@ void emit_epilogue_in_place(std::ostringstream& os, const ImplicitGemm& g, const
                             char along) {
   const Epilogue& e = g.compute->epilogue;
   TMAP_CHECK(!e.empty() && vec > 1, "an epilogue applied in place works on vectors of outputs");
+  const std::string vt = vector_type(vec * dtype_bits(g.compute->tensor_of(g.compute->output).dtype) / 8);
   os << "// The epilogue of the " << vec << " outputs from virtual (m, n) on along " << along
      << " applied in place: `values`, the sums in\n"
      << "// an epilogue tile, become the outputs there (the tile is then stored whole)\n"
@@ -312,10 +313,14 @@ void emit_epilogue_in_place(std::ostringstream& os, const ImplicitGemm& g, const
      << "* values, const EpiVec& f,\n"
      << "                                             const EpiVec& v, const bool use_f) {\n"
      << "  if (m >= M || n >= N) return;\n"
+     << "  // One load and one store of the whole vector: the tile's chunks are aligned to the vector\n"
+     << "  __align__(16) " << out_type << " sums[" << vec << "];\n"
+     << "  *reinterpret_cast<" << vt << "*>(sums) = *reinterpret_cast<const " << vt << "*>(values);\n"
      << "  #pragma unroll\n  for (int t = 0; t < " << vec << "; ++t) {\n"
-     << "    const float acc = (float)values[t];\n"
-     << "    values[t] = (" << out_type << ")"
-     << epilogue_code(e, "acc", [&](int i) { return operand_value(g, i, vec, along, "t"); }) << ";\n  }\n}\n\n";
+     << "    const float acc = (float)sums[t];\n"
+     << "    sums[t] = (" << out_type << ")"
+     << epilogue_code(e, "acc", [&](int i) { return operand_value(g, i, vec, along, "t"); }) << ";\n  }\n"
+     << "  *reinterpret_cast<" << vt << "*>(values) = *reinterpret_cast<const " << vt << "*>(sums);\n}\n\n";
 }
 
 }  // namespace tmap::pipeline
