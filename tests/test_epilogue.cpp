@@ -159,7 +159,8 @@ TEST(Epilogue, AlteredRecordsAreRefused) {
 
 /// Kernels of `c` for each family: the default schedule of the first full mapping, and variants
 /// (split-K summed by a reduce kernel, by the tile's last block and in a cluster, wgmma's
-/// producer, persistent and ping-pong, a residual asked of L2 at the tile's start) where valid.
+/// producer, persistent and ping-pong, with vector or TMA stores, a residual asked of L2 at the
+/// tile's start) where valid.
 std::vector<testing::GpuCase> family_cases(const Compute& c, const std::string& label, int cc) {
   std::vector<testing::GpuCase> out;
   for (const std::string hw_name : {"wmma_fp16_fp32", "mma_sync_fp16_fp32", "wgmma_fp16_fp32", "simt_fp16_fp32"}) {
@@ -196,6 +197,11 @@ std::vector<testing::GpuCase> family_cases(const Compute& c, const std::string& 
       ping_pong.block_m = ping_pong.warp_m;
       ping_pong.block_n = ping_pong.warp_n;
       schedules.push_back({"ping-pong", ping_pong});
+      // TMA stores: the epilogue applied to the epilogue tile in place before the tile is stored.
+      for (ScheduleParams tma : {persistent, ping_pong}) {
+        tma.bulk_store = 2;
+        schedules.push_back({tma.producer == 3 ? "ping-pong, TMA stores" : "persistent, TMA stores", tma});
+      }
     }
     const std::size_t plain = schedules.size();
     for (std::size_t i = 0; i < plain; ++i) {
@@ -224,6 +230,7 @@ TEST(Epilogue, EveryFunctionCompilesOnEveryFamily) {
   std::vector<std::string> failures;
   std::size_t kernels = 0;
   std::vector<std::string> families_seen;
+  int tma_stores = 0;  // wgmma kernels that apply the epilogue in their epilogue tile
   for (int cc : {80, 90}) {
     NvrtcCompiler compiler(cc);
     std::vector<CompileJob> jobs;
@@ -239,6 +246,7 @@ TEST(Epilogue, EveryFunctionCompilesOnEveryFamily) {
         jobs.push_back({k.name, k.code});
         labels.push_back(gc.label + " sm_" + std::to_string(cc));
         if (cc == 90) families_seen.push_back(gc.g.hw->family);
+        if (gc.p.bulk_store == 2) ++tma_stores;
       }
     }
     const std::vector<CompileResult> results = compile_parallel(compiler, jobs);
@@ -249,6 +257,7 @@ TEST(Epilogue, EveryFunctionCompilesOnEveryFamily) {
   for (const std::string f : {"wmma", "mma_sync", "wgmma", "simt"})
     EXPECT_NE(std::find(families_seen.begin(), families_seen.end(), f), families_seen.end()) << f << " not compiled";
   EXPECT_GE(kernels, 30u);
+  EXPECT_GE(tma_stores, 4) << "the GEMM's and the NHWC convolution's, persistent and ping-pong";
   EXPECT_TRUE(failures.empty()) << failures.size() << " failed, first: " << failures.front();
 }
 

@@ -270,7 +270,8 @@ void emit_epilogue_prefetch(std::ostringstream& os, const ImplicitGemm& g, const
 }
 
 void emit_epilogue_loop(std::ostringstream& os, const ImplicitGemm& g, const OutVector& ov, const std::string& threads,
-                        const std::string& thread, const std::string& end, const std::string& values) {
+                        const std::string& thread, const std::string& end, const std::string& values,
+                        const std::string& apply) {
   const Epilogue& e = g.compute->epilogue;
   bool any_fixed = false;
   for (const Access& a : e.operands) any_fixed = any_fixed || operand_fixed(g, a, ov.along);
@@ -297,7 +298,29 @@ void emit_epilogue_loop(std::ostringstream& os, const ImplicitGemm& g, const Out
      << "    #pragma unroll\n    for (int c = 0; c < EPI_CHUNK; ++c) {\n"
      << "      const int e = e0 + c * " << T << ";\n      if (e >= " << end << ") break;\n"
      << "      " << position << "\n"
-     << "      store_d_vec(out, m0 + mm, n0 + nn, z, " << values << ", fixed, ops[c], EPI_FIXED);\n    }\n  }\n";
+     << "      " << apply << "(out, m0 + mm, n0 + nn, z, " << values << ", fixed, ops[c], EPI_FIXED);\n    }\n  }\n";
+}
+
+void emit_epilogue_in_place(std::ostringstream& os, const ImplicitGemm& g, const std::string& out_type, int vec,
+                            char along) {
+  const Epilogue& e = g.compute->epilogue;
+  TMAP_CHECK(!e.empty() && vec > 1, "an epilogue applied in place works on vectors of outputs");
+  const std::string vt = vector_type(vec * dtype_bits(g.compute->tensor_of(g.compute->output).dtype) / 8);
+  os << "// The epilogue of the " << vec << " outputs from virtual (m, n) on along " << along
+     << " applied in place: `values`, the sums in\n"
+     << "// an epilogue tile, become the outputs there (the tile is then stored whole)\n"
+     << "__device__ __forceinline__ void epi_in_place(const Output& out, int m, int n, int z, " << out_type
+     << "* values, const EpiVec& f,\n"
+     << "                                             const EpiVec& v, const bool use_f) {\n"
+     << "  if (m >= M || n >= N) return;\n"
+     << "  // One load and one store of the whole vector: the tile's chunks are aligned to the vector\n"
+     << "  __align__(16) " << out_type << " sums[" << vec << "];\n"
+     << "  *reinterpret_cast<" << vt << "*>(sums) = *reinterpret_cast<const " << vt << "*>(values);\n"
+     << "  #pragma unroll\n  for (int t = 0; t < " << vec << "; ++t) {\n"
+     << "    const float acc = (float)sums[t];\n"
+     << "    sums[t] = (" << out_type << ")"
+     << epilogue_code(e, "acc", [&](int i) { return operand_value(g, i, vec, along, "t"); }) << ";\n  }\n"
+     << "  *reinterpret_cast<" << vt << "*>(values) = *reinterpret_cast<const " << vt << "*>(sums);\n}\n\n";
 }
 
 }  // namespace tmap::pipeline

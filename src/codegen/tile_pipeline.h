@@ -185,9 +185,15 @@ struct OutVector {
 /// The fused epilogue's store loop over the tile's vectors in Cs (`values`: where vector (mm, nn)
 /// is; `end`: how many it walks), `threads` threads numbered by `thread` from 0: operands that
 /// stay the same along the loop are loaded once, the others a chunk of vectors ahead of their stores.
+/// `apply` names what each vector goes through: store_d_vec, or epi_in_place (emit_epilogue_in_place()).
 void emit_epilogue_loop(std::ostringstream& os, const ImplicitGemm& g, const OutVector& ov, const std::string& threads,
-                        const std::string& thread,
-                        const std::string& end, const std::string& values);
+                        const std::string& thread, const std::string& end, const std::string& values,
+                        const std::string& apply = "store_d_vec");
+/// `epi_in_place`: store_d_vec's epilogue of one vector of outputs, written back over the sums in
+/// the epilogue tile instead of to the output (which a TMA store then copies whole). Emitted
+/// after emit_output_scatter() of the same vector.
+void emit_epilogue_in_place(std::ostringstream& os, const ImplicitGemm& g, const std::string& out_type, int vec,
+                            char along);
 OutVector out_vector(const ImplicitGemm& g, const ScheduleParams& p);
 /// Where vector `e` of `width` elements along `along` sits in the tile: the C++ statement
 /// "const int mm = ..., nn = ...;" of its row and column there.

@@ -769,10 +769,12 @@ std::string step_loop(const ScheduleParams& p, const std::string& indent, const 
 /// axis, the accumulators go in as they are and the stores read row x + skip, walking the rows
 /// inside the extent only (EpilogueScope::row_skip): a thread's accumulators take WN / 8
 /// positions along n, whose rotated addresses held registers that spilled, and MI along m, whose
-/// rotation costs less than the shifted read's run-time bound on the store loop.
+/// rotation costs less than the shifted read's run-time bound on the store loop. TMA stores
+/// (bulk_store 2) store the tile whole, so their writes rotate along n too.
 struct BoxClamp {
   bool m = false, n = false;
   char rows = 'n';  ///< The epilogue tile's row axis.
+  bool whole_tile = false;  ///< The tile is stored whole (TMA stores): every axis rotates.
   /// Rotations by whole 16 rows (2 columns), which keep r + 8 (c + 1) inside the tile when r
   /// (c) is: a fixed extent that is a multiple of 16 (2) makes every skip one.
   bool m_by_16 = false, n_by_2 = false;
@@ -810,7 +812,7 @@ struct BoxClamp {
   std::string c1() const { return rotates('n') && !n_by_2 ? "c1" : "c + 1"; }
 
  private:
-  bool rotates(char axis) const { return axis == 'm' ? m : (n && rows != 'n'); }
+  bool rotates(char axis) const { return axis == 'm' ? m : (n && (rows != 'n' || whole_tile)); }
   /// Where the boxes of the tile at m0 (n0) start along `axis`.
   static std::string start(char axis) {
     return axis == 'm' ? "min(m0, max(M - BM, 0))" : "min(n0, max(N - BN, 0))";
@@ -869,11 +871,22 @@ std::string output_tma_coordinate(const ImplicitGemm& g, const TmaDim& d, bool c
 /// stores the tile's slices of one 128-byte line each and closes its bulk group, which drains
 /// while the consumers go on. The tile alternates with the other (`stored`), which the issuer
 /// waits to have been read before the consumers' barrier that precedes its next writes.
-void emit_tma_stores(std::ostringstream& os, const ImplicitGemm& g, bool c_row, const std::string& sync,
-                     const std::string& issuer) {
+/// A fused epilogue is applied to Ct in place first, between two barriers, each thread taking
+/// vectors of outputs as the vector stores do (emit_epilogue_loop()).
+void emit_tma_stores(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p, bool c_row,
+                     const std::string& sync, const std::string& issuer) {
   std::vector<TmaDim> dims;
   const std::string why = output_tma_view(g, c_row, dims);
   TMAP_CHECK(why.empty(), why);
+  if (!g.compute->epilogue.empty()) {
+    const bool pp = ping_pong(p);
+    const OutVector ov = out_vector(g, p);
+    os << "    " << sync << "    {\n";
+    emit_epilogue_loop(os, g, ov, pp ? "128" : "CONSUMERS * 128", pp ? "(threadIdx.x % 128)" : "threadIdx.x",
+                       "BM * BN / " + std::to_string(ov.width), c_row ? "&Ct[cs_at(mm, nn)]" : "&Ct[cs_at(nn, mm)]",
+                       "epi_in_place");
+    os << "    }\n";
+  }
   os << "    fence_proxy_async();  // this thread's writes to Ct, visible to the TMA stores\n"
      << "    " << sync
      << "    if (" << issuer << ") {\n"
@@ -999,7 +1012,7 @@ void emit_persistent_loops(std::ostringstream& os, const ImplicitGemm& g, const 
                         clamp.c1(), tma_stores ? "Ct" : "");
   os << "      }\n";
   if (tma_stores)
-    emit_tma_stores(os, g, c_row, sync, issuer);
+    emit_tma_stores(os, g, p, c_row, sync, issuer);
   else if (p.bulk_store)
     emit_bulk_stores(os, g, p, c_row, sync, pp ? "128" : "CONSUMERS * 128", pp ? "(threadIdx.x % 128)" : "threadIdx.x",
                      clamp.row_skip());
@@ -1155,6 +1168,7 @@ void add_tensor_maps(WgmmaKernel& w) {
   w.clamp.m = clamps_boxes(w, 0);
   w.clamp.n = clamps_boxes(w, 1);
   w.clamp.rows = w.c_row ? 'm' : 'n';
+  w.clamp.whole_tile = p.bulk_store == 2;
   w.clamp.m_by_16 = !(g.dynamic() && g.dynamic_axis == 'm') && g.M % 16 == 0;
   w.clamp.n_by_2 = !(g.dynamic() && g.dynamic_axis == 'n') && g.N % 2 == 0;
 }
@@ -1470,6 +1484,7 @@ KernelSource emit_wgmma(const ImplicitGemm& g, const ScheduleParams& p) {
   const OutVector ov = out_vector(g, p);
   emit_output_scatter(os, g, w.tout, ov.width, ov.along);
   if (p.bulk_store) emit_output_address(os, g, w.tout);
+  if (p.bulk_store == 2 && !g.compute->epilogue.empty()) emit_epilogue_in_place(os, g, w.tout, ov.width, ov.along);
   emit_descriptor_offsets(os, w);
   os << "}  // namespace\n\n";
   emit_entry(os, w);
@@ -1492,9 +1507,10 @@ KernelSource emit_wgmma(const ImplicitGemm& g, const ScheduleParams& p) {
   return w.k;
 }
 
-/// Whether `g`'s output may be stored by bulk copies under some schedule: no fused epilogue, fixed
-/// extents, operands a TMA producer reads (validate_bulk_store() decides for each schedule).
-bool bulk_store_possible(const ImplicitGemm& g) { return g.compute->epilogue.empty() && !g.dynamic() && tma_operands(g); }
+/// Whether `g`'s output may be stored by bulk copies under some schedule: fixed extents, operands
+/// a TMA producer reads (validate_bulk_store() decides for each schedule; a fused epilogue is
+/// applied before TMA stores only).
+bool bulk_store_possible(const ImplicitGemm& g) { return !g.dynamic() && tma_operands(g); }
 
 /// Whether lines narrower than 128 bytes (ScheduleParams::swizzle 2, 3) can do what 128-byte ones
 /// cannot for `g`: hold its whole reduction in one line (K of at most 64 bytes), or read an im2col
@@ -1534,7 +1550,7 @@ void validate_tma_operand(const ImplicitGemm& g, const ScheduleParams& p, int wh
 
 /// Why TMA cannot store `p`'s epilogue tiles (bulk_store 2), "" where it can: the output must be a
 /// TMA view along the tile's axes (output_tma_view()), the tile's rows whole 128-byte lines, at
-/// most 256 of them, and no last tile's rows read shifted (BoxClamp::row_skip()).
+/// most 256 of them, and a fused epilogue's vectors within the tile's 16-byte chunks.
 std::string tma_store_refusal(const ImplicitGemm& g, const ScheduleParams& p) {
   const bool c_row = out_vector(g, p).along == 'n';
   std::vector<TmaDim> dims;
@@ -1546,9 +1562,10 @@ std::string tma_store_refusal(const ImplicitGemm& g, const ScheduleParams& p) {
     return "the epilogue tile's rows of " + std::to_string(cols) + " elements are no whole 128-byte lines (" +
            std::to_string(line) + " elements)";
   if (rows > 256) return "a TMA box holds at most 256 rows, the epilogue tile " + std::to_string(rows);
-  if (!c_row && g.N % pair_tile(p, 'n'))
-    return "a last tile along n (N = " + std::to_string(g.N) + ") holds its rows shifted, where no box stores them; "
-           "use a block_n that divides N";
+  const int v = out_vector(g, p).width, chunk = 16 / persistent_epilogue_bytes_per_element(g);
+  if (!g.compute->epilogue.empty() && (v < 2 || chunk % v))
+    return "a fused epilogue is applied in the epilogue tile to vectors of 2 to " + std::to_string(chunk) +
+           " outputs (one 16-byte chunk), not of " + std::to_string(v);
   return "";
 }
 
@@ -1562,7 +1579,7 @@ void validate_bulk_store(const ImplicitGemm& g, const ScheduleParams& p, std::ve
   std::string why;
   if (!persistent(p))
     why = "only persistent kernels (producer 2 or 3) store through an epilogue tile of their own";
-  else if (!c.epilogue.empty())
+  else if (p.bulk_store == 1 && !c.epilogue.empty())
     why = "a fused epilogue reads its operands at each output's store";
   else if (g.dynamic())
     why = "the output's runs would follow a run-time size";
@@ -1793,10 +1810,13 @@ class WgmmaFamily final : public EmitterFamily {
         .set("a_regs", {{0, 7}, {1, 1}})
         // Warp-uniform waits unserialize short reductions' wgmmas but slowed some long ones.
         .set("uniform_wait", {{0, 3}, 1})
-        // Asynchronous stores of persistent kernels' tiles, where an output without an epilogue
-        // may take them (docs/design-notes.md): row copies (1) were level or slower than vector
-        // stores, TMA stores (2) up to 29% faster on the same tiles.
-        .set("bulk_store", bulk_store_possible(g) ? std::vector<Choice>{{0, 3}, 1, {2, 2}} : std::vector<Choice>{0});
+        // Asynchronous stores of persistent kernels' tiles (docs/design-notes.md): row copies (1)
+        // were level or slower than vector stores, TMA stores (2) up to 29% faster on the same
+        // tiles. A fused epilogue goes with TMA stores only, which were 5-23% slower than vector
+        // stores on the fused batch-16 table's persistent tiles: one draw in five.
+        .set("bulk_store", !bulk_store_possible(g)          ? std::vector<Choice>{0}
+                           : g.compute->epilogue.empty() ? std::vector<Choice>{{0, 3}, 1, {2, 2}}
+                                                         : std::vector<Choice>{{0, 4}, 2});
     // Split-K summed in a cluster, and pairs of blocks sharing an operand tile (no faster than
     // single blocks where measured: a third of the draws without splits; sample() turns a 1
     // without splits into 0, and 2 or 3 with splits into 0 or 1).
