@@ -142,6 +142,17 @@ std::string operand_value(const ImplicitGemm& g, int i, int vec, char along, con
   return "(float)" + src + "[" + (w ? t : "0") + "]";
 }
 
+/// The epilogue of one vector of `vec` sums: `dst`[t] = the epilogue of `src`[t], in out_type
+/// (store_d_vec into its result, epi_in_place over the tile's vector itself).
+void emit_vector_epilogue(std::ostringstream& os, const ImplicitGemm& g, const std::string& out_type, int vec,
+                          char along, const std::string& src, const std::string& dst) {
+  os << "  #pragma unroll\n  for (int t = 0; t < " << vec << "; ++t) {\n"
+     << "    const float acc = (float)" << src << "[t];\n"
+     << "    " << dst << "[t] = (" << out_type << ")"
+     << epilogue_code(g.compute->epilogue, "acc", [&](int i) { return operand_value(g, i, vec, along, "t"); })
+     << ";\n  }\n";
+}
+
 }  // namespace
 
 std::string output_params(const ImplicitGemm& g, const std::string& out_type) {
@@ -200,12 +211,9 @@ void emit_epilogue_scatter(std::ostringstream& os, const ImplicitGemm& g, const 
      << "__device__ __forceinline__ void store_d_vec(const Output& out, int m, int n, int z, const V* values, const EpiVec& f,\n"
      << "                                            const EpiVec& v, const bool use_f) {\n";
   offset();
-  os << "  __align__(16) " << out_type << " result[" << vec << "];\n"
-     << "  #pragma unroll\n  for (int t = 0; t < " << vec << "; ++t) {\n"
-     << "    const float acc = (float)values[t];\n"
-     << "    result[t] = (" << out_type << ")"
-     << epilogue_code(e, "acc", [&](int i) { return operand_value(g, i, vec, along, "t"); }) << ";\n  }\n"
-     << "  *reinterpret_cast<" << vector_type(vec * bits / 8) << "*>(out.data + offset) = *reinterpret_cast<const "
+  os << "  __align__(16) " << out_type << " result[" << vec << "];\n";
+  emit_vector_epilogue(os, g, out_type, vec, along, "values", "result");
+  os << "  *reinterpret_cast<" << vector_type(vec * bits / 8) << "*>(out.data + offset) = *reinterpret_cast<const "
      << vector_type(vec * bits / 8) << "*>(result);\n}\n\n"
      << "// The same, loading the operands itself\n"
      << "template <typename V>\n"
@@ -315,12 +323,9 @@ void emit_epilogue_in_place(std::ostringstream& os, const ImplicitGemm& g, const
      << "  if (m >= M || n >= N) return;\n"
      << "  // One load and one store of the whole vector: the tile's chunks are aligned to the vector\n"
      << "  __align__(16) " << out_type << " sums[" << vec << "];\n"
-     << "  *reinterpret_cast<" << vt << "*>(sums) = *reinterpret_cast<const " << vt << "*>(values);\n"
-     << "  #pragma unroll\n  for (int t = 0; t < " << vec << "; ++t) {\n"
-     << "    const float acc = (float)sums[t];\n"
-     << "    sums[t] = (" << out_type << ")"
-     << epilogue_code(e, "acc", [&](int i) { return operand_value(g, i, vec, along, "t"); }) << ";\n  }\n"
-     << "  *reinterpret_cast<" << vt << "*>(values) = *reinterpret_cast<const " << vt << "*>(sums);\n}\n\n";
+     << "  *reinterpret_cast<" << vt << "*>(sums) = *reinterpret_cast<const " << vt << "*>(values);\n";
+  emit_vector_epilogue(os, g, out_type, vec, along, "sums", "sums");
+  os << "  *reinterpret_cast<" << vt << "*>(values) = *reinterpret_cast<const " << vt << "*>(sums);\n}\n\n";
 }
 
 }  // namespace tmap::pipeline
