@@ -30,6 +30,7 @@ namespace {
 using testing::user_error_of;
 
 using testing::shipped;
+using testing::validation_text;
 
 struct Job {
   std::string label;
@@ -840,8 +841,7 @@ TEST(Codegen, WgmmaNarrowSwizzles) {
       if (!validate(g, p, limits).empty()) continue;  // the layout's other operand has no TMA box
       p.swizzle = 1;
       p.block_k = 64;
-      std::string said;
-      for (const ScheduleIssue& i : validate(g, p, limits)) said += i.detail + "\n";
+      const std::string said = validation_text(g, p, limits);
       EXPECT_NE(said.find("32 channels are not whole lines; use swizzle 2"), std::string::npos) << said;
       refused = true;
     }
@@ -978,8 +978,7 @@ TEST(Codegen, WgmmaRegisterA) {
     p.block_k = 64;
     p.stages = 3;
     p.a_regs = 1;
-    std::string said;
-    for (const ScheduleIssue& i : validate(g, p, limits)) said += i.detail + "\n";
+    std::string said = validation_text(g, p, limits);
     EXPECT_NE(said.find("leave 168 registers a thread, too few for 128 accumulators and 32 registers of A fragments"),
               std::string::npos) << said;
     p.a_regs = 0;
@@ -988,15 +987,13 @@ TEST(Codegen, WgmmaRegisterA) {
     p.a_regs = 1;
     p.block_n = p.warp_n = 64;
     p.block_k = 256;
-    said.clear();
-    for (const ScheduleIssue& i : validate(g, p, limits)) said += i.detail + "\n";
+    said = validation_text(g, p, limits);
     EXPECT_NE(said.find("128 registers of A fragments (two sets of 1 m64 accumulators x 16 k steps x 4), at most 64"),
               std::string::npos) << said;
     const ImplicitGemm m = gemm_per_match(typed("gemm", "float16", "float32", {}), "mma_sync_fp16_fp32").at(0);
     ScheduleParams q = default_schedule(m, limits);
     q.a_regs = 1;
-    said.clear();
-    for (const ScheduleIssue& i : validate(m, q, limits)) said += i.detail + "\n";
+    said = validation_text(m, q, limits);
     EXPECT_NE(said.find("only wgmma kernels take a_regs"), std::string::npos) << said;
   }
 
@@ -1067,8 +1064,7 @@ TEST(Codegen, WgmmaBulkStore) {
           EXPECT_EQ(plain.find("TmaMap tma_c"), std::string::npos) << what;
           for (int form : {1, 2}) {
             p.bulk_store = form;
-            std::string said;
-            for (const ScheduleIssue& i : validate(g, p, limits)) said += i.detail + "\n";
+            const std::string said = validation_text(g, p, limits);
             EXPECT_EQ(said, "") << what << " bulk_store " << form;
             if (!said.empty()) continue;
             jobs.push_back({what + " bulk_store " + std::to_string(form), emit_kernel(g, p)});
@@ -1102,8 +1098,7 @@ TEST(Codegen, WgmmaBulkStore) {
     ScheduleParams p = default_schedule(g, limits);
     p.producer = 2, p.split_k = 1, p.bulk_store = 1;
     edit(p);
-    std::string said;
-    for (const ScheduleIssue& i : validate(g, p, limits)) said += i.detail + "\n";
+    const std::string said = validation_text(g, p, limits);
     return said;
   };
   const Compute gemm = testing::narrowed_op("gemm", "float16", {"M=256", "N=256", "K=64"});
@@ -1145,8 +1140,7 @@ TEST(Codegen, WgmmaTmaStoreEpilogue) {
           ScheduleParams p = base;
           edit(p);
           const std::string what = op + " " + g.layout + (a_input ? " transposed " : " ") + label;
-          std::string said;
-          for (const ScheduleIssue& i : validate(g, p, limits)) said += i.detail + "\n";
+          const std::string said = validation_text(g, p, limits);
           EXPECT_EQ(said, "") << what;
           if (!said.empty()) continue;
           jobs.push_back({what, emit_kernel(g, p)});
@@ -1157,8 +1151,7 @@ TEST(Codegen, WgmmaTmaStoreEpilogue) {
         }
         ScheduleParams rows = base;
         rows.bulk_store = 1;
-        std::string said;
-        for (const ScheduleIssue& i : validate(g, rows, limits)) said += i.detail + "\n";
+        const std::string said = validation_text(g, rows, limits);
         refused_rows += said.find("a fused epilogue reads its operands") != std::string::npos;
         break;
       }
@@ -1220,14 +1213,12 @@ TEST(Codegen, WgmmaUniformWait) {
   ScheduleParams p = default_schedule(g, limits);
   p.producer = 0;
   p.uniform_wait = 1;
-  std::string said;
-  for (const ScheduleIssue& i : validate(g, p, limits)) said += i.detail + "\n";
+  std::string said = validation_text(g, p, limits);
   EXPECT_NE(said.find("uniform_wait = 1 without a TMA producer"), std::string::npos) << said;
   const ImplicitGemm m = gemm_per_match(typed_compute(keep, "gemm", "float16", "float32", {}), "mma_sync_fp16_fp32").at(0);
   ScheduleParams q = default_schedule(m, limits);
   q.uniform_wait = 1;
-  said.clear();
-  for (const ScheduleIssue& i : validate(m, q, limits)) said += i.detail + "\n";
+  said = validation_text(m, q, limits);
   EXPECT_NE(said.find("only wgmma kernels take uniform_wait"), std::string::npos) << said;
 }
 
@@ -1309,8 +1300,7 @@ TEST(Codegen, WgmmaPingPong) {
   EXPECT_EQ(family_of(*g.hw).block_tiles(g, p, 'm'), std::vector<int>{64});
   EXPECT_EQ(family_of(*g.hw).block_tiles(g, p, 'n'), std::vector<int>{128});
   auto said = [&](const ScheduleParams& q) {
-    std::string out;
-    for (const ScheduleIssue& i : validate(g, q, limits)) out += i.detail + "\n";
+    const std::string out = validation_text(g, q, limits);
     return out;
   };
   p.block_m = 128, p.block_n = 128;

@@ -27,6 +27,7 @@ namespace {
 
 using testing::have_gpu;
 using testing::shipped;
+using testing::validation_text;
 
 /// The odd extents of the sweep, tried on each parameter of each op that admits them.
 constexpr int kOddExtents[] = {1, 2, 3, 5, 7, 17, 33, 127};
@@ -239,8 +240,7 @@ TEST(Coverage, SimtValidationReasons) {
   auto reasons = [&](const std::function<void(ScheduleParams&)>& change) {
     ScheduleParams p = d;
     change(p);
-    std::string out;
-    for (const auto& issue : validate(g, p, limits)) out += issue.detail + "\n";
+    const std::string out = validation_text(g, p, limits);
     return out;
   };
   auto has = [](const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; };
@@ -261,15 +261,13 @@ TEST(Coverage, SimtValidationReasons) {
   pi.vec_a = pi.vec_b = 1;
   pi.async_copy = 0;
   pi.stages = 2;
-  std::string text;
-  for (const auto& issue : validate(gi, pi, limits)) text += issue.detail + "\n";
+  const std::string text = validation_text(gi, pi, limits);
   EXPECT_TRUE(has(text, "packed 4-byte reads along k")) << text;
   // k_lanes belongs to SIMT: a Tensor Core family refuses it.
   const ImplicitGemm tc = gemms_of(c, "mma_sync_fp16_fp32", false).front();
   ScheduleParams pt = default_schedule(tc, limits);
   pt.k_lanes = 4;
-  std::string tc_text;
-  for (const auto& issue : validate(tc, pt, limits)) tc_text += issue.detail + "\n";
+  const std::string tc_text = validation_text(tc, pt, limits);
   EXPECT_TRUE(has(tc_text, "only simt kernels take k_lanes")) << tc_text;
 }
 
@@ -424,8 +422,7 @@ TEST(Coverage, SimtWindowValidationReasons) {
   const SpaceEntry& entry = space.entries()[arms[0]];
   auto reasons = [&](const ImplicitGemm& g, ScheduleParams p, const std::function<void(ScheduleParams&)>& change) {
     change(p);
-    std::string out;
-    for (const auto& issue : validate(g, p, limits)) out += issue.detail + "\n";
+    const std::string out = validation_text(g, p, limits);
     return out;
   };
   auto has = [](const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; };

@@ -49,6 +49,30 @@ extern "C" __global__ void k_smem(unsigned* out) {
   out[threadIdx.x] = smem_u32(&buf[threadIdx.x]) - smem_u32(&buf[0]);
 })")};
 
+// Vectors of a 4-row tile of 16-bit elements (element i holds i) read by tile_vector(), in each
+// word width: block b reads case b's vectors into out[512 * b + ...] and its word into words[b].
+const Primitive kTileVector{"k_tile_vector", with_library("smem", R"(
+template <int N, int LD>
+__device__ void read_tile(unsigned short* out, int* word) {
+  __shared__ __align__(16) unsigned short tile[4 * LD];
+  for (int i = threadIdx.x; i < 4 * LD; i += blockDim.x) tile[i] = i;
+  __syncthreads();
+  for (int e = threadIdx.x; e < 4 * (LD / N); e += blockDim.x) {
+    const int r = e / (LD / N), c = e % (LD / N) * N;
+    const TileVector<unsigned short, N> v = tile_vector<N, LD>(&tile[r * LD + c]);
+    for (int t = 0; t < N; ++t) out[e * N + t] = v.v[t];
+  }
+  if (threadIdx.x == 0) *word = tile_word<unsigned short, N, LD>();
+}
+extern "C" __global__ void k_tile_vector(unsigned short* out, int* words) {
+  unsigned short* o = out + 512 * blockIdx.x;
+  int* w = words + blockIdx.x;
+  if (blockIdx.x == 0) read_tile<8, 72>(o, w);
+  if (blockIdx.x == 1) read_tile<4, 68>(o, w);
+  if (blockIdx.x == 2) read_tile<2, 66>(o, w);
+  if (blockIdx.x == 3) read_tile<2, 65>(o, w);
+})")};
+
 // Thread t copies 16, 8 and 4 bytes; every third thread's copies are invalid (zero-filled).
 const Primitive kCpAsync{"k_cp_async", with_library("cp_async", R"(
 extern "C" __global__ void k_cp_async(unsigned* out, const unsigned* in) {
@@ -228,7 +252,7 @@ extern "C" __global__ void k_epilogue(float* out, int n) {
 const std::vector<const Primitive*>& primitives() {
   static const std::vector<const Primitive*> all = {&kSmem,    &kCpAsync, &kLdmatrix, &kMbarrier, &kCluster,
                                                     &kShift,   &kSwizzle, &kWgmma,    &kTma,      &kRelayout,
-                                                    &kEpilogue};
+                                                    &kEpilogue, &kTileVector};
   return all;
 }
 
@@ -351,6 +375,25 @@ TEST_F(DeviceTest, SmemAddressesAreByteOffsetsInSharedMemory) {
   launch(k, 1, 32, {&out});
   const std::vector<unsigned> got = download(out, 32);
   for (unsigned i = 0; i < 32; ++i) EXPECT_EQ(got[i], 4 * i);
+}
+
+TEST_F(DeviceTest, EpilogueTileVectorsReadWholeWordsWhereAligned) {
+  cudaKernel_t k = load(kTileVector);
+  unsigned short* out = poisoned<unsigned short>(4 * 512);
+  int* words = poisoned<int>(4);
+  launch(k, 4, 64, {&out, &words});
+  const std::vector<unsigned short> got = download(out, 4 * 512);
+  const std::vector<int> word = download(words, 4);
+  const struct { int n, ld, word; } cases[] = {{8, 72, 16}, {4, 68, 8}, {2, 66, 4}, {2, 65, 0}};
+  for (int b = 0; b < 4; ++b) {
+    const auto& c = cases[b];
+    EXPECT_EQ(word[b], c.word) << "vectors of " << c.n << " in rows of " << c.ld;
+    for (int e = 0; e < 4 * (c.ld / c.n); ++e) {
+      const int r = e / (c.ld / c.n), col = e % (c.ld / c.n) * c.n;
+      for (int t = 0; t < c.n; ++t)
+        ASSERT_EQ(got[512 * b + e * c.n + t], r * c.ld + col + t) << "case " << b << ", vector " << e << ", element " << t;
+    }
+  }
 }
 
 TEST_F(DeviceTest, CpAsyncCopiesOrZeroFills) {

@@ -30,6 +30,14 @@ inline bool full_suite() {
 /// Whether a sweep compiles its kernel number `i` for architecture number `a` of the `n` it names.
 inline bool sweep_compiles(std::size_t i, std::size_t a, std::size_t n) { return full_suite() || i % n == a; }
 
+/// What validate() says of schedule p for g: each issue's detail on a line of its own, "" when
+/// the schedule is valid.
+inline std::string validation_text(const ImplicitGemm& g, const ScheduleParams& p, const DeviceLimits& limits) {
+  std::string said;
+  for (const ScheduleIssue& i : validate(g, p, limits)) said += i.detail + "\n";
+  return said;
+}
+
 /// Runs f and returns the UserError's message, or "<no error>" when none was thrown.
 template <typename F>
 std::string user_error_of(F&& f) {

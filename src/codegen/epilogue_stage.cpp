@@ -286,6 +286,11 @@ void emit_epilogue_loop(std::ostringstream& os, const ImplicitGemm& g, const Out
   const std::string V = std::to_string(ov.width), T = "(" + threads + ")";
   const std::string across = ov.along == 'n' ? "BN / " + V : "BM / " + V;
   const std::string position = vector_position(ov.along, V);
+  // The stores read each vector of sums in whole words (tile_vector()); the in-place pass
+  // reads and writes its vector itself (epi_in_place).
+  const bool read_vectors = apply == "store_d_vec";
+  if (read_vectors) emit_device_include(os, "smem");
+  const std::string sums = read_vectors ? "tile_vector<" + V + ", C_LD>(" + values + ").v" : values;
   // Operands that use no iterator of the other axis are loaded once when every vector of the
   // thread keeps its place along `along`; the others, a chunk of vectors at a time, all before
   // the chunk's first store, so that their loads are in flight together. A chunk of 8 held 16
@@ -306,7 +311,7 @@ void emit_epilogue_loop(std::ostringstream& os, const ImplicitGemm& g, const Out
      << "    #pragma unroll\n    for (int c = 0; c < EPI_CHUNK; ++c) {\n"
      << "      const int e = e0 + c * " << T << ";\n      if (e >= " << end << ") break;\n"
      << "      " << position << "\n"
-     << "      " << apply << "(out, m0 + mm, n0 + nn, z, " << values << ", fixed, ops[c], EPI_FIXED);\n    }\n  }\n";
+     << "      " << apply << "(out, m0 + mm, n0 + nn, z, " << sums << ", fixed, ops[c], EPI_FIXED);\n    }\n  }\n";
 }
 
 void emit_epilogue_in_place(std::ostringstream& os, const ImplicitGemm& g, const std::string& out_type, int vec,

@@ -955,7 +955,13 @@ void emit_epilogue_stores(std::ostringstream& os, const ImplicitGemm& g, const S
   os << "  for (int e = " << first << "; e < " << end << "; e += " << scope.threads << ") {\n"
      << "    " << vector_position(ov.along, V) << "\n";
   if (p.cluster == 1) emit_cluster_sum(os, v, acc_type, at);
-  else os << "    const " << acc_type << "* values = &Cs[" << at << "];\n";
+  else if (v > 1 && (!g.compute->epilogue.empty() || out_type != acc_type)) {  // read whole words, not elements
+    emit_device_include(os, "smem");
+    os << "    const auto tile_values = tile_vector<" << V << ", C_LD>(&Cs[" << at << "]);\n"
+       << "    const " << acc_type << "* values = tile_values.v;\n";
+  } else {
+    os << "    const " << acc_type << "* values = &Cs[" << at << "];\n";
+  }
   emit_values_store(os, g, p, v, acc_type, out_type);
   os << "  }\n";
   emit_last_block_sum(os, g, p, out_type, scope);

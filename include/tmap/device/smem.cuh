@@ -18,6 +18,45 @@ __device__ __forceinline__ int rotated(int x, int rot) {
   return x < N ? x : x - N;
 }
 
+/// N elements of T, held in registers (aligned so that they are written in whole words).
+template <typename T, int N>
+struct __align__(16) TileVector {
+  T v[N];
+};
+
+/// The widest word (16, 8 or 4 bytes) in which a vector of N elements of T can be read from a
+/// tile whose rows are LD elements apart: it must divide both the vector and the row. 0 where
+/// no word does (the vector is then read element by element).
+template <typename T, int N, int LD>
+__host__ __device__ constexpr int tile_word() {
+  constexpr int bytes = N * static_cast<int>(sizeof(T)), row = LD * static_cast<int>(sizeof(T));
+  return bytes % 16 == 0 && row % 16 == 0 ? 16 : bytes % 8 == 0 && row % 8 == 0 ? 8 : bytes % 4 == 0 && row % 4 == 0 ? 4 : 0;
+}
+
+/// The vector of N elements at src in a 16-byte-aligned tile of shared memory whose rows are LD
+/// elements apart and whose vectors start at multiples of N within a row, read in the widest
+/// words that keep every such vector aligned. The compiler cannot prove that alignment for a
+/// computed index, and would read the vector one element at a time.
+template <int N, int LD, typename T>
+__device__ __forceinline__ TileVector<T, N> tile_vector(const T* src) {
+  TileVector<T, N> r;
+  constexpr int word = tile_word<T, N, LD>(), bytes = N * static_cast<int>(sizeof(T));
+  if constexpr (word == 16) {
+#pragma unroll
+    for (int i = 0; i < bytes / 16; ++i) reinterpret_cast<uint4*>(r.v)[i] = reinterpret_cast<const uint4*>(src)[i];
+  } else if constexpr (word == 8) {
+#pragma unroll
+    for (int i = 0; i < bytes / 8; ++i) reinterpret_cast<uint2*>(r.v)[i] = reinterpret_cast<const uint2*>(src)[i];
+  } else if constexpr (word == 4) {
+#pragma unroll
+    for (int i = 0; i < bytes / 4; ++i) reinterpret_cast<unsigned*>(r.v)[i] = reinterpret_cast<const unsigned*>(src)[i];
+  } else {
+#pragma unroll
+    for (int i = 0; i < N; ++i) r.v[i] = src[i];
+  }
+  return r;
+}
+
 }  // namespace device
 }  // namespace tmap
 
