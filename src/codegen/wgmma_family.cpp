@@ -1783,13 +1783,15 @@ class WgmmaFamily final : public EmitterFamily {
     const bool narrow = narrow_lines_help(g);
     KnobChoices c;
     c.set("block_m", {64, {128, 2}, 192, 256})
-        .set("block_n", {16, 32, 64, {128, 2}, 192, {256, 2}})
+        // 96: a decode GEMM's weights in 64 tiles of 96 rows fill the SMs in one wave (docs/design-notes.md).
+        .set("block_n", {16, 32, 64, 96, {128, 2}, 192, {256, 2}})
         // Whole lines (w / 4: one wgmma's k).
         .set("block_k", narrow ? std::vector<Choice>{w / 4, w / 2, {w, 2}, 2 * w} : std::vector<Choice>{{w, 2}, 2 * w})
         .set("warp_m", {{64, 2}, 128})  // m64 accumulators per warpgroup
         .set("warp_n", warp_n_choices(g))  // the instruction's N
-        // Eight buffers only where a TMA producer fills the ring (validation refuses them otherwise).
-        .set("stages", {3, {4, 2}, 5, 6, 8})
+        // Eight to twelve buffers only where a TMA producer fills the ring (validation refuses them
+        // otherwise): narrow tiles that stream one operand from memory need them in flight.
+        .set("stages", {3, {4, 2}, 5, 6, 8, 10, 12})
         .set("smem_pad", {0})  // swizzled
         .set("split_k", {{1, 3}, 2, 3, 4, 6, 8, 12, 16})
         // The splits summed by a second kernel, or by the tile's last block (slower where measured).
