@@ -1098,8 +1098,7 @@ TEST(Codegen, WgmmaBulkStore) {
     ScheduleParams p = default_schedule(g, limits);
     p.producer = 2, p.split_k = 1, p.bulk_store = 1;
     edit(p);
-    const std::string said = validation_text(g, p, limits);
-    return said;
+    return validation_text(g, p, limits);
   };
   const Compute gemm = testing::narrowed_op("gemm", "float16", {"M=256", "N=256", "K=64"});
   EXPECT_NE(refusal(gemm, "wgmma_fp16_fp32", [](ScheduleParams& p) { p.producer = 1; }).find("only persistent kernels"),
@@ -1300,8 +1299,7 @@ TEST(Codegen, WgmmaPingPong) {
   EXPECT_EQ(family_of(*g.hw).block_tiles(g, p, 'm'), std::vector<int>{64});
   EXPECT_EQ(family_of(*g.hw).block_tiles(g, p, 'n'), std::vector<int>{128});
   auto said = [&](const ScheduleParams& q) {
-    const std::string out = validation_text(g, q, limits);
-    return out;
+    return validation_text(g, q, limits);
   };
   p.block_m = 128, p.block_n = 128;
   EXPECT_NE(said(p).find("producer = 3: each ping-pong consumer warpgroup multiplies whole tiles"), std::string::npos)

@@ -240,8 +240,7 @@ TEST(Coverage, SimtValidationReasons) {
   auto reasons = [&](const std::function<void(ScheduleParams&)>& change) {
     ScheduleParams p = d;
     change(p);
-    const std::string out = validation_text(g, p, limits);
-    return out;
+    return validation_text(g, p, limits);
   };
   auto has = [](const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; };
   EXPECT_TRUE(has(reasons([](ScheduleParams& p) { p.producer = 1; }), "only wgmma kernels"));
@@ -422,8 +421,7 @@ TEST(Coverage, SimtWindowValidationReasons) {
   const SpaceEntry& entry = space.entries()[arms[0]];
   auto reasons = [&](const ImplicitGemm& g, ScheduleParams p, const std::function<void(ScheduleParams&)>& change) {
     change(p);
-    const std::string out = validation_text(g, p, limits);
-    return out;
+    return validation_text(g, p, limits);
   };
   auto has = [](const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; };
   const ScheduleParams d = entry.defaults;
