@@ -177,7 +177,7 @@ TEST(Cli, UserErrorsAreNotBugsAndTheirHintsNameRealOptions) {
   }
   const std::string c = " --arch sm_90 --compile-only";
   std::vector<std::string> cases = {
-      "run --op gemm" + c + " --log x.jsonl", "run --op gemm" + c + " --match 99",
+      "run --op gemm" + c + " --log x.jsonl", "run --op gemm" + c + " --match 99", "run --op gemm" + c + " --match 1",
       "run --op gemm" + c + " --match 0 --layout nnn", "run --op gemm" + c + " --mapping 999",
       "run --op gemm" + c + " --layout zzz", "run --op gemm" + c + " --params '{\"block_m\": 7}'",
       "run --op gemm" + c + " --params '{\"block_m\": 64, \"block_m\": 128}'", "run --op gemm" + c + " --params nope",
@@ -437,8 +437,10 @@ TEST(Cli, RunCompilesWithoutAGpu) {
   EXPECT_EQ(s["params"]["producer"], 1);
 
   const BadCase cases[] = {
-      {"run --op gemm --arch sm_90 --compile-only --match 99", "no match 99 of 'gemm'"},
-      {"run --op gemm --arch sm_90 --compile-only --match 0 --layout nnn", "--match picks the layout and shape itself"},
+      {"run --op gemm --arch sm_90 --compile-only --hw wmma_fp16_fp32 --match 99", "no match 99 of 'gemm'"},
+      {"run --op gemm --arch sm_90 --compile-only --hw wmma_fp16_fp32 --match 0 --layout nnn",
+       "--match picks the layout and shape itself"},
+      {"run --op gemm --arch sm_90 --compile-only --match 1", "--match 1 numbers the matches of one abstraction"},
       {"run --op gemm --arch sm_90 --compile-only --log x.jsonl", "a compile-only run measures nothing to log"},
       {"run --op gemm --arch sm_90 --compile-only --params '{\"block_m\": 48}'", "the block tile is not a multiple of the warp tile"},
       {"run --op gemm --arch sm_90 --compile-only --params '{\"tile\": 4}'", "unknown schedule parameter \"tile\""},

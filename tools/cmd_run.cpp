@@ -42,9 +42,15 @@ struct RunArgs {
 };
 
 /// The match --match, or --layout and --shape, name (without --hw, of the first abstraction
-/// that has one).
+/// that has one). A match number counts the matches of one abstraction, those 'tmap map --hw'
+/// lists: without --hw it would count over every abstraction runnable on the target, which
+/// 'tmap map' does not list in the same order, and silently name another family's kernel.
 const Match& pick_match(const RunArgs& args, const MatchReport& report, const Compute& c,
                         const std::vector<HwAbstraction>& all) {
+  if (args.match >= 0 && args.hw.empty())
+    bad("--match", "--match " + std::to_string(args.match) + " numbers the matches of one abstraction, and --hw names none",
+        "give --hw with it, e.g. --hw " + (report.matches.empty() ? std::string("NAME") : report.matches.front().hw_abs) +
+            " (its matches: 'tmap map --hw NAME')");
   if (report.matches.empty())
     bad("--hw", "'" + c.name + "' matches no abstraction" + (args.hw.empty() ? "" : " '" + args.hw + "'"),
         report.rejected.empty() ? "see 'tmap hw list'" : report.rejected.front().hw_abs + ": " + report.rejected.front().reason);
@@ -266,8 +272,8 @@ void register_run(CLI::App& app) {
   cmd->add_option("--layout", args->layout, "Layout key, e.g. nnn (default: the abstraction's first)");
   cmd->add_option("--shape", args->shape, "Intrinsic shape MxNxK, e.g. 16x16x16 (default: the first)");
   cmd->add_option("--match", args->match,
-                  "Match number (#) from 'tmap map' with the same --hw, e.g. a transposed product (default: the first "
-                  "of --layout and --shape)");
+                  "Match number (#) from 'tmap map' with the same --hw, which it needs, e.g. a transposed product "
+                  "(default: the first of --layout and --shape)");
   cmd->add_option("--mapping", args->mapping, "Mapping id from 'tmap map' (default: every candidate fused)");
   add_group_pack_option(*cmd, args->group_pack);
   cmd->add_option("--params", args->params,
