@@ -914,115 +914,6 @@ void emit_vector_stores(std::ostringstream& os, const ImplicitGemm& g, const Sch
   emit_epilogue_stores(os, g, p, cs, tout, scope);
 }
 
-/// The body of a persistent warp-specialized kernel (producer 2), from the mbarriers on: the
-/// producer thread walks this block's tiles and their steps, filling the ring ahead (`origin`
-/// gives an im2col operand's first pixel of the tile, `loads` one stage's TMA boxes); the
-/// consumers walk the same tiles, multiply, release each buffer as its wgmmas retire, and store
-/// each tile through an epilogue tile of their own (CS_OFFSET), synchronized among themselves
-/// only, so that the producer runs into the next tile meanwhile. The n-th use of a buffer waits
-/// for phase parity n % 2 over the whole walk.
-/// In ping-pong (producer 3) consumer warpgroup wg takes every other of the block's tiles (the
-/// block's tile 2j + wg) through an epilogue tile of its own, and the two take turns on the main
-/// loop: each starts its wgmmas once the other's wgmmas of the tile before are done (turn[wg]),
-/// so that one's epilogue overlaps the other's main loop. The turns also keep each consumer's
-/// waits on the ring within one phase of its barriers: the stages of the tile before were all
-/// filled.
-void emit_persistent_loops(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p,
-                           const StoredTile& sa, const StoredTile& sb, const std::string& tacc,
-                           const std::string& tout, bool c_row, const BoxClamp& clamp, const std::string& origin,
-                           const std::string& loads) {
-  const std::string cs = persistent_epilogue_type(g);
-  const bool pair = pairs_blocks(p), pp = ping_pong(p), tma_stores = p.bulk_store == 2;
-  // The consumers' barrier: each ping-pong warpgroup's own, else all consumers'.
-  const std::string sync = pp ? "consumer_sync(wg);\n" : "consumer_sync();\n";
-  // The thread that issues a consumer's TMA stores (bulk_store 2).
-  const std::string issuer = pp ? "threadIdx.x % 128 == 0" : "threadIdx.x == 0";
-  // A pair's blocks walk the same tiles (the pair's), each its half.
-  const std::string release = pair ? "mbar_arrive_pair" : "mbar_arrive", wait = wait_call(p);
-  const std::string walk = pair ? "for (int tile = blockIdx.x / 2; tile < TILES; tile += gridDim.x / 2)"
-                                : "for (int tile = blockIdx.x; tile < TILES; tile += gridDim.x)";
-  os << ring_barriers(sa, sb, pair, pp)
-     << "  " << cs << "* Cs = reinterpret_cast<" << cs << "*>(smem + CS_OFFSET"
-     << (pp ? " + (wg % 2) * CS_STRIDE);  // this consumer's (the producer's is unused)\n" : ");\n")
-     << (pair ? "  cluster_sync();  // the last barrier of both blocks: the roles part here, every mbarrier initialized\n"
-              : "  __syncthreads();  // the last barrier of the whole block: the roles part here\n")
-     << "  if (wg == CONSUMERS) {\n"
-     << set_registers(g, p, true, "    ")
-     << "    if (threadIdx.x % 128 == 0) {  // one thread issues every copy\n"
-     << "      int t = 0;  // stages filled so far, over all this block's tiles\n"
-     << "      " << walk << " {\n"
-     << "        const int z = tile / (GRID_M * GRID_N);\n";
-  emit_tile_origin(os, p, "tile % (GRID_M * GRID_N)", "        ");
-  os << "        (void)z;\n" << clamp.boxes("        ") << origin
-     << "        for (int step = 0; step < STEPS; ++step, ++t) {\n"
-     << "          const int buf = t % STAGES;\n"
-     << "          if (t >= STAGES) mbar_wait(&empty[buf], (t / STAGES - 1) & 1);\n"
-     << "          mbar_expect_tx(&full[buf], STAGE_TX);\n"
-     << "          const int s = step / K_TILES, k0 = (step % K_TILES) * BK;\n"
-     << "          (void)s;\n"
-     << loads
-     << "        }\n"
-     << "      }\n"
-     << "    }\n"
-     << (pair ? "    cluster_sync();  // the other block's consumers may still arrive on this block's barriers\n" : "")
-     << "    return;\n"
-     << "  }\n"
-     << set_registers(g, p, false, "  ")
-     << "  const int row = (threadIdx.x % 128) / 32 * 16 + lane / 4, col = (lane % 4) * 2;\n"
-     << (tma_stores ? "  int stored = 0;  // tiles this consumer stored: which of its two epilogue tiles is next\n" : "");
-  if (pp)
-    os << "  int t = wg * STEPS;  // stages of the block's tiles before this one's next\n"
-       << "  // taken: this warpgroup's tiles so far.\n"
-       << "  for (int tile = blockIdx.x + wg * gridDim.x, taken = 0; tile < TILES; tile += 2 * gridDim.x, t += STEPS, ++taken) {\n";
-  else
-    os << "  int t = 0;  // stages consumed so far\n"
-       << "  " << walk << " {\n";
-  os << "    const int z = tile / (GRID_M * GRID_N);\n";
-  emit_tile_origin(os, p, "tile % (GRID_M * GRID_N)", "    ");
-  emit_epilogue_prefetch(os, g, p, pp ? "128" : "CONSUMERS * 128", "    ", pp ? "(threadIdx.x % 128)" : "threadIdx.x");
-  if (pp)
-    os << "    // This warpgroup's turn: the wgmmas of the other's tile before are done.\n"
-       << "    if (taken + wg > 0) " << wait << "(&turn[wg], (taken + wg - 1) & 1);\n";
-  os << "    #pragma unroll\n    for (int i = 0; i < MI; ++i)\n"
-     << "      #pragma unroll\n      for (int r = 0; r < ACC; ++r) acc[i][r] = 0;\n"
-     << step_loop(p, "    ", "0", "STEPS",
-                  "      const int buf = t % STAGES;\n      " + wait +
-                      "(&full[buf], (t / STAGES) & 1);\n"
-                      "      compute(buf$A);\n"
-                      "      wgmma_wait<1>();  // the previous step's wgmmas are done: release its buffer\n"
-                      "      if (step > 0 && lane == 0) " + release + "(&empty[(t + STAGES - 1) % STAGES]);\n",
-                  true)
-     << "    wgmma_wait<0>();\n"
-     // After the wait: an arrival between the last wgmmas and their wait made ptxas serialize
-     // every wgmma of kernels whose step loop it unrolls whole (C7514).
-     << (pp ? "    if (lane == 0) mbar_arrive(&turn[1 - wg]);  // this tile's wgmmas are done: the other's turn\n" : "")
-     << "    if (lane == 0) " << release << "(&empty[(t + STAGES - 1) % STAGES]);  // the tile's last buffer\n"
-     << "    #pragma unroll\n    for (int i = 0; i < MI; ++i)\n"
-     << "      #pragma unroll\n      for (int r = 0; r < ACC; ++r) fence_operand(acc[i][r]);\n"
-     << "    // Epilogue: accumulators to the epilogue tile, once the last tile's stores have read it.\n"
-     << (p.bulk_store == 1 ? "    bulk_wait_read();  // this thread's copies of the last tile have read Cs\n" : "")
-     << (tma_stores ? "    if (" + issuer + ") bulk_wait_read<1>();  // the stores of the tile before last have read it\n" : "")
-     << "    " << sync
-     << (tma_stores ? "    " + cs + "* const Ct = Cs + (stored % 2) * CS_TILE;  // this tile's epilogue tile\n" : "")
-     << clamp.offsets("    ")
-     << "    #pragma unroll\n    for (int i = 0; i < MI; ++i)\n"
-     << "      #pragma unroll\n      for (int j = 0; j < WN / 8; ++j) {\n"
-     << clamp.position("        ");
-  emit_accumulator_quad(os, c_row, cs == tacc ? "acc[i][4 * j + #]" : "(" + cs + ")acc[i][4 * j + #]", clamp.r8(),
-                        clamp.c1(), tma_stores ? "Ct" : "");
-  os << "      }\n";
-  if (tma_stores)
-    emit_tma_stores(os, g, p, c_row, sync, issuer);
-  else if (p.bulk_store)
-    emit_bulk_stores(os, g, p, c_row, sync, pp ? "128" : "CONSUMERS * 128", pp ? "(threadIdx.x % 128)" : "threadIdx.x",
-                     clamp.row_skip());
-  else
-    emit_vector_stores(os, g, p, cs, tout, sync, pp, clamp);
-  os << "  }\n"
-     << (p.bulk_store ? "  bulk_wait_all();  // the copies are done before the block's shared memory goes\n" : "")
-     << (pair ? "  cluster_sync();  // no block leaves while the other may still arrive on its barriers\n" : "") << "}\n";
-}
-
 /// One wgmma kernel being emitted: its GEMM and schedule, its launch (the tensor maps go in it),
 /// the stored tiles, and with a producer each operand's TMA view.
 struct WgmmaKernel {
@@ -1436,6 +1327,152 @@ void emit_cp_async_ring_loop(std::ostringstream& os, const WgmmaKernel& w, bool 
      << "  cp_async_wait<0>();\n  __syncthreads();  // the epilogue reuses the buffers\n\n";
 }
 
+/// What the parts of a persistent kernel share: the epilogue tile's type, and the calls that
+/// differ between one set of consumers, ping-pong consumers and pairs of blocks.
+struct PersistentRoles {
+  explicit PersistentRoles(const WgmmaKernel& w)
+      : cs(persistent_epilogue_type(w.g)),
+        tma_stores(w.p.bulk_store == 2),
+        sync(w.ping_pong ? "consumer_sync(wg);\n" : "consumer_sync();\n"),
+        issuer(w.ping_pong ? "threadIdx.x % 128 == 0" : "threadIdx.x == 0"),
+        release(w.pair ? "mbar_arrive_pair" : "mbar_arrive"),
+        wait(wait_call(w.p)),
+        walk(w.pair ? "for (int tile = blockIdx.x / 2; tile < TILES; tile += gridDim.x / 2)"
+                    : "for (int tile = blockIdx.x; tile < TILES; tile += gridDim.x)") {}
+
+  std::string cs;       ///< The epilogue tile's element type.
+  bool tma_stores;      ///< bulk_store 2.
+  std::string sync;     ///< The consumers' barrier: each ping-pong warpgroup's own, else all consumers'.
+  std::string issuer;   ///< The thread that issues a consumer's TMA stores.
+  std::string release;  ///< Frees a ring buffer (in both blocks of a pair).
+  std::string wait;     ///< Waits on a ring barrier.
+  std::string walk;     ///< The loop over the block's tiles; a pair's blocks walk the pair's, each its half.
+};
+
+/// The ring's barriers, the epilogue tile and the producer's branch: one thread walks this
+/// block's tiles and their steps, filling the ring ahead.
+void emit_persistent_producer(std::ostringstream& os, const WgmmaKernel& w, const PersistentRoles& r) {
+  const bool pair = w.pair, pp = w.ping_pong;
+  os << ring_barriers(w.sa, w.sb, pair, pp)
+     << "  " << r.cs << "* Cs = reinterpret_cast<" << r.cs << "*>(smem + CS_OFFSET"
+     << (pp ? " + (wg % 2) * CS_STRIDE);  // this consumer's (the producer's is unused)\n" : ");\n")
+     << (pair ? "  cluster_sync();  // the last barrier of both blocks: the roles part here, every mbarrier initialized\n"
+              : "  __syncthreads();  // the last barrier of the whole block: the roles part here\n")
+     << "  if (wg == CONSUMERS) {\n"
+     << set_registers(w.g, w.p, true, "    ")
+     << "    if (threadIdx.x % 128 == 0) {  // one thread issues every copy\n"
+     << "      int t = 0;  // stages filled so far, over all this block's tiles\n"
+     << "      " << r.walk << " {\n"
+     << "        const int z = tile / (GRID_M * GRID_N);\n";
+  emit_tile_origin(os, w.p, "tile % (GRID_M * GRID_N)", "        ");
+  os << "        (void)z;\n" << w.clamp.boxes("        ")
+     << (w.im2col[0].rank ? im2col_origin(w.g, w.im2col[0]) : "") << (w.im2col[1].rank ? im2col_origin(w.g, w.im2col[1]) : "")
+     << "        for (int step = 0; step < STEPS; ++step, ++t) {\n"
+     << "          const int buf = t % STAGES;\n"
+     << "          if (t >= STAGES) mbar_wait(&empty[buf], (t / STAGES - 1) & 1);\n"
+     << "          mbar_expect_tx(&full[buf], STAGE_TX);\n"
+     << "          const int s = step / K_TILES, k0 = (step % K_TILES) * BK;\n"
+     << "          (void)s;\n"
+     << tma_loads(w, 0) << tma_loads(w, 1)
+     << "        }\n"
+     << "      }\n"
+     << "    }\n"
+     << (pair ? "    cluster_sync();  // the other block's consumers may still arrive on this block's barriers\n" : "")
+     << "    return;\n"
+     << "  }\n";
+}
+
+/// The consumers' walk over the block's tiles (in ping-pong, this warpgroup's every other one)
+/// and each tile's main loop, releasing each buffer as its wgmmas retire; the walk's loop stays
+/// open for the epilogue.
+void emit_persistent_main_loop(std::ostringstream& os, const WgmmaKernel& w, const PersistentRoles& r) {
+  const ImplicitGemm& g = w.g;
+  const ScheduleParams& p = w.p;
+  const bool pp = w.ping_pong;
+  os << set_registers(g, p, false, "  ")
+     << "  const int row = (threadIdx.x % 128) / 32 * 16 + lane / 4, col = (lane % 4) * 2;\n"
+     << (r.tma_stores ? "  int stored = 0;  // tiles this consumer stored: which of its two epilogue tiles is next\n" : "");
+  if (pp)
+    os << "  int t = wg * STEPS;  // stages of the block's tiles before this one's next\n"
+       << "  // taken: this warpgroup's tiles so far.\n"
+       << "  for (int tile = blockIdx.x + wg * gridDim.x, taken = 0; tile < TILES; tile += 2 * gridDim.x, t += STEPS, ++taken) {\n";
+  else
+    os << "  int t = 0;  // stages consumed so far\n"
+       << "  " << r.walk << " {\n";
+  os << "    const int z = tile / (GRID_M * GRID_N);\n";
+  emit_tile_origin(os, p, "tile % (GRID_M * GRID_N)", "    ");
+  emit_epilogue_prefetch(os, g, p, pp ? "128" : "CONSUMERS * 128", "    ", pp ? "(threadIdx.x % 128)" : "threadIdx.x");
+  if (pp)
+    os << "    // This warpgroup's turn: the wgmmas of the other's tile before are done.\n"
+       << "    if (taken + wg > 0) " << r.wait << "(&turn[wg], (taken + wg - 1) & 1);\n";
+  os << "    #pragma unroll\n    for (int i = 0; i < MI; ++i)\n"
+     << "      #pragma unroll\n      for (int r = 0; r < ACC; ++r) acc[i][r] = 0;\n"
+     << step_loop(p, "    ", "0", "STEPS",
+                  "      const int buf = t % STAGES;\n      " + r.wait +
+                      "(&full[buf], (t / STAGES) & 1);\n"
+                      "      compute(buf$A);\n"
+                      "      wgmma_wait<1>();  // the previous step's wgmmas are done: release its buffer\n"
+                      "      if (step > 0 && lane == 0) " + r.release + "(&empty[(t + STAGES - 1) % STAGES]);\n",
+                  true)
+     << "    wgmma_wait<0>();\n"
+     // After the wait: an arrival between the last wgmmas and their wait made ptxas serialize
+     // every wgmma of kernels whose step loop it unrolls whole (C7514).
+     << (pp ? "    if (lane == 0) mbar_arrive(&turn[1 - wg]);  // this tile's wgmmas are done: the other's turn\n" : "")
+     << "    if (lane == 0) " << r.release << "(&empty[(t + STAGES - 1) % STAGES]);  // the tile's last buffer\n"
+     << "    #pragma unroll\n    for (int i = 0; i < MI; ++i)\n"
+     << "      #pragma unroll\n      for (int r = 0; r < ACC; ++r) fence_operand(acc[i][r]);\n";
+}
+
+/// A tile's epilogue: the accumulators into the consumer's epilogue tile once the last tile's
+/// stores have read it, then stored by TMA, bulk row copies or vectors; closes the walk and the
+/// kernel.
+void emit_persistent_epilogue(std::ostringstream& os, const WgmmaKernel& w, const PersistentRoles& r) {
+  const ImplicitGemm& g = w.g;
+  const ScheduleParams& p = w.p;
+  const bool pp = w.ping_pong;
+  os << "    // Epilogue: accumulators to the epilogue tile, once the last tile's stores have read it.\n"
+     << (p.bulk_store == 1 ? "    bulk_wait_read();  // this thread's copies of the last tile have read Cs\n" : "")
+     << (r.tma_stores ? "    if (" + r.issuer + ") bulk_wait_read<1>();  // the stores of the tile before last have read it\n" : "")
+     << "    " << r.sync
+     << (r.tma_stores ? "    " + r.cs + "* const Ct = Cs + (stored % 2) * CS_TILE;  // this tile's epilogue tile\n" : "")
+     << w.clamp.offsets("    ")
+     << "    #pragma unroll\n    for (int i = 0; i < MI; ++i)\n"
+     << "      #pragma unroll\n      for (int j = 0; j < WN / 8; ++j) {\n"
+     << w.clamp.position("        ");
+  emit_accumulator_quad(os, w.c_row, r.cs == w.tacc ? "acc[i][4 * j + #]" : "(" + r.cs + ")acc[i][4 * j + #]",
+                        w.clamp.r8(), w.clamp.c1(), r.tma_stores ? "Ct" : "");
+  os << "      }\n";
+  if (r.tma_stores)
+    emit_tma_stores(os, g, p, w.c_row, r.sync, r.issuer);
+  else if (p.bulk_store)
+    emit_bulk_stores(os, g, p, w.c_row, r.sync, pp ? "128" : "CONSUMERS * 128", pp ? "(threadIdx.x % 128)" : "threadIdx.x",
+                     w.clamp.row_skip());
+  else
+    emit_vector_stores(os, g, p, r.cs, w.tout, r.sync, pp, w.clamp);
+  os << "  }\n"
+     << (p.bulk_store ? "  bulk_wait_all();  // the copies are done before the block's shared memory goes\n" : "")
+     << (w.pair ? "  cluster_sync();  // no block leaves while the other may still arrive on its barriers\n" : "") << "}\n";
+}
+
+/// The body of a persistent warp-specialized kernel (producer 2), from the mbarriers on: the
+/// producer thread walks this block's tiles and their steps, filling the ring ahead; the
+/// consumers walk the same tiles, multiply, release each buffer as its wgmmas retire, and store
+/// each tile through an epilogue tile of their own (CS_OFFSET), synchronized among themselves
+/// only, so that the producer runs into the next tile meanwhile. The n-th use of a buffer waits
+/// for phase parity n % 2 over the whole walk.
+/// In ping-pong (producer 3) consumer warpgroup wg takes every other of the block's tiles (the
+/// block's tile 2j + wg) through an epilogue tile of its own, and the two take turns on the main
+/// loop: each starts its wgmmas once the other's wgmmas of the tile before are done (turn[wg]),
+/// so that one's epilogue overlaps the other's main loop. The turns also keep each consumer's
+/// waits on the ring within one phase of its barriers: the stages of the tile before were all
+/// filled.
+void emit_persistent_loops(std::ostringstream& os, const WgmmaKernel& w) {
+  const PersistentRoles roles(w);
+  emit_persistent_producer(os, w, roles);
+  emit_persistent_main_loop(os, w, roles);
+  emit_persistent_epilogue(os, w, roles);
+}
+
 /// Accumulators to shared memory, then to the output; a pair waits for its partner.
 void emit_wgmma_epilogue(std::ostringstream& os, const WgmmaKernel& w) {
   const ImplicitGemm& g = w.g;
@@ -1492,10 +1529,7 @@ KernelSource emit_wgmma(const ImplicitGemm& g, const ScheduleParams& p) {
   if (!w.ws) staged = emit_byte_stage_loads(os, g, p, w.k.threads, w.a_mn, w.b_mn, w.ta, w.tb);
   emit_compute_lambda(os, w);
   if (w.persistent) {
-    emit_persistent_loops(os, g, p, w.sa, w.sb, w.tacc, w.tout, w.c_row, w.clamp,
-                          (w.im2col[0].rank ? im2col_origin(g, w.im2col[0]) : "") +
-                              (w.im2col[1].rank ? im2col_origin(g, w.im2col[1]) : ""),
-                          tma_loads(w, 0) + tma_loads(w, 1));
+    emit_persistent_loops(os, w);
     w.k.code = os.str();
     return w.k;
   }
