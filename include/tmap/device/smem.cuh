@@ -33,6 +33,12 @@ __host__ __device__ constexpr int tile_word() {
   return bytes % 16 == 0 && row % 16 == 0 ? 16 : bytes % 8 == 0 && row % 8 == 0 ? 8 : bytes % 4 == 0 && row % 4 == 0 ? 4 : 0;
 }
 
+/// The unsigned type of a word of Bytes bytes (4, 8 or 16), as CUDA's vector types spell it.
+template <int Bytes> struct SmemWord;
+template <> struct SmemWord<4> { using type = unsigned; };
+template <> struct SmemWord<8> { using type = uint2; };
+template <> struct SmemWord<16> { using type = uint4; };
+
 /// The vector of N elements at src in a 16-byte-aligned tile of shared memory whose rows are LD
 /// elements apart and whose vectors start at multiples of N within a row, read in the widest
 /// words that keep every such vector aligned. The compiler cannot prove that alignment for a
@@ -41,18 +47,13 @@ template <int N, int LD, typename T>
 __device__ __forceinline__ TileVector<T, N> tile_vector(const T* src) {
   TileVector<T, N> r;
   constexpr int word = tile_word<T, N, LD>(), bytes = N * static_cast<int>(sizeof(T));
-  if constexpr (word == 16) {
-#pragma unroll
-    for (int i = 0; i < bytes / 16; ++i) reinterpret_cast<uint4*>(r.v)[i] = reinterpret_cast<const uint4*>(src)[i];
-  } else if constexpr (word == 8) {
-#pragma unroll
-    for (int i = 0; i < bytes / 8; ++i) reinterpret_cast<uint2*>(r.v)[i] = reinterpret_cast<const uint2*>(src)[i];
-  } else if constexpr (word == 4) {
-#pragma unroll
-    for (int i = 0; i < bytes / 4; ++i) reinterpret_cast<unsigned*>(r.v)[i] = reinterpret_cast<const unsigned*>(src)[i];
-  } else {
+  if constexpr (word == 0) {
 #pragma unroll
     for (int i = 0; i < N; ++i) r.v[i] = src[i];
+  } else {
+    using W = typename SmemWord<word>::type;
+#pragma unroll
+    for (int i = 0; i < bytes / word; ++i) reinterpret_cast<W*>(r.v)[i] = reinterpret_cast<const W*>(src)[i];
   }
   return r;
 }
