@@ -285,6 +285,7 @@ void emit_dependents_trigger(std::ostringstream& os, const ScheduleParams& p);
 void emit_split_reduce(std::ostringstream& os, const ImplicitGemm& g, const KernelSource& k, const std::string& part_type,
                        const std::string& out_type);
 
+/// The relayout prologue (relayout_prologue.cpp).
 /// In a relayout view's kernel (ImplicitGemm::relayouted()), at the top of the main kernel: on
 /// sm_90, wait (griddepcontrol.wait) for the prologue that copies the operands. Nothing otherwise.
 void emit_prologue_wait(std::ostringstream& os, const ImplicitGemm& g);
