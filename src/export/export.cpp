@@ -562,18 +562,20 @@ void write_torch_example(const fs::path& dir, const Compute& c, const std::strin
   write(dir / "torch" / "setup.py", setup.str());
 }
 
-}  // namespace
-
-std::vector<ExportedKernel> export_kernels(const std::vector<const TuneRecord*>& records,
-                                           const std::vector<HwAbstraction>& hws, int cc, const std::string& dir,
-                                           const std::string& source) {
+/// One piece per workload (or range bucket) of `records`, the first record of each.
+std::vector<Piece> make_pieces(const std::vector<const TuneRecord*>& records, const std::vector<HwAbstraction>& hws,
+                               int cc) {
   std::vector<Piece> pieces;
   std::set<std::string> names;
   for (const TuneRecord* r : records) {
     Piece x = make_piece(*r, hws, cc);
-    if (names.insert(x.fn).second) pieces.push_back(std::move(x));  // one kernel per workload (or bucket)
+    if (names.insert(x.fn).second) pieces.push_back(std::move(x));
   }
-  // Each range's buckets, in order of their sizes, behind one launch function.
+  return pieces;
+}
+
+/// Each range's buckets, in order of their sizes, behind one launch function.
+std::vector<RangeGroup> group_ranges(const std::vector<Piece>& pieces) {
   std::vector<RangeGroup> ranges;
   for (const Piece& x : pieces) {
     if (!x.bucket()) continue;
@@ -586,12 +588,13 @@ std::vector<ExportedKernel> export_kernels(const std::vector<const TuneRecord*>&
     std::sort(g.buckets.begin(), g.buckets.end(), [](const Piece* a, const Piece* b) {
       return a->record->result.bucket_lo < b->record->result.bucket_lo;
     });
-  const std::vector<CheckCase> checks = check_cases(pieces, ranges);
-  const fs::path out_dir(dir);
-  std::error_code ec;
-  for (const char* sub : {"kernels", "torch", "reference", "tmap/runtime", "tmap/device"}) fs::create_directories(out_dir / sub, ec);
-  if (ec) throw UserError(format_diagnostic(SourceLoc::whole(dir), "cannot create the directory: " + ec.message(), "check the --out path"));
-  const std::string arch = std::to_string(cc) + (cc >= 90 ? "a" : "");
+  return ranges;
+}
+
+/// kernels/FN.cu of each fixed-shape piece and each range's dispatcher (its buckets' kernels
+/// included); what was written, as the export lists it.
+std::vector<ExportedKernel> write_kernels(const fs::path& out_dir, const std::vector<Piece>& pieces,
+                                          const std::vector<RangeGroup>& ranges, const std::string& source) {
   std::vector<ExportedKernel> out;
   for (const Piece& x : pieces) {
     const TuneRecord& r = *x.record;
@@ -609,18 +612,40 @@ std::vector<ExportedKernel> export_kernels(const std::vector<const TuneRecord*>&
                        std::to_string(g.buckets.size()) + " kernel(s)",
                    0});
   }
+  return out;
+}
+
+/// Everything around the kernels: the references and the program that checks against them, the
+/// header, the launch-plan runtime and device library as tmap runs them, the CMake project and the
+/// PyTorch example (of the first fixed-shape piece, else the first range).
+void write_library(const fs::path& out_dir, const std::vector<Piece>& pieces, const std::vector<RangeGroup>& ranges,
+                   const std::string& source, const std::string& arch) {
+  const std::vector<CheckCase> checks = check_cases(pieces, ranges);
   for (const CheckCase& k : checks) write(out_dir / "reference" / (k.reference + ".cu"), reference_file(k));
   write(out_dir / "tmap_kernels.h", header_text(pieces, ranges, source, arch));
-  // The code that executes launch plans, as tmap itself runs it.
   write(out_dir / "tmap/runtime/launch_plan.h", embedded::kLaunchPlanHeader);
   write(out_dir / "tmap_runtime.cu", embedded::kLaunchPlanSource);
-  // The device library the kernels include.
   for (const DeviceHeader& h : device_headers()) write(out_dir / std::string(h.file), std::string(h.text));
   write(out_dir / "check.cu", check_program(checks));
   write(out_dir / "CMakeLists.txt", cmake_text(arch));
   const auto plain = std::find_if(pieces.begin(), pieces.end(), [](const Piece& x) { return !x.bucket(); });
   if (plain != pieces.end()) write_torch_example(out_dir, *plain->g.compute, plain->fn);
   else write_torch_example(out_dir, ranges.front().range(), ranges.front().fn);
+}
+
+}  // namespace
+
+std::vector<ExportedKernel> export_kernels(const std::vector<const TuneRecord*>& records,
+                                           const std::vector<HwAbstraction>& hws, int cc, const std::string& dir,
+                                           const std::string& source) {
+  const std::vector<Piece> pieces = make_pieces(records, hws, cc);
+  const std::vector<RangeGroup> ranges = group_ranges(pieces);
+  const fs::path out_dir(dir);
+  std::error_code ec;
+  for (const char* sub : {"kernels", "torch", "reference", "tmap/runtime", "tmap/device"}) fs::create_directories(out_dir / sub, ec);
+  if (ec) throw UserError(format_diagnostic(SourceLoc::whole(dir), "cannot create the directory: " + ec.message(), "check the --out path"));
+  std::vector<ExportedKernel> out = write_kernels(out_dir, pieces, ranges, source);
+  write_library(out_dir, pieces, ranges, source, std::to_string(cc) + (cc >= 90 ? "a" : ""));
   return out;
 }
 
