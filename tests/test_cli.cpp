@@ -185,7 +185,9 @@ TEST(Cli, UserErrorsAreNotBugsAndTheirHintsNameRealOptions) {
       "run --op gemm --arch sm_1000 --compile-only", "run --op gemm --arch gpu --compile-only",
       "run --op gemm --arch sm_75 --compile-only --hw wgmma_fp16_fp32", "run --op gemm" + c + " --set M=0",
       "run --op gemm" + c + " --set M=1 --set M=2", "run --op gemm" + c + " --set M=99999999999999999999",
-      "run --op gemm" + c + " --emit-cuda /dev/null", "run bad.json" + c, "run nj.json" + c, "run dup.json" + c,
+      "run --op gemm" + c + " --emit-cuda /dev/null", "run --op gemm" + c + " --sweep frob=1",
+      "run --op gemm" + c + " --sweep block_m", "run --op gemm" + c + " --sweep block_m=48",
+      "run --op gemm" + c + " --sweep block_m=64 --emit-cuda x.cu", "run bad.json" + c, "run nj.json" + c, "run dup.json" + c,
       "map", "map --op gemm bad.json", "map --op nope", "map /nonexistent.json", "map --op gemm --set M=x",
       "map --op gemm --set Q=1", "map --op gemm --set M", "map --op gemm --hw nope", "map --op gemm --enumerate some",
       "map --op gemm --format yaml", "map --op gemm --hw-dir /nonexistent", "map --op gemm --hw-dir bad.json",
@@ -539,6 +541,70 @@ TEST(Cli, RunLogAppendsATrialThatReplayReads) {
   EXPECT_EQ(replay.code, 0) << replay.err;
   EXPECT_NE(replay.out.find("mma_sync_fp16_fp32"), std::string::npos) << replay.out;
   std::filesystem::remove_all(dir);
+}
+
+// A sweep runs every combination of the swept knobs' values on the requested schedule: the ones
+// the family refuses are listed with their first reason, the others compiled (and run on a GPU).
+TEST(Cli, RunSweepsEveryCombinationOfKnobValues) {
+  CliRun sweep = tmap("run --op gemm --set M=192 --set N=128 --set K=256 --hw mma_sync_fp16_fp32 --mapping 0 "
+                      "--arch sm_90 --compile-only --params '{\"warp_n\": 32}' --sweep block_m=64,128 "
+                      "--sweep stages=2,3,9 --format json");
+  ASSERT_EQ(sweep.code, 0) << sweep.err;
+  const nlohmann::json j = nlohmann::json::parse(sweep.out);
+  ASSERT_EQ(j["runs"].size(), 4u);
+  ASSERT_EQ(j["refused"].size(), 2u);
+  const int expected[4][2] = {{64, 2}, {64, 3}, {128, 2}, {128, 3}};  // the first axis slowest
+  for (int i = 0; i < 4; ++i) {
+    const nlohmann::json& r = j["runs"][i];
+    EXPECT_EQ(r["sweep"]["block_m"], expected[i][0]);
+    EXPECT_EQ(r["sweep"]["stages"], expected[i][1]);
+    EXPECT_EQ(r["params"]["block_m"], expected[i][0]);
+    EXPECT_EQ(r["params"]["stages"], expected[i][1]);
+    EXPECT_EQ(r["params"]["warp_n"], 32) << "--params is the schedule the sweep changes";
+    EXPECT_GT(r["shared_bytes"].get<int>(), 0);
+    EXPECT_FALSE(r.contains("median_us"));
+  }
+  for (const nlohmann::json& r : j["refused"]) {
+    EXPECT_EQ(r["sweep"]["stages"], 9);
+    EXPECT_NE(r["reason"].get<std::string>().find("stages = 9"), std::string::npos) << r.dump();
+  }
+  CliRun text = tmap("run --op gemm --hw mma_sync_fp16_fp32 --arch sm_90 --compile-only --sweep block_m=64,128 "
+                     "--sweep stages=2,9");
+  ASSERT_EQ(text.code, 0) << text.err;
+  EXPECT_NE(text.out.find("sweep of 4 combination(s): 2 refused, 2 compiled"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("refused block_m=64 stages=9: "), std::string::npos) << text.out;
+
+  const BadCase cases[] = {
+      {"--sweep frob=1", "'frob' is not a knob"},
+      {"--sweep block_m", "'block_m' is not KNOB=V1,V2,..."},
+      {"--sweep block_m=64,x", "'x' in 'block_m=64,x' is not an integer"},
+      {"--sweep block_m=64 --sweep block_m=128", "knob block_m is swept twice"},
+      {"--sweep stages=99", "stages = 99 is outside the knob's range 1-16"},
+      {"--sweep block_m=48", "none of the 1 combination(s) is a valid schedule"},
+      {"--sweep block_m=64 --emit-cuda sweep.cu", "a sweep runs many kernels"},
+      {"--sweep raster=1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,32 "
+       "--sweep split_k=1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16 --sweep stages=1,2,3,4,5,6,7,8,9",
+       "more than 4096 combinations"},
+  };
+  for (const BadCase& c : cases) {
+    CliRun r = tmap("run --op gemm --hw mma_sync_fp16_fp32 --arch sm_90 --compile-only " + c.args);
+    EXPECT_EQ(r.code, 2) << c.args;
+    EXPECT_NE(r.err.find(c.message), std::string::npos) << c.args << "\n" << r.err;
+  }
+}
+
+TEST(Cli, RunSweepMeasuresEachCombinationFastestFirst) {
+  if (!tmap::testing::have_gpu()) GTEST_SKIP() << "a sweep measures on a GPU";
+  CliRun sweep = tmap("run --op gemm --set M=192 --set N=128 --set K=256 --hw mma_sync_fp16_fp32 --mapping 0 "
+                      "--sweep block_m=64,128 --sweep stages=2,3 --verify --format json");
+  ASSERT_EQ(sweep.code, 0) << sweep.err;
+  const nlohmann::json runs = nlohmann::json::parse(sweep.out)["runs"];
+  ASSERT_EQ(runs.size(), 4u);
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    EXPECT_EQ(runs[i]["status"], "ok") << runs[i].dump();
+    EXPECT_LT(runs[i]["rel_l2"].get<double>(), 1e-2);
+    if (i > 0) EXPECT_LE(runs[i - 1]["median_us"].get<double>(), runs[i]["median_us"].get<double>());
+  }
 }
 
 TEST(Cli, TuneReplayAndLogsWithoutMeasuring) {

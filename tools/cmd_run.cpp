@@ -2,13 +2,16 @@
 // kernel, compiled with NVRTC, and unless --compile-only run on the GPU, verified and timed.
 #include <unistd.h>
 
+#include <charconv>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
@@ -39,6 +42,7 @@ struct RunArgs {
   bool flush_l2 = false;
   bool verify = false, compile_only = false;
   std::int64_t size = 0;  ///< --size: a range's size to run at (0: its largest).
+  std::vector<std::string> sweep;  ///< --sweep KNOB=V1,V2,...: run every combination.
 };
 
 /// The match --match, or --layout and --shape, name (without --hw, of the first abstraction
@@ -116,14 +120,20 @@ std::vector<HwAbstraction> runnable_on(const std::vector<HwAbstraction>& all, in
   return out;
 }
 
-/// The default schedule changed by --params; every reason against it is an error.
-ScheduleParams schedule_of(const RunArgs& args, const ImplicitGemm& g, const DeviceLimits& limits) {
+/// The default schedule changed by --params (unchecked: a sweep changes it further).
+ScheduleParams requested_schedule(const RunArgs& args, const ImplicitGemm& g, const DeviceLimits& limits) {
   ScheduleParams params = default_schedule(g, limits);
   if (!args.params.empty()) {
     const SourceText text("--params", args.params);
     nlohmann::json j = parse_json_text(text, "for example --params '{\"block_m\": 64}'");
     params = schedule_from_json(j, params);
   }
+  return params;
+}
+
+/// The requested schedule; every reason against it is an error.
+ScheduleParams schedule_of(const RunArgs& args, const ImplicitGemm& g, const DeviceLimits& limits) {
+  const ScheduleParams params = requested_schedule(args, g, limits);
   auto issues = validate(g, params, limits);
   if (!issues.empty()) {
     std::string all_reasons;
@@ -148,10 +158,10 @@ struct RunCandidate {
   int cc;
 };
 
-/// Measures the compiled kernel in the isolated worker (a kernel that faults or hangs cannot take
-/// tmap down), appending to --log when given; adds the outcome to `result`, true when it failed.
+/// Measures the compiled kernel in the isolated `worker` (a kernel that faults or hangs cannot
+/// take tmap down), appending to --log when given; adds the outcome to `result`, true when it failed.
 bool measure(const RunArgs& args, const RunCandidate& x, const KernelSource& kernel, const CompileResult& compiled,
-             const RuntimeInfo& rt, nlohmann::json& result) {
+             const RuntimeInfo& rt, MeasureWorker& worker, nlohmann::json& result) {
   const Compute& c = x.c;
   std::filesystem::path cubin = std::filesystem::temp_directory_path() /
                                 ("tmap_" + std::to_string(::getpid()) + "_" + kernel.name + ".cubin");
@@ -165,7 +175,6 @@ bool measure(const RunArgs& args, const RunCandidate& x, const KernelSource& ker
   req.timing.flush_l2 = args.flush_l2;
   req.tolerance = verification_tolerance(x.hw);
   req.seed = std::random_device{}();
-  MeasureWorker worker("/proc/self/exe", args.timeout);
   MeasureResult m = worker.measure(req);
   std::filesystem::remove(cubin);
   if (!args.log.empty()) {
@@ -198,6 +207,23 @@ bool measure(const RunArgs& args, const RunCandidate& x, const KernelSource& ker
   return m.status == MeasureStatus::kWrongResult;
 }
 
+/// What a run reports of its candidate before it runs: what it is, its launch and its compile.
+nlohmann::json candidate_json(const RunCandidate& x, const KernelSource& kernel, const CompileResult& compiled) {
+  const Compute& c = x.c;
+  return {{"kernel", kernel.name},
+          {"hw_abs", x.hw.name},
+          {"layout", x.match.layout},
+          {"shape", x.match.shape.extent},
+          {"mapping", x.mapping.id},
+          {"operands", {{"A", c.tensor_of(c.inputs[x.g.a_input]).name}, {"B", c.tensor_of(c.inputs[x.g.b_input]).name}}},
+          {"params", to_json(x.params)},
+          {"arch", "sm_" + std::to_string(x.cc)},
+          {"grid", kernel.grid},
+          {"threads", kernel.threads},
+          {"shared_bytes", kernel.shared_bytes},
+          {"compile_seconds", compiled.seconds}};
+}
+
 void print_text(const nlohmann::json& result, const KernelSource& kernel, bool failed) {
   std::printf("kernel %s: grid %lldx%lldx%lld, %d threads, %lld bytes of shared memory\n", kernel.name.c_str(),
               (long long)kernel.grid[0], (long long)kernel.grid[1], (long long)kernel.grid[2], kernel.threads,
@@ -211,6 +237,156 @@ void print_text(const nlohmann::json& result, const KernelSource& kernel, bool f
   if (result.contains("rel_l2"))
     std::printf("relative L2 error %.3e (tolerance %.0e): %s\n", result["rel_l2"].get<double>(),
                 result["tolerance"].get<double>(), failed ? "WRONG" : "correct");
+}
+
+/// --sweep KNOB=V1,V2,...: one knob's values; a sweep runs every combination of its axes.
+struct SweepAxis {
+  const Knob* knob;
+  std::vector<int> values;
+};
+
+/// The most combinations one sweep runs.
+constexpr std::size_t kMaxSweepRuns = 4096;
+
+/// One --sweep argument: a knob of 'tmap knobs' and its distinct integer values within the knob's
+/// range. `taken` holds the axes before it.
+SweepAxis parse_sweep_axis(const std::string& arg, const std::vector<SweepAxis>& taken) {
+  const std::size_t eq = arg.find('=');
+  if (eq == std::string::npos || eq + 1 == arg.size())
+    bad("--sweep", "'" + arg + "' is not KNOB=V1,V2,...", "for example --sweep block_n=64,128 (knobs: 'tmap knobs')");
+  const std::string name = arg.substr(0, eq);
+  SweepAxis axis{find_knob(name), {}};
+  if (!axis.knob) bad("--sweep", "'" + name + "' is not a knob", "knobs: " + join(knob_names()));
+  for (const SweepAxis& other : taken)
+    if (other.knob == axis.knob) bad("--sweep", "knob " + name + " is swept twice", "give its values in one --sweep " + name + "=V1,V2,...");
+  std::stringstream list(arg.substr(eq + 1));
+  for (std::string v; std::getline(list, v, ',');) {
+    int value = 0;
+    const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), value);
+    if (v.empty() || ec != std::errc() || end != v.data() + v.size())
+      bad("--sweep", "'" + v + "' in '" + arg + "' is not an integer", "give integers separated by commas");
+    if (value < axis.knob->min || value > axis.knob->max)
+      bad("--sweep", name + " = " + v + " is outside the knob's range " + std::to_string(axis.knob->min) + "-" +
+                         std::to_string(axis.knob->max),
+          "see 'tmap knobs'");
+    if (std::find(axis.values.begin(), axis.values.end(), value) == axis.values.end()) axis.values.push_back(value);
+  }
+  return axis;
+}
+
+std::vector<SweepAxis> parse_sweep(const std::vector<std::string>& args) {
+  std::vector<SweepAxis> axes;
+  std::size_t runs = 1;
+  for (const std::string& arg : args) {
+    axes.push_back(parse_sweep_axis(arg, axes));
+    runs *= axes.back().values.size();
+    if (runs > kMaxSweepRuns)
+      bad("--sweep", "more than " + std::to_string(kMaxSweepRuns) + " combinations", "sweep fewer knobs or values at once");
+  }
+  return axes;
+}
+
+/// Every combination of the axes' values on `base`, the first axis slowest.
+std::vector<ScheduleParams> sweep_schedules(const std::vector<SweepAxis>& axes, const ScheduleParams& base) {
+  std::vector<ScheduleParams> out = {base};
+  for (const SweepAxis& axis : axes) {
+    std::vector<ScheduleParams> next;
+    for (const ScheduleParams& p : out)
+      for (int v : axis.values) {
+        ScheduleParams q = p;
+        axis.knob->set(q, v);
+        next.push_back(q);
+      }
+    out = std::move(next);
+  }
+  return out;
+}
+
+/// The swept knobs' values of `p`, as a JSON object.
+nlohmann::ordered_json sweep_values(const std::vector<SweepAxis>& axes, const ScheduleParams& p) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::object();
+  for (const SweepAxis& axis : axes) out[std::string(axis.knob->name)] = axis.knob->get(p);
+  return out;
+}
+
+/// The refused combinations a sweep's text names (its JSON names all).
+constexpr std::size_t kRefusalsShown = 12;
+
+/// A sweep as text: one line per run, fastest first (in sweep order when nothing ran), then the
+/// refused combinations with their first reason.
+void print_sweep_text(const std::vector<SweepAxis>& axes, const nlohmann::json& runs, const nlohmann::json& refused) {
+  std::printf("sweep of %zu combination(s): %zu refused, %zu compiled%s\n", runs.size() + refused.size(),
+              refused.size(), runs.size(), runs.empty() || !runs[0].contains("status") ? "" : ", run fastest first");
+  for (const SweepAxis& axis : axes) std::printf("%12s", std::string(axis.knob->name).c_str());
+  std::printf("%12s%10s%11s  %s\n", "us", "TFLOP/s", "rel. L2", "status");
+  for (const nlohmann::json& r : runs) {
+    for (const SweepAxis& axis : axes) std::printf("%12d", r["sweep"][std::string(axis.knob->name)].get<int>());
+    if (r.contains("median_us"))
+      std::printf("%12.2f%10.1f", r["median_us"].get<double>(), r["tflops"].get<double>());
+    else
+      std::printf("%12s%10s", "-", "-");
+    if (r.contains("rel_l2")) std::printf("%11.1e", r["rel_l2"].get<double>());
+    else std::printf("%11s", "-");
+    const std::string status = !r.contains("status") ? "compiled"
+                               : r.contains("error")  ? r["status"].get<std::string>() + ": " + r["error"].get<std::string>()
+                                                      : r["status"].get<std::string>();
+    std::printf("  %s\n", status.c_str());
+  }
+  for (std::size_t i = 0; i < refused.size() && i < kRefusalsShown; ++i) {
+    std::string values;
+    for (const SweepAxis& axis : axes)
+      values += (values.empty() ? "" : " ") + std::string(axis.knob->name) + "=" +
+                std::to_string(refused[i]["sweep"][std::string(axis.knob->name)].get<int>());
+    std::printf("refused %s: %s\n", values.c_str(), refused[i]["reason"].get<std::string>().c_str());
+  }
+  if (refused.size() > kRefusalsShown)
+    std::printf("... and %zu more refused (--format json lists them all)\n", refused.size() - kRefusalsShown);
+}
+
+/// --sweep: every combination of the swept knobs' values on the requested schedule `base.params`;
+/// those the family refuses are listed with their first reason, the others compiled in parallel
+/// and, unless --compile-only, run one after another in one worker, fastest first.
+void run_sweep(const RunArgs& args, const RunCandidate& base, const DeviceLimits& limits, const RuntimeInfo& rt) {
+  if (!args.emit_cuda.empty()) bad("--emit-cuda", "a sweep runs many kernels", "drop --emit-cuda, or --sweep");
+  const std::vector<SweepAxis> axes = parse_sweep(args.sweep);
+  std::vector<ScheduleParams> valid;
+  nlohmann::json refused = nlohmann::json::array();
+  for (const ScheduleParams& p : sweep_schedules(axes, base.params)) {
+    const auto issues = validate(base.g, p, limits);
+    if (issues.empty()) valid.push_back(p);
+    else refused.push_back({{"sweep", sweep_values(axes, p)},
+                            {"reason", std::string(message(issues.front().error)) + ": " + issues.front().detail}});
+  }
+  if (valid.empty())
+    bad("--sweep", "none of the " + std::to_string(refused.size()) + " combination(s) is a valid schedule; the first: " +
+                       refused[0]["reason"].get<std::string>(),
+        "change the values, or --params (the schedule they change)");
+  std::vector<KernelSource> kernels;
+  std::vector<CompileJob> jobs;
+  for (const ScheduleParams& p : valid) {
+    kernels.push_back(emit_kernel(base.g, p));
+    jobs.push_back({kernels.back().name, kernels.back().code});
+  }
+  NvrtcCompiler compiler(base.cc);
+  const std::vector<CompileResult> compiled = compile_parallel(compiler, jobs);
+  std::optional<MeasureWorker> worker;
+  if (!args.compile_only) worker.emplace("/proc/self/exe", args.timeout);
+  nlohmann::json runs = nlohmann::json::array();
+  int failures = 0;
+  for (std::size_t i = 0; i < valid.size(); ++i) {
+    if (!compiled[i].ok)
+      throw InternalError("generated kernel " + kernels[i].name + " does not compile (a bug in tmap):\n" + compiled[i].log);
+    const RunCandidate x{base.c, base.hw, base.match, base.mapping, base.g, valid[i], base.cc};
+    nlohmann::json r = candidate_json(x, kernels[i], compiled[i]);
+    r["sweep"] = sweep_values(axes, valid[i]);
+    if (worker && measure(args, x, kernels[i], compiled[i], rt, *worker, r)) ++failures;
+    runs.push_back(std::move(r));
+  }
+  auto time_of = [](const nlohmann::json& r) { return r.contains("median_us") ? r["median_us"].get<double>() : 1e300; };
+  std::stable_sort(runs.begin(), runs.end(), [&](const nlohmann::json& a, const nlohmann::json& b) { return time_of(a) < time_of(b); });
+  if (args.format == "json") std::cout << nlohmann::json{{"runs", runs}, {"refused", refused}}.dump(2) << "\n";
+  else print_sweep_text(axes, runs, refused);
+  if (failures) throw std::runtime_error(std::to_string(failures) + " of the sweep's kernels failed or are wrong");
 }
 
 void run_command(RunArgs& args) {
@@ -233,7 +409,12 @@ void run_command(RunArgs& args) {
   ImplicitGemm g = make_implicit_gemm(matched, hw, match, mapping);
   DeviceLimits limits = DeviceLimits::for_arch(cc);
   if (!rt.devices.empty() && rt.devices.front().compute_capability == cc) limits.sm_count = rt.devices.front().sm_count;
+  if (!args.sweep.empty()) {
+    const ScheduleParams base = requested_schedule(args, g, limits);
+    return run_sweep(args, {c, hw, match, mapping, g, base, cc}, limits, rt);
+  }
   const ScheduleParams params = schedule_of(args, g, limits);
+  const RunCandidate x{c, hw, match, mapping, g, params, cc};
 
   KernelSource kernel = emit_kernel(g, params);
   if (!args.emit_cuda.empty()) write_file(args.emit_cuda, self_contained(kernel.code), "--emit-cuda");
@@ -241,21 +422,12 @@ void run_command(RunArgs& args) {
   CompileResult compiled = compiler.compile(kernel.code, kernel.name);
   if (!compiled.ok)
     throw InternalError("generated kernel " + kernel.name + " does not compile (a bug in tmap):\n" + compiled.log);
-  nlohmann::json result = {{"kernel", kernel.name},
-                           {"hw_abs", hw.name},
-                           {"layout", match.layout},
-                           {"shape", match.shape.extent},
-                           {"mapping", mapping.id},
-                           {"operands", {{"A", c.tensor_of(c.inputs[g.a_input]).name},
-                                         {"B", c.tensor_of(c.inputs[g.b_input]).name}}},
-                           {"params", to_json(params)},
-                           {"arch", "sm_" + std::to_string(cc)},
-                           {"grid", kernel.grid},
-                           {"threads", kernel.threads},
-                           {"shared_bytes", kernel.shared_bytes},
-                           {"compile_seconds", compiled.seconds}};
-  const bool failed =
-      !args.compile_only && measure(args, {c, hw, match, mapping, g, params, cc}, kernel, compiled, rt, result);
+  nlohmann::json result = candidate_json(x, kernel, compiled);
+  bool failed = false;
+  if (!args.compile_only) {
+    MeasureWorker worker("/proc/self/exe", args.timeout);
+    failed = measure(args, x, kernel, compiled, rt, worker, result);
+  }
   if (args.format == "json") std::cout << result.dump(2) << "\n";
   else print_text(result, kernel, failed);
   if (failed) throw std::runtime_error("the kernel failed or is wrong");
@@ -292,6 +464,10 @@ void register_run(CLI::App& app) {
                   "With a range of sizes (--set M=1..256): run the kernel, which takes the size at run time, at this "
                   "one (default: the largest)")
       ->check(at_least(1));
+  cmd->add_option("--sweep", args->sweep,
+                  "Run every combination of these knobs' values on the schedule of --params (or the default), e.g. "
+                  "--sweep block_n=96,128 --sweep stages=4,8 (repeatable, at most 4096 combinations): the ones the "
+                  "family refuses are listed with a reason, the others compiled and run in one worker, fastest first");
   cmd->add_option("--graph", args->graph_runs, "Time replays of a CUDA graph of this many runs (for short kernels)");
   cmd->add_flag("--flush-l2", args->flush_l2,
                "Flush the L2 cache before each run (cold cache); with --graph the flushes' own time is subtracted");
