@@ -380,6 +380,7 @@ void run_sweep(const RunArgs& args, const RunCandidate& base, const DeviceLimits
     nlohmann::json r = candidate_json(x, kernels[i], compiled[i]);
     r["sweep"] = sweep_values(axes, valid[i]);
     if (worker && measure(args, x, kernels[i], compiled[i], rt, *worker, r)) ++failures;
+    if (worker) spdlog::info("sweep: {} of {} run", i + 1, valid.size());
     runs.push_back(std::move(r));
   }
   auto time_of = [](const nlohmann::json& r) { return r.contains("median_us") ? r["median_us"].get<double>() : 1e300; };
