@@ -574,8 +574,22 @@ TEST(Cli, RunSweepsEveryCombinationOfKnobValues) {
   EXPECT_NE(text.out.find("sweep of 4 combination(s): 2 refused, 2 compiled"), std::string::npos) << text.out;
   EXPECT_NE(text.out.find("refused block_m=64 stages=9: "), std::string::npos) << text.out;
 
+  // Knobs joined by '+' take each value together: a warp tile and the block of one warp.
+  CliRun tied = tmap("run --op gemm --hw mma_sync_fp16_fp32 --arch sm_90 --compile-only "
+                     "--sweep warp_n+block_n=32,64 --format json");
+  ASSERT_EQ(tied.code, 0) << tied.err;
+  const nlohmann::json t = nlohmann::json::parse(tied.out);
+  ASSERT_EQ(t["runs"].size(), 2u);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(t["runs"][i]["sweep"]["warp_n+block_n"], 32 << i);
+    EXPECT_EQ(t["runs"][i]["params"]["warp_n"], 32 << i);
+    EXPECT_EQ(t["runs"][i]["params"]["block_n"], 32 << i);
+  }
+
   const BadCase cases[] = {
       {"--sweep frob=1", "'frob' is not a knob"},
+      {"--sweep warp_n+=64", "'warp_n+' names no knob"},
+      {"--sweep warp_n+block_n=64 --sweep block_n=64", "knob block_n is swept twice"},
       {"--sweep block_m", "'block_m' is not KNOB=V1,V2,..."},
       {"--sweep block_m=64,x", "'x' in 'block_m=64,x' is not an integer"},
       {"--sweep block_m=64 --sweep block_m=128", "knob block_m is swept twice"},

@@ -239,36 +239,53 @@ void print_text(const nlohmann::json& result, const KernelSource& kernel, bool f
                 result["tolerance"].get<double>(), failed ? "WRONG" : "correct");
 }
 
-/// --sweep KNOB=V1,V2,...: one knob's values; a sweep runs every combination of its axes.
+/// --sweep KNOB=V1,V2,...: one knob's values, or with KNOB+KNOB... several knobs' that take the
+/// same value (a warpgroup tile and the block tile of one warpgroup); a sweep runs every
+/// combination of its axes.
 struct SweepAxis {
-  const Knob* knob;
+  std::string name;  ///< As written: the knobs joined by '+'.
+  std::vector<const Knob*> knobs;
   std::vector<int> values;
 };
 
 /// The most combinations one sweep runs.
 constexpr std::size_t kMaxSweepRuns = 4096;
 
-/// One --sweep argument: a knob of 'tmap knobs' and its distinct integer values within the knob's
-/// range. `taken` holds the axes before it.
+/// The knobs of an axis's name (KNOB or KNOB+KNOB...), none of them swept before (in `taken`).
+std::vector<const Knob*> sweep_knobs(const std::string& name, const std::vector<SweepAxis>& taken) {
+  std::vector<const Knob*> knobs;
+  std::stringstream list(name);
+  for (std::string one; std::getline(list, one, '+');) {
+    const Knob* knob = find_knob(one);
+    if (!knob) bad("--sweep", "'" + one + "' is not a knob", "knobs: " + join(knob_names()));
+    bool twice = std::find(knobs.begin(), knobs.end(), knob) != knobs.end();
+    for (const SweepAxis& other : taken)
+      twice = twice || std::find(other.knobs.begin(), other.knobs.end(), knob) != other.knobs.end();
+    if (twice) bad("--sweep", "knob " + one + " is swept twice", "give its values in one --sweep " + one + "=V1,V2,...");
+    knobs.push_back(knob);
+  }
+  if (knobs.empty() || name.back() == '+') bad("--sweep", "'" + name + "' names no knob", "for example --sweep warp_n+block_n=64,128");
+  return knobs;
+}
+
+/// One --sweep argument: knobs of 'tmap knobs' and their distinct integer values, within every
+/// one's range. `taken` holds the axes before it.
 SweepAxis parse_sweep_axis(const std::string& arg, const std::vector<SweepAxis>& taken) {
   const std::size_t eq = arg.find('=');
   if (eq == std::string::npos || eq + 1 == arg.size())
     bad("--sweep", "'" + arg + "' is not KNOB=V1,V2,...", "for example --sweep block_n=64,128 (knobs: 'tmap knobs')");
-  const std::string name = arg.substr(0, eq);
-  SweepAxis axis{find_knob(name), {}};
-  if (!axis.knob) bad("--sweep", "'" + name + "' is not a knob", "knobs: " + join(knob_names()));
-  for (const SweepAxis& other : taken)
-    if (other.knob == axis.knob) bad("--sweep", "knob " + name + " is swept twice", "give its values in one --sweep " + name + "=V1,V2,...");
+  SweepAxis axis{arg.substr(0, eq), sweep_knobs(arg.substr(0, eq), taken), {}};
   std::stringstream list(arg.substr(eq + 1));
   for (std::string v; std::getline(list, v, ',');) {
     int value = 0;
     const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), value);
     if (v.empty() || ec != std::errc() || end != v.data() + v.size())
       bad("--sweep", "'" + v + "' in '" + arg + "' is not an integer", "give integers separated by commas");
-    if (value < axis.knob->min || value > axis.knob->max)
-      bad("--sweep", name + " = " + v + " is outside the knob's range " + std::to_string(axis.knob->min) + "-" +
-                         std::to_string(axis.knob->max),
-          "see 'tmap knobs'");
+    for (const Knob* knob : axis.knobs)
+      if (value < knob->min || value > knob->max)
+        bad("--sweep", std::string(knob->name) + " = " + v + " is outside the knob's range " + std::to_string(knob->min) +
+                           "-" + std::to_string(knob->max),
+            "see 'tmap knobs'");
     if (std::find(axis.values.begin(), axis.values.end(), value) == axis.values.end()) axis.values.push_back(value);
   }
   return axis;
@@ -294,7 +311,7 @@ std::vector<ScheduleParams> sweep_schedules(const std::vector<SweepAxis>& axes, 
     for (const ScheduleParams& p : out)
       for (int v : axis.values) {
         ScheduleParams q = p;
-        axis.knob->set(q, v);
+        for (const Knob* knob : axis.knobs) knob->set(q, v);
         next.push_back(q);
       }
     out = std::move(next);
@@ -302,12 +319,15 @@ std::vector<ScheduleParams> sweep_schedules(const std::vector<SweepAxis>& axes, 
   return out;
 }
 
-/// The swept knobs' values of `p`, as a JSON object.
+/// The swept knobs' values of `p`, as a JSON object keyed by the axes' names.
 nlohmann::ordered_json sweep_values(const std::vector<SweepAxis>& axes, const ScheduleParams& p) {
   nlohmann::ordered_json out = nlohmann::ordered_json::object();
-  for (const SweepAxis& axis : axes) out[std::string(axis.knob->name)] = axis.knob->get(p);
+  for (const SweepAxis& axis : axes) out[axis.name] = axis.knobs.front()->get(p);
   return out;
 }
+
+/// The width of an axis's column in a sweep's text: its name's and a space, at least 12.
+int column_width(const SweepAxis& axis) { return std::max(12, static_cast<int>(axis.name.size()) + 1); }
 
 /// The refused combinations a sweep's text names (its JSON names all).
 constexpr std::size_t kRefusalsShown = 12;
@@ -317,10 +337,10 @@ constexpr std::size_t kRefusalsShown = 12;
 void print_sweep_text(const std::vector<SweepAxis>& axes, const nlohmann::json& runs, const nlohmann::json& refused) {
   std::printf("sweep of %zu combination(s): %zu refused, %zu compiled%s\n", runs.size() + refused.size(),
               refused.size(), runs.size(), runs.empty() || !runs[0].contains("status") ? "" : ", run fastest first");
-  for (const SweepAxis& axis : axes) std::printf("%12s", std::string(axis.knob->name).c_str());
+  for (const SweepAxis& axis : axes) std::printf("%*s", column_width(axis), axis.name.c_str());
   std::printf("%12s%10s%11s  %s\n", "us", "TFLOP/s", "rel. L2", "status");
   for (const nlohmann::json& r : runs) {
-    for (const SweepAxis& axis : axes) std::printf("%12d", r["sweep"][std::string(axis.knob->name)].get<int>());
+    for (const SweepAxis& axis : axes) std::printf("%*d", column_width(axis), r["sweep"][axis.name].get<int>());
     if (r.contains("median_us"))
       std::printf("%12.2f%10.1f", r["median_us"].get<double>(), r["tflops"].get<double>());
     else
@@ -335,8 +355,7 @@ void print_sweep_text(const std::vector<SweepAxis>& axes, const nlohmann::json& 
   for (std::size_t i = 0; i < refused.size() && i < kRefusalsShown; ++i) {
     std::string values;
     for (const SweepAxis& axis : axes)
-      values += (values.empty() ? "" : " ") + std::string(axis.knob->name) + "=" +
-                std::to_string(refused[i]["sweep"][std::string(axis.knob->name)].get<int>());
+      values += (values.empty() ? "" : " ") + axis.name + "=" + std::to_string(refused[i]["sweep"][axis.name].get<int>());
     std::printf("refused %s: %s\n", values.c_str(), refused[i]["reason"].get<std::string>().c_str());
   }
   if (refused.size() > kRefusalsShown)
@@ -467,8 +486,9 @@ void register_run(CLI::App& app) {
       ->check(at_least(1));
   cmd->add_option("--sweep", args->sweep,
                   "Run every combination of these knobs' values on the schedule of --params (or the default), e.g. "
-                  "--sweep block_n=96,128 --sweep stages=4,8 (repeatable, at most 4096 combinations): the ones the "
-                  "family refuses are listed with a reason, the others compiled and run in one worker, fastest first");
+                  "--sweep block_n=96,128 --sweep stages=4,8 (repeatable, at most 4096 combinations; "
+                  "KNOB+KNOB=... gives knobs one value, as warp_n+block_n=96,128): the ones the family refuses are "
+                  "listed with a reason, the others compiled and run in one worker, fastest first");
   cmd->add_option("--graph", args->graph_runs, "Time replays of a CUDA graph of this many runs (for short kernels)");
   cmd->add_flag("--flush-l2", args->flush_l2,
                "Flush the L2 cache before each run (cold cache); with --graph the flushes' own time is subtracted");
