@@ -23,9 +23,9 @@
 //
 // With a producer (ScheduleParams::producer), a warpgroup of its own loads every stage with TMA:
 // tiled boxes of operands that are strided views of their tensors (tma_view(), wgmma_tma.h), and
-// im2col boxes of a channels-last convolution input (im2col_view(): BM consecutive output pixels of one
-// 128-byte line of channels at one filter tap, zero-filled in the padding; or BN of them when the
-// input is B, in the transposed product whose m is the filters), so that the consumer
+// im2col boxes of a channels-last convolution input (im2col_view(): BM consecutive output pixels
+// of one 128-byte line of channels at one filter tap, zero-filled in the padding; or BN of them
+// when the input is B, in the transposed product whose m is the filters), so that the consumer
 // warpgroups only wait on mbarriers and issue wgmma. With producer 2 the kernel is persistent:
 // each block walks output tiles with a grid stride (emit_persistent_loops()), the producer
 // filling the ring with the next tile's operands while the consumers finish the last one and
