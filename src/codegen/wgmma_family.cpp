@@ -394,26 +394,52 @@ struct BoxClamp {
 /// The helper a consumer waits for a full stage with (ScheduleParams::uniform_wait).
 std::string wait_call(const ScheduleParams& p) { return p.uniform_wait ? "mbar_wait_warp" : "mbar_wait"; }
 
+/// What the parts of a persistent kernel share: the epilogue tile's type, and the code that
+/// differs between one set of consumers, ping-pong consumers (each warpgroup its own tiles) and
+/// pairs of blocks.
+struct PersistentRoles {
+  PersistentRoles(const ImplicitGemm& g, const ScheduleParams& p)
+      : cs(persistent_epilogue_type(g)),
+        tma_stores(p.bulk_store == 2),
+        sync(ping_pong(p) ? "consumer_sync(wg);\n" : "consumer_sync();\n"),
+        issuer(ping_pong(p) ? "threadIdx.x % 128 == 0" : "threadIdx.x == 0"),
+        threads(ping_pong(p) ? "128" : "CONSUMERS * 128"),
+        thread(ping_pong(p) ? "(threadIdx.x % 128)" : "threadIdx.x"),
+        release(pairs_blocks(p) ? "mbar_arrive_pair" : "mbar_arrive"),
+        wait(wait_call(p)),
+        walk(pairs_blocks(p) ? "for (int tile = blockIdx.x / 2; tile < TILES; tile += gridDim.x / 2)"
+                             : "for (int tile = blockIdx.x; tile < TILES; tile += gridDim.x)") {}
+
+  std::string cs;       ///< The epilogue tile's element type.
+  bool tma_stores;      ///< bulk_store 2.
+  std::string sync;     ///< The consumers' barrier: each ping-pong warpgroup's own, else all consumers'.
+  std::string issuer;   ///< The thread that issues a consumer's TMA stores.
+  std::string threads;  ///< The threads that share a tile's epilogue: a ping-pong warpgroup's, else all consumers'.
+  std::string thread;   ///< This thread's index among them.
+  std::string release;  ///< Frees a ring buffer (in both blocks of a pair).
+  std::string wait;     ///< Waits on a ring barrier.
+  std::string walk;     ///< The loop over the block's tiles; a pair's blocks walk the pair's, each its half.
+};
+
 /// A persistent kernel's stores of its epilogue tile by bulk copies (bulk_store 1): each writer
-/// makes its writes visible to the async proxy, then `threads` threads issue the copies of the
+/// makes its writes visible to the async proxy, then the consumers (r.threads) issue the copies of the
 /// tile's row pieces (bulk_store_piece() elements each, which divide the output's contiguous runs,
 /// so that each lies wholly inside or past its end) and close their bulk group; before the next
 /// tile's writes each waits until its copies have read the tile. A last tile stores the pieces
 /// inside the output; rows that a clamped tile holds `row_skip` further on are read from there
 /// (BoxClamp).
 void emit_bulk_stores(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p, bool c_row,
-                      const std::string& sync, const std::string& threads, const std::string& thread,
-                      const std::string& row_skip) {
+                      const PersistentRoles& r, const std::string& row_skip) {
   const int piece = bulk_store_piece(g, p);
   TMAP_CHECK(piece > 0, "bulk stores of an output whose tile rows are no contiguous runs (validate refuses them)");
   const int bytes = piece * dtype_bits(g.compute->tensor_of(g.compute->output).dtype) / 8;
   const std::string rows = c_row ? "BM" : "BN", cols = c_row ? "BN" : "BM";
   const std::string mm = c_row ? "row" : "col", nn = c_row ? "col" : "row";
   os << "    fence_proxy_async();  // this thread's writes to Cs, visible to the bulk copies\n"
-     << "    " << sync
+     << "    " << r.sync
      << "    // The tile's rows in pieces of " << piece << " elements (" << bytes << " bytes), each contiguous in the output.\n"
      << "    constexpr int PIECES = " << cols << " / " << piece << ";\n"
-     << "    for (int e = " << thread << "; e < " << rows << " * PIECES; e += " << threads << ") {\n"
+     << "    for (int e = " << r.thread << "; e < " << rows << " * PIECES; e += " << r.threads << ") {\n"
      << "      const int row = e / PIECES, col = e % PIECES * " << piece << ";\n"
      << "      if (m0 + " << mm << " >= M || n0 + " << nn << " >= N) continue;  // past the output's end\n"
      << "      bulk_store(out_address(out, m0 + " << mm << ", n0 + " << nn << ", z), &Cs["
@@ -436,29 +462,28 @@ std::string output_tma_coordinate(const ImplicitGemm& g, const TmaDim& d, bool c
 }
 
 /// A persistent kernel's stores of its epilogue tile by TMA (bulk_store 2): each writer makes its
-/// writes to tile Ct visible to the async proxy; after the consumers' barrier one thread (`issuer`)
+/// writes to tile Ct visible to the async proxy; after the consumers' barrier one thread (r.issuer)
 /// stores the tile's slices of one 128-byte line each and closes its bulk group, which drains
 /// while the consumers go on. The tile alternates with the other (`stored`), which the issuer
 /// waits to have been read before the consumers' barrier that precedes its next writes.
 /// A fused epilogue is applied to Ct in place first, between two barriers, each thread taking
 /// vectors of outputs as the vector stores do (emit_epilogue_loop()).
 void emit_tma_stores(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p, bool c_row,
-                     const std::string& sync, const std::string& issuer) {
+                     const PersistentRoles& r) {
   std::vector<TmaDim> dims;
   const std::string why = output_tma_view(g, c_row, dims);
   TMAP_CHECK(why.empty(), why);
   if (!g.compute->epilogue.empty()) {
-    const bool pp = ping_pong(p);
     const OutVector ov = out_vector(g, p);
-    os << "    " << sync << "    {\n";
-    emit_epilogue_loop(os, g, ov, pp ? "128" : "CONSUMERS * 128", pp ? "(threadIdx.x % 128)" : "threadIdx.x",
+    os << "    " << r.sync << "    {\n";
+    emit_epilogue_loop(os, g, ov, r.threads, r.thread,
                        "BM * BN / " + std::to_string(ov.width), c_row ? "&Ct[cs_at(mm, nn)]" : "&Ct[cs_at(nn, mm)]",
                        "epi_in_place");
     os << "    }\n";
   }
   os << "    fence_proxy_async();  // this thread's writes to Ct, visible to the TMA stores\n"
-     << "    " << sync
-     << "    if (" << issuer << ") {\n"
+     << "    " << r.sync
+     << "    if (" << r.issuer << ") {\n"
      << "      #pragma unroll\n"
      << "      for (int slice = 0; slice < " << (c_row ? "BN" : "BM") << " / CS_W; ++slice)\n"
      << "        tma_store_" << dims.size() << "d(tma_c, Ct + slice * CS_ROWS * CS_W";
@@ -470,17 +495,17 @@ void emit_tma_stores(std::ostringstream& os, const ImplicitGemm& g, const Schedu
 }
 
 /// A persistent kernel's stores of its epilogue tile by every consumer thread (emit_epilogue_stores()),
-/// synchronized by the consumers' barrier `sync` only, ping-pong warpgroups each their own tile.
-void emit_vector_stores(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p, const std::string& cs,
-                        const std::string& tout, const std::string& sync, bool pp, const BoxClamp& clamp) {
+/// synchronized by the consumers' barrier (r.sync) only, ping-pong warpgroups each their own tile.
+void emit_vector_stores(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p, const PersistentRoles& r,
+                        const std::string& tout, const BoxClamp& clamp) {
   EpilogueScope scope;
-  scope.barrier = "  " + sync;
-  scope.threads = pp ? "128" : "CONSUMERS * 128";
-  if (pp) scope.thread = "(threadIdx.x % 128)";
+  scope.barrier = "  " + r.sync;
+  scope.threads = r.threads;
+  scope.thread = r.thread;
   scope.close = false;
   scope.sm_to_itself = true;  // one block per SM walks the tiles
   scope.row_skip = clamp.row_skip();
-  emit_epilogue_stores(os, g, p, cs, tout, scope);
+  emit_epilogue_stores(os, g, p, r.cs, tout, scope);
 }
 
 /// One wgmma kernel being emitted: its GEMM and schedule, its launch (the tensor maps go in it),
@@ -896,28 +921,6 @@ void emit_cp_async_ring_loop(std::ostringstream& os, const WgmmaKernel& w, bool 
      << "  cp_async_wait<0>();\n  __syncthreads();  // the epilogue reuses the buffers\n\n";
 }
 
-/// What the parts of a persistent kernel share: the epilogue tile's type, and the calls that
-/// differ between one set of consumers, ping-pong consumers and pairs of blocks.
-struct PersistentRoles {
-  explicit PersistentRoles(const WgmmaKernel& w)
-      : cs(persistent_epilogue_type(w.g)),
-        tma_stores(w.p.bulk_store == 2),
-        sync(w.ping_pong ? "consumer_sync(wg);\n" : "consumer_sync();\n"),
-        issuer(w.ping_pong ? "threadIdx.x % 128 == 0" : "threadIdx.x == 0"),
-        release(w.pair ? "mbar_arrive_pair" : "mbar_arrive"),
-        wait(wait_call(w.p)),
-        walk(w.pair ? "for (int tile = blockIdx.x / 2; tile < TILES; tile += gridDim.x / 2)"
-                    : "for (int tile = blockIdx.x; tile < TILES; tile += gridDim.x)") {}
-
-  std::string cs;       ///< The epilogue tile's element type.
-  bool tma_stores;      ///< bulk_store 2.
-  std::string sync;     ///< The consumers' barrier: each ping-pong warpgroup's own, else all consumers'.
-  std::string issuer;   ///< The thread that issues a consumer's TMA stores.
-  std::string release;  ///< Frees a ring buffer (in both blocks of a pair).
-  std::string wait;     ///< Waits on a ring barrier.
-  std::string walk;     ///< The loop over the block's tiles; a pair's blocks walk the pair's, each its half.
-};
-
 /// The ring's barriers, the epilogue tile and the producer's branch: one thread walks this
 /// block's tiles and their steps, filling the ring ahead.
 void emit_persistent_producer(std::ostringstream& os, const WgmmaKernel& w, const PersistentRoles& r) {
@@ -970,7 +973,7 @@ void emit_persistent_main_loop(std::ostringstream& os, const WgmmaKernel& w, con
        << "  " << r.walk << " {\n";
   os << "    const int z = tile / (GRID_M * GRID_N);\n";
   emit_tile_origin(os, p, "tile % (GRID_M * GRID_N)", "    ");
-  emit_epilogue_prefetch(os, g, p, pp ? "128" : "CONSUMERS * 128", "    ", pp ? "(threadIdx.x % 128)" : "threadIdx.x");
+  emit_epilogue_prefetch(os, g, p, r.threads, "    ", r.thread);
   if (pp)
     os << "    // This warpgroup's turn: the wgmmas of the other's tile before are done.\n"
        << "    if (taken + wg > 0) " << r.wait << "(&turn[wg], (taken + wg - 1) & 1);\n";
@@ -998,7 +1001,6 @@ void emit_persistent_main_loop(std::ostringstream& os, const WgmmaKernel& w, con
 void emit_persistent_epilogue(std::ostringstream& os, const WgmmaKernel& w, const PersistentRoles& r) {
   const ImplicitGemm& g = w.g;
   const ScheduleParams& p = w.p;
-  const bool pp = w.ping_pong;
   os << "    // Epilogue: accumulators to the epilogue tile, once the last tile's stores have read it.\n"
      << (p.bulk_store == 1 ? "    bulk_wait_read();  // this thread's copies of the last tile have read Cs\n" : "")
      << (r.tma_stores ? "    if (" + r.issuer + ") bulk_wait_read<1>();  // the stores of the tile before last have read it\n" : "")
@@ -1012,12 +1014,11 @@ void emit_persistent_epilogue(std::ostringstream& os, const WgmmaKernel& w, cons
                         w.clamp.r8(), w.clamp.c1(), r.tma_stores ? "Ct" : "");
   os << "      }\n";
   if (r.tma_stores)
-    emit_tma_stores(os, g, p, w.c_row, r.sync, r.issuer);
+    emit_tma_stores(os, g, p, w.c_row, r);
   else if (p.bulk_store)
-    emit_bulk_stores(os, g, p, w.c_row, r.sync, pp ? "128" : "CONSUMERS * 128", pp ? "(threadIdx.x % 128)" : "threadIdx.x",
-                     w.clamp.row_skip());
+    emit_bulk_stores(os, g, p, w.c_row, r, w.clamp.row_skip());
   else
-    emit_vector_stores(os, g, p, r.cs, w.tout, r.sync, pp, w.clamp);
+    emit_vector_stores(os, g, p, r, w.tout, w.clamp);
   os << "  }\n"
      << (p.bulk_store ? "  bulk_wait_all();  // the copies are done before the block's shared memory goes\n" : "")
      << (w.pair ? "  cluster_sync();  // no block leaves while the other may still arrive on its barriers\n" : "") << "}\n";
@@ -1036,7 +1037,7 @@ void emit_persistent_epilogue(std::ostringstream& os, const WgmmaKernel& w, cons
 /// waits on the ring within one phase of its barriers: the stages of the tile before were all
 /// filled.
 void emit_persistent_loops(std::ostringstream& os, const WgmmaKernel& w) {
-  const PersistentRoles roles(w);
+  const PersistentRoles roles(w.g, w.p);
   emit_persistent_producer(os, w, roles);
   emit_persistent_main_loop(os, w, roles);
   emit_persistent_epilogue(os, w, roles);
