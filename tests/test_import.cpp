@@ -116,6 +116,32 @@ TEST(Import, BertStyleMatMulBatchedMatMulAndGemm) {
   EXPECT_EQ(t.other_ops.at("Softmax"), 1);
 }
 
+// A model's strings are bytes: names and operator types with control characters and invalid
+// UTF-8 reach the table, its JSON and the terminal only as printable text.
+TEST(Import, NamesFromTheModelArePrintable) {
+  ScratchDir dir("tmap_import_bytes");
+  onnx::ModelProto m = testing::bert_style();
+  bool first_matmul = true;
+  for (auto& n : *m.mutable_graph()->mutable_node()) {
+    if (n.op_type() == "Softmax") n.set_op_type("Soft\x1b[2Jmax\xff");
+    if (n.op_type() == "MatMul" && first_matmul) n.set_name("q\xff\x1b]0;title\x07");
+    first_matmul &= n.op_type() != "MatMul";
+  }
+  OnnxImportOptions o;
+  o.batch = 2;
+  o.dims["seq"] = 32;
+  const WorkloadTable t = import_onnx(save(dir, m, "b.onnx"), o);
+  EXPECT_EQ(t.other_ops.count("Soft\\x1B[2Jmax\\xFF"), 1u);
+  bool renamed = false;
+  for (const auto& w : t.workloads)
+    for (const auto& node : w.nodes) renamed |= node == "q\\xFF\\x1B]0;title\\x07";
+  EXPECT_TRUE(renamed) << "the renamed projection keeps its name, escaped";
+  const std::string json = workload_table_json(t);  // threw on invalid UTF-8 before
+  EXPECT_EQ(json.find('\x1b'), std::string::npos);
+  std::ofstream(dir / "t.json") << json;
+  EXPECT_EQ(load_workload_table(dir / "t.json").other_ops, t.other_ops);
+}
+
 /// The workload of node `node`.
 const TableWorkload* of_node(const WorkloadTable& t, const std::string& node) {
   for (const auto& w : t.workloads)
@@ -221,6 +247,22 @@ TEST(Import, BadFilesAreClearErrors) {
   testing::resnet_style().SerializeToString(&bytes);
   std::ofstream(dir / "cut.onnx", std::ios::binary) << bytes.substr(0, bytes.size() / 3);
   EXPECT_NE(error_of([&] { import_onnx(dir / "cut.onnx", o); }).find("not an ONNX model"), std::string::npos);
+  // A zero stride divides by zero in libonnx's shape inference, which runs in a child process.
+  onnx::ModelProto zero = testing::resnet_style();
+  for (auto& n : *zero.mutable_graph()->mutable_node())
+    for (auto& a : *n.mutable_attribute())
+      if (a.name() == "strides") a.set_ints(0, 0);
+  o.batch = 1;
+  std::string e = error_of([&] { import_onnx(save(dir, zero, "zero.onnx"), o); });
+  EXPECT_NE(e.find("ONNX shape inference crashed"), std::string::npos) << e;
+  EXPECT_NE(e.find("zero.onnx"), std::string::npos) << e;
+  // A node without an output is refused before anything follows it.
+  onnx::ModelProto mute = testing::resnet_style();
+  mute.mutable_graph()->mutable_node(1)->clear_output();
+  e = error_of([&] { import_onnx(save(dir, mute, "mute.onnx"), o); });
+  EXPECT_NE(e.find("has no output: not a valid ONNX graph"), std::string::npos) << e;
+  EXPECT_EQ(import_onnx(save(dir, testing::resnet_style(), "fine.onnx"), o).workloads.size(), 8u)
+      << "the process that read the shapes goes on importing";
 }
 
 TEST(WorkloadTable, JsonRoundTripAndValidation) {

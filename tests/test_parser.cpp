@@ -93,6 +93,23 @@ struct EvalCase {
   std::int64_t expected;
 };
 
+// Untrusted bytes as printable text: valid UTF-8 kept, control characters and bytes of no valid
+// sequence (overlong, surrogate, cut short, past U+10FFFF) escaped, long text cut at a character.
+TEST(Diagnostic, PrintableTextOfUntrustedBytes) {
+  EXPECT_EQ(printable("conv_1/relu"), "conv_1/relu");
+  EXPECT_EQ(printable("caf\xc3\xa9 \xe4\xb8\xad \xf0\x9f\x98\x80"), "caf\xc3\xa9 \xe4\xb8\xad \xf0\x9f\x98\x80");
+  EXPECT_EQ(printable("a\x1b[31mb\n\x7f"), "a\\x1B[31mb\\x0A\\x7F");
+  EXPECT_EQ(printable("\xc2\x9b"), "\\xC2\\x9B");                  // C1 control (CSI)
+  EXPECT_EQ(printable("\xc0\xaf"), "\\xC0\\xAF");                  // overlong '/'
+  EXPECT_EQ(printable("\xe0\x80\xaf"), "\\xE0\\x80\\xAF");       // overlong, 3 bytes
+  EXPECT_EQ(printable("\xed\xa0\x80"), "\\xED\\xA0\\x80");       // surrogate
+  EXPECT_EQ(printable("\xf4\x90\x80\x80"), "\\xF4\\x90\\x80\\x80");  // past U+10FFFF
+  EXPECT_EQ(printable("x\xe4\xb8"), "x\\xE4\\xB8");                // cut short
+  EXPECT_EQ(printable(std::string("a\0b", 3)), "a\\x00b");
+  EXPECT_EQ(printable("\xe4\xb8\xad\xe4\xb8\xad\xe4\xb8\xad", 7), "\xe4\xb8\xad\xe4\xb8\xad...");
+  EXPECT_EQ(printable(std::string(300, 'w')).size(), 203u);
+}
+
 TEST(Expr, EvaluateWithFloorSemantics) {
   const ParamValues params = {{"H", 28}, {"pad", 1}, {"R", 3}, {"stride", 2}, {"dil", 1}, {"neg", -7}};
   const EvalCase cases[] = {

@@ -10,6 +10,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 build=${1:-build-san}
 seconds=${TMAP_FUZZ_SECONDS:-45}
 targets=(dsl compute hw log params table record)
+[ -x "$build/fuzz/fuzz_onnx" ] && targets+=(onnx)  # built where libonnx is found
 mkdir -p "$build/fuzz/findings"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:protect_shadow_gap=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}

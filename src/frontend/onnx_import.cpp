@@ -1,7 +1,12 @@
 #include "tmap/frontend/onnx_import.h"
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -37,8 +42,9 @@ namespace {
 
 using Shape = std::vector<std::int64_t>;  // -1: unknown extent
 
+/// Fails with `msg`, which may quote the model's names: they are shown as printable().
 [[noreturn]] void fail(const std::string& path, const std::string& msg, const std::string& hint) {
-  throw UserError(format_diagnostic(SourceLoc::whole(path), msg, hint));
+  throw UserError(format_diagnostic(SourceLoc::whole(path), printable(msg, 2000), printable(hint, 2000)));
 }
 
 std::string shape_text(const Shape& s) {
@@ -287,7 +293,28 @@ struct OutputDims {
   Shape onnx_shape;
 };
 
-OutputDims output_dims(const Compute& c, const std::string& op, const Shape& onnx_shape) {
+/// Whether the dimensions `o` spans cover the ONNX shape once each and multiply to the extents of
+/// `c`'s output: a model may declare any shape for a value, which must agree to be indexed.
+bool covers_output(const OutputDims& o, const Compute& c) {
+  const std::vector<std::int64_t>& extents = c.tensor_of(c.output).shape;
+  if (o.dims.size() != extents.size()) return false;
+  std::vector<int> seen(o.onnx_shape.size(), 0);
+  for (std::size_t i = 0; i < o.dims.size(); ++i) {
+    std::int64_t span = 1;
+    for (int d : o.dims[i].second) {
+      if (d < 0 || d >= static_cast<int>(seen.size()) || seen[d]++ || o.onnx_shape[d] < 1 || o.onnx_shape[d] > extents[i])
+        return false;
+      span *= o.onnx_shape[d];  // at most extents[i] per factor, and checked below before the next
+      if (span > extents[i]) return false;
+    }
+    if (span != extents[i]) return false;
+  }
+  return std::all_of(seen.begin(), seen.end(), [](int n) { return n == 1; });
+}
+
+/// The contraction's output dimensions against the ONNX output's; nothing when the model's
+/// shape for it disagrees with the contraction (then nothing is fused).
+std::optional<OutputDims> output_dims(const Compute& c, const std::string& op, const Shape& onnx_shape) {
   OutputDims o;
   o.onnx_shape = onnx_shape;
   const std::string statement = c.statement_text();
@@ -301,6 +328,7 @@ OutputDims output_dims(const Compute& c, const std::string& op, const Shape& onn
     for (int d = from; d < to; ++d) v.push_back(d);
     return v;
   };
+  if (idx.empty()) return std::nullopt;
   if (op == "conv2d_nhwc") {  // ONNX [N, K, P, Q] stored [N, P, Q, K]
     o.dims = {{idx[0], {0}}, {idx[1], {2}}, {idx[2], {3}}, {idx[3], {1}}};
   } else if (op.rfind("conv", 0) == 0 || op == "depthwise_conv2d") {
@@ -312,6 +340,7 @@ OutputDims output_dims(const Compute& c, const std::string& op, const Shape& onn
   } else {  // gemm: A's leading dimensions flattened into M
     o.dims = {{idx[0], range(0, r - 1)}, {idx[1], {r - 1}}};
   }
+  if (!covers_output(o, c)) return std::nullopt;
   return o;
 }
 
@@ -479,6 +508,8 @@ Fused fuse_after(const onnx::NodeProto& n, const OutputDims& o, const Wiring& w,
     const onnx::NodeProto* next = w.sole_consumer(value);
     // An Add of two contractions' values is fused into the first: the other's value is its residual.
     if (!next || taken.count(next) || (!next->domain().empty() && next->domain() != "ai.onnx") || next->output_size() < 1) break;
+    // A graph with a cycle (invalid, but a file may hold one) would lead back to a node seen.
+    if (next == &n || std::find(f.absorbed.begin(), f.absorbed.end(), next) != f.absorbed.end()) break;
     const std::string& t = next->op_type();
     auto out_shape = shapes.find(next->output(0));
     if (out_shape == shapes.end() || out_shape->second != o.onnx_shape) break;  // it broadcasts the output
@@ -617,6 +648,88 @@ std::map<std::string, Shape> value_shapes(const onnx::GraphProto* g) {
   return shapes;
 }
 
+namespace {
+
+/// The shapes of value_shapes(), as a GraphProto of named tensors without data (dims -1: unknown).
+std::string encode_shapes(const std::map<std::string, Shape>& shapes) {
+  onnx::GraphProto g;
+  for (const auto& [name, shape] : shapes) {
+    onnx::TensorProto* t = g.add_initializer();
+    t->set_name(name);
+    for (std::int64_t d : shape) t->add_dims(d);
+  }
+  return g.SerializeAsString();
+}
+
+std::map<std::string, Shape> decode_shapes(const std::string& bytes) {
+  onnx::GraphProto g;
+  std::map<std::string, Shape> shapes;
+  if (!g.ParseFromString(bytes)) throw std::runtime_error("the shapes do not parse");
+  for (const auto& t : g.initializer()) shapes[t.name()] = Shape(t.dims().begin(), t.dims().end());
+  return shapes;
+}
+
+/// In a child process: ONNX's shape inference of `model`, written to `fd` as 'S' and the shapes
+/// or 'E' and the error. It never returns.
+[[noreturn]] void infer_in_child(onnx::ModelProto& model, int fd, unsigned seconds) {
+  // A crash ends the child by its signal, past any handler the parent installed (a sanitizer's,
+  // a fuzzer's), for the parent to report.
+  for (int sig : {SIGALRM, SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) std::signal(sig, SIG_DFL);
+  alarm(seconds);
+  std::string out;
+  try {
+    onnx::shape_inference::InferShapes(model);
+    out = "S" + encode_shapes(value_shapes(model.mutable_graph()));
+  } catch (const std::exception& e) {
+    out = std::string("E") + e.what();
+  }
+  for (std::size_t done = 0; done < out.size();) {
+    const ssize_t n = write(fd, out.data() + done, out.size() - done);
+    if (n <= 0) _exit(4);
+    done += static_cast<std::size_t>(n);
+  }
+  _exit(0);
+}
+
+}  // namespace
+
+/// Every value's shape after ONNX's shape inference (-1: unknown). libonnx's inference trusts
+/// attribute values it does not check (a zero stride divides by zero), so it runs in a child
+/// process: a model that crashes or hangs it is an error naming the model, not the end of tmap.
+std::map<std::string, Shape> inferred_shapes(onnx::ModelProto& model, const std::string& path) {
+  constexpr unsigned kSeconds = 120;
+  const std::string hint = "check the model with onnx.checker.check_model";
+  int fds[2];
+  if (pipe(fds) != 0) fail(path, std::string("cannot start ONNX shape inference: ") + std::strerror(errno), hint);
+  const pid_t child = fork();
+  if (child < 0) fail(path, std::string("cannot start ONNX shape inference: ") + std::strerror(errno), hint);
+  if (child == 0) {
+    close(fds[0]);
+    infer_in_child(model, fds[1], kSeconds);
+  }
+  close(fds[1]);
+  std::string reply;
+  char buf[65536];
+  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) != 0;) {
+    if (n > 0) reply.append(buf, static_cast<std::size_t>(n));
+    else if (errno != EINTR) break;
+  }
+  close(fds[0]);
+  int status = 0;
+  while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  }
+  const bool clean = WIFEXITED(status) && WEXITSTATUS(status) == 0 && !reply.empty();
+  if (clean && reply[0] == 'E') fail(path, "ONNX shape inference failed: " + reply.substr(1), hint);
+  if (clean && reply[0] == 'S') return decode_shapes(reply.substr(1));
+  const std::string how = WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM
+                              ? "did not finish within " + std::to_string(kSeconds) + " s"
+                          : WIFSIGNALED(status) ? "crashed (signal " + std::to_string(WTERMSIG(status)) + ")"
+                                                : "crashed (exit status " + std::to_string(WEXITSTATUS(status)) + ")";
+  fail(path, "ONNX shape inference " + how + " on this model; an attribute of a node is likely out of its range "
+             "(a zero stride or kernel size, say), which libonnx does not check",
+       hint);
+}
+
 /// Node `n` (the index-th) into the table: a Conv, Gemm or MatMul becomes a workload (or adds to
 /// the count of an equal one); other nodes are counted or listed as unsupported.
 /// What add_node reads and keeps across nodes.
@@ -638,7 +751,13 @@ void fuse_into(TableWorkload& w, const onnx::NodeProto& n, const Contraction& c,
   const Compute bare = build_table_workload(w, o.dtype, o.out_dtype, "node '" + w.nodes.front() + "'");
   auto onnx_shape = s.shapes.find(n.output(0));
   if (onnx_shape == s.shapes.end()) return;
-  const Fused f = fuse_after(n, output_dims(bare, c.op, onnx_shape->second), s.wiring, s.shapes, s.absorbed);
+  const std::optional<OutputDims> dims = output_dims(bare, c.op, onnx_shape->second);
+  if (!dims) {
+    w.notes.push_back("epilogue not fused: the model gives the output the shape " + shape_text(onnx_shape->second) +
+                      ", which is not the contraction's");
+    return;
+  }
+  const Fused f = fuse_after(n, *dims, s.wiring, s.shapes, s.absorbed);
   if (f.epilogue.empty()) return;
   TableWorkload fused = w;
   fused.epilogue = f.epilogue;
@@ -741,17 +860,32 @@ void add_node(WorkloadTable& t, const onnx::NodeProto& n, int index, ImportState
   }
 }
 
+/// The table's text taken from the model (node names, operator types, reasons quoting inputs) as
+/// printable() text: a model's strings are bytes, which a terminal or a JSON writer must not get raw.
+void make_printable(WorkloadTable& t) {
+  for (auto& w : t.workloads)
+    for (auto* list : {&w.nodes, &w.absorbed, &w.notes})
+      for (auto& text : *list) text = printable(text);
+  for (auto& u : t.unsupported) {
+    u.node = printable(u.node);
+    u.op_type = printable(u.op_type);
+    u.reason = printable(u.reason, 1000);
+  }
+  std::map<std::string, int> others;
+  for (const auto& [type, n] : t.other_ops) others[printable(type)] += n;
+  t.other_ops = std::move(others);
+}
+
 WorkloadTable import_onnx(const std::string& path, const OnnxImportOptions& o) {
   onnx::ModelProto model;
   read_model(path, model);
   onnx::GraphProto* g = model.mutable_graph();
+  for (int i = 0; i < g->node_size(); ++i)  // every later step follows nodes by their first output
+    if (g->node(i).output_size() == 0)
+      fail(path, "node '" + node_name(g->node(i), i + 1) + "' (" + g->node(i).op_type() + ") has no output: not a valid ONNX graph",
+           "check the model with onnx.checker.check_model");
   fix_symbolic_dims(g, o, path);
-  try {
-    onnx::shape_inference::InferShapes(model);
-  } catch (const std::exception& e) {
-    fail(path, std::string("ONNX shape inference failed: ") + e.what(), "check the model with onnx.checker.check_model");
-  }
-  const std::map<std::string, Shape> shapes = value_shapes(g);
+  const std::map<std::string, Shape> shapes = inferred_shapes(model, path);
   WorkloadTable t;
   t.title = std::filesystem::path(path).filename().string() + (o.batch > 0 ? " (batch " + std::to_string(o.batch) + ")" : "");
   t.source = path;
@@ -762,6 +896,7 @@ WorkloadTable import_onnx(const std::string& path, const OnnxImportOptions& o) {
   ImportState state{shapes, wiring, {}, {}, {}};
   int index = 0;
   for (const auto& n : g->node()) add_node(t, n, ++index, state, o);
+  make_printable(t);
   return t;
 }
 

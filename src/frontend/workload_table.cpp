@@ -142,6 +142,9 @@ void read_table_header(const JsonReader& r, const ordered_json& doc, WorkloadTab
   };
   string_member("title", t.title);
   string_member("source", t.source);
+  // Shown to whoever runs the table: no control characters from another's file reach a terminal.
+  t.title = printable(t.title, 1000);
+  t.source = printable(t.source, 1000);
   string_member("dtype", t.dtype);
   string_member("out_dtype", t.out_dtype);
   if (!t.dtype.empty()) {
@@ -253,7 +256,7 @@ void read_workload_members(const JsonReader& r, const ordered_json& x, const std
     r.expect_type(x[key], p, x[key].is_array(), "\"" + std::string(key) + "\"", "an array of strings");
     for (std::size_t k = 0; k < x[key].size(); ++k) {
       r.expect_type(x[key][k], p + "/" + std::to_string(k), x[key][k].is_string(), "an entry", "a string");
-      list->push_back(x[key][k].get<std::string>());
+      list->push_back(printable(x[key][k].get<std::string>(), 1000));
     }
   }
 }
@@ -297,7 +300,7 @@ void read_leftovers(const JsonReader& r, const ordered_json& doc, WorkloadTable&
       for (auto [key, field] : {std::pair<const char*, std::string*>{"node", &u.node}, {"op_type", &u.op_type}, {"reason", &u.reason}}) {
         if (!us[i].contains(key)) continue;
         r.expect_type(us[i][key], ptr + "/" + key, us[i][key].is_string(), "\"" + std::string(key) + "\"", "a string");
-        *field = us[i][key].get<std::string>();
+        *field = printable(us[i][key].get<std::string>(), 1000);
       }
       t.unsupported.push_back(u);
     }
@@ -308,7 +311,8 @@ void read_leftovers(const JsonReader& r, const ordered_json& doc, WorkloadTable&
       r.expect_type(n, JsonLocations::child("/other_ops", op),
                     is_integer_of<std::int64_t>(n) && n.get<std::int64_t>() >= 0 && n.get<std::int64_t>() <= 1000000000, "a count",
                     "an integer from 0 to 10^9");
-      t.other_ops[op] = n.get<int>();
+      int& count = t.other_ops[printable(op)];  // names that print alike add up, within the bound
+      count = static_cast<int>(std::min<std::int64_t>(std::int64_t{count} + n.get<std::int64_t>(), 1000000000));
     }
   }
 }

@@ -1,5 +1,6 @@
 #include "tmap/support/diagnostic.h"
 
+#include <cstdio>
 #include <filesystem>
 
 #include <algorithm>
@@ -66,6 +67,54 @@ std::string format_diagnostic(const SourceLoc& loc, std::string_view message,
   if (!hint.empty()) {
     out += "\n  hint: ";
     out += hint;
+  }
+  return out;
+}
+
+namespace {
+
+/// The length of the valid UTF-8 sequence at text[i] (0: none starts there), and its code point.
+std::size_t utf8_sequence(std::string_view text, std::size_t i, char32_t& code) {
+  const auto byte = [&](std::size_t k) { return static_cast<unsigned char>(text[k]); };
+  const unsigned char lead = byte(i);
+  if (lead < 0x80) {
+    code = lead;
+    return 1;
+  }
+  const std::size_t n = lead >= 0xc2 && lead <= 0xdf ? 2 : lead >= 0xe0 && lead <= 0xef ? 3 : lead >= 0xf0 && lead <= 0xf4 ? 4 : 0;
+  if (n == 0 || i + n > text.size()) return 0;
+  code = lead & (0x7f >> n);
+  for (std::size_t k = 1; k < n; ++k) {
+    if ((byte(i + k) & 0xc0) != 0x80) return 0;
+    code = (code << 6) | (byte(i + k) & 0x3f);
+  }
+  const bool overlong = (n == 3 && code < 0x800) || (n == 4 && code < 0x10000);
+  const bool surrogate = code >= 0xd800 && code <= 0xdfff;
+  return overlong || surrogate || code > 0x10ffff ? 0 : n;
+}
+
+}  // namespace
+
+std::string printable(std::string_view text, std::size_t max_bytes) {
+  std::string out;
+  for (std::size_t i = 0; i < text.size();) {
+    char32_t code = 0;
+    std::size_t n = utf8_sequence(text, i, code);
+    const bool control = n > 0 && (code < 0x20 || (code >= 0x7f && code <= 0x9f));
+    std::string piece;
+    if (n > 0 && !control) {
+      piece = text.substr(i, n);
+    } else {
+      n = std::max<std::size_t>(n, 1);
+      for (std::size_t k = i; k < i + n; ++k) {
+        char hex[8];
+        std::snprintf(hex, sizeof hex, "\\x%02X", static_cast<unsigned char>(text[k]));
+        piece += hex;
+      }
+    }
+    if (out.size() + piece.size() > max_bytes) return out + "...";
+    out += piece;
+    i += n;
   }
   return out;
 }

@@ -74,6 +74,12 @@ std::string exception_text(const std::exception& e);
 /// "file:1:2: error: unknown tensor 'X'\n...", for a message that quotes another.
 std::string diagnostic_message(const std::string& diagnostic);
 
+/// Untrusted text (a name from a model file, say) as it may be printed and written to JSON: valid
+/// UTF-8 without control characters. A byte that starts no valid UTF-8 sequence, and each byte of
+/// a control character (C0, DEL, C1), becomes "\xNN"; text longer than `max_bytes` is cut at a
+/// character and ends in "...".
+std::string printable(std::string_view text, std::size_t max_bytes = 200);
+
 /// "a, b, c": the items of a list in a message.
 std::string join(const std::vector<std::string>& items, std::string_view separator = ", ");
 
