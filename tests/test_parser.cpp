@@ -108,6 +108,7 @@ TEST(Diagnostic, PrintableTextOfUntrustedBytes) {
   EXPECT_EQ(printable(std::string("a\0b", 3)), "a\\x00b");
   EXPECT_EQ(printable("\xe4\xb8\xad\xe4\xb8\xad\xe4\xb8\xad", 7), "\xe4\xb8\xad\xe4\xb8\xad...");
   EXPECT_EQ(printable(std::string(300, 'w')).size(), 203u);
+  EXPECT_EQ(printable("line 1\n\tline 2\r\x1b", 200, true), "line 1\n\tline 2\\x0D\\x1B");
 }
 
 TEST(Expr, EvaluateWithFloorSemantics) {

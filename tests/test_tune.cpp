@@ -112,6 +112,12 @@ TEST(TuneLog, RecordRoundTripsAndRegeneratesItsKernel) {
   EXPECT_EQ(back.records[1].result.gpu, -1) << "no GPU recorded, none read back";
   EXPECT_EQ(back.records[1].result.error, "cudaErrorIllegalAddress");
   EXPECT_FALSE(back.records[1].result.ok());
+  {  // A message's lines survive; a control character of another's log reaches no terminal.
+    TuneRecord hostile = sample_record(c, "compile_error", 0);
+    hostile.result.error = "line 1\n\x1b]0;title\x07";
+    LogWriter(path).append(hostile);
+  }
+  EXPECT_EQ(read_log(path).records.back().result.error, "line 1\n\\x1B]0;title\\x07");
   // The record alone regenerates the kernel: the same source as from the original compute.
   Regenerated g = regenerate(x, shipped(), 90);
   SearchSpace space(c, shipped(), Enumeration::kAmos, DeviceLimits::for_arch(90), 90);

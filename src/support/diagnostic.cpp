@@ -95,12 +95,13 @@ std::size_t utf8_sequence(std::string_view text, std::size_t i, char32_t& code) 
 
 }  // namespace
 
-std::string printable(std::string_view text, std::size_t max_bytes) {
+std::string printable(std::string_view text, std::size_t max_bytes, bool keep_lines) {
   std::string out;
   for (std::size_t i = 0; i < text.size();) {
     char32_t code = 0;
     std::size_t n = utf8_sequence(text, i, code);
-    const bool control = n > 0 && (code < 0x20 || (code >= 0x7f && code <= 0x9f));
+    const bool line = keep_lines && (code == '\n' || code == '\t');
+    const bool control = n > 0 && !line && (code < 0x20 || (code >= 0x7f && code <= 0x9f));
     std::string piece;
     if (n > 0 && !control) {
       piece = text.substr(i, n);

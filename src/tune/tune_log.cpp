@@ -190,8 +190,10 @@ void read_workload(const nlohmann::json& w, TuneRecord& r) {
 
 /// The record's candidate: abstraction, layout, intrinsic shape, mapping and schedule.
 void read_candidate(const nlohmann::json& c, TuneRecord& r) {
-  r.candidate.hw_abs = field<std::string>(c, "hw_abs");
-  r.candidate.layout = field<std::string>(c, "layout");
+  // Names (checked where used) and messages below are shown: printable() keeps a log's control
+  // characters off the terminal of whoever reads it.
+  r.candidate.hw_abs = printable(field<std::string>(c, "hw_abs"));
+  r.candidate.layout = printable(field<std::string>(c, "layout"));
   const auto shape = field<nlohmann::json>(c, "shape");
   if (!shape.is_array() || shape.size() != 3) throw std::runtime_error("field \"shape\" is not 3 integers");
   for (std::size_t a = 0; a < 3; ++a) r.candidate.shape[a] = integer<std::int64_t>(shape[a], "field \"shape\"");
@@ -199,6 +201,8 @@ void read_candidate(const nlohmann::json& c, TuneRecord& r) {
   r.candidate.mapping_id = field<int>(m, "id");
   r.candidate.axes = {field<std::vector<std::string>>(m, "i"), field<std::vector<std::string>>(m, "j"),
                       field<std::vector<std::string>>(m, "k")};
+  for (auto& axis : r.candidate.axes)
+    for (std::string& name : axis) name = printable(name);
   try {
     r.candidate.params = schedule_from_json(field<nlohmann::json>(c, "params"));
   } catch (const UserError& e) {
@@ -208,13 +212,13 @@ void read_candidate(const nlohmann::json& c, TuneRecord& r) {
 
 /// The record's result: status, times, error, the GPU it ran on and its range fields.
 void read_result(const nlohmann::json& res, TuneRecord& r) {
-  r.result.status = field<std::string>(res, "status");
+  r.result.status = printable(field<std::string>(res, "status"));
   r.result.median_us = optional_field(res, "median_us", 0.0);
   r.result.times_us = optional_field(res, "times_us", std::vector<double>{});
   r.result.rel_l2 = optional_field(res, "rel_l2", 0.0);
   r.result.estimated_us = optional_field(res, "estimated_us", 0.0);
   r.result.compile_seconds = optional_field(res, "compile_seconds", 0.0);
-  r.result.error = optional_field(res, "error", std::string());
+  r.result.error = printable(optional_field(res, "error", std::string()), 4000, true);
   if (res.contains("confirm_rounds")) r.result.confirm_rounds = integer<int>(res["confirm_rounds"], "field \"confirm_rounds\"");
   if (r.result.ok() && !(r.result.median_us > 0)) throw std::runtime_error("an \"ok\" result without a median time");
   if (res.contains("gpu")) read_gpu(field<nlohmann::json>(res, "gpu"), r.result);

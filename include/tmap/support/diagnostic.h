@@ -77,8 +77,8 @@ std::string diagnostic_message(const std::string& diagnostic);
 /// Untrusted text (a name from a model file, say) as it may be printed and written to JSON: valid
 /// UTF-8 without control characters. A byte that starts no valid UTF-8 sequence, and each byte of
 /// a control character (C0, DEL, C1), becomes "\xNN"; text longer than `max_bytes` is cut at a
-/// character and ends in "...".
-std::string printable(std::string_view text, std::size_t max_bytes = 200);
+/// character and ends in "...". `keep_lines` keeps newlines and tabs (a compiler's log).
+std::string printable(std::string_view text, std::size_t max_bytes = 200, bool keep_lines = false);
 
 /// "a, b, c": the items of a list in a message.
 std::string join(const std::vector<std::string>& items, std::string_view separator = ", ");
