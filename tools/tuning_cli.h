@@ -5,8 +5,7 @@
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
-
+#include "cli_common.h"
 #include "tmap/runtime/device.h"
 #include "tmap/schedule/schedule.h"
 #include "tmap/tune/features.h"
