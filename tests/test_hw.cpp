@@ -12,6 +12,8 @@
 #include <nlohmann/json.hpp>
 
 #include "test_util.h"
+#include "tmap/frontend/compute_loader.h"
+#include "tmap/frontend/op_library.h"
 #include "tmap/hw/hw_abstraction.h"
 
 namespace tmap {
@@ -155,6 +157,17 @@ TEST(HwAbstraction, RejectsBrokenFilesWithReasons) {
   SourceText not_json("broken.json", "{\"name\": \"x\",,}");
   EXPECT_NE(user_error_of([&] { parse_hw_abstraction(not_json); }).find("broken.json:1:14: error: invalid JSON"),
             std::string::npos);
+}
+
+// Descriptions are free text, shown by `tmap hw` and `tmap ops`: another's control characters
+// arrive escaped, lines kept.
+TEST(HwAbstraction, DescriptionsOfFilesArePrintable) {
+  const HwAbstraction hw = parse_hw_abstraction(
+      SourceText("d.json", edited([](ordered_json& j) { j["description"] = "two\nlines \x1b[2J"; })));
+  EXPECT_EQ(hw.description, "two\nlines \\x1B[2J");
+  ordered_json op = ordered_json::parse(builtin_op_source("gemm"));
+  op["description"] = "gemm \x1b]0;title\x07";
+  EXPECT_EQ(parse_compute_json(SourceText("op.json", op.dump()), "gemm").description, "gemm \\x1B]0;title\\x07");
 }
 
 // A file chooses its instruction among those its family issues; the emitter writes the text. An

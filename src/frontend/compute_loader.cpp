@@ -117,7 +117,7 @@ ComputeDef parse_compute_json(const SourceText& source, const std::string& defau
   }
   if (doc.contains("description")) {
     r.expect_type(doc["description"], "/description", doc["description"].is_string(), "\"description\"", "a string");
-    def.description = doc["description"].get<std::string>();
+    def.description = printable(doc["description"].get<std::string>(), 2000, true);  // shown by tmap ops
   }
   if (!doc.contains("compute"))
     throw_user_error(r.value_loc(""), "missing \"compute\": the statement to compute",

@@ -315,7 +315,8 @@ HwAbstraction parse_hw_abstraction(const SourceText& source) {
     r.fail_value("/name", "name " + nlohmann::json(hw.name).dump() + " is not an identifier",
                  "use letters, digits and '_', not starting with a digit, e.g. \"mma_sync_fp16_fp32\"");
   hw.family = string_member(r, doc, "", "family", what);
-  if (doc.contains("description")) hw.description = string_member(r, doc, "", "description", what);
+  // Shown by `tmap hw`: another's control characters reach no terminal.
+  if (doc.contains("description")) hw.description = printable(string_member(r, doc, "", "description", what), 2000, true);
   hw.scope = one_of(r, doc, "", "scope", what, kScopes);
   r.require_key(doc, "", "min_compute_capability", what, "e.g. 70 for sm_70");
   r.expect_type(doc["min_compute_capability"], "/min_compute_capability",
