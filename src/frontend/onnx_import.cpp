@@ -661,10 +661,11 @@ std::string encode_shapes(const std::map<std::string, Shape>& shapes) {
   return g.SerializeAsString();
 }
 
-std::map<std::string, Shape> decode_shapes(const std::string& bytes) {
+/// The shapes of encode_shapes(); nothing when `bytes` do not parse.
+std::optional<std::map<std::string, Shape>> decode_shapes(const std::string& bytes) {
   onnx::GraphProto g;
+  if (!g.ParseFromString(bytes)) return std::nullopt;
   std::map<std::string, Shape> shapes;
-  if (!g.ParseFromString(bytes)) throw std::runtime_error("the shapes do not parse");
   for (const auto& t : g.initializer()) shapes[t.name()] = Shape(t.dims().begin(), t.dims().end());
   return shapes;
 }
@@ -720,10 +721,12 @@ std::map<std::string, Shape> inferred_shapes(onnx::ModelProto& model, const std:
   }
   const bool clean = WIFEXITED(status) && WEXITSTATUS(status) == 0 && !reply.empty();
   if (clean && reply[0] == 'E') fail(path, "ONNX shape inference failed: " + reply.substr(1), hint);
-  if (clean && reply[0] == 'S') return decode_shapes(reply.substr(1));
+  if (clean && reply[0] == 'S')
+    if (auto shapes = decode_shapes(reply.substr(1))) return *shapes;
   const std::string how = WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM
                               ? "did not finish within " + std::to_string(kSeconds) + " s"
                           : WIFSIGNALED(status) ? "crashed (signal " + std::to_string(WTERMSIG(status)) + ")"
+                          : clean               ? "returned no shapes"
                                                 : "crashed (exit status " + std::to_string(WEXITSTATUS(status)) + ")";
   fail(path, "ONNX shape inference " + how + " on this model; an attribute of a node is likely out of its range "
              "(a zero stride or kernel size, say), which libonnx does not check",
