@@ -115,9 +115,11 @@ TEST(TuneLog, RecordRoundTripsAndRegeneratesItsKernel) {
   {  // A message's lines survive; a control character of another's log reaches no terminal.
     TuneRecord hostile = sample_record(c, "compile_error", 0);
     hostile.result.error = "line 1\n\x1b]0;title\x07";
+    hostile.candidate.hw_abs = std::string(300, 'w');  // an identifier of any length is kept whole
     LogWriter(path).append(hostile);
   }
   EXPECT_EQ(read_log(path).records.back().result.error, "line 1\n\\x1B]0;title\\x07");
+  EXPECT_EQ(read_log(path).records.back().candidate.hw_abs, std::string(300, 'w'));
   // The record alone regenerates the kernel: the same source as from the original compute.
   Regenerated g = regenerate(x, shipped(), 90);
   SearchSpace space(c, shipped(), Enumeration::kAmos, DeviceLimits::for_arch(90), 90);

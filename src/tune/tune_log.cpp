@@ -191,9 +191,11 @@ void read_workload(const nlohmann::json& w, TuneRecord& r) {
 /// The record's candidate: abstraction, layout, intrinsic shape, mapping and schedule.
 void read_candidate(const nlohmann::json& c, TuneRecord& r) {
   // Names (checked where used) and messages below are shown: printable() keeps a log's control
-  // characters off the terminal of whoever reads it.
-  r.candidate.hw_abs = printable(field<std::string>(c, "hw_abs"));
-  r.candidate.layout = printable(field<std::string>(c, "layout"));
+  // characters off the terminal of whoever reads it. A name is escaped but never cut: a valid one
+  // of any length stays itself.
+  constexpr std::size_t kWhole = std::string::npos;
+  r.candidate.hw_abs = printable(field<std::string>(c, "hw_abs"), kWhole);
+  r.candidate.layout = printable(field<std::string>(c, "layout"), kWhole);
   const auto shape = field<nlohmann::json>(c, "shape");
   if (!shape.is_array() || shape.size() != 3) throw std::runtime_error("field \"shape\" is not 3 integers");
   for (std::size_t a = 0; a < 3; ++a) r.candidate.shape[a] = integer<std::int64_t>(shape[a], "field \"shape\"");
@@ -202,7 +204,7 @@ void read_candidate(const nlohmann::json& c, TuneRecord& r) {
   r.candidate.axes = {field<std::vector<std::string>>(m, "i"), field<std::vector<std::string>>(m, "j"),
                       field<std::vector<std::string>>(m, "k")};
   for (auto& axis : r.candidate.axes)
-    for (std::string& name : axis) name = printable(name);
+    for (std::string& name : axis) name = printable(name, kWhole);
   try {
     r.candidate.params = schedule_from_json(field<nlohmann::json>(c, "params"));
   } catch (const UserError& e) {
