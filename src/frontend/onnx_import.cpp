@@ -1,5 +1,6 @@
 #include "tmap/frontend/onnx_import.h"
 
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -41,6 +42,8 @@ WorkloadTable import_onnx(const std::string& path, const OnnxImportOptions&) {
 namespace {
 
 using Shape = std::vector<std::int64_t>;  // -1: unknown extent
+
+constexpr const char* kCheckModel = "check the model with onnx.checker.check_model";
 
 /// Fails with `msg`, which may quote the model's names: they are shown as printable().
 [[noreturn]] void fail(const std::string& path, const std::string& msg, const std::string& hint) {
@@ -699,11 +702,17 @@ std::optional<std::map<std::string, Shape>> decode_shapes(const std::string& byt
 /// process: a model that crashes or hangs it is an error naming the model, not the end of tmap.
 std::map<std::string, Shape> inferred_shapes(onnx::ModelProto& model, const std::string& path) {
   constexpr unsigned kSeconds = 120;
-  const std::string hint = "check the model with onnx.checker.check_model";
+  // Close-on-exec: a process another thread starts meanwhile must not hold the write end open.
   int fds[2];
-  if (pipe(fds) != 0) fail(path, std::string("cannot start ONNX shape inference: ") + std::strerror(errno), hint);
+  if (pipe2(fds, O_CLOEXEC) != 0)
+    fail(path, std::string("cannot start ONNX shape inference: ") + std::strerror(errno), kCheckModel);
   const pid_t child = fork();
-  if (child < 0) fail(path, std::string("cannot start ONNX shape inference: ") + std::strerror(errno), hint);
+  if (child < 0) {
+    const int error = errno;
+    close(fds[0]);
+    close(fds[1]);
+    fail(path, std::string("cannot start ONNX shape inference: ") + std::strerror(error), kCheckModel);
+  }
   if (child == 0) {
     close(fds[0]);
     infer_in_child(model, fds[1], kSeconds);
@@ -720,7 +729,7 @@ std::map<std::string, Shape> inferred_shapes(onnx::ModelProto& model, const std:
   while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
   }
   const bool clean = WIFEXITED(status) && WEXITSTATUS(status) == 0 && !reply.empty();
-  if (clean && reply[0] == 'E') fail(path, "ONNX shape inference failed: " + reply.substr(1), hint);
+  if (clean && reply[0] == 'E') fail(path, "ONNX shape inference failed: " + reply.substr(1), kCheckModel);
   if (clean && reply[0] == 'S')
     if (auto shapes = decode_shapes(reply.substr(1))) return *shapes;
   const std::string how = WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM
@@ -730,7 +739,7 @@ std::map<std::string, Shape> inferred_shapes(onnx::ModelProto& model, const std:
                                                 : "crashed (exit status " + std::to_string(WEXITSTATUS(status)) + ")";
   fail(path, "ONNX shape inference " + how + " on this model; an attribute of a node is likely out of its range "
              "(a zero stride or kernel size, say), which libonnx does not check",
-       hint);
+       kCheckModel);
 }
 
 /// Node `n` (the index-th) into the table: a Conv, Gemm or MatMul becomes a workload (or adds to
@@ -886,7 +895,7 @@ WorkloadTable import_onnx(const std::string& path, const OnnxImportOptions& o) {
   for (int i = 0; i < g->node_size(); ++i)  // every later step follows nodes by their first output
     if (g->node(i).output_size() == 0)
       fail(path, "node '" + node_name(g->node(i), i + 1) + "' (" + g->node(i).op_type() + ") has no output: not a valid ONNX graph",
-           "check the model with onnx.checker.check_model");
+           kCheckModel);
   fix_symbolic_dims(g, o, path);
   const std::map<std::string, Shape> shapes = inferred_shapes(model, path);
   WorkloadTable t;
