@@ -747,6 +747,22 @@ TEST(Codegen, WgmmaOffersAShortNAsTheInstructionsWidth) {
   with.back() = 112;
   EXPECT_EQ(widths(tokens100), with);
 
+  // Tokens as a range (M = 1..256 on the swapped product, weights on wgmma's M): a sample offers
+  // its own size's width, the range itself only the usual ones.
+  auto swapped = [&](const Compute& c) {
+    const std::vector<ImplicitGemm> gemms = gemm_per_match(c, "wgmma_bf16_fp32", 1);
+    const auto it = std::find_if(gemms.begin(), gemms.end(), [](const ImplicitGemm& g) { return g.layout == "ntn"; });
+    EXPECT_TRUE(it != gemms.end() && it->dynamic() && it->dynamic_axis == 'n');
+    return it == gemms.end() ? ImplicitGemm{} : *it;
+  };
+  const Compute& range = typed_compute(keep, "gemm_nt", "bfloat16", "float32", {"M=1..256", "N=6144", "K=4096"});
+  EXPECT_EQ(widths(swapped(range)), usual);
+  keep.push_back(std::make_unique<Compute>(range_sample(range, 200)));
+  with.back() = 208;
+  EXPECT_EQ(widths(swapped(*keep.back())), with);
+  keep.push_back(std::make_unique<Compute>(range_sample(range, 128)));
+  EXPECT_EQ(widths(swapped(*keep.back())), usual);
+
   std::vector<Job> jobs;
   for (const ImplicitGemm* g : {&tokens200, &tokens100})
     for (int form = 0; form < 3; ++form) {

@@ -1368,14 +1368,18 @@ class WgmmaFamily final : public EmitterFamily {
     return p;
   }
 
-  /// The instruction's N: the usual widths, and the extent itself rounded up to 16 where it is
-  /// fixed and no wider than one instruction, so that a short N (a decode step's tokens on the
-  /// swapped product, e.g. 100 or 200) is not padded to the next of the usual widths.
+  /// The instruction's N: the usual widths, and N itself rounded up to 16 where it is no wider
+  /// than one instruction, so that a short N (a decode step's tokens on the swapped product, e.g.
+  /// 100 or 200) is not padded to the next of the usual widths. Where N is a range's size, that of
+  /// the sample being tuned (none for the range itself): a 208-wide kernel of the range serves 200
+  /// in one tile and larger sizes in two, and the buckets take it where it is the fastest.
   static std::vector<Choice> warp_n_choices(const ImplicitGemm& g) {
     std::vector<Choice> out = {16, 32, 64, 96, {128, 2}, 192, {256, 2}};
-    const int fitted = static_cast<int>(round_up(g.N, 16));
+    const bool ranged = g.dynamic() && g.dynamic_axis == 'n';
+    const std::int64_t n = ranged ? g.compute->dynamic.at * g.per_size : g.N;
+    const int fitted = static_cast<int>(round_up(n, 16));
     const bool listed = std::any_of(out.begin(), out.end(), [&](const Choice& c) { return c.value == fitted; });
-    if (!(g.dynamic() && g.dynamic_axis == 'n') && fitted <= 256 && !listed) out.push_back(fitted);
+    if (n > 0 && fitted <= 256 && !listed) out.push_back(fitted);
     return out;
   }
 
