@@ -618,6 +618,88 @@ TEST(Codegen, WgmmaTmaProducer) {
             << " persistent)\n";
 }
 
+// Stream-K (stream_k 1, a persistent kernel of single blocks): one launch dimension of a block per
+// step at most (the launch starts as many as stay resident); a workspace of a partial tile per
+// block of at most SK_BLOCKS and a flag per block, zero before the first launch; pieces that lack
+// their tile's first step leave their sums and raise a flag, the first piece waits for the others'.
+// Every layout, dtype, a batch, im2col convolutions, 16-bit outputs and TMA stores compile for
+// sm_90a; other producers and pairs of blocks are refused with the rule.
+TEST(Codegen, WgmmaStreamK) {
+  std::vector<Job> jobs;
+  std::vector<std::unique_ptr<Compute>> keep;
+  const DeviceLimits limits = DeviceLimits::for_arch(90);
+  std::string refusals;
+  auto add = [&](const Compute& c, const std::string& hw_name, const std::string& label) {
+    int layouts = 0;
+    for (const ImplicitGemm& g : gemm_per_match(c, hw_name)) {
+      ScheduleParams p = default_schedule(g, limits);
+      p.producer = 2;
+      p.stream_k = 1;
+      p.split_k = 1;
+      if (!validate(g, p, limits).empty()) p.stages = 3;  // the epilogue tile beside a ring of 256-wide tiles
+      if (!validate(g, p, limits).empty()) continue;
+      ++layouts;
+      for (int bulk_store : {0, 2}) {
+        ScheduleParams q = p;
+        q.bulk_store = bulk_store;
+        if (!validate(g, q, limits).empty()) continue;
+        const KernelSource k = emit_kernel(g, q);
+        const std::int64_t tiles = (g.M + q.block_m - 1) / q.block_m * ((g.N + q.block_n - 1) / q.block_n) * g.batch;
+        const std::int64_t steps = g.serial * ((g.K + q.block_k - 1) / q.block_k);
+        EXPECT_TRUE(k.persistent) << label;
+        EXPECT_EQ(k.grid[0], tiles * steps) << label;
+        const std::int64_t flags = (132 * q.block_m * q.block_n * 4 + 255) / 256 * 256;
+        EXPECT_EQ(k.zeroed_offset, flags) << label;
+        EXPECT_EQ(k.zeroed_bytes, 132 * 4) << label;
+        EXPECT_EQ(k.workspace_bytes, flags + 132 * 4) << label;
+        EXPECT_TRUE(k.reduce_name.empty()) << label;
+        for (const std::string piece : {"flag_raise(&sk_flags[blockIdx.x])", "flag_wait(&sk_flags[b])",
+                                        "for (int step = s0; step < s1; ++step, ++t)", "sk_flags[b] = 0;"})
+          EXPECT_NE(k.code.find(piece), std::string::npos) << label << ": " << piece;
+        jobs.push_back({label + " " + g.layout + (bulk_store ? " tma stores" : ""), k});
+      }
+      // Refused beside another producer, and in pairs of blocks.
+      for (auto change : {+[](ScheduleParams& q) { q.producer = 1; }, +[](ScheduleParams& q) { q.producer = 3; },
+                          +[](ScheduleParams& q) { q.cluster = 2; }}) {
+        ScheduleParams q = p;
+        change(q);
+        for (const ScheduleIssue& i : validate(g, q, limits)) refusals += i.detail + "\n";
+      }
+    }
+    EXPECT_GT(layouts, 0) << label;
+  };
+  for (const char* op : {"gemm", "gemm_nt", "gemm_tn", "gemm_tt"})
+    add(typed_compute(keep, op, "float16", "float32", {"M=200", "N=136", "K=520"}), "wgmma_fp16_fp32", op);
+  add(typed_compute(keep, "batched_gemm", "float16", "float32", {"BATCH=3", "M=72", "N=64", "K=200"}),
+      "wgmma_fp16_fp32", "batched");
+  add(typed_compute(keep, "conv2d_nhwc", "float16", "float32", {"N=8", "C=64", "H=56", "W=56", "K=64", "pad=1"}),
+      "wgmma_fp16_fp32", "conv2d_nhwc 3x3 im2col");
+  add(stored_as(keep, "gemm_nt", "bfloat16", "bfloat16", {"M=200", "N=28672", "K=4096"}), "wgmma_bf16_fp32",
+      "bf16 gate_up");
+  add(typed_compute(keep, "gemm_nt", "float32", "float32", {"M=300", "N=200", "K=256"}), "wgmma_tf32_fp32", "tf32");
+  add(typed_compute(keep, "gemm_nt", "int8", "int32", {"M=300", "N=200", "K=256"}), "wgmma_int8_int32", "int8");
+  add(typed_compute(keep, "gemm_nt", "float8_e4m3", "float32", {"M=300", "N=200", "K=256"}), "wgmma_e4m3_fp32", "e4m3");
+  add(stored_as(keep, "gemm_nt", "bfloat16", "bfloat16", {"M=300", "N=200", "K=256"}), "wgmma_bf16_fp32", "bf16 out");
+  EXPECT_NE(refusals.find("stream_k = 1 with producer = 1, cluster = 0: runs of steps are cut for a persistent kernel "
+                          "of single blocks; use producer 2 and cluster 0, or stream_k 0"),
+            std::string::npos) << refusals;
+  EXPECT_NE(refusals.find("stream_k = 1 with producer = 3"), std::string::npos) << refusals;
+  EXPECT_NE(refusals.find("stream_k = 1 with producer = 2, cluster = 2"), std::string::npos) << refusals;
+  // Families without it refuse any value but 0.
+  const ImplicitGemm mma =
+      gemm_per_match(typed_compute(keep, "gemm", "float16", "float32", {}), "mma_sync_fp16_fp32").at(0);
+  ScheduleParams q = default_schedule(mma, limits);
+  q.stream_k = 1;
+  const std::vector<ScheduleIssue> issues = validate(mma, q, limits);
+  ASSERT_FALSE(issues.empty());
+  EXPECT_NE(issues.front().detail.find("stream_k"), std::string::npos) << issues.front().detail;
+
+  const std::vector<std::string> failures = compile_all(jobs, {90});
+  EXPECT_TRUE(failures.empty()) << failures.size() << " of " << jobs.size() << " failed; first:\n"
+                                << (failures.empty() ? "" : failures.front());
+  EXPECT_GE(jobs.size(), 14u);
+}
+
 // A tile that would reach past the output's end loads, instead, the rows that end at the extent's
 // end (TMA boxes past a tensor's end load slowly): its boxes start at m_box (n_box). Along m, and
 // along n where n is the epilogue tile's contiguous axis, the accumulators rotate, the rows that

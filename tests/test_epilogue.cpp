@@ -192,15 +192,21 @@ std::vector<testing::GpuCase> family_cases(const Compute& c, const std::string& 
       ScheduleParams persistent = base;  // its epilogue loads operands the same along the loop once
       persistent.producer = 2;
       schedules.push_back({"persistent", persistent});
+      ScheduleParams streamed = persistent;  // the epilogue once a tile, by the block that finishes it
+      streamed.stream_k = 1;
+      schedules.push_back({"stream-K", streamed});
       ScheduleParams ping_pong = base;  // two consumers' epilogues, each over its own tile
       ping_pong.producer = 3;
       ping_pong.block_m = ping_pong.warp_m;
       ping_pong.block_n = ping_pong.warp_n;
       schedules.push_back({"ping-pong", ping_pong});
       // TMA stores: the epilogue applied to the epilogue tile in place before the tile is stored.
-      for (ScheduleParams tma : {persistent, ping_pong}) {
+      for (ScheduleParams tma : {persistent, ping_pong, streamed}) {
         tma.bulk_store = 2;
-        schedules.push_back({tma.producer == 3 ? "ping-pong, TMA stores" : "persistent, TMA stores", tma});
+        schedules.push_back({tma.producer == 3 ? "ping-pong, TMA stores"
+                             : tma.stream_k ? "stream-K, TMA stores"
+                                            : "persistent, TMA stores",
+                             tma});
       }
     }
     const std::size_t plain = schedules.size();

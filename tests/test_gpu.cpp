@@ -705,6 +705,11 @@ TEST(Gpu, WgmmaTmaProducer) {
       {"persistent bm 64 raster 3", [](ScheduleParams& p) { p.producer = 2; p.block_m = 64; p.stages = 6; p.raster = 3; }},
       {"uniform wait", [](ScheduleParams& p) { p.uniform_wait = 1; }},
       {"persistent uniform wait split 1", [](ScheduleParams& p) { p.producer = 2; p.uniform_wait = 1; p.split_k = 1; }},
+      // Stream-K: 4 tiles of 9 steps on 36 blocks, each tile finished from 8 partial tiles; with
+      // A from registers, a piece's first step picks the register set.
+      {"stream-K", [](ScheduleParams& p) { p.producer = 2; p.stream_k = 1; p.split_k = 1; }},
+      {"stream-K bm 64 stages 6 a_regs", [](ScheduleParams& p) {
+         p.producer = 2; p.stream_k = 1; p.split_k = 1; p.block_m = 64; p.stages = 6; p.a_regs = 1; }},
   };
   for (const char* op : {"gemm", "gemm_nt", "gemm_tn", "gemm_tt"}) {
     Compute c = build_compute(builtin_op(op), parse_param_overrides({"M=200", "N=136", "K=520"}));
@@ -719,7 +724,8 @@ TEST(Gpu, WgmmaTmaProducer) {
     Compute b = build_compute(builtin_op("batched_gemm"), parse_param_overrides({"BATCH=3", "M=72", "N=64", "K=200"}));
     run_cases(b, variants(tma(b, "wgmma_fp16_fp32", "batched_gemm 3x72x64x200", 1e-2),
                           {{"split 2", [](ScheduleParams& p) { p.split_k = 2; }},
-                           {"persistent", [](ScheduleParams& p) { p.producer = 2; }}}),
+                           {"persistent", [](ScheduleParams& p) { p.producer = 2; }},
+                           {"stream-K", [](ScheduleParams& p) { p.producer = 2; p.stream_k = 1; }}}),
               seed++);
     Compute v = build_compute(builtin_op("conv2d_nhwc"),
                               parse_param_overrides({"N=3", "C=24", "H=9", "W=11", "K=40", "R=1", "S=1", "pad=0"}));
@@ -735,7 +741,8 @@ TEST(Gpu, WgmmaTmaProducer) {
                                  {"2 consumers 256x128", [](ScheduleParams& p) { p.block_m = 256; p.warp_m = 128; p.block_n = p.warp_n = 128; }},
                                  {"bm 64 stages 6 raster 4", [](ScheduleParams& p) { p.block_m = 64; p.stages = 6; p.raster = 4; }},
                                  {"persistent", [](ScheduleParams& p) { p.producer = 2; }},
-                                 {"persistent bm 64 raster 2", [](ScheduleParams& p) { p.producer = 2; p.block_m = 64; p.raster = 2; }}}),
+                                 {"persistent bm 64 raster 2", [](ScheduleParams& p) { p.producer = 2; p.block_m = 64; p.raster = 2; }},
+                                 {"stream-K", [](ScheduleParams& p) { p.producer = 2; p.stream_k = 1; }}}),
               seed++);
   }
   // Persistent blocks that walk many tiles each (196 tiles of 128 pixels, about one block per SM),
@@ -757,9 +764,12 @@ TEST(Gpu, WgmmaTmaProducer) {
         if (!validate(gc.g, gc.p, DeviceLimits::for_arch(90)).empty()) continue;
         gc.label += swapped ? " transposed" : "";
         cases.push_back(gc);
+        gc.p.stream_k = 1;  // 196 tiles of 9 steps in 132 runs: most tiles cut in two
+        gc.label += " stream-K";
+        cases.push_back(gc);
         break;
       }
-    EXPECT_EQ(cases.size(), 2u) << "persistent im2col kernels in both operand orders";
+    EXPECT_EQ(cases.size(), 4u) << "persistent and stream-K im2col kernels in both operand orders";
     run_cases(c, cases, seed++);
   }
   // The transposed product (filters as A on m, pixels on n): the input is B, read in im2col boxes of
@@ -796,6 +806,7 @@ TEST(Gpu, WgmmaTmaProducer) {
     run_cases(c, variants(tma(c, hw, hw + " gemm_nt " + out_t + " out", tol),
                           {{"split 2", [](ScheduleParams& p) { p.split_k = 2; }},
                            {"persistent bm 64", [](ScheduleParams& p) { p.producer = 2; p.block_m = 64; }},
+                           {"stream-K bm 64", [](ScheduleParams& p) { p.producer = 2; p.block_m = 64; p.stream_k = 1; }},
                            {"wn 64", [](ScheduleParams& p) { p.warp_n = 64; p.block_n = 128; }}}),
               seed++);
   }

@@ -122,6 +122,25 @@ bool persistent(const ScheduleParams& p) { return p.producer >= 2; }
 /// own, take turns on the main loop, so that one's epilogue runs beside the other's wgmmas.
 bool ping_pong(const ScheduleParams& p) { return p.producer == 3; }
 
+/// A stream-K kernel (ScheduleParams::stream_k, producer 2): block b takes run b of the steps of
+/// all tiles, cut into even runs.
+bool stream_k(const ScheduleParams& p) { return p.stream_k == 1; }
+
+/// The most blocks a stream-K kernel runs, one partial tile each in the workspace: the SMs of an
+/// H100 or H200 (SXM), the most of any sm_90 part. Blocks beyond it return at once.
+constexpr int kStreamBlocks = 132;
+
+/// A stream-K kernel's workspace: a partial tile of accumulators per block, then a flag per
+/// block, zero before each launch and left zero by it (the tile's finisher clears it).
+struct StreamWorkspace {
+  std::int64_t tile_elements, flags_offset, bytes;
+};
+StreamWorkspace stream_workspace(const ScheduleParams& p) {
+  const std::int64_t tile = static_cast<std::int64_t>(p.block_m) * p.block_n;
+  const std::int64_t flags = round_up(kStreamBlocks * tile * 4, 256);  // 4-byte float or int sums
+  return {tile, flags, flags + kStreamBlocks * 4};
+}
+
 /// Where a warp-specialized kernel keeps its 2 x STAGES mbarriers (and a ping-pong kernel's two
 /// turn barriers): past the operand ring and the epilogue tile, which reuses the ring, or in a
 /// persistent kernel follows it (one per consumer warpgroup in ping-pong), since the producer is
@@ -407,8 +426,15 @@ struct PersistentRoles {
         thread(ping_pong(p) ? "(threadIdx.x % 128)" : "threadIdx.x"),
         release(pairs_blocks(p) ? "mbar_arrive_pair" : "mbar_arrive"),
         wait(wait_call(p)),
-        walk(pairs_blocks(p) ? "for (int tile = blockIdx.x / 2; tile < TILES; tile += gridDim.x / 2)"
-                             : "for (int tile = blockIdx.x; tile < TILES; tile += gridDim.x)") {}
+        walk(stream_k(p)       ? "for (long long u = sk_first(blockIdx.x), u_end = sk_first(blockIdx.x + 1); u < u_end;)"
+             : pairs_blocks(p) ? "for (int tile = blockIdx.x / 2; tile < TILES; tile += gridDim.x / 2)"
+                               : "for (int tile = blockIdx.x; tile < TILES; tile += gridDim.x)"),
+        segment(stream_k(p) ? "const int tile = (int)(u / STEPS), s0 = (int)(u % STEPS),\n"
+                              "          s1 = (int)min((long long)STEPS, u_end - (long long)tile * STEPS);\n"
+                              "u = (long long)tile * STEPS + s1;  // where the next piece starts\n"
+                            : ""),
+        first(stream_k(p) ? "s0" : "0"),
+        last(stream_k(p) ? "s1" : "STEPS") {}
 
   std::string cs;       ///< The epilogue tile's element type.
   bool tma_stores;      ///< bulk_store 2.
@@ -419,6 +445,21 @@ struct PersistentRoles {
   std::string release;  ///< Frees a ring buffer (in both blocks of a pair).
   std::string wait;     ///< Waits on a ring barrier.
   std::string walk;     ///< The loop over the block's tiles; a pair's blocks walk the pair's, each its half.
+  /// Stream-K: the walk goes over pieces of tiles, steps [s0, s1) of `tile`, which this text
+  /// (one statement a line) declares at the top of the loop's body; empty otherwise.
+  std::string segment;
+  std::string first, last;  ///< The steps of the tile the walk is at: [0, STEPS), or a piece's.
+
+  /// The segment's lines, each indented by `indent`.
+  std::string segment_at(const std::string& indent) const {
+    std::string out;
+    for (std::size_t at = 0; at < segment.size();) {
+      const std::size_t nl = segment.find('\n', at);
+      out += indent + segment.substr(at, nl + 1 - at);
+      at = nl + 1;
+    }
+    return out;
+  }
 };
 
 /// A persistent kernel's stores of its epilogue tile by bulk copies (bulk_store 1): each writer
@@ -559,6 +600,13 @@ void configure_launch(WgmmaKernel& w) {
     k.grid = {k.grid[0] * k.grid[1] * k.grid[2], 1, 1};
     k.persistent = true;
   }
+  if (stream_k(p)) {  // a block per step at most (the launch starts as many as stay resident)
+    k.grid[0] *= g.serial * ((g.K + p.block_k - 1) / p.block_k);
+    const StreamWorkspace ws = stream_workspace(p);
+    k.workspace_bytes = ws.bytes;
+    k.zeroed_offset = ws.flags_offset;
+    k.zeroed_bytes = ws.bytes - ws.flags_offset;
+  }
   if (g.dynamic() && (pair || persistent)) {
     // One launch dimension holds every tile (or pair): those along the dynamic axis times the rest.
     GridGrowth& w = k.grid_growth;
@@ -596,6 +644,15 @@ void emit_constants(std::ostringstream& os, const WgmmaKernel& w) {
   os << "constexpr int A_BYTES = " << tile_bytes(g, p, 0) << ";  // one stage of A, whole 1024-byte atoms\n"
      << "constexpr int B_BYTES = " << tile_bytes(g, p, 1) << ";\n"
      << "constexpr int C_LD = " << (persistent ? persistent_c_ld(g, c_row) : c_row ? "BN + 8" : "BM + 4") << ";\n\n";
+  if (stream_k(p)) {
+    const StreamWorkspace ws = stream_workspace(p);
+    os << "// Stream-K: at most SK_BLOCKS blocks take runs of steps; block b's partial tile of SK_TILE sums\n"
+       << "// starts at element b x SK_TILE of the workspace, its flag at byte SK_FLAGS + 4 b.\n"
+       << "constexpr int SK_BLOCKS = " << kStreamBlocks << ", SK_TILE = " << ws.tile_elements << ";\n"
+       << "constexpr long long SK_FLAGS = " << ws.flags_offset << ";\n";
+    emit_device_include(os, "grid_flag");
+    os << "\n";
+  }
   if (p.bulk_store != 2) return;
   const int bytes = persistent_epilogue_bytes_per_element(g);
   os << "// The epilogue tiles that TMA stores (two a consumer, alternating): column blocks of one 128-byte\n"
@@ -925,6 +982,15 @@ void emit_cp_async_ring_loop(std::ostringstream& os, const WgmmaKernel& w, bool 
 /// block's tiles and their steps, filling the ring ahead.
 void emit_persistent_producer(std::ostringstream& os, const WgmmaKernel& w, const PersistentRoles& r) {
   const bool pair = w.pair, pp = w.ping_pong;
+  if (stream_k(w.p))
+    os << "  // Stream-K: the steps of all tiles, tile after tile, cut into sk_blocks even runs; this block\n"
+       << "  // takes run blockIdx.x. A tile cut between runs is finished by the block whose run holds its\n"
+       << "  // first step (the tile's last piece of that run), from the partial sums that the blocks\n"
+       << "  // after it left in the workspace (their runs' first pieces, done first).\n"
+       << "  const int sk_blocks = min((int)gridDim.x, SK_BLOCKS);\n"
+       << "  if (blockIdx.x >= sk_blocks) return;  // more blocks than partial tiles: these idle\n"
+       << "  const long long UNITS = (long long)TILES * STEPS;\n"
+       << "  auto sk_first = [&](int b) { return UNITS * b / sk_blocks; };  // run b's first step\n";
   os << ring_barriers(w.sa, w.sb, pair, pp)
      << "  " << r.cs << "* Cs = reinterpret_cast<" << r.cs << "*>(smem + CS_OFFSET"
      << (pp ? " + (wg % 2) * CS_STRIDE);  // this consumer's (the producer's is unused)\n" : ");\n")
@@ -935,11 +1001,12 @@ void emit_persistent_producer(std::ostringstream& os, const WgmmaKernel& w, cons
      << "    if (threadIdx.x % 128 == 0) {  // one thread issues every copy\n"
      << "      int t = 0;  // stages filled so far, over all this block's tiles\n"
      << "      " << r.walk << " {\n"
+     << r.segment_at("        ")
      << "        const int z = tile / (GRID_M * GRID_N);\n";
   emit_tile_origin(os, w.p, "tile % (GRID_M * GRID_N)", "        ");
   os << "        (void)z;\n" << w.clamp.boxes("        ")
      << (w.im2col[0].rank ? im2col_origin(w.g, w.im2col[0]) : "") << (w.im2col[1].rank ? im2col_origin(w.g, w.im2col[1]) : "")
-     << "        for (int step = 0; step < STEPS; ++step, ++t) {\n"
+     << "        for (int step = " << r.first << "; step < " << r.last << "; ++step, ++t) {\n"
      << "          const int buf = t % STAGES;\n"
      << "          if (t >= STAGES) mbar_wait(&empty[buf], (t / STAGES - 1) & 1);\n"
      << "          mbar_expect_tx(&full[buf], STAGE_TX);\n"
@@ -952,6 +1019,37 @@ void emit_persistent_producer(std::ostringstream& os, const WgmmaKernel& w, cons
      << (pair ? "    cluster_sync();  // the other block's consumers may still arrive on this block's barriers\n" : "")
      << "    return;\n"
      << "  }\n";
+}
+
+/// Stream-K, after a piece's main loop: a piece without the tile's first step leaves its sums in
+/// this block's partial tile (as each thread holds them: coalesced) and raises the block's flag,
+/// and the walk goes on; the piece with the first step adds the partial tiles of the blocks after
+/// this one whose runs start inside the tile, then stores the tile.
+void emit_stream_fixup(std::ostringstream& os, const WgmmaKernel& w) {
+  if (!stream_k(w.p)) return;
+  TMAP_CHECK(w.tacc == w.tpart, "a stream-K workspace holds accumulators as the kernel's partial type");
+  const std::string slot = "(i * ACC + r) * (CONSUMERS * 128) + threadIdx.x";
+  os << "    int* const sk_flags = reinterpret_cast<int*>(reinterpret_cast<unsigned char*>(partial) + SK_FLAGS);\n"
+     << "    if (s0 != 0) {  // a later piece of the tile: its sums go to the block that finishes it\n"
+     << "      " << w.tacc << "* const mine = partial + (long long)blockIdx.x * SK_TILE;\n"
+     << "      #pragma unroll\n      for (int i = 0; i < MI; ++i)\n"
+     << "        #pragma unroll\n        for (int r = 0; r < ACC; ++r) __stcg(&mine[" << slot << "], acc[i][r]);\n"
+     << "      __threadfence();  // this thread's sums are visible to every block before the flag\n"
+     << "      consumer_sync();\n"
+     << "      if (threadIdx.x == 0) flag_raise(&sk_flags[blockIdx.x]);\n"
+     << "      continue;\n"
+     << "    }\n"
+     << "    // The tile's first piece: the rest are the first pieces of the runs that start inside it.\n"
+     << "    for (int b = blockIdx.x + 1; s1 < STEPS && b < sk_blocks && sk_first(b) < (long long)(tile + 1) * STEPS; ++b) {\n"
+     << "      if (threadIdx.x == 0) {\n"
+     << "        flag_wait(&sk_flags[b]);\n"
+     << "        sk_flags[b] = 0;  // for the next launch: block b raises it once a launch\n"
+     << "      }\n"
+     << "      consumer_sync();\n"
+     << "      const " << w.tacc << "* const theirs = partial + (long long)b * SK_TILE;\n"
+     << "      #pragma unroll\n      for (int i = 0; i < MI; ++i)\n"
+     << "        #pragma unroll\n        for (int r = 0; r < ACC; ++r) acc[i][r] += __ldcg(&theirs[" << slot << "]);\n"
+     << "    }\n";
 }
 
 /// The consumers' walk over the block's tiles (in ping-pong, this warpgroup's every other one)
@@ -970,7 +1068,7 @@ void emit_persistent_main_loop(std::ostringstream& os, const WgmmaKernel& w, con
        << "  for (int tile = blockIdx.x + wg * gridDim.x, taken = 0; tile < TILES; tile += 2 * gridDim.x, t += STEPS, ++taken) {\n";
   else
     os << "  int t = 0;  // stages consumed so far\n"
-       << "  " << r.walk << " {\n";
+       << "  " << r.walk << " {\n" << r.segment_at("    ");
   os << "    const int z = tile / (GRID_M * GRID_N);\n";
   emit_tile_origin(os, p, "tile % (GRID_M * GRID_N)", "    ");
   emit_epilogue_prefetch(os, g, p, r.threads, "    ", r.thread);
@@ -979,12 +1077,12 @@ void emit_persistent_main_loop(std::ostringstream& os, const WgmmaKernel& w, con
        << "    if (taken + wg > 0) " << r.wait << "(&turn[wg], (taken + wg - 1) & 1);\n";
   os << "    #pragma unroll\n    for (int i = 0; i < MI; ++i)\n"
      << "      #pragma unroll\n      for (int r = 0; r < ACC; ++r) acc[i][r] = 0;\n"
-     << step_loop(p, "    ", "0", "STEPS",
+     << step_loop(p, "    ", r.first, r.last,
                   "      const int buf = t % STAGES;\n      " + r.wait +
                       "(&full[buf], (t / STAGES) & 1);\n"
                       "      compute(buf$A);\n"
                       "      wgmma_wait<1>();  // the previous step's wgmmas are done: release its buffer\n"
-                      "      if (step > 0 && lane == 0) " + r.release + "(&empty[(t + STAGES - 1) % STAGES]);\n",
+                      "      if (step > " + r.first + " && lane == 0) " + r.release + "(&empty[(t + STAGES - 1) % STAGES]);\n",
                   true)
      << "    wgmma_wait<0>();\n"
      // After the wait: an arrival between the last wgmmas and their wait made ptxas serialize
@@ -993,6 +1091,7 @@ void emit_persistent_main_loop(std::ostringstream& os, const WgmmaKernel& w, con
      << "    if (lane == 0) " << r.release << "(&empty[(t + STAGES - 1) % STAGES]);  // the tile's last buffer\n"
      << "    #pragma unroll\n    for (int i = 0; i < MI; ++i)\n"
      << "      #pragma unroll\n      for (int r = 0; r < ACC; ++r) fence_operand(acc[i][r]);\n";
+  emit_stream_fixup(os, w);
 }
 
 /// A tile's epilogue: the accumulators into the consumer's epilogue tile once the last tile's
@@ -1228,6 +1327,10 @@ void validate_producer(const ImplicitGemm& g, const ScheduleParams& p, std::vect
   if (ping_pong(p) && pairs_blocks(p))
     fail(ScheduleError::kBadOption, "producer = 3 with cluster = " + std::to_string(p.cluster) +
                                         ": ping-pong consumers take tiles of their own, not a pair's; use cluster 0");
+  if (stream_k(p) && (p.producer != 2 || pairs_blocks(p)))
+    fail(ScheduleError::kBadOption, "stream_k = 1 with producer = " + std::to_string(p.producer) + ", cluster = " +
+                                        std::to_string(p.cluster) + ": runs of steps are cut for a persistent kernel "
+                                        "of single blocks; use producer 2 and cluster 0, or stream_k 0");
   if (!p.producer) return;
   for (int which = 0; which < 2; ++which) validate_tma_operand(g, p, which, out);
   if (pairs_blocks(p)) validate_pair(g, p, out);
@@ -1240,7 +1343,7 @@ class WgmmaFamily final : public EmitterFamily {
   int threads_per_warp_tile(const ScheduleParams&) const override { return 128; }
   std::span<const KnobUse> knob_uses() const override {
     static constexpr KnobUse kUses[] = {{"swizzle", 0, 3}, {"producer", 0, 3}, {"a_regs", 0, 1}, {"cluster", 0, 3},
-                                        {"uniform_wait", 0, 1}, {"bulk_store", 0, 2}};
+                                        {"uniform_wait", 0, 1}, {"bulk_store", 0, 2}, {"stream_k", 0, 1}};
     return kUses;
   }
   // The producer warpgroup, and in ping-pong the second consumer warpgroup (the block's one warp
@@ -1426,7 +1529,10 @@ class WgmmaFamily final : public EmitterFamily {
         // stores on the fused batch-16 table's persistent tiles: one draw in five.
         .set("bulk_store", !bulk_store_possible(g)          ? std::vector<Choice>{0}
                            : g.compute->epilogue.empty() ? std::vector<Choice>{{0, 3}, 1, {2, 2}}
-                                                         : std::vector<Choice>{{0, 4}, 2});
+                                                         : std::vector<Choice>{{0, 4}, 2})
+        // Stream-K is taken from --params and --sweep but not drawn: its kernels have compiled,
+        // not yet run on a GPU (docs/design-notes.md, "Stream-K").
+        .set("stream_k", {0});
     // Split-K summed in a cluster, and pairs of blocks sharing an operand tile (no faster than
     // single blocks where measured: a third of the draws without splits; sample() turns a 1
     // without splits into 0, and 2 or 3 with splits into 0 or 1).

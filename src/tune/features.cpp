@@ -53,6 +53,10 @@ Shape shape_of(const ImplicitGemm& g, const ScheduleParams& p, const DeviceModel
   const double concurrent = static_cast<double>(d.sm_count) * s.bps;
   s.waves = s.tiles / concurrent;
   s.wave_efficiency = s.tiles / (std::ceil(s.waves) * concurrent);
+  if (p.stream_k) {  // every block runs the same number of steps, to one step (the cut tiles' sums aside)
+    const double units = static_cast<double>(s.tiles * s.steps_per_tile);
+    s.wave_efficiency = units / (std::ceil(units / concurrent) * concurrent);
+  }
   return s;
 }
 

@@ -78,6 +78,7 @@ struct KernelSource {
   std::array<std::int64_t, 3> grid{1, 1, 1};
   /// A persistent kernel: it takes grid[0] tiles (grid[1] = grid[2] = 1) with a grid stride, so
   /// any block count is correct; launchers start min(grid[0], SMs x resident blocks per SM).
+  /// A stream-K one's grid[0] is its steps of all tiles: it cuts them into as many runs as blocks.
   bool persistent = false;
   /// Blocks per thread block cluster along x, fixed by the kernel's __cluster_dims__ (2: a pair
   /// sharing an operand tile, ScheduleParams::cluster 2 or 3; the grid's x is a multiple of it).
