@@ -654,7 +654,8 @@ TEST(Codegen, WgmmaStreamK) {
         EXPECT_EQ(k.workspace_bytes, flags + 132 * 4) << label;
         EXPECT_TRUE(k.reduce_name.empty()) << label;
         for (const std::string piece : {"flag_raise(&sk_flags[blockIdx.x])", "flag_wait(&sk_flags[b])",
-                                        "for (int step = s0; step < s1; ++step, ++t)", "sk_flags[b] = 0;"})
+                                        "for (int step = s0; step < s1; ++step, ++t)", "sk_flags[b] = 0;",
+                                        "stream_peer(UNITS, sk_blocks, b, tile, STEPS)"})
           EXPECT_NE(k.code.find(piece), std::string::npos) << label << ": " << piece;
         jobs.push_back({label + " " + g.layout + (bulk_store ? " tma stores" : ""), k});
       }

@@ -16,6 +16,7 @@
 
 #include "test_util.h"
 #include "tmap/codegen/device_library.h"
+#include "tmap/device/stream_k.cuh"
 #include "tmap/runtime/launch_plan.h"
 #include "tmap/runtime/nvrtc_compiler.h"
 
@@ -307,7 +308,64 @@ TEST(DeviceLibrary, CompileCacheKeysCoverTheLibrary) {
     EXPECT_TRUE(files.insert(h.file).second) << h.file;
     EXPECT_NE(h.text.find("namespace device"), std::string_view::npos) << h.file;
   }
-  EXPECT_EQ(files.size(), 12u);
+  EXPECT_EQ(files.size(), 13u);
+}
+
+// Stream-K's runs, walked on the host with the kernels' own arithmetic: every step of every tile
+// is in exactly one block's piece; a piece without its tile's first step is its run's first,
+// the piece with it is its run's last (or holds the whole tile); the blocks that the finisher
+// waits for are later ones whose first pieces are the rest of the tile, each added once, so each
+// tile's sum has all its steps, and no block waits on one that could be waiting on it.
+TEST(DeviceLibrary, StreamKRunsCoverEveryStepOnceAndFinishersAddEachPieceOnce) {
+  using device::stream_peer;
+  using device::stream_piece;
+  using device::stream_run_first;
+  struct Shape {
+    int tiles, steps;
+  };
+  for (const Shape& s : {Shape{4, 9}, Shape{196, 9}, Shape{224, 64}, Shape{1, 5}, Shape{7, 1}, Shape{2048, 128},
+                         Shape{131, 3}, Shape{133, 1}, Shape{3, 200}}) {
+    const long long units = static_cast<long long>(s.tiles) * s.steps;
+    const int blocks = static_cast<int>(std::min<long long>(units, 132));  // the launch: at most one a step
+    SCOPED_TRACE(std::to_string(s.tiles) + " tiles of " + std::to_string(s.steps) + " steps, " +
+                 std::to_string(blocks) + " blocks");
+    std::vector<int> covered(static_cast<std::size_t>(units), 0), owners(s.tiles, 0);
+    std::vector<device::StreamPiece> partial(blocks, {-1, 0, 0});  // a block's piece for a finisher
+    std::vector<std::pair<int, device::StreamPiece>> finishers;     // pieces with a tile's first step
+    for (int b = 0; b < blocks; ++b) {
+      const long long first = stream_run_first(units, blocks, b), end = stream_run_first(units, blocks, b + 1);
+      ASSERT_LT(first, end) << "block " << b << " has no steps";
+      for (long long u = first; u < end;) {
+        const device::StreamPiece piece = stream_piece(u, end, s.steps);
+        ASSERT_LT(piece.first, piece.last);
+        for (int step = piece.first; step < piece.last; ++step)
+          ++covered[static_cast<std::size_t>(piece.tile) * s.steps + step];
+        const bool run_first = u == first;
+        u = static_cast<long long>(piece.tile) * s.steps + piece.last;
+        if (piece.first != 0) {
+          EXPECT_TRUE(run_first) << "block " << b << ": a piece without its tile's first step leads its run";
+          partial[b] = piece;
+        } else {
+          EXPECT_TRUE(piece.last == s.steps || u == end) << "block " << b << ": a cut tile's first piece ends its run";
+          ++owners[piece.tile];
+          finishers.push_back({b, piece});
+        }
+      }
+    }
+    EXPECT_TRUE(std::all_of(covered.begin(), covered.end(), [](int n) { return n == 1; }));
+    EXPECT_TRUE(std::all_of(owners.begin(), owners.end(), [](int n) { return n == 1; }));
+    std::vector<int> added(blocks, 0);
+    for (const auto& [b, piece] : finishers) {
+      int steps = piece.last;
+      for (int p = b + 1; piece.last < s.steps && stream_peer(units, blocks, p, piece.tile, s.steps); ++p) {
+        ASSERT_EQ(partial[p].tile, piece.tile) << "block " << b << " waits on block " << p;
+        steps += partial[p].last - partial[p].first;
+        ++added[p];
+      }
+      EXPECT_EQ(steps, s.steps) << "tile " << piece.tile;
+    }
+    for (int b = 0; b < blocks; ++b) EXPECT_EQ(added[b], partial[b].tile >= 0 ? 1 : 0) << "block " << b;
+  }
 }
 
 // --- On the GPU -------------------------------------------------------------------------------

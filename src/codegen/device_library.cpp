@@ -10,7 +10,7 @@ namespace embedded {
 // include/tmap/device/*.cuh, embedded at build time (CMakeLists.txt, tmap_embed).
 extern const char kDevice_smem[], kDevice_cp_async[], kDevice_ldmatrix[], kDevice_mbarrier[], kDevice_tma[],
     kDevice_cluster[], kDevice_wgmma[], kDevice_shift[], kDevice_swizzle[], kDevice_relayout[],
-    kDevice_epilogue[], kDevice_grid_flag[];
+    kDevice_epilogue[], kDevice_grid_flag[], kDevice_stream_k[];
 }  // namespace embedded
 
 const std::vector<DeviceHeader>& device_headers() {
@@ -21,6 +21,7 @@ const std::vector<DeviceHeader>& device_headers() {
       {"tmap/device/wgmma.cuh", embedded::kDevice_wgmma},       {"tmap/device/shift.cuh", embedded::kDevice_shift},
       {"tmap/device/swizzle.cuh", embedded::kDevice_swizzle},   {"tmap/device/relayout.cuh", embedded::kDevice_relayout},
       {"tmap/device/epilogue.cuh", embedded::kDevice_epilogue}, {"tmap/device/grid_flag.cuh", embedded::kDevice_grid_flag},
+      {"tmap/device/stream_k.cuh", embedded::kDevice_stream_k},
   };
   return all;
 }

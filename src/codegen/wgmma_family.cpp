@@ -426,11 +426,11 @@ struct PersistentRoles {
         thread(ping_pong(p) ? "(threadIdx.x % 128)" : "threadIdx.x"),
         release(pairs_blocks(p) ? "mbar_arrive_pair" : "mbar_arrive"),
         wait(wait_call(p)),
-        walk(stream_k(p)       ? "for (long long u = sk_first(blockIdx.x), u_end = sk_first(blockIdx.x + 1); u < u_end;)"
+        walk(stream_k(p)       ? "for (long long u = run_first; u < run_end;)"
              : pairs_blocks(p) ? "for (int tile = blockIdx.x / 2; tile < TILES; tile += gridDim.x / 2)"
                                : "for (int tile = blockIdx.x; tile < TILES; tile += gridDim.x)"),
-        segment(stream_k(p) ? "const int tile = (int)(u / STEPS), s0 = (int)(u % STEPS),\n"
-                              "          s1 = (int)min((long long)STEPS, u_end - (long long)tile * STEPS);\n"
+        segment(stream_k(p) ? "const StreamPiece piece = stream_piece(u, run_end, STEPS);\n"
+                              "const int tile = piece.tile, s0 = piece.first, s1 = piece.last;\n"
                               "u = (long long)tile * STEPS + s1;  // where the next piece starts\n"
                             : ""),
         first(stream_k(p) ? "s0" : "0"),
@@ -651,6 +651,7 @@ void emit_constants(std::ostringstream& os, const WgmmaKernel& w) {
        << "constexpr int SK_BLOCKS = " << kStreamBlocks << ", SK_TILE = " << ws.tile_elements << ";\n"
        << "constexpr long long SK_FLAGS = " << ws.flags_offset << ";\n";
     emit_device_include(os, "grid_flag");
+    emit_device_include(os, "stream_k");
     os << "\n";
   }
   if (p.bulk_store != 2) return;
@@ -990,7 +991,8 @@ void emit_persistent_producer(std::ostringstream& os, const WgmmaKernel& w, cons
        << "  const int sk_blocks = min((int)gridDim.x, SK_BLOCKS);\n"
        << "  if (blockIdx.x >= sk_blocks) return;  // more blocks than partial tiles: these idle\n"
        << "  const long long UNITS = (long long)TILES * STEPS;\n"
-       << "  auto sk_first = [&](int b) { return UNITS * b / sk_blocks; };  // run b's first step\n";
+       << "  const long long run_first = stream_run_first(UNITS, sk_blocks, blockIdx.x),\n"
+       << "                  run_end = stream_run_first(UNITS, sk_blocks, blockIdx.x + 1);\n";
   os << ring_barriers(w.sa, w.sb, pair, pp)
      << "  " << r.cs << "* Cs = reinterpret_cast<" << r.cs << "*>(smem + CS_OFFSET"
      << (pp ? " + (wg % 2) * CS_STRIDE);  // this consumer's (the producer's is unused)\n" : ");\n")
@@ -1040,7 +1042,7 @@ void emit_stream_fixup(std::ostringstream& os, const WgmmaKernel& w) {
      << "      continue;\n"
      << "    }\n"
      << "    // The tile's first piece: the rest are the first pieces of the runs that start inside it.\n"
-     << "    for (int b = blockIdx.x + 1; s1 < STEPS && b < sk_blocks && sk_first(b) < (long long)(tile + 1) * STEPS; ++b) {\n"
+     << "    for (int b = blockIdx.x + 1; s1 < STEPS && stream_peer(UNITS, sk_blocks, b, tile, STEPS); ++b) {\n"
      << "      if (threadIdx.x == 0) {\n"
      << "        flag_wait(&sk_flags[b]);\n"
      << "        sk_flags[b] = 0;  // for the next launch: block b raises it once a launch\n"
