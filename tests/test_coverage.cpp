@@ -114,12 +114,13 @@ TEST(Coverage, EveryOpAndOddExtentHasAKernelThatCompiles) {
   // With padding, Tensor Cores take every shape too.
   EXPECT_EQ(tensor_core, static_cast<int>(cases.size()));
   NvrtcCompiler compiler(90);
-  std::vector<CompileResult> results = compile_parallel(compiler, jobs);
+  const auto results = testing::compile_sweep(compiler, jobs);
   int failed = 0;
-  for (std::size_t i = 0; i < results.size(); ++i)
-    if (!results[i].ok && failed++ < 3) ADD_FAILURE() << labels[i] << ":\n" << results[i].log;
+  for (const auto& [i, r] : results)
+    if (!r.ok && failed++ < 3) ADD_FAILURE() << labels[i] << ":\n" << r.log;
   EXPECT_EQ(failed, 0);
-  std::printf("%zu cases of %zu ops, %zu kernels compiled for sm_90\n", cases.size(), per_op.size(), results.size());
+  std::printf("%zu cases of %zu ops, %zu kernels, %zu compiled for sm_90\n", cases.size(), per_op.size(), jobs.size(),
+              results.size());
 }
 
 /// Virtual GEMMs of one abstraction on `c`: per match, its first mapping, or (with `padded`) its
@@ -164,8 +165,10 @@ TEST(Coverage, PaddedAndSwappedTensorCoreKernelsCompile) {
       }
   EXPECT_GT(swapped, 0);
   NvrtcCompiler compiler(90);
-  for (const auto& r : compile_parallel(compiler, jobs)) EXPECT_TRUE(r.ok) << r.log;
-  std::printf("%zu padded Tensor Core kernels compiled (%d with A and B swapped)\n", jobs.size(), swapped);
+  const auto results = testing::compile_sweep(compiler, jobs);
+  for (const auto& [i, r] : results) EXPECT_TRUE(r.ok) << r.log;
+  std::printf("%zu padded Tensor Core kernels, %zu compiled (%d with A and B swapped)\n", jobs.size(), results.size(),
+              swapped);
 }
 
 /// A SIMT schedule variant: the default with a few parameters changed.
@@ -219,16 +222,13 @@ TEST(Coverage, SimtCompilesEveryAbstractionLayoutAndSchedule) {
   const int archs[] = {80, 90};
   for (std::size_t a = 0; a < 2; ++a) {
     NvrtcCompiler compiler(archs[a]);
-    std::vector<CompileJob> share;
-    for (std::size_t i = 0; i < jobs.size(); ++i)
-      if (testing::sweep_compiles(i, a, 2)) share.push_back(jobs[i]);
     int failed = 0;
-    for (const auto& r : compile_parallel(compiler, share))
+    for (const auto& [i, r] : testing::compile_sweep(compiler, jobs, a, 2))
       if (!r.ok && failed++ < 3) ADD_FAILURE() << "sm_" << archs[a] << ":\n" << r.log;
     EXPECT_EQ(failed, 0);
   }
   std::printf("%zu SIMT kernels compiled for sm_80 and sm_90 (%s); %d variants did not apply\n", jobs.size(),
-              testing::full_suite() ? "each for both" : "each for one", skipped);
+              testing::full_suite() ? "each for both" : "a share for one each", skipped);
 }
 
 TEST(Coverage, SimtValidationReasons) {
@@ -378,16 +378,18 @@ TEST(Coverage, SimtWindowKernelsCompile) {
   // All for sm_90; every fifth for sm_80 too (cp.async and the vector copies are the same there).
   std::vector<CompileJob> some;
   for (std::size_t i = 0; i < jobs.size(); i += 5) some.push_back(jobs[i]);
+  std::size_t compiled = 0;
   for (int cc : {80, 90}) {
     NvrtcCompiler compiler(cc);
-    std::vector<CompileResult> results = compile_parallel(compiler, cc == 90 ? jobs : some);
     int failed = 0;
-    for (std::size_t i = 0; i < results.size(); ++i)
-      if (!results[i].ok && failed++ < 3)
-        ADD_FAILURE() << "sm_" << cc << " " << labels[cc == 90 ? i : 5 * i] << ":\n" << results[i].log;
+    const auto results = testing::compile_sweep(compiler, cc == 90 ? jobs : some);
+    compiled += results.size();
+    for (const auto& [i, r] : results)
+      if (!r.ok && failed++ < 3) ADD_FAILURE() << "sm_" << cc << " " << labels[cc == 90 ? i : 5 * i] << ":\n" << r.log;
     EXPECT_EQ(failed, 0);
   }
-  std::printf("%zu window kernels compiled for sm_90, %zu of them for sm_80\n", jobs.size(), some.size());
+  std::printf("%zu window kernels for sm_90, %zu of them for sm_80 too; %zu compilations\n", jobs.size(), some.size(),
+              compiled);
 }
 
 TEST(Coverage, SimtWindowSamplesAreValidAndVaried) {

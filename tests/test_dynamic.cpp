@@ -230,11 +230,11 @@ TEST(Dynamic, EveryFamilyCompilesKernelsThatTakeTheSizeAtRunTime) {
   std::vector<CompileJob> sources;
   for (const auto& [label, k, axis] : jobs) sources.push_back({k.name, k.code});
   NvrtcCompiler compiler(90);
-  const std::vector<CompileResult> results = compile_parallel(compiler, sources);
+  const auto results = testing::compile_sweep(compiler, sources);
   int failed = 0;
-  for (std::size_t i = 0; i < results.size(); ++i)
-    if (!results[i].ok && failed++ == 0) ADD_FAILURE() << std::get<0>(jobs[i]) << ":\n" << results[i].log;
-  std::printf("%zu kernels of a range compiled for sm_90, %d failed\n", jobs.size(), failed);
+  for (const auto& [i, r] : results)
+    if (!r.ok && failed++ == 0) ADD_FAILURE() << std::get<0>(jobs[i]) << ":\n" << r.log;
+  std::printf("%zu kernels of a range, %zu compiled for sm_90, %d failed\n", jobs.size(), results.size(), failed);
 }
 
 TEST(Dynamic, ASampleOfARangeRunsTheRangesKernelsAndIsModelledAtItsSize) {

@@ -255,10 +255,9 @@ TEST(Epilogue, EveryFunctionCompilesOnEveryFamily) {
         if (gc.p.bulk_store == 2) ++tma_stores;
       }
     }
-    const std::vector<CompileResult> results = compile_parallel(compiler, jobs);
-    kernels += results.size();
-    for (std::size_t i = 0; i < results.size(); ++i)
-      if (!results[i].ok) failures.push_back(labels[i] + ":\n" + results[i].log.substr(0, 3000));
+    kernels += jobs.size();
+    for (const auto& [i, r] : testing::compile_sweep(compiler, jobs))
+      if (!r.ok) failures.push_back(labels[i] + ":\n" + r.log.substr(0, 3000));
   }
   for (const std::string f : {"wmma", "mma_sync", "wgmma", "simt"})
     EXPECT_NE(std::find(families_seen.begin(), families_seen.end(), f), families_seen.end()) << f << " not compiled";

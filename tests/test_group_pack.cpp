@@ -237,9 +237,8 @@ TEST(GroupPack, EveryFamilysPackedKernelsCompile) {
         jobs.push_back({k.name, k.code});
         labels.push_back(gc.label + " sm_" + std::to_string(cc));
       }
-    const std::vector<CompileResult> results = compile_parallel(compiler, jobs);
-    for (std::size_t i = 0; i < results.size(); ++i)
-      if (!results[i].ok) failures.push_back(labels[i] + ":\n" + results[i].log);
+    for (const auto& [i, r] : testing::compile_sweep(compiler, jobs))
+      if (!r.ok) failures.push_back(labels[i] + ":\n" + r.log);
     kernels += jobs.size();
   }
   EXPECT_GE(kernels, 30u);

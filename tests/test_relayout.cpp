@@ -520,9 +520,8 @@ TEST(Relayout, EveryFamilysViewKernelsCompile) {
     std::vector<const Job*> which;
     for (const Job& j : jobs)
       if (cc == 90 || j.sm80) sources.push_back({j.k.name, j.k.code}), which.push_back(&j);
-    const std::vector<CompileResult> results = compile_parallel(compiler, sources);
-    for (std::size_t i = 0; i < results.size(); ++i)
-      if (!results[i].ok) failures.push_back(which[i]->label + " sm_" + std::to_string(cc) + ":\n" + results[i].log);
+    for (const auto& [i, r] : testing::compile_sweep(compiler, sources))
+      if (!r.ok) failures.push_back(which[i]->label + " sm_" + std::to_string(cc) + ":\n" + r.log);
   }
   EXPECT_GE(jobs.size(), 20u);
   EXPECT_TRUE(failures.empty()) << failures.size() << " failed, first: " << failures.front();

@@ -13,6 +13,7 @@
 #include "tmap/gemm/implicit_gemm.h"
 #include "tmap/hw/hw_abstraction.h"
 #include "tmap/match/matcher.h"
+#include "tmap/runtime/nvrtc_compiler.h"
 #include "tmap/runtime/device.h"
 #include "tmap/schedule/schedule.h"
 #include "tmap/support/diagnostic.h"
@@ -27,8 +28,37 @@ inline bool full_suite() {
   const char* v = std::getenv("TMAP_TEST_FULL");
   return v != nullptr && std::string(v) == "1";
 }
+/// One kernel in how many of a sweep's that NVRTC compiles (TMAP_TEST_SAMPLE, default 1). The
+/// sanitizer build's run (`tools/test.sh --full`) sets 8: it generates every kernel, which is
+/// tmap's code that the sanitizers watch, and compiles a sample to keep NVRTC's path in view;
+/// NVRTC, whose allocations AddressSanitizer intercepts, runs five times slower there, and the
+/// release build's run of the same suite has compiled every kernel.
+inline std::size_t sweep_sample() {
+  const char* v = std::getenv("TMAP_TEST_SAMPLE");
+  const long n = v != nullptr ? std::strtol(v, nullptr, 10) : 1;
+  return n > 1 ? static_cast<std::size_t>(n) : 1;
+}
+
 /// Whether a sweep compiles its kernel number `i` for architecture number `a` of the `n` it names.
-inline bool sweep_compiles(std::size_t i, std::size_t a, std::size_t n) { return full_suite() || i % n == a; }
+inline bool sweep_compiles(std::size_t i, std::size_t a, std::size_t n) {
+  if (full_suite()) return true;
+  return i % n == a && (i / n) % sweep_sample() == 0;
+}
+
+/// Compiles the jobs of a sweep that sweep_compiles() gives architecture number `a` of `n`, on all
+/// cores; returns each compiled job's index in `jobs` with its result.
+inline std::vector<std::pair<std::size_t, CompileResult>> compile_sweep(NvrtcCompiler& compiler,
+                                                                        const std::vector<CompileJob>& jobs,
+                                                                        std::size_t a = 0, std::size_t n = 1) {
+  std::vector<CompileJob> share;
+  std::vector<std::size_t> index;
+  for (std::size_t i = 0; i < jobs.size(); ++i)
+    if (sweep_compiles(i, a, n)) share.push_back(jobs[i]), index.push_back(i);
+  std::vector<CompileResult> results = compile_parallel(compiler, share);
+  std::vector<std::pair<std::size_t, CompileResult>> out;
+  for (std::size_t k = 0; k < results.size(); ++k) out.emplace_back(index[k], std::move(results[k]));
+  return out;
+}
 
 /// What validate() says of schedule p for g: each issue's detail on a line of its own, "" when
 /// the schedule is valid.
