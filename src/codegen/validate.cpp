@@ -177,6 +177,10 @@ std::int64_t shared_bytes(const ImplicitGemm& g, const ScheduleParams& p) {
   return family_of(*g.hw).shared_bytes(g, p);
 }
 
+std::int64_t reduction_steps(const ImplicitGemm& g, const ScheduleParams& p) {
+  return g.serial * ((g.K + p.block_k - 1) / p.block_k);
+}
+
 int block_threads(const ImplicitGemm& g, const ScheduleParams& p) {
   const EmitterFamily& f = family_of(*g.hw);
   // In 64 bits, capped: absurd tiles (--params, fuzzing) are refused as too many threads, never overflow.
@@ -226,7 +230,7 @@ std::vector<ScheduleIssue> validate(const ImplicitGemm& in, const ScheduleParams
   auto fail = [&](ScheduleError e, std::string detail) { out.push_back({e, std::move(detail)}); };
   validate_tiling(g, p, limits, out);
   if (!out.empty()) return out;  // the checks below need a well-formed tiling
-  const std::int64_t steps = g.serial * ((g.K + p.block_k - 1) / p.block_k);
+  const std::int64_t steps = reduction_steps(g, p);
   if (p.split_k < 1 || p.split_k > steps)
     fail(ScheduleError::kBadSplitK, "split_k = " + std::to_string(p.split_k) + " for " + std::to_string(steps) + " steps");
   const std::int64_t grid_y = (g.M + p.block_m - 1) / p.block_m, grid_z = g.batch * std::max(1, p.split_k);
@@ -263,7 +267,7 @@ ScheduleParams default_schedule(const ImplicitGemm& g, const DeviceLimits& limit
   p.group_pack = g.compute->group_pack;
   if (limits.sm_count > 0) {
     const std::int64_t blocks = ((g.M + p.block_m - 1) / p.block_m) * ((g.N + p.block_n - 1) / p.block_n) * g.batch;
-    const std::int64_t steps = g.serial * ((g.K + p.block_k - 1) / p.block_k);
+    const std::int64_t steps = reduction_steps(g, p);
     const std::int64_t wanted = (2 * limits.sm_count + blocks - 1) / blocks;
     // Keep at least four steps per split, and the grid within its limits.
     p.split_k = static_cast<int>(std::clamp<std::int64_t>(std::min(wanted, steps / 4), 1, 65535 / g.batch));

@@ -39,7 +39,7 @@ Shape shape_of(const ImplicitGemm& g, const ScheduleParams& p, const DeviceModel
   s.tiles_m = ceil_div(g.M, p.block_m);
   s.tiles_n = ceil_div(g.N, p.block_n);
   s.tiles = s.tiles_m * s.tiles_n * g.batch * p.split_k;
-  s.steps_per_tile = ceil_div(g.serial * ceil_div(g.K, p.block_k), p.split_k);
+  s.steps_per_tile = ceil_div(reduction_steps(g, p), p.split_k);
   if (p.window) {  // block_n counts batch entries, and the whole window is one step
     s.tiles_n = 1;
     s.tiles = s.tiles_m * ceil_div(g.batch, p.block_n);

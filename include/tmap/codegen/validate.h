@@ -17,6 +17,10 @@ namespace tmap {
 /// p.relayout, `g` is checked through its relayout view (gemm_for()).
 std::vector<ScheduleIssue> validate(const ImplicitGemm& g, const ScheduleParams& p, const DeviceLimits& limits);
 
+/// Steps of the reduction an output tile takes, all splits together: block_k-wide steps of K for
+/// each serial iteration (a grouped or windowed reduction's outer loop).
+std::int64_t reduction_steps(const ImplicitGemm& g, const ScheduleParams& p);
+
 /// Threads per block: warp tiles per block x the family's threads per warp tile.
 int block_threads(const ImplicitGemm& g, const ScheduleParams& p);
 
