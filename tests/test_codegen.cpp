@@ -37,24 +37,21 @@ struct Job {
   KernelSource kernel;
 };
 
-/// Compiles the jobs for each architecture (sm_90 as sm_90a) on all cores: every job for each in
-/// the full suite, else each job for one of them (testing::sweep_compiles); returns the failures.
+/// Compiles the jobs for each architecture (sm_90 as sm_90a) on all cores, the share of each that
+/// testing::sweep_compiles gives it; returns the failures.
 std::vector<std::string> compile_all(const std::vector<Job>& jobs, const std::vector<int>& archs = {80, 90}) {
+  std::vector<CompileJob> sources;
+  for (const Job& j : jobs) sources.push_back({j.kernel.name, j.kernel.code});
   std::vector<std::string> out;
   for (std::size_t a = 0; a < archs.size(); ++a) {
     const int cc = archs[a];
-    std::vector<CompileJob> sources;
-    std::vector<const Job*> which;
-    for (std::size_t i = 0; i < jobs.size(); ++i)
-      if (testing::sweep_compiles(i, a, archs.size()))
-        sources.push_back({jobs[i].kernel.name, jobs[i].kernel.code}), which.push_back(&jobs[i]);
-    if (sources.empty()) continue;
     NvrtcCompiler compiler(cc);
-    std::vector<CompileResult> results = compile_parallel(compiler, sources);
+    const auto results = testing::compile_sweep(compiler, sources, a, archs.size());
+    if (results.empty()) continue;
     double total = 0;
-    for (std::size_t i = 0; i < results.size(); ++i) {
-      total += results[i].seconds;
-      if (!results[i].ok) out.push_back(which[i]->label + " sm_" + std::to_string(cc) + ":\n" + results[i].log);
+    for (const auto& [i, r] : results) {
+      total += r.seconds;
+      if (!r.ok) out.push_back(jobs[i].label + " sm_" + std::to_string(cc) + ":\n" + r.log);
     }
     std::cout << "sm_" << cc << ": " << results.size() << " kernels, " << total / results.size() << " s each on average\n";
   }
@@ -618,12 +615,12 @@ TEST(Codegen, WgmmaTmaProducer) {
             << " persistent)\n";
 }
 
-// Stream-K (stream_k 1, a persistent kernel of single blocks): one launch dimension of a block per
-// step at most (the launch starts as many as stay resident); a workspace of a partial tile per
-// block of at most SK_BLOCKS and a flag per block, zero before the first launch; pieces that lack
-// their tile's first step leave their sums and raise a flag, the first piece waits for the others'.
-// Every layout, dtype, a batch, im2col convolutions, 16-bit outputs and TMA stores compile for
-// sm_90a; other producers and pairs of blocks are refused with the rule.
+// Stream-K (stream_k 1 or 2, a persistent kernel of single blocks): one launch dimension of a
+// block per step at most (the launch starts as many as stay resident); a workspace of a partial
+// tile per block of at most SK_BLOCKS and a flag per block, zero before the first launch; pieces
+// that lack their tile's first step leave their sums and raise a flag, the first piece waits for
+// the others'. Every layout, dtype, a batch, im2col convolutions, 16-bit outputs and TMA stores
+// compile for sm_90a, in both forms; other producers and pairs of blocks are refused with the rule.
 TEST(Codegen, WgmmaStreamK) {
   std::vector<Job> jobs;
   std::vector<std::unique_ptr<Compute>> keep;
@@ -639,9 +636,10 @@ TEST(Codegen, WgmmaStreamK) {
       if (!validate(g, p, limits).empty()) p.stages = 3;  // the epilogue tile beside a ring of 256-wide tiles
       if (!validate(g, p, limits).empty()) continue;
       ++layouts;
-      for (int bulk_store : {0, 2}) {
+      for (const auto [bulk_store, form] : {std::pair{0, 1}, {2, 1}, {0, 2}}) {
         ScheduleParams q = p;
         q.bulk_store = bulk_store;
+        q.stream_k = form;
         if (!validate(g, q, limits).empty()) continue;
         const KernelSource k = emit_kernel(g, q);
         const std::int64_t tiles = (g.M + q.block_m - 1) / q.block_m * ((g.N + q.block_n - 1) / q.block_n) * g.batch;
@@ -655,9 +653,10 @@ TEST(Codegen, WgmmaStreamK) {
         EXPECT_TRUE(k.reduce_name.empty()) << label;
         for (const std::string piece : {"flag_raise(&sk_flags[blockIdx.x])", "flag_wait(&sk_flags[b])",
                                         "for (int step = s0; step < s1; ++step, ++t)", "sk_flags[b] = 0;",
-                                        "stream_peer(UNITS, sk_blocks, b, tile, STEPS)"})
+                                        "stream_peer(walk.units, sk_blocks, b, tile, STEPS)",
+                                        form == 2 ? "blockIdx.x, true);" : "blockIdx.x, false);"})
           EXPECT_NE(k.code.find(piece), std::string::npos) << label << ": " << piece;
-        jobs.push_back({label + " " + g.layout + (bulk_store ? " tma stores" : ""), k});
+        jobs.push_back({label + " " + g.layout + (bulk_store ? " tma stores" : "") + " form " + std::to_string(form), k});
       }
       // Refused beside another producer, and in pairs of blocks.
       for (auto change : {+[](ScheduleParams& q) { q.producer = 1; }, +[](ScheduleParams& q) { q.producer = 3; },
@@ -681,6 +680,8 @@ TEST(Codegen, WgmmaStreamK) {
   add(typed_compute(keep, "gemm_nt", "int8", "int32", {"M=300", "N=200", "K=256"}), "wgmma_int8_int32", "int8");
   add(typed_compute(keep, "gemm_nt", "float8_e4m3", "float32", {"M=300", "N=200", "K=256"}), "wgmma_e4m3_fp32", "e4m3");
   add(stored_as(keep, "gemm_nt", "bfloat16", "bfloat16", {"M=300", "N=200", "K=256"}), "wgmma_bf16_fp32", "bf16 out");
+  add(stored_as(keep, "gemm", "float16", "float16", {"M=2304", "N=2304", "K=512"}), "wgmma_fp16_fp32",
+      "whole waves and the last");
   EXPECT_NE(refusals.find("stream_k = 1 with producer = 1, cluster = 0: runs of steps are cut for a persistent kernel "
                           "of single blocks; use producer 2 and cluster 0, or stream_k 0"),
             std::string::npos) << refusals;
@@ -698,7 +699,7 @@ TEST(Codegen, WgmmaStreamK) {
   const std::vector<std::string> failures = compile_all(jobs, {90});
   EXPECT_TRUE(failures.empty()) << failures.size() << " of " << jobs.size() << " failed; first:\n"
                                 << (failures.empty() ? "" : failures.front());
-  EXPECT_GE(jobs.size(), 14u);
+  EXPECT_GE(jobs.size(), 21u);
 }
 
 // A tile that would reach past the output's end loads, instead, the rows that end at the extent's

@@ -311,61 +311,75 @@ TEST(DeviceLibrary, CompileCacheKeysCoverTheLibrary) {
   EXPECT_EQ(files.size(), 13u);
 }
 
-// Stream-K's runs, walked on the host with the kernels' own arithmetic: every step of every tile
-// is in exactly one block's piece; a piece without its tile's first step is its run's first,
-// the piece with it is its run's last (or holds the whole tile); the blocks that the finisher
-// waits for are later ones whose first pieces are the rest of the tile, each added once, so each
-// tile's sum has all its steps, and no block waits on one that could be waiting on it.
+// Stream-K's runs, walked on the host with the kernels' own arithmetic, in both forms (every
+// tile's steps cut into runs, or only the last waves' with whole tiles before them): every step of
+// every tile is in exactly one block's piece; a piece without its tile's first step is its run's
+// first, the piece with it is its run's last (or holds the whole tile); the blocks that the
+// finisher waits for are later ones whose first pieces are the rest of the tile, each added once,
+// so each tile's sum has all its steps, and no block waits on one that could be waiting on it.
+// The whole tiles of the second form are every blocks-th from the runs' end, from block b's b.
 TEST(DeviceLibrary, StreamKRunsCoverEveryStepOnceAndFinishersAddEachPieceOnce) {
-  using device::stream_peer;
-  using device::stream_piece;
-  using device::stream_run_first;
   struct Shape {
     int tiles, steps;
   };
-  for (const Shape& s : {Shape{4, 9}, Shape{196, 9}, Shape{224, 64}, Shape{1, 5}, Shape{7, 1}, Shape{2048, 128},
-                         Shape{131, 3}, Shape{133, 1}, Shape{3, 200}}) {
-    const long long units = static_cast<long long>(s.tiles) * s.steps;
-    const int blocks = static_cast<int>(std::min<long long>(units, 132));  // the launch: at most one a step
-    SCOPED_TRACE(std::to_string(s.tiles) + " tiles of " + std::to_string(s.steps) + " steps, " +
-                 std::to_string(blocks) + " blocks");
-    std::vector<int> covered(static_cast<std::size_t>(units), 0), owners(s.tiles, 0);
-    std::vector<device::StreamPiece> partial(blocks, {-1, 0, 0});  // a block's piece for a finisher
-    std::vector<std::pair<int, device::StreamPiece>> finishers;     // pieces with a tile's first step
-    for (int b = 0; b < blocks; ++b) {
-      const long long first = stream_run_first(units, blocks, b), end = stream_run_first(units, blocks, b + 1);
-      ASSERT_LT(first, end) << "block " << b << " has no steps";
-      for (long long u = first; u < end;) {
-        const device::StreamPiece piece = stream_piece(u, end, s.steps);
-        ASSERT_LT(piece.first, piece.last);
-        for (int step = piece.first; step < piece.last; ++step)
-          ++covered[static_cast<std::size_t>(piece.tile) * s.steps + step];
-        const bool run_first = u == first;
-        u = static_cast<long long>(piece.tile) * s.steps + piece.last;
-        if (piece.first != 0) {
-          EXPECT_TRUE(run_first) << "block " << b << ": a piece without its tile's first step leads its run";
-          partial[b] = piece;
-        } else {
-          EXPECT_TRUE(piece.last == s.steps || u == end) << "block " << b << ": a cut tile's first piece ends its run";
-          ++owners[piece.tile];
-          finishers.push_back({b, piece});
+  for (const bool hybrid : {false, true})
+    for (const Shape& s : {Shape{4, 9}, Shape{196, 9}, Shape{224, 64}, Shape{1, 5}, Shape{7, 1}, Shape{2048, 128},
+                           Shape{131, 3}, Shape{133, 1}, Shape{3, 200}, Shape{264, 4}, Shape{300, 7}, Shape{395, 2}}) {
+      const long long units = static_cast<long long>(s.tiles) * s.steps;
+      const int blocks = static_cast<int>(std::min<long long>(units, 132));  // the launch: at most one a step
+      SCOPED_TRACE(std::to_string(s.tiles) + " tiles of " + std::to_string(s.steps) + " steps, " +
+                   std::to_string(blocks) + " blocks" + (hybrid ? ", whole tiles first" : ""));
+      std::vector<int> covered(static_cast<std::size_t>(units), 0), owners(s.tiles, 0);
+      std::vector<device::StreamPiece> partial(blocks, {-1, 0, 0});  // a block's piece for a finisher
+      std::vector<std::pair<int, device::StreamPiece>> finishers;     // pieces with a tile's first step
+      long long cut_units = 0;
+      int whole = 0;
+      for (int b = 0; b < blocks; ++b) {
+        const device::StreamWalk walk = device::stream_walk(s.tiles, s.steps, blocks, b, hybrid);
+        cut_units = walk.units;
+        ASSERT_LT(walk.first, walk.run_end) << "block " << b << " has no run";
+        for (long long u = walk.first; u < walk.end;) {
+          const device::StreamPiece piece = device::stream_piece(walk, u);
+          ASSERT_LT(piece.first, piece.last);
+          for (int step = piece.first; step < piece.last; ++step)
+            ++covered[static_cast<std::size_t>(piece.tile) * s.steps + step];
+          const long long after = static_cast<long long>(piece.tile) * s.steps + piece.last;
+          if (after > walk.units) {  // a whole tile past the runs
+            EXPECT_EQ(piece.last - piece.first, s.steps);
+            EXPECT_EQ((piece.tile - walk.units / s.steps) % blocks, b) << "tile " << piece.tile;
+            ++whole;
+          }
+          const bool leads = u == walk.first;
+          u = device::stream_next(walk, after, b);
+          if (piece.first != 0) {
+            EXPECT_TRUE(leads) << "block " << b << ": a piece without its tile's first step leads its run";
+            partial[b] = piece;
+          } else {
+            EXPECT_TRUE(piece.last == s.steps || after == walk.run_end)
+                << "block " << b << ": a cut tile's first piece ends its run";
+            ++owners[piece.tile];
+            finishers.push_back({b, piece});
+          }
         }
       }
-    }
-    EXPECT_TRUE(std::all_of(covered.begin(), covered.end(), [](int n) { return n == 1; }));
-    EXPECT_TRUE(std::all_of(owners.begin(), owners.end(), [](int n) { return n == 1; }));
-    std::vector<int> added(blocks, 0);
-    for (const auto& [b, piece] : finishers) {
-      int steps = piece.last;
-      for (int p = b + 1; piece.last < s.steps && stream_peer(units, blocks, p, piece.tile, s.steps); ++p) {
-        ASSERT_EQ(partial[p].tile, piece.tile) << "block " << b << " waits on block " << p;
-        steps += partial[p].last - partial[p].first;
-        ++added[p];
+      const int waves = s.tiles / blocks;
+      EXPECT_EQ(whole, hybrid && waves >= 2 ? (waves - 1) * blocks : 0);
+      EXPECT_EQ(cut_units, units - static_cast<long long>(whole) * s.steps);
+      EXPECT_TRUE(std::all_of(covered.begin(), covered.end(), [](int n) { return n == 1; }));
+      EXPECT_TRUE(std::all_of(owners.begin(), owners.end(), [](int n) { return n == 1; }));
+      std::vector<int> added(blocks, 0);
+      for (const auto& [b, piece] : finishers) {
+        int steps = piece.last;
+        for (int p = b + 1; piece.last < s.steps && device::stream_peer(cut_units, blocks, p, piece.tile, s.steps);
+             ++p) {
+          ASSERT_EQ(partial[p].tile, piece.tile) << "block " << b << " waits on block " << p;
+          steps += partial[p].last - partial[p].first;
+          ++added[p];
+        }
+        EXPECT_EQ(steps, s.steps) << "tile " << piece.tile;
       }
-      EXPECT_EQ(steps, s.steps) << "tile " << piece.tile;
+      for (int b = 0; b < blocks; ++b) EXPECT_EQ(added[b], partial[b].tile >= 0 ? 1 : 0) << "block " << b;
     }
-    for (int b = 0; b < blocks; ++b) EXPECT_EQ(added[b], partial[b].tile >= 0 ? 1 : 0) << "block " << b;
-  }
 }
 
 // --- On the GPU -------------------------------------------------------------------------------

@@ -177,9 +177,11 @@ TEST(Dynamic, EveryFamilyCompilesKernelsThatTakeTheSizeAtRunTime) {
         for (int producer : {1, 2}) {
           p.producer = producer;
           variants.push_back(p);
-          ScheduleParams streamed = p;  // runs of steps, the size on either axis
-          streamed.stream_k = 1;
-          if (producer == 2) variants.push_back(streamed);
+          ScheduleParams streamed = p;  // runs of steps, the size on either axis, in both forms
+          for (int form : {1, 2}) {
+            streamed.stream_k = form;
+            if (producer == 2) variants.push_back(streamed);
+          }
           for (int cluster : {2, 3}) {
             ScheduleParams q = p;
             q.cluster = cluster;
@@ -349,6 +351,8 @@ TEST(GpuDynamic, KernelsOfARangeVerifyAtEverySizeTheyAreGiven) {
     cases.push_back({"wgmma stream-K", gemm, "wgmma_fp16_fp32", streamed});
     cases.push_back({"wgmma on n, stream-K", gemm, "wgmma_fp16_fp32", streamed, 'n'});
     cases.push_back({"wgmma im2col stream-K", conv, "wgmma_fp16_fp32", streamed});
+    auto whole_first = [&](ScheduleParams& p) { persistent(0)(p); p.stream_k = 2; };
+    cases.push_back({"wgmma stream-K, whole waves first", gemm, "wgmma_fp16_fp32", whole_first});
     cases.push_back({"wgmma pair", gemm, "wgmma_fp16_fp32", persistent(2)});
     cases.push_back({"wgmma cluster split", gemm, "wgmma_fp16_fp32", [](ScheduleParams& p) { p.split_k = 4; p.cluster = 1; }});
     cases.push_back({"wgmma im2col", conv, "wgmma_fp16_fp32", persistent(0)});

@@ -767,9 +767,15 @@ TEST(Gpu, WgmmaTmaProducer) {
         gc.p.stream_k = 1;  // 196 tiles of 9 steps in 132 runs: most tiles cut in two
         gc.label += " stream-K";
         cases.push_back(gc);
+        if (!swapped) {  // 392 tiles: 132 whole, then 260 in 132 runs
+          gc.p.stream_k = 2;
+          gc.p.block_m = 64;
+          gc.label += " whole waves first bm 64";
+          if (validate(gc.g, gc.p, DeviceLimits::for_arch(90)).empty()) cases.push_back(gc);
+        }
         break;
       }
-    EXPECT_EQ(cases.size(), 4u) << "persistent and stream-K im2col kernels in both operand orders";
+    EXPECT_EQ(cases.size(), 5u) << "persistent and stream-K im2col kernels in both operand orders, whole waves first";
     run_cases(c, cases, seed++);
   }
   // The transposed product (filters as A on m, pixels on n): the input is B, read in im2col boxes of
@@ -820,7 +826,10 @@ TEST(Gpu, WgmmaTmaProducer) {
                                  {"128x128 stages 6", [](ScheduleParams& p) { p.block_n = p.warp_n = 128; p.stages = 6; }},
                                  {"persistent 2 consumers 128x256", [](ScheduleParams& p) { p.producer = 2; p.block_m = 128; p.warp_m = 64; p.block_n = p.warp_n = 256; p.stages = 3; }},
                                  {"persistent 2 consumers 128x256 raster 8", [](ScheduleParams& p) { p.producer = 2; p.block_m = 128; p.warp_m = 64; p.block_n = p.warp_n = 256; p.stages = 3; p.raster = 8; }},
-                                 {"persistent 2 consumers 256x128", [](ScheduleParams& p) { p.producer = 2; p.block_m = 256; p.warp_m = 128; p.block_n = p.warp_n = 128; p.stages = 3; }}}),
+                                 {"persistent 2 consumers 256x128", [](ScheduleParams& p) { p.producer = 2; p.block_m = 256; p.warp_m = 128; p.block_n = p.warp_n = 128; p.stages = 3; }},
+                                 // 512 tiles: stream-K over all of them, or over the last 248 after 264 whole.
+                                 {"stream-K 2 consumers 128x256", [](ScheduleParams& p) { p.producer = 2; p.stream_k = 1; p.split_k = 1; p.block_m = 128; p.warp_m = 64; p.block_n = p.warp_n = 256; p.stages = 3; }},
+                                 {"stream-K whole waves first 2 consumers 128x256", [](ScheduleParams& p) { p.producer = 2; p.stream_k = 2; p.split_k = 1; p.block_m = 128; p.warp_m = 64; p.block_n = p.warp_n = 256; p.stages = 3; }}}),
               seed++);
   }
 }

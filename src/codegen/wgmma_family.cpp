@@ -123,8 +123,8 @@ bool persistent(const ScheduleParams& p) { return p.producer >= 2; }
 bool ping_pong(const ScheduleParams& p) { return p.producer == 3; }
 
 /// A stream-K kernel (ScheduleParams::stream_k, producer 2): block b takes run b of the steps of
-/// all tiles, cut into even runs.
-bool stream_k(const ScheduleParams& p) { return p.stream_k == 1; }
+/// all tiles, cut into even runs (1), or of the last waves' tiles after whole tiles of the others (2).
+bool stream_k(const ScheduleParams& p) { return p.stream_k != 0; }
 
 /// The most blocks a stream-K kernel runs, one partial tile each in the workspace: the SMs of an
 /// H100 or H200 (SXM), the most of any sm_90 part. Blocks beyond it return at once.
@@ -426,12 +426,12 @@ struct PersistentRoles {
         thread(ping_pong(p) ? "(threadIdx.x % 128)" : "threadIdx.x"),
         release(pairs_blocks(p) ? "mbar_arrive_pair" : "mbar_arrive"),
         wait(wait_call(p)),
-        walk(stream_k(p)       ? "for (long long u = run_first; u < run_end;)"
+        walk(stream_k(p)       ? "for (long long u = walk.first; u < walk.end;)"
              : pairs_blocks(p) ? "for (int tile = blockIdx.x / 2; tile < TILES; tile += gridDim.x / 2)"
                                : "for (int tile = blockIdx.x; tile < TILES; tile += gridDim.x)"),
-        segment(stream_k(p) ? "const StreamPiece piece = stream_piece(u, run_end, STEPS);\n"
+        segment(stream_k(p) ? "const StreamPiece piece = stream_piece(walk, u);\n"
                               "const int tile = piece.tile, s0 = piece.first, s1 = piece.last;\n"
-                              "u = (long long)tile * STEPS + s1;  // where the next piece starts\n"
+                              "u = stream_next(walk, (long long)tile * STEPS + s1, blockIdx.x);  // the next piece's\n"
                             : ""),
         first(stream_k(p) ? "s0" : "0"),
         last(stream_k(p) ? "s1" : "STEPS") {}
@@ -601,7 +601,7 @@ void configure_launch(WgmmaKernel& w) {
     k.persistent = true;
   }
   if (stream_k(p)) {  // a block per step at most (the launch starts as many as stay resident)
-    k.grid[0] *= g.serial * ((g.K + p.block_k - 1) / p.block_k);
+    k.grid[0] *= reduction_steps(g, p);
     const StreamWorkspace ws = stream_workspace(p);
     k.workspace_bytes = ws.bytes;
     k.zeroed_offset = ws.flags_offset;
@@ -984,15 +984,16 @@ void emit_cp_async_ring_loop(std::ostringstream& os, const WgmmaKernel& w, bool 
 void emit_persistent_producer(std::ostringstream& os, const WgmmaKernel& w, const PersistentRoles& r) {
   const bool pair = w.pair, pp = w.ping_pong;
   if (stream_k(w.p))
-    os << "  // Stream-K: the steps of all tiles, tile after tile, cut into sk_blocks even runs; this block\n"
-       << "  // takes run blockIdx.x. A tile cut between runs is finished by the block whose run holds its\n"
-       << "  // first step (the tile's last piece of that run), from the partial sums that the blocks\n"
-       << "  // after it left in the workspace (their runs' first pieces, done first).\n"
+    os << "  // Stream-K: the steps of " << (w.p.stream_k == 2 ? "the last one to two waves' tiles" : "all tiles")
+       << ", tile after tile, cut into sk_blocks even runs;\n"
+       << "  // this block takes run blockIdx.x" << (w.p.stream_k == 2 ? ", then every sk_blocks-th of the other tiles whole" : "")
+       << ". A tile cut between runs is finished by\n"
+       << "  // the block whose run holds its first step (the tile's last piece of that run), from the\n"
+       << "  // partial sums that the blocks after it left in the workspace (their runs' first pieces).\n"
        << "  const int sk_blocks = min((int)gridDim.x, SK_BLOCKS);\n"
        << "  if (blockIdx.x >= sk_blocks) return;  // more blocks than partial tiles: these idle\n"
-       << "  const long long UNITS = (long long)TILES * STEPS;\n"
-       << "  const long long run_first = stream_run_first(UNITS, sk_blocks, blockIdx.x),\n"
-       << "                  run_end = stream_run_first(UNITS, sk_blocks, blockIdx.x + 1);\n";
+       << "  const StreamWalk walk = stream_walk(TILES, STEPS, sk_blocks, blockIdx.x, "
+       << (w.p.stream_k == 2 ? "true" : "false") << ");\n";
   os << ring_barriers(w.sa, w.sb, pair, pp)
      << "  " << r.cs << "* Cs = reinterpret_cast<" << r.cs << "*>(smem + CS_OFFSET"
      << (pp ? " + (wg % 2) * CS_STRIDE);  // this consumer's (the producer's is unused)\n" : ");\n")
@@ -1042,7 +1043,7 @@ void emit_stream_fixup(std::ostringstream& os, const WgmmaKernel& w) {
      << "      continue;\n"
      << "    }\n"
      << "    // The tile's first piece: the rest are the first pieces of the runs that start inside it.\n"
-     << "    for (int b = blockIdx.x + 1; s1 < STEPS && stream_peer(UNITS, sk_blocks, b, tile, STEPS); ++b) {\n"
+     << "    for (int b = blockIdx.x + 1; s1 < STEPS && stream_peer(walk.units, sk_blocks, b, tile, STEPS); ++b) {\n"
      << "      if (threadIdx.x == 0) {\n"
      << "        flag_wait(&sk_flags[b]);\n"
      << "        sk_flags[b] = 0;  // for the next launch: block b raises it once a launch\n"
@@ -1330,9 +1331,10 @@ void validate_producer(const ImplicitGemm& g, const ScheduleParams& p, std::vect
     fail(ScheduleError::kBadOption, "producer = 3 with cluster = " + std::to_string(p.cluster) +
                                         ": ping-pong consumers take tiles of their own, not a pair's; use cluster 0");
   if (stream_k(p) && (p.producer != 2 || pairs_blocks(p)))
-    fail(ScheduleError::kBadOption, "stream_k = 1 with producer = " + std::to_string(p.producer) + ", cluster = " +
-                                        std::to_string(p.cluster) + ": runs of steps are cut for a persistent kernel "
-                                        "of single blocks; use producer 2 and cluster 0, or stream_k 0");
+    fail(ScheduleError::kBadOption, "stream_k = " + std::to_string(p.stream_k) + " with producer = " +
+                                        std::to_string(p.producer) + ", cluster = " + std::to_string(p.cluster) +
+                                        ": runs of steps are cut for a persistent kernel of single blocks; use "
+                                        "producer 2 and cluster 0, or stream_k 0");
   if (!p.producer) return;
   for (int which = 0; which < 2; ++which) validate_tma_operand(g, p, which, out);
   if (pairs_blocks(p)) validate_pair(g, p, out);
@@ -1345,7 +1347,7 @@ class WgmmaFamily final : public EmitterFamily {
   int threads_per_warp_tile(const ScheduleParams&) const override { return 128; }
   std::span<const KnobUse> knob_uses() const override {
     static constexpr KnobUse kUses[] = {{"swizzle", 0, 3}, {"producer", 0, 3}, {"a_regs", 0, 1}, {"cluster", 0, 3},
-                                        {"uniform_wait", 0, 1}, {"bulk_store", 0, 2}, {"stream_k", 0, 1}};
+                                        {"uniform_wait", 0, 1}, {"bulk_store", 0, 2}, {"stream_k", 0, 2}};
     return kUses;
   }
   // The producer warpgroup, and in ping-pong the second consumer warpgroup (the block's one warp

@@ -31,6 +31,41 @@ __host__ __device__ inline bool stream_peer(long long units, int blocks, int b, 
   return b < blocks && stream_run_first(units, blocks, b) < static_cast<long long>(tile + 1) * steps;
 }
 
+/// One block's walk over its units. With `hybrid`, when there are two waves of tiles or more,
+/// all but the last one to two waves are data-parallel: the first `units` steps (the tiles of the
+/// last waves' worth) are cut into runs as above, then block b takes whole tiles of the rest,
+/// every blocks-th from tile units / steps + b, so that the blocks at work at one time hold
+/// neighbouring tiles (and the operands' panels in L2), as a persistent kernel's do.
+struct StreamWalk {
+  long long units;       ///< The steps cut into runs; the rest are whole tiles.
+  long long run_end;     ///< The end of this block's run.
+  long long first, end;  ///< This block's first unit, and the end of all units.
+  int blocks, steps;
+};
+__host__ __device__ inline long long stream_next(const StreamWalk& w, long long u, int b);
+__host__ __device__ inline StreamWalk stream_walk(long long tiles, int steps, int blocks, int b, bool hybrid) {
+  const long long waves = tiles / blocks;
+  const long long whole = hybrid && waves >= 2 ? (waves - 1) * blocks : 0;  // tiles taken whole
+  StreamWalk w{(tiles - whole) * steps, 0, 0, tiles * steps, blocks, steps};
+  const long long run_first = stream_run_first(w.units, blocks, b);
+  w.run_end = stream_run_first(w.units, blocks, b + 1);
+  w.first = run_first < w.run_end ? run_first : stream_next(w, w.run_end, b);
+  return w;
+}
+
+/// Where block b's walk goes after a piece that ended at unit `u`: on in its run, from the run's
+/// end to its first whole tile, or from a whole tile to its next one (past w.end: done).
+__host__ __device__ inline long long stream_next(const StreamWalk& w, long long u, int b) {
+  if (u < w.run_end) return u;
+  if (u <= w.units) return w.units + static_cast<long long>(b) * w.steps;
+  return u + static_cast<long long>(w.blocks - 1) * w.steps;
+}
+
+/// The piece of the walk at unit `u`: up to the run's end inside the runs, a whole tile past them.
+__host__ __device__ inline StreamPiece stream_piece(const StreamWalk& w, long long u) {
+  return stream_piece(u, u < w.units ? w.run_end : u + w.steps, w.steps);
+}
+
 }  // namespace device
 }  // namespace tmap
 
