@@ -350,7 +350,7 @@ TEST(DeviceLibrary, StreamKRunsCoverEveryStepOnceAndFinishersAddEachPieceOnce) {
             ++whole;
           }
           const bool leads = u == walk.first;
-          u = device::stream_next(walk, after, b);
+          u = device::stream_next(walk, after);
           if (piece.first != 0) {
             EXPECT_TRUE(leads) << "block " << b << ": a piece without its tile's first step leads its run";
             partial[b] = piece;

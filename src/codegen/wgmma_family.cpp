@@ -431,7 +431,7 @@ struct PersistentRoles {
                                : "for (int tile = blockIdx.x; tile < TILES; tile += gridDim.x)"),
         segment(stream_k(p) ? "const StreamPiece piece = stream_piece(walk, u);\n"
                               "const int tile = piece.tile, s0 = piece.first, s1 = piece.last;\n"
-                              "u = stream_next(walk, (long long)tile * STEPS + s1, blockIdx.x);  // the next piece's\n"
+                              "u = stream_next(walk, (long long)tile * STEPS + s1);  // the next piece's\n"
                             : ""),
         first(stream_k(p) ? "s0" : "0"),
         last(stream_k(p) ? "s1" : "STEPS") {}

@@ -41,24 +41,25 @@ struct StreamWalk {
   long long run_end;     ///< The end of this block's run.
   long long first, end;  ///< This block's first unit, and the end of all units.
   int blocks, steps;
+  int block;             ///< The block that walks.
 };
-__host__ __device__ inline long long stream_next(const StreamWalk& w, long long u, int b);
+
+/// Where the walk goes after a piece that ended at unit `u`: on in its run, from the run's end to
+/// its block's first whole tile, or from a whole tile to its next one (past w.end: done).
+__host__ __device__ inline long long stream_next(const StreamWalk& w, long long u) {
+  if (u < w.run_end) return u;
+  if (u <= w.units) return w.units + static_cast<long long>(w.block) * w.steps;
+  return u + static_cast<long long>(w.blocks - 1) * w.steps;
+}
+
 __host__ __device__ inline StreamWalk stream_walk(long long tiles, int steps, int blocks, int b, bool hybrid) {
   const long long waves = tiles / blocks;
   const long long whole = hybrid && waves >= 2 ? (waves - 1) * blocks : 0;  // tiles taken whole
-  StreamWalk w{(tiles - whole) * steps, 0, 0, tiles * steps, blocks, steps};
+  StreamWalk w{(tiles - whole) * steps, 0, 0, tiles * steps, blocks, steps, b};
   const long long run_first = stream_run_first(w.units, blocks, b);
   w.run_end = stream_run_first(w.units, blocks, b + 1);
-  w.first = run_first < w.run_end ? run_first : stream_next(w, w.run_end, b);
+  w.first = run_first < w.run_end ? run_first : stream_next(w, w.run_end);
   return w;
-}
-
-/// Where block b's walk goes after a piece that ended at unit `u`: on in its run, from the run's
-/// end to its first whole tile, or from a whole tile to its next one (past w.end: done).
-__host__ __device__ inline long long stream_next(const StreamWalk& w, long long u, int b) {
-  if (u < w.run_end) return u;
-  if (u <= w.units) return w.units + static_cast<long long>(b) * w.steps;
-  return u + static_cast<long long>(w.blocks - 1) * w.steps;
 }
 
 /// The piece of the walk at unit `u`: up to the run's end inside the runs, a whole tile past them.
