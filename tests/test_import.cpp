@@ -265,6 +265,34 @@ TEST(Import, BadFilesAreClearErrors) {
       << "the process that read the shapes goes on importing";
 }
 
+// Shape inference runs under a cap on the memory it may map: a model that needs more is a clear
+// error. A long chain of Relus needs tens of MiB there; a cap of 1 MiB refuses it.
+TEST(Import, ShapeInferenceHasAMemoryCap) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "the cap is not enforced under AddressSanitizer (its shadow mappings would starve)";
+#endif
+  ScratchDir dir("tmap_import_memory");
+  onnx::ModelProto m = testing::resnet_style();
+  onnx::GraphProto* g = m.mutable_graph();
+  std::string value = g->node(g->node_size() - 1).output(0);
+  for (int i = 0; i < 100000; ++i) {
+    onnx::NodeProto* n = g->add_node();
+    n->set_op_type("Relu");
+    n->add_input(value);
+    value = "chain" + std::to_string(i);
+    n->add_output(value);
+  }
+  OnnxImportOptions o;
+  o.batch = 1;
+  o.inference_memory = 1 << 20;
+  const std::string path = save(dir, m, "long.onnx");
+  const std::string e = error_of([&] { import_onnx(path, o); });
+  EXPECT_NE(e.find("ONNX shape inference needed more than 1 MiB of memory on this model"), std::string::npos) << e;
+  EXPECT_NE(e.find("long.onnx"), std::string::npos) << e;
+  o.inference_memory = OnnxImportOptions().inference_memory;
+  EXPECT_EQ(import_onnx(path, o).workloads.size(), 8u) << "under the default cap the same model imports";
+}
+
 TEST(WorkloadTable, JsonRoundTripAndValidation) {
   ScratchDir dir("tmap_table_json");
   OnnxImportOptions o;

@@ -1,11 +1,13 @@
 #include "tmap/frontend/onnx_import.h"
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cinttypes>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
@@ -673,17 +675,45 @@ std::optional<std::map<std::string, Shape>> decode_shapes(const std::string& byt
   return shapes;
 }
 
-/// In a child process: ONNX's shape inference of `model`, written to `fd` as 'S' and the shapes
-/// or 'E' and the error. It never returns.
-[[noreturn]] void infer_in_child(onnx::ModelProto& model, int fd, unsigned seconds) {
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kAddressSanitizer = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kAddressSanitizer = true;
+#else
+constexpr bool kAddressSanitizer = false;
+#endif
+#else
+constexpr bool kAddressSanitizer = false;
+#endif
+
+/// Caps this process's address space at what it maps now plus `bytes`.
+void limit_address_space(std::uint64_t bytes) {
+  if (kAddressSanitizer) return;
+  std::uint64_t pages = 0;
+  if (std::FILE* f = std::fopen("/proc/self/statm", "r")) {
+    if (std::fscanf(f, "%" SCNu64, &pages) != 1) pages = 0;
+    std::fclose(f);
+  }
+  if (pages == 0) return;  // no /proc: no cap rather than a wrong one
+  const rlimit cap{pages * static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE)) + bytes, RLIM_INFINITY};
+  setrlimit(RLIMIT_AS, &cap);
+}
+
+/// In a child process: ONNX's shape inference of `model`, written to `fd` as 'S' and the shapes,
+/// 'E' and the error, or 'M' when it needed more than `memory` bytes. It never returns.
+[[noreturn]] void infer_in_child(onnx::ModelProto& model, int fd, unsigned seconds, std::uint64_t memory) {
   // A crash ends the child by its signal, past any handler the parent installed (a sanitizer's,
   // a fuzzer's), for the parent to report.
   for (int sig : {SIGALRM, SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) std::signal(sig, SIG_DFL);
   alarm(seconds);
-  std::string out;
+  std::string out = "M";  // before the cap: the reply needs no allocation past it
+  limit_address_space(memory);
   try {
     onnx::shape_inference::InferShapes(model);
     out = "S" + encode_shapes(value_shapes(model.mutable_graph()));
+  } catch (const std::bad_alloc&) {
+    out = "M";
   } catch (const std::exception& e) {
     out = std::string("E") + e.what();
   }
@@ -699,8 +729,9 @@ std::optional<std::map<std::string, Shape>> decode_shapes(const std::string& byt
 
 /// Every value's shape after ONNX's shape inference (-1: unknown). libonnx's inference trusts
 /// attribute values it does not check (a zero stride divides by zero), so it runs in a child
-/// process: a model that crashes or hangs it is an error naming the model, not the end of tmap.
-std::map<std::string, Shape> inferred_shapes(onnx::ModelProto& model, const std::string& path) {
+/// process: a model that crashes, hangs or needs more than `memory` bytes there is an error
+/// naming the model, not the end of tmap.
+std::map<std::string, Shape> inferred_shapes(onnx::ModelProto& model, const std::string& path, std::uint64_t memory) {
   constexpr unsigned kSeconds = 120;
   // Close-on-exec: a process another thread starts meanwhile must not hold the write end open.
   int fds[2];
@@ -715,7 +746,7 @@ std::map<std::string, Shape> inferred_shapes(onnx::ModelProto& model, const std:
   }
   if (child == 0) {
     close(fds[0]);
-    infer_in_child(model, fds[1], kSeconds);
+    infer_in_child(model, fds[1], kSeconds, memory);
   }
   close(fds[1]);
   std::string reply;
@@ -730,6 +761,10 @@ std::map<std::string, Shape> inferred_shapes(onnx::ModelProto& model, const std:
   }
   const bool clean = WIFEXITED(status) && WEXITSTATUS(status) == 0 && !reply.empty();
   if (clean && reply[0] == 'E') fail(path, "ONNX shape inference failed: " + reply.substr(1), kCheckModel);
+  if (clean && reply == "M")
+    fail(path, "ONNX shape inference needed more than " + std::to_string(memory >> 20) +
+                   " MiB of memory on this model (the cap keeps a hostile model from exhausting the machine); check that "
+                   "this is the model you meant to import", kCheckModel);
   if (clean && reply[0] == 'S')
     if (auto shapes = decode_shapes(reply.substr(1))) return *shapes;
   const std::string how = WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM
@@ -897,7 +932,7 @@ WorkloadTable import_onnx(const std::string& path, const OnnxImportOptions& o) {
       fail(path, "node '" + node_name(g->node(i), i + 1) + "' (" + g->node(i).op_type() + ") has no output: not a valid ONNX graph",
            kCheckModel);
   fix_symbolic_dims(g, o, path);
-  const std::map<std::string, Shape> shapes = inferred_shapes(model, path);
+  const std::map<std::string, Shape> shapes = inferred_shapes(model, path, o.inference_memory);
   WorkloadTable t;
   t.title = std::filesystem::path(path).filename().string() + (o.batch > 0 ? " (batch " + std::to_string(o.batch) + ")" : "");
   t.source = path;

@@ -24,6 +24,10 @@ struct OnnxImportOptions {
   /// Clip, Sigmoid, Tanh, HardSigmoid, HardSwish, Gelu or its Erf form, x * Sigmoid(x) as SiLU),
   /// each only where the contraction's value has no other consumer.
   bool fuse = true;
+  /// Bytes ONNX's shape inference may map beyond what its process inherits (a model that needs
+  /// more is refused, not allowed to exhaust the machine). Not enforced under AddressSanitizer,
+  /// whose shadow mappings an address-space limit would starve.
+  std::uint64_t inference_memory = std::uint64_t{4} << 30;
 };
 
 /// Whether this build reads ONNX (libonnx was found when it was configured).
