@@ -1534,9 +1534,10 @@ class WgmmaFamily final : public EmitterFamily {
         .set("bulk_store", !bulk_store_possible(g)          ? std::vector<Choice>{0}
                            : g.compute->epilogue.empty() ? std::vector<Choice>{{0, 3}, 1, {2, 2}}
                                                          : std::vector<Choice>{{0, 4}, 2})
-        // Stream-K is taken from --params and --sweep but not drawn: its kernels have compiled,
-        // not yet run on a GPU (docs/design-notes.md, "Stream-K").
-        .set("stream_k", {0});
+        // Stream-K for persistent kernels of single blocks (sample() clears it elsewhere): one
+        // draw in eight, as it lost to whole tiles or split-K on every shape measured so far
+        // (docs/design-notes.md, "Stream-K").
+        .set("stream_k", tma_operands(g) ? std::vector<Choice>{{0, 14}, 1, 2} : std::vector<Choice>{0});
     // Split-K summed in a cluster, and pairs of blocks sharing an operand tile (no faster than
     // single blocks where measured: a third of the draws without splits; sample() turns a 1
     // without splits into 0, and 2 or 3 with splits into 0 or 1).

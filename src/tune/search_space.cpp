@@ -134,6 +134,7 @@ ScheduleParams SearchSpace::sample(int entry, std::mt19937_64& rng) const {
     if (p.split_k == 1 && p.cluster == 1) p.cluster = 0;
     if (p.split_k > 1 && p.cluster >= 2) p.cluster -= 2;
     if (p.split_k == 1 || p.cluster == 1) p.split_reduce = 0;  // no splits, or the cluster sums them
+    if (p.producer != 2 || p.cluster >= 2) p.stream_k = 0;     // runs of steps: persistent single blocks
     // Blocks are whole multiples of warps: drawn from the family's block tiles for the warp tile.
     const EmitterFamily& family = family_of(*entries_[entry].hw);
     const std::vector<int> tiles_m = family.block_tiles(entries_[entry].gemm, p, 'm'),
