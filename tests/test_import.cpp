@@ -9,6 +9,7 @@
 #include "models/onnx_models.h"
 #include "tmap/frontend/onnx_import.h"
 #include "tmap/support/diagnostic.h"
+#include "tmap/support/sanitizers.h"
 #include "tmap/tune/tune_log.h"
 
 namespace tmap {
@@ -268,9 +269,8 @@ TEST(Import, BadFilesAreClearErrors) {
 // Shape inference runs under a cap on the memory it may map: a model that needs more is a clear
 // error. A long chain of Relus needs tens of MiB there; a cap of 1 MiB refuses it.
 TEST(Import, ShapeInferenceHasAMemoryCap) {
-#if defined(__SANITIZE_ADDRESS__)
-  GTEST_SKIP() << "the cap is not enforced under AddressSanitizer (its shadow mappings would starve)";
-#endif
+  if (kAddressSanitizer)
+    GTEST_SKIP() << "the cap is not enforced under AddressSanitizer (its shadow mappings would starve)";
   ScratchDir dir("tmap_import_memory");
   onnx::ModelProto m = testing::resnet_style();
   onnx::GraphProto* g = m.mutable_graph();

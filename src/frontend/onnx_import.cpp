@@ -19,6 +19,7 @@
 #include <set>
 
 #include "tmap/support/diagnostic.h"
+#include "tmap/support/sanitizers.h"
 #include "tmap/frontend/compute_loader.h"
 
 #ifdef TMAP_HAVE_ONNX
@@ -674,18 +675,6 @@ std::optional<std::map<std::string, Shape>> decode_shapes(const std::string& byt
   for (const auto& t : g.initializer()) shapes[t.name()] = Shape(t.dims().begin(), t.dims().end());
   return shapes;
 }
-
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kAddressSanitizer = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr bool kAddressSanitizer = true;
-#else
-constexpr bool kAddressSanitizer = false;
-#endif
-#else
-constexpr bool kAddressSanitizer = false;
-#endif
 
 /// Caps this process's address space at what it maps now plus `bytes`.
 void limit_address_space(std::uint64_t bytes) {
