@@ -696,7 +696,7 @@ void limit_address_space(std::uint64_t bytes) {
   // a fuzzer's), for the parent to report.
   for (int sig : {SIGALRM, SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) std::signal(sig, SIG_DFL);
   alarm(seconds);
-  std::string out = "M";  // before the cap: the reply needs no allocation past it
+  std::string out;
   limit_address_space(memory);
   try {
     onnx::shape_inference::InferShapes(model);
