@@ -58,18 +58,21 @@ void exit_status_after_signal() {
 }
 
 std::string phases_text(const MeasurePhases& w) {
-  char buf[160];
+  char buf[320];
   std::snprintf(buf, sizeof buf,
-                "in the worker: inputs %.1f, references %.1f, loading %.1f, first run and check %.1f, timing %.1f",
-                w.inputs, w.reference, w.load, w.check, w.time);
+                "in the worker: inputs %.1f, references %.1f, loading %.1f, first run and check %.1f, timing %.1f, "
+                "other %.1f; awaiting reference compiles %.1f; files and pipes %.1f",
+                w.inputs, w.reference, w.load, w.check, w.time, w.other, w.reference_wait, w.exchange);
   return buf;
 }
 nlohmann::json phases_json(const MeasurePhases& w) {
-  return {{"inputs", w.inputs}, {"reference", w.reference}, {"load", w.load}, {"check", w.check}, {"time", w.time}};
+  return {{"inputs", w.inputs}, {"reference", w.reference}, {"load", w.load},
+          {"check", w.check},   {"time", w.time},           {"other", w.other},
+          {"reference_wait", w.reference_wait}, {"exchange", w.exchange}};
 }
 
 std::string time_text(const TuneSummary& s) {
-  char buf[384];
+  char buf[640];
   std::snprintf(buf, sizeof buf,
                 "time: measuring %.1f s (%s), waiting for compilation %.1f s, proposing %.1f s, recording %.1f s, "
                 "fitting the model %.1f s",

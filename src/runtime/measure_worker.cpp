@@ -106,7 +106,7 @@ nlohmann::json to_json(const MeasureResult& r) {
           {"rel_l2", r.rel_l2},
           {"median_us", r.median_us},
           {"times_us", r.times_us},
-          {"phases", {p.inputs, p.reference, p.load, p.check, p.time}}};
+          {"phases", {p.inputs, p.reference, p.load, p.check, p.time, p.other}}};
 }
 
 MeasureResult result_from_json(const nlohmann::json& j) {
@@ -120,7 +120,7 @@ MeasureResult result_from_json(const nlohmann::json& j) {
   r.median_us = j.at("median_us");
   r.times_us = j.at("times_us").get<std::vector<double>>();
   const std::vector<double> p = j.value("phases", std::vector<double>{});
-  if (p.size() == 5) r.phases = {p[0], p[1], p[2], p[3], p[4]};
+  if (p.size() >= 5) r.phases = {p[0], p[1], p[2], p[3], p[4], p.size() > 5 ? p[5] : 0.0};
   return r;
 }
 
@@ -287,6 +287,7 @@ int run_measure_worker(std::FILE* in, std::FILE* out, int device) {
       line += static_cast<char>(ch);
       continue;
     }
+    const auto t0 = std::chrono::steady_clock::now();
     MeasureResult result;
     bool fatal = false;
     try {
@@ -303,6 +304,7 @@ int run_measure_worker(std::FILE* in, std::FILE* out, int device) {
       result.message = exception_text(e);
       fatal = true;
     }
+    result.phases.other = std::max(0.0, seconds_since(t0) - result.phases.in_worker());
     std::string text = to_json(result).dump() + "\n";
     std::fwrite(text.data(), 1, text.size(), out);
     std::fflush(out);

@@ -51,6 +51,7 @@ std::uint64_t workspace_seed(std::uint64_t seed, int workspace) {
 MeasureResult WorkerMeasurer::measure_at(const Compute& c, std::int64_t size, const ImplicitGemm& g,
                                          const KernelSource& k, const CompileResult& binary, int workspace) {
   if (size == 0) size = c.dynamic.at;  // a sample of a range runs at its size
+  const auto t0 = std::chrono::steady_clock::now();
   const std::string path = dir_.path() + "/" + k.name + ".cubin";
   std::ofstream(path, std::ios::binary).write(binary.cubin.data(), static_cast<std::streamsize>(binary.cubin.size()));
   MeasureRequest req =
@@ -59,11 +60,17 @@ MeasureResult WorkerMeasurer::measure_at(const Compute& c, std::int64_t size, co
   req.tolerance = verification_tolerance(*g.hw);
   req.timing = timing_;
   req.seed = workspace_seed(seed_, workspace);
+  const auto t1 = std::chrono::steady_clock::now();
   if (verify_ && references_)
     req.reference_cubin_path = references_->path(size > 0 ? to_json(compute_at(c, size)) : req.compute);
+  const auto t2 = std::chrono::steady_clock::now();
   MeasureResult r = worker_.measure(req);
   std::error_code ec;
   std::filesystem::remove(path, ec);
+  const auto seconds = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
+  r.phases.reference_wait = seconds(t1, t2);
+  r.phases.exchange = std::max(0.0, seconds(t0, std::chrono::steady_clock::now()) - r.phases.reference_wait -
+                                        r.phases.in_worker());
   return r;
 }
 

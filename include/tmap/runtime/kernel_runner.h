@@ -125,10 +125,16 @@ enum class FailureKind { kNone, kLoad, kLaunch, kRuntime };
 /// measurement must cut.
 struct MeasurePhases {
   double inputs = 0, reference = 0, load = 0, check = 0, time = 0;
+  double other = 0;           ///< In the worker, outside the phases above: the request read, the module released.
+  double reference_wait = 0;  ///< The parent awaiting the reference kernel's compile.
+  double exchange = 0;        ///< The parent's own share: the kernel's file, the pipe both ways.
   MeasurePhases& operator+=(const MeasurePhases& o) {
     inputs += o.inputs, reference += o.reference, load += o.load, check += o.check, time += o.time;
+    other += o.other, reference_wait += o.reference_wait, exchange += o.exchange;
     return *this;
   }
+  /// The worker's seconds, as it timed them (`other` included).
+  double in_worker() const { return inputs + reference + load + check + time + other; }
 };
 
 struct KernelRun {
