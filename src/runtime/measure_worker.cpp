@@ -242,8 +242,12 @@ MeasureResult measure_request(MeasureRequest& req, Prepared& p) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::vector<char> cubin = read_binary(req.cubin_path);
   const double read_s = seconds_since(t0);
-  KernelRun run = run_candidate(*p.workspace, req.verify ? p.reference : std::vector<double>{}, req.a_tensor,
-                                req.b_tensor, req.launch, cubin, req.timing, req.size);
+  // Both arms lvalues: a temporary in one arm would copy the reference (46 MB at a decode
+  // gate_up's M = 200) on every candidate.
+  static const std::vector<double> kUnchecked;
+  const std::vector<double>& reference = req.verify ? p.reference : kUnchecked;
+  KernelRun run = run_candidate(*p.workspace, reference, req.a_tensor, req.b_tensor, req.launch, cubin, req.timing,
+                                req.size);
   run.phases.load += read_s;
   result.rel_l2 = run.rel_l2;
   result.median_us = run.median_us;
