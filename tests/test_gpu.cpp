@@ -147,30 +147,35 @@ TEST(Gpu, WorkspacesDrawTheSameInputsWhetherTheyKeepTheHostValuesOrNot) {
 }
 
 // The output check the tuner uses (elements compared as they are in the output's dtype) gives
-// relative_l2 of the converted output, for every output dtype, and infinity on a poisoned one.
+// relative_l2 of the converted output, for every output dtype, and infinity on a poisoned one:
+// on the host, and on the GPU against a reference kept there (keep_reference), at a size of one
+// block's pass and at one larger than the summing kernel's grid.
 TEST(Gpu, OutputErrorMatchesRelativeL2OfTheConvertedOutput) {
   if (!have_gpu()) GTEST_SKIP() << "no GPU: " << query_runtime().status;
   NvrtcCompiler compiler(device_cc());
   const std::pair<const char*, const char*> types[] = {
       {"float16", "float16"}, {"bfloat16", "bfloat16"}, {"float16", "float32"}, {"float64", "float64"}, {"int8", "int32"}};
-  for (const auto& [in_t, out_t] : types) {
-    SCOPED_TRACE(out_t);
-    Compute c = typed_op("gemm", in_t, out_t, {"M=33", "N=17", "K=40"});
-    Workspace ws(c, 5);
-    const std::vector<double> out = gpu_reference(ws, compiler);  // the output now holds it
-    std::vector<double> other(out.size());
-    for (std::size_t i = 0; i < out.size(); ++i) other[i] = out[i] * (1 + 0.01 * std::sin(double(i))) + 0.25;
-    const double expected = relative_l2(out, other);
-    EXPECT_GT(expected, 0);
-    EXPECT_NEAR(ws.output_error(other), expected, 1e-12 * expected);
-    EXPECT_EQ(ws.output_error(out), 0.0);
-    EXPECT_THROW(ws.output_error(std::vector<double>(out.size() + 1)), std::exception);
-    ws.poison_output();  // NaN for floats, -1 for integers
-    if (std::string(out_t) == "int32")
-      EXPECT_NEAR(ws.output_error(other), relative_l2(std::vector<double>(out.size(), -1.0), other), 1e-12);
-    else
-      EXPECT_EQ(ws.output_error(other), INFINITY);
-  }
+  for (const char* m : {"M=33", "M=2100"})
+    for (const auto& [in_t, out_t] : types)
+      for (const bool on_gpu : {false, true}) {
+        SCOPED_TRACE(std::string(out_t) + " " + m + (on_gpu ? " on the GPU" : " on the host"));
+        Compute c = typed_op("gemm", in_t, out_t, {m, "N=1017", "K=40"});
+        Workspace ws(c, 5);
+        const std::vector<double> out = gpu_reference(ws, compiler);  // the output now holds it
+        std::vector<double> other(out.size());
+        for (std::size_t i = 0; i < out.size(); ++i) other[i] = out[i] * (1 + 0.01 * std::sin(double(i))) + 0.25;
+        if (on_gpu) ws.keep_reference(other);
+        const double expected = relative_l2(out, other);
+        EXPECT_GT(expected, 0);
+        EXPECT_NEAR(ws.output_error(other), expected, 1e-12 * expected);
+        if (!on_gpu) EXPECT_EQ(ws.output_error(out), 0.0);
+        EXPECT_THROW(ws.output_error(std::vector<double>(out.size() + 1)), std::exception);
+        ws.poison_output();  // NaN for floats, -1 for integers
+        if (std::string(out_t) == "int32")
+          EXPECT_NEAR(ws.output_error(other), relative_l2(std::vector<double>(out.size(), -1.0), other), 1e-12);
+        else
+          EXPECT_EQ(ws.output_error(other), INFINITY);
+      }
 }
 
 // time_launches' graph replays time the runs themselves: a kernel that spins for 20 us by the

@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <stdexcept>
 #include <thread>
 #include <type_traits>
@@ -278,15 +279,18 @@ __device__ __forceinline__ double draw(unsigned long long key, unsigned long lon
   }
 )";
 
-/// The draw kernel of each storage type drawn on the GPU (tf32 is stored as float32; int4 is
-/// drawn on the host): its name, element type and the element made of v.
-struct DrawKernel {
+/// One kernel of a module that holds one per storage type (drawing inputs, summing an output's
+/// error): its dtype, name, element type, and the expression its macro puts in.
+struct TypedKernel {
   DType dtype;
   const char* name;
   const char* type;
   const char* value;
 };
-constexpr DrawKernel kDrawKernels[] = {
+
+/// The draw kernel of each storage type drawn on the GPU (int4 is drawn on the host): the
+/// element made of v.
+constexpr TypedKernel kDrawKernels[] = {
     {DType::kFloat16, "tmap_draw_f16", "__half", "__float2half((float)v)"},
     {DType::kBFloat16, "tmap_draw_bf16", "__nv_bfloat16", "__float2bfloat16((float)v)"},
     {DType::kFloat32, "tmap_draw_f32", "float", "(float)v"},
@@ -297,42 +301,44 @@ constexpr DrawKernel kDrawKernels[] = {
     {DType::kFloat8E5M2, "tmap_draw_e5m2", "__nv_fp8_e5m2", "__nv_fp8_e5m2((float)v)"},
 };
 
-/// The module of every draw kernel, in kDrawKernels' order.
+/// A module's source: `prelude`, then `macro`(name, type, value) for each of `kernels`.
+std::string typed_source(const char* prelude, const char* macro, std::span<const TypedKernel> kernels) {
+  std::string s = prelude;
+  for (const TypedKernel& k : kernels) s += std::string(macro) + "(" + k.name + ", " + k.type + ", " + k.value + ")\n";
+  return s;
+}
+
 const std::string& draw_source() {
-  static const std::string source = [] {
-    std::string s = kDrawPrelude;
-    for (const DrawKernel& k : kDrawKernels)
-      s += std::string("TMAP_DRAW(") + k.name + ", " + k.type + ", " + k.value + ")\n";
-    return s;
-  }();
+  static const std::string source = typed_source(kDrawPrelude, "TMAP_DRAW", kDrawKernels);
   return source;
 }
 
-/// The position of `t`'s draw kernel in kDrawKernels; -1 for a dtype drawn on the host only.
-int draw_kernel_index(DType t) {
+/// Launches the kernel of storage type `t` (tf32 is stored as float32) of the module `source`
+/// holding `kernels`, with `args`, in a grid-stride loop over `n` elements on the null stream;
+/// false when `t` has no kernel there.
+bool launch_typed(const std::string& source, std::span<const TypedKernel> kernels, DType t, std::size_t n,
+                  void** args, const char* what) {
   if (t == DType::kTFloat32) t = DType::kFloat32;
-  for (std::size_t i = 0; i < std::size(kDrawKernels); ++i)
-    if (kDrawKernels[i].dtype == t) return static_cast<int>(i);
-  return -1;
+  const auto it = std::find_if(kernels.begin(), kernels.end(), [t](const TypedKernel& k) { return k.dtype == t; });
+  if (it == kernels.end()) return false;
+  std::vector<std::string> names;
+  for (const TypedKernel& k : kernels) names.push_back(k.name);
+  const LoadedModule& module = builtin_module(source.c_str(), names);
+  int device = 0, sms = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
+  const unsigned blocks = static_cast<unsigned>(std::clamp<std::size_t>((n + 255) / 256, 1, 8 * static_cast<std::size_t>(sms)));
+  check(cudaLaunchKernel(module.kernels()[it - kernels.begin()], dim3(blocks), dim3(256), args, 0, nullptr), what);
+  return true;
 }
 
 /// Fills `out` with the `n` values of `stream` in `t` on the GPU: the bytes random_bytes draws on
 /// the host, which is slow for a large weight while compiles keep the host's cores busy. False
 /// for a dtype drawn on the host only.
 bool draw_on_device(void* out, std::size_t n, DType t, std::uint64_t stream) {
-  const int index = draw_kernel_index(t);
-  if (index < 0) return false;
-  std::vector<std::string> names;
-  for (const DrawKernel& k : kDrawKernels) names.push_back(k.name);
-  const LoadedModule& module = builtin_module(draw_source().c_str(), names);
-  int device = 0, sms = 0;
-  check(cudaGetDevice(&device), "cudaGetDevice");
-  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
   unsigned long long count = n, key = stream_key(stream);
   void* args[] = {&out, &count, &key};
-  const unsigned blocks = static_cast<unsigned>(std::clamp<std::size_t>((n + 255) / 256, 1, 8 * static_cast<std::size_t>(sms)));
-  check(cudaLaunchKernel(module.kernels()[index], dim3(blocks), dim3(256), args, 0, nullptr), "drawing inputs");
-  return true;
+  return launch_typed(draw_source(), kDrawKernels, t, n, args, "drawing inputs");
 }
 
 /// The plan's tensor maps over `slots`, each error named.
@@ -398,6 +404,21 @@ Workspace::Workspace(const Compute& c, std::uint64_t seed, HostValues keep)
 
 Workspace::~Workspace() {
   for (void* p : device_) cudaFree(p);
+  cudaFree(device_reference_);
+  cudaFree(error_sums_);
+}
+
+void Workspace::keep_reference(const std::vector<double>& reference) {
+  const Tensor& t = compute_.tensor_of(compute_.output);
+  TMAP_CHECK(reference.size() == static_cast<std::size_t>(t.num_elements()), "a reference of another shape");
+  if (!device_reference_) {
+    check(cudaMalloc(&device_reference_, reference.size() * sizeof(double)), "cudaMalloc");
+    check(cudaMalloc(&error_sums_, 3 * sizeof(double)), "cudaMalloc");
+    device_bytes_ += reference.size() * sizeof(double) + 3 * sizeof(double);
+  }
+  check(cudaMemcpy(device_reference_, reference.data(), reference.size() * sizeof(double), cudaMemcpyHostToDevice),
+        "cudaMemcpy");
+  kept_reference_ = reference.data();
 }
 
 void Workspace::poison_output() {
@@ -490,11 +511,82 @@ double relative_l2_of_bytes(const unsigned char* bytes, DType t, const std::vect
   }
 }
 
+namespace {
+
+/// The relative L2 error's sums on the GPU, one kernel per output type: each thread sums
+/// (out - ref)^2 and ref^2 in double over a grid-stride loop, a warp adds its lanes', and its
+/// first lane adds them into sums[0] and sums[1]; a NaN difference sets sums[2]. The values are
+/// those relative_l2_of_bytes reads (every type here converts to double exactly); only the order
+/// of the additions differs.
+constexpr const char* kErrorPrelude = R"(#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+#define TMAP_L2(name, T, value)                                                                     \
+  extern "C" __global__ void name(const T* out, const double* ref, unsigned long long n, double* sums) { \
+    double num = 0, den = 0;                                                                         \
+    bool bad = false;                                                                                \
+    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;    \
+         i += (unsigned long long)gridDim.x * blockDim.x) {                                          \
+      const T x = out[i];                                                                            \
+      const double r = ref[i], d = (double)(value) - r;                                              \
+      bad |= isnan(d);                                                                               \
+      num += d * d;                                                                                  \
+      den += r * r;                                                                                  \
+    }                                                                                                \
+    for (int o = 16; o > 0; o >>= 1) {                                                               \
+      num += __shfl_down_sync(0xffffffffu, num, o);                                                  \
+      den += __shfl_down_sync(0xffffffffu, den, o);                                                  \
+    }                                                                                                \
+    bad = __any_sync(0xffffffffu, bad);                                                              \
+    if ((threadIdx.x & 31) == 0) {                                                                   \
+      atomicAdd(sums, num);                                                                          \
+      atomicAdd(sums + 1, den);                                                                      \
+      if (bad) sums[2] = 1;                                                                          \
+    }                                                                                                \
+  }
+)";
+
+/// The error kernel of each output type summed on the GPU: the element's value as a double.
+constexpr TypedKernel kErrorKernels[] = {
+    {DType::kFloat16, "tmap_l2_f16", "__half", "__half2float(x)"},
+    {DType::kBFloat16, "tmap_l2_bf16", "__nv_bfloat16", "__bfloat162float(x)"},
+    {DType::kFloat32, "tmap_l2_f32", "float", "x"},
+    {DType::kFloat64, "tmap_l2_f64", "double", "x"},
+    {DType::kInt32, "tmap_l2_i32", "int", "x"},
+    {DType::kInt8, "tmap_l2_i8", "signed char", "x"},
+    {DType::kFloat8E4M3, "tmap_l2_e4m3", "__nv_fp8_e4m3", "(float)x"},
+    {DType::kFloat8E5M2, "tmap_l2_e5m2", "__nv_fp8_e5m2", "(float)x"},
+};
+
+const std::string& error_source() {
+  static const std::string source = typed_source(kErrorPrelude, "TMAP_L2", kErrorKernels);
+  return source;
+}
+
+}  // namespace
+
+std::optional<double> Workspace::device_output_error() const {
+  const Tensor& t = compute_.tensor_of(compute_.output);
+  const void* out = device_[compute_.output.tensor];
+  const void* ref = device_reference_;
+  unsigned long long n = static_cast<unsigned long long>(t.num_elements());
+  void* sums = error_sums_;
+  void* args[] = {&out, &ref, &n, &sums};
+  check(cudaMemset(error_sums_, 0, 3 * sizeof(double)), "cudaMemset");
+  if (!launch_typed(error_source(), kErrorKernels, t.dtype, n, args, "summing the error")) return std::nullopt;
+  double host[3] = {};
+  check(cudaMemcpy(host, error_sums_, sizeof host, cudaMemcpyDeviceToHost), "cudaMemcpy");
+  const double num = host[2] != 0 ? INFINITY : host[0];
+  return host[1] > 0 ? std::sqrt(num / host[1]) : std::sqrt(num);
+}
+
 double Workspace::output_error(const std::vector<double>& reference) const {
   const Tensor& t = compute_.tensor_of(compute_.output);
   const auto n = static_cast<std::size_t>(t.num_elements());
   TMAP_CHECK(reference.size() == n, "reference of " + std::to_string(reference.size()) + " elements for an output of " +
                                         std::to_string(n));
+  if (kept_reference_ && kept_reference_ == reference.data())
+    if (const std::optional<double> e = device_output_error()) return *e;
   host_output_.resize(bytes_of(t));
   check(cudaMemcpy(host_output_.data(), device_[compute_.output.tensor], host_output_.size(), cudaMemcpyDeviceToHost),
         "cudaMemcpy");
@@ -676,7 +768,9 @@ class LaunchTimer {
 
 }  // namespace
 
-std::vector<CompileJob> builtin_kernel_sources() { return {{"tmap_draw", draw_source()}, {"tmap_l2_flush", kFlushSource}}; }
+std::vector<CompileJob> builtin_kernel_sources() {
+  return {{"tmap_draw", draw_source()}, {"tmap_l2_error", error_source()}, {"tmap_l2_flush", kFlushSource}};
+}
 
 std::vector<double> time_launches(const std::function<int(void* stream)>& launch, const TimingOptions& timing) {
   LaunchTimer timer(launch);

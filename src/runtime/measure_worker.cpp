@@ -226,6 +226,7 @@ class PreparedShapes {
       if (!compiler_) compiler_ = std::make_unique<NvrtcCompiler>(cc_of_device);
       p.reference = gpu_reference(*p.workspace, *compiler_);
     }
+    if (!p.reference.empty()) p.workspace->keep_reference(p.reference);  // each candidate's check sums on the GPU
     phases.reference += seconds_since(t1);
     return p;
   }

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,14 +52,25 @@ class Workspace {
   /// relative_l2(read_output(), reference), reading the output into a buffer kept for the next
   /// call and comparing its elements as they are (converting a 0.8 M-element float16 output
   /// to doubles first took 11 of the 34 ms that measuring one candidate took).
+  /// Where `reference` is the one keep_reference() kept, the sums are taken on the GPU instead.
   double output_error(const std::vector<double>& reference) const;
+  /// Keeps `reference` (this workspace's reference output; the vector may move, its values must
+  /// stay) on the device too, so that output_error() sums the error there: a tuning worker's host copy and pass took
+  /// 10-20 ms a candidate on outputs of 5-13 M elements while compiles kept the host's cores busy.
+  void keep_reference(const std::vector<double>& reference);
 
  private:
+  /// output_error() on the GPU; nullopt for an output type without a kernel there.
+  std::optional<double> device_output_error() const;
+
   const Compute& compute_;
   std::vector<std::vector<double>> values_;
   std::vector<void*> device_;
   std::size_t device_bytes_ = 0;
   mutable std::vector<unsigned char> host_output_;
+  const double* kept_reference_ = nullptr;  ///< keep_reference()'s values (on the device at device_reference_).
+  void* device_reference_ = nullptr;
+  void* error_sums_ = nullptr;  ///< Two doubles and a NaN flag.
 };
 
 /// The reference kernel's output for the workspace's inputs, compiled here.
@@ -100,8 +112,8 @@ struct TimingOptions {
   double slow_factor = 0;  ///< For the worker, as above (0: every candidate timed in full).
 };
 
-/// tmap's own kernels (drawing a workspace's inputs, flushing the L2), to compile in tests
-/// without a GPU.
+/// tmap's own kernels (drawing a workspace's inputs, summing an output's error, flushing the
+/// L2), to compile in tests without a GPU.
 std::vector<CompileJob> builtin_kernel_sources();
 
 /// Times `launch` (one run of whatever is measured, enqueued on the stream it is given, a
