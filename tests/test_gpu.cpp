@@ -148,8 +148,8 @@ TEST(Gpu, WorkspacesDrawTheSameInputsWhetherTheyKeepTheHostValuesOrNot) {
 
 // The output check the tuner uses (elements compared as they are in the output's dtype) gives
 // relative_l2 of the converted output, for every output dtype, and infinity on a poisoned one:
-// on the host, and on the GPU against a reference kept there (keep_reference), at a size of one
-// block's pass and at one larger than the summing kernel's grid.
+// on the host, and on the GPU against a reference kept there (keep_reference), at a size below
+// the summing kernel's grid and at one that loops over it.
 TEST(Gpu, OutputErrorMatchesRelativeL2OfTheConvertedOutput) {
   if (!have_gpu()) GTEST_SKIP() << "no GPU: " << query_runtime().status;
   NvrtcCompiler compiler(device_cc());

@@ -55,8 +55,9 @@ class Workspace {
   /// Where `reference` is the one keep_reference() kept, the sums are taken on the GPU instead.
   double output_error(const std::vector<double>& reference) const;
   /// Keeps `reference` (this workspace's reference output; the vector may move, its values must
-  /// stay) on the device too, so that output_error() sums the error there: a tuning worker's host copy and pass took
-  /// 10-20 ms a candidate on outputs of 5-13 M elements while compiles kept the host's cores busy.
+  /// stay) on the device too, so that output_error() sums the error there: a tuning worker's
+  /// host copy and pass took 10-20 ms a candidate on outputs of 5-13 M elements while compiles
+  /// kept the host's cores busy.
   void keep_reference(const std::vector<double>& reference);
 
  private:
@@ -137,7 +138,7 @@ enum class FailureKind { kNone, kLoad, kLaunch, kRuntime };
 /// measurement must cut.
 struct MeasurePhases {
   double inputs = 0, reference = 0, load = 0, check = 0, time = 0;
-  double other = 0;           ///< In the worker, outside the phases above: the request read, the module released.
+  double other = 0;           ///< In the worker, outside the phases above: the request, the module's release.
   double reference_wait = 0;  ///< The parent awaiting the reference kernel's compile.
   double exchange = 0;        ///< The parent's own share: the kernel's file, the pipe both ways.
   MeasurePhases& operator+=(const MeasurePhases& o) {
