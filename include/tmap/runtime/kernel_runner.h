@@ -43,7 +43,7 @@ class Workspace {
   const Compute& compute() const { return compute_; }
   /// Each input's values (empty with HostValues::kDrop); the output's is empty.
   const std::vector<std::vector<double>>& host_values() const { return values_; }
-  /// The bytes of its tensors on the device.
+  /// The bytes it holds on the device: its tensors, and a reference keep_reference() kept.
   std::size_t device_bytes() const { return device_bytes_; }
   void* device(int tensor) const { return device_[tensor]; }
   /// Sets every output byte to 0xFF: NaN for floats, -1 for integers.
