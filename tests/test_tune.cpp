@@ -1675,6 +1675,28 @@ RangeTuneSummary tune_spent_range(int max_buckets, int& fast_small, int& fast_la
   return s;
 }
 
+TEST(RangeTuner, EachSampleDrawsCandidatesOfItsOwn) {
+  // A range's samples search the same kernels. Drawn from one random stream, their pools, first
+  // looks and picks were the same at every sample, and most of a short run measured the same
+  // kernels again at each sample instead of looking further.
+  const Compute range = build_compute(builtin_op("gemm_nt"), parse_param_overrides({"M=1..100", "N=256", "K=128"}));
+  const std::vector<HwAbstraction> hws = {find_hw(shipped(), "mma_sync_fp16_fp32")};
+  const std::string log = temp_path("range_streams.jsonl");
+  std::filesystem::remove(log);
+  SyntheticMeasurer m;
+  MeasurePool pool({&m});
+  RangeTuneOptions o;
+  o.tune = synthetic_options(log, 80);  // the samples get 64: two batches of 8 each
+  o.sizes = {8, 64};
+  tune_range(range, hws, o, pool,
+             [&](const Compute&, std::int64_t size, int, const ImplicitGemm& g, const ScheduleParams& p,
+                 const KernelSource&, const CompileResult&) { return synthetic_at(g, size, p); });
+  std::set<std::string> kernels;  // "name:params" of each kernel measured, at whichever sample
+  for (const std::string& k : m.keys) kernels.insert(k.substr(k.find(' ') + 1));
+  ASSERT_EQ(m.calls, 64);
+  EXPECT_GE(kernels.size(), 48u);  // 20 of 64 from one stream
+}
+
 TEST(RangeTuner, ATimeBudgetSpentLeavesOutTheNeighbouringSamples) {
   int small = 0, large = 0;
   std::map<std::int64_t, std::vector<int>> rasters;
