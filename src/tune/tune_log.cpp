@@ -1,11 +1,10 @@
 #include "tmap/tune/tune_log.h"
 
-#include "tmap/frontend/compute_loader.h"
-
 #include <fcntl.h>
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <ctime>
@@ -45,6 +44,13 @@ T field(const nlohmann::json& j, const char* name) {
       throw std::runtime_error(std::string("field \"") + name + "\" has the wrong type");
     }
   }
+}
+
+/// Field `name` of `j` itself, for reading in place (field<nlohmann::json> copies it).
+const nlohmann::json& member(const nlohmann::json& j, const char* name) {
+  const auto it = j.find(name);
+  if (it == j.end()) throw std::runtime_error(std::string("missing field \"") + name + "\"");
+  return *it;
 }
 
 /// Field `name` of `j` as a T, or `fallback` when absent; an error naming the field when it has
@@ -174,18 +180,20 @@ void read_range(const nlohmann::json& res, TuneRecord& r) {
 
 namespace {
 
-/// The record's workload: its key, checked name, compute (validated when used) and flops.
-void read_workload(const nlohmann::json& w, TuneRecord& r) {
+/// The record's workload: its key, checked name, compute (validated when used) and flops; the
+/// compute and the description are moved out of `w`.
+void read_workload(nlohmann::json& w, TuneRecord& r) {
   r.workload.key = field<std::string>(w, "key");
   if (r.workload.key.size() != 16 || r.workload.key.find_first_not_of("0123456789abcdef") != std::string::npos)
     throw std::runtime_error("field \"key\" is not 16 lowercase hex digits");
   if (const std::string why = name_problem(field<std::string>(w, "name")); !why.empty())
     throw std::runtime_error("field \"name\" is " + why);
-  r.workload.compute = field<nlohmann::json>(w, "compute");
-  r.workload.description = w;
-  r.workload.description.erase("key");
-  r.workload.description.erase("compute");
   r.flops = field<double>(w, "flops");
+  member(w, "compute");
+  r.workload.compute = std::move(w["compute"]);
+  w.erase("key");
+  w.erase("compute");
+  r.workload.description = std::move(w);
 }
 
 /// The record's candidate: abstraction, layout, intrinsic shape, mapping and schedule.
@@ -196,17 +204,17 @@ void read_candidate(const nlohmann::json& c, TuneRecord& r) {
   constexpr std::size_t kWhole = std::string::npos;
   r.candidate.hw_abs = printable(field<std::string>(c, "hw_abs"), kWhole);
   r.candidate.layout = printable(field<std::string>(c, "layout"), kWhole);
-  const auto shape = field<nlohmann::json>(c, "shape");
+  const nlohmann::json& shape = member(c, "shape");
   if (!shape.is_array() || shape.size() != 3) throw std::runtime_error("field \"shape\" is not 3 integers");
   for (std::size_t a = 0; a < 3; ++a) r.candidate.shape[a] = integer<std::int64_t>(shape[a], "field \"shape\"");
-  const auto& m = field<nlohmann::json>(c, "mapping");
+  const nlohmann::json& m = member(c, "mapping");
   r.candidate.mapping_id = field<int>(m, "id");
   r.candidate.axes = {field<std::vector<std::string>>(m, "i"), field<std::vector<std::string>>(m, "j"),
                       field<std::vector<std::string>>(m, "k")};
   for (auto& axis : r.candidate.axes)
     for (std::string& name : axis) name = printable(name, kWhole);
   try {
-    r.candidate.params = schedule_from_json(field<nlohmann::json>(c, "params"));
+    r.candidate.params = schedule_from_json(member(c, "params"));
   } catch (const UserError& e) {
     throw std::runtime_error(std::string("bad schedule parameters: ") + e.what());
   }
@@ -223,13 +231,13 @@ void read_result(const nlohmann::json& res, TuneRecord& r) {
   r.result.error = printable(optional_field(res, "error", std::string()), 4000, true);
   if (res.contains("confirm_rounds")) r.result.confirm_rounds = integer<int>(res["confirm_rounds"], "field \"confirm_rounds\"");
   if (r.result.ok() && !(r.result.median_us > 0)) throw std::runtime_error("an \"ok\" result without a median time");
-  if (res.contains("gpu")) read_gpu(field<nlohmann::json>(res, "gpu"), r.result);
+  if (res.contains("gpu")) read_gpu(member(res, "gpu"), r.result);
   read_range(res, r);
 }
 
 }  // namespace
 
-TuneRecord record_from_json(const nlohmann::json& j) {
+TuneRecord record_from_json(nlohmann::json j) {
   if (!j.is_object()) throw std::runtime_error("not a JSON object");
   const int schema = field<int>(j, "schema");
   if (schema != kLogSchemaVersion)
@@ -237,12 +245,13 @@ TuneRecord record_from_json(const nlohmann::json& j) {
                              std::to_string(kLogSchemaVersion) + ")");
   TuneRecord r;
   r.recorded_at = field<std::string>(j, "recorded_at");
-  read_workload(j.at("workload"), r);
-  const auto& t = field<nlohmann::json>(j, "target");
+  member(j, "workload");
+  read_workload(j["workload"], r);
+  const nlohmann::json& t = member(j, "target");
   r.target = {field<std::string>(t, "arch"), field<std::string>(t, "device"), field<std::string>(t, "driver"),
               field<std::string>(t, "cuda"), field<std::string>(t, "tmap")};
-  read_candidate(field<nlohmann::json>(j, "candidate"), r);
-  read_result(field<nlohmann::json>(j, "result"), r);
+  read_candidate(member(j, "candidate"), r);
+  read_result(member(j, "result"), r);
   return r;
 }
 
@@ -344,7 +353,7 @@ LogContents read_log(const std::string& path) {
 LogContents parse_log_text(const std::string& text, const std::string& path, bool refuse_other_schemas) {
   LogContents out;
   // Each distinct (key, compute) is rebuilt once: a log holds many trials of few workloads.
-  std::set<std::string> rebuilt;
+  std::map<std::string, std::vector<nlohmann::json>> rebuilt;  // computes by key
   std::size_t line_no = 0, pos = 0;
   while (pos < text.size()) {
     std::size_t end = text.find('\n', pos);
@@ -365,20 +374,20 @@ LogContents parse_log_text(const std::string& text, const std::string& path, boo
     if (refuse_other_schemas) refuse_other_schema(j, path, line_no);
     TuneRecord r;
     try {
-      r = record_from_json(j);
+      r = record_from_json(std::move(j));
     } catch (const std::exception& e) {
       out.warnings.push_back(where + "not a tuning record (" + exception_text(e) + "), skipped");
       continue;
     }
-    const std::string workload = r.workload.key + "\n" + r.workload.compute.dump();
-    if (!rebuilt.count(workload)) {
+    std::vector<nlohmann::json>& computes = rebuilt[r.workload.key];
+    if (std::find(computes.begin(), computes.end(), r.workload.compute) == computes.end()) {
       try {
         rebuild_recorded_compute(r.workload.compute, r.workload.key, path + ":" + std::to_string(line_no));
       } catch (const UserError& e) {
         out.warnings.push_back(where + diagnostic_message(e.what()) + "; skipped");
         continue;
       }
-      rebuilt.insert(workload);
+      computes.push_back(r.workload.compute);
     }
     out.records.push_back(std::move(r));
   }

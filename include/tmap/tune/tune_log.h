@@ -106,8 +106,8 @@ struct TuneRecord {
 
 nlohmann::json to_json(const TuneRecord& r);
 /// Throws std::runtime_error naming the field when the document is not a record of a known
-/// schema version.
-TuneRecord record_from_json(const nlohmann::json& j);
+/// schema version. The workload's compute and description are moved out of `j`.
+TuneRecord record_from_json(nlohmann::json j);
 
 /// The current time as "2026-11-22T10:00:00Z".
 std::string utc_now();
