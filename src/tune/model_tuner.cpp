@@ -129,13 +129,13 @@ class ModelScheduler {
   void start_tasks(const std::vector<HwAbstraction>& hws, LogHistory& history) {
     double total_flops = 0;
     for (const Slot& s : slots_) total_flops += s.result.count * s.result.flops;
-    for (std::size_t i = 0; i < slots_.size(); ++i) {
-      Slot& s = slots_[i];
+    for (Slot& s : slots_) {
       TuneOptions to = base_;
-      // Each workload draws from a stream of its own: with one seed, workloads whose spaces
-      // match (a range's samples, which search the same kernels) drew the same random pools,
-      // took the same first looks and measured the same kernels again at every sample.
-      to.seed = base_.seed + (i + 1) * 0x9E3779B97F4A7C15ull;
+      // Each workload draws from a stream of its own, whichever workloads it is tuned with (a
+      // shard's or the whole table's): with one seed, workloads whose spaces match (a range's
+      // samples, which search the same kernels) drew the same random pools, took the same
+      // first looks and measured the same kernels again at every sample.
+      to.seed = base_.seed ^ std::stoull(s.result.key, nullptr, 16);  // the key: 16 hex digits
       const double share = total_flops > 0 ? s.result.count * s.result.flops / total_flops : 1.0 / slots_.size();
       const int expected = o_.trials > 0 ? static_cast<int>(o_.trials * share) : 64;
       to.trials = std::max(2 * batch_, expected);
