@@ -46,8 +46,9 @@ T field(const nlohmann::json& j, const char* name) {
   }
 }
 
-/// Field `name` of `j` itself, for reading in place (field<nlohmann::json> copies it).
-const nlohmann::json& member(const nlohmann::json& j, const char* name) {
+/// Field `name` of `j` itself, to read in place or move from (field<nlohmann::json> copies it).
+template <typename Json>
+Json& member(Json& j, const char* name) {
   const auto it = j.find(name);
   if (it == j.end()) throw std::runtime_error(std::string("missing field \"") + name + "\"");
   return *it;
@@ -189,8 +190,7 @@ void read_workload(nlohmann::json& w, TuneRecord& r) {
   if (const std::string why = name_problem(field<std::string>(w, "name")); !why.empty())
     throw std::runtime_error("field \"name\" is " + why);
   r.flops = field<double>(w, "flops");
-  member(w, "compute");
-  r.workload.compute = std::move(w["compute"]);
+  r.workload.compute = std::move(member(w, "compute"));
   w.erase("key");
   w.erase("compute");
   r.workload.description = std::move(w);
@@ -245,8 +245,7 @@ TuneRecord record_from_json(nlohmann::json j) {
                              std::to_string(kLogSchemaVersion) + ")");
   TuneRecord r;
   r.recorded_at = field<std::string>(j, "recorded_at");
-  member(j, "workload");
-  read_workload(j["workload"], r);
+  read_workload(member(j, "workload"), r);
   const nlohmann::json& t = member(j, "target");
   r.target = {field<std::string>(t, "arch"), field<std::string>(t, "device"), field<std::string>(t, "driver"),
               field<std::string>(t, "cuda"), field<std::string>(t, "tmap")};
