@@ -1697,6 +1697,17 @@ TEST(RangeTuner, EachSampleDrawsCandidatesOfItsOwn) {
   EXPECT_GE(kernels.size(), 48u);  // 20 of 64 from one stream
 }
 
+TEST(RangeTuner, AnArmsFirstLookIsTakenOnceWithinAFactorOfTwo) {
+  // The decode table's samples in the order the warm-up takes them, largest first.
+  RangeLooks looks;
+  std::vector<std::int64_t> taken;
+  for (std::int64_t size : {256, 200, 128, 100, 64, 57, 32, 16, 13, 8, 4, 3, 2, 1})
+    if (!looks.taken_near("wgmma ntn", size)) taken.push_back(size);
+  EXPECT_EQ(taken, (std::vector<std::int64_t>{256, 100, 32, 13, 4, 1}));
+  EXPECT_FALSE(looks.taken_near("mma_sync ntn", 200));  // each arm on its own
+  EXPECT_TRUE(looks.taken_near("wgmma ntn", 50));
+}
+
 TEST(RangeTuner, ATimeBudgetSpentLeavesOutTheNeighbouringSamples) {
   int small = 0, large = 0;
   std::map<std::int64_t, std::vector<int>> rasters;

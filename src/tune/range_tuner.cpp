@@ -94,6 +94,7 @@ ModelTuneSummary tune_samples(const Compute& range, const std::vector<HwAbstract
   ModelTuneOptions m;
   m.tune = o.tune;
   m.tune.confirm_top = 0;
+  m.tune.range_looks = std::make_shared<RangeLooks>();
   // Every sample gets its batch even when the trials are few (the warm-up takes the largest first).
   const int floor = static_cast<int>(sizes.size()) * o.tune.batch;
   m.trials = o.tune.trials > 0 ? std::max(floor, static_cast<int>(std::lround(0.8 * o.tune.trials))) : 0;

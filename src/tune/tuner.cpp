@@ -44,6 +44,15 @@ MeasureResult WorkerMeasurer::measure(const Compute& c, const ImplicitGemm& g, c
   return measure_at(c, 0, g, k, binary);
 }
 
+bool RangeLooks::taken_near(const std::string& label, std::int64_t size) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<std::int64_t>& sizes = sizes_[label];
+  for (std::int64_t s : sizes)
+    if (s <= 2 * size && size <= 2 * s) return true;
+  sizes.push_back(size);
+  return false;
+}
+
 std::uint64_t workspace_seed(std::uint64_t seed, int workspace) {
   return seed + static_cast<std::uint64_t>(workspace) * 0x9E3779B97F4A7C15ull;  // far from the next run's seed
 }
@@ -603,7 +612,7 @@ class SearchStrategy {
     const std::size_t limit = std::min(look_limit, first_looks_.size());
     while (static_cast<int>(out.size()) < looks && next_look_ < limit) {
       const Candidate& c = first_looks_[next_look_++];
-      if (!search_.seen(c.entry, c.params)) {
+      if (!search_.seen(c.entry, c.params) && !taken_near(c.entry)) {
         search_.mark_seen(c.entry, c.params);
         out.push_back(c);
         ++first_looks_taken_;
@@ -614,6 +623,13 @@ class SearchStrategy {
   }
 
  private:
+  /// Whether another sample of this range, near its size, gave arm `entry` its first look.
+  bool taken_near(int entry) {
+    if (!o_.range_looks) return false;
+    const SearchSpace& space = search_.space();
+    return o_.range_looks->taken_near(space.entries()[entry].label, space.compute().dynamic.at);
+  }
+
   bool keep(int entry, const ScheduleParams& p, bool first) {
     if (search_.seen(entry, p) || !offered_.insert(SearchSpace::key(entry, p)).second) return false;
     (first ? first_seeds_ : seeds_).push_back(search_.candidate(entry, p));
