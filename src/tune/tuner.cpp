@@ -623,7 +623,8 @@ class SearchStrategy {
   }
 
  private:
-  /// Whether another sample of this range, near its size, gave arm `entry` its first look.
+  /// Whether another sample of this range, near its size, gave arm `entry` its first look (if
+  /// none did, this sample's look is noted for the others: RangeLooks::taken_near).
   bool taken_near(int entry) {
     if (!o_.range_looks) return false;
     const SearchSpace& space = search_.space();
