@@ -138,9 +138,11 @@ int write_corpus(const char* path, int draws) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2 || argc > 3) {
-    std::fprintf(stderr, "usage: tmap_emit_corpus OUT [DRAWS]  (DRAWS schedules per arm, default 40)\n");
-    return 2;
+  // An option where OUT belongs (--help) gets the usage, not a corpus written to a file of its name.
+  const bool help = argc >= 2 && argv[1][0] == '-';
+  if (argc < 2 || argc > 3 || help) {
+    std::fprintf(help ? stdout : stderr, "usage: tmap_emit_corpus OUT [DRAWS]  (DRAWS schedules per arm, default 40)\n");
+    return help && (std::string(argv[1]) == "-h" || std::string(argv[1]) == "--help") ? 0 : 2;
   }
   const int draws = argc == 3 ? std::atoi(argv[2]) : 40;
   if (draws < 1) {
