@@ -824,11 +824,14 @@ TEST(Codegen, WgmmaOffersAShortNAsTheInstructionsWidth) {
   const ImplicitGemm tokens200 = gemm_of({"M=6144", "N=200", "K=4096"});
   const ImplicitGemm tokens100 = gemm_of({"M=6144", "N=100", "K=4096"});
   EXPECT_EQ(widths(gemm_of({"M=6144", "N=256", "K=4096"})), usual);
-  EXPECT_EQ(widths(gemm_of({"M=6144", "N=1000", "K=4096"})), usual);
+  // (Beside them, the widths whose tiles fill a wave: WgmmaOffersWidthsThatFillAWave.)
   std::vector<int> with = usual;
-  with.push_back(208);
+  with.push_back(208);  // 24 tiles of 256 rows by 5 of 208 columns
+  EXPECT_EQ(widths(gemm_of({"M=6144", "N=1000", "K=4096"})), with);
+  with.insert(with.end(), {112, 48});
   EXPECT_EQ(widths(tokens200), with);
-  with.back() = 112;
+  with = usual;
+  with.push_back(112);
   EXPECT_EQ(widths(tokens100), with);
 
   // Tokens as a range (M = 1..256 on the swapped product, weights on wgmma's M): a sample offers
@@ -866,6 +869,43 @@ TEST(Codegen, WgmmaOffersAShortNAsTheInstructionsWidth) {
   const std::vector<std::string> failures = compile_all(jobs, {90});
   EXPECT_TRUE(failures.empty()) << failures.front();
   EXPECT_EQ(jobs.size(), 6u);
+}
+
+// A fixed GEMM is offered the widths whose tiles fill one wave of blocks (132 SMs on sm_90
+// without a GPU): bert_qkv (512 x 2304 x 768) in 64 x 192 tiles is 96 blocks; swapped (2304 x
+// 512), 64 x 176, 128 x 80 and 192 x 48 tiles are 117, 126 and 132. Where B is stored along n,
+// only whole 128-byte lines; a range is offered none (its tile count varies with its size).
+TEST(Codegen, WgmmaOffersWidthsThatFillAWave) {
+  const DeviceLimits limits = DeviceLimits::for_arch(90);
+  std::vector<std::unique_ptr<Compute>> keep;
+  auto widths = [&](const Compute& c, const std::string& layout, int a_input) {
+    const std::vector<ImplicitGemm> gemms = gemm_per_match(c, "wgmma_fp16_fp32", a_input);
+    const auto it = std::find_if(gemms.begin(), gemms.end(), [&](const ImplicitGemm& g) { return g.layout == layout; });
+    EXPECT_NE(it, gemms.end()) << layout;
+    return it == gemms.end() ? std::vector<int>{}
+                             : family_of(*it->hw).choices(*it, default_schedule(*it, limits), limits).values_of("warp_n");
+  };
+  const std::vector<int> usual = {16, 32, 64, 96, 128, 192, 256};
+  auto with = [&](std::vector<int> extra) {
+    std::vector<int> out = usual;
+    out.insert(out.end(), extra.begin(), extra.end());
+    return out;
+  };
+  const Compute& qkv = typed_compute(keep, "gemm", "float16", "float32", {"M=512", "N=2304", "K=768"});
+  EXPECT_EQ(widths(qkv, "nnn", 0), usual);  // 144 and 80 rounded up to 64 are 192 and 128
+  EXPECT_EQ(widths(qkv, "ttn", 1), with({176, 80, 48}));
+  // The blocks of each added width's tiles fit one wave, and one more tile along n would not.
+  const ImplicitGemm g = [&] {
+    const std::vector<ImplicitGemm> gemms = gemm_per_match(qkv, "wgmma_fp16_fp32", 1);
+    return *std::find_if(gemms.begin(), gemms.end(), [](const ImplicitGemm& x) { return x.layout == "ttn"; });
+  }();
+  for (const auto& [bm, width] : std::vector<std::pair<std::int64_t, std::int64_t>>{{64, 176}, {128, 80}, {192, 48}}) {
+    const std::int64_t m_tiles = (g.M + bm - 1) / bm, n_tiles = (g.N + width - 1) / width;
+    EXPECT_LE(m_tiles * n_tiles, 132) << bm;
+    EXPECT_GT(m_tiles * (n_tiles + 1), 132) << bm;
+  }
+  const Compute& range = typed_compute(keep, "gemm", "float16", "float32", {"M=1..512", "N=2304", "K=768"});
+  EXPECT_EQ(widths(range, "ttn", 1), usual);
 }
 
 // The narrower swizzles (swizzle 2, 3: 64- and 32-byte lines): the descriptors name layout type

@@ -1490,12 +1490,33 @@ class WgmmaFamily final : public EmitterFamily {
     return out;
   }
 
+  /// Instruction widths that fill one wave of blocks: for each block_m, the narrowest width whose
+  /// tiles, with the M tiles and the batch, are no more blocks than the GPU has SMs (132 where
+  /// unknown on sm_90), in the steps that B's tiles allow (a 128-byte line where B is stored along
+  /// n, else 16). The usual widths can leave a quarter of the SMs idle: bert_qkv (512 x 2304) in
+  /// 64 x 192 tiles is 96 blocks; as the swapped product in 192 x 48 tiles, 132. Fixed extents
+  /// only: a range's tile count varies with its size.
+  static void add_wave_widths(const ImplicitGemm& g, const DeviceLimits& limits, std::vector<Choice>& out) {
+    const int sms = limits.sm_count > 0 ? limits.sm_count : limits.compute_capability >= 90 ? 132 : 0;
+    if (g.dynamic() || sms == 0) return;
+    const std::int64_t step = stored_along_mn(g, 1) ? 128 / elem_bytes(g.hw->b_dtype) : 16;
+    for (const std::int64_t bm : {64, 128, 192, 256}) {
+      const std::int64_t n_tiles = sms / ((g.M + bm - 1) / bm * g.batch);
+      if (n_tiles < 2) continue;
+      const int width = static_cast<int>(round_up((g.N + n_tiles - 1) / n_tiles, step));
+      const bool listed = std::any_of(out.begin(), out.end(), [&](const Choice& c) { return c.value == width; });
+      if (width <= 256 && !listed) out.push_back(width);
+    }
+  }
+
   KnobChoices choices(const ImplicitGemm& g, const ScheduleParams&, const DeviceLimits& limits) const override {
     const int w = 128 / elem_bytes(g.hw->a_dtype);  // elements per 128-byte line
     // The 64- and 32-byte lines (and the block_k of one or two wgmma k steps they allow) only where
     // 128-byte ones fall short: a reduction shorter than a line, or an im2col input whose channels
     // are no whole number of 128-byte lines. Elsewhere they are only slower.
     const bool narrow = narrow_lines_help(g);
+    std::vector<Choice> wave_n = warp_n_choices(g);
+    add_wave_widths(g, limits, wave_n);
     KnobChoices c;
     c.set("block_m", {64, {128, 2}, 192, 256})
         // 96: a decode GEMM's weights in 64 tiles of 96 rows fill the SMs in one wave (docs/design-notes.md).
@@ -1503,7 +1524,7 @@ class WgmmaFamily final : public EmitterFamily {
         // Whole lines (w / 4: one wgmma's k).
         .set("block_k", narrow ? std::vector<Choice>{w / 4, w / 2, {w, 2}, 2 * w} : std::vector<Choice>{{w, 2}, 2 * w})
         .set("warp_m", {{64, 2}, 128})  // m64 accumulators per warpgroup
-        .set("warp_n", warp_n_choices(g))  // the instruction's N
+        .set("warp_n", wave_n)  // the instruction's N
         // Eight to twelve buffers only where a TMA producer fills the ring (validation refuses them
         // otherwise): narrow tiles that stream one operand from memory need them in flight.
         .set("stages", {3, {4, 2}, 5, 6, 8, 10, 12})
