@@ -873,7 +873,7 @@ TEST(Codegen, WgmmaOffersAShortNAsTheInstructionsWidth) {
 
 // A fixed GEMM is offered the widths whose tiles fill one wave of blocks (132 SMs on sm_90
 // without a GPU): bert_qkv (512 x 2304 x 768) in 64 x 192 tiles is 96 blocks; swapped (2304 x
-// 512), 64 x 176, 128 x 80 and 192 x 48 tiles are 117, 126 and 132. Where B is stored along n,
+// 512), 64 x 176, 128 x 80 and 192 x 48 tiles are 108, 126 and 132. Where B is stored along n,
 // only whole 128-byte lines; a range is offered none (its tile count varies with its size).
 TEST(Codegen, WgmmaOffersWidthsThatFillAWave) {
   const DeviceLimits limits = DeviceLimits::for_arch(90);
