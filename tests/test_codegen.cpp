@@ -878,12 +878,16 @@ TEST(Codegen, WgmmaOffersAShortNAsTheInstructionsWidth) {
 TEST(Codegen, WgmmaOffersWidthsThatFillAWave) {
   const DeviceLimits limits = DeviceLimits::for_arch(90);
   std::vector<std::unique_ptr<Compute>> keep;
-  auto widths = [&](const Compute& c, const std::string& layout, int a_input) {
+  // The written product (A = input 0, layout nnn) or the swapped one (A = input 1, ttn).
+  auto gemm_of = [&](const Compute& c, const std::string& layout, int a_input) {
     const std::vector<ImplicitGemm> gemms = gemm_per_match(c, "wgmma_fp16_fp32", a_input);
     const auto it = std::find_if(gemms.begin(), gemms.end(), [&](const ImplicitGemm& g) { return g.layout == layout; });
     EXPECT_NE(it, gemms.end()) << layout;
-    return it == gemms.end() ? std::vector<int>{}
-                             : family_of(*it->hw).choices(*it, default_schedule(*it, limits), limits).values_of("warp_n");
+    return it == gemms.end() ? ImplicitGemm{} : *it;
+  };
+  auto widths = [&](const Compute& c, const std::string& layout, int a_input) {
+    const ImplicitGemm g = gemm_of(c, layout, a_input);
+    return g.hw ? family_of(*g.hw).choices(g, default_schedule(g, limits), limits).values_of("warp_n") : std::vector<int>{};
   };
   const std::vector<int> usual = {16, 32, 64, 96, 128, 192, 256};
   auto with = [&](std::vector<int> extra) {
@@ -895,10 +899,7 @@ TEST(Codegen, WgmmaOffersWidthsThatFillAWave) {
   EXPECT_EQ(widths(qkv, "nnn", 0), usual);  // 144 and 80 rounded up to 64 are 192 and 128
   EXPECT_EQ(widths(qkv, "ttn", 1), with({176, 80, 48}));
   // The blocks of each added width's tiles fit one wave, and one more tile along n would not.
-  const ImplicitGemm g = [&] {
-    const std::vector<ImplicitGemm> gemms = gemm_per_match(qkv, "wgmma_fp16_fp32", 1);
-    return *std::find_if(gemms.begin(), gemms.end(), [](const ImplicitGemm& x) { return x.layout == "ttn"; });
-  }();
+  const ImplicitGemm g = gemm_of(qkv, "ttn", 1);
   for (const auto& [bm, width] : std::vector<std::pair<std::int64_t, std::int64_t>>{{64, 176}, {128, 80}, {192, 48}}) {
     const std::int64_t m_tiles = (g.M + bm - 1) / bm, n_tiles = (g.N + width - 1) / width;
     EXPECT_LE(m_tiles * n_tiles, 132) << bm;

@@ -1480,14 +1480,20 @@ class WgmmaFamily final : public EmitterFamily {
   /// 100 or 200) is not padded to the next of the usual widths. Where N is a range's size, that of
   /// the sample being tuned (none for the range itself): a 208-wide kernel of the range serves 200
   /// in one tile and larger sizes in two, and the buckets take it where it is the fastest.
-  static std::vector<Choice> warp_n_choices(const ImplicitGemm& g) {
+  /// Beside them, the widths whose tiles fill a wave (add_wave_widths).
+  static std::vector<Choice> warp_n_choices(const ImplicitGemm& g, const DeviceLimits& limits) {
     std::vector<Choice> out = {16, 32, 64, 96, {128, 2}, 192, {256, 2}};
     const bool ranged = g.dynamic() && g.dynamic_axis == 'n';
     const std::int64_t n = ranged ? g.compute->dynamic.at * g.per_size : g.N;
-    const int fitted = static_cast<int>(round_up(n, 16));
-    const bool listed = std::any_of(out.begin(), out.end(), [&](const Choice& c) { return c.value == fitted; });
-    if (n > 0 && fitted <= 256 && !listed) out.push_back(fitted);
+    if (n > 0) offer_width(round_up(n, 16), out);
+    add_wave_widths(g, limits, out);
     return out;
+  }
+
+  /// `width` among the instruction's widths, unless it is there already or wider than one wgmma.
+  static void offer_width(std::int64_t width, std::vector<Choice>& out) {
+    const bool listed = std::any_of(out.begin(), out.end(), [&](const Choice& c) { return c.value == width; });
+    if (width <= 256 && !listed) out.push_back(static_cast<int>(width));
   }
 
   /// Instruction widths that fill one wave of blocks: for each block_m, the narrowest width whose
@@ -1503,9 +1509,7 @@ class WgmmaFamily final : public EmitterFamily {
     for (const std::int64_t bm : {64, 128, 192, 256}) {
       const std::int64_t n_tiles = sms / ((g.M + bm - 1) / bm * g.batch);
       if (n_tiles < 2) continue;
-      const int width = static_cast<int>(round_up((g.N + n_tiles - 1) / n_tiles, step));
-      const bool listed = std::any_of(out.begin(), out.end(), [&](const Choice& c) { return c.value == width; });
-      if (width <= 256 && !listed) out.push_back(width);
+      offer_width(round_up((g.N + n_tiles - 1) / n_tiles, step), out);
     }
   }
 
@@ -1515,8 +1519,6 @@ class WgmmaFamily final : public EmitterFamily {
     // 128-byte ones fall short: a reduction shorter than a line, or an im2col input whose channels
     // are no whole number of 128-byte lines. Elsewhere they are only slower.
     const bool narrow = narrow_lines_help(g);
-    std::vector<Choice> wave_n = warp_n_choices(g);
-    add_wave_widths(g, limits, wave_n);
     KnobChoices c;
     c.set("block_m", {64, {128, 2}, 192, 256})
         // 96: a decode GEMM's weights in 64 tiles of 96 rows fill the SMs in one wave (docs/design-notes.md).
@@ -1524,7 +1526,7 @@ class WgmmaFamily final : public EmitterFamily {
         // Whole lines (w / 4: one wgmma's k).
         .set("block_k", narrow ? std::vector<Choice>{w / 4, w / 2, {w, 2}, 2 * w} : std::vector<Choice>{{w, 2}, 2 * w})
         .set("warp_m", {{64, 2}, 128})  // m64 accumulators per warpgroup
-        .set("warp_n", wave_n)  // the instruction's N
+        .set("warp_n", warp_n_choices(g, limits))  // the instruction's N
         // Eight to twelve buffers only where a TMA producer fills the ring (validation refuses them
         // otherwise): narrow tiles that stream one operand from memory need them in flight.
         .set("stages", {3, {4, 2}, 5, 6, 8, 10, 12})
