@@ -25,6 +25,7 @@
 #include "tmap/frontend/op_library.h"
 #include "tmap/tune/cost_model.h"
 #include "tmap/tune/model_tuner.h"
+#include "tmap/tune/range_looks.h"
 #include "tmap/tune/range_tuner.h"
 #include "tmap/tune/shards.h"
 #include "tmap/tune/tuner.h"

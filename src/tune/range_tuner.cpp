@@ -13,6 +13,7 @@
 #include "tmap/support/diagnostic.h"
 #include "tmap/support/files.h"
 #include "tmap/tune/model_tuner.h"
+#include "tmap/tune/range_looks.h"
 
 namespace tmap {
 namespace {

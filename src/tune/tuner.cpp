@@ -19,6 +19,7 @@
 #include "tmap/frontend/compute_loader.h"
 #include "tmap/support/diagnostic.h"
 #include "tmap/tune/cost_model.h"
+#include "tmap/tune/range_looks.h"
 
 namespace tmap {
 

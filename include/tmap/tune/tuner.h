@@ -22,7 +22,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -96,20 +95,7 @@ struct TuneProgress {
   const MeasurePool* gpus = nullptr;    ///< Each GPU's measurements, workload and best so far.
 };
 
-/// Which arms the samples of one range have given a first look, at which sizes. Their spaces
-/// are the range's kernels and their cost model is one: a sample skips the first look at an arm
-/// that a sample within a factor of 2 of its size has taken (kernels of neighbouring sizes rank
-/// alike), and spends those trials on the arms that proved fast.
-class RangeLooks {
- public:
-  /// Whether arm `label` had a first look at a size within a factor of 2 of `size`; if not, it
-  /// has one now at `size`.
-  bool taken_near(const std::string& label, std::int64_t size);
-
- private:
-  std::mutex mutex_;
-  std::map<std::string, std::vector<std::int64_t>> sizes_;
-};
+class RangeLooks;  // tmap/tune/range_looks.h
 
 struct TuneOptions {
   int trials = 200;          ///< 0: as many as the time budget allows; none without one.
