@@ -885,10 +885,11 @@ TEST(Codegen, WgmmaOffersWidthsThatFillAWave) {
     EXPECT_NE(it, gemms.end()) << layout;
     return it == gemms.end() ? ImplicitGemm{} : *it;
   };
-  auto widths = [&](const Compute& c, const std::string& layout, int a_input) {
+  auto widths_on = [&](const DeviceLimits& on, const Compute& c, const std::string& layout, int a_input) {
     const ImplicitGemm g = gemm_of(c, layout, a_input);
-    return g.hw ? family_of(*g.hw).choices(g, default_schedule(g, limits), limits).values_of("warp_n") : std::vector<int>{};
+    return g.hw ? family_of(*g.hw).choices(g, default_schedule(g, on), on).values_of("warp_n") : std::vector<int>{};
   };
+  auto widths = [&](const Compute& c, const std::string& layout, int a_input) { return widths_on(limits, c, layout, a_input); };
   const std::vector<int> usual = {16, 32, 64, 96, 128, 192, 256};
   auto with = [&](std::vector<int> extra) {
     std::vector<int> out = usual;
@@ -907,6 +908,16 @@ TEST(Codegen, WgmmaOffersWidthsThatFillAWave) {
   }
   const Compute& range = typed_compute(keep, "gemm", "float16", "float32", {"M=1..512", "N=2304", "K=768"});
   EXPECT_EQ(widths(range, "ttn", 1), usual);
+  // A GPU's own SM count (an H100 PCIe's 114: 128 x 96 and 192 x 64 tiles are usual widths);
+  // none where neither the count nor the architecture is known.
+  DeviceLimits pcie = limits;
+  pcie.sm_count = 114;
+  EXPECT_EQ(pcie.sms(), 114);
+  EXPECT_EQ(limits.sms(), kSm90Sms);
+  EXPECT_EQ(widths_on(pcie, qkv, "ttn", 1), with({176, 48}));
+  const DeviceLimits unknown;
+  EXPECT_EQ(unknown.sms(), 0);
+  EXPECT_EQ(widths_on(unknown, qkv, "ttn", 1), usual);
 }
 
 // The narrower swizzles (swizzle 2, 3: 64- and 32-byte lines): the descriptors name layout type

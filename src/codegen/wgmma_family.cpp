@@ -126,9 +126,9 @@ bool ping_pong(const ScheduleParams& p) { return p.producer == 3; }
 /// all tiles, cut into even runs (1), or of the last waves' tiles after whole tiles of the others (2).
 bool stream_k(const ScheduleParams& p) { return p.stream_k != 0; }
 
-/// The most blocks a stream-K kernel runs, one partial tile each in the workspace: the SMs of an
-/// H100 or H200 (SXM), the most of any sm_90 part. Blocks beyond it return at once.
-constexpr int kStreamBlocks = 132;
+/// The most blocks a stream-K kernel runs, one partial tile each in the workspace: the most SMs of
+/// any sm_90 part. Blocks beyond it return at once.
+constexpr int kStreamBlocks = kSm90Sms;
 
 /// A stream-K kernel's workspace: a partial tile of accumulators per block, then a flag per
 /// block, zero before each launch and left zero by it (the tile's finisher clears it).
@@ -1497,13 +1497,13 @@ class WgmmaFamily final : public EmitterFamily {
   }
 
   /// Instruction widths that fill one wave of blocks: for each block_m, the narrowest width whose
-  /// tiles, with the M tiles and the batch, are no more blocks than the GPU has SMs (132 where
-  /// unknown on sm_90), in the steps that B's tiles allow (a 128-byte line where B is stored along
-  /// n, else 16). The usual widths can leave a quarter of the SMs idle: bert_qkv (512 x 2304) in
+  /// tiles, with the M tiles and the batch, are no more blocks than the GPU has SMs
+  /// (DeviceLimits::sms()), in the steps that B's tiles allow (a 128-byte line where B is stored
+  /// along n, else 16). The usual widths can leave a quarter of the SMs idle: bert_qkv (512 x 2304) in
   /// 64 x 192 tiles is 96 blocks; as the swapped product in 192 x 48 tiles, 132. Fixed extents
   /// only: a range's tile count varies with its size.
   static void add_wave_widths(const ImplicitGemm& g, const DeviceLimits& limits, std::vector<Choice>& out) {
-    const int sms = limits.sm_count > 0 ? limits.sm_count : limits.compute_capability >= 90 ? 132 : 0;
+    const int sms = limits.sms();
     if (g.dynamic() || sms == 0) return;
     const std::int64_t step = stored_along_mn(g, 1) ? 128 / elem_bytes(g.hw->b_dtype) : 16;
     for (const std::int64_t bm : {64, 128, 192, 256}) {

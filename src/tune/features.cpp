@@ -83,8 +83,8 @@ std::vector<std::string> feature_names() {
 DeviceModel DeviceModel::for_arch(int cc, int sm_count) {
   DeviceModel d;
   d.compute_capability = cc;
-  if (cc >= 90) {  // H100 SXM: 132 SMs; 3.0 TB/s measured with a device-to-device copy
-    d.sm_count = 132, d.clock_ghz = 1.755, d.dram_bytes_per_s = 3.0e12, d.l2_bytes_per_s = 8e12;
+  if (cc >= 90) {  // H100 SXM; 3.0 TB/s measured with a device-to-device copy
+    d.sm_count = kSm90Sms, d.clock_ghz = 1.755, d.dram_bytes_per_s = 3.0e12, d.l2_bytes_per_s = 8e12;
     d.shared_bytes_per_sm = 228 * 1024;
   } else if (cc >= 89) {
     d.sm_count = 128, d.clock_ghz = 2.5, d.dram_bytes_per_s = 1.0e12, d.l2_bytes_per_s = 4e12;

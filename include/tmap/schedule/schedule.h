@@ -38,6 +38,10 @@ constexpr int kMaxLastBlockSplits = 64;
 /// cluster size, which every sm_90 GPC can hold whatever the blocks' shared memory.
 constexpr int kMaxClusterSplits = 8;
 
+/// The SMs of an H100 or H200 (SXM), the most of any sm_90 part: the count assumed for sm_90 where
+/// no GPU says (DeviceLimits::sms(), DeviceModel::for_arch) and the most blocks a stream-K kernel runs.
+constexpr int kSm90Sms = 132;
+
 /// What the schedule may use on the target device.
 struct DeviceLimits {
   int max_threads_per_block = 1024;
@@ -45,6 +49,8 @@ struct DeviceLimits {
   int sm_count = 0;  ///< Streaming multiprocessors; 0 when unknown (no GPU, --arch).
   int compute_capability = 0;  ///< e.g. 90; 0 when unknown.
   static DeviceLimits for_arch(int compute_capability);
+  /// sm_count, or where no GPU gave it kSm90Sms on sm_90; 0 when neither is known.
+  int sms() const { return sm_count > 0 ? sm_count : compute_capability >= 90 ? kSm90Sms : 0; }
 };
 
 std::string_view message(ScheduleError e);

@@ -15,7 +15,7 @@ namespace tmap {
 /// The machine the models reason about.
 struct DeviceModel {
   int compute_capability = 90;
-  int sm_count = 132;
+  int sm_count = kSm90Sms;
   double clock_ghz = 1.755;
   /// Dense tensor-core rate of the WMMA (mma.sync) path per SM per clock, in FLOP, for 16-bit
   /// operands; other dtypes scale by dtype_rate().
