@@ -2248,6 +2248,71 @@ TEST(Schedule, VectorWidthFollowsContiguity) {
   }
 }
 
+// flat_stride(): where it gives an axis's stride, stepping the axis's flat coordinate moves the
+// access's element by that stride from every digit's place (checked against the offset the
+// iterators' digits give, over every coordinate of the axis, for each mapping of each compute);
+// an NHWC output's pixels step by K, an NCHW output's (batch 2) do not step evenly.
+TEST(Schedule, FlatStridesAgreeWithTheDigits) {
+  const HwAbstraction& hw = find_hw(shipped(), "wmma_fp16_fp32");
+  const std::vector<std::pair<std::string, Compute>> computes = {
+      {"gemm", build_compute(builtin_op("gemm"), parse_param_overrides({"M=48", "N=32", "K=16"}))},
+      {"batched_gemm", build_compute(builtin_op("batched_gemm"), parse_param_overrides({}))},
+      {"conv2d nchw", build_compute(builtin_op("conv2d"), parse_param_overrides({"N=2", "H=6", "W=5", "C=16", "K=32"}))},
+      {"conv2d_nhwc grouped", build_compute(builtin_op("conv2d_nhwc"),
+                                            parse_param_overrides({"N=2", "H=6", "W=5", "C=32", "K=32", "groups=2"}))},
+      {"conv2d_nhwc fused", testing::fused_op("conv2d_nhwc", "float16",
+                                              "Y[n, p, q, k] = relu(Out[n, p, q, k] * s[k] + b[k] + R[n, p, q, k])",
+                                              {"N=2", "C=16", "H=6", "W=5", "K=32"})}};
+  int even = 0, uneven = 0;
+  for (const auto& [label, c] : computes) {
+    SCOPED_TRACE(label);
+    const MatchReport r = match_compute(c, {hw}, Enumeration::kAll);
+    ASSERT_FALSE(r.matches.empty());
+    std::vector<const Access*> accesses = {&c.output};
+    for (const Access& a : c.epilogue.operands) accesses.push_back(&a);
+    for (const Match& m : r.matches)
+      for (const Mapping& mapping : m.mappings) {
+        const ImplicitGemm g = make_implicit_gemm(c, hw, m, mapping);
+        for (const Access* a : accesses)
+          for (const std::vector<int>* axis : {&g.m_iters, &g.n_iters, &g.batch_iters}) {
+            const std::optional<std::int64_t> stride = flat_stride(c, *a, *axis);
+            (stride ? even : uneven) += 1;
+            if (!stride) continue;
+            std::int64_t extent = 1;
+            for (int it : *axis) extent *= c.iters[it].extent;
+            auto element = [&](std::int64_t flat) {  // the offset from the digits of `flat`
+              std::vector<std::int64_t> value(c.iters.size(), 0);
+              for (std::size_t i = axis->size(); i-- > 0; flat /= c.iters[(*axis)[i]].extent)
+                value[(*axis)[i]] = flat % c.iters[(*axis)[i]].extent;
+              std::int64_t offset = 0;
+              for (std::size_t d = 0; d < a->indices.size(); ++d) {
+                std::int64_t index = a->indices[d].constant;
+                for (const auto& [it, coef] : a->indices[d].terms) index += coef * value[it];
+                offset += index * c.tensor_of(*a).stride(d);
+              }
+              return offset;
+            };
+            for (std::int64_t x = 0; x < extent; ++x) ASSERT_EQ(element(x) - element(0), *stride * x) << x;
+          }
+      }
+  }
+  EXPECT_GT(even, 0);
+  EXPECT_GT(uneven, 0);
+  // The output's pixels (n, p, q) in NHWC step by K; in NCHW, with two images, they do not.
+  auto pixels_stride = [&](const Compute& c) {
+    const MatchReport r = match_compute(c, {hw}, Enumeration::kAll);
+    for (const Match& m : r.matches)
+      if (m.layout == "ntn" || m.layout == "ttn") {
+        const ImplicitGemm g = make_implicit_gemm(c, hw, m, m.mappings.back());
+        if (g.m_iters.size() == 3) return flat_stride(c, c.output, g.m_iters);
+      }
+    ADD_FAILURE() << "no mapping of (n, p, q) to m";
+    return std::optional<std::int64_t>{};
+  };
+  EXPECT_EQ(pixels_stride(computes[4].second), std::optional<std::int64_t>{32});
+  EXPECT_EQ(pixels_stride(computes[2].second), std::nullopt);
+}
+
 TEST(Schedule, DefaultSplitsTheReductionWhenTilesLeaveSmsIdle) {
   const HwAbstraction& hw = find_hw(shipped(), "wmma_fp16_fp32");
   DeviceLimits h100 = DeviceLimits::for_arch(90);

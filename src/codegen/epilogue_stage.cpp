@@ -63,6 +63,10 @@ void emit_operand_offsets(std::ostringstream& os, const ImplicitGemm& g) {
     const std::vector<bool> used = used_by(c, a);
     os << "// " << c.tensor_of(a).name << ": operand " << i << " of the epilogue\n"
        << "__device__ __forceinline__ int " << operand_name(static_cast<int>(i)) << "_offset(int m, int n, int z) {\n";
+    if (const std::string linear = linear_offset_code(g, a); !linear.empty()) {
+      os << "  (void)m; (void)n; (void)z;\n  return " << linear << ";\n}\n\n";
+      continue;
+    }
     decompose(os, c, g.m_iters, "m", used, "  ");
     decompose(os, c, g.n_iters, "n", used, "  ");
     decompose(os, c, g.batch_iters, "z", used, "  ");

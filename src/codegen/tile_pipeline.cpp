@@ -85,6 +85,31 @@ std::vector<bool> used_by(const Compute& c, const Access& a) {
   return used;
 }
 
+std::string linear_offset_code(const ImplicitGemm& g, const Access& a) {
+  const Compute& c = *g.compute;
+  for (std::size_t it = 0; it < c.iters.size(); ++it) {
+    const int i = static_cast<int>(it);
+    if (a.uses(i) && c.iters[it].extent != 1 && !contains(g.m_iters, i) && !contains(g.n_iters, i) &&
+        !contains(g.batch_iters, i))
+      return "";
+  }
+  std::string code;
+  for (const auto& [coord, axis] : {std::pair<const char*, const std::vector<int>*>{"m", &g.m_iters},
+                                    {"n", &g.n_iters}, {"z", &g.batch_iters}}) {
+    std::int64_t extent = 1;
+    for (int it : *axis) extent *= c.iters[it].extent;
+    const std::optional<std::int64_t> stride = flat_stride(c, a, *axis);
+    if (!stride) return "";
+    if (*stride == 0 || extent == 1) continue;  // a coordinate that is always 0 (one group) moves nothing
+    code += (code.empty() ? "" : " + ") + std::string(coord) + (*stride == 1 ? "" : " * " + std::to_string(*stride));
+  }
+  const Tensor& t = c.tensor_of(a);
+  std::int64_t constant = 0;
+  for (std::size_t d = 0; d < a.indices.size(); ++d) constant += a.indices[d].constant * t.stride(d);
+  if (constant != 0 || code.empty()) code += (code.empty() ? "" : " + ") + std::to_string(constant);
+  return code;
+}
+
 namespace {
 
 std::string names_of(const Compute& c, const std::vector<int>& its) {
@@ -461,6 +486,10 @@ namespace {
 /// in scope), without a bound check.
 void emit_output_index(std::ostringstream& os, const ImplicitGemm& g) {
   const Compute& c = *g.compute;
+  if (const std::string linear = linear_offset_code(g, c.output); !linear.empty()) {
+    os << "  const int offset = " << linear << ";  // m, n and z each step evenly through the output\n";
+    return;
+  }
   const std::vector<bool> used = used_by(c, c.output);
   decompose(os, c, g.m_iters, "m", used, "  ");
   decompose(os, c, g.n_iters, "n", used, "  ");

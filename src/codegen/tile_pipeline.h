@@ -42,6 +42,10 @@ void decompose(std::ostringstream& os, const Compute& c, const std::vector<int>&
 std::string affine_code(const AffineExpr& e, const Compute& c);
 /// Which iterators an access uses, by iterator id.
 std::vector<bool> used_by(const Compute& c, const Access& a);
+/// An access by output iterators: its element's offset at virtual (m, n) of batch z as one linear
+/// expression ("m * 256 + n") where m, n and z each step evenly through its tensor (flat_stride());
+/// empty where one does not, and the offset is then built from the iterators' digits.
+std::string linear_offset_code(const ImplicitGemm& g, const Access& a);
 
 /// An unsigned type as wide as `bytes` (1 to 16), for vector copies.
 std::string vector_type(int bytes);

@@ -108,6 +108,23 @@ int contiguous_width(const Compute& c, const Access& acc, const std::vector<int>
   return contiguity(c, acc, axis, bits, max_bytes).aligned;
 }
 
+std::optional<std::int64_t> flat_stride(const Compute& c, const Access& acc, const std::vector<int>& axis) {
+  const Tensor& t = c.tensor_of(acc);
+  auto stride_of = [&](int it) {  // the element's move for one step of iterator `it`
+    std::int64_t s = 0;
+    for (std::size_t d = 0; d < acc.indices.size(); ++d) s += acc.indices[d].coef(it) * t.stride(d);
+    return s;
+  };
+  if (axis.empty()) return 0;
+  const std::int64_t flat = stride_of(axis.back());
+  std::int64_t expected = flat;
+  for (int a = static_cast<int>(axis.size()) - 2; a >= 0; --a) {
+    expected *= c.iters[axis[a + 1]].extent;
+    if (c.iters[axis[a]].extent != 1 && stride_of(axis[a]) != expected) return std::nullopt;
+  }
+  return flat;
+}
+
 Contiguity operand_contiguity(const ImplicitGemm& g, int which) {
   const DType dtype = which == 0 ? g.hw->a_dtype : g.hw->b_dtype;
   const int bits = dtype_bits(dtype);

@@ -4,6 +4,8 @@
 // (schedule.h).
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "tmap/gemm/implicit_gemm.h"
@@ -51,6 +53,13 @@ int max_vector_width(const ImplicitGemm& g, int which);
 /// virtual axis `axis` that is contiguous and aligned in `acc`'s tensor without a shift (the
 /// output's vectors: contiguity(...).aligned).
 int contiguous_width(const Compute& c, const Access& acc, const std::vector<int>& axis, int bits, int max_bytes = 16);
+
+/// How far `acc`'s element moves in its tensor for each step of the flat coordinate of `axis`
+/// (its iterators in mixed radix, the last fastest), where that is the same whatever the digits:
+/// each iterator's stride is the next one's times the next one's extent, as (n, p, q) of an NHWC
+/// output, whose offset is then pixel * K, no division needed. 0 where the access uses none of
+/// them; std::nullopt where the steps are uneven (a padded, strided or transposed index).
+std::optional<std::int64_t> flat_stride(const Compute& c, const Access& acc, const std::vector<int>& axis);
 
 /// Whether the rows of operand `which`'s shared tile run along m (A) or n (B) rather than along
 /// k: A stored [BK][BM] (layout "t.."), B stored [BK][BN] (layout ".n."). Such an operand is read
