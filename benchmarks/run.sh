@@ -5,12 +5,13 @@
 #   benchmarks/run.sh gemm|skinny [--trials N] [--time-budget S] [--log LOG] [--out DIR]
 #   benchmarks/run.sh depthwise [--batch 1|16] [--trials N] [--time-budget S] [--log LOG] [--out DIR]
 #   benchmarks/run.sh grouped [--batch 1|16] [--layout nchw|nhwc] [--trials N] [--time-budget S] [--log LOG] [--out DIR]
-#   benchmarks/run.sh table FILE.json [--trials N] [--time-budget S] [--log LOG] [--prior LOG]... [--out DIR]
+#   benchmarks/run.sh table FILE.json [--trials N] [--time-budget S] [--objective total|geomean] [--log LOG] [--prior LOG]... [--out DIR]
 # A workload table (tmap import MODEL --format json) is tuned as one model: tmap tune --table,
 # --trials in all (default 64 per workload) or --time-budget seconds in all, the cost model and
-# the first candidates seeded from each --prior log; then tmap_bench times every workload against
-# cuDNN or cuBLAS (a fused one against their fused calls and the unfused sequence) and adds the
-# model's weighted total.
+# the first candidates seeded from each --prior log (--objective geomean where the rows are
+# separate problems, each judged by its ratio, not one model's summed time); then tmap_bench
+# times every workload against cuDNN or cuBLAS (a fused one against their fused calls and the
+# unfused sequence) and adds the model's weighted total.
 # plus, for the fixed tables, [--dtype float16|bfloat16|float32|int8]: the inputs' dtype of tmap and
 # the baselines (default float16; float32 runs on tf32 Tensor Cores; cuDNN writes int8
 # convolutions' sums as float32), naming the results <name>_<dtype> and the default log logs/h100_<table>_<dtype>.jsonl for
@@ -36,14 +37,15 @@ fi
 table=${1:?"usage: benchmarks/run.sh conv|conv1d|conv3d|gemm|skinny|depthwise|grouped|table [FILE] [--batch B] [--layout L] [--trials N] [--log LOG] [--out DIR]"}
 shift
 if [ "$table" = table ]; then
-  json=${1:?"usage: benchmarks/run.sh table FILE.json [--trials N] [--time-budget S] [--log LOG] [--prior LOG]... [--out DIR]"}
+  json=${1:?"usage: benchmarks/run.sh table FILE.json [--trials N] [--time-budget S] [--objective total|geomean] [--log LOG] [--prior LOG]... [--out DIR]"}
   shift
-  trials="" budget=0 log="" out="$root/benchmarks/results" priors=()
+  trials="" budget=0 log="" out="$root/benchmarks/results" priors=() objective=total
   while [ $# -gt 0 ]; do
     case "$1" in
       --trials) trials=$2; shift 2 ;;
       --prior) priors+=(--prior "$2"); shift 2 ;;
       --time-budget) budget=$2; shift 2 ;;
+      --objective) objective=$2; shift 2 ;;
       --log) log=$2; shift 2 ;;
       --out) out=$2; shift 2 ;;
       *) echo "error: unknown option $1 for a workload table" >&2; exit 2 ;;
@@ -54,7 +56,7 @@ if [ "$table" = table ]; then
   mkdir -p "$out" "$(dirname "$log")"
   start=$(date +%s)
   # shellcheck disable=SC2046
-  "$bin/tmap" tune --table "$json" --log "$log" --seed 1 --no-baselines "${priors[@]}" \
+  "$bin/tmap" tune --table "$json" --log "$log" --seed 1 --no-baselines --objective "$objective" "${priors[@]}" \
     $([ -n "$trials" ] && echo --trials "$trials") $([ "$budget" != 0 ] && echo --time-budget "$budget") > "$out/$name.tune.txt"
   tuned=$(( $(date +%s) - start ))
   "$bin/tmap_bench" --table "$json" --log "$log" --csv "$out/$name.csv" --md "$out/$name.md" --commit "$commit"

@@ -253,6 +253,8 @@ TEST(Cli, NumberOptionsSayTheirRangeAndTheBatchHasOneMeaning) {
       {"tune --op gemm --trials x", "--trials: must be a number (got x)"},
       {"tune --op gemm --batch 4000 --measure model", "--batch: error: must be at most 1024 trials per batch (got 4000)"},
       {"tune --table t.json --batch 4", "--batch: error: only applies to --model"},
+      {"tune --op gemm --objective geomean", "--objective: error: only applies to --model or --table"},
+      {"tune --table t.json --objective mean", "--objective: mean not in {total,geomean}"},
   };
   for (const auto& c : cases) EXPECT_EQ(expect_refused(c).err.find("not in range"), std::string::npos) << c.args;
   ScratchDir dir("tmap_batch_spelling");

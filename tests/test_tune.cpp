@@ -1023,6 +1023,34 @@ TEST(Tuner, ModelRankingWithoutAGpuRecordsUnmeasuredKernelsThatCompile) {
 namespace tmap {
 namespace {
 
+// A table of separate problems (TuneObjective::kGeomean): a short row gets batches beside a long
+// one after the warm-up, where the model's total gives them all to the long one.
+TEST(ModelTuner, AGeometricMeanObjectiveGivesShortRowsTrials) {
+  Compute big = build_compute(builtin_op("gemm"), parse_param_overrides({"M=4096", "N=4096", "K=4096"}));
+  Compute small = build_compute(builtin_op("gemm"), parse_param_overrides({"M=128", "N=128", "K=64"}));
+  std::map<TuneObjective, std::pair<int, int>> measured;  // big's, small's
+  for (const TuneObjective objective : {TuneObjective::kTotal, TuneObjective::kGeomean}) {
+    const std::string log = temp_path("model_objective.jsonl");
+    std::filesystem::remove(log);
+    ModelTuneOptions o;
+    o.tune = synthetic_options(log, 0);
+    o.tune.batch = 4;  // a warm-up of 3 x 4 trials each, then 4 batches
+    o.trials = 40;
+    o.objective = objective;
+    SyntheticMeasurer m;
+    const ModelTuneSummary s = tune_model({{"big", &big, 1}, {"small", &small, 1}}, shipped(), o, m);
+    ASSERT_EQ(s.tasks.size(), 2u);
+    EXPECT_EQ(s.measured, 40);
+    ASSERT_TRUE(s.tasks[0].summary.best && s.tasks[1].summary.best);
+    EXPECT_GT(s.tasks[0].summary.best->result.median_us, 10 * s.tasks[1].summary.best->result.median_us);
+    measured[objective] = {s.tasks[0].summary.measured, s.tasks[1].summary.measured};
+    std::filesystem::remove(log);
+  }
+  EXPECT_EQ(measured[TuneObjective::kTotal].second, 3 * 4) << "the warm-up alone: the rest goes where the time is";
+  EXPECT_GT(measured[TuneObjective::kGeomean].second, 3 * 4) << "batches beyond the warm-up";
+  EXPECT_LT(measured[TuneObjective::kGeomean].first, measured[TuneObjective::kTotal].first);
+}
+
 TEST(ModelTuner, OneBudgetGoesWhereTheModelTimeIsAndResumes) {
   Compute heavy = build_compute(builtin_op("gemm"), parse_param_overrides({"M=512", "N=512", "K=512"}));
   Compute light = build_compute(builtin_op("gemm"), parse_param_overrides({"M=512", "N=512", "K=256"}));

@@ -283,6 +283,8 @@ void tune_command(TuneArgs& args) {
   resolve_batch_options(args);
   if (!args.shard.empty() && args.model.empty() && args.table.empty())
     bad("--shard", "only applies to --model or --table", "shard a model's workloads, or tune the one compute whole");
+  if (args.objective != "total" && args.model.empty() && args.table.empty())
+    bad("--objective", "only applies to --model or --table", "tune a model's or a table's workloads, or drop --objective");
   if (!args.model.empty() || !args.table.empty()) return tune_model_command(args);
   Compute c = args.compute.build();
   // They shape a range's buckets: given for one shape, they would be ignored without a word.
@@ -390,6 +392,11 @@ void add_model_options(CLI::App* cmd, TuneArgs* args) {
       ->allow_extra_args(false);
   cmd->add_option("--layout", args->layout, "With --model: 2-D convolutions as nchw (default) or nhwc")
       ->check(CLI::IsMember({"nchw", "nhwc"}));
+  cmd->add_option("--objective", args->objective,
+                  "With --model or --table: what the trials go to lower: 'total', the sum of count x time (a model's "
+                  "workloads; default), or 'geomean', the workloads' geometric mean (a benchmark table's rows, each "
+                  "its own problem: a short row gets trials beside a long one)")
+      ->check(CLI::IsMember({"total", "geomean"}));
   cmd->add_flag("--no-baselines", args->no_baselines,
                 "With --model or --table: skip timing cuDNN/cuBLAS with tmap_bench after tuning");
 }

@@ -31,6 +31,7 @@ struct TuneArgs {
   std::int64_t batch = 0;        ///< --batch: the model's batch, as in tmap import.
   std::int64_t model_batch = 0;  ///< --model-batch: the old spelling of --batch.
   bool no_baselines = false;
+  std::string objective = "total";  ///< --objective: what a model's or table's batches go to lower.
   bool trials_given = false;     ///< --trials was given (else a time budget alone may bound the run).
   CLI::Option* trials_option = nullptr;
   std::vector<CLI::Option*> range_options;  ///< --loss, --max-buckets, --sizes: a range's alone.

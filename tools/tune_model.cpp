@@ -230,6 +230,7 @@ void tune_fixed_workloads(const TuneArgs& a, const WorkloadTable& table, std::si
   ModelTuneOptions o;
   o.tune = tune_options(a, m, log_path);
   o.time_budget_s = budget_s;
+  o.objective = a.objective == "geomean" ? TuneObjective::kGeomean : TuneObjective::kTotal;
   // --trials are the whole table's: a shard measures its workloads' share of them.
   const int given = a.trials_given ? std::max(1, static_cast<int>(a.trials * tasks.size() / whole)) : 0;
   o.trials = given ? given : budget_s > 0 ? 0 : 64 * static_cast<int>(tasks.size());

@@ -33,10 +33,11 @@ struct Slot {
 
 double best_of(const TuneSummary& s) { return s.best && s.best->result.ok() ? s.best->result.median_us : kInf; }
 
-/// The model time (us) one more batch of `batch` trials is expected to save on this workload:
-/// count x best x expected relative gain, the gain being the larger of half its relative
-/// improvement over its last two batches and a prior that shrinks with its trials.
-double expected_gain(const Slot& s, int batch) {
+/// What one more batch of `batch` trials is expected to save on this workload: count x expected
+/// relative gain, times its best time where the objective is the model's total (us of the model's
+/// time); the gain is the larger of half its relative improvement over its last two batches and
+/// a prior that shrinks with its trials.
+double expected_gain(const Slot& s, int batch, TuneObjective objective) {
   const TuneSummary& x = s.task->summary();
   const double best = best_of(x);
   const int trials = x.resumed + x.measured;
@@ -50,7 +51,7 @@ double expected_gain(const Slot& s, int batch) {
     if (before < kInf) recent = (before - best) / before / 2;  // per batch
     else recent = 0.5;                                          // first kernel found within the window
   }
-  return s.result.count * best * std::max(prior, recent);
+  return s.result.count * (objective == TuneObjective::kTotal ? best : 1.0) * std::max(prior, recent);
 }
 
 }  // namespace
@@ -300,7 +301,7 @@ class ModelScheduler {
       double best_gain = -1, second_gain = -1;
       for (Slot& s : slots_) {
         if (s.retired) continue;
-        const double gain = best_of(s.task->summary()) == kInf ? kInf : expected_gain(s, batch_);
+        const double gain = best_of(s.task->summary()) == kInf ? kInf : expected_gain(s, batch_, o_.objective);
         if (gain > best_gain) {
           second = pick, second_gain = best_gain;
           best_gain = gain, pick = &s;

@@ -3,7 +3,8 @@
 // workloads). A task scheduler in the manner of Ansor's gives each next batch of trials to the
 // workload where it is expected to save the most of the model's time: its count x best time x
 // the relative improvement expected of one more batch (from its recent progress, with a prior
-// that shrinks as its trials grow). Every workload first gets `warmup_batches` batches, in
+// that shrinks as its trials grow); or, for a table whose rows are separate problems, the most
+// of their geometric mean (count x relative improvement: TuneObjective). Every workload first gets `warmup_batches` batches, in
 // rounds (largest FLOP share first), so that each has a kernel early and none is judged on its
 // first looks alone: on the H100, ResNet-50's small layers still improve by 1.5-1.8x between
 // 16 and 48-96 trials. Records resume from the log and count towards the warm-up. Each
@@ -35,6 +36,13 @@ struct ModelProgress {
   const MeasurePool* gpus = nullptr; ///< Each GPU's measurements, workload and best so far.
 };
 
+/// What the scheduler's batches go to lower. kTotal: the model's time, the sum of count x best
+/// (a model's workloads, which run one after another). kGeomean: the geometric mean of the
+/// workloads' best times, each weighted by its count, where every workload is its own problem (a
+/// benchmark table's rows): a batch goes where it is expected to gain the most relatively, so
+/// that a 6 us row is not starved beside a 1.6 ms one.
+enum class TuneObjective { kTotal, kGeomean };
+
 struct ModelTuneOptions {
   /// Per-workload options (log, batch, seed, target, stop flag, ...); its trials, time_budget_s
   /// and on_progress are ignored, and early_stop retires a workload rather than stopping the run.
@@ -42,6 +50,7 @@ struct ModelTuneOptions {
   int trials = 0;            ///< Trials over all workloads; 0: only the time budget.
   double time_budget_s = 0;  ///< Seconds for the whole model; 0: only the trial budget.
   int warmup_batches = 3;    ///< Batches every workload gets before the scheduler weighs them.
+  TuneObjective objective = TuneObjective::kTotal;
   std::function<void(const ModelProgress&)> on_progress;
 };
 
