@@ -1499,9 +1499,9 @@ class WgmmaFamily final : public EmitterFamily {
   /// Instruction widths that fill one wave of blocks: for each block_m, the narrowest width whose
   /// tiles, with the M tiles and the batch, are no more blocks than the GPU has SMs
   /// (DeviceLimits::sms()), in the steps that B's tiles allow (a 128-byte line where B is stored
-  /// along n, else 16). The usual widths can leave a quarter of the SMs idle: bert_qkv (512 x 2304) in
-  /// 64 x 192 tiles is 96 blocks; as the swapped product in 192 x 48 tiles, 132. Fixed extents
-  /// only: a range's tile count varies with its size.
+  /// along n, else 16). The usual widths can leave a quarter of the SMs idle: bert_qkv
+  /// (512 x 2304) in 64 x 192 tiles is 96 blocks; as the swapped product in 192 x 48 tiles, 132.
+  /// Fixed extents only: a range's tile count varies with its size.
   static void add_wave_widths(const ImplicitGemm& g, const DeviceLimits& limits, std::vector<Choice>& out) {
     const int sms = limits.sms();
     if (g.dynamic() || sms == 0) return;

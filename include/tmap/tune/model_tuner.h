@@ -4,12 +4,13 @@
 // workload where it is expected to save the most of the model's time: its count x best time x
 // the relative improvement expected of one more batch (from its recent progress, with a prior
 // that shrinks as its trials grow); or, for a table whose rows are separate problems, the most
-// of their geometric mean (count x relative improvement: TuneObjective). Every workload first gets `warmup_batches` batches, in
-// rounds (largest FLOP share first), so that each has a kernel early and none is judged on its
-// first looks alone: on the H100, ResNet-50's small layers still improve by 1.5-1.8x between
-// 16 and 48-96 trials. Records resume from the log and count towards the warm-up. Each
-// workload's new best is offered to the others as a seed (TuneTask::offer): ResNet-50's layers
-// share mappings and tiles, and a schedule found on one is often near the best of another.
+// of their geometric mean (count x relative improvement: TuneObjective). Every workload first
+// gets `warmup_batches` batches, in rounds (largest FLOP share first), so that each has a kernel
+// early and none is judged on its first looks alone: on the H100, ResNet-50's small layers
+// still improve by 1.5-1.8x between 16 and 48-96 trials. Records resume from the log and count
+// towards the warm-up. Each workload's new best is offered to the others as a seed
+// (TuneTask::offer): ResNet-50's layers share mappings and tiles, and a schedule found on one is
+// often near the best of another.
 #pragma once
 
 #include <functional>
