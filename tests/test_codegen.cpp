@@ -2264,8 +2264,9 @@ TEST(Schedule, FlatStridesAgreeWithTheDigits) {
                                               "Y[n, p, q, k] = relu(Out[n, p, q, k] * s[k] + b[k] + R[n, p, q, k])",
                                               {"N=2", "C=16", "H=6", "W=5", "K=32"})}};
   int even = 0, uneven = 0;
-  for (const auto& [label, c] : computes) {
-    SCOPED_TRACE(label);
+  for (const auto& entry : computes) {
+    SCOPED_TRACE(entry.first);
+    const Compute& c = entry.second;  // not a structured binding: the lambda below captures it
     const MatchReport r = match_compute(c, {hw}, Enumeration::kAll);
     ASSERT_FALSE(r.matches.empty());
     std::vector<const Access*> accesses = {&c.output};
