@@ -267,9 +267,9 @@ TEST(Epilogue, EveryFunctionCompilesOnEveryFamily) {
 }
 
 // Where a wgmma block has the SM to itself (persistent, or too much shared memory for two), its
-// epilogue loads a per-channel scale and bias once per thread and a residual a chunk of vectors
-// ahead of the stores. Blocks that may share the SM keep loading every operand per vector, which
-// holds no registers across the loop.
+// epilogue loads a per-channel scale and bias once per thread (and converts them to float once),
+// and a residual a chunk of vectors ahead of the stores. Blocks that may share the SM keep loading
+// every operand per vector, which holds no registers across the loop.
 TEST(Epilogue, OperandsTheSameAlongTheLoopAreLoadedOnce) {
   // A GEMM's per-column scale and bias, a per-tensor alpha, and a full-shape R (outputs stored in
   // vectors along n); a convolution's per-channel s and b and full-shape R (along the channels).
@@ -288,8 +288,20 @@ TEST(Epilogue, OperandsTheSameAlongTheLoopAreLoadedOnce) {
       for (const std::string& t : fixed[i])
         EXPECT_NE(code.find("// " + t + ": the same along the loop"), std::string::npos) << gc.label << " " << t;
       EXPECT_EQ(code.find("// R: the same along the loop"), std::string::npos) << gc.label;
-      const bool hoists = code.find("epi_load(out, m0 + mm, n0 + nn, z, fixed, 1)") != std::string::npos;
-      if (hoists) EXPECT_EQ(gc.g.hw->family, "wgmma") << gc.label;
+      const bool hoists = code.find("fixed = epi_fixed(loaded);") != std::string::npos;
+      if (hoists) {
+        EXPECT_EQ(gc.g.hw->family, "wgmma") << gc.label;
+        // Converted to float once, before the loop: EpiFixed holds a float array of each of them,
+        // and the stores read them from there.
+        const std::size_t at = code.find("struct EpiFixed {");
+        ASSERT_NE(at, std::string::npos) << gc.label;
+        const std::string fields = code.substr(at, code.find("};", at) - at);
+        std::size_t floats = 0;
+        for (std::size_t f = fields.find("  float epi_"); f != std::string::npos; f = fields.find("  float epi_", f + 1))
+          ++floats;
+        EXPECT_EQ(floats, fixed[i].size()) << gc.label;
+        EXPECT_NE(code.find("(use_f ? f.epi_"), std::string::npos) << gc.label;
+      }
       if (gc.g.hw->family == "wgmma" && gc.p.producer >= 2) EXPECT_TRUE(hoists) << gc.label << ": persistent";
       ++(hoists ? hoisting : per_vector);
     }

@@ -104,6 +104,52 @@ void emit_operand_loads(std::ostringstream& os, const ImplicitGemm& g, int i, in
      << name << "_offset(" << at << ", z)));\n";
 }
 
+/// Operand i's value for output t of the vector, converted to float from `v`.
+std::string loaded_value(const ImplicitGemm& g, int i, int vec, char along, const std::string& t) {
+  const Compute& c = *g.compute;
+  const Access& a = c.epilogue.operands[i];
+  const int w = operand_load_width(g, a, along, vec);
+  const std::string src = "v." + operand_name(i);
+  if (w > 1) return "(float)reinterpret_cast<const " + storage_type(c.tensor_of(a).dtype) + "*>(" + src + ")[" + t + "]";
+  return "(float)" + src + "[" + (w ? t : "0") + "]";
+}
+
+/// The values an operand the same along the loop keeps in `EpiFixed` (floats): one, or one per
+/// output of the vector.
+int fixed_values(const ImplicitGemm& g, const Access& a, char along, int vec) {
+  return operand_load_width(g, a, along, vec) ? vec : 1;
+}
+
+/// Operand i as the epilogue reads it for output t of the vector: from `f`, already in float, when
+/// it is the same along the loop and use_f says it was loaded there, else from `v`.
+std::string operand_value(const ImplicitGemm& g, int i, int vec, char along, const std::string& t) {
+  const Access& a = g.compute->epilogue.operands[i];
+  if (!operand_fixed(g, a, along)) return loaded_value(g, i, vec, along, t);
+  const std::string at = fixed_values(g, a, along, vec) > 1 ? t : "0";
+  return "(use_f ? f." + operand_name(i) + "[" + at + "] : " + loaded_value(g, i, vec, along, t) + ")";
+}
+
+/// `struct EpiFixed`: the operands the same along the loop, converted to float once a tile rather
+/// than for every vector (a convolution's per-channel scale and bias: 16 conversions a vector of 8
+/// outputs), and `epi_fixed`, which converts them from a loaded EpiVec.
+void emit_fixed_floats(std::ostringstream& os, const ImplicitGemm& g, int vec, char along) {
+  const Epilogue& e = g.compute->epilogue;
+  os << "// The operands the same along the loop, in float32: converted once, not for every vector\n"
+     << "struct EpiFixed {\n";
+  for (std::size_t i = 0; i < e.operands.size(); ++i)
+    if (operand_fixed(g, e.operands[i], along))
+      os << "  float " << operand_name(static_cast<int>(i)) << "[" << fixed_values(g, e.operands[i], along, vec) << "];\n";
+  os << "};\n\n"
+     << "__device__ __forceinline__ EpiFixed epi_fixed(const EpiVec& v) {\n  EpiFixed f{};\n";
+  for (std::size_t i = 0; i < e.operands.size(); ++i) {
+    if (!operand_fixed(g, e.operands[i], along)) continue;
+    const std::string name = operand_name(static_cast<int>(i));
+    os << "  #pragma unroll\n  for (int t = 0; t < " << fixed_values(g, e.operands[i], along, vec) << "; ++t) f." << name
+       << "[t] = " << loaded_value(g, static_cast<int>(i), vec, along, "t") << ";\n";
+  }
+  os << "  (void)v;\n  return f;\n}\n\n";
+}
+
 /// `struct EpiVec`: the epilogue's operand values of one output vector, and `epi_load`, which
 /// fills it (which: 0 every operand, 1 those fixed along the loop, 2 the others).
 void emit_operand_vector(std::ostringstream& os, const ImplicitGemm& g, int vec, char along) {
@@ -133,17 +179,7 @@ void emit_operand_vector(std::ostringstream& os, const ImplicitGemm& g, int vec,
     os << "  }\n";
   }
   os << "  (void)which;\n}\n\n";
-}
-
-/// Operand i as the epilogue reads it for output t of the vector: from `f` when it is the same
-/// along the loop and use_f says it was loaded there, else from `v`.
-std::string operand_value(const ImplicitGemm& g, int i, int vec, char along, const std::string& t) {
-  const Compute& c = *g.compute;
-  const Access& a = c.epilogue.operands[i];
-  const int w = operand_load_width(g, a, along, vec);
-  const std::string src = std::string(operand_fixed(g, a, along) ? "(use_f ? f : v)." : "v.") + operand_name(i);
-  if (w > 1) return "(float)reinterpret_cast<const " + storage_type(c.tensor_of(a).dtype) + "*>(" + src + ")[" + t + "]";
-  return "(float)" + src + "[" + (w ? t : "0") + "]";
+  emit_fixed_floats(os, g, vec, along);
 }
 
 /// The epilogue of one vector of `vec` sums: `dst`[t] = the epilogue of `src`[t], in out_type
@@ -212,7 +248,7 @@ void emit_epilogue_scatter(std::ostringstream& os, const ImplicitGemm& g, const 
   os << "// " << vec << " outputs from virtual (m, n) on along " << along
      << ", contiguous and aligned in memory: one " << vec * bits / 8 << "-byte store, the operands' values in v\n"
      << "template <typename V>\n"
-     << "__device__ __forceinline__ void store_d_vec(const Output& out, int m, int n, int z, const V* values, const EpiVec& f,\n"
+     << "__device__ __forceinline__ void store_d_vec(const Output& out, int m, int n, int z, const V* values, const EpiFixed& f,\n"
      << "                                            const EpiVec& v, const bool use_f) {\n";
   offset();
   os << "  __align__(16) " << out_type << " result[" << vec << "];\n";
@@ -222,7 +258,7 @@ void emit_epilogue_scatter(std::ostringstream& os, const ImplicitGemm& g, const 
      << "// The same, loading the operands itself\n"
      << "template <typename V>\n"
      << "__device__ __forceinline__ void store_d_vec(const Output& out, int m, int n, int z, const V* values) {\n"
-     << "  EpiVec v;\n  epi_load(out, m, n, z, v, 0);\n  store_d_vec(out, m, n, z, values, v, v, false);\n}\n\n";
+     << "  EpiVec v;\n  epi_load(out, m, n, z, v, 0);\n  store_d_vec(out, m, n, z, values, EpiFixed{}, v, false);\n}\n\n";
 }
 
 namespace {
@@ -303,9 +339,9 @@ void emit_epilogue_loop(std::ostringstream& os, const ImplicitGemm& g, const Out
      << "  // multiple of the vectors across the tile; operands the same along the loop are then loaded once.\n"
      << "  constexpr bool EPI_FIXED = " << (any_fixed ? T + " % (" + across + ") == 0" : "false") << ";\n"
      << "  constexpr int EPI_CHUNK = 65536 / (THREADS) >= 128 ? 8 : 4;  // 8 where ptxas may give 128 registers\n"
-     << "  EpiVec fixed{};\n"
+     << "  EpiFixed fixed{};\n"
      << "  if (EPI_FIXED) {\n    const int e = " << thread << ";\n    " << position << "\n"
-     << "    epi_load(out, m0 + mm, n0 + nn, z, fixed, 1);\n  }\n"
+     << "    EpiVec loaded{};\n    epi_load(out, m0 + mm, n0 + nn, z, loaded, 1);\n    fixed = epi_fixed(loaded);\n  }\n"
      << "  for (int e0 = " << thread << "; e0 < " << end << "; e0 += EPI_CHUNK * " << T << ") {\n"
      << "    EpiVec ops[EPI_CHUNK];\n"
      << "    #pragma unroll\n    for (int c = 0; c < EPI_CHUNK; ++c) {\n"
@@ -327,7 +363,7 @@ void emit_epilogue_in_place(std::ostringstream& os, const ImplicitGemm& g, const
      << " applied in place: `values`, the sums in\n"
      << "// an epilogue tile, become the outputs there (the tile is then stored whole)\n"
      << "__device__ __forceinline__ void epi_in_place(const Output& out, int m, int n, int z, " << out_type
-     << "* values, const EpiVec& f,\n"
+     << "* values, const EpiFixed& f,\n"
      << "                                             const EpiVec& v, const bool use_f) {\n"
      << "  if (m >= M || n >= N) return;\n"
      << "  // One load and one store of the whole vector: the tile's chunks are aligned to the vector\n"
