@@ -259,8 +259,8 @@ std::string markdown(const std::vector<Row>& rows, const Report& rep) {
   if (rep.ranged) md += dispatch_summary(rows);
   if (rep.model) md += model_total(rows, rep);
   if (const int n = rows_noting(rows, transfer_note(Transfer::kOtherDtype)))
-    md += std::to_string(n) + " of tmap's kernels replay schedules tuned for another output dtype (the log holds no " +
-          rep.out_dtype + "-output record of their workload).\n";
+    md += std::to_string(n) + " of tmap's kernels replay schedules tuned for another output dtype (the log's " +
+          rep.out_dtype + "-output record of their workload, where it holds one, was slower).\n";
   if (const int n = rows_noting(rows, transfer_note(Transfer::kWithoutEpilogue)))
     md += std::to_string(n) + " of tmap's kernels replay the schedule tuned for their contraction without the " +
           "epilogue (the log holds no record of the fused workload).\n";
