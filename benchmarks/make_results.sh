@@ -70,8 +70,8 @@ by hand. Each table is written by one run of `benchmarks/run.sh` on the GPU mach
 bfloat16 and fp8 tables (ResNet-18 batch 16 in bfloat16, the LLM GEMMs), the range-of-sizes tables,
 the ResNet-50 tables (the batch-16 fused one tuned there from the H100's log; batch 1, bare and
 fused, the H100's log replayed), ResNet-18 at batch 256 in NHWC (tuned there from the H100's log),
-the GEMM table, the conv1d tables, depthwise at batch 16 in NCHW and the grouped and depthwise
-NHWC ones (tuned there, the GEMM, conv1d and depthwise NCHW tables from the H100's logs), and the transformer fused table (the H100's log replayed), the
+the conv1d tables, depthwise at batch 16 in NCHW and the grouped and depthwise
+NHWC ones (tuned there, the conv1d and depthwise NCHW tables from the H100's logs), and the transformer fused table (the H100's log replayed), the
 fused ones with each epilogue's cost beside them, were measured on an H200 (the same sm_90 chip
 with more and faster memory), as their headers say; compare them with nothing but their own
 baselines.
@@ -109,7 +109,7 @@ baselines.
   measured (`run.sh` passes git's; "+changes" when the working tree differed from it; for tables
   recorded before tmap_bench wrote it, the commit that recorded the table) and the date.
 
-Reproduce: `benchmarks/run.sh gemm` (on the H200, from `logs/h200_gemm.jsonl`), `benchmarks/run.sh conv --batch B --layout L` (B 1, 16,
+Reproduce: `benchmarks/run.sh gemm`, `benchmarks/run.sh conv --batch B --layout L` (B 1, 16,
 256; L nhwc, nchw; `--dtype bfloat16` for the bfloat16 table; batch 256 NHWC on the H200 with
 `--log logs/h200_resnet18_b256_nhwc.jsonl`, tuned by `tmap tune --table
 benchmarks/workloads/resnet18_b256_nhwc.json --time-budget 400 --prior logs/h100_resnet18_b256.jsonl`), `benchmarks/run.sh conv1d --batch B` (on the H200, from `logs/h200_conv1d_b<B>.jsonl`), `conv3d --batch 1`, `skinny`,

@@ -19,7 +19,7 @@
 # floats, else the sums': float32, int32). A workload whose log holds only a record of another
 # output dtype replays that record's schedule (noted in the table) instead of being tuned again.
 # The logs default to the shipped ones (logs/h100_resnet18_b<batch>.jsonl, logs/h200_conv1d_b<batch>.jsonl,
-# logs/h100_conv3d_b<batch>.jsonl, logs/h200_gemm.jsonl). conv1d and conv3d run tmap in NCW / NCDHW;
+# logs/h100_conv3d_b<batch>.jsonl, logs/h100_gemm.jsonl). conv1d and conv3d run tmap in NCW / NCDHW;
 # every convolution table also times cuDNN in the other layout on the same values.
 # Each workload the log does not hold yet is tuned first (tmap tune, --trials each, stopping
 # early after --time-budget seconds when given); the seconds each took go into DIR/<name>.md. Then
@@ -99,7 +99,7 @@ case "$table" in
         name="${table}_b${batch}_$([ "$table" = conv1d ] && echo ncw || echo ncdhw)$suffix"
         # The conv1d logs were recorded on the H200, the conv3d one on the H100.
         log=${log:-$root/logs/$([ "$table" = conv1d ] && echo h200 || echo h100)_${table}_b${batch}$suffix.jsonl} ;;
-  gemm) layout=nhwc; json="$root/benchmarks/workloads/gemm.json"; name="gemm$suffix"; log=${log:-$root/logs/h200_gemm$suffix.jsonl} ;;
+  gemm) layout=nhwc; json="$root/benchmarks/workloads/gemm.json"; name="gemm$suffix"; log=${log:-$root/logs/h100_gemm$suffix.jsonl} ;;
   skinny) layout=nhwc; json="$root/benchmarks/workloads/skinny_gemm.json"; name="skinny_gemm$suffix"
         log=${log:-$root/logs/h100_skinny_gemm$suffix.jsonl} ;;
   depthwise)
