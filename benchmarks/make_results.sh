@@ -73,7 +73,7 @@ ResNet-50 at batch 1 without epilogues (the H100's log replayed), ResNet-18 at b
 grouped and depthwise NHWC ones (tuned there, the conv1d and depthwise NCHW tables from the H100's
 logs) were measured on an H200 (the same sm_90 chip with more and faster memory), as their headers
 say; compare them with nothing but their own baselines. The fused tables, with each epilogue's
-cost beside them, are the H100's (ResNet-50 at batch 16 replays the log tuned on an H200).
+cost beside them, are the H100's.
 
 ## Method
 
@@ -117,8 +117,8 @@ benchmarks/workloads/resnet18_b256_nhwc.json --time-budget 400 --prior logs/h100
 benchmarks/workloads/depthwise_b16_nhwc.json --log logs/h200_depthwise_b16_nhwc.jsonl` (on the
 H200), `benchmarks/run.sh table
 benchmarks/workloads/resnet50_b1_nhwc.json` and likewise `resnet50_fused_b16_nhwc.json` (on the
-H200: `--time-budget 240 --prior logs/h100_resnet50_fused_b16.jsonl --log
-logs/h200_resnet50_fused_b16.jsonl`) and `transformer_ffn.json` (the fused batch-1 table replays
+H100: `--time-budget 220 --objective geomean --prior logs/h200_resnet50_fused_b16.jsonl --log
+logs/h100_resnet50_fused_b16.jsonl`) and `transformer_ffn.json` (the fused batch-1 table replays
 `logs/h100_resnet50_b1.jsonl` with `tmap_bench` alone), `llm_gemm.json` and `fp8_gemm.json` (logs `logs/h200_*.jsonl`);
 `decode_gemm.json` holds each projection as a range of M with the sizes it compares
 (`tmap tune --table benchmarks/workloads/decode_gemm.json --time-budget 140 --max-buckets 6 --seed 1 --log

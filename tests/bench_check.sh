@@ -13,7 +13,7 @@ logged() {  # ROWS COUNT LOG WHAT
   done <<<"$1"
 }
 # With a log, the key printed is that of the record the benchmark replays (one of float32 output
-# when the table asks for float16 and the log has no such record).
+# when the table asks for float16 and the log has none, or a slower one).
 for log in logs/h100_gemm.jsonl logs/h200_gemm.jsonl; do
   logged "$("$bench" --table "$src/benchmarks/workloads/gemm.json" --log "$src/$log" --print-workloads)" 11 "$log" GEMM
 done
@@ -59,8 +59,9 @@ for t in skinny_gemm:h100_skinny_gemm:9 depthwise_conv2d:h100_depthwise_b1:7 dep
 done
 # Workload tables, fused and LLM GEMMs: each workload has a record to replay (the fused batch-1
 # table's are the bare batch-1 log's schedules, which tmap_bench applies with the epilogue).
-# The LLM GEMM tables (bfloat16, fp8) and the fused batch-16 table were tuned on an H200.
-for t in resnet50_fused_b1_nhwc:h100_resnet50_b1:25 resnet50_fused_b16_nhwc:h200_resnet50_fused_b16:25 \
+# The LLM GEMM tables (bfloat16, fp8) and the fused batch-16 table's prior were tuned on an H200.
+for t in resnet50_fused_b1_nhwc:h100_resnet50_b1:25 resnet50_fused_b16_nhwc:h100_resnet50_fused_b16:25 \
+         resnet50_fused_b16_nhwc:h200_resnet50_fused_b16:25 \
          transformer_ffn:h100_transformer_ffn:6 llm_gemm:h200_llm_gemm:13 fp8_gemm:h200_fp8_gemm:13; do
   IFS=: read -r table logname count <<<"$t"
   log=logs/$logname.jsonl
