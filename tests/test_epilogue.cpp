@@ -229,7 +229,11 @@ std::vector<std::pair<std::string, Compute>> fused_computes() {
            fused("conv2d_nhwc", "float16", "Y[n, p, q, k] = relu(Out[n, p, q, k] * s[k] + b[k] + R[n, p, q, k])",
                  {"N=2", "C=32", "H=9", "W=9", "K=64"})},
           {"conv2d bias silu", fused("conv2d", "bfloat16", "Y[n, k, p, q] = silu(Out[n, k, p, q] + b[k])",
-                                     {"N=2", "C=32", "H=8", "W=16", "K=48"})}};
+                                     {"N=2", "C=32", "H=8", "W=16", "K=48"})},
+          // Per-row and per-tensor operands only: applied to the accumulators (M = 96 leaves a
+          // partial tile, whose TMA boxes are clamped to end at M).
+          {"gemm per-row scale bias relu",
+           fused("gemm", "float16", "Y[m, n] = relu(C[m, n] * s[m] + b[m]) * alpha[0]", {"M=96", "N=80", "K=64"})}};
 }
 
 TEST(Epilogue, EveryFunctionCompilesOnEveryFamily) {
@@ -342,6 +346,39 @@ TEST(Epilogue, AResidualIsAskedOfL2WhenTheTileStarts) {
               std::string::npos) << gc.label << ": " << why;
     EXPECT_NE(why.find("use epi_prefetch 0"), std::string::npos) << why;
   }
+}
+
+// Where every operand varies along m at most, wgmma and mma_sync kernels whose whole sum is in
+// the block apply the epilogue to their accumulators, in float32 before the one rounding, and
+// store the epilogue tile as it is; split sums, other families and operands along n keep the
+// stores' epilogue.
+TEST(Epilogue, PerRowOperandsAreAppliedToTheAccumulators) {
+  std::size_t applied = 0, kept = 0;
+  for (const auto& [label, c] : fused_computes()) {
+    const bool per_row = label.find("per-row") != std::string::npos;
+    for (const auto& gc : family_cases(c, label, 90)) {
+      const std::string code = emit_kernel(gc.g, gc.p).code;
+      const bool on_acc = code.find("// The epilogue applied to the accumulators") != std::string::npos;
+      const bool register_family = gc.g.hw->family == "wgmma" || gc.g.hw->family == "mma_sync";
+      const bool whole_sum = gc.p.split_k == 1 && gc.p.stream_k == 0;
+      if (per_row) EXPECT_EQ(on_acc, register_family && whole_sum) << gc.label;
+      if (label.find("every") != std::string::npos || label.find("residual") != std::string::npos)
+        EXPECT_FALSE(on_acc) << gc.label << ": R varies along n";
+      if (!on_acc) {
+        ++kept;
+        continue;
+      }
+      ++applied;
+      // Two rows of s and b a thread per m16 tile, loaded inside the output only.
+      EXPECT_NE(code.find("epi_0_rows[i][h] = m < M ? (float)__ldg(out.epi_0"), std::string::npos) << gc.label;
+      // The stores copy the tile: no operand loads, no in-place pass before TMA stores.
+      EXPECT_EQ(code.find("epi_load(out, m0"), std::string::npos) << gc.label;
+      EXPECT_EQ(code.find("epi_in_place("), std::string::npos) << gc.label;
+      if (gc.p.bulk_store != 2) EXPECT_NE(code.find("store_out_vec(out, m0 + mm"), std::string::npos) << gc.label;
+    }
+  }
+  EXPECT_GE(applied, 6u) << "mma_sync, wgmma with and without a producer, persistent, ping-pong, TMA stores";
+  EXPECT_GE(kept, 20u);
 }
 
 TEST(GpuEpilogue, FusedKernelsMatchTheReference) {

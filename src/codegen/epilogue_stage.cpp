@@ -193,6 +193,24 @@ void emit_vector_epilogue(std::ostringstream& os, const ImplicitGemm& g, const s
      << ";\n  }\n";
 }
 
+/// `store_out` and `store_out_vec`: the output alone, for values the epilogue was already applied
+/// to in registers (epilogue_on_accumulators()), rounded to `out_type` by the caller.
+void emit_applied_stores(std::ostringstream& os, const ImplicitGemm& g, const std::string& out_type, int vec,
+                         char along) {
+  const Compute& c = *g.compute;
+  os << "// " << c.tensor_of(c.output).name << " element at virtual (m, n) of batch z, the epilogue already applied\n"
+     << "__device__ __forceinline__ void store_out(const Output& out, int m, int n, int z, " << out_type << " value) {\n";
+  emit_output_offset(os, g);
+  os << "  out.data[offset] = value;\n}\n\n";
+  if (vec <= 1) return;
+  const std::string vt = vector_type(vec * dtype_bits(c.tensor_of(c.output).dtype) / 8);
+  os << "// " << vec << " of them from virtual (m, n) on along " << along << ", contiguous and aligned: one store\n"
+     << "__device__ __forceinline__ void store_out_vec(const Output& out, int m, int n, int z, const " << out_type
+     << "* values) {\n";
+  emit_output_offset(os, g);
+  os << "  *reinterpret_cast<" << vt << "*>(out.data + offset) = *reinterpret_cast<const " << vt << "*>(values);\n}\n\n";
+}
+
 }  // namespace
 
 std::string output_params(const ImplicitGemm& g, const std::string& out_type) {
@@ -242,6 +260,7 @@ void emit_epilogue_scatter(std::ostringstream& os, const ImplicitGemm& g, const 
   }
   os << "  const float acc = (float)value;\n"
      << "  out.data[offset] = (" << out_type << ")" << epilogue_code(e, "acc", operand_name) << ";\n}\n\n";
+  emit_applied_stores(os, g, out_type, vec, along);
   if (vec <= 1) return;
   emit_operand_vector(os, g, vec, along);
   const int bits = dtype_bits(c.tensor_of(c.output).dtype);
@@ -371,6 +390,44 @@ void emit_epilogue_in_place(std::ostringstream& os, const ImplicitGemm& g, const
      << "  *reinterpret_cast<" << vt << "*>(sums) = *reinterpret_cast<const " << vt << "*>(values);\n";
   emit_vector_epilogue(os, g, out_type, vec, along, "sums", "sums");
   os << "  *reinterpret_cast<" << vt << "*>(values) = *reinterpret_cast<const " << vt << "*>(sums);\n}\n\n";
+}
+
+bool epilogue_on_accumulators(const ImplicitGemm& g, const ScheduleParams& p) {
+  const Epilogue& e = g.compute->epilogue;
+  if (e.empty() || p.split_k > 1 || p.stream_k || p.window || accumulator_type(g.hw->d_dtype) != "float") return false;
+  for (const Access& a : e.operands)
+    if (!operand_fixed(g, a, 'm')) return false;  // varies along n: a thread's columns are many
+  return true;
+}
+
+void emit_accumulator_epilogue(std::ostringstream& os, const ImplicitGemm& g, const AccumulatorTiles& t,
+                               const std::string& indent) {
+  const Epilogue& e = g.compute->epilogue;
+  const std::string& in = indent;
+  os << in << "// The epilogue applied to the accumulators in float32, before they are rounded into the\n"
+     << in << "// epilogue tile: its operands vary along m at most, two rows a thread in each of its tiles.\n"
+     << in << "{\n";
+  for (std::size_t i = 0; i < e.operands.size(); ++i)
+    os << in << "  float " << operand_name(static_cast<int>(i)) << "_rows[" << t.tiles << "][2];\n";
+  os << in << "  #pragma unroll\n" << in << "  for (int i = 0; i < " << t.tiles << "; ++i)\n"
+     << in << "    #pragma unroll\n" << in << "    for (int h = 0; h < 2; ++h) {\n"
+     << in << "      const int m = " << t.first_row << " + 8 * h;  // rows past M read nothing, store nothing\n";
+  for (std::size_t i = 0; i < e.operands.size(); ++i) {
+    const std::string name = operand_name(static_cast<int>(i));
+    os << in << "      " << name << "_rows[i][h] = m < M ? (float)__ldg(out." << name << " + " << name
+       << "_offset(m, n0, z)) : 0.0f;\n";
+  }
+  std::string quad = t.quad;
+  quad.replace(quad.find('#'), 1, "q");
+  os << in << "    }\n"
+     << in << "  #pragma unroll\n" << in << "  for (int i = 0; i < " << t.tiles << "; ++i)\n"
+     << in << "    #pragma unroll\n" << in << "    for (int j = 0; j < " << t.quads << "; ++j)\n"
+     << in << "      #pragma unroll\n" << in << "      for (int q = 0; q < 4; ++q) {  // rows r, r, r + 8, r + 8\n"
+     << in << "        const float sum = " << quad << ";\n"
+     << in << "        " << quad << " = "
+     << epilogue_code(e, "sum", [](int i) { return operand_name(i) + "_rows[i][q / 2]"; }) << ";\n"
+     << in << "      }\n"
+     << in << "}\n";
 }
 
 }  // namespace tmap::pipeline

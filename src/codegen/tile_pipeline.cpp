@@ -912,8 +912,22 @@ void emit_cluster_sum(std::ostringstream& os, int v, const std::string& acc_type
 /// The store of `values` (the vector at (mm, nn) of the tile): a split's partial sum, or the
 /// output through store_d_vec / store_d, rounded to `out_type` unless the epilogue rounds it.
 void emit_values_store(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p, int v,
-                       const std::string& acc_type, const std::string& out_type) {
+                       const std::string& acc_type, const std::string& out_type, bool applied) {
   const std::string V = std::to_string(v);
+  if (applied) {  // the values are the outputs, to round and store
+    if (v == 1) {
+      os << "    store_out(out, m0 + mm, n0 + nn, z, (" << out_type << ")values[0]);\n";
+      return;
+    }
+    if (out_type == acc_type) {
+      os << "    store_out_vec(out, m0 + mm, n0 + nn, z, values);\n";
+      return;
+    }
+    os << "    __align__(16) " << out_type << " converted[" << V << "];  // rounded to the output's dtype\n"
+       << "    #pragma unroll\n    for (int t = 0; t < " << V << "; ++t) converted[t] = (" << out_type << ")values[t];\n"
+       << "    store_out_vec(out, m0 + mm, n0 + nn, z, converted);\n";
+    return;
+  }
   if (p.split_k > 1 && p.cluster != 1)
     os << "    // Partial sum of this split: partial[split][z][m][n], summed by the "
        << (p.split_reduce ? "tile's last block" : "reduce kernel") << ".\n"
@@ -974,24 +988,25 @@ void emit_epilogue_stores(std::ostringstream& os, const ImplicitGemm& g, const S
     os << scope.barrier;
   }
   const std::string at = epilogue_tile_at(ov.along, scope.row_skip, p.cluster != 1);
-  if (!g.compute->epilogue.empty() && v > 1 && p.cluster != 1 && p.split_k == 1 && scope.sm_to_itself) {
+  const bool fused = !g.compute->epilogue.empty() && !scope.applied;  // the stores apply the epilogue
+  if (fused && v > 1 && p.cluster != 1 && p.split_k == 1 && scope.sm_to_itself) {
     emit_epilogue_loop(os, g, ov, scope.threads, scope.thread, end, "&Cs[" + at + "]");
     os << (scope.close ? "}\n" : "");
     return;
   }
   // An epilogue's operand loads of several vectors in flight at once.
-  if (!g.compute->epilogue.empty()) os << "  #pragma unroll 4\n";
+  if (fused) os << "  #pragma unroll 4\n";
   os << "  for (int e = " << first << "; e < " << end << "; e += " << scope.threads << ") {\n"
      << "    " << vector_position(ov.along, V) << "\n";
   if (p.cluster == 1) emit_cluster_sum(os, v, acc_type, at);
-  else if (v > 1 && (!g.compute->epilogue.empty() || out_type != acc_type)) {  // read whole words, not elements
+  else if (v > 1 && (fused || out_type != acc_type)) {  // read whole words, not elements
     emit_device_include(os, "smem");
     os << "    const auto tile_values = tile_vector<" << V << ", C_LD>(&Cs[" << at << "]);\n"
        << "    const " << acc_type << "* values = tile_values.v;\n";
   } else {
     os << "    const " << acc_type << "* values = &Cs[" << at << "];\n";
   }
-  emit_values_store(os, g, p, v, acc_type, out_type);
+  emit_values_store(os, g, p, v, acc_type, out_type, scope.applied);
   os << "  }\n";
   emit_last_block_sum(os, g, p, out_type, scope);
   if (p.cluster == 1) os << "  cluster_sync();  // no block leaves while another may still read its Cs\n";

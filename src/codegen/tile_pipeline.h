@@ -220,6 +220,23 @@ void emit_ring_helpers(std::ostringstream& os, const ImplicitGemm& g, const Sche
 /// `swizzled`: instead into that tile, laid out by cs_at(row, column) (TMA-stored tiles).
 void emit_accumulator_quad(std::ostringstream& os, bool c_row, const std::string& value, const std::string& r8 = "r + 8",
                            const std::string& c1 = "c + 1", const std::string& swizzled = "");
+/// Whether the fused epilogue is applied to the accumulators in registers, before they enter the
+/// epilogue tile (emit_accumulator_epilogue()), in a family whose accumulators lie in the m16n8
+/// C-fragment layout: every operand varies along m at most (a channel's scale and bias where the
+/// channels are m, a per-tensor value), so a thread needs two rows of each per m16 tile, float32
+/// sums, and the whole sum in this block (no split-K or stream-K pieces). The stores then copy the
+/// tile (EpilogueScope::applied), and TMA-stored tiles need no pass in place.
+bool epilogue_on_accumulators(const ImplicitGemm& g, const ScheduleParams& p);
+/// A thread's accumulator tiles in the m16n8 C-fragment layout, as emit_accumulator_epilogue()
+/// walks them: `tiles` along m, `quads` quads along n each, accumulator t of quad j of tile i
+/// named by `quad` with '#' for t, and `first_row` the output row (virtual m) of tile i's first.
+struct AccumulatorTiles {
+  std::string tiles, quads, quad, first_row;
+};
+/// The epilogue applied to every accumulator in place (epilogue_on_accumulators()), its operands
+/// loaded for the thread's rows; `out`, n0 and z in scope.
+void emit_accumulator_epilogue(std::ostringstream& os, const ImplicitGemm& g, const AccumulatorTiles& t,
+                               const std::string& indent);
 /// Whether an operand of the epilogue varies along both virtual axes (a residual, SiLU's gate):
 /// the operands ScheduleParams::epi_prefetch asks L2 for.
 bool epilogue_has_full_shape_operand(const ImplicitGemm& g);
@@ -255,6 +272,9 @@ struct EpilogueScope {
   /// wgmma family's BoxClamp): the stores read row x + row_skip, and walk the rows x below the
   /// tile's rows less row_skip only (the rest lie past the extent). Empty: none.
   std::string row_skip;
+  /// The epilogue was applied to the accumulators (epilogue_on_accumulators()): the stores copy
+  /// the tile's values through store_out / store_out_vec.
+  bool applied = false;
 };
 /// The end of a kernel whose accumulators are in the epilogue tile `Cs` (of `acc_type`, rows of
 /// C_LD, laid out as epilogue_bytes() says): a barrier, then the block's outputs written in

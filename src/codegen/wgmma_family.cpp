@@ -396,6 +396,10 @@ struct BoxClamp {
     if (c1() == "c1") s += ", c1 = " + rotated(c + " + 1", "BN", "rot_n");
     return s + ";\n";
   }
+  /// The output row (column) of accumulator row (column) 0 of the tile at (m0, n0).
+  std::string origin(char axis) const {
+    return (axis == 'm' ? m : n) ? start(axis) : std::string(axis == 'm' ? "m0" : "n0");
+  }
   std::string r8() const { return rotates('m') && !m_by_16 ? "r8" : "r + 8"; }
   std::string c1() const { return rotates('n') && !n_by_2 ? "c1" : "c + 1"; }
 
@@ -514,7 +518,7 @@ void emit_tma_stores(std::ostringstream& os, const ImplicitGemm& g, const Schedu
   std::vector<TmaDim> dims;
   const std::string why = output_tma_view(g, c_row, dims);
   TMAP_CHECK(why.empty(), why);
-  if (!g.compute->epilogue.empty()) {
+  if (!g.compute->epilogue.empty() && !epilogue_on_accumulators(g, p)) {
     const OutVector ov = out_vector(g, p);
     os << "    " << r.sync << "    {\n";
     emit_epilogue_loop(os, g, ov, r.threads, r.thread,
@@ -546,6 +550,7 @@ void emit_vector_stores(std::ostringstream& os, const ImplicitGemm& g, const Sch
   scope.close = false;
   scope.sm_to_itself = true;  // one block per SM walks the tiles
   scope.row_skip = clamp.row_skip();
+  scope.applied = epilogue_on_accumulators(g, p);
   emit_epilogue_stores(os, g, p, r.cs, tout, scope);
 }
 
@@ -1097,12 +1102,24 @@ void emit_persistent_main_loop(std::ostringstream& os, const WgmmaKernel& w, con
   emit_stream_fixup(os, w);
 }
 
+/// With epilogue_on_accumulators(): the epilogue applied to the consumer's accumulators.
+void emit_wgmma_accumulator_epilogue(std::ostringstream& os, const WgmmaKernel& w, const std::string& indent) {
+  if (!epilogue_on_accumulators(w.g, w.p)) return;
+  AccumulatorTiles t;
+  t.tiles = "MI";
+  t.quads = "WN / 8";
+  t.quad = "acc[i][4 * j + #]";
+  t.first_row = w.clamp.origin('m') + " + wm0 + i * 64 + row";
+  emit_accumulator_epilogue(os, w.g, t, indent);
+}
+
 /// A tile's epilogue: the accumulators into the consumer's epilogue tile once the last tile's
 /// stores have read it, then stored by TMA, bulk row copies or vectors; closes the walk and the
 /// kernel.
 void emit_persistent_epilogue(std::ostringstream& os, const WgmmaKernel& w, const PersistentRoles& r) {
   const ImplicitGemm& g = w.g;
   const ScheduleParams& p = w.p;
+  emit_wgmma_accumulator_epilogue(os, w, "    ");
   os << "    // Epilogue: accumulators to the epilogue tile, once the last tile's stores have read it.\n"
      << (p.bulk_store == 1 ? "    bulk_wait_read();  // this thread's copies of the last tile have read Cs\n" : "")
      << (r.tma_stores ? "    if (" + r.issuer + ") bulk_wait_read<1>();  // the stores of the tile before last have read it\n" : "")
@@ -1153,8 +1170,12 @@ void emit_wgmma_epilogue(std::ostringstream& os, const WgmmaKernel& w) {
   const bool ws = w.ws, pair = w.pair, c_row = w.c_row;
   os << "  // Epilogue: accumulators to shared memory, then to the output.\n"
      << "  " << tacc << "* Cs = reinterpret_cast<" << tacc << "*>(smem);\n"
-     << "  const int row = (threadIdx.x % 128) / 32 * 16 + lane / 4, col = (lane % 4) * 2;\n"
-     << w.clamp.offsets("  ")
+     << "  const int row = (threadIdx.x % 128) / 32 * 16 + lane / 4, col = (lane % 4) * 2;\n";
+  if (epilogue_on_accumulators(g, p)) {
+    if (ws) os << "  if (wg < CONSUMERS)\n";
+    emit_wgmma_accumulator_epilogue(os, w, "  ");
+  }
+  os << w.clamp.offsets("  ")
      << (ws ? "  if (wg < CONSUMERS)\n" : "")
      << "  #pragma unroll\n  for (int i = 0; i < MI; ++i)\n"
      << "    #pragma unroll\n    for (int j = 0; j < WN / 8; ++j) {\n"
@@ -1165,6 +1186,7 @@ void emit_wgmma_epilogue(std::ostringstream& os, const WgmmaKernel& w) {
   scope.close = !pair;
   scope.sm_to_itself = wgmma_block_alone(g, p);  // else holding operands may cost a resident block
   scope.row_skip = w.clamp.row_skip();
+  scope.applied = epilogue_on_accumulators(g, p);
   emit_epilogue_stores(os, g, p, tacc, tout, scope);
   if (pair) os << "  cluster_sync();  // no block leaves while the other may still arrive on its barriers\n}\n";
 }
@@ -1193,7 +1215,8 @@ KernelSource emit_wgmma(const ImplicitGemm& g, const ScheduleParams& p) {
   const OutVector ov = out_vector(g, p);
   emit_output_scatter(os, g, w.tout, ov.width, ov.along);
   if (p.bulk_store) emit_output_address(os, g, w.tout);
-  if (p.bulk_store == 2 && !g.compute->epilogue.empty()) emit_epilogue_in_place(os, g, w.tout, ov.width, ov.along);
+  if (p.bulk_store == 2 && !g.compute->epilogue.empty() && !epilogue_on_accumulators(g, p))
+    emit_epilogue_in_place(os, g, w.tout, ov.width, ov.along);
   emit_descriptor_offsets(os, w);
   os << "}  // namespace\n\n";
   emit_entry(os, w);
