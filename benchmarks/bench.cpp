@@ -284,8 +284,8 @@ std::pair<double, double> alternate(const std::function<tmap::KernelRun(bool)>& 
 }
 
 /// What `fused`'s epilogue costs on `record`'s schedule: the kernel with and without it (the bare
-/// contraction `bare`, verified against its own reference; with nothing to prefetch for it, so
-/// epi_prefetch 0), timed warm in three alternating rounds, each side's median kept in `row`.
+/// contraction `bare`, verified against its own reference; with no epilogue to prefetch for or
+/// apply, so epi_prefetch and epi_regs 0), timed warm in three alternating rounds, each side's median kept in `row`.
 void measure_epilogue_cost(Row& row, const tmap::TuneRecord& record, const CompiledRecord& fused, tmap::Workspace& ws,
                            const Compute& bare, const std::vector<tmap::HwAbstraction>& hws, int cc,
                            int graph_runs, tmap::NvrtcCompiler& compiler) {
@@ -293,6 +293,7 @@ void measure_epilogue_cost(Row& row, const tmap::TuneRecord& record, const Compi
   const std::vector<double> bare_ref = tmap::gpu_reference(bare_ws, compiler);
   tmap::TuneRecord bare_record = record;
   bare_record.candidate.params.epi_prefetch = 0;
+  bare_record.candidate.params.epi_regs = 0;
   const CompiledRecord k = compile_record(bare_record, bare, hws, cc, compiler);
   const auto [with, without] = alternate(
       [&](bool) { return tmap::run_candidate(ws, {}, fused.a, fused.b, fused.g.kernel, fused.bin.cubin,

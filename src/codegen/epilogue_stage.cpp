@@ -392,13 +392,24 @@ void emit_epilogue_in_place(std::ostringstream& os, const ImplicitGemm& g, const
   os << "  *reinterpret_cast<" << vt << "*>(values) = *reinterpret_cast<const " << vt << "*>(sums);\n}\n\n";
 }
 
-bool epilogue_on_accumulators(const ImplicitGemm& g, const ScheduleParams& p) {
+bool epilogue_fits_accumulators(const ImplicitGemm& g) {
   const Epilogue& e = g.compute->epilogue;
-  if (e.empty() || p.split_k > 1 || p.stream_k || p.window || accumulator_type(g.hw->d_dtype) != "float") return false;
+  if (e.empty() || accumulator_type(g.hw->d_dtype) != "float") return false;
   for (const Access& a : e.operands)
     if (!operand_fixed(g, a, 'm')) return false;  // varies along n: a thread's columns are many
   return true;
 }
+
+std::string why_not_on_accumulators(const ImplicitGemm& g, const ScheduleParams& p) {
+  if (g.compute->epilogue.empty()) return "no fused epilogue";
+  if (accumulator_type(g.hw->d_dtype) != "float") return "sums in " + accumulator_type(g.hw->d_dtype) + ", not float32";
+  if (!epilogue_fits_accumulators(g)) return "an epilogue operand that varies along n (a thread holds many columns)";
+  if (p.split_k > 1) return "split_k = " + std::to_string(p.split_k) + ": the split sums reach the epilogue later";
+  if (p.stream_k) return "stream_k = " + std::to_string(p.stream_k) + ": a tile's pieces are summed after";
+  return "";
+}
+
+bool epilogue_on_accumulators(const ImplicitGemm&, const ScheduleParams& p) { return p.epi_regs == 1; }
 
 void emit_accumulator_epilogue(std::ostringstream& os, const ImplicitGemm& g, const AccumulatorTiles& t,
                                const std::string& indent) {

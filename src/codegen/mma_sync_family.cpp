@@ -385,7 +385,7 @@ class MmaSyncFamily final : public EmitterFamily {
   }
 
   std::span<const KnobUse> knob_uses() const override {
-    static constexpr KnobUse kUses[] = {{"swizzle", 0, 1}, {"cluster", 0, 1}};
+    static constexpr KnobUse kUses[] = {{"swizzle", 0, 1}, {"cluster", 0, 1}, {"epi_regs", 0, 1}};
     return kUses;
   }
 
@@ -405,6 +405,8 @@ class MmaSyncFamily final : public EmitterFamily {
         .set("split_reduce", {{0, 3}, 1})
         // A residual asked of L2 when the tile starts, where the epilogue reads one.
         .set("epi_prefetch", epilogue_has_full_shape_operand(g) ? std::vector<Choice>{0, 1} : std::vector<Choice>{0})
+        // The epilogue on the accumulators, where its operands allow it.
+        .set("epi_regs", epilogue_fits_accumulators(g) ? std::vector<Choice>{0, 1} : std::vector<Choice>{0})
         .set_each("vec_a", powers_up_to(max_vector_width(g, 0)))
         .set_each("vec_b", powers_up_to(max_vector_width(g, 1)))
         .set("unroll", {0, 1})  // of the gathers; the math is always unrolled

@@ -220,13 +220,18 @@ void emit_ring_helpers(std::ostringstream& os, const ImplicitGemm& g, const Sche
 /// `swizzled`: instead into that tile, laid out by cs_at(row, column) (TMA-stored tiles).
 void emit_accumulator_quad(std::ostringstream& os, bool c_row, const std::string& value, const std::string& r8 = "r + 8",
                            const std::string& c1 = "c + 1", const std::string& swizzled = "");
-/// Whether the fused epilogue is applied to the accumulators in registers, before they enter the
-/// epilogue tile (emit_accumulator_epilogue()), in a family whose accumulators lie in the m16n8
-/// C-fragment layout: every operand varies along m at most (a channel's scale and bias where the
-/// channels are m, a per-tensor value), so a thread needs two rows of each per m16 tile, float32
-/// sums, and the whole sum in this block (no split-K or stream-K pieces). The stores then copy the
-/// tile (EpilogueScope::applied), and TMA-stored tiles need no pass in place.
+/// Whether the fused epilogue is applied to the accumulators in registers (ScheduleParams::epi_regs),
+/// before they enter the epilogue tile (emit_accumulator_epilogue()), in a family whose
+/// accumulators lie in the m16n8 C-fragment layout. The stores then copy the tile
+/// (EpilogueScope::applied), and TMA-stored tiles need no pass in place.
 bool epilogue_on_accumulators(const ImplicitGemm& g, const ScheduleParams& p);
+/// Whether `g`'s epilogue can be: every operand varies along m at most (a channel's scale and bias
+/// where the channels are m, a per-tensor value), so a thread needs two rows of each per m16
+/// tile, and the sums are float32.
+bool epilogue_fits_accumulators(const ImplicitGemm& g);
+/// Why epi_regs = 1 cannot hold under `p` ("" where it can): also the whole sum must be in the
+/// block (no split-K or stream-K pieces).
+std::string why_not_on_accumulators(const ImplicitGemm& g, const ScheduleParams& p);
 /// A thread's accumulator tiles in the m16n8 C-fragment layout, as emit_accumulator_epilogue()
 /// walks them: `tiles` along m, `quads` quads along n each, accumulator t of quad j of tile i
 /// named by `quad` with '#' for t, and `first_row` the output row (virtual m) of tile i's first.

@@ -251,6 +251,9 @@ std::vector<ScheduleIssue> validate(const ImplicitGemm& in, const ScheduleParams
   validate_vectors(g, p, threads, out);
   if (p.epi_prefetch && pipeline::prefetched_operands(g, p).empty())
     fail(ScheduleError::kBadOption, "epi_prefetch = 1 with " + why_nothing_to_prefetch(g, p) + "; use epi_prefetch 0");
+  if (p.epi_regs)
+    if (const std::string why = pipeline::why_not_on_accumulators(g, p); !why.empty())
+      fail(ScheduleError::kBadOption, "epi_regs = 1 with " + why + "; use epi_regs 0");
   const EmitterFamily& family = family_of(*g.hw);
   family.validate(g, p, limits, out);
   // A kernel of a range of sizes keeps the size in static shared memory too, and one whose last

@@ -1370,7 +1370,8 @@ class WgmmaFamily final : public EmitterFamily {
   int threads_per_warp_tile(const ScheduleParams&) const override { return 128; }
   std::span<const KnobUse> knob_uses() const override {
     static constexpr KnobUse kUses[] = {{"swizzle", 0, 3}, {"producer", 0, 3}, {"a_regs", 0, 1}, {"cluster", 0, 3},
-                                        {"uniform_wait", 0, 1}, {"bulk_store", 0, 2}, {"stream_k", 0, 2}};
+                                        {"uniform_wait", 0, 1}, {"bulk_store", 0, 2}, {"stream_k", 0, 2},
+                                        {"epi_regs", 0, 1}};
     return kUses;
   }
   // The producer warpgroup, and in ping-pong the second consumer warpgroup (the block's one warp
@@ -1559,6 +1560,8 @@ class WgmmaFamily final : public EmitterFamily {
         .set("split_reduce", {{0, 3}, 1})
         // A residual asked of L2 when the tile starts, where the epilogue reads one.
         .set("epi_prefetch", epilogue_has_full_shape_operand(g) ? std::vector<Choice>{0, 1} : std::vector<Choice>{0})
+        // The epilogue on the accumulators, where its operands allow it.
+        .set("epi_regs", epilogue_fits_accumulators(g) ? std::vector<Choice>{0, 1} : std::vector<Choice>{0})
         .set_each("vec_a", powers_up_to(max_vector_width(g, 0)))
         .set_each("vec_b", powers_up_to(max_vector_width(g, 1)))
         .set("unroll", {0, 1})  // of the gathers
