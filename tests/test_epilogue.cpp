@@ -386,7 +386,7 @@ TEST(Epilogue, PerRowOperandsAreAppliedToTheAccumulators) {
       // The stores copy the tile: no operand loads, no in-place pass before TMA stores.
       EXPECT_EQ(code.find("epi_load(out, m0"), std::string::npos) << gc.label;
       EXPECT_EQ(code.find("epi_in_place("), std::string::npos) << gc.label;
-      if (gc.p.bulk_store != 2) EXPECT_NE(code.find("store_out_vec(out, m0 + mm"), std::string::npos) << gc.label;
+      if (gc.p.bulk_store != 2) EXPECT_NE(code.find("store_d_vec(out.data, m0 + mm"), std::string::npos) << gc.label;
     }
   }
   EXPECT_GE(applied, 6u) << "mma_sync, wgmma with and without a producer, persistent, ping-pong, TMA stores";

@@ -193,24 +193,6 @@ void emit_vector_epilogue(std::ostringstream& os, const ImplicitGemm& g, const s
      << ";\n  }\n";
 }
 
-/// `store_out` and `store_out_vec`: the output alone, for values the epilogue was already applied
-/// to in registers (epilogue_on_accumulators()), rounded to `out_type` by the caller.
-void emit_applied_stores(std::ostringstream& os, const ImplicitGemm& g, const std::string& out_type, int vec,
-                         char along) {
-  const Compute& c = *g.compute;
-  os << "// " << c.tensor_of(c.output).name << " element at virtual (m, n) of batch z, the epilogue already applied\n"
-     << "__device__ __forceinline__ void store_out(const Output& out, int m, int n, int z, " << out_type << " value) {\n";
-  emit_output_offset(os, g);
-  os << "  out.data[offset] = value;\n}\n\n";
-  if (vec <= 1) return;
-  const std::string vt = vector_type(vec * dtype_bits(c.tensor_of(c.output).dtype) / 8);
-  os << "// " << vec << " of them from virtual (m, n) on along " << along << ", contiguous and aligned: one store\n"
-     << "__device__ __forceinline__ void store_out_vec(const Output& out, int m, int n, int z, const " << out_type
-     << "* values) {\n";
-  emit_output_offset(os, g);
-  os << "  *reinterpret_cast<" << vt << "*>(out.data + offset) = *reinterpret_cast<const " << vt << "*>(values);\n}\n\n";
-}
-
 }  // namespace
 
 std::string output_params(const ImplicitGemm& g, const std::string& out_type) {
@@ -260,7 +242,7 @@ void emit_epilogue_scatter(std::ostringstream& os, const ImplicitGemm& g, const 
   }
   os << "  const float acc = (float)value;\n"
      << "  out.data[offset] = (" << out_type << ")" << epilogue_code(e, "acc", operand_name) << ";\n}\n\n";
-  emit_applied_stores(os, g, out_type, vec, along);
+  emit_plain_stores(os, g, out_type, vec, along);  // for sums the epilogue was applied to in registers
   if (vec <= 1) return;
   emit_operand_vector(os, g, vec, along);
   const int bits = dtype_bits(c.tensor_of(c.output).dtype);

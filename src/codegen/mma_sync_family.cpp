@@ -303,8 +303,8 @@ KernelSource emit_mma_sync(const ImplicitGemm& g, const ScheduleParams& p) {
      << bases.str();
   emit_fragment_lambdas(os, g, a_addr, b_addr, w.a_trans, w.b_trans);
   emit_mma_sync_main_loop(os, w, staged);
-  const bool applied = epilogue_on_accumulators(g, p);
-  if (applied) emit_accumulator_epilogue(os, g, {"MI", "NI", "acc[i][j][#]", "m0 + wm0 + i * 16 + lane / 4"}, "  ");
+  if (epilogue_on_accumulators(g, p))
+    emit_accumulator_epilogue(os, g, {"MI", "NI", "acc[i][j][#]", "m0 + wm0 + i * 16 + lane / 4"}, "  ");
   os << "  // Epilogue: accumulators to shared memory, then to the output.\n"
      << "  " << w.tfrag << "* Cs = reinterpret_cast<" << w.tfrag << "*>(smem);\n"
      << "  #pragma unroll\n  for (int i = 0; i < MI; ++i)\n"
@@ -312,9 +312,7 @@ KernelSource emit_mma_sync(const ImplicitGemm& g, const ScheduleParams& p) {
      << "      const int r = wm0 + i * 16 + lane / 4, c = wn0 + j * 8 + (lane % 4) * 2;\n";
   emit_accumulator_quad(os, w.c_row, "acc[i][j][#]");
   os << "    }\n";
-  EpilogueScope scope;
-  scope.applied = applied;
-  emit_epilogue_stores(os, g, p, w.tfrag, w.tout, scope);
+  emit_epilogue_stores(os, g, p, w.tfrag, w.tout);
   emit_split_reduce(os, g, w.k, w.tpart, w.tout);
   w.k.code = os.str();
   return std::move(w.k);

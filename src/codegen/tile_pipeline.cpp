@@ -520,8 +520,13 @@ int output_vector_width(const ImplicitGemm& g, char along, int out_bits) {
 
 void emit_output_scatter(std::ostringstream& os, const ImplicitGemm& g, const std::string& out_type, int vec,
                          char along) {
+  if (!g.compute->epilogue.empty()) return emit_epilogue_scatter(os, g, out_type, vec, along);
+  emit_plain_stores(os, g, out_type, vec, along);
+}
+
+void emit_plain_stores(std::ostringstream& os, const ImplicitGemm& g, const std::string& out_type, int vec,
+                       char along) {
   const Compute& c = *g.compute;
-  if (!c.epilogue.empty()) return emit_epilogue_scatter(os, g, out_type, vec, along);
   auto offset = [&] { emit_output_offset(os, g); };
   os << "// " << c.tensor_of(c.output).name << " element at virtual (m, n) of batch z\n"
      << "__device__ __forceinline__ void store_d(" << out_type << "* __restrict__ out, int m, int n, int z, "
@@ -912,36 +917,28 @@ void emit_cluster_sum(std::ostringstream& os, int v, const std::string& acc_type
 /// The store of `values` (the vector at (mm, nn) of the tile): a split's partial sum, or the
 /// output through store_d_vec / store_d, rounded to `out_type` unless the epilogue rounds it.
 void emit_values_store(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p, int v,
-                       const std::string& acc_type, const std::string& out_type, bool applied) {
+                       const std::string& acc_type, const std::string& out_type) {
   const std::string V = std::to_string(v);
-  if (applied) {  // the values are the outputs, to round and store
-    if (v == 1) {
-      os << "    store_out(out, m0 + mm, n0 + nn, z, (" << out_type << ")values[0]);\n";
-      return;
-    }
-    if (out_type == acc_type) {
-      os << "    store_out_vec(out, m0 + mm, n0 + nn, z, values);\n";
-      return;
-    }
-    os << "    __align__(16) " << out_type << " converted[" << V << "];  // rounded to the output's dtype\n"
-       << "    #pragma unroll\n    for (int t = 0; t < " << V << "; ++t) converted[t] = (" << out_type << ")values[t];\n"
-       << "    store_out_vec(out, m0 + mm, n0 + nn, z, converted);\n";
-    return;
-  }
+  // With the epilogue applied to the accumulators, the values are outputs, stored as without one
+  // through the plain stores of the output's pointer.
+  const bool applied = epilogue_on_accumulators(g, p);
+  const bool fused = !g.compute->epilogue.empty() && !applied;
+  const std::string out = applied ? "out.data" : "out";
   if (p.split_k > 1 && p.cluster != 1)
     os << "    // Partial sum of this split: partial[split][z][m][n], summed by the "
        << (p.split_reduce ? "tile's last block" : "reduce kernel") << ".\n"
        << "    const int m = m0 + mm, n = n0 + nn;\n"
        << "    if (m < M && n < N) partial[((long long)(split * BATCH + z) * M + m) * N + n] = (" << partial_type(g)
        << ")values[0];\n";
-  else if (v > 1 && (out_type == acc_type || !g.compute->epilogue.empty()))  // the epilogue rounds its result
-    os << "    store_d_vec(out, m0 + mm, n0 + nn, z, values);\n";
+  else if (v > 1 && (out_type == acc_type || fused))  // the epilogue rounds its result
+    os << "    store_d_vec(" << out << ", m0 + mm, n0 + nn, z, values);\n";
   else if (v > 1)
     os << "    __align__(16) " << out_type << " converted[" << V << "];  // the sums, rounded to the output's dtype\n"
        << "    #pragma unroll\n    for (int t = 0; t < " << V << "; ++t) converted[t] = (" << out_type << ")values[t];\n"
-       << "    store_d_vec(out, m0 + mm, n0 + nn, z, converted);\n";
+       << "    store_d_vec(" << out << ", m0 + mm, n0 + nn, z, converted);\n";
   else
-    os << "    store_d(out, m0 + mm, n0 + nn, z, " << stored_value(g, out_type, "values[0]") << ");\n";
+    os << "    store_d(" << out << ", m0 + mm, n0 + nn, z, "
+       << (fused ? "values[0]" : "(" + out_type + ")values[0]") << ");\n";
 }
 
 /// Where the stores read vector (mm, nn) of the epilogue tile, whose rows are m where the vectors
@@ -988,7 +985,7 @@ void emit_epilogue_stores(std::ostringstream& os, const ImplicitGemm& g, const S
     os << scope.barrier;
   }
   const std::string at = epilogue_tile_at(ov.along, scope.row_skip, p.cluster != 1);
-  const bool fused = !g.compute->epilogue.empty() && !scope.applied;  // the stores apply the epilogue
+  const bool fused = !g.compute->epilogue.empty() && !epilogue_on_accumulators(g, p);  // the stores apply it
   if (fused && v > 1 && p.cluster != 1 && p.split_k == 1 && scope.sm_to_itself) {
     emit_epilogue_loop(os, g, ov, scope.threads, scope.thread, end, "&Cs[" + at + "]");
     os << (scope.close ? "}\n" : "");
@@ -1006,7 +1003,7 @@ void emit_epilogue_stores(std::ostringstream& os, const ImplicitGemm& g, const S
   } else {
     os << "    const " << acc_type << "* values = &Cs[" << at << "];\n";
   }
-  emit_values_store(os, g, p, v, acc_type, out_type, scope.applied);
+  emit_values_store(os, g, p, v, acc_type, out_type);
   os << "  }\n";
   emit_last_block_sum(os, g, p, out_type, scope);
   if (p.cluster == 1) os << "  cluster_sync();  // no block leaves while another may still read its Cs\n";

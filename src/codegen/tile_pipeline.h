@@ -100,6 +100,11 @@ void emit_operand_loader(std::ostringstream& os, const ImplicitGemm& g, const Sc
 /// the virtual axis `along` ('m' or 'n') with one store (see output_vector_width()).
 void emit_output_scatter(std::ostringstream& os, const ImplicitGemm& g, const std::string& out_type, int vec,
                          char along);
+/// The same without an epilogue: store_d(out, ...) and store_d_vec(out, ...) of values already
+/// rounded to `out_type`, `out` the output's pointer (in fused kernels too, as out.data, for
+/// values the epilogue was applied to in registers).
+void emit_plain_stores(std::ostringstream& os, const ImplicitGemm& g, const std::string& out_type, int vec,
+                       char along);
 
 /// In a function of (m, n, z): returns when outside the GEMM, else `const int offset` of the
 /// output element (its iterators it_<name> in scope).
@@ -222,8 +227,8 @@ void emit_accumulator_quad(std::ostringstream& os, bool c_row, const std::string
                            const std::string& c1 = "c + 1", const std::string& swizzled = "");
 /// Whether the fused epilogue is applied to the accumulators in registers (ScheduleParams::epi_regs),
 /// before they enter the epilogue tile (emit_accumulator_epilogue()), in a family whose
-/// accumulators lie in the m16n8 C-fragment layout. The stores then copy the tile
-/// (EpilogueScope::applied), and TMA-stored tiles need no pass in place.
+/// accumulators lie in the m16n8 C-fragment layout. The stores then copy the tile through the
+/// plain stores (emit_plain_stores()), and TMA-stored tiles need no pass in place.
 bool epilogue_on_accumulators(const ImplicitGemm& g, const ScheduleParams& p);
 /// Whether `g`'s epilogue can be: every operand varies along m at most (a channel's scale and bias
 /// where the channels are m, a per-tensor value), so a thread needs two rows of each per m16
@@ -277,9 +282,6 @@ struct EpilogueScope {
   /// wgmma family's BoxClamp): the stores read row x + row_skip, and walk the rows x below the
   /// tile's rows less row_skip only (the rest lie past the extent). Empty: none.
   std::string row_skip;
-  /// The epilogue was applied to the accumulators (epilogue_on_accumulators()): the stores copy
-  /// the tile's values through store_out / store_out_vec.
-  bool applied = false;
 };
 /// The end of a kernel whose accumulators are in the epilogue tile `Cs` (of `acc_type`, rows of
 /// C_LD, laid out as epilogue_bytes() says): a barrier, then the block's outputs written in

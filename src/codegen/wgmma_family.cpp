@@ -550,7 +550,6 @@ void emit_vector_stores(std::ostringstream& os, const ImplicitGemm& g, const Sch
   scope.close = false;
   scope.sm_to_itself = true;  // one block per SM walks the tiles
   scope.row_skip = clamp.row_skip();
-  scope.applied = epilogue_on_accumulators(g, p);
   emit_epilogue_stores(os, g, p, r.cs, tout, scope);
 }
 
@@ -1186,7 +1185,6 @@ void emit_wgmma_epilogue(std::ostringstream& os, const WgmmaKernel& w) {
   scope.close = !pair;
   scope.sm_to_itself = wgmma_block_alone(g, p);  // else holding operands may cost a resident block
   scope.row_skip = w.clamp.row_skip();
-  scope.applied = epilogue_on_accumulators(g, p);
   emit_epilogue_stores(os, g, p, tacc, tout, scope);
   if (pair) os << "  cluster_sync();  // no block leaves while the other may still arrive on its barriers\n}\n";
 }
