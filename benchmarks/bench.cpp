@@ -285,7 +285,8 @@ std::pair<double, double> alternate(const std::function<tmap::KernelRun(bool)>& 
 
 /// What `fused`'s epilogue costs on `record`'s schedule: the kernel with and without it (the bare
 /// contraction `bare`, verified against its own reference; with no epilogue to prefetch for or
-/// apply, so epi_prefetch and epi_regs 0), timed warm in three alternating rounds, each side's median kept in `row`.
+/// apply, so epi_prefetch and epi_regs 0), timed warm in three alternating rounds, each side's
+/// median kept in `row`.
 void measure_epilogue_cost(Row& row, const tmap::TuneRecord& record, const CompiledRecord& fused, tmap::Workspace& ws,
                            const Compute& bare, const std::vector<tmap::HwAbstraction>& hws, int cc,
                            int graph_runs, tmap::NvrtcCompiler& compiler) {
