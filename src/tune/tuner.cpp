@@ -1339,7 +1339,13 @@ Regenerated regenerate(const TuneRecord& r, const std::vector<HwAbstraction>& hw
   Regenerated out;
   out.compute = std::make_unique<Compute>(
       rebuild_recorded_compute(r.workload.compute, r.workload.key, "the record of workload " + r.workload.key));
-  out.space = std::make_unique<SearchSpace>(*out.compute, hws, Enumeration::kAll, DeviceLimits::for_arch(cc), cc);
+  // Matching the record's abstraction alone finds the same arm as the whole space would (arms are
+  // per abstraction) at a fraction of the cost, which replays of long logs pay per record.
+  std::vector<HwAbstraction> named;
+  for (const HwAbstraction& h : hws)
+    if (h.name == r.candidate.hw_abs) named.push_back(h);
+  out.hws = std::make_unique<const std::vector<HwAbstraction>>(std::move(named));
+  out.space = std::make_unique<SearchSpace>(*out.compute, *out.hws, Enumeration::kAll, DeviceLimits::for_arch(cc), cc);
   out.entry = out.space->find(r.candidate);
   const CandidateRef& c = r.candidate;
   if (out.entry < 0)

@@ -276,6 +276,7 @@ std::map<std::string, MeasuredSet> measured_sets(const std::vector<TuneRecord>& 
 /// A record's kernel, regenerated. The compute and the space are owned here.
 struct Regenerated {
   std::unique_ptr<Compute> compute;
+  std::unique_ptr<const std::vector<HwAbstraction>> hws;  // the record's abstraction, which space points into
   std::unique_ptr<SearchSpace> space;
   int entry = -1;
   ScheduleParams params;
@@ -283,8 +284,9 @@ struct Regenerated {
   const ImplicitGemm& gemm() const { return space->entries()[entry].gemm; }
 };
 
-/// Rebuilds the compute from the record, finds its arm and emits the kernel. Throws UserError
-/// naming what no longer matches (an abstraction missing, a mapping not found, invalid params).
+/// Rebuilds the compute from the record, finds its arm among the mappings onto the abstraction
+/// the record names (the only one matched) and emits the kernel. Throws UserError naming what no
+/// longer matches (an abstraction missing, a mapping not found, invalid params).
 Regenerated regenerate(const TuneRecord& r, const std::vector<HwAbstraction>& hws, int compute_capability);
 
 }  // namespace tmap
