@@ -118,7 +118,7 @@ benchmarks/workloads/depthwise_b16_nhwc.json --log logs/h200_depthwise_b16_nhwc.
 H200), `benchmarks/run.sh table
 benchmarks/workloads/resnet50_b1_nhwc.json` and likewise `resnet50_fused_b16_nhwc.json` (on the
 H100: `--time-budget 220 --objective geomean --prior logs/h200_resnet50_fused_b16.jsonl --log
-logs/h100_resnet50_fused_b16.jsonl`) and `transformer_ffn.json` (the fused batch-1 table replays
+logs/h100_resnet50_fused_b16.jsonl`, then 150 s more with that log as the prior) and `transformer_ffn.json` (the fused batch-1 table replays
 `logs/h100_resnet50_b1.jsonl` with `tmap_bench` alone), `llm_gemm.json` and `fp8_gemm.json` (logs `logs/h200_*.jsonl`);
 `decode_gemm.json` holds each projection as a range of M with the sizes it compares
 (`tmap tune --table benchmarks/workloads/decode_gemm.json --time-budget 140 --max-buckets 6 --seed 1 --log
