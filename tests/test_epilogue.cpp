@@ -236,7 +236,11 @@ std::vector<std::pair<std::string, Compute>> fused_computes() {
           // Per-row and per-tensor operands only: applied to the accumulators (M = 96 leaves a
           // partial tile, whose TMA boxes are clamped to end at M).
           {"gemm per-row scale bias relu",
-           fused("gemm", "float16", "Y[m, n] = relu(C[m, n] * s[m] + b[m]) * alpha[0]", {"M=96", "N=80", "K=64"})}};
+           fused("gemm", "float16", "Y[m, n] = relu(C[m, n] * s[m] + b[m]) * alpha[0]", {"M=96", "N=80", "K=64"})},
+          // A per-row scale and a per-column bias: on the accumulators too, rows and columns
+          // loaded (N = 80 leaves a partial tile along n).
+          {"gemm per-row scale per-column bias gelu",
+           fused("gemm", "float16", "Y[m, n] = gelu(C[m, n] * s[m] + b[n])", {"M=96", "N=80", "K=64"})}};
 }
 
 TEST(Epilogue, EveryFunctionCompilesOnEveryFamily) {
@@ -354,13 +358,14 @@ TEST(Epilogue, AResidualIsAskedOfL2WhenTheTileStarts) {
 // epi_regs 1: where every operand varies along m at most, wgmma and mma_sync kernels whose whole
 // sum is in the block apply the epilogue to their accumulators, in float32 before the one
 // rounding, and store the epilogue tile as it is. Refused, with the reason, for split sums,
-// other families and operands along n.
+// other families and operands along both m and n (a residual).
 TEST(Epilogue, PerRowOperandsAreAppliedToTheAccumulators) {
   std::size_t applied = 0;
   const DeviceLimits limits = DeviceLimits::for_arch(90);
   for (const auto& [label, c] : fused_computes()) {
     const bool per_row = label.find("per-row") != std::string::npos;
-    const bool along_n = label.find("every") != std::string::npos || label.find("residual") != std::string::npos;
+    const bool full_shape = label.find("every") != std::string::npos || label.find("residual") != std::string::npos;
+    const bool per_column = label.find("per-column") != std::string::npos;
     for (const auto& gc : family_cases(c, label, 90)) {
       const std::string code = emit_kernel(gc.g, gc.p).code;
       const bool on_acc = code.find("// The epilogue applied to the accumulators") != std::string::npos;
@@ -373,16 +378,25 @@ TEST(Epilogue, PerRowOperandsAreAppliedToTheAccumulators) {
         for (const ScheduleIssue& i : validate(gc.g, p, limits)) why += i.detail + "\n";
         const bool family = gc.g.hw->family == "wgmma" || gc.g.hw->family == "mma_sync";
         const bool whole_sum = gc.p.split_k == 1 && gc.p.stream_k == 0;
-        if (!family || !whole_sum || along_n) EXPECT_FALSE(why.empty()) << gc.label;
-        if (per_row && family && whole_sum) EXPECT_EQ(why, "") << gc.label;
-        if (along_n && family) EXPECT_NE(why.find("varies along n"), std::string::npos) << gc.label << ": " << why;
+        if (!family || !whole_sum || full_shape) EXPECT_FALSE(why.empty()) << gc.label;
+        if (!full_shape && family && whole_sum) EXPECT_EQ(why, "") << gc.label;
+        if (full_shape && family) EXPECT_NE(why.find("varies along both m and n"), std::string::npos) << gc.label << ": " << why;
         if (!why.empty() && family) EXPECT_NE(why.find("use epi_regs 0"), std::string::npos) << why;
         continue;
       }
       ++applied;
-      EXPECT_FALSE(along_n) << gc.label;
-      // Two rows of s and b a thread per m16 tile, loaded inside the output only.
-      EXPECT_NE(code.find("epi_0_rows[i][h] = m < M ? (float)__ldg(out.epi_0"), std::string::npos) << gc.label;
+      EXPECT_FALSE(full_shape) << gc.label;
+      // Each operand loaded inside the output only: two rows a thread per m16 tile (s, and b
+      // where it is per row) or two columns per n8 quad (a per-column b; a convolution's
+      // per-channel one where the channels are n).
+      for (int i = 0; i < static_cast<int>(c.epilogue.operands.size()); ++i) {
+        const std::string x = "epi_" + std::to_string(i);
+        const bool rows = code.find(x + "_rows[i][h] = m < M ? (float)__ldg(out." + x) != std::string::npos;
+        const bool cols = code.find(x + "_cols[w] = n < N ? (float)__ldg(out." + x) != std::string::npos;
+        EXPECT_NE(rows, cols) << gc.label << " " << x;
+        if (per_row && i == 0) EXPECT_TRUE(rows) << gc.label;
+        if (per_column && i == 1) EXPECT_TRUE(cols) << gc.label;
+      }
       // The stores copy the tile: no operand loads, no in-place pass before TMA stores.
       EXPECT_EQ(code.find("epi_load(out, m0"), std::string::npos) << gc.label;
       EXPECT_EQ(code.find("epi_in_place("), std::string::npos) << gc.label;

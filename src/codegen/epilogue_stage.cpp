@@ -5,6 +5,7 @@
 // are read through the read-only path (__ldg): the loads are then not ordered after the output's
 // stores, so that an unrolled epilogue loop issues them ahead instead of waiting on each.
 
+#include <algorithm>
 #include <functional>
 
 #include "tile_pipeline.h"
@@ -378,14 +379,15 @@ bool epilogue_fits_accumulators(const ImplicitGemm& g) {
   const Epilogue& e = g.compute->epilogue;
   if (e.empty() || accumulator_type(g.hw->d_dtype) != "float") return false;
   for (const Access& a : e.operands)
-    if (!operand_fixed(g, a, 'm')) return false;  // varies along n: a thread's columns are many
+    if (!operand_fixed(g, a, 'm') && !operand_fixed(g, a, 'n')) return false;  // a thread's elements are scattered
   return true;
 }
 
 std::string why_not_on_accumulators(const ImplicitGemm& g, const ScheduleParams& p) {
   if (g.compute->epilogue.empty()) return "no fused epilogue";
   if (accumulator_type(g.hw->d_dtype) != "float") return "sums in " + accumulator_type(g.hw->d_dtype) + ", not float32";
-  if (!epilogue_fits_accumulators(g)) return "an epilogue operand that varies along n (a thread holds many columns)";
+  if (!epilogue_fits_accumulators(g))
+    return "an epilogue operand that varies along both m and n (a thread's elements of it are scattered)";
   if (p.split_k > 1) return "split_k = " + std::to_string(p.split_k) + ": the split sums reach the epilogue later";
   if (p.stream_k) return "stream_k = " + std::to_string(p.stream_k) + ": a tile's pieces are summed after";
   return "";
@@ -397,29 +399,48 @@ void emit_accumulator_epilogue(std::ostringstream& os, const ImplicitGemm& g, co
                                const std::string& indent) {
   const Epilogue& e = g.compute->epilogue;
   const std::string& in = indent;
+  // An operand that varies along m at most is loaded for the thread's two rows of each tile before
+  // the walk; the others vary along n only: two columns of each quad, loaded as the walk reaches it.
+  std::vector<bool> per_row(e.operands.size());
+  for (std::size_t i = 0; i < e.operands.size(); ++i) per_row[i] = operand_fixed(g, e.operands[i], 'm');
+  auto value = [&](int i) { return operand_name(i) + (per_row[i] ? "_rows[i][q / 2]" : "_cols[q % 2]"); };
   os << in << "// The epilogue applied to the accumulators in float32, before they are rounded into the\n"
-     << in << "// epilogue tile: its operands vary along m at most, two rows a thread in each of its tiles.\n"
+     << in << "// epilogue tile: its operands vary along m or along n, a thread's two rows of each tile\n"
+     << in << "// or two columns of each quad.\n"
      << in << "{\n";
-  for (std::size_t i = 0; i < e.operands.size(); ++i)
-    os << in << "  float " << operand_name(static_cast<int>(i)) << "_rows[" << t.tiles << "][2];\n";
-  os << in << "  #pragma unroll\n" << in << "  for (int i = 0; i < " << t.tiles << "; ++i)\n"
-     << in << "    #pragma unroll\n" << in << "    for (int h = 0; h < 2; ++h) {\n"
-     << in << "      const int m = " << t.first_row << " + 8 * h;  // rows past M read nothing, store nothing\n";
-  for (std::size_t i = 0; i < e.operands.size(); ++i) {
-    const std::string name = operand_name(static_cast<int>(i));
-    os << in << "      " << name << "_rows[i][h] = m < M ? (float)__ldg(out." << name << " + " << name
-       << "_offset(m, n0, z)) : 0.0f;\n";
+  if (std::find(per_row.begin(), per_row.end(), true) != per_row.end()) {
+    for (std::size_t i = 0; i < e.operands.size(); ++i)
+      if (per_row[i]) os << in << "  float " << operand_name(static_cast<int>(i)) << "_rows[" << t.tiles << "][2];\n";
+    os << in << "  #pragma unroll\n" << in << "  for (int i = 0; i < " << t.tiles << "; ++i)\n"
+       << in << "    #pragma unroll\n" << in << "    for (int h = 0; h < 2; ++h) {\n"
+       << in << "      const int m = " << t.first_row << " + 8 * h;  // rows past M read nothing, store nothing\n";
+    for (std::size_t i = 0; i < e.operands.size(); ++i) {
+      if (!per_row[i]) continue;
+      const std::string name = operand_name(static_cast<int>(i));
+      os << in << "      " << name << "_rows[i][h] = m < M ? (float)__ldg(out." << name << " + " << name
+         << "_offset(m, n0, z)) : 0.0f;\n";
+    }
+    os << in << "    }\n";
   }
   std::string quad = t.quad;
   quad.replace(quad.find('#'), 1, "q");
-  os << in << "    }\n"
-     << in << "  #pragma unroll\n" << in << "  for (int i = 0; i < " << t.tiles << "; ++i)\n"
-     << in << "    #pragma unroll\n" << in << "    for (int j = 0; j < " << t.quads << "; ++j)\n"
-     << in << "      #pragma unroll\n" << in << "      for (int q = 0; q < 4; ++q) {  // rows r, r, r + 8, r + 8\n"
+  os << in << "  #pragma unroll\n" << in << "  for (int i = 0; i < " << t.tiles << "; ++i)\n"
+     << in << "    #pragma unroll\n" << in << "    for (int j = 0; j < " << t.quads << "; ++j) {\n";
+  for (std::size_t i = 0; i < e.operands.size(); ++i) {
+    if (per_row[i]) continue;  // loaded in each tile i: the same columns, which L1 then holds
+    const std::string name = operand_name(static_cast<int>(i));
+    os << in << "      float " << name << "_cols[2];\n"
+       << in << "      #pragma unroll\n" << in << "      for (int w = 0; w < 2; ++w) {\n"
+       << in << "        const int n = " << t.first_col << " + w;  // columns past N read nothing, store nothing\n"
+       << in << "        " << name << "_cols[w] = n < N ? (float)__ldg(out." << name << " + " << name
+       << "_offset(m0, n, z)) : 0.0f;\n"
+       << in << "      }\n";
+  }
+  os << in << "      #pragma unroll\n" << in << "      for (int q = 0; q < 4; ++q) {  // (r, c), (r, c + 1), (r + 8, c), (r + 8, c + 1)\n"
      << in << "        const float sum = " << quad << ";\n"
-     << in << "        " << quad << " = "
-     << epilogue_code(e, "sum", [](int i) { return operand_name(i) + "_rows[i][q / 2]"; }) << ";\n"
+     << in << "        " << quad << " = " << epilogue_code(e, "sum", value) << ";\n"
      << in << "      }\n"
+     << in << "    }\n"
      << in << "}\n";
 }
 

@@ -304,7 +304,8 @@ KernelSource emit_mma_sync(const ImplicitGemm& g, const ScheduleParams& p) {
   emit_fragment_lambdas(os, g, a_addr, b_addr, w.a_trans, w.b_trans);
   emit_mma_sync_main_loop(os, w, staged);
   if (epilogue_on_accumulators(g, p))
-    emit_accumulator_epilogue(os, g, {"MI", "NI", "acc[i][j][#]", "m0 + wm0 + i * 16 + lane / 4"}, "  ");
+    emit_accumulator_epilogue(os, g, {"MI", "NI", "acc[i][j][#]", "m0 + wm0 + i * 16 + lane / 4",
+                                       "n0 + wn0 + j * 8 + (lane % 4) * 2"}, "  ");
   os << "  // Epilogue: accumulators to shared memory, then to the output.\n"
      << "  " << w.tfrag << "* Cs = reinterpret_cast<" << w.tfrag << "*>(smem);\n"
      << "  #pragma unroll\n  for (int i = 0; i < MI; ++i)\n"

@@ -230,21 +230,22 @@ void emit_accumulator_quad(std::ostringstream& os, bool c_row, const std::string
 /// accumulators lie in the m16n8 C-fragment layout. The stores then copy the tile through the
 /// plain stores (emit_plain_stores()), and TMA-stored tiles need no pass in place.
 bool epilogue_on_accumulators(const ImplicitGemm& g, const ScheduleParams& p);
-/// Whether `g`'s epilogue can be: every operand varies along m at most (a channel's scale and bias
-/// where the channels are m, a per-tensor value), so a thread needs two rows of each per m16
-/// tile, and the sums are float32.
+/// Whether `g`'s epilogue can be: every operand varies along m or along n, not both (a channel's
+/// scale and bias, a per-tensor value), so a thread needs two rows of each per m16 tile or two
+/// columns per n8 quad, and the sums are float32.
 bool epilogue_fits_accumulators(const ImplicitGemm& g);
 /// Why epi_regs = 1 cannot hold under `p` ("" where it can): also the whole sum must be in the
 /// block (no split-K or stream-K pieces).
 std::string why_not_on_accumulators(const ImplicitGemm& g, const ScheduleParams& p);
 /// A thread's accumulator tiles in the m16n8 C-fragment layout, as emit_accumulator_epilogue()
 /// walks them: `tiles` along m, `quads` quads along n each, accumulator t of quad j of tile i
-/// named by `quad` with '#' for t, and `first_row` the output row (virtual m) of tile i's first.
+/// named by `quad` with '#' for t, `first_row` the output row (virtual m) of tile i's first and
+/// `first_col` the output column (virtual n) of quad j's first.
 struct AccumulatorTiles {
-  std::string tiles, quads, quad, first_row;
+  std::string tiles, quads, quad, first_row, first_col;
 };
 /// The epilogue applied to every accumulator in place (epilogue_on_accumulators()), its operands
-/// loaded for the thread's rows; `out`, n0 and z in scope.
+/// loaded for the thread's rows or columns; `out`, m0, n0 and z in scope.
 void emit_accumulator_epilogue(std::ostringstream& os, const ImplicitGemm& g, const AccumulatorTiles& t,
                                const std::string& indent);
 /// Whether an operand of the epilogue varies along both virtual axes (a residual, SiLU's gate):

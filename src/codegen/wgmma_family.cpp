@@ -1109,6 +1109,7 @@ void emit_wgmma_accumulator_epilogue(std::ostringstream& os, const WgmmaKernel& 
   t.quads = "WN / 8";
   t.quad = "acc[i][4 * j + #]";
   t.first_row = w.clamp.origin('m') + " + wm0 + i * 64 + row";
+  t.first_col = w.clamp.origin('n') + " + wn0 + j * 8 + col";
   emit_accumulator_epilogue(os, w.g, t, indent);
 }
 
