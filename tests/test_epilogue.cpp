@@ -355,7 +355,7 @@ TEST(Epilogue, AResidualIsAskedOfL2WhenTheTileStarts) {
   }
 }
 
-// epi_regs 1: where every operand varies along m at most, wgmma and mma_sync kernels whose whole
+// epi_regs 1: where every operand varies along m or along n, not both, wgmma and mma_sync kernels whose whole
 // sum is in the block apply the epilogue to their accumulators, in float32 before the one
 // rounding, and store the epilogue tile as it is. Refused, with the reason, for split sums,
 // other families and operands along both m and n (a residual).
