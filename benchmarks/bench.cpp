@@ -267,13 +267,13 @@ std::vector<double> time_tmap_kernel(Row& row, tmap::Workspace& ws, const std::v
 /// Adds `more` to the row's note.
 void add_note(Row& row, const std::string& more) { row.note += (row.note.empty() ? "" : "; ") + more; }
 
-/// Kernels `a` and `b` (each run given whether it is the first round) timed warm in three
+/// Kernels `a` and `b` (each run given whether it is the first round) timed warm in kAbRounds
 /// alternating rounds: each side's median. `b`, the one `what` names, is verified in its first
 /// round.
 std::pair<double, double> alternate(const std::function<tmap::KernelRun(bool)>& a,
                                     const std::function<tmap::KernelRun(bool)>& b, const std::string& what) {
   std::vector<double> a_us, b_us;
-  for (int round = 0; round < 3; ++round) {
+  for (int round = 0; round < kAbRounds; ++round) {
     const tmap::KernelRun x = a(round == 0), y = b(round == 0);
     if (!x.ok || !y.ok) throw std::runtime_error("the A/B with " + what + " failed: " + (x.ok ? y.error : x.error));
     if (!(y.rel_l2 <= 1e-2)) throw std::runtime_error(what + " is WRONG");  // NaN too
@@ -285,7 +285,7 @@ std::pair<double, double> alternate(const std::function<tmap::KernelRun(bool)>& 
 
 /// What `fused`'s epilogue costs on `record`'s schedule: the kernel with and without it (the bare
 /// contraction `bare`, verified against its own reference; with no epilogue to prefetch for or
-/// apply, so epi_prefetch and epi_regs 0), timed warm in three alternating rounds, each side's
+/// apply, so epi_prefetch and epi_regs 0), timed warm in kAbRounds alternating rounds, each side's
 /// median kept in `row`.
 void measure_epilogue_cost(Row& row, const tmap::TuneRecord& record, const CompiledRecord& fused, tmap::Workspace& ws,
                            const Compute& bare, const std::vector<tmap::HwAbstraction>& hws, int cc,
@@ -307,9 +307,9 @@ void measure_epilogue_cost(Row& row, const tmap::TuneRecord& record, const Compi
 }
 
 /// At size `size` of a range: the kernel of that size's own tuning (the best record of the range's
-/// sample there) against `dispatched`, the kernel of its bucket, timed warm in three alternating
-/// rounds, each side's median kept in `row`: what serving the size from a bucket costs, A/B in the
-/// same run. Nothing when the size was no sample; no timing when both are one kernel.
+/// sample there) against `dispatched`, the kernel of its bucket, timed warm in kAbRounds
+/// alternating rounds, each side's median kept in `row`: what serving the size from a bucket
+/// costs, A/B in the same run. Nothing when the size was no sample; no timing when both are one kernel.
 void measure_own_size(Row& row, const std::vector<const tmap::TuneRecord*>& best, const tmap::TuneRecord& bucket,
                       const CompiledRecord& dispatched, std::int64_t size, tmap::Workspace& ws,
                       const std::vector<double>& ref, const std::vector<tmap::HwAbstraction>& hws, int cc,

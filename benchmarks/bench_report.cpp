@@ -27,8 +27,8 @@ std::string epilogue_cost_summary(const std::vector<Row>& rows) {
     if (!worst || *r.epilogue_cost() > *worst->epilogue_cost()) worst = &r;
   }
   if (costs.empty()) return "";
-  std::string s = "\nEpilogue cost (tmap's kernel against its own schedule without the epilogue, warm, three "
-                  "alternating rounds in this run): median " + percent_text(tmap::median_of(costs)) + " over " +
+  std::string s = "\nEpilogue cost (tmap's kernel against its own schedule without the epilogue, warm, " +
+                  std::to_string(kAbRounds) + " alternating rounds in this run): median " + percent_text(tmap::median_of(costs)) + " over " +
                   std::to_string(costs.size()) + " workloads";
   if (worst)
     s += "; over the " + std::to_string(long_rows) + " of 10 us or more, at most " +
@@ -51,7 +51,8 @@ std::string dispatch_summary(const std::vector<Row>& rows) {
   }
   if (!n) return "";
   return "\nEach size's dispatched kernel against the kernel of its own tuning (the range's sample at that size; "
-         "vs own size; warm, three alternating rounds in this run): within 5% at " + std::to_string(within) + " of " +
+         "vs own size; warm, " + std::to_string(kAbRounds) +
+         " alternating rounds in this run): within 5% at " + std::to_string(within) + " of " +
          std::to_string(n) + " sizes, at most " + percent_text(worst->dispatch_loss()) + " (" + worst->name + ")" +
          (beyond.empty() ? "" : "; beyond 5%: " + beyond) + ".\n";
 }

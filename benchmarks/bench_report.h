@@ -10,6 +10,10 @@
 
 namespace bench {
 
+/// Rounds of an A/B timing (each side warm, alternating, then each side's median): seven, so that
+/// two slow rounds on either side leave the median alone; the epilogue's cost is a few percent.
+constexpr int kAbRounds = 7;
+
 struct Timing {
   double warm_us = 0, cold_us = 0;
 };
@@ -40,10 +44,10 @@ struct Row {
   /// elementwise kernel per operation. `baseline` is then the faster of it and the fused calls.
   std::optional<Baseline> unfused;
   /// A workload with an epilogue: tmap's schedule without it, and tmap's kernel again, timed warm
-  /// in alternating rounds (medians): what the epilogue costs, A/B in the same run.
+  /// in kAbRounds alternating rounds (medians): what the epilogue costs, A/B in the same run.
   std::optional<double> bare_us, fused_ab_us;
   /// A size of a range that was one of its samples: the kernel of its bucket and the kernel of the
-  /// sample's own tuning, timed warm in alternating rounds (medians): what dispatching costs there.
+  /// sample's own tuning, timed warm in kAbRounds alternating rounds (medians): what dispatching costs there.
   std::optional<double> dispatched_ab_us, own_size_us;
   std::string note;
 

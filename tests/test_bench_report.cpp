@@ -79,7 +79,7 @@ TEST(BenchReport, MarkdownHasTheLinesMakeResultsReads) {
   EXPECT_NE(md.find("\nGeometric-mean speedup over 2 workloads: 0.94 (cold L2: 0.94); against the unfused sequence: 2.83.\n"),
             std::string::npos) << md;
   // Only Conv7 has both sides of the A/B, and its bare kernel is under 10 us.
-  EXPECT_NE(md.find("\nEpilogue cost (tmap's kernel against its own schedule without the epilogue, warm, three "
+  EXPECT_NE(md.find("\nEpilogue cost (tmap's kernel against its own schedule without the epilogue, warm, 7 "
                     "alternating rounds in this run): median +10.0% over 1 workloads.\n"),
             std::string::npos) << md;
   // Model total: tmap 2 x 10 + 5, the baselines 2 x 11 + 4 and 2 x 20 + 20; Conv16 left out.
@@ -147,7 +147,7 @@ TEST(BenchReport, SizesOfARangeAreComparedWithTheirOwnTuning) {
   EXPECT_NE(md.find("| qkv_m1 | 10.00 | cublasGemmEx | 11.00 | 1.10 | 1.00 | 5.0 | 0.5 | +4.0% |\n"), std::string::npos) << md;
   EXPECT_NE(md.find("| qkv_m3 | 10.00 | cublasGemmEx | 11.00 | 1.10 | 1.00 | 5.0 | 0.5 | - |\n"), std::string::npos) << md;
   EXPECT_NE(md.find("| qkv_m4 | - | - | - | - | - | - | - | - | not in the log (tune it first)\n"), std::string::npos) << md;
-  EXPECT_NE(md.find("vs own size; warm, three alternating rounds in this run): within 5% at 1 of 2 sizes, at most "
+  EXPECT_NE(md.find("vs own size; warm, 7 alternating rounds in this run): within 5% at 1 of 2 sizes, at most "
                     "+10.0% (qkv_m2); beyond 5%: qkv_m2 +10.0%.\n"),
             std::string::npos) << md;
   std::ostringstream csv;
