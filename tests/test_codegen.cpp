@@ -6,6 +6,8 @@
 #include <atomic>
 #include <filesystem>
 #include <functional>
+#include <iterator>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <iostream>
 #include <memory>
@@ -2438,6 +2440,29 @@ TEST(Codegen, DiskCacheServesASecondCompiler) {
   EXPECT_EQ(second.cubin, first.cubin);
   CompileResult other_arch = NvrtcCompiler(80, dir.string()).compile(src, "disk");
   EXPECT_FALSE(other_arch.cached);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Codegen, DiskCacheCompilesAgainWhatItCannotRead) {
+  std::filesystem::path dir = std::filesystem::temp_directory_path() / ("tmap_cache_bad_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  const std::string src = "extern \"C\" __global__ void k(int* x) { x[threadIdx.x] = 3; }";
+  const CompileResult first = NvrtcCompiler(90, dir.string()).compile(src, "bad_cache");
+  ASSERT_TRUE(first.ok) << first.log;
+  ASSERT_EQ(std::distance(std::filesystem::directory_iterator(dir), std::filesystem::directory_iterator()), 1)
+      << "one cubin, no temporary file left";
+  const std::filesystem::path file = std::filesystem::directory_iterator(dir)->path();
+  std::filesystem::resize_file(file, 0);  // an empty cubin: compiled again and written whole
+  const CompileResult empty = NvrtcCompiler(90, dir.string()).compile(src, "bad_cache");
+  EXPECT_FALSE(empty.cached);
+  EXPECT_EQ(empty.cubin, first.cubin);
+  EXPECT_EQ(std::filesystem::file_size(file), first.cubin.size());
+  std::filesystem::remove(file);  // a FIFO, which a read would wait on forever: compiled again, left alone
+  ASSERT_EQ(::mkfifo(file.c_str(), 0600), 0);
+  const CompileResult fifo = NvrtcCompiler(90, dir.string()).compile(src, "bad_cache");
+  EXPECT_TRUE(fifo.ok);
+  EXPECT_FALSE(fifo.cached);
+  EXPECT_TRUE(std::filesystem::is_fifo(file));
   std::filesystem::remove_all(dir);
 }
 

@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <fstream>
-#include <iterator>
 #include <thread>
 #include <cstdlib>
 #include <filesystem>
@@ -67,6 +65,9 @@ CompileResult compile_here(const std::string& source, const std::string& name, c
 }
 
 namespace {
+
+/// The largest cubin read back from a compile cache (tmap's largest kernels are well under 1 MiB).
+constexpr std::uintmax_t kMaxCachedCubinBytes = 64u << 20;
 
 // The compile workers' protocol: each message is a sequence of blobs, a blob being its length in
 // decimal, a newline, and that many bytes. Request: name, options (one per line), source.
@@ -379,28 +380,28 @@ CompileResult NvrtcCompiler::compile(const std::string& source, const std::strin
   if (!cache_dir_.empty()) {
     cached_file = std::filesystem::path(cache_dir_) /
                   (name + "_" + std::to_string(std::hash<std::string>{}(key)) + ".sm_" + std::to_string(cc_) + ".cubin");
-    std::ifstream in(cached_file, std::ios::binary);
-    if (in) {
+    std::string bytes, unread;  // an absent, empty or unreadable file (a FIFO too): compiled again
+    if (read_bounded(cached_file.string(), kMaxCachedCubinBytes, bytes, unread, 1) && !bytes.empty()) {
       CompileResult r;
-      r.cubin.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-      r.ok = !r.cubin.empty();
+      r.cubin.assign(bytes.begin(), bytes.end());
+      r.ok = true;
       r.cached = true;
-      if (r.ok) {
-        std::lock_guard<std::mutex> lock(mutex_);
-        cache_.emplace(key, std::make_shared<const CompileResult>(r));
-        return r;
-      }
+      std::lock_guard<std::mutex> lock(mutex_);
+      cache_.emplace(key, std::make_shared<const CompileResult>(r));
+      return r;
     }
   }
   CompileResult r = compile_in_pool(source, name, options_, cancelled);
   if (r.cancelled) return r;  // not a result of this source: not cached
   if (r.ok && !cached_file.empty()) {
-    // Written to a temporary name and renamed, so a concurrent reader never sees half a file.
+    // Whole (a temporary file renamed over it, so that a reader in this or another process never
+    // sees half a cubin); a cache that cannot be written costs a compilation next time, nothing else.
     std::error_code ec;
     std::filesystem::create_directories(cache_dir_, ec);
-    std::filesystem::path tmp = cached_file.string() + ".tmp" + std::to_string(std::hash<std::thread::id>{}(std::this_thread::get_id()));
-    std::ofstream(tmp, std::ios::binary).write(r.cubin.data(), static_cast<std::streamsize>(r.cubin.size()));
-    std::filesystem::rename(tmp, cached_file, ec);
+    try {
+      write_file(cached_file.string(), std::string(r.cubin.begin(), r.cubin.end()), "--cache-dir");
+    } catch (const UserError&) {
+    }
   }
   std::lock_guard<std::mutex> lock(mutex_);
   cache_.emplace(key, std::make_shared<const CompileResult>(r));
