@@ -520,6 +520,7 @@ TuneOptions synthetic_options(const std::string& log, int trials) {
   o.limits.sm_count = 132;
   o.device = DeviceModel::for_arch(90);
   o.confirm_top = 0;  // these tests count measurements; Tuner.TheFastestAreMeasuredAgainAtTheEnd turns it on
+  o.compile_cache_dir = testing::test_compile_cache();
   return o;
 }
 

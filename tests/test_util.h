@@ -39,6 +39,16 @@ inline std::size_t sweep_sample() {
   return n > 1 ? static_cast<std::size_t>(n) : 1;
 }
 
+/// The compile cache of the tuner's tests (TMAP_TEST_COMPILE_CACHE; none when unset).
+/// `tools/test.sh --full` empties one before the release build's suite, whose tunes compile every
+/// candidate with NVRTC and fill it; the sanitizer build's suite then reads their cubins back
+/// (the same sources), which leaves the tuner's own code to the sanitizers and NVRTC's run under
+/// them to the sampled sweeps.
+inline std::string test_compile_cache() {
+  const char* v = std::getenv("TMAP_TEST_COMPILE_CACHE");
+  return v != nullptr ? v : "";
+}
+
 /// Whether a sweep compiles its kernel number `i` for architecture number `a` of the `n` it names.
 inline bool sweep_compiles(std::size_t i, std::size_t a, std::size_t n) {
   if (full_suite()) return true;

@@ -21,6 +21,12 @@ done
 export TMAP_TEST_FULL=$full
 [ -f build/build.ninja ] || cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build
+if [ "$full" = 1 ]; then
+  # The tuner's tests keep their candidates' cubins here: compiled by this suite, read back by the
+  # sanitizer build's (tests/test_util.h, test_compile_cache()).
+  export TMAP_TEST_COMPILE_CACHE=$PWD/build/test-cubins
+  rm -rf "$TMAP_TEST_COMPILE_CACHE"
+fi
 ctest --test-dir build --output-on-failure -j2
 [ "$full" = 1 ] || exit 0
 
@@ -36,7 +42,8 @@ export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 # The sanitizers watch tmap's own code, which generates every kernel of a sweep here as above;
 # NVRTC's acceptance of each kernel for each architecture was checked above, and NVRTC runs five
 # times slower under AddressSanitizer, so the sweeps compile one kernel in eight (TMAP_TEST_SAMPLE)
-# for one architecture each, and the README test leaves out the two tunes ranked by the model
-# (each compiles every candidate), which keeps CI within its time.
+# for one architecture each, the tuner's tests read their candidates' cubins from the release
+# suite's cache (TMAP_TEST_COMPILE_CACHE), and the README test leaves out the two tunes ranked by
+# the model (each compiles every candidate), which keeps CI within its time.
 TMAP_TEST_FULL=0 TMAP_TEST_SAMPLE=8 ctest --test-dir build-san --output-on-failure -j2
 bash tools/fuzz.sh build-san
