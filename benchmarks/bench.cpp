@@ -284,14 +284,14 @@ std::pair<double, double> alternate(const std::function<tmap::KernelRun(bool)>& 
   return {tmap::median_of(a_us), tmap::median_of(b_us)};
 }
 
-/// `run` inside an NVTX range named `name`, which a profiler can select the A/B's kernels by
-/// (`ncu --nvtx --nvtx-include "ab_bare/"`); without a profiler attached the range costs nothing.
-tmap::KernelRun in_nvtx_range(const char* name, const std::function<tmap::KernelRun()>& run) {
-  nvtxRangePushA(name);
-  tmap::KernelRun r = run();
-  nvtxRangePop();
-  return r;
-}
+/// An NVTX range open while this lives, which a profiler can select the A/B's kernels by
+/// (`ncu --nvtx --nvtx-include "ab_bare/"`); without a profiler attached it costs nothing.
+struct NvtxRange {
+  explicit NvtxRange(const char* name) { nvtxRangePushA(name); }
+  ~NvtxRange() { nvtxRangePop(); }
+  NvtxRange(const NvtxRange&) = delete;
+  NvtxRange& operator=(const NvtxRange&) = delete;
+};
 
 /// What `fused`'s epilogue costs on `record`'s schedule: the kernel with and without it (the bare
 /// contraction `bare`, verified against its own reference; with no epilogue to prefetch for or
@@ -308,16 +308,14 @@ void measure_epilogue_cost(Row& row, const tmap::TuneRecord& record, const Compi
   const CompiledRecord k = compile_record(bare_record, bare, hws, cc, compiler);
   const auto [with, without] = alternate(
       [&](bool) {
-        return in_nvtx_range("ab_fused", [&] {
-          return tmap::run_candidate(ws, {}, fused.a, fused.b, fused.g.kernel, fused.bin.cubin,
-                                     bench_timing(graph_runs, false));
-        });
+        const NvtxRange range("ab_fused");
+        return tmap::run_candidate(ws, {}, fused.a, fused.b, fused.g.kernel, fused.bin.cubin,
+                                   bench_timing(graph_runs, false));
       },
       [&](bool first) {
-        return in_nvtx_range("ab_bare", [&] {
-          return tmap::run_candidate(bare_ws, first ? bare_ref : std::vector<double>(), k.a, k.b, k.g.kernel,
-                                     k.bin.cubin, bench_timing(graph_runs, false));
-        });
+        const NvtxRange range("ab_bare");
+        return tmap::run_candidate(bare_ws, first ? bare_ref : std::vector<double>(), k.a, k.b, k.g.kernel,
+                                   k.bin.cubin, bench_timing(graph_runs, false));
       },
       "the schedule without the epilogue");
   row.fused_ab_us = with;

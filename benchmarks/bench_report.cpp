@@ -28,8 +28,8 @@ std::string epilogue_cost_summary(const std::vector<Row>& rows) {
   }
   if (costs.empty()) return "";
   std::string s = "\nEpilogue cost (tmap's kernel against its own schedule without the epilogue, warm, " +
-                  std::to_string(kAbRounds) + " alternating rounds in this run): median " + percent_text(tmap::median_of(costs)) + " over " +
-                  std::to_string(costs.size()) + " workloads";
+                  std::to_string(kAbRounds) + " alternating rounds in this run): median " +
+                  percent_text(tmap::median_of(costs)) + " over " + std::to_string(costs.size()) + " workloads";
   if (worst)
     s += "; over the " + std::to_string(long_rows) + " of 10 us or more, at most " +
          percent_text(worst->epilogue_cost()) + " (" + worst->name + ")";
