@@ -279,8 +279,9 @@ TEST(Epilogue, EveryFunctionCompilesOnEveryFamily) {
 
 // Where a wgmma block has the SM to itself (persistent, or too much shared memory for two), its
 // epilogue loads a per-channel scale and bias once per thread (and converts them to float once),
-// and a residual a chunk of vectors ahead of the stores. Blocks that may share the SM keep loading
-// every operand per vector, which holds no registers across the loop.
+// before the main loop so that the loads' latency hides behind it, and a residual a chunk of
+// vectors ahead of the stores. Blocks that may share the SM keep loading every operand per vector,
+// which holds no registers across the loop.
 TEST(Epilogue, OperandsTheSameAlongTheLoopAreLoadedOnce) {
   // A GEMM's per-column scale and bias, a per-tensor alpha, and a full-shape R (outputs stored in
   // vectors along n); a convolution's per-channel s and b and full-shape R (along the channels).
@@ -299,9 +300,16 @@ TEST(Epilogue, OperandsTheSameAlongTheLoopAreLoadedOnce) {
       for (const std::string& t : fixed[i])
         EXPECT_NE(code.find("// " + t + ": the same along the loop"), std::string::npos) << gc.label << " " << t;
       EXPECT_EQ(code.find("// R: the same along the loop"), std::string::npos) << gc.label;
-      const bool hoists = code.find("fixed = epi_fixed(loaded);") != std::string::npos;
+      const bool early = code.find("fixed = epi_fixed(epi_early);") != std::string::npos;
+      const bool hoists = early || code.find("fixed = epi_fixed(loaded);") != std::string::npos;
       if (hoists) {
         EXPECT_EQ(gc.g.hw->family, "wgmma") << gc.label;
+        EXPECT_TRUE(early) << gc.label << ": loaded when the epilogue starts, not before the main loop";
+        // The kernel loads them before its main loop, whose end is the wait for its last wgmmas.
+        const std::size_t body = code.find("__global__"), load = code.find("epi_load(out, m0 + mm, n0 + nn, z, epi_early, 1);");
+        ASSERT_NE(load, std::string::npos) << gc.label;
+        EXPECT_LT(body, load) << gc.label;
+        EXPECT_LT(load, code.find("wgmma_wait<0>();", body)) << gc.label;
         // Converted to float once, before the loop: EpiFixed holds a float array of each of them,
         // and the stores read them from there.
         const std::size_t at = code.find("struct EpiFixed {");
@@ -357,7 +365,8 @@ TEST(Epilogue, AResidualIsAskedOfL2WhenTheTileStarts) {
 
 // epi_regs 1: where every operand varies along m or along n, not both, wgmma and mma_sync kernels whose whole
 // sum is in the block apply the epilogue to their accumulators, in float32 before the one
-// rounding, and store the epilogue tile as it is. Refused, with the reason, for split sums,
+// rounding, and store the epilogue tile as it is; wgmma kernels load the per-row operands before
+// their main loop. Refused, with the reason, for split sums,
 // other families and operands along both m and n (a residual).
 TEST(Epilogue, PerRowOperandsAreAppliedToTheAccumulators) {
   std::size_t applied = 0;
@@ -396,6 +405,9 @@ TEST(Epilogue, PerRowOperandsAreAppliedToTheAccumulators) {
         EXPECT_NE(rows, cols) << gc.label << " " << x;
         if (per_row && i == 0) EXPECT_TRUE(rows) << gc.label;
         if (per_column && i == 1) EXPECT_TRUE(cols) << gc.label;
+        // A wgmma kernel loads its rows' operands before the main loop (whose end waits for the last wgmmas).
+        if (rows && gc.g.hw->family == "wgmma")
+          EXPECT_LT(code.find(x + "_rows[i][h] = m < M"), code.find("wgmma_wait<0>();", code.find("__global__"))) << gc.label;
       }
       // The stores copy the tile: no operand loads, no in-place pass before TMA stores.
       EXPECT_EQ(code.find("epi_load(out, m0"), std::string::npos) << gc.label;

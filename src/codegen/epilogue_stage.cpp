@@ -319,14 +319,51 @@ void emit_epilogue_prefetch(std::ostringstream& os, const ImplicitGemm& g, const
   }
 }
 
+namespace {
+
+bool any_operand_fixed(const ImplicitGemm& g, char along) {
+  for (const Access& a : g.compute->epilogue.operands)
+    if (operand_fixed(g, a, along)) return true;
+  return false;
+}
+
+/// `constexpr bool EPI_FIXED`: whether each thread's vectors keep their place along ov.along, the
+/// loop's stride being a multiple of the vectors across the tile (false without such operands).
+std::string epi_fixed_constant(const ImplicitGemm& g, const OutVector& ov, const std::string& threads,
+                               const std::string& indent) {
+  const std::string V = std::to_string(ov.width);
+  const std::string across = ov.along == 'n' ? "BN / " + V : "BM / " + V;
+  return indent + "constexpr bool EPI_FIXED = " +
+         (any_operand_fixed(g, ov.along) ? "(" + threads + ") % (" + across + ") == 0" : "false") + ";\n";
+}
+
+}  // namespace
+
+bool epilogue_loads_early(const ImplicitGemm& g, const ScheduleParams& p) {
+  if (g.compute->epilogue.empty() || epilogue_on_accumulators(g, p) || p.split_k > 1 || p.cluster == 1) return false;
+  const OutVector ov = out_vector(g, p);
+  return ov.width > 1 && any_operand_fixed(g, ov.along);
+}
+
+void emit_epilogue_early_loads(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p,
+                               const std::string& threads, const std::string& thread, const std::string& indent) {
+  TMAP_CHECK(epilogue_loads_early(g, p), "early epilogue loads need operands the same along the epilogue loop");
+  const OutVector ov = out_vector(g, p);
+  os << indent << "// The epilogue's operands the same along its loop, for this thread's place in the tile, loaded\n"
+     << indent << "// before the main loop: their latency hides behind it instead of trailing it.\n"
+     << epi_fixed_constant(g, ov, threads, indent)
+     << indent << "EpiVec epi_early{};\n"
+     << indent << "if (EPI_FIXED) {\n"
+     << indent << "  const int e = " << thread << ";\n"
+     << indent << "  " << vector_position(ov.along, std::to_string(ov.width)) << "\n"
+     << indent << "  epi_load(out, m0 + mm, n0 + nn, z, epi_early, 1);\n"
+     << indent << "}\n";
+}
+
 void emit_epilogue_loop(std::ostringstream& os, const ImplicitGemm& g, const OutVector& ov, const std::string& threads,
                         const std::string& thread, const std::string& end, const std::string& values,
-                        const std::string& apply) {
-  const Epilogue& e = g.compute->epilogue;
-  bool any_fixed = false;
-  for (const Access& a : e.operands) any_fixed = any_fixed || operand_fixed(g, a, ov.along);
+                        const std::string& apply, bool early) {
   const std::string V = std::to_string(ov.width), T = "(" + threads + ")";
-  const std::string across = ov.along == 'n' ? "BN / " + V : "BM / " + V;
   const std::string position = vector_position(ov.along, V);
   // The stores read each vector of sums in whole words (tile_vector()); the in-place pass
   // reads and writes its vector itself (epi_in_place).
@@ -338,13 +375,17 @@ void emit_epilogue_loop(std::ostringstream& os, const ImplicitGemm& g, const Out
   // the chunk's first store, so that their loads are in flight together. A chunk of 8 held 16
   // registers more than one of 4, which spilled in blocks of 640 threads and more.
   os << "  // The epilogue: each thread's vectors keep their place along " << ov.along << " when the stride is a\n"
-     << "  // multiple of the vectors across the tile; operands the same along the loop are then loaded once.\n"
-     << "  constexpr bool EPI_FIXED = " << (any_fixed ? T + " % (" + across + ") == 0" : "false") << ";\n"
+     << "  // multiple of the vectors across the tile; operands the same along the loop are then loaded once"
+     << (early ? "\n  // (before the main loop, into epi_early).\n" : ".\n")
+     << (early ? "" : epi_fixed_constant(g, ov, threads, "  "))
      << "  constexpr int EPI_CHUNK = 65536 / (THREADS) >= 128 ? 8 : 4;  // 8 where ptxas may give 128 registers\n"
-     << "  EpiFixed fixed{};\n"
-     << "  if (EPI_FIXED) {\n    const int e = " << thread << ";\n    " << position << "\n"
-     << "    EpiVec loaded{};\n    epi_load(out, m0 + mm, n0 + nn, z, loaded, 1);\n    fixed = epi_fixed(loaded);\n  }\n"
-     << "  for (int e0 = " << thread << "; e0 < " << end << "; e0 += EPI_CHUNK * " << T << ") {\n"
+     << "  EpiFixed fixed{};\n";
+  if (early)
+    os << "  if (EPI_FIXED) fixed = epi_fixed(epi_early);\n";
+  else
+    os << "  if (EPI_FIXED) {\n    const int e = " << thread << ";\n    " << position << "\n"
+       << "    EpiVec loaded{};\n    epi_load(out, m0 + mm, n0 + nn, z, loaded, 1);\n    fixed = epi_fixed(loaded);\n  }\n";
+  os << "  for (int e0 = " << thread << "; e0 < " << end << "; e0 += EPI_CHUNK * " << T << ") {\n"
      << "    EpiVec ops[EPI_CHUNK];\n"
      << "    #pragma unroll\n    for (int c = 0; c < EPI_CHUNK; ++c) {\n"
      << "      const int e = e0 + c * " << T << ";\n      if (e >= " << end << ") break;\n"
@@ -395,33 +436,55 @@ std::string why_not_on_accumulators(const ImplicitGemm& g, const ScheduleParams&
 
 bool epilogue_on_accumulators(const ImplicitGemm&, const ScheduleParams& p) { return p.epi_regs == 1; }
 
+namespace {
+
+/// Whether each operand of the epilogue varies along m at most (a thread's two rows of each tile).
+std::vector<bool> per_row_operands(const ImplicitGemm& g) {
+  const Epilogue& e = g.compute->epilogue;
+  std::vector<bool> per_row(e.operands.size());
+  for (std::size_t i = 0; i < e.operands.size(); ++i) per_row[i] = operand_fixed(g, e.operands[i], 'm');
+  return per_row;
+}
+
+}  // namespace
+
+bool accumulator_epilogue_has_rows(const ImplicitGemm& g) {
+  const std::vector<bool> per_row = per_row_operands(g);
+  return std::find(per_row.begin(), per_row.end(), true) != per_row.end();
+}
+
+void emit_accumulator_row_loads(std::ostringstream& os, const ImplicitGemm& g, const AccumulatorTiles& t,
+                                const std::string& in) {
+  const Epilogue& e = g.compute->epilogue;
+  const std::vector<bool> per_row = per_row_operands(g);
+  for (std::size_t i = 0; i < e.operands.size(); ++i)
+    if (per_row[i]) os << in << "float " << operand_name(static_cast<int>(i)) << "_rows[" << t.tiles << "][2];\n";
+  os << in << "#pragma unroll\n" << in << "for (int i = 0; i < " << t.tiles << "; ++i)\n"
+     << in << "  #pragma unroll\n" << in << "  for (int h = 0; h < 2; ++h) {\n"
+     << in << "    const int m = " << t.first_row << " + 8 * h;  // rows past M read nothing, store nothing\n";
+  for (std::size_t i = 0; i < e.operands.size(); ++i) {
+    if (!per_row[i]) continue;
+    const std::string name = operand_name(static_cast<int>(i));
+    os << in << "    " << name << "_rows[i][h] = m < M ? (float)__ldg(out." << name << " + " << name
+       << "_offset(m, n0, z)) : 0.0f;\n";
+  }
+  os << in << "  }\n";
+}
+
 void emit_accumulator_epilogue(std::ostringstream& os, const ImplicitGemm& g, const AccumulatorTiles& t,
-                               const std::string& indent) {
+                               const std::string& indent, bool rows_loaded) {
   const Epilogue& e = g.compute->epilogue;
   const std::string& in = indent;
   // An operand that varies along m at most is loaded for the thread's two rows of each tile before
-  // the walk; the others vary along n only: two columns of each quad, loaded as the walk reaches it.
-  std::vector<bool> per_row(e.operands.size());
-  for (std::size_t i = 0; i < e.operands.size(); ++i) per_row[i] = operand_fixed(g, e.operands[i], 'm');
+  // the walk (or before the main loop: rows_loaded); the others vary along n only: two columns of
+  // each quad, loaded as the walk reaches it.
+  const std::vector<bool> per_row = per_row_operands(g);
   auto value = [&](int i) { return operand_name(i) + (per_row[i] ? "_rows[i][q / 2]" : "_cols[q % 2]"); };
   os << in << "// The epilogue applied to the accumulators in float32, before they are rounded into the\n"
      << in << "// epilogue tile: its operands vary along m or along n, a thread's two rows of each tile\n"
-     << in << "// or two columns of each quad.\n"
+     << in << "// or two columns of each quad" << (rows_loaded ? " (the rows loaded before the main loop).\n" : ".\n")
      << in << "{\n";
-  if (std::find(per_row.begin(), per_row.end(), true) != per_row.end()) {
-    for (std::size_t i = 0; i < e.operands.size(); ++i)
-      if (per_row[i]) os << in << "  float " << operand_name(static_cast<int>(i)) << "_rows[" << t.tiles << "][2];\n";
-    os << in << "  #pragma unroll\n" << in << "  for (int i = 0; i < " << t.tiles << "; ++i)\n"
-       << in << "    #pragma unroll\n" << in << "    for (int h = 0; h < 2; ++h) {\n"
-       << in << "      const int m = " << t.first_row << " + 8 * h;  // rows past M read nothing, store nothing\n";
-    for (std::size_t i = 0; i < e.operands.size(); ++i) {
-      if (!per_row[i]) continue;
-      const std::string name = operand_name(static_cast<int>(i));
-      os << in << "      " << name << "_rows[i][h] = m < M ? (float)__ldg(out." << name << " + " << name
-         << "_offset(m, n0, z)) : 0.0f;\n";
-    }
-    os << in << "    }\n";
-  }
+  if (!rows_loaded && accumulator_epilogue_has_rows(g)) emit_accumulator_row_loads(os, g, t, in + "  ");
   std::string quad = t.quad;
   quad.replace(quad.find('#'), 1, "q");
   os << in << "  #pragma unroll\n" << in << "  for (int i = 0; i < " << t.tiles << "; ++i)\n"

@@ -987,7 +987,7 @@ void emit_epilogue_stores(std::ostringstream& os, const ImplicitGemm& g, const S
   const std::string at = epilogue_tile_at(ov.along, scope.row_skip, p.cluster != 1);
   const bool fused = !g.compute->epilogue.empty() && !epilogue_on_accumulators(g, p);  // the stores apply it
   if (fused && v > 1 && p.cluster != 1 && p.split_k == 1 && scope.sm_to_itself) {
-    emit_epilogue_loop(os, g, ov, scope.threads, scope.thread, end, "&Cs[" + at + "]");
+    emit_epilogue_loop(os, g, ov, scope.threads, scope.thread, end, "&Cs[" + at + "]", "store_d_vec", scope.operands_early);
     os << (scope.close ? "}\n" : "");
     return;
   }

@@ -195,9 +195,21 @@ struct OutVector {
 /// is; `end`: how many it walks), `threads` threads numbered by `thread` from 0: operands that
 /// stay the same along the loop are loaded once, the others a chunk of vectors ahead of their stores.
 /// `apply` names what each vector goes through: store_d_vec, or epi_in_place (emit_epilogue_in_place()).
+/// `early`: those the same along the loop were loaded before the main loop (emit_epilogue_early_loads()).
 void emit_epilogue_loop(std::ostringstream& os, const ImplicitGemm& g, const OutVector& ov, const std::string& threads,
                         const std::string& thread, const std::string& end, const std::string& values,
-                        const std::string& apply = "store_d_vec");
+                        const std::string& apply = "store_d_vec", bool early = false);
+/// Whether the fused epilogue under `p`, run by emit_epilogue_loop() in a block that has the SM to
+/// itself, has operands the same along the loop (a convolution's per-channel scale and bias) that
+/// emit_epilogue_early_loads() can load before the main loop.
+bool epilogue_loads_early(const ImplicitGemm& g, const ScheduleParams& p);
+/// With epilogue_loads_early(): the operands the same along the epilogue loop of `threads` threads
+/// numbered by `thread`, loaded for the thread's place in the tile into `epi_early` while the main
+/// loop has yet to run, so that their latency hides behind it instead of trailing it (a kernel of
+/// one wave at one block an SM has no other block to hide it). Emitted where m0, n0, z and `out`
+/// are defined, in a scope that the epilogue loop is inside.
+void emit_epilogue_early_loads(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p,
+                               const std::string& threads, const std::string& thread, const std::string& indent);
 /// `epi_in_place`: store_d_vec's epilogue of one vector of outputs, written back over the sums in
 /// the epilogue tile instead of to the output (which a TMA store then copies whole). Emitted
 /// after emit_output_scatter() of the same vector.
@@ -245,9 +257,17 @@ struct AccumulatorTiles {
   std::string tiles, quads, quad, first_row, first_col;
 };
 /// The epilogue applied to every accumulator in place (epilogue_on_accumulators()), its operands
-/// loaded for the thread's rows or columns; `out`, m0, n0 and z in scope.
+/// loaded for the thread's rows or columns; `out`, m0, n0 and z in scope. `rows_loaded`: the
+/// operands that vary along m at most are in scope already (emit_accumulator_row_loads()).
 void emit_accumulator_epilogue(std::ostringstream& os, const ImplicitGemm& g, const AccumulatorTiles& t,
-                               const std::string& indent);
+                               const std::string& indent, bool rows_loaded = false);
+/// Whether an operand of the epilogue varies along m at most (a per-row scale or bias).
+bool accumulator_epilogue_has_rows(const ImplicitGemm& g);
+/// The operands of emit_accumulator_epilogue() that vary along m at most, declared and loaded for
+/// the thread's two rows of each of t.tiles tiles (`epi_<i>_rows`), a few registers each: a kernel
+/// emits this before its main loop so that their latency hides behind it.
+void emit_accumulator_row_loads(std::ostringstream& os, const ImplicitGemm& g, const AccumulatorTiles& t,
+                                const std::string& indent);
 /// Whether an operand of the epilogue varies along both virtual axes (a residual, SiLU's gate):
 /// the operands ScheduleParams::epi_prefetch asks L2 for.
 bool epilogue_has_full_shape_operand(const ImplicitGemm& g);
@@ -279,6 +299,8 @@ struct EpilogueScope {
   /// here: a fused epilogue may hold operands of several vectors in registers (emit_epilogue_loop)
   /// without lowering the number of resident blocks.
   bool sm_to_itself = false;
+  /// The operands the same along the epilogue loop are in `epi_early` (emit_epilogue_early_loads()).
+  bool operands_early = false;
   /// A variable whose rows the epilogue tile holds before the tile's own (a clamped box's, the
   /// wgmma family's BoxClamp): the stores read row x + row_skip, and walk the rows x below the
   /// tile's rows less row_skip only (the rest lie past the extent). Empty: none.

@@ -163,6 +163,13 @@ bool wgmma_block_alone(const ImplicitGemm& g, const ScheduleParams& p) {
   return 2 * (wgmma_shared_bytes(g, p) + 1024) > 228 * 1024;
 }
 
+/// Whether a kernel that is not persistent loads its epilogue's per-tile operands before the main
+/// loop (emit_epilogue_early_loads()): where its block has the SM to itself, as the epilogue loop
+/// that reads them needs (EpilogueScope::sm_to_itself).
+bool block_loads_epilogue_early(const ImplicitGemm& g, const ScheduleParams& p) {
+  return wgmma_block_alone(g, p) && epilogue_loads_early(g, p);
+}
+
 /// How a warp-specialized kernel splits the register file: at launch every thread gets `even`
 /// registers (ptxas's limit for THREADS threads a block, __launch_bounds__(THREADS, 1)). In a
 /// persistent kernel (producer 2 or 3), where that leaves the consumer warpgroups too few for their
@@ -523,7 +530,7 @@ void emit_tma_stores(std::ostringstream& os, const ImplicitGemm& g, const Schedu
     os << "    " << r.sync << "    {\n";
     emit_epilogue_loop(os, g, ov, r.threads, r.thread,
                        "BM * BN / " + std::to_string(ov.width), c_row ? "&Ct[cs_at(mm, nn)]" : "&Ct[cs_at(nn, mm)]",
-                       "epi_in_place");
+                       "epi_in_place", epilogue_loads_early(g, p));
     os << "    }\n";
   }
   os << "    fence_proxy_async();  // this thread's writes to Ct, visible to the TMA stores\n"
@@ -549,6 +556,7 @@ void emit_vector_stores(std::ostringstream& os, const ImplicitGemm& g, const Sch
   scope.thread = r.thread;
   scope.close = false;
   scope.sm_to_itself = true;  // one block per SM walks the tiles
+  scope.operands_early = epilogue_loads_early(g, p);  // loaded in emit_persistent_main_loop()
   scope.row_skip = clamp.row_skip();
   emit_epilogue_stores(os, g, p, r.cs, tout, scope);
 }
@@ -774,6 +782,25 @@ void emit_descriptor_offsets(std::ostringstream& os, const WgmmaKernel& w) {
     os << "  return ((kk / B_W) * B_ROWS * " << line_bytes(p) << " + (kk % B_W) * " << sb.bytes << ") >> 4;\n}\n";
 }
 
+/// A consumer's accumulator tiles, its rows numbered by `row` within each warpgroup's m64 tile.
+AccumulatorTiles wgmma_accumulator_tiles(const WgmmaKernel& w, const std::string& row) {
+  AccumulatorTiles t;
+  t.tiles = "MI";
+  t.quads = "WN / 8";
+  t.quad = "acc[i][4 * j + #]";
+  t.first_row = w.clamp.origin('m') + " + wm0 + i * 64 + " + row;
+  t.first_col = w.clamp.origin('n') + " + wn0 + j * 8 + col";
+  return t;
+}
+
+/// With epilogue_on_accumulators(): the epilogue's operands that vary along m at most, loaded for
+/// the thread's rows before the tile's main loop (emit_accumulator_row_loads()).
+void emit_wgmma_row_loads(std::ostringstream& os, const WgmmaKernel& w, const std::string& row, const std::string& indent) {
+  if (!epilogue_on_accumulators(w.g, w.p) || !accumulator_epilogue_has_rows(w.g)) return;
+  os << indent << "// The epilogue's per-row operands, loaded before the main loop: their latency hides behind it.\n";
+  emit_accumulator_row_loads(os, w.g, wgmma_accumulator_tiles(w, row), indent);
+}
+
 /// Which output tiles the block takes: a pair's half of the pair's tile, a persistent block's
 /// walk over all tiles, else its own tile and its split of the reduction.
 void emit_block_tiles(std::ostringstream& os, const WgmmaKernel& w) {
@@ -801,6 +828,7 @@ void emit_block_tiles(std::ostringstream& os, const WgmmaKernel& w) {
     os << w.clamp.boxes("  ")
        << "  const int z = blockIdx.z / SPLIT_K, split = blockIdx.z % SPLIT_K;\n";
     emit_epilogue_prefetch(os, g, p, "THREADS", "  ");
+    if (block_loads_epilogue_early(g, p)) emit_epilogue_early_loads(os, g, p, "THREADS", "threadIdx.x", "  ");
   }
 }
 
@@ -829,8 +857,9 @@ void emit_entry(std::ostringstream& os, const WgmmaKernel& w) {
                      : "  const int wm0 = (wg / WARPS_N) * WM, wn0 = (wg % WARPS_N) * WN;  // warpgroup tile origin in the block\n\n")
      << "  " << tacc << " acc[MI][ACC];\n"
      << "  #pragma unroll\n  for (int i = 0; i < MI; ++i)\n"
-     << "    #pragma unroll\n    for (int r = 0; r < ACC; ++r) acc[i][r] = 0;\n\n"
-     << "  constexpr int K_TILES = (K + BK - 1) / BK;\n"
+     << "    #pragma unroll\n    for (int r = 0; r < ACC; ++r) acc[i][r] = 0;\n\n";
+  if (!persistent) emit_wgmma_row_loads(os, w, "((threadIdx.x % 128) / 32 * 16 + lane / 4)", "  ");
+  os << "  constexpr int K_TILES = (K + BK - 1) / BK;\n"
      << "  constexpr int STEPS = SERIAL * K_TILES;  // serial reduction points x K tiles\n";
   if (!persistent)
     os << "  // This block's share of the steps: [first, last).\n"
@@ -1079,6 +1108,8 @@ void emit_persistent_main_loop(std::ostringstream& os, const WgmmaKernel& w, con
   os << "    const int z = tile / (GRID_M * GRID_N);\n";
   emit_tile_origin(os, p, "tile % (GRID_M * GRID_N)", "    ");
   emit_epilogue_prefetch(os, g, p, r.threads, "    ", r.thread);
+  if (epilogue_loads_early(g, p)) emit_epilogue_early_loads(os, g, p, r.threads, r.thread, "    ");
+  emit_wgmma_row_loads(os, w, "row", "    ");
   if (pp)
     os << "    // This warpgroup's turn: the wgmmas of the other's tile before are done.\n"
        << "    if (taken + wg > 0) " << r.wait << "(&turn[wg], (taken + wg - 1) & 1);\n";
@@ -1101,16 +1132,11 @@ void emit_persistent_main_loop(std::ostringstream& os, const WgmmaKernel& w, con
   emit_stream_fixup(os, w);
 }
 
-/// With epilogue_on_accumulators(): the epilogue applied to the consumer's accumulators.
+/// With epilogue_on_accumulators(): the epilogue applied to the consumer's accumulators, its
+/// per-row operands loaded by emit_wgmma_row_loads().
 void emit_wgmma_accumulator_epilogue(std::ostringstream& os, const WgmmaKernel& w, const std::string& indent) {
   if (!epilogue_on_accumulators(w.g, w.p)) return;
-  AccumulatorTiles t;
-  t.tiles = "MI";
-  t.quads = "WN / 8";
-  t.quad = "acc[i][4 * j + #]";
-  t.first_row = w.clamp.origin('m') + " + wm0 + i * 64 + row";
-  t.first_col = w.clamp.origin('n') + " + wn0 + j * 8 + col";
-  emit_accumulator_epilogue(os, w.g, t, indent);
+  emit_accumulator_epilogue(os, w.g, wgmma_accumulator_tiles(w, "row"), indent, true);
 }
 
 /// A tile's epilogue: the accumulators into the consumer's epilogue tile once the last tile's
@@ -1185,6 +1211,7 @@ void emit_wgmma_epilogue(std::ostringstream& os, const WgmmaKernel& w) {
   EpilogueScope scope;
   scope.close = !pair;
   scope.sm_to_itself = wgmma_block_alone(g, p);  // else holding operands may cost a resident block
+  scope.operands_early = block_loads_epilogue_early(g, p);  // loaded in emit_block_tiles()
   scope.row_skip = w.clamp.row_skip();
   emit_epilogue_stores(os, g, p, tacc, tout, scope);
   if (pair) os << "  cluster_sync();  // no block leaves while the other may still arrive on its barriers\n}\n";
