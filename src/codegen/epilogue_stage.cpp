@@ -337,6 +337,19 @@ std::string epi_fixed_constant(const ImplicitGemm& g, const OutVector& ov, const
          (any_operand_fixed(g, ov.along) ? "(" + threads + ") % (" + across + ") == 0" : "false") + ";\n";
 }
 
+/// `EPI_FIXED` and `EpiVec epi_early`: the operands the same along the epilogue loop, loaded for
+/// the place in the tile of thread `thread` of `threads` (where EPI_FIXED holds).
+void emit_fixed_loads(std::ostringstream& os, const ImplicitGemm& g, const OutVector& ov, const std::string& threads,
+                      const std::string& thread, const std::string& indent) {
+  os << epi_fixed_constant(g, ov, threads, indent)
+     << indent << "EpiVec epi_early{};\n"
+     << indent << "if (EPI_FIXED) {\n"
+     << indent << "  const int e = " << thread << ";\n"
+     << indent << "  " << vector_position(ov.along, std::to_string(ov.width)) << "\n"
+     << indent << "  epi_load(out, m0 + mm, n0 + nn, z, epi_early, 1);\n"
+     << indent << "}\n";
+}
+
 }  // namespace
 
 bool epilogue_loads_early(const ImplicitGemm& g, const ScheduleParams& p) {
@@ -348,16 +361,9 @@ bool epilogue_loads_early(const ImplicitGemm& g, const ScheduleParams& p) {
 void emit_epilogue_early_loads(std::ostringstream& os, const ImplicitGemm& g, const ScheduleParams& p,
                                const std::string& threads, const std::string& thread, const std::string& indent) {
   TMAP_CHECK(epilogue_loads_early(g, p), "early epilogue loads need operands the same along the epilogue loop");
-  const OutVector ov = out_vector(g, p);
   os << indent << "// The epilogue's operands the same along its loop, for this thread's place in the tile, loaded\n"
-     << indent << "// before the main loop: their latency hides behind it instead of trailing it.\n"
-     << epi_fixed_constant(g, ov, threads, indent)
-     << indent << "EpiVec epi_early{};\n"
-     << indent << "if (EPI_FIXED) {\n"
-     << indent << "  const int e = " << thread << ";\n"
-     << indent << "  " << vector_position(ov.along, std::to_string(ov.width)) << "\n"
-     << indent << "  epi_load(out, m0 + mm, n0 + nn, z, epi_early, 1);\n"
-     << indent << "}\n";
+     << indent << "// before the main loop: their latency hides behind it instead of trailing it.\n";
+  emit_fixed_loads(os, g, out_vector(g, p), threads, thread, indent);
 }
 
 void emit_epilogue_loop(std::ostringstream& os, const ImplicitGemm& g, const OutVector& ov, const std::string& threads,
@@ -376,16 +382,12 @@ void emit_epilogue_loop(std::ostringstream& os, const ImplicitGemm& g, const Out
   // registers more than one of 4, which spilled in blocks of 640 threads and more.
   os << "  // The epilogue: each thread's vectors keep their place along " << ov.along << " when the stride is a\n"
      << "  // multiple of the vectors across the tile; operands the same along the loop are then loaded once"
-     << (early ? "\n  // (before the main loop, into epi_early).\n" : ".\n")
-     << (early ? "" : epi_fixed_constant(g, ov, threads, "  "))
-     << "  constexpr int EPI_CHUNK = 65536 / (THREADS) >= 128 ? 8 : 4;  // 8 where ptxas may give 128 registers\n"
-     << "  EpiFixed fixed{};\n";
-  if (early)
-    os << "  if (EPI_FIXED) fixed = epi_fixed(epi_early);\n";
-  else
-    os << "  if (EPI_FIXED) {\n    const int e = " << thread << ";\n    " << position << "\n"
-       << "    EpiVec loaded{};\n    epi_load(out, m0 + mm, n0 + nn, z, loaded, 1);\n    fixed = epi_fixed(loaded);\n  }\n";
-  os << "  for (int e0 = " << thread << "; e0 < " << end << "; e0 += EPI_CHUNK * " << T << ") {\n"
+     << (early ? "\n  // (before the main loop, into epi_early).\n" : ".\n");
+  if (!early) emit_fixed_loads(os, g, ov, threads, thread, "  ");
+  os << "  constexpr int EPI_CHUNK = 65536 / (THREADS) >= 128 ? 8 : 4;  // 8 where ptxas may give 128 registers\n"
+     << "  EpiFixed fixed{};\n"
+     << "  if (EPI_FIXED) fixed = epi_fixed(epi_early);\n"
+     << "  for (int e0 = " << thread << "; e0 < " << end << "; e0 += EPI_CHUNK * " << T << ") {\n"
      << "    EpiVec ops[EPI_CHUNK];\n"
      << "    #pragma unroll\n    for (int c = 0; c < EPI_CHUNK; ++c) {\n"
      << "      const int e = e0 + c * " << T << ";\n      if (e >= " << end << ") break;\n"
