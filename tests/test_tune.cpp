@@ -421,6 +421,53 @@ TEST(SearchSpace, DrawsSlowerWgmmaOptionsRarely) {
   EXPECT_EQ(narrow, 0);
 }
 
+// A drawn ring deeper than shared memory holds for its tiles becomes the deepest that fits
+// rather than a refused draw, so that large tiles get deep rings as often as small ones (decode
+// GEMMs' 128 x 96 tiles want 8 buffers: docs/design-notes.md, "Rings as deep as fit").
+TEST(SearchSpace, ARingTooDeepForItsTilesBecomesTheDeepestThatFits) {
+  Compute c = build_compute(builtin_op("gemm"), parse_param_overrides({"M=256", "N=6144", "K=4096"}));
+  const std::vector<HwAbstraction> hws = {find_hw(shipped(), "wgmma_fp16_fp32")};
+  const DeviceLimits limits = DeviceLimits::for_arch(90);
+  SearchSpace space(c, hws, Enumeration::kAmos, limits, 90);
+  int arm = -1;
+  for (int e = 0; e < static_cast<int>(space.entries().size()); ++e)
+    if (space.entries()[e].defaults.producer == 1) arm = e;
+  ASSERT_GE(arm, 0) << "an arm whose operands both have TMA boxes";
+  const ImplicitGemm& g = space.entries()[arm].gemm;
+
+  ScheduleParams p = space.entries()[arm].defaults;
+  p.block_m = 128, p.warp_m = 64, p.block_n = p.warp_n = 96, p.block_k = 64, p.split_k = 1, p.cluster = 0;
+  p.stages = 12;
+  ASSERT_FALSE(validate(g, p, limits).empty()) << "12 buffers of 128 x 64 and 96 x 64 exceed 227 KB";
+  fit_stages(g, p, limits);
+  EXPECT_EQ(p.stages, 8);
+  EXPECT_TRUE(validate(g, p, limits).empty());
+  ScheduleParams deeper = p;
+  ++deeper.stages;
+  const std::vector<ScheduleIssue> issues = validate(g, deeper, limits);
+  ASSERT_FALSE(issues.empty());
+  EXPECT_EQ(issues.front().error, ScheduleError::kSharedMemoryExceeded);
+  fit_stages(g, p, limits);
+  EXPECT_EQ(p.stages, 8) << "a ring that fits is left alone";
+
+  // Of the draws whose tiles hold fewer than the deepest listed ring (12), about the share of the
+  // draws of that depth or deeper sits at the deepest that fits: 3 of 8 where 8 fits.
+  std::mt19937_64 rng(7);
+  int large = 0, deepest = 0;
+  for (int i = 0; i < 3000; ++i) {
+    const ScheduleParams d = space.sample(arm, rng);
+    if (d.producer == 0) continue;  // rings beyond 6 need a TMA producer
+    ScheduleParams most = d;
+    most.stages = 12;
+    fit_stages(g, most, limits);
+    if (most.stages >= 12 || most.stages < 6) continue;
+    ++large;
+    deepest += d.stages == most.stages;
+  }
+  ASSERT_GT(large, 100);
+  EXPECT_GT(static_cast<double>(deepest) / large, 0.3) << deepest << " of " << large;
+}
+
 // A background refit ends in the model a synchronous fit on the same samples gives, the old
 // model predicting meanwhile; the first fit is synchronous.
 TEST(CostModel, RefitsInTheBackground) {

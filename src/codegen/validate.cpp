@@ -171,10 +171,22 @@ std::string why_nothing_to_prefetch(const ImplicitGemm& g, const ScheduleParams&
   return "no epilogue operand of the output's shape, contiguous for 16 bytes along its vectors";
 }
 
+/// The family's shared memory and the words beside it: a kernel of a range of sizes keeps the
+/// size in static shared memory too, and one whose last block sums the splits the word that says
+/// it is the last.
+std::int64_t static_shared_bytes(const ImplicitGemm& g, const ScheduleParams& p) {
+  return family_of(*g.hw).shared_bytes(g, p) + (g.dynamic() || p.split_reduce ? 16 : 0);
+}
+
 }  // namespace
 
 std::int64_t shared_bytes(const ImplicitGemm& g, const ScheduleParams& p) {
   return family_of(*g.hw).shared_bytes(g, p);
+}
+
+void fit_stages(const ImplicitGemm& g, ScheduleParams& p, const DeviceLimits& limits) {
+  if (limits.max_shared_bytes <= 0) return;
+  while (p.stages > 2 && static_shared_bytes(g, p) > limits.max_shared_bytes) --p.stages;
 }
 
 std::int64_t reduction_steps(const ImplicitGemm& g, const ScheduleParams& p) {
@@ -254,11 +266,8 @@ std::vector<ScheduleIssue> validate(const ImplicitGemm& in, const ScheduleParams
   if (p.epi_regs)
     if (const std::string why = pipeline::why_not_on_accumulators(g, p); !why.empty())
       fail(ScheduleError::kBadOption, "epi_regs = 1 with " + why + "; use epi_regs 0");
-  const EmitterFamily& family = family_of(*g.hw);
-  family.validate(g, p, limits, out);
-  // A kernel of a range of sizes keeps the size in static shared memory too, and one whose last
-  // block sums the splits the word that says it is the last.
-  const std::int64_t smem = family.shared_bytes(g, p) + (g.dynamic() || p.split_reduce ? 16 : 0);
+  family_of(*g.hw).validate(g, p, limits, out);
+  const std::int64_t smem = static_shared_bytes(g, p);
   if (smem > limits.max_shared_bytes)
     fail(ScheduleError::kSharedMemoryExceeded,
          std::to_string(smem) + " bytes, the limit is " + std::to_string(limits.max_shared_bytes));

@@ -141,6 +141,7 @@ ScheduleParams SearchSpace::sample(int entry, std::mt19937_64& rng) const {
                            tiles_n = family.block_tiles(entries_[entry].gemm, p, 'n');
     p.block_m = tiles_m[rng() % tiles_m.size()];
     p.block_n = tiles_n[rng() % tiles_n.size()];
+    fit_stages(entries_[entry].gemm, p, limits_);
     if (valid(entry, p)) return p;
   }
   return entries_[entry].defaults;
@@ -160,6 +161,7 @@ ScheduleParams SearchSpace::mutate(int entry, const ScheduleParams& parent, std:
       if (i == warp_m) p.block_m = std::max(p.block_m, p.warp_m) / p.warp_m * p.warp_m;
       if (i == warp_n) p.block_n = std::max(p.block_n, p.warp_n) / p.warp_n * p.warp_n;
     }
+    fit_stages(entries_[entry].gemm, p, limits_);
     if (!(p == parent) && valid(entry, p)) return p;
   }
   return parent;
@@ -171,6 +173,7 @@ ScheduleParams SearchSpace::crossover(int entry, const ScheduleParams& a, const 
     ScheduleParams p = a;
     for (const Knob& k : knobs())
       if (rng() % 2) k.set(p, k.get(b));
+    fit_stages(entries_[entry].gemm, p, limits_);
     if (valid(entry, p)) return p;
   }
   return a;

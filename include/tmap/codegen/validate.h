@@ -27,6 +27,11 @@ int block_threads(const ImplicitGemm& g, const ScheduleParams& p);
 /// Shared memory the kernel uses, in bytes (the family's layout: padding, panels, swizzle).
 std::int64_t shared_bytes(const ImplicitGemm& g, const ScheduleParams& p);
 
+/// `p` with as many stages as shared memory holds where it holds fewer than `p.stages` (down to
+/// two; validate() judges the rest): a drawn ring too deep for its tiles becomes the deepest
+/// that fits, as CUTLASS's "as many stages as fit" does, instead of a refused draw.
+void fit_stages(const ImplicitGemm& g, ScheduleParams& p, const DeviceLimits& limits);
+
 /// A sensible schedule for a GEMM (the family's choice of tiles, valid for the device); when the
 /// SM count is known and the output tiles would leave SMs idle, the reduction is split until
 /// there are about two blocks per SM.
