@@ -1552,6 +1552,26 @@ TEST(RangeTuner, SamplesAreTheEndsPowersOfTwoAndMidpoints) {
   EXPECT_EQ(range_sample_sizes(7, 8), (std::vector<std::int64_t>{7, 8}));
 }
 
+// The samples' first batches start at the range's ends and then fill the largest gaps (in log
+// of size), so that a budget ending within the first round leaves out only samples near others.
+TEST(RangeTuner, SamplesTakeTheirFirstLooksFromTheEndsInwards) {
+  const std::vector<std::int64_t> decode = {1, 2, 3, 4, 8, 13, 16, 32, 57, 64, 100, 128, 200, 256};
+  const std::vector<std::size_t> order = range_look_order(decode);
+  ASSERT_EQ(order.size(), decode.size());
+  EXPECT_EQ(std::set<std::size_t>(order.begin(), order.end()).size(), decode.size()) << "each sample once";
+  std::vector<std::int64_t> sizes;
+  for (std::size_t i : order) sizes.push_back(decode[i]);
+  EXPECT_EQ(std::vector<std::int64_t>(sizes.begin(), sizes.begin() + 5), (std::vector<std::int64_t>{256, 1, 16, 4, 64}));
+  // The first half already has a sample within a factor of 2 of every size of the range.
+  for (std::int64_t m : decode) {
+    const bool near = std::any_of(sizes.begin(), sizes.begin() + 7, [&](std::int64_t s) { return s <= 2 * m && m <= 2 * s; });
+    EXPECT_TRUE(near) << m;
+  }
+  EXPECT_EQ(range_look_order({5}), (std::vector<std::size_t>{0}));
+  EXPECT_EQ(range_look_order({7, 8}), (std::vector<std::size_t>{1, 0}));
+  EXPECT_TRUE(range_look_order({}).empty());
+}
+
 TEST(RangeTuner, BucketsAreTheFewestWithinTheLoss) {
   const double inf = std::numeric_limits<double>::infinity();
   // Candidate 0 is best at the small sizes, 1 at the large ones, 2 is close everywhere but the last.

@@ -81,7 +81,7 @@ TuneResult result_of(const MeasureResult& m, const RangeCandidate& c, std::int64
 }
 
 /// Tunes the samples (range_sample) as the workloads of one model: one cost model, one budget
-/// (80% of the range's), each sample a batch first, then batches where they gain the most; the
+/// (80% of the range's), each sample a batch first (in range_look_order()), then batches where they gain the most; the
 /// next sample's candidates compile while one is measured. Their kernels are the range's, so a
 /// schedule that one sample shares with another as a seed is compiled once (`o`'s compile cache).
 /// No confirmation: measure_samples() measures each sample's fastest again.
@@ -89,8 +89,8 @@ ModelTuneSummary tune_samples(const Compute& range, const std::vector<HwAbstract
                               const RangeTuneOptions& o, const std::vector<std::int64_t>& sizes, MeasurePool& gpus) {
   std::vector<Compute> computes;
   for (std::int64_t size : sizes) computes.push_back(range_sample(range, size));
-  std::vector<ModelTask> tasks;
-  for (std::size_t i = 0; i < sizes.size(); ++i)
+  std::vector<ModelTask> tasks;  // in the warm-up's order: tune_model() keeps it among equal FLOPs
+  for (std::size_t i : range_look_order(sizes))
     tasks.push_back({range.name + "@" + range.dynamic.param + "=" + std::to_string(sizes[i]), &computes[i], 1});
   ModelTuneOptions m;
   m.tune = o.tune;
@@ -105,6 +105,31 @@ ModelTuneSummary tune_samples(const Compute& range, const std::vector<HwAbstract
 }
 
 }  // namespace
+
+std::vector<std::size_t> range_look_order(const std::vector<std::int64_t>& sizes) {
+  const std::size_t n = sizes.size();
+  std::vector<std::size_t> order;
+  std::vector<bool> taken(n, false);
+  auto take = [&](std::size_t i) {
+    order.push_back(i);
+    taken[i] = true;
+  };
+  if (n > 0) take(n - 1);
+  if (n > 1) take(0);
+  while (order.size() < n) {
+    std::size_t pick = 0;
+    double farthest = -1;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (taken[i]) continue;
+      double nearest = kInf;
+      for (std::size_t j : order)
+        nearest = std::min(nearest, std::abs(std::log(double(sizes[i])) - std::log(double(sizes[j]))));
+      if (nearest > farthest) farthest = nearest, pick = i;
+    }
+    take(pick);
+  }
+  return order;
+}
 
 std::vector<std::int64_t> range_sample_sizes(std::int64_t lo, std::int64_t hi) {
   std::set<std::int64_t> s{lo, hi};

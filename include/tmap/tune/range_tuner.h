@@ -24,6 +24,12 @@ namespace tmap {
 /// between those, ascending.
 std::vector<std::int64_t> range_sample_sizes(std::int64_t lo, std::int64_t hi);
 
+/// The order in which the samples (ascending sizes) get their first batch: the largest, the
+/// smallest, then each time the one farthest in log(size) from those before it. When a time
+/// budget ends within the first round (a slow compiler), the samples tuned cover the range, and
+/// the largest sizes, whose kernels differ most from the others', are not the ones left out.
+std::vector<std::size_t> range_look_order(const std::vector<std::int64_t>& sizes);
+
 /// A candidate is measured at the samples within this many of those it was among the fastest of:
 /// the best kernel of M = 2 is rarely the best of M = 256, and measuring every candidate at every
 /// sample took as long as tuning the samples.
