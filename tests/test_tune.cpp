@@ -1570,6 +1570,7 @@ TEST(RangeTuner, SamplesTakeTheirFirstLooksFromTheEndsInwards) {
   EXPECT_EQ(range_look_order({5}), (std::vector<std::size_t>{0}));
   EXPECT_EQ(range_look_order({7, 8}), (std::vector<std::size_t>{1, 0}));
   EXPECT_TRUE(range_look_order({}).empty());
+  EXPECT_EQ(range_look_order({0, 1, 8}), (std::vector<std::size_t>{2, 0, 1})) << "a size of 0 counts as 1";
 }
 
 TEST(RangeTuner, BucketsAreTheFewestWithinTheLoss) {

@@ -81,8 +81,8 @@ TuneResult result_of(const MeasureResult& m, const RangeCandidate& c, std::int64
 }
 
 /// Tunes the samples (range_sample) as the workloads of one model: one cost model, one budget
-/// (80% of the range's), each sample a batch first (in range_look_order()), then batches where they gain the most; the
-/// next sample's candidates compile while one is measured. Their kernels are the range's, so a
+/// (80% of the range's), each sample a batch first (in range_look_order()), then batches where
+/// they gain the most; the next sample's candidates compile while one is measured. Their kernels are the range's, so a
 /// schedule that one sample shares with another as a seed is compiled once (`o`'s compile cache).
 /// No confirmation: measure_samples() measures each sample's fastest again.
 ModelTuneSummary tune_samples(const Compute& range, const std::vector<HwAbstraction>& hws,
@@ -107,6 +107,9 @@ ModelTuneSummary tune_samples(const Compute& range, const std::vector<HwAbstract
 }  // namespace
 
 std::vector<std::size_t> range_look_order(const std::vector<std::int64_t>& sizes) {
+  auto ratio = [](std::int64_t a, std::int64_t b) {  // of sizes, each at least 1
+    return static_cast<double>(std::max<std::int64_t>(a, 1)) / static_cast<double>(std::max<std::int64_t>(b, 1));
+  };
   const std::size_t n = sizes.size();
   std::vector<std::size_t> order;
   std::vector<bool> taken(n, false);
@@ -122,8 +125,7 @@ std::vector<std::size_t> range_look_order(const std::vector<std::int64_t>& sizes
     for (std::size_t i = 0; i < n; ++i) {
       if (taken[i]) continue;
       double nearest = kInf;
-      for (std::size_t j : order)
-        nearest = std::min(nearest, std::abs(std::log(double(sizes[i])) - std::log(double(sizes[j]))));
+      for (std::size_t j : order) nearest = std::min(nearest, std::abs(std::log(ratio(sizes[i], sizes[j]))));
       if (nearest > farthest) farthest = nearest, pick = i;
     }
     take(pick);
