@@ -82,9 +82,9 @@ TuneResult result_of(const MeasureResult& m, const RangeCandidate& c, std::int64
 
 /// Tunes the samples (range_sample) as the workloads of one model: one cost model, one budget
 /// (80% of the range's), each sample a batch first (in range_look_order()), then batches where
-/// they gain the most; the next sample's candidates compile while one is measured. Their kernels are the range's, so a
-/// schedule that one sample shares with another as a seed is compiled once (`o`'s compile cache).
-/// No confirmation: measure_samples() measures each sample's fastest again.
+/// they gain the most; the next sample's candidates compile while one is measured. Their kernels
+/// are the range's, so a schedule that one sample shares with another as a seed is compiled once
+/// (`o`'s compile cache). No confirmation: measure_samples() measures each sample's fastest again.
 ModelTuneSummary tune_samples(const Compute& range, const std::vector<HwAbstraction>& hws,
                               const RangeTuneOptions& o, const std::vector<std::int64_t>& sizes, MeasurePool& gpus) {
   std::vector<Compute> computes;
