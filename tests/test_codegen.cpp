@@ -1116,8 +1116,9 @@ TEST(Codegen, WgmmaRegisterA) {
       "conv2d_nhwc");
   EXPECT_GT(transposed, 0) << "an A stored along m (ldmatrix.trans)";
 
-  // The fragments count against the register budget: two consumers of 64 x 256 (128 accumulators,
-  // 170 registers a thread) have room for no 2 x 4 x 4 more; and two sets hold at most 64.
+  // The fragments count against the register budget: two consumers of 128 x 192 (192
+  // accumulators, 232 registers a thread once the producer gave its own) have room for no
+  // 2 x 2 x 4 x 4 more; and two sets hold at most 64.
   {
     std::vector<ImplicitGemm> gemms =
         gemm_per_match(typed("gemm_nt", "float16", "float32", {"M=512", "N=512", "K=512"}), "wgmma_fp16_fp32");
@@ -1126,19 +1127,22 @@ TEST(Codegen, WgmmaRegisterA) {
     ASSERT_NE(tma, gemms.end()) << "a layout that takes a TMA producer";
     const ImplicitGemm& g = *tma;
     ScheduleParams p = default_schedule(g, limits);
-    p.block_m = 128;
-    p.warp_m = 64;
-    p.block_n = p.warp_n = 256;
+    p.block_m = 256;
+    p.warp_m = 128;
+    p.block_n = p.warp_n = 192;
     p.block_k = 64;
     p.stages = 3;
     p.a_regs = 1;
     std::string said = validation_text(g, p, limits);
-    EXPECT_NE(said.find("leave 168 registers a thread, too few for 128 accumulators and 32 registers of A fragments"),
+    EXPECT_NE(said.find("leave 232 registers a consumer thread (the producer warpgroup keeping 40), too few for 192 "
+                        "accumulators and 64 registers of A fragments"),
               std::string::npos) << said;
     p.a_regs = 0;
     const auto without = validate(g, p, limits);
     EXPECT_TRUE(without.empty()) << without[0].detail;
     p.a_regs = 1;
+    p.block_m = 128;
+    p.warp_m = 64;
     p.block_n = p.warp_n = 64;
     p.block_k = 256;
     said = validation_text(g, p, limits);
@@ -1606,11 +1610,65 @@ TEST(Codegen, WgmmaClusterPairsAndRegisterRebalance) {
   two.block_m = 128;
   two.block_n = two.warp_n = 256;
   EXPECT_EQ(emit_kernel(g, two).code.find("setmaxnreg"), std::string::npos);
+  // Without the persistent loop the producer gives its registers away too, and leaves: the
+  // epilogue is the consumers' (their barrier, their stride), where no barrier of every thread
+  // follows the main loop; a last block summing the splits is one, so that kernel is refused.
   ScheduleParams joined = four;
   joined.producer = 1;
-  const auto issues = validate(g, joined, limits);
+  ASSERT_TRUE(validate(g, joined, limits).empty()) << validate(g, joined, limits)[0].detail;
+  k = emit_kernel(g, joined);
+  EXPECT_NE(k.code.find("setmaxnreg.inc.sync.aligned.u32 104;"), std::string::npos);
+  EXPECT_NE(k.code.find("return;  // the epilogue is the consumers'"), std::string::npos);
+  EXPECT_NE(k.code.find("consumer_sync();  // every box was consumed"), std::string::npos);
+  EXPECT_NE(k.code.find("e += (THREADS - 128)"), std::string::npos);
+  EXPECT_EQ(k.code.find("__syncthreads();  // every box was consumed"), std::string::npos);
+  jobs.push_back({"producer 1, 4 consumers 256x128", k});
+  ScheduleParams summed = joined;
+  summed.split_k = 2;
+  summed.split_reduce = 1;
+  const auto issues = validate(g, summed, limits);
   ASSERT_FALSE(issues.empty());
   EXPECT_NE(issues[0].detail.find("96 registers a thread"), std::string::npos) << issues[0].detail;
+  // Two consumers of 128 x 192 (192 accumulators) take 232 registers each; 128 x 256 (256) is
+  // refused for its accumulators.
+  ScheduleParams wide = joined;
+  wide.warp_m = 128;
+  wide.block_n = wide.warp_n = 192;
+  ASSERT_TRUE(validate(g, wide, limits).empty()) << validate(g, wide, limits)[0].detail;
+  k = emit_kernel(g, wide);
+  EXPECT_EQ(k.threads, 384);
+  EXPECT_NE(k.code.find("setmaxnreg.inc.sync.aligned.u32 232;"), std::string::npos);
+  jobs.push_back({"producer 1, 2 consumers 256x192", k});
+  for (int cluster : {2, 3}) {  // pairs: the producer passes the pair's last barrier before it leaves
+    ScheduleParams pair = wide;
+    pair.cluster = cluster;
+    ASSERT_TRUE(validate(g, pair, limits).empty()) << validate(g, pair, limits)[0].detail;
+    const KernelSource kp = emit_kernel(g, pair);
+    EXPECT_NE(kp.code.find("cluster_sync();  // the pair's last barrier"), std::string::npos) << cluster;
+    EXPECT_NE(kp.code.find("setmaxnreg.inc.sync.aligned.u32 232;"), std::string::npos) << cluster;
+    jobs.push_back({"producer 1, 2 consumers 256x192 cluster " + std::to_string(cluster), kp});
+  }
+  NvrtcCompiler nvrtc(90);
+  const CompileResult wide_binary = nvrtc.compile(k.code, k.name);
+  EXPECT_TRUE(wide_binary.ok) << wide_binary.log.substr(0, 2000);
+  EXPECT_EQ(wide_binary.log.find("wgmma.mma_async"), std::string::npos) << "ptxas serialized the wgmmas:\n" << wide_binary.log;
+  wide.block_n = wide.warp_n = 256;
+  const auto too_many = validate(g, wide, limits);
+  ASSERT_FALSE(too_many.empty());
+  EXPECT_NE(too_many[0].detail.find("256 accumulator registers per thread (at most 192)"), std::string::npos)
+      << too_many[0].detail;
+  // Beyond 128 accumulators only there: not in ping-pong (nor persistent) kernels, nor without a producer.
+  for (int producer : {3, 0}) {
+    ScheduleParams other = four;
+    other.producer = producer;
+    other.block_m = producer == 3 ? 128 : 256;
+    other.warp_m = 128;
+    other.block_n = other.warp_n = 192;
+    const auto refused = validate(g, other, limits);
+    ASSERT_FALSE(refused.empty()) << producer;
+    EXPECT_NE(refused[0].detail.find("192 accumulator registers per thread (at most 128; up to 192 with producer 1"),
+              std::string::npos) << refused[0].detail;
+  }
 
   std::vector<std::string> failures = compile_all(jobs, {90});
   EXPECT_TRUE(failures.empty()) << failures.size() << " of " << jobs.size() << " failed; first:\n"
@@ -1847,7 +1905,7 @@ TEST(Schedule, WgmmaValidationReasons) {
       {"too many accumulators", with([](ScheduleParams& p) { p.warp_m = p.block_m = 128; }), ScheduleError::kBadOption,
        "256 accumulator registers"},
       {"registers", with([](ScheduleParams& p) { p.block_m = 256; p.block_n = 192; p.warp_m = 64; p.warp_n = 192; p.stages = 3; p.producer = 1; }),
-       ScheduleError::kTooManyThreads, "640 threads leave 96 registers"},
+       ScheduleError::kTooManyThreads, "640 threads leave 104 registers a consumer thread (the producer warpgroup keeping 40)"},
       {"shared memory", with([](ScheduleParams& p) { p.block_m = 128; p.warp_m = 64; p.stages = 6; }),
        ScheduleError::kSharedMemoryExceeded, "limit"},
       {"producer 4", with([](ScheduleParams& p) { p.producer = 4; }), ScheduleError::kBadOption, "producer takes 0 to 3"},

@@ -200,6 +200,15 @@ std::vector<testing::GpuCase> family_cases(const Compute& c, const std::string& 
       ping_pong.block_m = ping_pong.warp_m;
       ping_pong.block_n = ping_pong.warp_n;
       schedules.push_back({"ping-pong", ping_pong});
+      // Two consumers of 128 x 192 with the producer's registers: their epilogue without it.
+      ScheduleParams wide = producer;
+      wide.block_m = 256;
+      wide.warp_m = 128;
+      wide.block_n = wide.warp_n = 192;
+      wide.stages = 3;
+      schedules.push_back({"producer, 128 x 192 warpgroups", wide});
+      wide.split_k = 2;
+      schedules.push_back({"producer, 128 x 192 warpgroups, split_k 2", wide});
       // TMA stores: the epilogue applied to the epilogue tile in place before the tile is stored.
       for (ScheduleParams tma : {persistent, ping_pong, streamed}) {
         tma.bulk_store = 2;
@@ -248,6 +257,7 @@ TEST(Epilogue, EveryFunctionCompilesOnEveryFamily) {
   std::size_t kernels = 0;
   std::vector<std::string> families_seen;
   int tma_stores = 0;  // wgmma kernels that apply the epilogue in their epilogue tile
+  int consumers_alone = 0;  // wgmma kernels whose producer leaves before the epilogue
   for (int cc : {80, 90}) {
     NvrtcCompiler compiler(cc);
     std::vector<CompileJob> jobs;
@@ -264,6 +274,10 @@ TEST(Epilogue, EveryFunctionCompilesOnEveryFamily) {
         labels.push_back(gc.label + " sm_" + std::to_string(cc));
         if (cc == 90) families_seen.push_back(gc.g.hw->family);
         if (gc.p.bulk_store == 2) ++tma_stores;
+        if (gc.p.warp_m == 128 && gc.p.warp_n == 192) {
+          ++consumers_alone;
+          EXPECT_NE(k.code.find("(THREADS - 128)"), std::string::npos) << gc.label;
+        }
       }
     }
     kernels += jobs.size();
@@ -274,6 +288,7 @@ TEST(Epilogue, EveryFunctionCompilesOnEveryFamily) {
     EXPECT_NE(std::find(families_seen.begin(), families_seen.end(), f), families_seen.end()) << f << " not compiled";
   EXPECT_GE(kernels, 30u);
   EXPECT_GE(tma_stores, 4) << "the GEMM's and the NHWC convolution's, persistent and ping-pong";
+  EXPECT_GE(consumers_alone, 4) << "a GEMM's and a convolution's, whole and split";
   EXPECT_TRUE(failures.empty()) << failures.size() << " failed, first: " << failures.front();
 }
 

@@ -1080,7 +1080,9 @@ TEST(Gpu, WgmmaNarrowSwizzles) {
 // along n, sharing A), with and without the persistent loop, rasterized: GEMMs in all four
 // layouts with M and N tails that leave the second block of the last pair partly or wholly past
 // the output, a batched GEMM, the im2col convolutions (sharing the filters); persistent kernels
-// whose consumers take registers from the producer (setmaxnreg), alone and paired. Then 4096^3
+// whose consumers take registers from the producer (setmaxnreg), alone and paired, and kernels
+// of one tile a block whose producer gives its registers and leaves (128 x 192 warpgroup tiles,
+// single and in pairs). Then 4096^3
 // GEMMs with float16 outputs, for a first look at the time (printed, not asserted).
 TEST(Gpu, WgmmaClusterPairs) {
   if (!have_gpu()) GTEST_SKIP() << "no GPU: " << query_runtime().status;
@@ -1138,6 +1140,12 @@ TEST(Gpu, WgmmaClusterPairs) {
       {"persistent 3 consumers 192x192", [](ScheduleParams& p) { p.producer = 2; p.block_m = 192; p.warp_m = 64; p.block_n = p.warp_n = 192; p.stages = 3; }},
       {"persistent 4 consumers 256x128", [](ScheduleParams& p) { p.producer = 2; p.block_m = 256; p.warp_m = 64; p.block_n = p.warp_n = 128; p.stages = 3; }},
       {"persistent 4 consumers 256x128 pair n", [](ScheduleParams& p) { p.producer = 2; p.block_m = 256; p.warp_m = 64; p.block_n = p.warp_n = 128; p.stages = 3; p.cluster = 3; }},
+      // Without the persistent loop: the producer leaves, the epilogue is the consumers'.
+      {"producer 1, 3 consumers 192x192", [](ScheduleParams& p) { p.producer = 1; p.block_m = 192; p.warp_m = 64; p.block_n = p.warp_n = 192; p.stages = 4; }},
+      {"producer 1, 2 consumers 256x192", [](ScheduleParams& p) { p.producer = 1; p.block_m = 256; p.warp_m = 128; p.block_n = p.warp_n = 192; p.stages = 4; }},
+      {"producer 1, 2 consumers 256x192 split_k 2", [](ScheduleParams& p) { p.producer = 1; p.block_m = 256; p.warp_m = 128; p.block_n = p.warp_n = 192; p.stages = 3; p.split_k = 2; }},
+      {"producer 1, 2 consumers 256x192 pair m", [](ScheduleParams& p) { p.producer = 1; p.block_m = 256; p.warp_m = 128; p.block_n = p.warp_n = 192; p.stages = 4; p.cluster = 2; }},
+      {"producer 1, 2 consumers 256x192 pair n", [](ScheduleParams& p) { p.producer = 1; p.block_m = 256; p.warp_m = 128; p.block_n = p.warp_n = 192; p.stages = 4; p.cluster = 3; }},
   };
   {
     Compute c = testing::stored_as_op("gemm", "float16", "float16", {"M=520", "N=400", "K=320"});

@@ -163,23 +163,21 @@ bool wgmma_block_alone(const ImplicitGemm& g, const ScheduleParams& p) {
   return 2 * (wgmma_shared_bytes(g, p) + 1024) > 228 * 1024;
 }
 
-/// Whether a kernel that is not persistent loads its epilogue's per-tile operands before the main
-/// loop (emit_epilogue_early_loads()): where its block has the SM to itself, as the epilogue loop
-/// that reads them needs (EpilogueScope::sm_to_itself).
-bool block_loads_epilogue_early(const ImplicitGemm& g, const ScheduleParams& p) {
-  return wgmma_block_alone(g, p) && epilogue_loads_early(g, p);
-}
-
 /// How a warp-specialized kernel splits the register file: at launch every thread gets `even`
-/// registers (ptxas's limit for THREADS threads a block, __launch_bounds__(THREADS, 1)). In a
-/// persistent kernel (producer 2 or 3), where that leaves the consumer warpgroups too few for their
-/// accumulators (about 40 more for addresses and loop state), the producer warpgroup, which only
-/// issues TMA copies, gives all but kProducerRegs back with `setmaxnreg.dec` and the consumers
-/// take them with `setmaxnreg.inc` (`consumer` registers each, a multiple of 8 that the pool the
-/// producer freed covers, or the inc would wait forever). Only there: with producer 1 the
-/// producer warpgroup joins the consumers' epilogue, and ptxas compiled such a kernel (3 consumers
-/// of 64 x 192) with its wgmmas serialized (C7512) even with setmaxnreg in both roles.
+/// registers (ptxas's limit for THREADS threads a block, __launch_bounds__(THREADS, 1)). Where that
+/// leaves the consumer warpgroups too few for their accumulators (about 40 more for addresses and
+/// loop state) and the producer may give its registers away (may_rebalance()), the producer
+/// warpgroup, which only issues TMA copies, gives all but kProducerRegs back with
+/// `setmaxnreg.dec` and the consumers take them with `setmaxnreg.inc` (`consumer` registers each,
+/// a multiple of 8 that the pool the producer freed covers, or the inc would wait forever).
 constexpr int kProducerRegs = 40;
+/// The most accumulator registers a consumer thread holds: with about 40 more, the 232 that each
+/// of two consumer warpgroups takes from a producer's registers (a 128 x 192 warpgroup tile).
+/// Beyond kEvenAccumulators only in kernels of one tile a block whose producer gives its registers
+/// (consumers_alone(), measured and verified); persistent, ping-pong and cp.async kernels keep to
+/// kEvenAccumulators.
+constexpr int kMaxAccumulators = 192;
+constexpr int kEvenAccumulators = 128;
 /// The deepest ring a TMA producer fills. Small tiles over a gathered operand keep more copies in
 /// flight with eight buffers than with six (cuDNN's deepest sm_90 engines keep about ten).
 constexpr int kMaxProducerStages = 12;
@@ -194,19 +192,51 @@ struct RegisterSplit {
   int even = 255, consumer = 255;
   bool rebalanced = false;
 };
+/// Whether the producer warpgroup may give its registers to the consumers: where it leaves once its
+/// copies are issued, so that no code after the main loop runs in both roles (ptxas serialized the
+/// wgmmas of a kernel whose producer joined the epilogue with fewer registers: 3 consumers of
+/// 64 x 192, C7512). A persistent kernel's producer always leaves; that of a kernel of one tile a
+/// block (producer 1) where the epilogue needs no barrier of every thread but a pair's last one,
+/// which the producer passes before it leaves: no split-K summed in a cluster and no last block
+/// summing the splits.
+bool may_rebalance(const ScheduleParams& p) {
+  return persistent(p) || (p.producer == 1 && p.cluster != 1 && p.split_reduce == 0);
+}
+
 RegisterSplit register_split(const ImplicitGemm& g, const ScheduleParams& p) {
   RegisterSplit r;
   const int threads = block_threads(g, p);
   if (threads <= 0) return r;
   r.even = r.consumer = std::min(255, 65536 / threads / 8 * 8);
   const int consumers = threads / 128 - 1, acc_regs = operand_registers(g, p);
-  if (!persistent(p) || consumers < 2 || acc_regs + 40 <= r.even || r.even <= kProducerRegs) return r;
+  if (!may_rebalance(p) || consumers < 2 || acc_regs + 40 <= r.even || r.even <= kProducerRegs) return r;
   // The producer frees (even - kProducerRegs) x 128 registers; each consumer thread may take an
   // equal share of them on top of its own.
   const int consumer = r.even + (r.even - kProducerRegs) * 128 / (consumers * 128) / 8 * 8;
   r.consumer = std::min(240, consumer);
   r.rebalanced = r.consumer > r.even;
   return r;
+}
+
+/// Whether a kernel of one tile a block (producer 1) runs its epilogue in the consumer warpgroups
+/// alone: its producer gave them its registers (register_split()) and left after its copies. Its
+/// epilogue's barriers are then the consumers' (consumer_sync()), and its threads
+/// epilogue_threads().
+bool consumers_alone(const ImplicitGemm& g, const ScheduleParams& p) {
+  return !persistent(p) && register_split(g, p).rebalanced;
+}
+
+/// The threads that share a kernel of one tile a block's epilogue: all, or the consumers alone
+/// (whose places in the tile the early operand loads, made by every thread, take too).
+std::string epilogue_threads(const ImplicitGemm& g, const ScheduleParams& p) {
+  return consumers_alone(g, p) ? "(THREADS - 128)" : "THREADS";
+}
+
+/// Whether a kernel that is not persistent loads its epilogue's per-tile operands before the main
+/// loop (emit_epilogue_early_loads()): where its block has the SM to itself, as the epilogue loop
+/// that reads them needs (EpilogueScope::sm_to_itself).
+bool block_loads_epilogue_early(const ImplicitGemm& g, const ScheduleParams& p) {
+  return wgmma_block_alone(g, p) && epilogue_loads_early(g, p);
 }
 
 /// The setmaxnreg line of the producer (`producer`) or of a consumer warpgroup, where
@@ -730,12 +760,14 @@ void add_tensor_maps(WgmmaKernel& w) {
 
 /// A persistent kernel's epilogue tiles past the ring, and the barrier its consumers share
 /// without the producer (ping-pong: each consumer warpgroup its own), so that the producer runs
-/// into the next tile meanwhile.
+/// into the next tile meanwhile; that barrier also where the consumers run the epilogue alone
+/// (consumers_alone()).
 void emit_consumer_sync(std::ostringstream& os, const WgmmaKernel& w) {
-  if (!w.persistent) return;
-  os << "constexpr int CS_OFFSET = " << ring_bytes(w.g, w.p)
-     << (w.ping_pong ? ";  // the epilogue tiles, one per consumer, past the ring\n"
-                     : ";  // the epilogue tile, past the ring\n");
+  if (!w.persistent && !consumers_alone(w.g, w.p)) return;
+  if (w.persistent)
+    os << "constexpr int CS_OFFSET = " << ring_bytes(w.g, w.p)
+       << (w.ping_pong ? ";  // the epilogue tiles, one per consumer, past the ring\n"
+                       : ";  // the epilogue tile, past the ring\n");
   if (w.ping_pong)
     os << "constexpr int CS_STRIDE = " << persistent_epilogue_stride(w.g, w.p) << ";  // bytes of one\n"
        << "// Synchronizes consumer warpgroup `wg` alone (named barrier 2 + wg), not the other or the producer;\n"
@@ -828,7 +860,8 @@ void emit_block_tiles(std::ostringstream& os, const WgmmaKernel& w) {
     os << w.clamp.boxes("  ")
        << "  const int z = blockIdx.z / SPLIT_K, split = blockIdx.z % SPLIT_K;\n";
     emit_epilogue_prefetch(os, g, p, "THREADS", "  ");
-    if (block_loads_epilogue_early(g, p)) emit_epilogue_early_loads(os, g, p, "THREADS", "threadIdx.x", "  ");
+    if (block_loads_epilogue_early(g, p))
+      emit_epilogue_early_loads(os, g, p, epilogue_threads(g, p), "threadIdx.x", "  ");
   }
 }
 
@@ -944,6 +977,7 @@ void emit_warp_specialized_loop(std::ostringstream& os, const WgmmaKernel& w) {
   const ScheduleParams& p = w.p;
   const bool pair = w.pair;
   const Im2colView* im2col = w.im2col;
+  const bool alone = consumers_alone(g, p);
   auto loads = [&](int which) { return tma_loads(w, which); };
   os << "  // Warp specialization: the last warpgroup produces, the others consume. Stage buffer b is\n"
      << "  // full when full[b]'s phase completes (the producer's arrival and the bytes of its TMA boxes)\n"
@@ -965,6 +999,8 @@ void emit_warp_specialized_loop(std::ostringstream& os, const WgmmaKernel& w) {
      << loads(0) << loads(1)
      << "      }\n"
      << "    }\n"
+     << (alone && pair ? "    cluster_sync();  // the pair's last barrier, which the consumers pass after their epilogue\n" : "")
+     << (alone ? "    return;  // the epilogue is the consumers', with the registers this warpgroup gave them\n" : "")
      << "  } else {\n"
      << set_registers(g, p, false, "    ")
      << step_loop(p, "    ", "first", "last",
@@ -979,7 +1015,8 @@ void emit_warp_specialized_loop(std::ostringstream& os, const WgmmaKernel& w) {
      << "  }\n"
      << "  #pragma unroll\n  for (int i = 0; i < MI; ++i)\n"
      << "    #pragma unroll\n    for (int r = 0; r < ACC; ++r) fence_operand(acc[i][r]);\n"
-     << "  __syncthreads();  // every box was consumed: the epilogue reuses the buffers\n\n";
+     << (alone ? "  consumer_sync();" : "  __syncthreads();")
+     << "  // every box was consumed: the epilogue reuses the buffers\n\n";
 }
 
 /// Main loop without a producer: every thread issues cp.async copies STAGES - 2 steps ahead.
@@ -1209,6 +1246,8 @@ void emit_wgmma_epilogue(std::ostringstream& os, const WgmmaKernel& w) {
   emit_accumulator_quad(os, c_row, "acc[i][4 * j + #]", w.clamp.r8(), w.clamp.c1());
   os << "    }\n";
   EpilogueScope scope;
+  if (consumers_alone(g, p)) scope.barrier = "  consumer_sync();\n";
+  scope.threads = epilogue_threads(g, p);
   scope.close = !pair;
   scope.sm_to_itself = wgmma_block_alone(g, p);  // else holding operands may cost a resident block
   scope.operands_early = block_loads_epilogue_early(g, p);  // loaded in emit_block_tiles()
@@ -1439,16 +1478,21 @@ class WgmmaFamily final : public EmitterFamily {
       fail(ScheduleError::kTileNotMultipleOfIntrinsic,
            "warp_n = " + std::to_string(p.warp_n) + ": wgmma's N runs from 8 to 256 (multiples of 16 above 32 for int8)");
     const int acc_regs = (p.warp_m / 64) * p.warp_n / 2, operand_regs = operand_registers(g, p);
-    if (acc_regs > 128)
-      fail(ScheduleError::kBadOption, "a " + std::to_string(p.warp_m) + " x " + std::to_string(p.warp_n) +
-                                          " warpgroup tile holds " + std::to_string(acc_regs) +
-                                          " accumulator registers per thread (at most 128)");
+    const int most_acc = consumers_alone(g, p) ? kMaxAccumulators : kEvenAccumulators;
+    if (acc_regs > most_acc)
+      fail(ScheduleError::kBadOption,
+           "a " + std::to_string(p.warp_m) + " x " + std::to_string(p.warp_n) + " warpgroup tile holds " +
+               std::to_string(acc_regs) + " accumulator registers per thread (at most " + std::to_string(most_acc) +
+               (most_acc < kMaxAccumulators ? "; up to " + std::to_string(kMaxAccumulators) +
+                                                  " with producer 1 and two consumer warpgroups"
+                                            : std::string()) +
+               ")");
     // The accumulators and about 40 registers of addresses and loop state must fit in a consumer
     // thread's share of the 64K-register file (ptxas refuses wgmma otherwise), after the
     // producer's setmaxnreg where register_split() rebalances.
     const int threads = block_threads(g, p);
     const RegisterSplit regs = register_split(g, p);
-    if (acc_regs <= 128 && operand_regs + 40 > regs.consumer)
+    if (acc_regs <= most_acc && operand_regs + 40 > regs.consumer)
       fail(ScheduleError::kTooManyThreads,
            std::to_string(threads) + " threads leave " + std::to_string(regs.consumer) + " registers a " +
                (regs.rebalanced ? "consumer thread (the producer warpgroup keeping " + std::to_string(kProducerRegs) + ")"
@@ -1621,8 +1665,8 @@ class WgmmaFamily final : public EmitterFamily {
     return c;
   }
 
-  // (WM / 64) x (WN / 8) m64n8 fragments: 4 registers each, at most 128.
-  int max_fragments_per_warp(const ImplicitGemm&) const override { return 32; }
+  // (WM / 64) x (WN / 8) m64n8 fragments: 4 registers each, at most kMaxAccumulators.
+  int max_fragments_per_warp(const ImplicitGemm&) const override { return kMaxAccumulators / 4; }
   // Relative to the model's tensor peak, that of mma.sync (2048 FLOP per clock and SM on sm_90):
   // wgmma issues twice that, of which a well-fed kernel reaches about 80%.
   double peak_fraction() const override { return 1.6; }
