@@ -1142,6 +1142,7 @@ TEST(Gpu, WgmmaClusterPairs) {
       {"persistent 4 consumers 256x128 pair n", [](ScheduleParams& p) { p.producer = 2; p.block_m = 256; p.warp_m = 64; p.block_n = p.warp_n = 128; p.stages = 3; p.cluster = 3; }},
       // Without the persistent loop: the producer leaves, the epilogue is the consumers'.
       {"producer 1, 3 consumers 192x192", [](ScheduleParams& p) { p.producer = 1; p.block_m = 192; p.warp_m = 64; p.block_n = p.warp_n = 192; p.stages = 4; }},
+      {"producer 1, 4 consumers 256x128", [](ScheduleParams& p) { p.producer = 1; p.block_m = 256; p.warp_m = 64; p.block_n = p.warp_n = 128; p.stages = 4; }},
       {"producer 1, 2 consumers 256x192", [](ScheduleParams& p) { p.producer = 1; p.block_m = 256; p.warp_m = 128; p.block_n = p.warp_n = 192; p.stages = 4; }},
       {"producer 1, 2 consumers 256x192 split_k 2", [](ScheduleParams& p) { p.producer = 1; p.block_m = 256; p.warp_m = 128; p.block_n = p.warp_n = 192; p.stages = 3; p.split_k = 2; }},
       {"producer 1, 2 consumers 256x192 pair m", [](ScheduleParams& p) { p.producer = 1; p.block_m = 256; p.warp_m = 128; p.block_n = p.warp_n = 192; p.stages = 4; p.cluster = 2; }},
