@@ -221,15 +221,9 @@ RegisterSplit register_split(const ImplicitGemm& g, const ScheduleParams& p) {
 /// Whether a kernel of one tile a block (producer 1) runs its epilogue in the consumer warpgroups
 /// alone: its producer gave them its registers (register_split()) and left after its copies. Its
 /// epilogue's barriers are then the consumers' (consumer_sync()), and its threads
-/// epilogue_threads().
+/// WgmmaKernel::epilogue_threads().
 bool consumers_alone(const ImplicitGemm& g, const ScheduleParams& p) {
   return !persistent(p) && register_split(g, p).rebalanced;
-}
-
-/// The threads that share a kernel of one tile a block's epilogue: all, or the consumers alone
-/// (whose places in the tile the early operand loads, made by every thread, take too).
-std::string epilogue_threads(const ImplicitGemm& g, const ScheduleParams& p) {
-  return consumers_alone(g, p) ? "(THREADS - 128)" : "THREADS";
 }
 
 /// Whether a kernel that is not persistent loads its epilogue's per-tile operands before the main
@@ -598,6 +592,7 @@ struct WgmmaKernel {
       : g(g), p(p), k(kernel_shell(g, p, block_threads(g, p))), sa(stored_tile(g, p, 0)), sb(stored_tile(g, p, 1)),
         a_mn(stored_along_mn(g, 0)), b_mn(stored_along_mn(g, 1)), c_row(out_vector(g, p).along == 'n'),
         ws(p.producer != 0), persistent(tmap::persistent(p)), ping_pong(tmap::ping_pong(p)), pair(pairs_blocks(p)),
+        alone(consumers_alone(g, p)),
         ta(storage_type(g.hw->a_dtype)), tb(storage_type(g.hw->b_dtype)), tacc(accumulator_type(g.hw->d_dtype)),
         tout(storage_type(g.compute->tensor_of(g.compute->output).dtype)), tpart(partial_type(g)) {}
 
@@ -607,10 +602,15 @@ struct WgmmaKernel {
   StoredTile sa, sb;
   bool a_mn, b_mn, c_row;
   bool ws, persistent, ping_pong, pair;  ///< A producer warpgroup; persistent; ping-pong; pairs of blocks.
+  bool alone;  ///< One tile a block, the epilogue the consumers' alone (consumers_alone()).
   std::string ta, tb, tacc, tout, tpart;
   std::vector<TmaDim> views[2];  ///< With a producer, each operand's TMA view
   Im2colView im2col[2];          ///< or its im2col view (im2col[which].rank > 0).
   BoxClamp clamp;                ///< With a producer, the axes whose last boxes end at the extent's end.
+
+  /// The threads that share a kernel of one tile a block's epilogue: all, or the consumers alone
+  /// (whose places in the tile the early operand loads, made by every thread, take too).
+  std::string epilogue_threads() const { return alone ? "(THREADS - 128)" : "THREADS"; }
 };
 
 /// Whether operand `which`'s boxes are clamped to end at the end of its m (n) extent (BoxClamp):
@@ -763,7 +763,7 @@ void add_tensor_maps(WgmmaKernel& w) {
 /// into the next tile meanwhile; that barrier also where the consumers run the epilogue alone
 /// (consumers_alone()).
 void emit_consumer_sync(std::ostringstream& os, const WgmmaKernel& w) {
-  if (!w.persistent && !consumers_alone(w.g, w.p)) return;
+  if (!w.persistent && !w.alone) return;
   if (w.persistent)
     os << "constexpr int CS_OFFSET = " << ring_bytes(w.g, w.p)
        << (w.ping_pong ? ";  // the epilogue tiles, one per consumer, past the ring\n"
@@ -861,7 +861,7 @@ void emit_block_tiles(std::ostringstream& os, const WgmmaKernel& w) {
        << "  const int z = blockIdx.z / SPLIT_K, split = blockIdx.z % SPLIT_K;\n";
     emit_epilogue_prefetch(os, g, p, "THREADS", "  ");
     if (block_loads_epilogue_early(g, p))
-      emit_epilogue_early_loads(os, g, p, epilogue_threads(g, p), "threadIdx.x", "  ");
+      emit_epilogue_early_loads(os, g, p, w.epilogue_threads(), "threadIdx.x", "  ");
   }
 }
 
@@ -977,7 +977,7 @@ void emit_warp_specialized_loop(std::ostringstream& os, const WgmmaKernel& w) {
   const ScheduleParams& p = w.p;
   const bool pair = w.pair;
   const Im2colView* im2col = w.im2col;
-  const bool alone = consumers_alone(g, p);
+  const bool alone = w.alone;
   auto loads = [&](int which) { return tma_loads(w, which); };
   os << "  // Warp specialization: the last warpgroup produces, the others consume. Stage buffer b is\n"
      << "  // full when full[b]'s phase completes (the producer's arrival and the bytes of its TMA boxes)\n"
@@ -1246,8 +1246,8 @@ void emit_wgmma_epilogue(std::ostringstream& os, const WgmmaKernel& w) {
   emit_accumulator_quad(os, c_row, "acc[i][4 * j + #]", w.clamp.r8(), w.clamp.c1());
   os << "    }\n";
   EpilogueScope scope;
-  if (consumers_alone(g, p)) scope.barrier = "  consumer_sync();\n";
-  scope.threads = epilogue_threads(g, p);
+  if (w.alone) scope.barrier = "  consumer_sync();\n";
+  scope.threads = w.epilogue_threads();
   scope.close = !pair;
   scope.sm_to_itself = wgmma_block_alone(g, p);  // else holding operands may cost a resident block
   scope.operands_early = block_loads_epilogue_early(g, p);  // loaded in emit_block_tiles()
