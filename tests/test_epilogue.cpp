@@ -62,6 +62,10 @@ TEST(Epilogue, TextBuildsOperandsAndPrintsBack) {
   const Compute plain = testing::narrowed_op("gemm", "float16", {"M=96", "N=80", "K=64"});
   EXPECT_NE(workload_key(plain), workload_key(c));
   EXPECT_FALSE(to_json(plain).contains("epilogue"));
+  // Its contraction alone is the op's own workload, whose tuned schedules a fused tune starts from.
+  EXPECT_EQ(workload_key(contraction_of(c)), workload_key(plain));
+  EXPECT_EQ(contraction_of(c).tensors, plain.tensors);
+  EXPECT_EQ(workload_key(contraction_of(plain)), workload_key(plain));
 }
 
 TEST(Epilogue, ParenthesesKeepTheTree) {

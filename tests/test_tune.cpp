@@ -719,6 +719,62 @@ TEST(Tuner, OtherWorkloadsBestSchedulesAreTriedAsSeeds) {
   std::filesystem::remove(log);
 }
 
+// A fused workload's first seeds are its contraction's fastest schedules, from the run's log
+// or a prior one (RunKeys): tuning a GEMM and then its fused forms starts each fused form where
+// the GEMM's tuning ended. Other workloads' schedules stay ordinary seeds, which take at most a
+// quarter of a batch.
+TEST(Tuner, AFusedWorkloadFirstMeasuresItsContractionsFastestSchedules) {
+  const std::vector<std::string> sets = {"M=512", "N=256", "K=512"};
+  const Compute bare = testing::narrowed_op("gemm", "float16", sets);
+  const Compute fused = testing::fused_op("gemm", "float16", "Y[m, n] = relu(C[m, n] + bias[n])", sets);
+  const Compute other = testing::narrowed_op("gemm", "float16", {"M=512", "N=256", "K=1024"});
+  TuneOptions o = synthetic_options(temp_path("fused_seeds.jsonl"), 8);
+  std::filesystem::remove(o.log_path);
+  const SearchSpace space(bare, shipped(), Enumeration::kAmos, o.limits, 90);
+  ASSERT_GE(space.entries().size(), 4u);
+  std::vector<CandidateRef> fastest;  // the bare GEMM's schedules, fastest first
+  for (int i = 0; i < 4; ++i) {
+    for (const Compute* c : {&bare, &other}) {
+      TuneRecord r;
+      r.workload = make_workload(*c);
+      r.target = o.target;
+      r.candidate = space.ref(i, space.entries()[i].defaults);
+      r.result.status = "ok";
+      r.result.rel_l2 = 1e-7;
+      r.result.median_us = 100 + 10 * i;
+      r.result.times_us = {r.result.median_us};
+      LogWriter(o.log_path).append(r);
+    }
+    fastest.push_back(space.ref(i, space.entries()[i].defaults));
+  }
+  auto label = [](const CandidateRef& r) { return candidate_label(r) + to_json(r.params).dump(); };
+  RunKeys keys;
+  keys.add(fused);
+  ASSERT_EQ(keys.contraction.size(), 1u);
+  EXPECT_EQ(keys.contraction.begin()->first, make_workload(bare).key);
+  CostModel model;
+  const LogHistory h = read_history(model, keys, shipped(), o);
+  const std::string key = make_workload(fused).key;
+  ASSERT_EQ(h.first_seeds.count(key), 1u);
+  ASSERT_EQ(h.first_seeds.at(key).size(), 3u) << "the fastest three, as for a prior log's own records";
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(label(h.first_seeds.at(key)[i]), label(fastest[i]));
+  EXPECT_EQ(h.seeds.size(), 3u) << "the other GEMM's fastest, ordinary seeds";
+  EXPECT_TRUE(h.own.empty()) << "the contraction's records are not the fused workload's";
+  EXPECT_EQ(h.transferred, 8) << "and all of them train the model";
+
+  // And a tune measures them (its batches' kernels are measured as they compile, and the model
+  // ranks what is ready: by the third batch).
+  o.trials = 24;
+  SyntheticMeasurer gpu;
+  const TuneSummary s = tune(fused, shipped(), o, gpu);
+  std::set<std::string> measured;
+  for (const TuneRecord& r : read_log(o.log_path).records)
+    if (r.workload.key == key) measured.insert(label(r.candidate));
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(measured.count(label(fastest[i]))) << "schedule #" << i;
+  EXPECT_GE(s.seeded, 3);
+  std::filesystem::remove(o.log_path);
+}
+
 // A first layer's best from a prior log (channels padded to 16-byte rows) is measured in the
 // first batch on the mapping's 8-byte twin too, its vectors narrowed (SearchSpace::twins); the
 // twins of other seeds wait their turn with the seeds.

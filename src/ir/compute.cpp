@@ -116,6 +116,18 @@ Compute compute_at(const Compute& c, std::int64_t size) {
   return out;
 }
 
+Compute contraction_of(const Compute& c) {
+  Compute out = c;
+  if (c.epilogue.empty()) return out;
+  // The epilogue's operands' tensors follow the statement's (Compute::epilogue).
+  int statement_tensors = c.output.tensor + 1;
+  for (const Access& in : c.inputs) statement_tensors = std::max(statement_tensors, in.tensor + 1);
+  out.tensors.resize(statement_tensors);
+  out.tensors[c.output.tensor].name = c.epilogue.acc;
+  out.epilogue = {};
+  return out;
+}
+
 Compute range_sample(const Compute& c, std::int64_t size) {
   if (!c.dynamic.active() || size < c.dynamic.lo || size > c.dynamic.hi)
     throw InternalError("range_sample of a size outside the range");

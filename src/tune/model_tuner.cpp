@@ -76,7 +76,7 @@ class ModelScheduler {
   }
 
   ModelTuneSummary run(const std::vector<ModelTask>& tasks, const std::vector<HwAbstraction>& hws) {
-    std::set<std::string> keys = make_slots(tasks);
+    const RunKeys keys = make_slots(tasks);
     LogHistory history = read_history(model_, keys, hws, base_);
     out_.transferred = history.transferred;
     if (!base_.log_path.empty()) log_ = std::make_unique<LogWriter>(base_.log_path);
@@ -101,10 +101,11 @@ class ModelScheduler {
     if (base_.on_note) base_.on_note(s);
   }
 
-  /// Workloads of the same key (the same computation under two names) are one slot.
-  std::set<std::string> make_slots(const std::vector<ModelTask>& tasks) {
+  /// Workloads of the same key (the same computation under two names) are one slot; returns the
+  /// slots' keys.
+  RunKeys make_slots(const std::vector<ModelTask>& tasks) {
     std::map<std::string, std::size_t> by_key;
-    std::set<std::string> keys;
+    RunKeys keys;
     for (const ModelTask& t : tasks) {
       const Workload w = make_workload(*t.compute);
       auto it = by_key.find(w.key);
@@ -113,7 +114,7 @@ class ModelScheduler {
         continue;
       }
       by_key[w.key] = slots_.size();
-      keys.insert(w.key);
+      keys.add(*t.compute);
       Slot s;
       s.result.name = t.name;
       s.result.key = w.key;

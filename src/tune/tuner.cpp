@@ -226,8 +226,20 @@ CompiledBatch compile_batch(const SearchSpace& space, NvrtcCompiler& compiler, s
 
 }  // namespace
 
-LogHistory read_history(CostModel& model, const std::set<std::string>& own_keys,
-                        const std::vector<HwAbstraction>& hws, const TuneOptions& o) {
+void RunKeys::add(const Compute& c) {
+  const std::string key = make_workload(c).key;
+  own.insert(key);
+  if (!c.epilogue.empty()) contraction.emplace(make_workload(contraction_of(c)).key, key);
+}
+
+const std::string* RunKeys::first_seeds_of(const std::string& key) const {
+  if (auto it = own.find(key); it != own.end()) return &*it;
+  auto it = contraction.find(key);
+  return it == contraction.end() ? nullptr : &it->second;
+}
+
+LogHistory read_history(CostModel& model, const RunKeys& keys, const std::vector<HwAbstraction>& hws,
+                        const TuneOptions& o) {
   // Transfer: correct measurements of other workloads on this architecture (in the log and the
   // prior logs) train the model before the first trial; on the H100 logs such a model ranks a
   // new workload's candidates with Spearman 0.64-0.95, the analytic model with 0.02-0.87.
@@ -242,11 +254,12 @@ LogHistory read_history(CostModel& model, const std::set<std::string>& own_keys,
     std::vector<TuneRecord> others;
     for (auto& r : contents.records) {
       if (r.target.arch != o.target.arch || !r.result.measured()) continue;
-      if (own_keys.count(r.workload.key) && source == o.log_path) h.own[r.workload.key].push_back(std::move(r));
+      if (keys.own.count(r.workload.key) && source == o.log_path) h.own[r.workload.key].push_back(std::move(r));
       else others.push_back(std::move(r));
     }
     // Seeds: each workload's fastest correct schedules; a prior log's of this run's own
-    // workloads go to that workload first.
+    // workloads, and any log's of a fused workload's contraction alone (the same loops and
+    // tiles: tuning a convolution, then its fused forms), go to that workload first.
     std::map<std::string, std::vector<const TuneRecord*>> fastest;
     for (const auto& r : others)
       if (r.result.ok()) fastest[r.workload.key].push_back(&r);
@@ -254,11 +267,12 @@ LogHistory read_history(CostModel& model, const std::set<std::string>& own_keys,
       std::stable_sort(group.begin(), group.end(), [](const TuneRecord* a, const TuneRecord* b) {
         return a->result.median_us < b->result.median_us;
       });
+      const std::string* first = keys.first_seeds_of(key);
       std::set<std::string> distinct;
       for (const TuneRecord* r : group) {
         if (static_cast<int>(distinct.size()) >= kSeedsPerWorkload) break;
         const std::string k = candidate_label(r->candidate) + to_json(r->candidate.params).dump();
-        if (distinct.insert(k).second) (own_keys.count(key) ? h.first_seeds[key] : h.seeds).push_back(r->candidate);
+        if (distinct.insert(k).second) (first ? h.first_seeds[*first] : h.seeds).push_back(r->candidate);
       }
     }
     for (const auto& [key, set] : measured_sets(others, hws, o.target.arch, o.limits, o.device))
@@ -1199,7 +1213,9 @@ TuneSummary tune(const Compute& c, const std::vector<HwAbstraction>& hws, const 
   const auto t0 = Clock::now();
   CostModel model;
   const std::string key = make_workload(c).key;
-  LogHistory history = read_history(model, {key}, hws, o);
+  RunKeys keys;
+  keys.add(c);
+  LogHistory history = read_history(model, keys, hws, o);
   std::unique_ptr<LogWriter> log;
   if (!o.log_path.empty()) log = std::make_unique<LogWriter>(o.log_path);
   TuneTask task(c, hws, o, model, history.own[key], log.get());

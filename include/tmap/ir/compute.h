@@ -123,6 +123,10 @@ Compute compute_at(const Compute& c, std::int64_t size);
 /// Range `c` as tuned at one of its sizes (DynamicExtent::at): the same kernels as the range's,
 /// measured at `size` and ranked by the cost model at that size, under a workload of its own.
 Compute range_sample(const Compute& c, std::int64_t size);
+/// `c`'s contraction alone: the epilogue and its operands' tensors dropped, the output named as
+/// the epilogue names the contraction's value (so that a built-in op with an epilogue gives the
+/// op's own workload). `c` itself where it has no epilogue.
+Compute contraction_of(const Compute& c);
 
 /// A plain JSON description: name, statement, params, tensors (name, shape, dtype), iterators
 /// (name, extent, kind), the accesses with their affine indices (enough to rebuild it), and a

@@ -189,11 +189,23 @@ TuneSummary tune(const Compute& c, const std::vector<HwAbstraction>& hws, const 
 
 class CostModel;
 
+/// The workloads of a tuning run by key, and for each with an epilogue the key of its contraction
+/// alone (contraction_of()), whose tuned schedules carry over to the fused workload.
+struct RunKeys {
+  std::set<std::string> own;
+  std::map<std::string, std::string> contraction;  ///< A contraction's key -> the fused workload's.
+
+  void add(const Compute& c);
+  /// The workload whose first seeds a record of `key` from another source gives, or null.
+  const std::string* first_seeds_of(const std::string& key) const;
+};
+
 /// What the logs of a tuning run hold for it: the records of its own workloads (in the log, this
 /// architecture, measured), by key, to resume from; every other correct measurement (other
 /// workloads in the log and prior logs, and the prior logs' of its own) has trained `model`, and
 /// is counted; the fastest few of each other workload are seeds (TuneTask::offer), and those of
-/// each own workload in the prior logs are that workload's first seeds.
+/// each own workload in the prior logs, or of its contraction alone in any log, are that
+/// workload's first seeds.
 struct LogHistory {
   std::map<std::string, std::vector<TuneRecord>> own;
   int transferred = 0;
@@ -201,7 +213,7 @@ struct LogHistory {
   std::map<std::string, std::vector<CandidateRef>> first_seeds;
 };
 
-LogHistory read_history(CostModel& model, const std::set<std::string>& own_keys, const std::vector<HwAbstraction>& hws,
+LogHistory read_history(CostModel& model, const RunKeys& keys, const std::vector<HwAbstraction>& hws,
                         const TuneOptions& o);
 
 /// One workload's search, run in steps: model-level tuning interleaves the tasks of a model's
