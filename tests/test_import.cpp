@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <set>
 
 #include "cli_util.h"
 #include "models/onnx_models.h"
@@ -336,6 +337,22 @@ TEST(WorkloadTable, JsonRoundTripAndValidation) {
   EXPECT_NE(e.find("give float32"), std::string::npos) << e;
   e = bad(R"({"format": "tmap-workloads/1", "workloads": [{"name": "a", "op": "gemm", "count": 0}]})");
   EXPECT_NE(e.find("\"count\" must be an integer from 1"), std::string::npos) << e;
+}
+
+// The fused tables' workloads, without their epilogues, are the bare table's: the shipped
+// H100 log of the bare ResNet-50 convolutions holds a record of each fused one's contraction,
+// which tmap tune measures first and tmap_bench falls back to.
+TEST(WorkloadTable, FusedWorkloadsContractionsAreInTheBareLog) {
+  const std::string root = TMAP_SOURCE_DIR;
+  std::set<std::string> logged;
+  for (const TuneRecord& r : read_log(root + "/logs/h100_resnet50_b1.jsonl").records) logged.insert(r.workload.key);
+  const WorkloadTable t = load_workload_table(root + "/benchmarks/workloads/resnet50_fused_b1_nhwc.json");
+  ASSERT_EQ(t.workloads.size(), 25u);
+  for (const TableWorkload& w : t.workloads) {
+    const Compute fused = build_table_workload(w, t.dtype, t.out_dtype, "table");
+    ASSERT_FALSE(fused.epilogue.empty()) << w.name;
+    EXPECT_TRUE(logged.count(make_workload(contraction_of(fused)).key)) << w.name;
+  }
 }
 
 // A parameter given as a range of sizes: the workload's compute takes it at run time (built at
