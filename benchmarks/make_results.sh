@@ -73,7 +73,8 @@ ResNet-50 at batch 1 without epilogues (the H100's log replayed), ResNet-18 at b
 grouped and depthwise NHWC ones (tuned there, the conv1d and depthwise NCHW tables from the H100's
 logs) were measured on an H200 (the same sm_90 chip with more and faster memory), as their headers
 say; compare them with nothing but their own baselines. The fused tables, with each epilogue's
-cost beside them, are the H100's.
+cost beside them, are the H100's, but for ResNet-50's at batch 1 (tuned on the H200 from the
+H100's log of the bare convolutions).
 
 ## Method
 
@@ -118,8 +119,9 @@ benchmarks/workloads/depthwise_b16_nhwc.json --log logs/h200_depthwise_b16_nhwc.
 H200), `benchmarks/run.sh table
 benchmarks/workloads/resnet50_b1_nhwc.json` and likewise `resnet50_fused_b16_nhwc.json` (on the
 H100: `--time-budget 220 --objective geomean --prior logs/h200_resnet50_fused_b16.jsonl --log
-logs/h100_resnet50_fused_b16.jsonl`, then 150 s more with that log as the prior) and `transformer_ffn.json` (the fused batch-1 table replays
-`logs/h100_resnet50_b1.jsonl` with `tmap_bench` alone), `llm_gemm.json` and `fp8_gemm.json` (logs `logs/h200_*.jsonl`);
+logs/h100_resnet50_fused_b16.jsonl`, then 150 s more with that log as the prior), `resnet50_fused_b1_nhwc.json` (on the
+H200: `--time-budget 90 --objective geomean --prior logs/h100_resnet50_b1.jsonl`, pruned into
+`logs/h200_resnet50_fused_b1.jsonl`) and `transformer_ffn.json`; `llm_gemm.json` and `fp8_gemm.json` (logs `logs/h200_*.jsonl`);
 `decode_gemm.json` holds each projection as a range of M with the sizes it compares
 (`tmap tune --table benchmarks/workloads/decode_gemm.json --time-budget 140 --max-buckets 6 --seed 1 --log
 logs/h200_decode_gemm.jsonl`: 35 s a range), and `tmap_bench --table` runs each size with the kernel its

@@ -57,10 +57,12 @@ for t in skinny_gemm:h100_skinny_gemm:9 depthwise_conv2d:h100_depthwise_b1:7 dep
   logged "$("$bench" --table "$src/benchmarks/workloads/$table.json" --batch "$batch" --layout nchw --log "$src/$log" \
               --print-workloads)" "$count" "$log" "$table"
 done
-# Workload tables, fused and LLM GEMMs: each workload has a record to replay (the fused batch-1
-# table's are the bare batch-1 log's schedules, which tmap_bench applies with the epilogue).
-# The LLM GEMM tables (bfloat16, fp8) and the fused batch-16 table's prior were tuned on an H200.
-for t in resnet50_fused_b1_nhwc:h100_resnet50_b1:25 resnet50_fused_b16_nhwc:h100_resnet50_fused_b16:25 \
+# Workload tables, fused and LLM GEMMs: each workload has a record to replay (with the bare
+# batch-1 log, the fused batch-1 table's are its schedules, which tmap_bench applies with the
+# epilogue). The LLM GEMM tables (bfloat16, fp8), the fused batch-1 table and the fused
+# batch-16 table's prior were tuned on an H200.
+for t in resnet50_fused_b1_nhwc:h100_resnet50_b1:25 resnet50_fused_b1_nhwc:h200_resnet50_fused_b1:25 \
+         resnet50_fused_b16_nhwc:h100_resnet50_fused_b16:25 \
          resnet50_fused_b16_nhwc:h200_resnet50_fused_b16:25 \
          transformer_ffn:h100_transformer_ffn:6 llm_gemm:h200_llm_gemm:13 fp8_gemm:h200_fp8_gemm:13; do
   IFS=: read -r table logname count <<<"$t"
