@@ -752,12 +752,18 @@ TEST(Tuner, AFusedWorkloadFirstMeasuresItsContractionsFastestSchedules) {
   keys.add(fused);
   ASSERT_EQ(keys.contraction.size(), 1u);
   EXPECT_EQ(keys.contraction.begin()->first, make_workload(bare).key);
+  // Another epilogue on the same contraction starts from the same schedules.
+  const Compute gelu = testing::fused_op("gemm", "float16", "Y[m, n] = gelu(C[m, n])", sets);
+  keys.add(gelu);
+  EXPECT_EQ(keys.first_seeds_of(make_workload(bare).key),
+            (std::vector<std::string>{make_workload(fused).key, make_workload(gelu).key}));
   CostModel model;
   const LogHistory h = read_history(model, keys, shipped(), o);
   const std::string key = make_workload(fused).key;
   ASSERT_EQ(h.first_seeds.count(key), 1u);
   ASSERT_EQ(h.first_seeds.at(key).size(), 3u) << "the fastest three, as for a prior log's own records";
   for (int i = 0; i < 3; ++i) EXPECT_EQ(label(h.first_seeds.at(key)[i]), label(fastest[i]));
+  EXPECT_EQ(h.first_seeds.count(make_workload(gelu).key), 1u);
   EXPECT_EQ(h.seeds.size(), 3u) << "the other GEMM's fastest, ordinary seeds";
   EXPECT_TRUE(h.own.empty()) << "the contraction's records are not the fused workload's";
   EXPECT_EQ(h.transferred, 8) << "and all of them train the model";

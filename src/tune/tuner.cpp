@@ -229,13 +229,14 @@ CompiledBatch compile_batch(const SearchSpace& space, NvrtcCompiler& compiler, s
 void RunKeys::add(const Compute& c) {
   const std::string key = make_workload(c).key;
   own.insert(key);
-  if (!c.epilogue.empty()) contraction.emplace(make_workload(contraction_of(c)).key, key);
+  if (!c.epilogue.empty()) contraction[make_workload(contraction_of(c)).key].push_back(key);
 }
 
-const std::string* RunKeys::first_seeds_of(const std::string& key) const {
-  if (auto it = own.find(key); it != own.end()) return &*it;
-  auto it = contraction.find(key);
-  return it == contraction.end() ? nullptr : &it->second;
+std::vector<std::string> RunKeys::first_seeds_of(const std::string& key) const {
+  std::vector<std::string> out;
+  if (own.count(key)) out.push_back(key);
+  if (auto it = contraction.find(key); it != contraction.end()) out.insert(out.end(), it->second.begin(), it->second.end());
+  return out;
 }
 
 LogHistory read_history(CostModel& model, const RunKeys& keys, const std::vector<HwAbstraction>& hws,
@@ -267,12 +268,14 @@ LogHistory read_history(CostModel& model, const RunKeys& keys, const std::vector
       std::stable_sort(group.begin(), group.end(), [](const TuneRecord* a, const TuneRecord* b) {
         return a->result.median_us < b->result.median_us;
       });
-      const std::string* first = keys.first_seeds_of(key);
+      const std::vector<std::string> first = keys.first_seeds_of(key);
       std::set<std::string> distinct;
       for (const TuneRecord* r : group) {
         if (static_cast<int>(distinct.size()) >= kSeedsPerWorkload) break;
         const std::string k = candidate_label(r->candidate) + to_json(r->candidate.params).dump();
-        if (distinct.insert(k).second) (first ? h.first_seeds[*first] : h.seeds).push_back(r->candidate);
+        if (!distinct.insert(k).second) continue;
+        if (first.empty()) h.seeds.push_back(r->candidate);
+        for (const std::string& to : first) h.first_seeds[to].push_back(r->candidate);
       }
     }
     for (const auto& [key, set] : measured_sets(others, hws, o.target.arch, o.limits, o.device))

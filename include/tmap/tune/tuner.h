@@ -193,11 +193,13 @@ class CostModel;
 /// alone (contraction_of()), whose tuned schedules carry over to the fused workload.
 struct RunKeys {
   std::set<std::string> own;
-  std::map<std::string, std::string> contraction;  ///< A contraction's key -> the fused workload's.
+  /// A contraction's key -> the fused workloads' (several epilogues may share one contraction).
+  std::map<std::string, std::vector<std::string>> contraction;
 
   void add(const Compute& c);
-  /// The workload whose first seeds a record of `key` from another source gives, or null.
-  const std::string* first_seeds_of(const std::string& key) const;
+  /// The workloads whose first seeds a record of `key` from another source gives (none: it is
+  /// an ordinary seed).
+  std::vector<std::string> first_seeds_of(const std::string& key) const;
 };
 
 /// What the logs of a tuning run hold for it: the records of its own workloads (in the log, this
