@@ -197,12 +197,11 @@ std::vector<Entry> fixed_entries(const nlohmann::json& table, const std::string&
 /// benchmark would replay, or with --dispatch (`dispatch_first`) that of the range whose bucket
 /// serves it (its arch: the log's first record's).
 void print_entries(const std::vector<Entry>& entries, const std::function<Compute(const Entry&)>& compute_of,
-                   const std::string& in_dtype, const std::string& out_dtype, const tmap::LogContents& log,
-                   bool dispatch_first) {
+                   const tmap::LogContents& log, bool dispatch_first) {
   const auto best = tmap::best_records(log.records);
   for (const auto& e : entries) {
     Compute c = compute_of(e);
-    const Compute bare = build_workload(e.op, e.sets, in_dtype, out_dtype);
+    const Compute bare = tmap::contraction_of(c);
     Transfer transfer;
     const tmap::TuneRecord* record = dispatch_first || e.of_range ? nullptr : find_record(best, c, &bare, transfer);
     const tmap::Dispatch d = record || log.records.empty()
@@ -559,7 +558,7 @@ Row bench_row(const Entry& e, const Compute& c, const BenchRun& b) {
   trace(e.name + ": reference kernel");
   const std::vector<double> ref = tmap::gpu_reference(ws, b.compiler);
   trace(e.name + ": tmap's kernel");
-  const Compute bare = build_workload(e.op, e.sets, b.args.in_dtype, b.args.out_dtype);
+  const Compute bare = tmap::contraction_of(c);
   const std::vector<double> tmap_out = time_tmap(row, e, c, bare, ws, ref, b);
   trace(e.name + ": baselines");
   const bool model = b.kind.model.has_value();
@@ -693,7 +692,7 @@ int main(int argc, char** argv) {
     if (a.peak_tflops <= 0)
       a.peak_tflops = h100_peak_tflops(first ? first->tensor_of(first->inputs[0]).dtype : tmap::DType::kFloat16);
     if (a.print_workloads) {
-      print_entries(entries, compute_of, a.in_dtype, a.out_dtype, tmap::read_log(a.log_path), a.dispatch_first);
+      print_entries(entries, compute_of, tmap::read_log(a.log_path), a.dispatch_first);
       return 0;
     }
     return bench_table(table, a, *kind, entries, compute_of, first ? &*first : nullptr);
