@@ -749,12 +749,12 @@ TEST(Tuner, AFusedWorkloadFirstMeasuresItsContractionsFastestSchedules) {
   }
   auto label = [](const CandidateRef& r) { return candidate_label(r) + to_json(r.params).dump(); };
   RunKeys keys;
-  keys.add(fused);
+  keys.add(make_workload(fused).key, fused);
   ASSERT_EQ(keys.contraction.size(), 1u);
   EXPECT_EQ(keys.contraction.begin()->first, make_workload(bare).key);
   // Another epilogue on the same contraction starts from the same schedules.
   const Compute gelu = testing::fused_op("gemm", "float16", "Y[m, n] = gelu(C[m, n])", sets);
-  keys.add(gelu);
+  keys.add(make_workload(gelu).key, gelu);
   EXPECT_EQ(keys.first_seeds_of(make_workload(bare).key),
             (std::vector<std::string>{make_workload(fused).key, make_workload(gelu).key}));
   CostModel model;

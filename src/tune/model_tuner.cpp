@@ -114,7 +114,7 @@ class ModelScheduler {
         continue;
       }
       by_key[w.key] = slots_.size();
-      keys.add(*t.compute);
+      keys.add(w.key, *t.compute);
       Slot s;
       s.result.name = t.name;
       s.result.key = w.key;

@@ -226,8 +226,7 @@ CompiledBatch compile_batch(const SearchSpace& space, NvrtcCompiler& compiler, s
 
 }  // namespace
 
-void RunKeys::add(const Compute& c) {
-  const std::string key = make_workload(c).key;
+void RunKeys::add(const std::string& key, const Compute& c) {
   own.insert(key);
   if (!c.epilogue.empty()) contraction[make_workload(contraction_of(c)).key].push_back(key);
 }
@@ -1217,7 +1216,7 @@ TuneSummary tune(const Compute& c, const std::vector<HwAbstraction>& hws, const 
   CostModel model;
   const std::string key = make_workload(c).key;
   RunKeys keys;
-  keys.add(c);
+  keys.add(key, c);
   LogHistory history = read_history(model, keys, hws, o);
   std::unique_ptr<LogWriter> log;
   if (!o.log_path.empty()) log = std::make_unique<LogWriter>(o.log_path);

@@ -196,7 +196,8 @@ struct RunKeys {
   /// A contraction's key -> the fused workloads' (several epilogues may share one contraction).
   std::map<std::string, std::vector<std::string>> contraction;
 
-  void add(const Compute& c);
+  /// Workload `c` of key `key` (make_workload(c).key).
+  void add(const std::string& key, const Compute& c);
   /// The workloads whose first seeds a record of `key` from another source gives (none: it is
   /// an ordinary seed).
   std::vector<std::string> first_seeds_of(const std::string& key) const;
